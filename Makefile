@@ -1,0 +1,31 @@
+# The two set-up commands README promises: `make demo` and `make test`.
+# Each creates .venv on first use (python3 and tmux are all a fresh machine needs).
+
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test venv clean screenshots bench
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/loom-tui --demo
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+screenshots: $(STAMP)
+	$(VENV)/bin/python screenshots/make_screenshots.py
+
+bench: $(STAMP)
+	for b in bench/*.py; do $(VENV)/bin/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,20 @@
+"""`loom doctor`."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..doctor import FAIL, run_checks
+from .common import subcommand
+
+
+def register(sub) -> None:
+    parser = subcommand(sub, "doctor", "check tmux, config, state dir, store and ledger; non-zero if any fails")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    checks = run_checks(args.config, args.state_dir)
+    for check in checks:
+        print(check.line())
+    return 1 if any(c.status == FAIL for c in checks) else 0

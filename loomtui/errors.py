@@ -1,0 +1,34 @@
+"""Errors that end a command with one clear line and a non-zero exit status."""
+
+from __future__ import annotations
+
+
+class LoomError(Exception):
+    """A failure the operator can act on: the message is shown as one line."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        # One line, always: a multi-line message would hide the part that names the key or path.
+        return " ".join(str(self.args[0]).split()) if self.args else ""
+
+
+class ConfigError(LoomError):
+    exit_code = 2
+
+
+class StateDirError(LoomError):
+    exit_code = 1
+
+
+class StoreError(LoomError):
+    exit_code = 1
+
+
+class LockHeld(LoomError):
+    exit_code = 3

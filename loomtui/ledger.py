@@ -1,0 +1,208 @@
+"""The ledger: append-only, hash-chained events. Every action, every acting decision.
+
+Each event's hash is sha256(previous hash + canonical JSON of its own fields, id included),
+so an edit, a deletion or a reordering breaks the chain at a nameable event. The head
+(last id and hash) is kept beside the chain, written in the same transaction, so losing
+events from the end is caught too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import redact
+from .store import Store
+
+GENESIS = "0" * 64
+HEAD_KEY = "ledger_head"
+
+
+def canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def event_hash(prev_hash: str, id: int, ts: float, kind: str, source: str, cause: str | None, detail: str) -> str:
+    body = canonical({"id": id, "ts": ts, "kind": kind, "source": source, "cause": cause, "detail": detail})
+    return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    ts: float
+    kind: str
+    source: str
+    cause: str | None
+    detail: dict[str, Any] = field(default_factory=dict)
+    hash: str = ""
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Event:
+        try:
+            detail = json.loads(row["detail"])
+        except (TypeError, ValueError):
+            detail = {"unparsed": str(row["detail"])}
+        if not isinstance(detail, dict):
+            detail = {"value": detail}
+        return cls(row["id"], row["ts"], row["kind"], row["source"], row["cause"], detail, row["hash"])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "ts": self.ts,
+            "kind": self.kind,
+            "source": self.source,
+            "cause": self.cause,
+            "detail": self.detail,
+            "hash": self.hash,
+        }
+
+
+def append_in(
+    db: sqlite3.Connection,
+    kind: str,
+    *,
+    source: str,
+    cause: str | None = None,
+    detail: dict[str, Any] | None = None,
+    ts: float | None = None,
+) -> Event:
+    """Append inside an open write transaction (so an event commits with the state it describes)."""
+    detail_json = redact.scrub(canonical(detail or {}))
+    head = db.execute("SELECT value FROM meta WHERE key = ?", (HEAD_KEY,)).fetchone()
+    if head:
+        last = json.loads(head[0])
+        prev_id, prev_hash = int(last["id"]), str(last["hash"])
+    else:
+        prev_id, prev_hash = 0, GENESIS
+    new_id = prev_id + 1
+    when = time.time() if ts is None else float(ts)
+    digest = event_hash(prev_hash, new_id, when, kind, source, cause, detail_json)
+    db.execute(
+        "INSERT INTO ledger(id, ts, kind, source, cause, detail, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (new_id, when, kind, source, cause, detail_json, prev_hash, digest),
+    )
+    db.execute(
+        "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (HEAD_KEY, canonical({"id": new_id, "hash": digest})),
+    )
+    return Event(new_id, when, kind, source, cause, json.loads(detail_json), digest)
+
+
+def append(
+    store: Store,
+    kind: str,
+    *,
+    source: str,
+    cause: str | None = None,
+    detail: dict[str, Any] | None = None,
+    ts: float | None = None,
+) -> Event:
+    with store.write() as db:
+        return append_in(db, kind, source=source, cause=cause, detail=detail, ts=ts)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    count: int
+    bad_id: int | None = None
+    reason: str = ""
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"ledger intact: {self.count} events"
+        return f"ledger broken at event {self.bad_id}: {self.reason}"
+
+
+def verify(store: Store, batch: int = 5000) -> Verdict:
+    """Walk the chain in id order; the first event that does not hold is named."""
+    expected_id = 1
+    prev_hash = GENESIS
+    count = 0
+    with store.read() as db:
+        head_row = db.execute("SELECT value FROM meta WHERE key = ?", (HEAD_KEY,)).fetchone()
+        cursor = db.execute("SELECT id, ts, kind, source, cause, detail, prev_hash, hash FROM ledger ORDER BY id")
+        while rows := cursor.fetchmany(batch):
+            for r in rows:
+                rid = r["id"]
+                if rid != expected_id:
+                    if rid > expected_id:
+                        return Verdict(False, count, expected_id, f"missing (next present is {rid}): deleted")
+                    return Verdict(False, count, rid, "out of order")
+                if r["prev_hash"] != prev_hash:
+                    return Verdict(
+                        False, count, rid, "does not follow the event before it: an event was deleted or reordered"
+                    )
+                if not isinstance(r["ts"], float | int) or not isinstance(r["detail"], str):
+                    return Verdict(False, count, rid, "a field has the wrong type: edited")
+                digest = event_hash(prev_hash, rid, float(r["ts"]), r["kind"], r["source"], r["cause"], r["detail"])
+                if digest != r["hash"]:
+                    return Verdict(False, count, rid, "contents do not match its hash: edited")
+                prev_hash = r["hash"]
+                expected_id += 1
+                count += 1
+    if head_row is None:
+        if count:
+            return Verdict(False, count, count, "the ledger head record is missing")
+        return Verdict(True, 0)
+    head = json.loads(head_row[0])
+    if int(head["id"]) != count or head["hash"] != prev_hash:
+        if int(head["id"]) > count:
+            return Verdict(False, count, count + 1, f"missing: the head says {head['id']} events exist: deleted")
+        return Verdict(False, count, int(head["id"]), "the ledger head does not match the last event")
+    return Verdict(True, count)
+
+
+def count(store: Store) -> int:
+    row = store.query_one("SELECT value FROM meta WHERE key = ?", (HEAD_KEY,))
+    return int(json.loads(row[0])["id"]) if row else 0
+
+
+def tail(store: Store, n: int = 20, kinds: list[str] | None = None) -> list[Event]:
+    """The last `n` events, oldest first."""
+    if kinds:
+        marks = ",".join("?" * len(kinds))
+        rows = store.query(f"SELECT * FROM ledger WHERE kind IN ({marks}) ORDER BY id DESC LIMIT ?", (*kinds, n))
+    else:
+        rows = store.query("SELECT * FROM ledger ORDER BY id DESC LIMIT ?", (n,))
+    return [Event.from_row(r) for r in reversed(rows)]
+
+
+def page(
+    store: Store,
+    *,
+    before_id: int | None = None,
+    limit: int = 200,
+    kinds: list[str] | None = None,
+    text: str | None = None,
+) -> list[Event]:
+    """Newest first, `limit` events older than `before_id`: one index range scan, whatever the size."""
+    where, params = [], []
+    if before_id is not None:
+        where.append("id < ?")
+        params.append(before_id)
+    if kinds:
+        where.append(f"kind IN ({','.join('?' * len(kinds))})")
+        params.extend(kinds)
+    if text:
+        where.append("(kind LIKE ? ESCAPE '\\' OR cause LIKE ? ESCAPE '\\' OR detail LIKE ? ESCAPE '\\')")
+        like = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        params.extend([like, like, like])
+    sql = "SELECT * FROM ledger"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += " ORDER BY id DESC LIMIT ?"
+    params.append(limit)
+    return [Event.from_row(r) for r in store.query(sql, tuple(params))]
+
+
+def since(store: Store, after_id: int, limit: int = 1000) -> Iterator[Event]:
+    for r in store.query("SELECT * FROM ledger WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit)):
+        yield Event.from_row(r)

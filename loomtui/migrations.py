@@ -1,0 +1,37 @@
+"""The store's schema, as an ordered list of named forward migrations.
+
+Migrations are named rather than numbered so that features built side by side cannot claim
+the same number; each one runs once, inside the transaction that records it. Append only:
+never edit or reorder a migration that has shipped.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[str, str]] = [
+    (
+        "0001_foundation",
+        """
+        CREATE TABLE meta (
+            key   TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+        CREATE TABLE ledger (
+            id        INTEGER PRIMARY KEY,
+            ts        REAL    NOT NULL,
+            kind      TEXT    NOT NULL,
+            source    TEXT    NOT NULL,
+            cause     TEXT,
+            detail    TEXT    NOT NULL,
+            prev_hash TEXT    NOT NULL,
+            hash      TEXT    NOT NULL
+        );
+        CREATE INDEX ledger_kind ON ledger(kind, id);
+        CREATE TABLE heartbeats (
+            name   TEXT PRIMARY KEY,
+            ts     REAL NOT NULL,
+            pid    INTEGER NOT NULL,
+            detail TEXT NOT NULL DEFAULT '{}'
+        );
+        """,
+    ),
+]

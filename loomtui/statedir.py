@@ -1,0 +1,78 @@
+"""The state directory: found, created 0700, and proven writable before anything locks in it."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import platformdirs
+
+from .config import APP_NAME, Config, expand_path
+from .errors import StateDirError
+
+SUBDIRS = ("acks",)
+
+
+def default_state_dir() -> Path:
+    return Path(platformdirs.user_state_dir(APP_NAME))
+
+
+def resolve_state_dir(cli_value: str | None, config: Config, environ: dict[str, str] | None = None) -> Path:
+    """--state-dir, then LOOM_STATE_DIR, then the config's state_dir, then the platform default."""
+    env = os.environ if environ is None else environ
+    if cli_value:
+        return expand_path(cli_value, None).absolute()
+    if env.get("LOOM_STATE_DIR"):
+        return expand_path(env["LOOM_STATE_DIR"], None).absolute()
+    if config.state_dir is not None:
+        return config.state_dir.absolute()
+    return default_state_dir()
+
+
+def _fail(path: Path, what: str, exc: OSError) -> StateDirError:
+    reason = exc.strerror or str(exc)
+    return StateDirError(f"state dir {path} is not usable: {what}: {reason} (errno {exc.errno})")
+
+
+def prepare_state_dir(path: Path) -> Path:
+    """Create the directory (0700) and its subdirectories, then prove a file can be written and synced.
+
+    Raises StateDirError naming the path and the OS error; the caller exits non-zero.
+    """
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _fail(path, "cannot create directory", exc) from None
+    if not path.is_dir():
+        raise StateDirError(f"state dir {path} is not usable: not a directory")
+    probe = path / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"loom state dir probe\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        try:
+            probe.unlink()
+        except OSError:
+            pass
+        raise _fail(path, "cannot write a file", exc) from None
+    for name in SUBDIRS:
+        try:
+            (path / name).mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise _fail(path / name, "cannot create directory", exc) from None
+    return path
+
+
+def create_private_file(path: Path) -> None:
+    """Make sure `path` exists with mode 0600 (files under the state dir are private)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+    except FileExistsError:
+        pass

@@ -1,0 +1,166 @@
+"""The durable store: one SQLite file in WAL mode, shared by the daemon, the CLI and the console.
+
+Any component may die at any instant; what a committed transaction wrote is what the next
+tick reconstructs from. Every write goes through `write()`, which takes SQLite's write lock
+up front (BEGIN IMMEDIATE) so a read-then-write can never interleave with another writer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .errors import StoreError
+from .migrations import MIGRATIONS
+from .statedir import create_private_file
+
+DB_NAME = "loom.db"
+BUSY_TIMEOUT = 10.0
+
+
+class Store:
+    def __init__(self, path: Path, *, timeout: float = BUSY_TIMEOUT, migrate: bool = True) -> None:
+        self.path = Path(path)
+        self._lock = threading.RLock()
+        try:
+            create_private_file(self.path)
+            self.conn = sqlite3.connect(
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+            )
+        except OSError as exc:
+            raise StoreError(f"store {self.path} cannot be opened: {exc.strerror or exc}") from None
+        except sqlite3.Error as exc:
+            raise StoreError(f"store {self.path} cannot be opened: {exc}") from None
+        self.conn.row_factory = sqlite3.Row
+        try:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StoreError(f"store {self.path}: could not switch to WAL mode (got {mode})")
+            self.conn.execute("PRAGMA synchronous = NORMAL")
+            self.conn.execute("PRAGMA foreign_keys = ON")
+            if migrate:
+                self.migrate()
+        except sqlite3.Error as exc:
+            self.conn.close()
+            raise StoreError(f"store {self.path} is unusable: {exc}") from None
+
+    @classmethod
+    def in_dir(cls, state_dir: Path, **kwargs: Any) -> Store:
+        return cls(Path(state_dir) / DB_NAME, **kwargs)
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transactions --------------------------------------------------------------------
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction holding SQLite's write lock from its first statement."""
+        with self._lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            else:
+                self.conn.execute("COMMIT")
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A consistent snapshot for several reads."""
+        with self._lock:
+            self.conn.execute("BEGIN")
+            try:
+                yield self.conn
+            finally:
+                self.conn.execute("ROLLBACK")
+
+    def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self.conn.execute(sql, params).fetchall()
+
+    def query_one(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> sqlite3.Row | None:
+        with self._lock:
+            return self.conn.execute(sql, params).fetchone()
+
+    # -- schema --------------------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        """Apply every migration not yet applied; safe when several processes open at once."""
+        applied_now: list[str] = []
+        with self.write() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+            )
+            done = {r[0] for r in db.execute("SELECT name FROM schema_migrations")}
+            known = {name for name, _ in MIGRATIONS}
+            unknown = done - known
+            if unknown:
+                raise StoreError(
+                    f"store {self.path} was written by a newer Loom (migrations {sorted(unknown)}); upgrade Loom"
+                )
+            for name, sql in MIGRATIONS:
+                if name in done:
+                    continue
+                for statement in _statements(sql):
+                    db.execute(statement)
+                db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, time.time()))
+                applied_now.append(name)
+            version = len(done) + len(applied_now)
+            db.execute(f"PRAGMA user_version = {version}")
+        return applied_now
+
+    def schema_version(self) -> int:
+        return int(self.query_one("PRAGMA user_version")[0])
+
+    def integrity_check(self) -> str:
+        return str(self.query_one("PRAGMA integrity_check")[0])
+
+    # -- small shared tables --------------------------------------------------------------
+
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        row = self.query_one("SELECT value FROM meta WHERE key = ?", (key,))
+        return row[0] if row else default
+
+    def set_meta(self, key: str, value: str, db: sqlite3.Connection | None = None) -> None:
+        sql = "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+        if db is not None:
+            db.execute(sql, (key, value))
+        else:
+            with self.write() as tx:
+                tx.execute(sql, (key, value))
+
+    def beat(self, name: str, detail: dict[str, Any] | None = None, now: float | None = None) -> None:
+        with self.write() as db:
+            db.execute(
+                "INSERT INTO heartbeats(name, ts, pid, detail) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET ts = excluded.ts, pid = excluded.pid, detail = excluded.detail",
+                (name, time.time() if now is None else now, os.getpid(), json.dumps(detail or {})),
+            )
+
+    def heartbeats(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for row in self.query("SELECT name, ts, pid, detail FROM heartbeats"):
+            out[row["name"]] = {"ts": row["ts"], "pid": row["pid"], "detail": json.loads(row["detail"])}
+        return out
+
+
+def _statements(sql: str) -> list[str]:
+    # sqlite3's executescript would COMMIT our transaction; split instead (no ';' inside literals here).
+    return [s.strip() for s in sql.split(";") if s.strip()]

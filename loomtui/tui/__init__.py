@@ -1,0 +1,1 @@
+"""loom-tui: the operator console."""

@@ -1,0 +1,135 @@
+"""Config: defaults, discovery, and one clear line (exit 2) for every kind of bad file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from loomtui.config import Config, load_config
+from loomtui.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_no_file_means_defaults(tmp_path):
+    config, path = load_config(None, {"XDG_CONFIG_HOME": str(tmp_path / "nothing")})
+    assert path is None
+    assert config.watchdog.interval == 30
+    assert config.canary.ack_timeout == 180
+    assert config.agent.modals[0].match == "Yes, I trust this folder"
+    assert config.sentinel.patterns == ["Traceback", r"\bERROR\b", r"\bFATAL\b"]
+
+
+def test_discovery_order(tmp_path):
+    a = write(tmp_path, '[canary]\ninterval = "1m"\n')
+    b = tmp_path / "b.toml"
+    b.write_text('[canary]\ninterval = "2m"\n')
+    assert load_config(str(a), {"LOOM_CONFIG": str(b)})[0].canary.interval == 60
+    assert load_config(None, {"LOOM_CONFIG": str(b)})[0].canary.interval == 120
+    xdg = tmp_path / "xdg"
+    (xdg / "loom").mkdir(parents=True)
+    (xdg / "loom" / "config.toml").write_text('[canary]\ninterval = "3m"\n')
+    os.environ["XDG_CONFIG_HOME"] = str(xdg)
+    try:
+        assert load_config(None, {})[0].canary.interval == 180
+    finally:
+        del os.environ["XDG_CONFIG_HOME"]
+
+
+def test_paths_expand_home_and_relative_to_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", "/home/op")
+    path = write(
+        tmp_path,
+        'state_dir = "~/st"\n[agent]\ncwd = "work"\n[[jobs]]\nname = "n"\nlog = "logs/n.log"\nschedule = "0 7 * * *"\n',
+    )
+    config, _ = load_config(str(path), {})
+    assert config.state_dir == Path("/home/op/st")
+    assert config.agent.cwd == tmp_path / "work"
+    assert config.jobs[0].log == tmp_path / "logs" / "n.log"
+
+
+def test_full_documented_example_parses(tmp_path):
+    text = (Path(__file__).parent / "data" / "design_config.toml").read_text()
+    config, _ = load_config(str(write(tmp_path, text)), {})
+    assert config.jobs[0].name == "newsletter"
+    assert config.watchdog.ceiling_count == 6
+
+
+BAD = [
+    ('[canary]\nack_timeout = 30\n', "canary.ack_timeout"),
+    ('[canary]\nack_timeout = "thirty"\n', "canary.ack_timeout"),
+    ('[canary]\nack_timeout = "0s"\n', "canary.ack_timeout"),
+    ('[watchdog]\nfuse_count = "3"\n', "watchdog.fuse_count"),
+    ('[watchdog]\nfuse_count = true\n', "watchdog.fuse_count"),
+    ('[watchdog]\nfuse_cuont = 3\n', "watchdog.fuse_cuont"),
+    ('bogus = 1\n', "bogus"),
+    ('[telegram]\nchat_id = "123"\n', "telegram.chat_id"),
+    ('[agent]\nprocess_match = "("\n', "agent.process_match"),
+    ('[agent]\nfresh_command = "claude {sesion_id}"\n', "agent.fresh_command"),
+    ('[agent]\nsession = "a:b"\n', "agent.session"),
+    ('[[agent.modals]]\nkeys = ["Enter"]\n', "agent.modals[0].match"),
+    ('[[jobs]]\nname = "x"\nlog = "x.log"\nschedule = "61 * * * *"\n', "jobs[0].schedule"),
+    ('[[jobs]]\nname = "x"\nschedule = "every 10m"\n', "jobs[0].log"),
+    ('[[jobs]]\nname = "x"\nlog = "a"\n[[jobs]]\nname = "x"\nlog = "b"\n', "jobs"),
+    ('[metrics]\nlisten = "nonsense"\n', "metrics.listen"),
+    ('[canary\ninterval = "1m"\n', "TOML syntax error"),
+]
+
+
+@pytest.mark.parametrize("text,key", BAD)
+def test_bad_config_names_the_key(tmp_path, text, key):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path), {})
+    message = str(info.value)
+    assert info.value.exit_code == 2
+    assert "\n" not in message
+    assert message.startswith(f"{path}: ")
+    assert key in message
+
+
+@pytest.mark.parametrize("text,key", BAD[:6])
+def test_cli_exits_2_with_one_line(tmp_path, loom, text, key):
+    path = write(tmp_path, text)
+    result = loom("--config", str(path), "status")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert str(path) in lines[0] and key in lines[0]
+
+
+def test_unreadable_and_missing_config(tmp_path, loom):
+    directory = tmp_path / "adir.toml"
+    directory.mkdir()
+    result = loom("--config", str(directory), "status")
+    assert result.returncode == 2
+    assert str(directory) in result.stderr and "cannot read" in result.stderr
+    missing = tmp_path / "missing.toml"
+    result = loom("status", env={"LOOM_CONFIG": str(missing)})
+    assert result.returncode == 2 and str(missing) in result.stderr
+    binary = write(tmp_path, "")
+    binary.write_bytes(b"\xff\xfe[agent]\n")
+    result = loom("--config", str(binary), "status")
+    assert result.returncode == 2 and "UTF-8" in result.stderr
+
+
+def test_option_after_subcommand_and_before_are_equal(tmp_path, state_dir):
+    from conftest import run_loom
+
+    path = write(tmp_path, "bogus = 1\n")
+    before = run_loom("--config", str(path), "--state-dir", str(state_dir), "status")
+    after = run_loom("status", "--config", str(path), "--state-dir", str(state_dir))
+    assert before.returncode == after.returncode == 2
+    assert before.stderr == after.stderr
+
+
+def test_config_is_frozen():
+    config = Config()
+    with pytest.raises(Exception):
+        config.canary.interval = 5  # type: ignore[misc]
