@@ -34,4 +34,24 @@ MIGRATIONS: list[tuple[str, str]] = [
         );
         """,
     ),
+    (
+        "0002_outbox",
+        """
+        CREATE TABLE outbox (
+            id                  INTEGER PRIMARY KEY,
+            created             REAL    NOT NULL,
+            chat_id             INTEGER,
+            text                TEXT    NOT NULL,
+            dedupe_key          TEXT,
+            state               TEXT    NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'failed')),
+            attempts            INTEGER NOT NULL DEFAULT 0,
+            next_attempt        REAL    NOT NULL DEFAULT 0,
+            telegram_message_id INTEGER,
+            sent                REAL,
+            last_error          TEXT
+        );
+        CREATE UNIQUE INDEX outbox_dedupe ON outbox(dedupe_key) WHERE dedupe_key IS NOT NULL;
+        CREATE INDEX outbox_state ON outbox(state, id);
+        """,
+    ),
 ]
