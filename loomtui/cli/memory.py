@@ -1,0 +1,86 @@
+"""`loom memory [search TERM | lint | add TITLE --hook TEXT]`: the agent's memory directory.
+
+Memory files are untrusted text: everything printed goes through `memory.printable`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import memory
+from .common import context, subcommand
+
+
+def register(sub) -> None:
+    parser = subcommand(sub, "memory", "list, search, lint or add to the agent's memory index")
+    parser.set_defaults(func=run_list)
+    inner = parser.add_subparsers(dest="memory_command", metavar="search|lint|add")
+    search = subcommand(inner, "search", "case-insensitive search of titles, hooks and file bodies; 1 if none")
+    search.add_argument("term", metavar="TERM")
+    search.set_defaults(func=run_search)
+    lint = subcommand(
+        inner, "lint",
+        f"report broken links, unindexed, duplicate and empty files, index lines over {memory.LINE_LIMIT} "
+        "characters and lines that are not entries; 1 if any",
+    )
+    lint.set_defaults(func=run_lint)
+    add = subcommand(inner, "add", "create a memory file and append its index line (never overwrites)")
+    add.add_argument("title", metavar="TITLE")
+    add.add_argument("--hook", required=True, metavar="TEXT", help="the one-line hook after the link")
+    add.add_argument("--file", metavar="NAME", help="file name inside the memory dir (default: a slug of TITLE)")
+    add.add_argument("--body", metavar="TEXT", help="file content (default: the title and the hook)")
+    add.set_defaults(func=run_add)
+
+
+def _say(text: str, stream=None) -> None:
+    print(memory.printable(text), file=stream or sys.stdout)
+
+
+def _where(args: argparse.Namespace):
+    cfg = context(args, prepare=False).config.memory
+    return cfg.dir, cfg.index
+
+
+def run_list(args: argparse.Namespace) -> int:
+    report = memory.survey(*_where(args))
+    for row in report.rows:
+        if row.title:
+            _say(f"{row.target}  {row.title} — {row.hook}".rstrip(" —"))
+        elif row.line is not None:
+            _say(f"{report.index_name}:{row.line}: not an entry: {row.hook}")
+    bad = len(report.problems)
+    tail = f"; {bad} lint problem{'s' * (bad != 1)} (loom memory lint)" if bad else ""
+    print(f"{report.entries} entr{'ies' if report.entries != 1 else 'y'}{tail}", file=sys.stderr)
+    return 0
+
+
+def run_search(args: argparse.Namespace) -> int:
+    where = _where(args)
+    report = memory.survey(*where)
+    bodies = memory.read_bodies(where[0], {r.path for r in report.rows if r.path})
+    hits = memory.search(args.term, report, bodies)
+    for hit in hits:
+        text = hit.text if len(hit.text) <= 160 else hit.text[:159] + "…"
+        _say(f"{hit.path}: {hit.where}: {text}")
+    return 0 if hits else 1
+
+
+def run_lint(args: argparse.Namespace) -> int:
+    report = memory.survey(*_where(args))
+    for problem in report.problems:
+        _say(problem.describe(report.index_name))
+    if report.problems:
+        print(f"{len(report.problems)} problem(s)", file=sys.stderr)
+        return 1
+    files = len({r.path for r in report.rows if r.path})
+    print(f"ok: {report.entries} entries, {files} files")
+    return 0
+
+
+def run_add(args: argparse.Namespace) -> int:
+    mem_dir, index = _where(args)
+    path, line = memory.add_entry(mem_dir, index, args.title, args.hook, args.file, args.body)
+    _say(f"created {path}")
+    _say(f"{index}: {line}")
+    return 0
