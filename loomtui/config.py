@@ -203,6 +203,11 @@ class TelegramConfig(_Section, _PathMixin):
     chat_id: int = 0
     api_base: str = ""
     commands: bool = False
+    # How often an idle sender looks at the outbox, and how it backs off while Telegram is away.
+    poll_interval: Interval = 2.0
+    backoff_base: Interval = 1.0
+    backoff_max: Interval = 300.0
+    long_poll: Interval = 30.0  # getUpdates timeout in command mode
 
     @field_validator("token_file", mode="before")
     @classmethod
