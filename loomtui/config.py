@@ -98,6 +98,10 @@ class AgentConfig(_Section, _PathMixin):
     process_match: Regex = "claude"
     poller_match: Regex = ""
     boot_grace: Duration = 90.0
+    # How long a resumed agent is watched for "No conversation found" before the resume counts.
+    resume_check: Duration = 5.0
+    resume_failed_match: Regex = "No conversation found"
+    stop_grace: Duration = 3.0
     env: dict[str, str] = Field(default_factory=dict)
     modals: list[Modal] = Field(default_factory=lambda: list(DEFAULT_MODALS))
     width: int = Field(200, ge=40, le=1000)

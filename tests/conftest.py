@@ -44,3 +44,25 @@ def loom(state_dir: Path):
         return run_loom("--state-dir", str(state_dir), *args, **kwargs)
 
     return _run
+
+
+@pytest.fixture
+def make_harness(tmp_path: Path):
+    """Build real demo-agent setups on private tmux sockets; every one is torn down by pid."""
+    from harness import AgentHarness
+
+    made: list[AgentHarness] = []
+
+    def make(**kwargs) -> AgentHarness:
+        harness = AgentHarness(tmp_path / f"h{len(made)}", **kwargs)
+        made.append(harness)
+        return harness
+
+    yield make
+    for harness in made:
+        harness.cleanup()
+
+
+@pytest.fixture
+def harness(make_harness):
+    return make_harness()

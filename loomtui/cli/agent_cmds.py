@@ -1,0 +1,37 @@
+"""`loom inject TEXT` and `loom recycle --resume|--fresh`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import actions
+from .common import context, subcommand
+
+
+def register(sub) -> None:
+    inject = subcommand(sub, "inject", "type one line into the agent's pane (through the one injection path)")
+    inject.add_argument("text", nargs="+", help="the message; several words are joined by spaces")
+    inject.set_defaults(func=run_inject)
+    recycle = subcommand(sub, "recycle", "relaunch the agent: resume the pinned session or start fresh")
+    mode = recycle.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--resume", dest="mode", action="store_const", const="resume")
+    mode.add_argument("--fresh", dest="mode", action="store_const", const="fresh")
+    recycle.add_argument("--reason", help="why (recorded in the ledger)")
+    recycle.set_defaults(func=run_recycle)
+
+
+def run_inject(args: argparse.Namespace) -> int:
+    result = actions.inject(context(args), " ".join(args.text), source="cli")
+    if not result.ok:
+        print(f"loom: inject failed: {result.error}", file=sys.stderr)
+        return 1
+    print(f"injected {result.length} characters (digest {result.digest})")
+    return 0
+
+
+def run_recycle(args: argparse.Namespace) -> int:
+    cause = f"operator_{args.mode}"
+    outcome = actions.recycle(context(args), args.mode, cause=cause, source="cli", reason=args.reason)
+    print(outcome.describe(), file=sys.stdout if outcome.ok else sys.stderr)
+    return 0 if outcome.ok else 1

@@ -1,0 +1,100 @@
+"""The agent behind a driver interface: launch, type, observe, stop.
+
+This driver wraps an interactive CLI in a tmux pane; all tmux specifics stay inside it. A later
+driver can own the message pump through stream-json without the rest of Loom changing.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import proctree
+from .config import AgentConfig, Config
+from .proctree import Tree
+from .tmux import AgentPane, PaneInfo, TmuxError, TmuxGone, TmuxTimeout
+
+UP, GONE, UNKNOWN = "up", "gone", "unknown"
+
+
+@dataclass(frozen=True)
+class AgentFacts:
+    """One bounded-cost look at the agent. tmux is UP, GONE or UNKNOWN (no answer)."""
+
+    tmux: str
+    pane: PaneInfo | None = None
+    tree: Tree | None = None
+    why: str = ""
+
+
+class TmuxDriver:
+    def __init__(self, config: Config) -> None:
+        self.agent: AgentConfig = config.agent
+        token_env = config.telegram.token_env
+        self.pane = AgentPane(
+            self.agent.tmux_socket,
+            self.agent.session,
+            width=self.agent.width,
+            height=self.agent.height,
+            env_drop=(token_env,) if token_env else (),
+        )
+
+    def observe(self) -> AgentFacts:
+        try:
+            info = self.pane.info()
+        except TmuxTimeout as exc:
+            return AgentFacts(UNKNOWN, why=str(exc))
+        except TmuxError as exc:
+            return AgentFacts(UNKNOWN, why=str(exc))
+        if info is None:
+            return AgentFacts(GONE, why="no tmux session")
+        if info.dead:
+            return AgentFacts(UP, info, None, why=f"the pane's process exited (status {info.dead_status})")
+        tree = proctree.inspect(info.pane_pid, self.agent.process_match, self.agent.poller_match)
+        return AgentFacts(UP, info, tree, tree.why)
+
+    def screen(self, history: bool = False) -> str:
+        return self.pane.capture(history=history)
+
+    def type_line(self, text: str) -> None:
+        """Paste `text` and press Enter in the live pane; raises TmuxError if it is not there throughout."""
+        before = self.pane.info()
+        if before is None:
+            raise TmuxGone("the agent's pane does not exist")
+        if before.dead:
+            raise TmuxGone("the agent's pane is dead (its process exited)")
+        buffer = f"loom-{os.getpid()}-{secrets.token_hex(4)}"
+        self.pane.paste(before.pane_id, text, buffer)
+        self.pane.send_key(before.pane_id, "Enter")
+        after = self.pane.info()
+        # A pane that died or was replaced mid-way may have swallowed the text: say so, do not guess.
+        if after is None or after.dead or (after.pane_id, after.pane_pid) != (before.pane_id, before.pane_pid):
+            raise TmuxGone("the agent's pane died or was replaced during the injection")
+
+    def send_keys(self, keys: list[str]) -> None:
+        info = self.pane.info()
+        if info is None or info.dead:
+            raise TmuxGone("the agent's pane is not running")
+        for key in keys:
+            self.pane.send_key(info.pane_id, key)
+
+    def stop(self, grace: float) -> list[int]:
+        """End the pane's whole process tree; returns pids that would not die."""
+        info = self.pane.info()
+        if info is None or info.dead:
+            return []
+        try:
+            pids, _ = proctree.walk(info.pane_pid)
+        except proctree.Ambiguous:
+            pids = [info.pane_pid]
+        # Children first, so a shell does not respawn or reap-and-restart what we just killed.
+        return proctree.end_processes(list(reversed(pids)), grace)
+
+    def launch(self, command: str, cwd: Path, env: dict[str, str]) -> PaneInfo:
+        self.pane.ensure_session(cwd)
+        return self.pane.respawn(command, cwd, env)
+
+    def attach_argv(self) -> list[str]:
+        return self.pane.attach_argv()

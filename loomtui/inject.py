@@ -1,0 +1,73 @@
+"""The one function that types into the agent's pane, for every caller.
+
+Under inject.lock: check the pane, paste the text through a named tmux buffer, press Enter
+separately, release. Control characters are stripped and newlines become spaces, so a message
+is always exactly one line. Each injection is a ledger event with its source, length and
+digest, never its text (operator messages are private).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from . import ledger, locks
+from .context import Context
+from .driver import TmuxDriver
+from .errors import LockHeld, LoomError
+from .tmux import TmuxError
+
+_LINE_BREAKS = re.compile(r"\r\n|[\r\n\v\f\x85\u2028\u2029\t]")
+MAX_LENGTH = 100_000
+
+
+def sanitize(text: str) -> str:
+    """One line of printable text: breaks become spaces, other control characters are dropped."""
+    text = _LINE_BREAKS.sub(" ", text)
+    return "".join(ch for ch in text if unicodedata.category(ch) != "Cc")
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class InjectResult:
+    ok: bool
+    length: int
+    digest: str
+    error: str = ""
+    event_id: int = 0
+
+
+def inject(
+    ctx: Context,
+    text: str,
+    *,
+    source: str,
+    kind: str = "inject",
+    detail: dict[str, Any] | None = None,
+    lock_timeout: float = 30.0,
+    driver: TmuxDriver | None = None,
+) -> InjectResult:
+    clean = sanitize(text)
+    if not clean.strip():
+        raise LoomError("nothing to inject: the text is empty once control characters are removed")
+    if len(clean) > MAX_LENGTH:
+        raise LoomError(f"text too long to inject: {len(clean)} characters (limit {MAX_LENGTH})")
+    info = {"length": len(clean), "digest": digest(clean), **(detail or {})}
+    driver = driver or TmuxDriver(ctx.config)
+    error = ""
+    try:
+        with locks.hold(ctx.state_dir, locks.INJECT, timeout=lock_timeout):
+            driver.type_line(clean)
+    except (TmuxError, LockHeld) as exc:
+        error = str(exc)
+    event = ledger.append(
+        ctx.store, kind, source=source, cause=None if not error else "inject_failed",
+        detail={**info, "ok": not error, **({"error": error} if error else {})},
+    )
+    return InjectResult(not error, len(clean), info["digest"], error, event.id)

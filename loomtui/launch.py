@@ -1,0 +1,150 @@
+"""Relaunching the agent: resume the pinned session, or start fresh with a newly pinned id.
+
+Resume only ever continues the pinned id ("most recent" once resumed a stranger's
+conversation), and a fresh id is never passed together with a resume flag. A resume whose
+agent exits at once saying it found no conversation is a `resume_failed`, and its fallback
+is a fresh session. The caller holds recycle.lock (see actions.recycle).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import ledger, session
+from .context import Context
+from .driver import TmuxDriver
+from .errors import LoomError
+from .tmux import TmuxError
+
+RESUME, FRESH = "resume", "fresh"
+LAUNCH_KEY = "agent_launch"
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    mode: str
+    session_id: str
+    old_session_id: str | None
+    cause: str
+    error: str = ""
+    resume_failed: bool = False
+    events: list[int] = field(default_factory=list)
+
+    def describe(self) -> str:
+        if not self.ok:
+            return f"relaunch ({self.mode}) failed: {self.error}"
+        note = " after the resume failed" if self.resume_failed else ""
+        return f"relaunched {self.mode}{note}: session {self.session_id}"
+
+
+def memory_index_path(ctx: Context) -> Path:
+    return ctx.config.memory.dir / ctx.config.memory.index
+
+
+def render_command(ctx: Context, template: str, session_id: str) -> str:
+    # The session id is a uuid we minted or pinned; paths can hold anything, so they are quoted.
+    return template.format(
+        session_id=session_id,
+        memory_index=shlex.quote(str(memory_index_path(ctx))),
+        state_dir=shlex.quote(str(ctx.state_dir)),
+    )
+
+
+def agent_env(ctx: Context, session_id: str) -> dict[str, str]:
+    """What the agent needs to call back into Loom (`loom resolve`, the canary's ack dir)."""
+    env = {"LOOM_STATE_DIR": str(ctx.state_dir), "LOOM_SESSION_ID": session_id}
+    if ctx.config_path is not None:
+        env["LOOM_CONFIG"] = str(ctx.config_path)
+    env.update(ctx.config.agent.env)
+    return env
+
+
+def last_launch(ctx: Context) -> dict[str, Any] | None:
+    raw = ctx.store.get_meta(LAUNCH_KEY)
+    return json.loads(raw) if raw else None
+
+
+def relaunch_locked(
+    ctx: Context,
+    mode: str,
+    *,
+    cause: str,
+    source: str,
+    reason: str | None = None,
+    driver: TmuxDriver | None = None,
+    _fallback: bool = False,
+) -> Outcome:
+    if mode not in (RESUME, FRESH):
+        raise LoomError(f"unknown relaunch mode {mode!r}: use resume or fresh")
+    agent = ctx.config.agent
+    driver = driver or TmuxDriver(ctx.config)
+    store = ctx.store
+    old = session.pinned(store)
+    if mode == RESUME and old is None:
+        mode, reason = FRESH, (reason or "") + " (no pinned session to resume)"
+    new = old if mode == RESUME else str(uuid.uuid4())
+    assert new is not None
+    template = agent.resume_command if mode == RESUME else agent.fresh_command
+    command = render_command(ctx, template, new)
+    outcome = Outcome(True, mode, new, old, cause, resume_failed=_fallback)
+    now = time.time()
+    # Pin and record before launching: a crash mid-launch still knows which session is ours,
+    # and the attempt counts toward the fuse and ceiling whether or not it works.
+    with store.write() as db:
+        if mode == FRESH:
+            session.pin_in(db, new)
+        detail = {"mode": mode, "old_session": old, "new_session": new}
+        if reason:
+            detail["reason"] = reason.strip()
+        event = ledger.append_in(db, "relaunch", source=source, cause=cause, detail=detail, ts=now)
+        outcome.events.append(event.id)
+        store.set_meta(LAUNCH_KEY, json.dumps({"ts": now, "mode": mode, "session_id": new, "cause": cause}), db)
+    try:
+        stubborn = driver.stop(agent.stop_grace)
+        if stubborn:
+            raise LoomError(f"processes {stubborn} of the old agent would not die")
+        info = driver.launch(command, agent.cwd, agent_env(ctx, new))
+    except (TmuxError, LoomError, OSError) as exc:
+        outcome.ok, outcome.error = False, str(exc)
+        event = ledger.append(store, "relaunch_failed", source=source, cause=cause,
+                              detail={"mode": mode, "session": new, "error": str(exc)})
+        outcome.events.append(event.id)
+        return outcome
+    if mode == RESUME and not _fallback and _resume_failed(ctx, driver, info.pane_id):
+        event = ledger.append(store, "resume_failed", source=source, cause="resume_failed",
+                              detail={"session": new, "pane_pid": info.pane_pid})
+        outcome.events.append(event.id)
+        fresh = relaunch_locked(ctx, FRESH, cause="resume_failed", source=source,
+                                reason=f"resume of {new} found no conversation", driver=driver, _fallback=True)
+        fresh.events[:0] = outcome.events
+        fresh.old_session_id = old
+        return fresh
+    return outcome
+
+
+def _resume_failed(ctx: Context, driver: TmuxDriver, pane_id: str) -> bool:
+    """Watch a resumed agent briefly: dead with the resume-failure text on screen means resume_failed."""
+    pattern = re.compile(ctx.config.agent.resume_failed_match)
+    deadline = time.monotonic() + ctx.config.agent.resume_check
+    while time.monotonic() < deadline:
+        try:
+            info = driver.pane.info()
+        except TmuxError:
+            return False
+        if info is None or info.pane_id != pane_id:
+            return False
+        if info.dead:
+            try:
+                return bool(pattern.search(driver.screen(history=True)))
+            except TmuxError:
+                return False
+        time.sleep(0.1)
+    return False

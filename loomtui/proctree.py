@@ -1,0 +1,226 @@
+"""The agent's process tree, walked from the pane's pid, at a cost that does not grow with the machine.
+
+On Linux the walk reads /proc/<pid>/task/<tid>/children for the tree's own processes only
+(about 0.1 ms for a small tree); psutil's children(recursive=True) reads every process on the
+machine. Anything that goes wrong mid-walk (a process vanished, access denied, a zombie) makes
+the answer "unknown", never "missing": only a clean walk may report an absence.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import psutil
+
+PRESENT, MISSING, UNKNOWN = "present", "missing", "unknown"
+_PROC = "/proc"
+_HAVE_CHILDREN_FILES = sys.platform.startswith("linux") and os.path.exists(f"/proc/{os.getpid()}/task")
+
+
+class Ambiguous(Exception):
+    """The walk could not see everything; no absence may be concluded from it."""
+
+
+def _children_linux(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        tids = os.listdir(f"{_PROC}/{pid}/task")
+    except FileNotFoundError:
+        raise Ambiguous(f"process {pid} vanished during the walk") from None
+    except PermissionError:
+        raise Ambiguous(f"access denied to /proc/{pid}/task") from None
+    for tid in tids:
+        try:
+            with open(f"{_PROC}/{pid}/task/{tid}/children", encoding="ascii") as fh:
+                kids.extend(int(x) for x in fh.read().split())
+        except FileNotFoundError:
+            continue  # a thread that ended: its children moved to the process
+        except PermissionError:
+            raise Ambiguous(f"access denied to /proc/{pid}/task/{tid}/children") from None
+    return kids
+
+
+def _children_psutil(pid: int) -> list[int]:
+    try:
+        return [p.pid for p in psutil.Process(pid).children()]
+    except psutil.NoSuchProcess:
+        raise Ambiguous(f"process {pid} vanished during the walk") from None
+    except psutil.AccessDenied:
+        raise Ambiguous(f"access denied to process {pid}") from None
+
+
+def children(pid: int) -> list[int]:
+    return _children_linux(pid) if _HAVE_CHILDREN_FILES else _children_psutil(pid)
+
+
+def cmdline(pid: int) -> str:
+    """The command line joined by spaces; raises Ambiguous when it cannot be read."""
+    if _HAVE_CHILDREN_FILES:
+        try:
+            with open(f"{_PROC}/{pid}/cmdline", "rb") as fh:
+                raw = fh.read()
+        except FileNotFoundError:
+            raise Ambiguous(f"process {pid} vanished during the walk") from None
+        except PermissionError:
+            raise Ambiguous(f"access denied to /proc/{pid}/cmdline") from None
+        if not raw:
+            raise Ambiguous(f"process {pid} has no command line (zombie or kernel thread)")
+        return raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    try:
+        parts = psutil.Process(pid).cmdline()
+    except psutil.NoSuchProcess:
+        raise Ambiguous(f"process {pid} vanished during the walk") from None
+    except (psutil.AccessDenied, psutil.ZombieProcess):
+        raise Ambiguous(f"cannot read the command line of process {pid}") from None
+    if not parts:
+        raise Ambiguous(f"process {pid} has no command line (zombie or kernel thread)")
+    return " ".join(parts)
+
+
+def is_zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def walk(root: int, limit: int = 2000) -> tuple[list[int], dict[int, int]]:
+    """Every pid in the tree under `root` (root first, breadth first) and each one's parent."""
+    pids: list[int] = []
+    parents: dict[int, int] = {}
+    queue = deque([root])
+    while queue:
+        pid = queue.popleft()
+        pids.append(pid)
+        if len(pids) > limit:
+            raise Ambiguous(f"the tree under {root} has more than {limit} processes")
+        for kid in children(pid):
+            if kid not in parents and kid != root:
+                parents[kid] = pid
+                queue.append(kid)
+    return pids, parents
+
+
+@dataclass(frozen=True)
+class Tree:
+    """What the walk found. agent/poller are PRESENT, MISSING or UNKNOWN; why says what was ambiguous."""
+
+    root: int
+    pids: tuple[int, ...] = ()
+    agent: str = UNKNOWN
+    agent_pid: int | None = None
+    poller: str = UNKNOWN
+    poller_pids: tuple[int, ...] = ()
+    why: str = ""
+    cmdlines: dict[int, str] = field(default_factory=dict, compare=False)
+
+
+def _deepest(matches: list[int], parents: dict[int, int]) -> int:
+    # `sh -c 'claude …'` matches too when the shell did not exec; the real agent is the match
+    # with no matching ancestor below it, i.e. the deepest.
+    def depth(pid: int) -> int:
+        d = 0
+        while pid in parents:
+            pid = parents[pid]
+            d += 1
+        return d
+
+    return max(matches, key=lambda p: (depth(p), -p))
+
+
+def inspect(root: int, process_match: str, poller_match: str = "") -> Tree:
+    agent_re = re.compile(process_match)
+    poller_re = re.compile(poller_match) if poller_match else None
+    try:
+        pids, parents = walk(root)
+        lines = {pid: cmdline(pid) for pid in pids}
+    except Ambiguous as exc:
+        return Tree(root, why=str(exc))
+    agents = [p for p in pids if agent_re.search(lines[p])]
+    pollers = tuple(p for p in pids if poller_re is not None and poller_re.search(lines[p]))
+    if agents:
+        agent_pid = _deepest(agents, parents)
+        if is_zombie(agent_pid):
+            return Tree(root, tuple(pids), UNKNOWN, agent_pid, UNKNOWN, pollers, f"agent {agent_pid} is a zombie",
+                        lines)
+        agent = PRESENT
+    else:
+        agent_pid, agent = None, MISSING
+    if poller_re is None:
+        poller = UNKNOWN
+    else:
+        poller = PRESENT if pollers else MISSING
+    return Tree(root, tuple(pids), agent, agent_pid, poller, pollers, "", lines)
+
+
+def foreign_pollers(poller_match: str, tree: set[int], exclude: set[int] | None = None) -> list[tuple[int, str]]:
+    """Processes matching the poller pattern outside the agent's tree (one pass over the process table)."""
+    if not poller_match:
+        return []
+    pattern = re.compile(poller_match)
+    skip = set(tree) | {os.getpid()} | (exclude or set())
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if proc.info["pid"] in skip or not proc.info["cmdline"]:
+                continue
+            line = " ".join(proc.info["cmdline"])
+        except (psutil.Error, TypeError):
+            continue
+        if pattern.search(line):
+            found.append((proc.info["pid"], line))
+    return found
+
+
+def end_processes(pids: list[int], grace: float = 3.0) -> list[int]:
+    """SIGTERM, wait up to `grace`, SIGKILL what is left (interactive shells ignore SIGTERM).
+
+    Returns the pids that could not be ended. Vanished processes and zombies are fine.
+    """
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    for proc in procs:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            pass
+        except psutil.AccessDenied:
+            continue
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            pass
+        except psutil.AccessDenied:
+            continue
+    _, alive = psutil.wait_procs(alive, timeout=grace)
+    return [p.pid for p in alive if _really_alive(p)]
+
+
+def _really_alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not psutil.pid_exists(pid) or is_zombie(pid):
+            return True
+        time.sleep(0.05)
+    return False

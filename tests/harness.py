@@ -1,0 +1,207 @@
+"""A real agent for tests: the demo agent in a tmux pane on a private socket, cleaned up by pid."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+from conftest import REPO, loom_env
+
+from loomtui.context import Context
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
+    """Poll until `predicate()` is truthy; fail with `what` after `timeout` (never a bare sleep)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate} (last: {last!r})")
+
+
+def toml_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
+class AgentHarness:
+    def __init__(self, root: Path, sections: dict[str, dict[str, Any]] | None = None, jobs: list[dict] | None = None,
+                 modals: list[dict] | None = None) -> None:
+        self.root = root
+        self.tag = secrets.token_hex(4)
+        self.socket = f"loomtest-{self.tag}"
+        self.bot = f"bot-{self.tag}"
+        self.state_dir = root / "state"
+        self.data_dir = root / "demo-data"
+        self.workdir = root / "work"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.config_path = root / "config.toml"
+        py = sys.executable
+        agent = {
+            "tmux_socket": self.socket,
+            "cwd": str(self.workdir),
+            "fresh_command": f"{py} -m loomtui.demo.agent --session-id {{session_id}}",
+            "resume_command": f"{py} -m loomtui.demo.agent --resume {{session_id}}",
+            "process_match": r"loomtui\.demo\.agent",
+            "poller_match": rf"loomtui\.demo\.poller --bot {self.bot}\b",
+            "boot_grace": "2s",
+            "resume_check": "1500ms",
+            "stop_grace": "2s",
+            "env": {"LOOM_DEMO_DATA": str(self.data_dir), "LOOM_DEMO_BOT": self.bot, "PYTHONPATH": str(REPO)},
+        }
+        merged = {"agent": agent}
+        for name, values in (sections or {}).items():
+            merged.setdefault(name, {}).update(values)
+        lines = [f"state_dir = {toml_value(str(self.state_dir))}"]
+        for name, values in merged.items():
+            lines.append(f"[{name}]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
+        for modal in modals if modals is not None else [{"match": "Yes, I trust this folder", "keys": ["Enter"]}]:
+            lines.append("[[agent.modals]]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in modal.items()]
+        for job in jobs or []:
+            lines.append("[[jobs]]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in job.items()]
+        self.config_path.write_text("\n".join(lines) + "\n")
+        self._contexts: list[Context] = []
+        self._procs: list[subprocess.Popen] = []
+
+    # -- driving ---------------------------------------------------------------------------
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return loom_env({"LOOM_CONFIG": str(self.config_path), **(extra or {})})
+
+    def loom(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "loomtui", *args], capture_output=True, text=True,
+                              env=self.env(env), timeout=timeout, cwd=REPO)
+
+    def popen(self, *args: str, **kwargs: Any) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, *args], env=self.env(kwargs.pop("env", None)), cwd=REPO, **kwargs)
+        self._procs.append(proc)
+        return proc
+
+    def ctx(self) -> Context:
+        ctx = Context.load(str(self.config_path), None, environ={})
+        self._contexts.append(ctx)
+        return ctx
+
+    def tmux(self, *args: str, timeout: float = 10) -> subprocess.CompletedProcess:
+        return subprocess.run(["tmux", f"-L{self.socket}", *args], capture_output=True, text=True, timeout=timeout)
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "=agent:0.0").stdout
+
+    def start(self) -> str:
+        result = self.loom("recycle", "--fresh", "--reason", "test start")
+        assert result.returncode == 0, result.stderr
+        session_id = self.pinned()
+        wait_for(lambda: "> " in self.screen(), 30, what="the demo agent's prompt")
+        return session_id
+
+    def pinned(self) -> str:
+        from loomtui import session
+        from loomtui.store import Store
+
+        with Store.in_dir(self.state_dir) as store:
+            return session.pinned(store)
+
+    def events(self, kind: str | None = None) -> list[dict]:
+        from loomtui import ledger
+        from loomtui.store import Store
+
+        with Store.in_dir(self.state_dir) as store:
+            rows = ledger.tail(store, 100000, kinds=[kind] if kind else None)
+        return [e.as_dict() for e in rows]
+
+    def transcript(self, session_id: str, role: str | None = "user") -> list[str]:
+        path = self.data_dir / "sessions" / f"{session_id}.jsonl"
+        if not path.exists():
+            return []
+        turns = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return [t["text"] for t in turns if role is None or t["role"] == role]
+
+    def pane_pid(self) -> int | None:
+        out = self.tmux("list-panes", "-t", "=agent:0", "-F", "#{pane_index} #{pane_pid} #{pane_dead}").stdout
+        for line in out.splitlines():
+            index, pid, dead = line.split()
+            if index == "0" and dead == "0":
+                return int(pid)
+        return None
+
+    def agent_pid(self) -> int | None:
+        from loomtui import proctree
+
+        root = self.pane_pid()
+        if root is None:
+            return None
+        tree = proctree.inspect(root, r"loomtui\.demo\.agent", rf"loomtui\.demo\.poller --bot {self.bot}\b")
+        return tree.agent_pid
+
+    def poller_pids(self) -> list[int]:
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            line = " ".join(proc.info["cmdline"] or [])
+            if "loomtui.demo.poller" in line and f"--bot {self.bot}" in line:
+                found.append(proc.info["pid"])
+        return found
+
+    # -- cleanup ---------------------------------------------------------------------------
+
+    def server_pid(self) -> int | None:
+        out = self.tmux("display-message", "-p", "#{pid}").stdout.strip()
+        return int(out) if out.isdigit() else None
+
+    def cleanup(self) -> None:
+        for ctx in self._contexts:
+            ctx.close()
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        victims: set[int] = set()
+        server = self.server_pid()
+        if server:
+            try:
+                victims.update(p.pid for p in psutil.Process(server).children(recursive=True))
+                victims.add(server)
+            except psutil.Error:
+                pass
+        victims.update(self.poller_pids())
+        for pidfile in (self.data_dir / "foreign").glob("*.pid") if (self.data_dir / "foreign").exists() else []:
+            text = pidfile.read_text().strip()
+            if text.isdigit():
+                victims.add(int(text))
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.tmux("kill-server")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(psutil.pid_exists(p) and not _zombie(p) for p in victims):
+            time.sleep(0.05)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True

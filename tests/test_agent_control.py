@@ -1,0 +1,201 @@
+"""The agent control plane end to end: real tmux on a private socket, the real demo agent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections import Counter
+
+import pytest
+from harness import wait_for
+
+from loomtui import actions
+from loomtui.inject import sanitize
+
+pytestmark = pytest.mark.e2e
+
+INJECTOR = """
+import sys
+from loomtui.context import Context
+from loomtui import actions
+ctx = Context.load(sys.argv[1], None)
+proc = sys.argv[2]
+failures = 0
+for i in range(int(sys.argv[3])):
+    tag = f"p{proc}-m{i:03d}"
+    variant = i % 6
+    if variant == 0:
+        text = f"-leading dash {tag}"
+    elif variant == 1:
+        text = f"trailing semicolon {tag};"
+    elif variant == 2:
+        text = f"$(id > /tmp/loom-pwned-{tag}) `id` ${{HOME}} {tag}"
+    elif variant == 3:
+        text = f"quotes \\"double\\" 'single' {tag} \\\\ backslash"
+    elif variant == 4:
+        text = f"[/bold] [bold]markup[/] [link=x] {tag} ünïcødé 日本語 🚀"
+    else:
+        text = f"long {tag} " + "é" * 400 + "x" * 1600
+    result = actions.inject(ctx, text, source=f"test-{proc}")
+    failures += not result.ok
+    print(text, flush=True)
+sys.exit(1 if failures else 0)
+"""
+
+
+def test_hostile_injections_from_four_processes_arrive_whole_once(harness):
+    session_id = harness.start()
+    procs = [
+        harness.popen("-c", INJECTOR, str(harness.config_path), str(k), "50", stdout=subprocess.PIPE, text=True)
+        for k in range(4)
+    ]
+    sent = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=240)
+        assert proc.returncode == 0
+        sent.extend(out.splitlines())
+    assert len(sent) == 200
+    got = wait_for(lambda: (t := harness.transcript(session_id)) and len(t) >= 200 and t, 120,
+                   what="200 messages in the transcript")
+    assert Counter(got) == Counter(sent)
+    assert all(len(t) >= 2000 for t in got if t.startswith("long "))
+    assert not [p for p in os.listdir("/tmp") if p.startswith("loom-pwned-")]
+    events = harness.events("inject")
+    assert len(events) == 200 and all(e["detail"]["ok"] for e in events)
+    # The ledger holds length and digest, never the text.
+    assert not any("semicolon" in str(e) or "markup" in str(e) for e in events)
+
+
+def test_fresh_resume_fresh_and_failed_resume(harness):
+    first = harness.start()
+    ctx = harness.ctx()
+    assert actions.inject(ctx, "remember the blue door", source="test").ok
+    wait_for(lambda: "remember the blue door" in harness.transcript(first), what="first turn recorded")
+    old_agent = harness.agent_pid()
+
+    result = harness.loom("recycle", "--resume", "--reason", "carry on")
+    assert result.returncode == 0, result.stderr
+    assert harness.pinned() == first
+    wait_for(lambda: "resumed: 2 earlier turns" in harness.screen(), what="earlier turns shown after resume")
+    assert "remember the blue door" in harness.screen()
+    wait_for(lambda: harness.agent_pid() not in (None, old_agent), what="a new agent process")
+
+    result = harness.loom("recycle", "--fresh")
+    assert result.returncode == 0, result.stderr
+    second = harness.pinned()
+    assert second != first
+    wait_for(lambda: f"session {second}" in harness.screen(), what="the fresh session on screen")
+    assert harness.transcript(second) == []
+    assert "remember the blue door" not in harness.screen()
+
+    for path in (harness.data_dir / "sessions").iterdir():
+        path.unlink()
+    result = harness.loom("recycle", "--resume")
+    assert result.returncode == 0, result.stderr
+    assert "after the resume failed" in result.stdout
+    failed = harness.events("resume_failed")
+    assert len(failed) == 1 and failed[0]["detail"]["session"] == second
+    relaunches = harness.events("relaunch")
+    assert [(e["cause"], e["detail"]["mode"]) for e in relaunches[-2:]] == [
+        ("operator_resume", "resume"), ("resume_failed", "fresh")]
+    third = harness.pinned()
+    assert third not in (first, second)
+    wait_for(lambda: f"session {third}" in harness.screen(), what="the fallback fresh session running")
+    assert harness.loom("ledger", "verify").returncode == 0
+
+
+def test_pane_killed_during_injection_types_nowhere_else(harness):
+    session_id = harness.start()
+    decoy_file = harness.root / "decoy.txt"
+    assert harness.tmux("new-session", "-d", "-s", "decoy", f"cat > {decoy_file}").returncode == 0
+    ctx = harness.ctx()
+    results = []
+    stop = threading.Event()
+
+    def keep_injecting():
+        i = 0
+        while not stop.is_set() and i < 2000:
+            results.append((f"message {i}", actions.inject(ctx, f"message {i}", source="test")))
+            i += 1
+
+    thread = threading.Thread(target=keep_injecting)
+    thread.start()
+    try:
+        wait_for(lambda: len(results) >= 15, what="some injections done")
+        assert harness.tmux("kill-session", "-t", "=agent").returncode == 0
+        wait_for(lambda: any(not r.ok for _, r in results), what="a failed injection")
+    finally:
+        stop.set()
+        thread.join(60)
+    failed = [r for _, r in results if not r.ok]
+    assert failed and all(r.error for r in failed)
+    ok_texts = [text for text, r in results if r.ok]
+    events = harness.events("inject")
+    assert sum(not e["detail"]["ok"] for e in events) == len(failed)
+    assert all("error" in e["detail"] for e in events if not e["detail"]["ok"])
+    transcript = harness.transcript(session_id)
+    # Everything reported delivered arrived exactly once; nothing reached the decoy pane.
+    assert Counter(transcript)[ok_texts[0]] == 1
+    assert set(ok_texts[:-1]) <= set(transcript)
+    assert decoy_file.read_text() == ""
+    assert harness.loom("ledger", "verify").returncode == 0
+
+
+def test_missing_tmux_binary_is_a_clear_error(harness):
+    bare_path = os.path.dirname(sys.executable)
+    for args in (["inject", "hello"], ["recycle", "--fresh"]):
+        result = harness.loom(*args, env={"PATH": bare_path})
+        assert result.returncode != 0
+        assert "tmux" in result.stderr and "not found" in result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_inject_into_no_agent_fails_and_is_recorded(harness):
+    result = harness.loom("inject", "anyone there?")
+    assert result.returncode == 1
+    assert "does not exist" in result.stderr
+    events = harness.events("inject")
+    assert len(events) == 1 and events[0]["detail"]["ok"] is False
+
+
+def test_the_agent_tree_is_found_from_the_pane(harness):
+    harness.start()
+    from loomtui.driver import UP, TmuxDriver
+    from loomtui.proctree import PRESENT
+
+    ctx = harness.ctx()
+    facts = wait_for(lambda: (f := TmuxDriver(ctx.config).observe()).tree and f.tree.poller == PRESENT and f,
+                     what="agent and poller seen")
+    assert facts.tmux == UP
+    assert facts.tree.agent == PRESENT and facts.tree.agent_pid == harness.agent_pid()
+    assert set(facts.tree.poller_pids) <= set(harness.poller_pids())
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [("a\nb", "a b"), ("a\r\nb", "a b"), ("tab\there", "tab here"), ("bell\x07", "bell"), ("esc\x1b[31mred", "esc[31mred"),
+     ("-dash;", "-dash;"), ("c1\x9bx", "c1x"), ("zwj 👩\u200d💻", "zwj 👩\u200d💻")],
+)
+def test_sanitize(text, expected):
+    assert sanitize(text) == expected
+
+
+def test_a_hung_tmux_server_is_unknown_not_gone(harness):
+    import signal as sig
+
+    from loomtui.driver import UNKNOWN, TmuxDriver
+
+    harness.start()
+    ctx = harness.ctx()
+    server = harness.server_pid()
+    os.kill(server, sig.SIGSTOP)
+    try:
+        facts = TmuxDriver(ctx.config).observe()
+        assert facts.tmux == UNKNOWN and "did not answer" in facts.why
+        result = actions.inject(ctx, "hello?", source="test")
+        assert not result.ok and "did not answer" in result.error
+    finally:
+        os.kill(server, sig.SIGCONT)
+    assert TmuxDriver(ctx.config).observe().tmux == "up"
