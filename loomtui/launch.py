@@ -148,3 +148,20 @@ def _resume_failed(ctx: Context, driver: TmuxDriver, pane_id: str) -> bool:
                 return False
         time.sleep(0.1)
     return False
+
+
+def relaunch_under_way(ctx: Context, now: float | None = None) -> bool:
+    """True while a relaunch holds recycle.lock or the agent is still inside its boot grace.
+
+    Typing into an agent that is being replaced, or has not finished booting, loses the text.
+    """
+    from . import locks
+    from .errors import LockHeld
+
+    try:
+        locks.hold(ctx.state_dir, locks.RECYCLE, timeout=0).release()
+    except LockHeld:
+        return True
+    launched = last_launch(ctx)
+    now = time.time() if now is None else now
+    return bool(launched) and 0 <= now - float(launched["ts"]) < ctx.config.agent.boot_grace
