@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import ledger, session
+from . import ledger, outbox, session
 from .context import Context
+from .telegram import state as telegram_state
 
 
 def gather(ctx: Context, *, events: int = 5, now: float | None = None) -> dict[str, Any]:
@@ -25,4 +26,8 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None) -> dict[s
         },
         "heartbeats": {name: {"age": now - b["ts"], "pid": b["pid"]} for name, b in beats.items()},
         "last_events": [e.as_dict() for e in ledger.tail(store, events)],
+        "telegram": {
+            "outbox": outbox.summary(store, now),
+            "conflict": telegram_state.conflict(store),
+        },
     }

@@ -28,8 +28,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"pinned session  {data['pinned_session'] or '(none)'}")
     print(f"supervisor      {'no heartbeat' if age is None else 'heartbeat ' + format_duration(age) + ' ago'}")
     print(f"ledger          {data['ledger']['events']} events")
+    print(f"telegram        {_telegram_line(data['telegram'])}")
     if data["last_events"]:
         print("last events:")
         for e in data["last_events"]:
             print("  " + format_event(Event(**e)))
     return 0
+
+
+def _telegram_line(tg: dict) -> str:
+    box = tg["outbox"]
+    line = f"outbox {box['pending']} pending, {box['failed']} failed, {box['sent']} sent"
+    if box["last_error"]:
+        # Telegram's own words: printable characters only on a terminal.
+        line += "; last error: " + "".join(c if c.isprintable() else "?" for c in box["last_error"])
+    if tg["conflict"]:
+        line += f"; {tg['conflict']['note']}"
+    return line

@@ -1,0 +1,42 @@
+"""What the Telegram loops keep in the store's meta table, readable without python-telegram-bot."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from ..store import Store
+
+OFFSET_KEY = "telegram_update_offset"
+CONFLICT_KEY = "telegram_conflict"
+CONFLICT_NOTE = "another process polls this token (HTTP 409): Loom receives no commands"
+
+
+def offset(store: Store) -> int | None:
+    value = store.get_meta(OFFSET_KEY)
+    return int(value) if value is not None else None
+
+
+def set_offset_in(db: sqlite3.Connection, value: int) -> None:
+    db.execute(
+        "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (OFFSET_KEY, str(value)),
+    )
+
+
+def conflict(store: Store) -> dict[str, Any] | None:
+    value = store.get_meta(CONFLICT_KEY)
+    return json.loads(value) if value else None
+
+
+def set_conflict_in(db: sqlite3.Connection, since: float, pid: int) -> None:
+    value = json.dumps({"since": since, "pid": pid, "note": CONFLICT_NOTE})
+    db.execute(
+        "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (CONFLICT_KEY, value),
+    )
+
+
+def clear_conflict_in(db: sqlite3.Connection) -> bool:
+    return db.execute("DELETE FROM meta WHERE key = ?", (CONFLICT_KEY,)).rowcount > 0

@@ -1,0 +1,84 @@
+"""The outbox: durable, ordered, deduplicated; delivery recorded with its ledger event."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from loomtui import ledger, outbox
+from loomtui.errors import LoomError
+from loomtui.store import Store
+
+
+@pytest.fixture
+def store(state_dir):
+    state_dir.mkdir(mode=0o700)
+    s = Store.in_dir(state_dir)
+    yield s
+    s.close()
+
+
+def test_enqueue_keeps_order_and_dedupes(store):
+    a = outbox.enqueue(store, "first", dedupe_key="k1")
+    b = outbox.enqueue(store, "second")
+    again = outbox.enqueue(store, "first, said again", dedupe_key="k1")
+    assert again == a and b > a
+    assert [m.text for m in outbox.pending(store)] == ["first", "second"]
+    assert outbox.head(store).id == a
+
+
+def test_dedupe_key_holds_after_delivery(store):
+    a = outbox.enqueue(store, "once", dedupe_key="queue:7:backstop")
+    outbox.mark_sent(store, a, message_id=11, chat_id=5, length=4, truncated=False)
+    assert outbox.enqueue(store, "once", dedupe_key="queue:7:backstop") == a
+    assert outbox.pending(store) == []
+
+
+def test_enqueue_inside_a_callers_transaction_rolls_back_with_it(store):
+    with pytest.raises(RuntimeError):
+        with store.write() as db:
+            outbox.enqueue(db, "tied to a change that failed")
+            raise RuntimeError("the change failed")
+    assert outbox.recent(store) == []
+
+
+def test_empty_text_is_refused(store):
+    with pytest.raises(LoomError, match="empty"):
+        outbox.enqueue(store, "  \n")
+
+
+def test_mark_sent_records_the_event_without_the_text(store):
+    a = outbox.enqueue(store, "operator words stay out of the ledger")
+    assert outbox.mark_sent(store, a, message_id=99, chat_id=5, length=37, truncated=False, now=1000.0)
+    assert not outbox.mark_sent(store, a, message_id=100, chat_id=5, length=37, truncated=False)
+    msg = outbox.get(store, a)
+    assert (msg.state, msg.telegram_message_id, msg.sent, msg.attempts) == ("sent", 99, 1000.0, 1)
+    events = ledger.tail(store, 10)
+    assert [e.kind for e in events] == ["telegram_sent"]
+    assert events[0].detail == {"outbox_id": a, "length": 37, "message_id": 99, "truncated": False}
+    assert "operator words" not in json.dumps([e.as_dict() for e in events])
+    assert ledger.verify(store).ok
+
+
+def test_defer_counts_attempts_and_fail_gives_up_visibly(store):
+    a = outbox.enqueue(store, "x")
+    b = outbox.enqueue(store, "y")
+    outbox.defer(store, a, until=50.0, error="NetworkError: down")
+    m = outbox.get(store, a)
+    assert (m.state, m.attempts, m.next_attempt, m.last_error) == ("pending", 1, 50.0, "NetworkError: down")
+    outbox.defer(store, a, until=60.0, error="BadRequest: chat not found", fail=True, event="telegram_failed")
+    assert outbox.get(store, a).state == "failed"
+    assert outbox.head(store).id == b
+    s = outbox.summary(store, now=outbox.get(store, b).created + 5)
+    assert (s["pending"], s["failed"], s["sent"], round(s["oldest_pending_age"])) == (1, 1, 0, 5)
+    assert outbox.requeue_failed(store) == 1
+    assert outbox.head(store).id == a
+
+
+def test_status_includes_the_outbox_and_no_conflict(loom):
+    result = loom("status", "--json")
+    assert result.returncode == 0, result.stderr
+    tg = json.loads(result.stdout)["telegram"]
+    assert tg["outbox"]["pending"] == 0 and tg["conflict"] is None
+    assert "telegram        outbox 0 pending" in loom("status").stdout
