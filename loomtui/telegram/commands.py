@@ -1,0 +1,226 @@
+"""Command mode: long-polls the bot for operator commands and answers them through the outbox.
+
+Only for setups where the agent does not hold the bot itself: two pollers on one token make
+Telegram answer 409 Conflict to one of them, and the loser goes deaf (DESIGN failure 6). A 409
+is therefore recorded, shown by `loom status`, told to the operator, and backed off from.
+
+Each update's offset is committed before its command runs: a crash mid-command loses that
+command (the operator can send it again) instead of re-running a recycle on every restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable
+from typing import Any, Protocol, TypeVar
+
+import telegram
+from telegram.error import Conflict, TelegramError
+
+from .. import ledger, outbox, redact
+from ..config import TelegramConfig
+from ..context import Context
+from ..errors import LoomError
+from ..store import Store
+from . import policy, state
+from .bot import describe, make_bot
+from .clock import SYSTEM, Clock
+from .token import load_token
+
+log = logging.getLogger("loomtui.telegram.commands")
+
+HELP = "Loom commands: /status, /canary, /recycle resume|fresh, /queue"
+MAX_COMMAND_AGE = 600.0  # a /recycle typed before an outage is not acted on when the outage ends
+CONFLICT_MESSAGE = (
+    "Loom: another process is polling this bot's token (Telegram answers 409 Conflict), so Loom "
+    "receives no commands and that other poller may miss messages. Loom keeps backing off; stop the "
+    "other poller, or set telegram.commands = false if the agent owns this bot."
+)
+
+T = TypeVar("T")
+
+
+class Actions(Protocol):
+    def status(self) -> str: ...
+    def canary(self) -> str: ...
+    def recycle(self, mode: str) -> str: ...
+    def queue(self) -> str: ...
+
+
+class DefaultActions:
+    """Status for real; the rest wait for the actions module (they say so instead of pretending)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def status(self) -> str:
+        from .. import status as status_mod
+
+        return format_status(status_mod.gather(self.ctx, events=0))
+
+    def _missing(self, what: str) -> str:
+        raise LoomError(f"{what} is not available yet: this Loom has no actions module wired in")
+
+    def canary(self) -> str:
+        return self._missing("/canary")
+
+    def recycle(self, mode: str) -> str:
+        return self._missing("/recycle")
+
+    def queue(self) -> str:
+        return self._missing("/queue")
+
+
+def format_status(data: dict[str, Any]) -> str:
+    from ..durations import format_duration
+
+    age = data["supervisor"]["heartbeat_age"]
+    lines = [
+        "Loom status",
+        f"pinned session: {data['pinned_session'] or '(none)'}",
+        f"supervisor: {'no heartbeat' if age is None else 'heartbeat ' + format_duration(age) + ' ago'}",
+        f"ledger: {data['ledger']['events']} events",
+    ]
+    tg = data.get("telegram") or {}
+    box = tg.get("outbox") or {}
+    if box:
+        lines.append(f"outbox: {box['pending']} pending, {box['failed']} failed")
+    if tg.get("conflict"):
+        lines.append(f"telegram: {tg['conflict']['note']}")
+    return "\n".join(lines)
+
+
+async def run_commands(ctx: Context, actions: Actions, stop: asyncio.Event, *, clock: Clock = SYSTEM,
+                       bot: telegram.Bot | None = None) -> None:
+    """Poll and answer operator commands until `stop` is set; returns at once when command mode is off."""
+    cfg = ctx.config.telegram
+    if not cfg.commands:
+        await stop.wait()
+        return
+    token = load_token(cfg)
+    bot = bot or make_bot(token, cfg)
+    poller = Poller(ctx.store, cfg, bot, actions, clock)
+    try:
+        while not stop.is_set():
+            wait = await poller.step(stop)
+            if wait > 0 and await clock.sleep(wait, stop):
+                break
+    finally:
+        with contextlib.suppress(Exception):
+            await bot.shutdown()
+
+
+class Poller:
+    def __init__(self, store: Store, cfg: TelegramConfig, bot: telegram.Bot, actions: Actions, clock: Clock):
+        self.store, self.cfg, self.bot, self.actions, self.clock = store, cfg, bot, actions, clock
+        self.failures = 0
+
+    async def step(self, stop: asyncio.Event) -> float:
+        try:
+            await self.bot.initialize()
+            updates = await _unless_stopped(
+                self.bot.get_updates(offset=state.offset(self.store), timeout=max(1, int(self.cfg.long_poll)),
+                                     allowed_updates=["message"]),
+                stop,
+            )
+        except Conflict:
+            self.failures += 1
+            self._record_conflict()
+            return self._backoff()
+        except TelegramError as exc:
+            self.failures += 1
+            log.warning("telegram: getUpdates failed (%s); retry in %.1fs", describe(exc), self._backoff())
+            return self._backoff()
+        if updates is None:
+            return 0.0
+        self.failures = 0
+        self._clear_conflict()
+        for update in updates:
+            await self.handle(update)
+        return 0.0
+
+    def _backoff(self) -> float:
+        return policy.backoff(self.failures, self.cfg.backoff_base, self.cfg.backoff_max)
+
+    def _record_conflict(self) -> None:
+        log.warning("telegram: 409 Conflict: %s", state.CONFLICT_NOTE)
+        if state.conflict(self.store) is not None:
+            return
+        now = self.clock.time()
+        with self.store.write() as db:
+            state.set_conflict_in(db, now, os.getpid())
+            ledger.append_in(db, "telegram_conflict", source="telegram", detail={"note": state.CONFLICT_NOTE}, ts=now)
+            outbox.enqueue(db, CONFLICT_MESSAGE, dedupe_key=f"telegram_conflict:{now:.3f}", now=now)
+
+    def _clear_conflict(self) -> None:
+        if state.conflict(self.store) is None:
+            return
+        with self.store.write() as db:
+            if state.clear_conflict_in(db):
+                ledger.append_in(db, "telegram_conflict_cleared", source="telegram", ts=self.clock.time())
+
+    async def handle(self, update: telegram.Update) -> None:
+        msg = update.message
+        chat_id = msg.chat.id if msg else None
+        if msg is None or chat_id != self.cfg.chat_id:
+            with self.store.write() as db:
+                state.set_offset_in(db, update.update_id + 1)
+                if msg is not None:
+                    # The chat id says who tried; their text is theirs and stays out of the ledger.
+                    ledger.append_in(db, "telegram_ignored", source="telegram",
+                                     detail={"chat_id": chat_id, "update_id": update.update_id})
+            return
+        parsed = policy.parse_command(msg.text)
+        name = parsed[0] if parsed and parsed[0] in ("status", "canary", "recycle", "queue") else "help"
+        with self.store.write() as db:
+            state.set_offset_in(db, update.update_id + 1)
+            ledger.append_in(db, "telegram_command", source="telegram",
+                             detail={"command": name, "update_id": update.update_id})
+        age = self.clock.time() - msg.date.timestamp()
+        reply = await self.answer(name, parsed[1] if parsed else [], age)
+        outbox.enqueue(self.store, redact.scrub(reply), chat_id=chat_id,
+                       dedupe_key=f"telegram_reply:{chat_id}:{msg.message_id}:{update.update_id}")
+
+    async def answer(self, name: str, args: list[str], age: float) -> str:
+        if name == "help":
+            return HELP
+        if age > MAX_COMMAND_AGE and name in ("canary", "recycle"):
+            return f"/{name} not run: it was sent {int(age)}s ago, while Loom was not listening; send it again"
+        if name == "recycle" and (len(args) != 1 or args[0] not in ("resume", "fresh")):
+            return "usage: /recycle resume|fresh"
+        call = {
+            "status": self.actions.status,
+            "canary": self.actions.canary,
+            "queue": self.actions.queue,
+            "recycle": lambda: self.actions.recycle(args[0]),
+        }[name]
+        try:
+            # Actions block (a canary waits for its ack); the loop must keep serving meanwhile.
+            return str(await asyncio.to_thread(call))
+        except LoomError as exc:
+            return str(exc)
+        except Exception as exc:
+            log.exception("telegram: /%s failed", name)
+            return f"/{name} failed: {describe(exc)}"
+
+
+async def _unless_stopped(aw: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """The result of `aw`, or None if `stop` came first (a cancelled getUpdates confirms nothing)."""
+    task = asyncio.ensure_future(aw)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        done, _ = await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    finally:
+        stopper.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    return None

@@ -1,0 +1,55 @@
+"""Pure decisions of the Telegram loops: no clock, no store, no network."""
+
+from __future__ import annotations
+
+MAX_LENGTH = 4096  # Telegram's limit for one text message, counted in UTF-16 code units
+TRUNCATED = "\n… [truncated]"
+MIN_GAP = 1.0  # seconds between two messages to one chat: Telegram's per-chat flood limit
+
+
+def utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def truncate(text: str, limit: int = MAX_LENGTH) -> tuple[str, bool]:
+    """The text cut to `limit` with a visible marker, and whether it was cut.
+
+    Counted in UTF-16 units because that is how Telegram counts: an emoji is two.
+    """
+    if utf16_len(text) <= limit:
+        return text, False
+    budget = limit - utf16_len(TRUNCATED)
+    used = 0
+    cut = len(text)
+    for i, ch in enumerate(text):
+        width = 2 if ord(ch) > 0xFFFF else 1
+        if used + width > budget:
+            cut = i
+            break
+        used += width
+    return text[:cut] + TRUNCATED, True
+
+
+def backoff(attempts: int, base: float, cap: float) -> float:
+    """Delay before the next try after `attempts` consecutive failures (1 → base)."""
+    if attempts <= 0:
+        return 0.0
+    return min(cap, base * 2 ** min(attempts - 1, 30))
+
+
+def rate_wait(last_sent: float | None, now: float, gap: float = MIN_GAP) -> float:
+    """Seconds to wait before the next message to a chat last written to at `last_sent`."""
+    if last_sent is None:
+        return 0.0
+    return max(0.0, min(gap, last_sent + gap - now))
+
+
+def parse_command(text: str | None) -> tuple[str, list[str]] | None:
+    """`/recycle@loom_bot fresh` → ("recycle", ["fresh"]); None when it is not a command."""
+    if not text or not text.startswith("/"):
+        return None
+    words = text.split()
+    name = words[0][1:].split("@", 1)[0].lower()
+    if not name:
+        return None
+    return name, words[1:]

@@ -1,0 +1,122 @@
+"""The outbox sender: delivers pending rows to Telegram, oldest first, one at a time.
+
+Only the oldest pending row is ever tried, so the operator reads messages in the order they
+were written, and a later message never overtakes one that is waiting out an outage. A row
+leaves `pending` only in the transaction that records Telegram's message id and the ledger
+event, so a crash at any point leaves it to be sent again, never dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import telegram
+from telegram.error import BadRequest, RetryAfter, TelegramError
+
+from .. import outbox
+from ..config import TelegramConfig
+from ..context import Context
+from ..locks import FileLock
+from ..store import Store
+from . import policy
+from .bot import describe, make_bot, retry_after_seconds
+from .clock import SYSTEM, Clock
+from .token import load_token
+
+LOCK_NAME = "telegram-sender.lock"  # two senders on one store would both send the head row
+BAD_REQUEST_ATTEMPTS = 3  # Telegram understood and refused this very message; retrying forever is a wedge
+
+log = logging.getLogger("loomtui.telegram.sender")
+
+
+async def run_sender(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM,
+                     bot: telegram.Bot | None = None) -> None:
+    """Deliver the outbox until `stop` is set. Raises LoomError on a missing token or a second sender."""
+    cfg = ctx.config.telegram
+    if not cfg.chat_id:
+        log.info("telegram.chat_id is 0: Telegram is off; outbox messages stay pending")
+        await stop.wait()
+        return
+    token = load_token(cfg)
+    lock = FileLock(ctx.state_dir, LOCK_NAME)
+    lock.acquire(timeout=0)
+    bot = bot or make_bot(token, cfg)
+    sender = Sender(ctx.store, cfg, bot, clock)
+    try:
+        while not stop.is_set():
+            wait = await sender.step()
+            if wait > 0 and await clock.sleep(wait, stop):
+                break
+    finally:
+        lock.release()
+        with contextlib.suppress(Exception):
+            await bot.shutdown()
+
+
+class Sender:
+    def __init__(self, store: Store, cfg: TelegramConfig, bot: telegram.Bot, clock: Clock) -> None:
+        self.store, self.cfg, self.bot, self.clock = store, cfg, bot, clock
+        self._hold: tuple[int, float] | None = None  # (row id, monotonic time before which not to retry)
+        self._last_sent: dict[int, float] = {}  # chat id → monotonic time of our last message there
+
+    async def step(self) -> float:
+        """Try the head row once if it is due; the seconds to wait before the next step."""
+        row = outbox.head(self.store)
+        if row is None:
+            return self.cfg.poll_interval
+        chat = row.chat_id or self.cfg.chat_id
+        wait = max(self._retry_wait(row), self._rate_wait(chat))
+        if wait > 0:
+            return wait
+        text, truncated = policy.truncate(row.text)
+        try:
+            await self.bot.initialize()  # getMe once; retried here so a start during an outage is fine
+            # No parse_mode: message text (job names, log lines) is never markup.
+            sent = await self.bot.send_message(chat_id=chat, text=text)
+        except RetryAfter as exc:
+            return self._retry_after(row, exc)
+        except BadRequest as exc:
+            return self._failed(row, exc, permanent=row.attempts + 1 >= BAD_REQUEST_ATTEMPTS)
+        except TelegramError as exc:  # network, timeout, 5xx, Forbidden, InvalidToken, ChatMigrated
+            return self._failed(row, exc, permanent=False)
+        self._last_sent[chat] = self.clock.monotonic()
+        self._hold = None
+        outbox.mark_sent(self.store, row.id, message_id=sent.message_id, chat_id=chat, length=len(text),
+                         truncated=truncated, now=self.clock.time())
+        return 0.0
+
+    def _retry_wait(self, row: outbox.Message) -> float:
+        if self._hold and self._hold[0] == row.id:
+            return self._hold[1] - self.clock.monotonic()
+        # A wait stored by an earlier process is wall time; capped so a clock jump cannot stall us.
+        return min(row.next_attempt - self.clock.time(), self.cfg.backoff_max)
+
+    def _rate_wait(self, chat: int) -> float:
+        if chat in self._last_sent:
+            return policy.rate_wait(self._last_sent[chat], self.clock.monotonic())
+        return policy.rate_wait(outbox.last_sent_at(self.store, chat), self.clock.time())
+
+    def _retry_after(self, row: outbox.Message, exc: RetryAfter) -> float:
+        delay = retry_after_seconds(exc)
+        self._hold = (row.id, self.clock.monotonic() + delay)
+        log.warning("telegram: flood control on outbox %d; retrying in %.1fs as Telegram asks", row.id, delay)
+        outbox.defer(self.store, row.id, until=self.clock.time() + delay, error=describe(exc),
+                     event="telegram_retry_after", event_detail={"retry_after": delay})
+        return delay
+
+    def _failed(self, row: outbox.Message, exc: TelegramError, *, permanent: bool) -> float:
+        delay = policy.backoff(row.attempts + 1, self.cfg.backoff_base, self.cfg.backoff_max)
+        error = describe(exc)
+        self._hold = (row.id, self.clock.monotonic() + delay)
+        if permanent:
+            event = "telegram_failed"
+            log.error("telegram: outbox %d refused by Telegram, giving it up: %s", row.id, error)
+        else:
+            # One event per row, not per retry: an hour-long outage is one line in the ledger.
+            event = "telegram_error" if row.attempts == 0 else None
+            log.warning("telegram: outbox %d not delivered (%s); retry in %.1fs", row.id, error, delay)
+        outbox.defer(self.store, row.id, until=self.clock.time() + delay, error=error, fail=permanent,
+                     event=event, event_detail={"error": type(exc).__name__, "attempts": row.attempts + 1})
+        return 0.0 if permanent else delay
