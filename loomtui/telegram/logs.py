@@ -45,3 +45,7 @@ def quiet_http(debug: bool = False) -> None:
     # Request lines are noise at INFO; at DEBUG they are kept (scrubbed) for diagnosis.
     logging.getLogger("httpx").setLevel(logging.INFO if debug else logging.WARNING)
     logging.getLogger("httpcore").setLevel(logging.WARNING)
+    # PTB logs a traceback for every non-JSON error page (a 502 from a proxy); the loops already
+    # log one line per failed attempt, which is all an hour-long outage should cost.
+    if not debug:
+        logging.getLogger("telegram.request").setLevel(logging.CRITICAL)
