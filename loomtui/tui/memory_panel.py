@@ -1,0 +1,335 @@
+"""The console's memory panel: the index as a table with lint markers, and a preview of one file.
+
+Memory files are untrusted: every cell and the preview are `Text` built from `memory.printable`
+output, never markup. All file I/O runs in thread workers that post a message back; the directory
+(not the index file: an atomic rename replaces the file a watch would hold) is watched with
+watchfiles, and any change reloads the table.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shlex
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import watchfiles
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult, SuspendNotSupported
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from .. import memory
+from ..errors import LoomError
+
+PREVIEW_LIMIT = 64 * 1024
+WATCH_DEBOUNCE_MS = 200
+
+# One column of symbols keeps the table narrow enough for 80 columns.
+MARKS = {
+    memory.MISSING: ("✗", "bold red"),
+    memory.OUTSIDE: ("✗", "bold red"),
+    memory.UNPARSED: ("?", "bold red"),
+    memory.ORPHAN: ("+", "yellow"),
+    memory.DUP_FILE: ("=", "yellow"),
+    memory.DUP_TITLE: ("=", "yellow"),
+    memory.EMPTY: ("∅", "yellow"),
+    memory.LONG_LINE: ("…", "yellow"),
+}
+
+
+def cell(text: str, width: int, style: str = "") -> Text:
+    out = Text(memory.printable(text), style=style, no_wrap=True)
+    out.truncate(width, overflow="ellipsis")  # in terminal cells: CJK and emoji take two
+    return out
+
+
+def marker(kinds: tuple[str, ...]) -> Text:
+    out = Text(no_wrap=True)
+    for kind in kinds:
+        symbol, style = MARKS.get(kind, ("!", "bold red"))
+        out.append(symbol, style)
+    return out
+
+
+def _same_dir(path: Path, inode: int) -> bool:
+    try:
+        return os.stat(path).st_ino == inode
+    except OSError:
+        return False
+
+
+class _Either:
+    """Stops a watch on unmount, or to restart it on a new set of folders."""
+
+    def __init__(self, *events: threading.Event) -> None:
+        self.events = events
+
+    def is_set(self) -> bool:
+        return any(e.is_set() for e in self.events)
+
+
+def watch_dirs(report: memory.Report) -> frozenset[str]:
+    """Every folder on the way to a linked file, so a folder created later is noticed too."""
+    out: set[str] = set()
+    for row in report.rows:
+        if row.line is None or not row.title:
+            continue
+        for rel in memory.candidates(row.target):
+            parent = posixpath.dirname(rel)
+            while parent:
+                out.add(parent)
+                parent = posixpath.dirname(parent)
+    return frozenset(out)
+
+
+def editor_argv(environ: dict[str, str], path: Path) -> list[str]:
+    """$VISUAL, then $EDITOR, then vi; the path is one argv element, never shell text."""
+    command = environ.get("VISUAL") or environ.get("EDITOR") or "vi"
+    return [*shlex.split(command), str(path)]
+
+
+class MemoryPanel(Widget):
+    """Standalone: mount it with the memory dir and the index name from `[memory]`."""
+
+    DEFAULT_CSS = """
+    MemoryPanel { layout: vertical; height: 1fr; }
+    MemoryPanel > #memory-summary { height: 1; padding: 0 1; }
+    MemoryPanel > DataTable { height: 1fr; min-height: 4; }
+    MemoryPanel > #memory-preview { height: 1fr; min-height: 4; border-top: solid $primary; }
+    """
+
+    BINDINGS = [
+        Binding("e", "edit", "Edit", id="memory.edit"),
+        Binding("r", "reload", "Reload", id="memory.reload"),
+    ]
+
+    @dataclass
+    class Loaded(Message):
+        generation: int
+        report: memory.Report | None
+        error: str | None
+
+    @dataclass
+    class PreviewLoaded(Message):
+        key: str
+        text: Text
+
+    @dataclass
+    class DirChanged(Message):
+        pass
+
+    def __init__(self, memory_dir: Path, index_name: str = "MEMORY.md", *, environ: dict[str, str] | None = None,
+                 name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.memory_dir = Path(memory_dir)
+        self.index_name = index_name
+        self.environ = dict(os.environ) if environ is None else environ
+        self.report: memory.Report | None = None
+        self._rows: dict[str, memory.Row] = {}
+        self._generation = 0
+        self._stop = threading.Event()
+        self._rewatch = threading.Event()
+        self._watch_dirs: frozenset[str] = frozenset()
+        self._head = Text()
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text("loading…"), id="memory-summary", markup=False)
+        table: DataTable = DataTable(id="memory-table", cursor_type="row", zebra_stripes=True)
+        table.add_column(Text(" "), key="mark", width=2)
+        table.add_column(Text("title"), key="title")
+        table.add_column(Text("file"), key="file")
+        table.add_column(Text("hook"), key="hook")
+        yield table
+        with VerticalScroll(id="memory-preview"):
+            yield Static(Text(""), id="memory-preview-text", markup=False)
+
+    def on_mount(self) -> None:
+        self._stop = threading.Event()
+        self.reload()
+        self._watch()
+
+    def on_unmount(self) -> None:
+        self._stop.set()
+
+    # -- workers: every read of the disk happens here --------------------------------------------
+
+    def reload(self) -> None:
+        self._generation += 1
+        self._load(self._generation)
+
+    @work(thread=True, exclusive=True, group="memory-load", exit_on_error=False)
+    def _load(self, generation: int) -> None:
+        try:
+            report = memory.survey(self.memory_dir, self.index_name)
+        except (LoomError, OSError) as exc:
+            self.post_message(self.Loaded(generation, None, str(exc)))
+            return
+        except Exception as exc:  # a bug must show in the panel, not kill the console
+            self.post_message(self.Loaded(generation, None, f"cannot read memory: {exc!r}"))
+            return
+        self.post_message(self.Loaded(generation, report, None))
+
+    @work(thread=True, exclusive=True, group="memory-preview", exit_on_error=False)
+    def _preview(self, key: str, rel: str) -> None:
+        try:
+            data = memory.read_text(self.memory_dir, rel, PREVIEW_LIMIT + 1)
+        except OSError as exc:
+            body = Text(f"cannot read {memory.printable(rel)}: {exc.strerror or exc}", style="red")
+        else:
+            if data is None:
+                body = Text(f"{memory.printable(rel)} is not a regular file", style="red")
+            else:
+                clipped = data[:PREVIEW_LIMIT].replace("\r\n", "\n")
+                body = Text(memory.printable(clipped, keep_newlines=True))
+                if len(data) > PREVIEW_LIMIT:
+                    body.append(f"\n… (first {PREVIEW_LIMIT // 1024} KiB shown)", style="dim")
+        self.post_message(self.PreviewLoaded(key, body))
+
+    @work(thread=True, exclusive=True, group="memory-watch", exit_on_error=False)
+    def _watch(self) -> None:
+        stop, rewatch, first = self._stop, self._rewatch, True
+        either = _Either(stop, rewatch)
+        while not stop.is_set():
+            rewatch.clear()
+            try:
+                watched = os.stat(self.memory_dir).st_ino
+            except OSError:
+                stop.wait(1.0)  # the directory may appear later (the first `loom memory add`)
+                first = False
+                continue
+            if not first:
+                self.post_message(self.DirChanged())  # whatever happened while nobody was watching
+            catch_up, first = not first, False
+            # Not recursive: a recursive watch lists every subdirectory (touching their atimes) and
+            # sees churn in folders that hold no memory. Only folders with linked files are watched.
+            folders = (self.memory_dir / d for d in sorted(self._watch_dirs))
+            paths = [self.memory_dir, *(p for p in folders if p.is_dir())]
+            try:
+                for changes in watchfiles.watch(*paths, watch_filter=None, debounce=WATCH_DEBOUNCE_MS,
+                                                stop_event=either, raise_interrupt=False, rust_timeout=2000,
+                                                yield_on_timeout=True, recursive=False):
+                    if changes or catch_up:
+                        # After a (re)start, once more when the watch is surely in place.
+                        catch_up = False
+                        self.post_message(self.DirChanged())
+                    elif not _same_dir(self.memory_dir, watched):
+                        break  # removed or replaced: a watch on the old inode sees nothing new
+            except Exception:  # noqa: BLE001 - a failed watch is retried; the panel must outlive it
+                stop.wait(1.0)
+
+    # -- handlers: no I/O, only the table and the preview --------------------------------------
+
+    def on_memory_panel_dir_changed(self, _: DirChanged) -> None:
+        self.reload()
+
+    def on_memory_panel_loaded(self, message: Loaded) -> None:
+        if message.generation != self._generation:
+            return  # a slower, older load finished after a newer one started
+        table = self.query_one(DataTable)
+        summary = self.query_one("#memory-summary", Static)
+        current = self._selected_key()
+        table.clear()
+        self._rows = {}
+        self.report = message.report
+        if message.report is None:
+            summary.update(Text(memory.printable(message.error or "no memory"), style="red"))
+            self._show_preview(None)
+            return
+        report = message.report
+        dirs = watch_dirs(report)
+        if dirs != self._watch_dirs:
+            self._watch_dirs = dirs
+            self._rewatch.set()
+        for row in report.rows:
+            self._rows[row.key] = row
+            title = row.title or ("(not in index)" if row.line is None else "(not an entry)")
+            table.add_row(
+                marker(row.kinds),
+                cell(title, 24, "" if row.title else "italic"),
+                cell(row.target, 20),
+                cell(row.hook, 80),
+                key=row.key,
+            )
+        problems = len(report.problems)
+        text = Text(no_wrap=True)
+        count = f"{report.entries} entr{'y' if report.entries == 1 else 'ies'}"
+        text.append(memory.printable(f"{report.index_name}: {count}"))
+        text.append(f" · {problems} problem{'s' * (problems != 1)}" if problems else " · clean",
+                    style="bold red" if problems else "green")
+        summary.update(text)
+        if current in self._rows:
+            table.move_cursor(row=table.get_row_index(current))
+        self._show_preview(self._selected_key(), refresh=current == self._selected_key())
+
+    def on_memory_panel_preview_loaded(self, message: PreviewLoaded) -> None:
+        if message.key != self._selected_key():
+            return
+        self._set_preview(self._head + message.text)
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_preview(event.row_key.value if event.row_key is not None else None)
+
+    def _selected_key(self) -> str | None:
+        table = self.query_one(DataTable)
+        if table.row_count == 0:
+            return None
+        try:
+            return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+        except Exception:  # the cursor can sit past the end while the table refills
+            return None
+
+    def _set_preview(self, text: Text) -> None:
+        self.query_one("#memory-preview-text", Static).update(text)
+
+    def _show_preview(self, key: str | None, refresh: bool = False) -> None:
+        """`refresh`: the same row after a reload; keep the old text until the new one arrives."""
+        row = self._rows.get(key or "")
+        if row is None:
+            self._set_preview(Text(""))
+            return
+        head = self._head = Text()
+        if row.kinds:
+            head.append("problems: " + ", ".join(row.kinds) + "\n", style="yellow")
+        if row.path is not None:
+            if not refresh:
+                self._set_preview(head + Text(f"loading {memory.printable(row.path)}…", style="dim"))
+            self._preview(row.key, row.path)
+        elif row.title:
+            self._set_preview(head + Text(f"{memory.printable(row.target)}: no such file", style="red"))
+        else:
+            self._set_preview(head + Text(memory.printable(row.hook)))
+
+    # -- actions ------------------------------------------------------------------------------------
+
+    def action_reload(self) -> None:
+        self.reload()
+
+    def action_edit(self) -> None:
+        row = self._rows.get(self._selected_key() or "")
+        if row is None:
+            return
+        if row.path is not None:
+            rel = row.path
+        elif row.title and memory.candidates(row.target):
+            rel = memory.candidates(row.target)[0]  # a broken link: the editor creates the file
+        else:
+            rel = self.index_name  # a line that is not an entry is fixed in the index
+        argv = editor_argv(self.environ, self.memory_dir / rel)
+        try:
+            # The editor owns the terminal; the app must not draw or read keys meanwhile.
+            with self.app.suspend():
+                subprocess.run(argv, check=False)
+        except SuspendNotSupported:
+            self.notify("cannot hand the terminal to an editor here", severity="warning")
+        except OSError as exc:
+            self.notify(f"cannot run {memory.printable(argv[0])}: {exc.strerror or exc}", severity="error")
+        self.reload()
