@@ -28,7 +28,6 @@ from .locks import FileLock
 LINE_LIMIT = 200
 READ_LIMIT = 4 * 1024 * 1024  # search reads at most this much of one file
 BLANK_PROBE = 4096  # a larger file is assumed to hold more than whitespace
-LOCK_TIMEOUT = 30.0
 
 MISSING, OUTSIDE, ORPHAN = "missing", "outside", "orphan"
 DUP_FILE, DUP_TITLE, EMPTY = "duplicate-file", "duplicate-title", "empty"
@@ -589,7 +588,9 @@ def add_entry(memory_dir: Path, index_name: str, title: str, hook: str, file: st
     index = Path(os.path.realpath(memory_dir / index_name))
     target = memory_dir / rel
     lock = FileLock(index.parent, f".{index.name}.lock")
-    lock.acquire(timeout=LOCK_TIMEOUT)
+    # A blocking flock queues in the kernel; polling with LOCK_NB lets a busy adder starve the other.
+    # The holder does a bounded amount of local I/O and a dead holder's lock is dropped by the kernel.
+    lock.acquire()
     try:
         for _ in range(10):
             stamp = _stamp(index)
