@@ -54,4 +54,65 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX outbox_state ON outbox(state, id);
         """,
     ),
+    (
+        "0003_sentinel",
+        """
+        CREATE TABLE job_runs (
+            id            INTEGER PRIMARY KEY,
+            job           TEXT    NOT NULL,
+            started       REAL    NOT NULL,
+            ended         REAL,
+            exit_code     INTEGER,
+            duration      REAL,
+            error         TEXT,
+            failure_lines INTEGER NOT NULL DEFAULT 0,
+            pid           INTEGER,
+            reviewed      INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX job_runs_job ON job_runs(job, started);
+        CREATE INDEX job_runs_unreviewed ON job_runs(id) WHERE reviewed = 0;
+        CREATE TABLE scan_offsets (
+            job          TEXT PRIMARY KEY,
+            path         TEXT    NOT NULL,
+            dev          INTEGER,
+            inode        INTEGER,
+            offset       INTEGER NOT NULL DEFAULT 0,
+            carry        BLOB    NOT NULL DEFAULT x'',
+            carry_len    INTEGER NOT NULL DEFAULT 0,
+            carry_skip   INTEGER NOT NULL DEFAULT 0,
+            head         BLOB    NOT NULL DEFAULT x'',
+            watch_since  REAL    NOT NULL,
+            missed_mark  REAL,
+            updated      REAL    NOT NULL
+        );
+        CREATE TABLE queue_items (
+            id              INTEGER PRIMARY KEY,
+            job             TEXT    NOT NULL,
+            kind            TEXT    NOT NULL,
+            signature       TEXT    NOT NULL,
+            sample          TEXT    NOT NULL,
+            log             TEXT    NOT NULL,
+            first_seen      REAL    NOT NULL,
+            last_seen       REAL    NOT NULL,
+            count           INTEGER NOT NULL DEFAULT 1,
+            state           TEXT    NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'claimed', 'witnessed')),
+            nudges          INTEGER NOT NULL DEFAULT 0,
+            last_nudge_at   REAL,
+            escalated_at    REAL,
+            reopened_at     REAL,
+            reopens         INTEGER NOT NULL DEFAULT 0,
+            claimed_at      REAL,
+            claimed_by      TEXT,
+            claimed_session TEXT,
+            claim_dev       INTEGER,
+            claim_inode     INTEGER,
+            claim_offset    INTEGER,
+            note            TEXT,
+            witnessed_at    REAL,
+            witness_run     INTEGER
+        );
+        CREATE UNIQUE INDEX queue_live ON queue_items(job, kind, signature) WHERE state != 'witnessed';
+        CREATE INDEX queue_state ON queue_items(state, id);
+        """,
+    ),
 ]
