@@ -351,11 +351,11 @@ def search(term: str, report: Report, bodies: Mapping[str, str]) -> list[Hit]:
         return needle in unicodedata.normalize("NFC", text).casefold()
 
     for r in report.rows:
-        name = r.path or r.target
+        name = r.path or r.target or f"{report.index_name}:{r.line}"
         if r.title and has(r.title):
             hits.append(Hit(name, r.title, "title", r.title))
         if r.hook and has(r.hook):
-            hits.append(Hit(name, r.title, "hook", r.hook))
+            hits.append(Hit(name, r.title, "hook" if r.title else "not an entry", r.hook))
         if r.path and r.path not in done:
             done.add(r.path)
             for n, line in enumerate(bodies.get(r.path, "").splitlines(), 1):
@@ -468,7 +468,10 @@ def _open_dir(memory_dir: Path) -> int:
 def load(memory_dir: Path, index_name: str) -> Listing:
     dfd = _open_dir(memory_dir)
     try:
-        raw = _read(index_name, READ_LIMIT, dfd)
+        try:
+            raw = _read(index_name, READ_LIMIT, dfd)
+        except OSError as exc:
+            raise LoomError(f"memory index {memory_dir / index_name}: {exc.strerror or exc}") from None
         text = None if raw is None else raw.decode("utf-8", "surrogateescape")
         files: dict[str, FileInfo] = {}
         with os.scandir(dfd) as it:
@@ -573,6 +576,14 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
 
 def add_entry(memory_dir: Path, index_name: str, title: str, hook: str, file: str | None = None,
               body: str | None = None) -> tuple[Path, str]:
+    try:
+        return _add_entry(Path(memory_dir), index_name, title, hook, file, body)
+    except OSError as exc:
+        raise LoomError(f"memory add: {exc.filename or memory_dir}: {exc.strerror or exc}") from None
+
+
+def _add_entry(memory_dir: Path, index_name: str, title: str, hook: str, file: str | None,
+               body: str | None) -> tuple[Path, str]:
     """Create the file (never overwriting one) and append its line to the index atomically.
 
     Loom's own adders serialize on a lock file next to the index; a writer that does not take the
@@ -583,7 +594,6 @@ def add_entry(memory_dir: Path, index_name: str, title: str, hook: str, file: st
     if len(line) > LINE_LIMIT:
         raise LoomError(f"memory add: the index line would be {len(line)} characters (limit {LINE_LIMIT}); "
                         "shorten the title or the hook")
-    memory_dir = Path(memory_dir)
     memory_dir.mkdir(parents=True, exist_ok=True)
     index = Path(os.path.realpath(memory_dir / index_name))
     target = memory_dir / rel

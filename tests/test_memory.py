@@ -321,3 +321,27 @@ def test_reading_searching_and_linting_modify_nothing(small, loom, tmp_path):
         if r.path:
             memory.read_text(mem, r.path)
     assert snapshot(mem) == before
+
+
+def test_lines_that_are_not_entries_are_searchable_and_listed(small, loom):
+    mem, config = small
+    with (mem / "MEMORY.md").open("a") as f:
+        f.write("remember: the zürich prose line\n")
+    result = loom("--config", str(config), "memory", "search", "prose line")
+    assert result.stdout == "MEMORY.md:5: not an entry: remember: the zürich prose line\n"
+    listing = loom("--config", str(config), "memory")
+    assert "MEMORY.md:5: not an entry: remember: the zürich prose line" in listing.stdout
+
+
+def test_an_unreadable_index_is_one_clear_line(small, loom):
+    mem, config = small
+    if os.geteuid() == 0:
+        (mem / "MEMORY.md").unlink()
+        (mem / "MEMORY.md").mkdir()  # root reads anything; a directory in its place is the unreadable case
+        result = loom("--config", str(config), "memory", "add", "X", "--hook", "y")
+        assert result.returncode == 1 and "memory" in result.stderr and "Traceback" not in result.stderr
+        return
+    os.chmod(mem / "MEMORY.md", 0)
+    result = loom("--config", str(config), "memory", "lint")
+    assert result.returncode == 1
+    assert str(mem / "MEMORY.md") in result.stderr and "Traceback" not in result.stderr
