@@ -1,0 +1,197 @@
+"""The sentinel queue's rules, as pure functions of items, facts, config and an explicit now.
+
+An item is `open` until someone runs `loom resolve` (then `claimed`); a claim is a promise,
+not proof. It becomes `witnessed` only when the job's next run, started after the claim,
+exits 0 without failure lines. A failure seen after the claim reopens it. Open items are
+nudged to the agent and, past the backstop, reported to the operator exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, replace
+
+from .config import SentinelConfig
+
+OPEN, CLAIMED, WITNESSED = "open", "claimed", "witnessed"
+LINE, EXIT, MISSED, SCAN = "line", "exit", "missed", "scan"
+
+
+@dataclass(frozen=True)
+class Item:
+    id: int
+    job: str
+    kind: str
+    signature: str
+    sample: str
+    log: str
+    first_seen: float
+    last_seen: float
+    count: int = 1
+    state: str = OPEN
+    nudges: int = 0
+    last_nudge_at: float | None = None
+    escalated_at: float | None = None
+    reopened_at: float | None = None
+    reopens: int = 0
+    claimed_at: float | None = None
+    claimed_by: str | None = None
+    claimed_session: str | None = None
+    claim_dev: int | None = None
+    claim_inode: int | None = None
+    claim_offset: int | None = None
+    note: str | None = None
+    witnessed_at: float | None = None
+    witness_run: int | None = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failure signature seen in one scan, with how many times and where."""
+
+    job: str
+    kind: str
+    signature: str
+    sample: str
+    count: int = 1
+    at: float | None = None  # when it happened (a run's start, a missed due time)
+    # Where in the log the latest occurrence is: a line after the claim's log position is new.
+    position: tuple[int | None, int | None, int] | None = None  # (dev, inode, offset)
+
+
+@dataclass(frozen=True)
+class Run:
+    id: int
+    job: str
+    started: float
+    exit_code: int | None
+    failure_lines: int
+    error: str | None = None
+
+    @property
+    def clean(self) -> bool:
+        return self.exit_code == 0 and self.failure_lines == 0 and not self.error
+
+
+def after_claim(item: Item, failure: Failure) -> bool:
+    if item.claimed_at is None:
+        return False
+    if failure.position is not None:
+        dev, inode, offset = failure.position
+        if item.claim_inode is None:
+            return True  # the log did not exist when the claim was made
+        if (dev, inode) != (item.claim_dev, item.claim_inode):
+            return True
+        return offset >= (item.claim_offset or 0)
+    return failure.at is not None and failure.at > item.claimed_at
+
+
+# Events: (kind, detail) pairs for the ledger, in order.
+Events = list[tuple[str, dict]]
+
+
+def absorb(item: Item, failure: Failure, now: float) -> tuple[Item, Events]:
+    """An existing, not yet witnessed item meets one more failure of its signature."""
+    grown = replace(item, count=item.count + failure.count, last_seen=now)
+    if item.state == CLAIMED and after_claim(item, failure):
+        return reopen(grown, now, f"{failure.kind} failure seen after the claim")
+    return grown, []
+
+
+def reopen(item: Item, now: float, why: str) -> tuple[Item, Events]:
+    if item.state != CLAIMED:
+        return item, []
+    detail = {"item": item.id, "job": item.job, "why": why, "claimed_by": item.claimed_by,
+              "claimed_session": item.claimed_session, "claimed_at": item.claimed_at}
+    # The note says the claim did not hold; what the claimer wrote stays below it.
+    note = f"claim did not hold ({why})" + (f"; earlier note: {item.note}" if item.note else "")
+    return replace(item, state=OPEN, reopened_at=now, reopens=item.reopens + 1, note=note[:2000]), [
+        ("queue_reopen", detail)]
+
+
+def review(item: Item, run: Run, now: float) -> tuple[Item, Events]:
+    """A claimed item meets a finished run of its job: witness on a clean run, reopen on a bad one."""
+    if item.state != CLAIMED or item.job != run.job or item.claimed_at is None or run.started <= item.claimed_at:
+        return item, []
+    if run.clean:
+        detail = {"item": item.id, "job": item.job, "run": run.id, "claimed_by": item.claimed_by,
+                  "claimed_session": item.claimed_session}
+        return replace(item, state=WITNESSED, witnessed_at=now, witness_run=run.id), [("queue_witness", detail)]
+    why = f"run {run.id} " + ("did not finish cleanly" if run.error
+                              else f"exited {run.exit_code}" if run.exit_code != 0
+                              else f"wrote {run.failure_lines} failure line(s)")
+    return reopen(item, now, why)
+
+
+# -- nudges and the backstop -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Nudge:
+    item_id: int
+    text: str
+    renudge: bool
+
+
+@dataclass(frozen=True)
+class Escalate:
+    item_id: int
+    text: str
+    dedupe_key: str
+
+
+def decide(item: Item, cfg: SentinelConfig, now: float, *, relaunching: bool = False) -> list[Nudge | Escalate]:
+    """What is due for one item now: a nudge to the agent, the operator's one message, or nothing.
+
+    A claimed item waits for its witness run; it is neither nudged nor escalated (a bad run
+    reopens it, and then the backstop, counted from first seen, is usually already due).
+    """
+    if item.state != OPEN:
+        return []
+    actions: list[Nudge | Escalate] = []
+    if not relaunching and nudge_due(item, cfg.renudge, now):
+        actions.append(Nudge(item.id, nudge_text(item), item.nudges > 0))
+    if item.escalated_at is None and now - item.first_seen >= cfg.backstop:
+        actions.append(Escalate(item.id, escalation_text(item, now), backstop_key(item.id)))
+    return actions
+
+
+def nudge_due(item: Item, renudge: float, now: float) -> bool:
+    last = item.last_nudge_at
+    if last is None:
+        return True
+    if item.reopened_at is not None and item.reopened_at >= last:
+        return True
+    # A clock that went backwards must not silence nudges until it catches up.
+    return now - last >= renudge or now < last
+
+
+def backstop_key(item_id: int) -> str:
+    return f"queue-{item_id}-backstop"
+
+
+def resolve_command(item_id: int) -> str:
+    return f'loom resolve {item_id} --note "<what you found and did>"'
+
+
+def quoted(text: str) -> str:
+    # Job names are untrusted: JSON quoting keeps them one visible, unambiguous token.
+    return json.dumps(text, ensure_ascii=False)
+
+
+def nudge_text(item: Item) -> str:
+    what = {LINE: f"failure lines ({item.count})", EXIT: f"a non-zero exit ({item.count})",
+            MISSED: "a missed schedule", SCAN: "an unreadable log"}.get(item.kind, item.kind)
+    again = " Reopened: the last claim did not hold." if item.reopens and item.state == OPEN else ""
+    return (f"[loom sentinel] Queue item {item.id}: job {quoted(item.job)} shows {what}; "
+            f"log: {shlex.quote(item.log)}.{again} Read the log and the script, decide whether it is current "
+            f"or stale, fix it if safe, then run: {resolve_command(item.id)}")
+
+
+def escalation_text(item: Item, now: float) -> str:
+    from .durations import format_duration
+
+    return (f"Loom: job {quoted(item.job)} has an open failure for {format_duration(now - item.first_seen)} "
+            f"(queue item {item.id}, seen {item.count}x, agent nudged {item.nudges}x): {item.signature[:120]}. "
+            f"Log: {item.log}. See loom queue.")

@@ -1,0 +1,57 @@
+"""When a job should next have run, and whether it missed: pure functions of times.
+
+A cron schedule fires in the machine's local time, like cron itself; `every 10m` means a run
+at most 10 minutes after the one before.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from .durations import parse_duration
+
+
+def period(schedule: str) -> float | None:
+    """Seconds of an `every ...` schedule; None for cron."""
+    text = schedule.strip()
+    if text.lower().startswith("every "):
+        return parse_duration(text[6:])
+    return None
+
+
+def next_due(schedule: str, after: float) -> float:
+    """The first time after `after` at which a run is expected to start."""
+    every = period(schedule)
+    if every is not None:
+        return after + every
+    from croniter import croniter
+
+    start = dt.datetime.fromtimestamp(after).astimezone()
+    return float(croniter(schedule.strip(), start).get_next(float))
+
+
+MAX_STEPS = 10_000  # bounds the walk over a long outage of a very frequent cron schedule
+
+
+def missed(schedule: str, reference: float, now: float, grace: float) -> tuple[float, float] | None:
+    """(first, last) due times missed since `reference` (the last run's start, or when watching
+    began, or the last missed time already reported); None when nothing is past its grace.
+
+    Callers move the reference to `last`, so each missed run is reported once.
+    """
+    if not schedule.strip():
+        return None
+    first = next_due(schedule, reference)
+    if now <= first + grace:
+        return None
+    every = period(schedule)
+    if every is not None:
+        steps = int((now - grace - first) // every)
+        return first, first + max(0, steps) * every
+    last = first
+    for _ in range(MAX_STEPS):
+        nxt = next_due(schedule, last)
+        if now <= nxt + grace:
+            break
+        last = nxt
+    return first, last
