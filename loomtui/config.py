@@ -149,7 +149,10 @@ class WatchdogConfig(_Section):
     ceiling_count: int = Field(6, ge=1)
     backoff_base: Duration = 5.0
     backoff_max: Duration = 300.0
+    # How often a dead pane is looked for between full ticks (an exit is noticed in seconds).
     exit_check: Interval = 2.0
+    # The machine-wide scan for foreign pollers is rarer than the tick.
+    foreign_scan: Interval = 120.0
 
 
 class CanaryConfig(_Section):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,9 +52,26 @@ class TmuxDriver:
         if info is None:
             return AgentFacts(GONE, why="no tmux session")
         if info.dead:
-            return AgentFacts(UP, info, None, why=f"the pane's process exited (status {info.dead_status})")
+            info = self._settled(info)
+            how = f"signal {info.dead_signal}" if info.dead_signal else f"status {info.dead_status}"
+            return AgentFacts(UP, info, None, why=f"the pane's process exited ({how})")
         tree = proctree.inspect(info.pane_pid, self.agent.process_match, self.agent.poller_match)
         return AgentFacts(UP, info, tree, tree.why)
+
+    def _settled(self, info: PaneInfo, wait: float = 0.3) -> PaneInfo:
+        # tmux marks a pane dead when its pty closes and learns the exit status when it reaps
+        # the process, a moment later (and tmux 3.3a sometimes never does); ask again briefly.
+        deadline = time.monotonic() + wait
+        while info.dead_status is None and info.dead_signal is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            try:
+                again = self.pane.info()
+            except TmuxError:
+                break
+            if again is None or again.pane_id != info.pane_id or not again.dead:
+                break
+            info = again
+        return info
 
     def screen(self, history: bool = False) -> str:
         return self.pane.capture(history=history)
@@ -67,11 +85,12 @@ class TmuxDriver:
             raise TmuxGone("the agent's pane is dead (its process exited)")
         buffer = f"loom-{os.getpid()}-{secrets.token_hex(4)}"
         self.pane.paste(before.pane_id, text, buffer)
-        self.pane.send_key(before.pane_id, "Enter")
-        after = self.pane.info()
-        # A pane that died or was replaced mid-way may have swallowed the text: say so, do not guess.
-        if after is None or after.dead or (after.pane_id, after.pane_pid) != (before.pane_id, before.pane_pid):
+        # A pane that died or was replaced while the text went in may have swallowed it: say so,
+        # do not guess. (After Enter the agent may exit on purpose, e.g. on /exit0: not a failure.)
+        mid = self.pane.info()
+        if mid is None or mid.dead or (mid.pane_id, mid.pane_pid) != (before.pane_id, before.pane_pid):
             raise TmuxGone("the agent's pane died or was replaced during the injection")
+        self.pane.send_key(before.pane_id, "Enter")
 
     def send_keys(self, keys: list[str]) -> None:
         info = self.pane.info()

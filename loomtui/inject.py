@@ -71,3 +71,26 @@ def inject(
         detail={**info, "ok": not error, **({"error": error} if error else {})},
     )
     return InjectResult(not error, len(clean), info["digest"], error, event.id)
+
+
+def press(
+    ctx: Context,
+    keys: list[str],
+    *,
+    source: str,
+    kind: str = "keys",
+    detail: dict[str, Any] | None = None,
+    lock_timeout: float = 30.0,
+    driver: TmuxDriver | None = None,
+) -> InjectResult:
+    """Named keys (e.g. Enter to dismiss a dialog) through the same lock and ledger as text."""
+    driver = driver or TmuxDriver(ctx.config)
+    error = ""
+    try:
+        with locks.hold(ctx.state_dir, locks.INJECT, timeout=lock_timeout):
+            driver.send_keys(keys)
+    except (TmuxError, LockHeld) as exc:
+        error = str(exc)
+    event = ledger.append(ctx.store, kind, source=source, cause=None if not error else "inject_failed",
+                          detail={"keys": keys, **(detail or {}), "ok": not error, **({"error": error} if error else {})})
+    return InjectResult(not error, 0, "", error, event.id)

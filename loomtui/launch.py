@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import ledger, session
+from . import clock, ledger, session
+from .policy import OPERATOR, Instant, age
 from .context import Context
 from .driver import TmuxDriver
 from .errors import LoomError
@@ -25,6 +26,7 @@ from .tmux import TmuxError
 
 RESUME, FRESH = "resume", "fresh"
 LAUNCH_KEY = "agent_launch"
+HOLD_KEY = "hold"
 
 
 @dataclass
@@ -80,6 +82,7 @@ def relaunch_locked(
     source: str,
     reason: str | None = None,
     driver: TmuxDriver | None = None,
+    evidence: dict[str, Any] | None = None,
     _fallback: bool = False,
 ) -> Outcome:
     if mode not in (RESUME, FRESH):
@@ -95,18 +98,25 @@ def relaunch_locked(
     template = agent.resume_command if mode == RESUME else agent.fresh_command
     command = render_command(ctx, template, new)
     outcome = Outcome(True, mode, new, old, cause, resume_failed=_fallback)
-    now = time.time()
+    at = clock.now()
+    now = at.wall
     # Pin and record before launching: a crash mid-launch still knows which session is ours,
     # and the attempt counts toward the fuse and ceiling whether or not it works.
     with store.write() as db:
         if mode == FRESH:
             session.pin_in(db, new)
-        detail = {"mode": mode, "old_session": old, "new_session": new}
+        detail = {"mode": mode, "old_session": old, "new_session": new, "mono": at.mono, "boot": at.boot}
         if reason:
             detail["reason"] = reason.strip()
+        if evidence:
+            detail["evidence"] = evidence
         event = ledger.append_in(db, "relaunch", source=source, cause=cause, detail=detail, ts=now)
         outcome.events.append(event.id)
-        store.set_meta(LAUNCH_KEY, json.dumps({"ts": now, "mode": mode, "session_id": new, "cause": cause}), db)
+        store.set_meta(LAUNCH_KEY, json.dumps({"ts": now, "mono": at.mono, "boot": at.boot, "mode": mode,
+                                               "session_id": new, "cause": cause}), db)
+        if cause in OPERATOR and store.get_meta(HOLD_KEY) is not None:
+            db.execute("DELETE FROM meta WHERE key = ?", (HOLD_KEY,))
+            ledger.append_in(db, "hold_cleared", source=source, cause=cause, detail={"by": source}, ts=now)
     try:
         stubborn = driver.stop(agent.stop_grace)
         if stubborn:
@@ -162,6 +172,17 @@ def relaunch_under_way(ctx: Context, now: float | None = None) -> bool:
         locks.hold(ctx.state_dir, locks.RECYCLE, timeout=0).release()
     except LockHeld:
         return True
+    return in_boot_grace(ctx, None if now is None else Instant(now))
+
+
+def since_launch(ctx: Context, at: Instant | None = None) -> float | None:
+    """Seconds since the last launch, on the monotonic clock where it can be compared."""
     launched = last_launch(ctx)
-    now = time.time() if now is None else now
-    return bool(launched) and 0 <= now - float(launched["ts"]) < ctx.config.agent.boot_grace
+    if not launched:
+        return None
+    return age(clock.instant_from(launched, float(launched["ts"])), at or clock.now())
+
+
+def in_boot_grace(ctx: Context, at: Instant | None = None) -> bool:
+    elapsed = since_launch(ctx, at)
+    return elapsed is not None and elapsed < ctx.config.agent.boot_grace

@@ -139,24 +139,30 @@ def inspect(root: int, process_match: str, poller_match: str = "") -> Tree:
     poller_re = re.compile(poller_match) if poller_match else None
     try:
         pids, parents = walk(root)
-        lines = {pid: cmdline(pid) for pid in pids}
     except Ambiguous as exc:
         return Tree(root, why=str(exc))
-    agents = [p for p in pids if agent_re.search(lines[p])]
-    pollers = tuple(p for p in pids if poller_re is not None and poller_re.search(lines[p]))
+    lines: dict[int, str] = {}
+    unreadable: list[str] = []
+    for pid in pids:
+        try:
+            lines[pid] = cmdline(pid)
+        except Ambiguous as exc:
+            unreadable.append(str(exc))
+    why = "; ".join(unreadable)
+    agents = [p for p in lines if agent_re.search(lines[p]) and not is_zombie(p)]
+    pollers = tuple(p for p in lines if poller_re is not None and poller_re.search(lines[p]) and not is_zombie(p))
+    # A process we could not read might have been the one we look for: that is "unknown", not "missing".
     if agents:
-        agent_pid = _deepest(agents, parents)
-        if is_zombie(agent_pid):
-            return Tree(root, tuple(pids), UNKNOWN, agent_pid, UNKNOWN, pollers, f"agent {agent_pid} is a zombie",
-                        lines)
-        agent = PRESENT
+        agent, agent_pid = PRESENT, _deepest(agents, parents)
     else:
-        agent_pid, agent = None, MISSING
+        agent, agent_pid = (UNKNOWN if unreadable else MISSING), None
     if poller_re is None:
         poller = UNKNOWN
+    elif pollers:
+        poller = PRESENT
     else:
-        poller = PRESENT if pollers else MISSING
-    return Tree(root, tuple(pids), agent, agent_pid, poller, pollers, "", lines)
+        poller = UNKNOWN if unreadable else MISSING
+    return Tree(root, tuple(pids), agent, agent_pid, poller, pollers, why, lines)
 
 
 def foreign_pollers(poller_match: str, tree: set[int], exclude: set[int] | None = None) -> list[tuple[int, str]]:

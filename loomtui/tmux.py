@@ -118,9 +118,16 @@ class PaneInfo:
     dead_status: int | None
     width: int
     height: int
+    dead_signal: int | None = None
 
 
-_FIELDS = "#{pane_index}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_width}\t#{pane_height}"
+_FIELDS = ("#{pane_index}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_status}\t#{pane_width}\t"
+           "#{pane_height}\t#{pane_dead_signal}")
+
+
+def _int_or_none(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if text.lstrip("-").isdigit() else None
 
 
 class AgentPane:
@@ -166,16 +173,17 @@ class AgentPane:
             return None
         for line in result.stdout:
             parts = line.split("\t")
-            if len(parts) != 7 or parts[0] != "0":
+            if len(parts) != 8 or parts[0] != "0":
                 continue
-            _, pane_id, pid, dead, status, width, height = parts
+            _, pane_id, pid, dead, status, width, height, dead_signal = parts
             return PaneInfo(
                 pane_id=pane_id,
                 pane_pid=int(pid),
                 dead=dead == "1",
-                dead_status=int(status) if status.strip().lstrip("-").isdigit() else None,
+                dead_status=_int_or_none(status),
                 width=int(width),
                 height=int(height),
+                dead_signal=_int_or_none(dead_signal),
             )
         return None
 

@@ -8,10 +8,10 @@ import traceback
 from collections.abc import Sequence
 
 from ..errors import LoomError
-from . import agent_cmds, common, doctor, ledger_cmd, status, memory
+from . import agent_cmds, common, daemon, doctor, ledger_cmd, status, memory
 
 # Order is the order of `loom --help`.
-COMMANDS = [status, doctor, ledger_cmd, agent_cmds, memory]
+COMMANDS = [status, doctor, ledger_cmd, agent_cmds, daemon, memory]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -174,7 +174,8 @@ class Agent:
                 raise SystemExit(0)
             # Whatever was typed while the dialog was up went to the dialog, as in a real CLI.
             if line == "" or line.strip() == "1":
-                out(" trusted.\n")
+                # A real CLI redraws once the dialog closes; the dialog text must not linger on screen.
+                out("\x1b[2J\x1b[H trusted.\n")
                 return
             out(" (press Enter)\n")
 

@@ -1,0 +1,46 @@
+"""`loom supervise` and `loom install-service`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .. import loops, service
+from ..supervise import supervise
+from .common import context, subcommand
+
+
+def register(sub) -> None:
+    parser = subcommand(sub, "supervise", "run the supervisor daemon (watchdog, canary, sentinel, notifications)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.set_defaults(func=run_supervise)
+    install = subcommand(sub, "install-service", "write a systemd user unit or a launchd agent for `loom supervise`")
+    kind = install.add_mutually_exclusive_group()
+    kind.add_argument("--systemd", dest="kind", action="store_const", const="systemd")
+    kind.add_argument("--launchd", dest="kind", action="store_const", const="launchd")
+    install.add_argument("--print", action="store_true", help="print it instead of writing it")
+    install.set_defaults(func=run_install)
+
+
+def run_supervise(args: argparse.Namespace) -> int:
+    from ..logs import setup_logging
+
+    setup_logging(args.log_level)
+    ctx = context(args)
+    return supervise(ctx, loops.tick_loops(ctx), loops.services(ctx))
+
+
+def run_install(args: argparse.Namespace) -> int:
+    kind = args.kind or ("launchd" if sys.platform == "darwin" else "systemd")
+    ctx = context(args)
+    if args.print:
+        sys.stdout.write(service.render(ctx, kind))
+        return 0
+    path = service.install(ctx, kind)
+    print(f"wrote {path}")
+    if kind == "systemd":
+        print("enable it with: systemctl --user daemon-reload && systemctl --user enable --now loom.service")
+    else:
+        print(f"load it with: launchctl load -w {path}")
+    return 0

@@ -1,0 +1,156 @@
+"""The recovery policy: facts, history, config and now in; a decision out. No I/O, no clock.
+
+- Crash-like causes resume the pinned session.
+- `preventive` and `resume_failed` go fresh, and so does any session that has already been
+  recycled once for `canary_failed`: resuming a wedged session revived the same wedge four
+  times in the incident this rule exists for, so repeated wedges are counted per session,
+  not only per time window.
+- The thrash fuse: `fuse_count` automatic relaunches inside `fuse_window` force fresh.
+- The ceiling: `ceiling_count` automatic relaunches inside `ceiling_window` stop automatic
+  relaunching, escalate once, and hold until an operator acts.
+- Backoff grows between automatic relaunches, capped.
+- Operator causes always act, with the mode asked for, and clear a hold.
+
+Windows are measured with the monotonic clock when an entry was recorded on this boot (so a
+wall-clock jump changes nothing) and with stored wall times otherwise; an entry that seems to
+lie in the future counts as just now, the safe direction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+RESUME, FRESH = "resume", "fresh"
+RELAUNCH, WAIT, HOLD = "relaunch", "wait", "hold"
+
+CRASH_LIKE = ("crash", "exit", "tmux_gone", "poller_missing", "canary_failed")
+ALWAYS_FRESH = ("preventive", "resume_failed")
+OPERATOR = ("operator_resume", "operator_fresh")
+CAUSES = CRASH_LIKE + ALWAYS_FRESH + OPERATOR
+
+
+@dataclass(frozen=True)
+class Instant:
+    """A moment on both clocks: wall (seconds since the epoch) and monotonic on one boot."""
+
+    wall: float
+    mono: float | None = None
+    boot: str | None = None
+
+
+def age(then: Instant, now: Instant) -> float:
+    if then.boot is not None and then.boot == now.boot and then.mono is not None and now.mono is not None:
+        return max(0.0, now.mono - then.mono)
+    return max(0.0, now.wall - then.wall)
+
+
+@dataclass(frozen=True)
+class Relaunch:
+    at: Instant
+    cause: str
+    mode: str
+    old_session: str | None = None
+    new_session: str | None = None
+
+    @property
+    def automatic(self) -> bool:
+        return self.cause not in OPERATOR
+
+
+@dataclass(frozen=True)
+class Limits:
+    fuse_window: float = 900.0
+    fuse_count: int = 3
+    ceiling_window: float = 3600.0
+    ceiling_count: int = 6
+    backoff_base: float = 5.0
+    backoff_max: float = 300.0
+
+
+@dataclass(frozen=True)
+class Situation:
+    """Everything the decision depends on, gathered by the shell."""
+
+    cause: str
+    pinned: str | None
+    history: tuple[Relaunch, ...] = ()
+    held: bool = False
+    # Sessions that were ever recycled for canary_failed (older than any window too).
+    canary_recycled: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str
+    mode: str | None = None
+    wait: float = 0.0
+    escalate: bool = False
+    reasons: tuple[str, ...] = ()
+
+
+def backoff(previous: int, limits: Limits) -> float:
+    """Seconds to wait after the last automatic relaunch, given how many came before it."""
+    if previous <= 0:
+        return 0.0
+    return min(limits.backoff_base * (2 ** min(previous - 1, 30)), limits.backoff_max)
+
+
+def counted(history: tuple[Relaunch, ...], window: float, now: Instant) -> list[Relaunch]:
+    """Automatic relaunches inside `window` and after the last operator action."""
+    out: list[Relaunch] = []
+    for r in sorted(history, key=lambda r: age(r.at, now), reverse=True):
+        if not r.automatic:
+            out.clear()  # an operator action starts a new budget
+            continue
+        if age(r.at, now) < window:
+            out.append(r)
+    return out
+
+
+def decide(s: Situation, limits: Limits, now: Instant) -> Decision:
+    if s.cause not in CAUSES:
+        raise ValueError(f"unknown cause {s.cause!r}")
+    if s.cause in OPERATOR:
+        mode = RESUME if s.cause == "operator_resume" else FRESH
+        return Decision(RELAUNCH, mode, reasons=("operator action",))
+    if s.held:
+        return Decision(HOLD, reasons=("held at the ceiling until an operator acts",))
+
+    in_ceiling = counted(s.history, limits.ceiling_window, now)
+    if len(in_ceiling) >= limits.ceiling_count:
+        return Decision(
+            HOLD,
+            escalate=True,
+            reasons=(f"ceiling: {len(in_ceiling)} automatic relaunches within {limits.ceiling_window:g}s",),
+        )
+
+    if in_ceiling:
+        latest = min(age(r.at, now) for r in in_ceiling)
+        needed = backoff(len(in_ceiling), limits)
+        if latest < needed:
+            return Decision(WAIT, wait=needed - latest,
+                            reasons=(f"backoff: {needed:g}s after relaunch {len(in_ceiling)}",))
+
+    reasons: list[str] = []
+    mode = RESUME
+    if s.cause in ALWAYS_FRESH:
+        mode = FRESH
+        reasons.append(f"{s.cause} always starts fresh")
+    if s.pinned is not None and s.pinned in s.canary_recycled:
+        mode = FRESH
+        reasons.append("this session was already recycled for canary_failed")
+    in_fuse = counted(s.history, limits.fuse_window, now)
+    if len(in_fuse) >= limits.fuse_count:
+        mode = FRESH
+        reasons.append(f"fuse: {len(in_fuse)} automatic relaunches within {limits.fuse_window:g}s")
+    if s.pinned is None and mode == RESUME:
+        mode = FRESH
+        reasons.append("no pinned session")
+    if not reasons:
+        reasons.append(f"{s.cause} resumes the pinned session")
+    return Decision(RELAUNCH, mode, reasons=tuple(reasons))
+
+
+def limits_from(config: object) -> Limits:
+    w = config.watchdog  # type: ignore[attr-defined]
+    return Limits(w.fuse_window, w.fuse_count, w.ceiling_window, w.ceiling_count, w.backoff_base, w.backoff_max)

@@ -1,0 +1,212 @@
+"""`loom supervise`: the daemon. An asyncio runtime running each loop as its own task.
+
+Start-up order matters (an earlier daemon swallowed a failed lock write and exited 0, so its
+supervisor never restarted it): prove the state directory writable, then take
+supervisor.lock, then work. A loop that raises is recorded and restarted with capped backoff;
+it never takes the daemon down. SIGTERM or SIGINT is a clean stop (exit 0); a fatal error is
+a non-zero exit with a message. A daemon that exits at all has failed, so the service manager
+restarts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+
+from . import __version__, ledger, locks
+from .context import Context
+from .errors import LoomError
+
+log = logging.getLogger("loom.supervise")
+
+HEARTBEAT = "supervisor"
+MAX_LOOP_BACKOFF = 60.0
+FATAL_HEARTBEAT_FAILURES = 3
+
+
+@dataclass
+class LoopStats:
+    ticks: int = 0
+    errors: int = 0
+    restarts: int = 0
+    last_duration: float = 0.0
+    last_tick: float | None = None
+    last_error: str = ""
+
+
+@dataclass
+class TickLoop:
+    """A blocking tick run in a worker thread every `period` seconds; `make` builds a fresh tick."""
+
+    name: str
+    period: float
+    make: Callable[[Context], Callable[[], object]]
+
+
+@dataclass
+class Service:
+    """A long-running coroutine (e.g. the Telegram sender) that watches `stop` itself."""
+
+    name: str
+    run: Callable[[Context, asyncio.Event], Awaitable[None]]
+
+
+@dataclass
+class Runtime:
+    ctx: Context
+    loops: list[TickLoop]
+    services: list[Service] = field(default_factory=list)
+    stats: dict[str, LoopStats] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    fatal: str = ""
+
+
+def clone(ctx: Context) -> Context:
+    # One SQLite connection per loop: a slow query in one loop never blocks another's writes.
+    return Context(ctx.config, ctx.config_path, ctx.state_dir)
+
+
+def _pause(stop: asyncio.Event, seconds: float) -> Awaitable[object]:
+    return asyncio.wait_for(asyncio.shield(stop.wait()), timeout=max(seconds, 0.0))
+
+
+async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
+    """Sleep up to `seconds`; True if a stop was asked for meanwhile."""
+    try:
+        await _pause(stop, seconds)
+        return True
+    except asyncio.TimeoutError:
+        return stop.is_set()
+
+
+def _record_error(ctx: Context, name: str, exc: BaseException) -> None:
+    try:
+        ledger.append(ctx.store, "loop_error", source="supervisor",
+                      detail={"loop": name, "type": type(exc).__name__, "error": str(exc)[:500]})
+    except Exception:  # the store itself may be what failed; the log line below still says it
+        pass
+    log.error("loop %s failed: %s: %s", name, type(exc).__name__, exc)
+
+
+async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> None:
+    stats = rt.stats.setdefault(spec.name, LoopStats())
+    ctx = clone(rt.ctx)
+    tick = spec.make(ctx)
+    failures = 0
+    try:
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                await asyncio.to_thread(tick)
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                stats.errors += 1
+                stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
+                _record_error(ctx, spec.name, exc)
+                if await sleep_or_stop(stop, min(2.0 ** failures, MAX_LOOP_BACKOFF)):
+                    break
+                ctx.close()
+                ctx = clone(rt.ctx)
+                tick = spec.make(ctx)
+                stats.restarts += 1
+                continue
+            finally:
+                stats.ticks += 1
+                stats.last_duration = time.monotonic() - began
+                stats.last_tick = time.time()
+            if await sleep_or_stop(stop, spec.period - (time.monotonic() - began)):
+                break
+    finally:
+        ctx.close()
+
+
+async def run_service(rt: Runtime, service: Service, stop: asyncio.Event) -> None:
+    stats = rt.stats.setdefault(service.name, LoopStats())
+    failures = 0
+    while not stop.is_set():
+        ctx = clone(rt.ctx)
+        try:
+            await service.run(ctx, stop)
+            failures = 0
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            failures += 1
+            stats.errors += 1
+            stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
+            _record_error(ctx, service.name, exc)
+        finally:
+            ctx.close()
+        if stop.is_set():
+            break
+        stats.restarts += 1
+        if await sleep_or_stop(stop, min(2.0 ** failures, MAX_LOOP_BACKOFF)):
+            break
+
+
+async def run_heartbeat(rt: Runtime, stop: asyncio.Event, period: float) -> None:
+    ctx = clone(rt.ctx)
+    failures = 0
+    try:
+        while not stop.is_set():
+            detail = {"pid": os.getpid(), "started": rt.started, "version": __version__,
+                      "loops": {name: asdict(s) for name, s in rt.stats.items()}}
+            try:
+                await asyncio.to_thread(ctx.store.beat, HEARTBEAT, detail)
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                log.error("heartbeat failed: %s", exc)
+                if failures >= FATAL_HEARTBEAT_FAILURES:
+                    rt.fatal = f"cannot write the heartbeat to {ctx.state_dir}: {exc}"
+                    stop.set()
+                    return
+            if await sleep_or_stop(stop, period):
+                break
+    finally:
+        ctx.close()
+
+
+async def main_async(rt: Runtime, heartbeat_period: float) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(run_heartbeat(rt, stop, heartbeat_period), name="heartbeat")]
+    tasks += [asyncio.create_task(run_tick_loop(rt, spec, stop), name=spec.name) for spec in rt.loops]
+    tasks += [asyncio.create_task(run_service(rt, svc, stop), name=svc.name) for svc in rt.services]
+    await stop.wait()
+    done, pending = await asyncio.wait(tasks, timeout=30)
+    for task in pending:
+        task.cancel()
+    for task in done:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task %s ended with %s", task.get_name(), task.exception())
+
+
+def supervise(ctx: Context, loops: list[TickLoop], services: list[Service] | None = None) -> int:
+    """Run until stopped. The state dir was proven writable when `ctx` was loaded."""
+    lock = locks.FileLock(ctx.state_dir, locks.SUPERVISOR)
+    try:
+        lock.acquire(timeout=0)
+    except LoomError as exc:
+        raise LoomError(f"another loom supervise is running for this state dir: {exc}", exit_code=3) from None
+    rt = Runtime(ctx, loops, services or [])
+    try:
+        ledger.append(ctx.store, "supervisor_start", source="supervisor",
+                      detail={"pid": os.getpid(), "version": __version__,
+                              "loops": [s.name for s in loops] + [s.name for s in rt.services]})
+        heartbeat_period = min(5.0, min((s.period for s in loops), default=5.0) * 2)
+        asyncio.run(main_async(rt, heartbeat_period))
+        if rt.fatal:
+            raise LoomError(rt.fatal)
+        ledger.append(ctx.store, "supervisor_stop", source="supervisor", detail={"pid": os.getpid()})
+        return 0
+    finally:
+        lock.release()

@@ -1,0 +1,185 @@
+"""The watchdog tick: observe at bounded cost, let watchdog_core decide, act through recovery."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from . import inject, launch, ledger, proctree, recovery
+from .context import Context
+from .driver import UP, TmuxDriver
+from .proctree import MISSING, PRESENT, UNKNOWN
+from .tmux import TmuxError
+from .watchdog_core import Memory, Observation, Step, assess, settings_from
+
+
+@dataclass
+class TickReport:
+    observation: Observation | None = None
+    steps: list[Step] = field(default_factory=list)
+    results: list[str] = field(default_factory=list)
+
+
+class Watchdog:
+    def __init__(self, ctx: Context, driver: TmuxDriver | None = None) -> None:
+        self.ctx = ctx
+        self.driver = driver or TmuxDriver(ctx.config)
+        self.settings = settings_from(ctx.config)
+        self.memory = Memory()
+        self.last_foreign_scan: float | None = None
+
+    # -- observe ---------------------------------------------------------------------------
+
+    def observe(self) -> tuple[Observation, object]:
+        facts = self.driver.observe()
+        launched = launch.last_launch(self.ctx)
+        since = launch.since_launch(self.ctx)
+        agent = self.ctx.config.agent
+        screen = None
+        pane = facts.pane
+        if facts.tmux == UP and pane is not None:
+            try:
+                if pane.dead:
+                    screen = self.driver.screen(history=True)
+                elif agent.modals and facts.tree is not None and facts.tree.agent == PRESENT:
+                    screen = self.driver.screen()
+            except TmuxError:
+                screen = None
+        tree = facts.tree
+        obs = Observation(
+            tmux=facts.tmux,
+            pane_dead=bool(pane and pane.dead),
+            dead_status=pane.dead_status if pane else None,
+            dead_signal=pane.dead_signal if pane else None,
+            agent=tree.agent if tree else UNKNOWN,
+            poller=tree.poller if tree else UNKNOWN,
+            poller_configured=bool(agent.poller_match),
+            since_launch=since,
+            last_mode=launched.get("mode") if launched else None,
+            screen=screen,
+            why=facts.why,
+        )
+        return obs, facts
+
+    # -- ticks -----------------------------------------------------------------------------
+
+    def fast_tick(self) -> TickReport | None:
+        """One cheap tmux call; a dead pane gets a full tick at once instead of at the next interval."""
+        try:
+            info = self.driver.pane.info()
+        except TmuxError:
+            return None
+        if info is not None and info.dead:
+            return self.tick()
+        return None
+
+    def tick(self) -> TickReport:
+        obs, facts = self.observe()
+        steps, self.memory = assess(obs, self.memory, self.settings, time.monotonic())
+        report = TickReport(obs, steps)
+        for step in steps:
+            report.results.append(self.act(step, obs, facts))
+        # After a relaunch the facts are stale: the new agent's poller would look foreign.
+        if not any(step.kind == "recover" for step in steps) and self.due_foreign_scan():
+            report.results.extend(self.reap_foreign())
+        return report
+
+    # -- act -------------------------------------------------------------------------------
+
+    def act(self, step: Step, obs: Observation, facts: object) -> str:
+        if step.kind == "ambiguous":
+            ledger.append(self.ctx.store, "observation_ambiguous", source="watchdog", detail={"why": step.note})
+            return f"ambiguous: {step.note}"
+        if step.kind == "dismiss_modal":
+            result = inject.press(self.ctx, list(step.keys), source="watchdog", kind="modal_dismissed",
+                                  detail={"match": step.note})
+            return "modal dismissed" if result.ok else f"modal dismissal failed: {result.error}"
+        assert step.kind == "recover" and step.cause
+        evidence: dict[str, object] = {"note": step.note}
+        if obs.pane_dead:
+            evidence["status"] = obs.dead_status
+            if obs.dead_signal:
+                evidence["signal"] = obs.dead_signal
+        pane_pid = facts.pane.pane_pid if getattr(facts, "pane", None) else None  # type: ignore[attr-defined]
+        outcome = recovery.recover(self.ctx, step.cause, source="watchdog", evidence=evidence,
+                                   still_failing=lambda: self.still_failing(step.cause, pane_pid))
+        return f"{step.cause}: {outcome.describe()}"
+
+    def still_failing(self, cause: str, pane_pid: int | None) -> bool:
+        """The second look, under recycle.lock: has someone else handled this already?"""
+        try:
+            info = self.driver.pane.info()
+        except TmuxError:
+            return False
+        if cause == "tmux_gone":
+            return info is None
+        if info is None:
+            return False
+        if cause in ("exit", "crash", "resume_failed") and info.dead:
+            return info.pane_pid == pane_pid
+        if info.dead:
+            return False
+        tree = proctree.inspect(info.pane_pid, self.ctx.config.agent.process_match,
+                                self.ctx.config.agent.poller_match)
+        if cause == "exit":
+            return tree.agent == MISSING
+        if cause == "poller_missing":
+            return tree.agent == PRESENT and tree.poller == MISSING
+        return False
+
+    # -- foreign pollers -------------------------------------------------------------------
+
+    def due_foreign_scan(self) -> bool:
+        if not self.ctx.config.agent.poller_match:
+            return False
+        now = time.monotonic()
+        if self.last_foreign_scan is not None and now - self.last_foreign_scan < self.ctx.config.watchdog.foreign_scan:
+            return False
+        self.last_foreign_scan = now
+        return True
+
+    def reap_foreign(self) -> list[str]:
+        try:
+            info = self.driver.pane.info()
+        except TmuxError:
+            return []  # tmux did not answer: we cannot tell ours from theirs
+        pane_pid = info.pane_pid if info is not None and not info.dead else None
+        ours: set[int] = set()
+        if pane_pid is not None:
+            try:
+                ours = set(proctree.walk(pane_pid)[0])
+            except proctree.Ambiguous:
+                return []
+        results = []
+        for pid, _line in proctree.foreign_pollers(self.ctx.config.agent.poller_match, ours):
+            if not self._confirm_foreign(pid, pane_pid):
+                continue
+            name = _name(pid)
+            left = proctree.end_processes([pid], grace=2.0)
+            ledger.append(self.ctx.store, "foreign_poller_reaped", source="watchdog",
+                          detail={"pid": pid, "name": name, "ok": not left})
+            results.append(f"reaped foreign poller {pid}")
+        return results
+
+    def _confirm_foreign(self, pid: int, pane_pid: int | None) -> bool:
+        # Second look: still there, still a poller, and no ancestor is the agent's pane
+        # (a poller the agent just spawned may have been missed by the tree walk).
+        try:
+            proc = psutil.Process(pid)
+            line = " ".join(proc.cmdline())
+            ancestors = {p.pid for p in proc.parents()}
+        except psutil.Error:
+            return False
+        if not re.search(self.ctx.config.agent.poller_match, line):
+            return False
+        return pane_pid is None or pane_pid not in ancestors
+
+
+def _name(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return "?"

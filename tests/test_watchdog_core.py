@@ -1,0 +1,120 @@
+"""The watchdog's pure rules: definitive signals act, absences need two looks, ambiguity does nothing."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loomtui.watchdog_core import Memory, Observation, Settings, assess
+
+S = Settings(boot_grace=90, poller_grace=180, resume_failed_match="No conversation found",
+             modals=(("Yes, I trust this folder", ("Enter",)),))
+HEALTHY = Observation(tmux="up", agent="present", poller="present", poller_configured=True, since_launch=1000)
+
+
+def run(observations, start=Memory(), t0=0.0, step=30.0):
+    mem, out = start, []
+    for i, obs in enumerate(observations):
+        steps, mem = assess(obs, mem, S, t0 + i * step)
+        out.append(steps)
+    return out, mem
+
+
+def causes(all_steps):
+    return [s.cause for steps in all_steps for s in steps if s.kind == "recover"]
+
+
+def test_healthy_does_nothing():
+    out, _ = run([HEALTHY] * 5)
+    assert out == [[]] * 5
+
+
+def test_dead_pane_acts_at_once_with_exit_or_crash():
+    assert causes(run([Observation(tmux="up", pane_dead=True, dead_status=0)])[0]) == ["exit"]
+    assert causes(run([Observation(tmux="up", pane_dead=True, dead_status=1)])[0]) == ["crash"]
+    assert causes(run([Observation(tmux="up", pane_dead=True, dead_status=None)])[0]) == ["exit"]
+    assert causes(run([Observation(tmux="up", pane_dead=True, dead_signal=9)])[0]) == ["crash"]
+
+
+def test_resume_failed_is_told_apart():
+    obs = Observation(tmux="up", pane_dead=True, dead_status=1, since_launch=3, last_mode="resume",
+                      screen="No conversation found with session ID: x")
+    assert causes(run([obs])[0]) == ["resume_failed"]
+    late = Observation(tmux="up", pane_dead=True, dead_status=1, since_launch=3000, last_mode="resume",
+                       screen="No conversation found with session ID: x")
+    assert causes(run([late])[0]) == ["crash"]
+
+
+def test_gone_needs_two_consecutive_looks():
+    gone = Observation(tmux="gone")
+    assert causes(run([gone])[0]) == []
+    assert causes(run([gone, HEALTHY, gone])[0]) == []
+    assert causes(run([gone, gone])[0]) == ["tmux_gone"]
+
+
+def test_ambiguous_never_triggers_nor_counts():
+    gone, unknown = Observation(tmux="gone"), Observation(tmux="unknown", why="tmux did not answer")
+    out, _ = run([gone, unknown, unknown, gone])
+    # unknown looks neither trigger nor break the run of absences... but they do not add to it either.
+    assert causes(out[:3]) == []
+    assert [s.kind for s in out[1]] == ["ambiguous"] and out[2] == []
+
+
+def test_agent_missing_needs_two_looks():
+    missing = Observation(tmux="up", agent="missing", poller_configured=True, since_launch=1000)
+    assert causes(run([missing])[0]) == []
+    assert causes(run([missing, missing])[0]) == ["exit"]
+    unknown = Observation(tmux="up", agent="unknown", since_launch=1000, why="access denied")
+    assert causes(run([missing, unknown, unknown])[0]) == []
+
+
+def test_poller_missing_waits_for_its_grace_and_two_looks():
+    missing = Observation(tmux="up", agent="present", poller="missing", poller_configured=True, since_launch=1000)
+    out, _ = run([missing] * 6, step=30)     # 0, 30, ... 150s: still inside the 180s grace
+    assert causes(out) == []
+    out, _ = run([missing] * 8, step=30)     # reaches 180s at the 7th look
+    assert causes(out) == ["poller_missing"]
+    # A poller seen again resets the clock.
+    out, _ = run([missing] * 5 + [HEALTHY] + [missing] * 5, step=30)
+    assert causes(out) == []
+
+
+def test_poller_not_counted_during_boot_grace():
+    booting = Observation(tmux="up", agent="present", poller="missing", poller_configured=True, since_launch=5)
+    out, mem = run([booting] * 20, step=30)
+    assert causes(out) == [] and mem.poller_missing_since is None
+
+
+def test_unknown_poller_triggers_nothing():
+    unknown = Observation(tmux="up", agent="present", poller="unknown", poller_configured=True, since_launch=1000)
+    assert causes(run([unknown] * 20)[0]) == []
+
+
+def test_modal_dismissed_then_cooldown():
+    modal = Observation(tmux="up", agent="present", poller="present", poller_configured=True, since_launch=1000,
+                        screen="Do you trust the files?\n > 1. Yes, I trust this folder")
+    out, _ = run([modal, modal, modal], step=1)
+    kinds = [[s.kind for s in steps] for steps in out]
+    assert kinds == [["dismiss_modal"], [], []]
+    out, _ = run([modal, modal], step=30)
+    assert [[s.keys for s in steps] for steps in out] == [[("Enter",)], [("Enter",)]]
+
+
+@given(st.lists(st.sampled_from(["up", "gone", "unknown", "dead", "missing", "pmissing", "tree_unknown"]),
+                max_size=40))
+def test_unknown_observations_never_trigger(kinds):
+    obs_for = {
+        "up": HEALTHY,
+        "gone": Observation(tmux="gone"),
+        "unknown": Observation(tmux="unknown"),
+        "dead": Observation(tmux="up", pane_dead=True, dead_status=1),
+        "missing": Observation(tmux="up", agent="missing", since_launch=1000),
+        "pmissing": Observation(tmux="up", agent="present", poller="missing", poller_configured=True,
+                                since_launch=1000),
+        "tree_unknown": Observation(tmux="up", agent="unknown", poller="unknown", since_launch=1000),
+    }
+    mem = Memory()
+    for i, kind in enumerate(kinds):
+        steps, mem = assess(obs_for[kind], mem, S, i * 30.0)
+        if kind in ("unknown", "tree_unknown", "up"):
+            assert not [s for s in steps if s.kind == "recover"]
