@@ -9,9 +9,10 @@ from collections.abc import Sequence
 
 from ..errors import LoomError
 from . import agent_cmds, common, daemon, doctor, ledger_cmd, status, memory
+from . import jobs
 
 # Order is the order of `loom --help`.
-COMMANDS = [status, doctor, ledger_cmd, agent_cmds, daemon, memory]
+COMMANDS = [status, doctor, ledger_cmd, agent_cmds, daemon, memory, jobs]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,111 @@
+"""`loom run-job`, `loom queue`, `loom resolve` and `loom sentinel scan`: the fleet of jobs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .. import jobrun
+from .. import sentinel_queue as queue
+from ..durations import format_duration
+from ..queue_core import CLAIMED, WITNESSED, Item
+from .common import context, print_json, subcommand
+
+
+def register(sub) -> None:
+    run = subcommand(sub, "run-job", "run a configured job's command (no shell), append its output to the job log "
+                                     "and record the run; exits with the command's status")
+    run.add_argument("name", help="the job's name in [[jobs]]")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command and its arguments")
+    run.set_defaults(func=run_job)
+    q = subcommand(sub, "queue", "list the sentinel queue: open, claimed and recently witnessed items")
+    q.add_argument("--json", action="store_true", help="machine-readable output")
+    q.add_argument("--witnessed", type=int, default=10, metavar="N", help="how many witnessed items to show (10)")
+    q.set_defaults(func=run_queue)
+    res = subcommand(sub, "resolve", "claim a queue item as handled; it is witnessed by the job's next clean run")
+    res.add_argument("id", type=int, help="the queue item's id")
+    res.add_argument("--note", required=True, help="what you found and what you did")
+    res.set_defaults(func=run_resolve)
+    sen = subcommand(sub, "sentinel", "the sentinel by hand (the daemon runs it every sentinel.interval)")
+    inner = sen.add_subparsers(dest="sentinel_command", metavar="scan", required=True)
+    scan = subcommand(inner, "scan", "scan every job log now, update the queue, send due nudges and escalations")
+    scan.add_argument("--no-nudge", action="store_true", help="only scan and update the queue")
+    scan.add_argument("--json", action="store_true", help="machine-readable report")
+    scan.set_defaults(func=run_scan)
+
+
+def printable(text: object) -> str:
+    # Job names, log lines and notes are untrusted: no control character reaches the terminal.
+    return "".join(c if c.isprintable() else "?" for c in str(text))
+
+
+def run_job(args: argparse.Namespace) -> int:
+    argv = list(args.cmd)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    result = jobrun.run_job(context(args), args.name, argv)
+    if result.error:
+        print(printable(f"loom: run-job {args.name!r}: {result.error}"), file=sys.stderr)
+    return result.exit_code
+
+
+def run_queue(args: argparse.Namespace) -> int:
+    store = context(args).store
+    items = queue.listing(store, include_witnessed=args.witnessed)
+    if args.json:
+        print_json({"counts": queue.counts(store), "items": [queue.as_dict(i) for i in items]})
+        return 0
+    counts = queue.counts(store)
+    print(f"queue: {counts['open']} open, {counts['claimed']} claimed (awaiting a clean run), "
+          f"{counts[WITNESSED]} witnessed")
+    now = time.time()
+    for item in items:
+        for line in format_item(item, now):
+            print(printable(line))
+    return 0
+
+
+def format_item(item: Item, now: float) -> list[str]:
+    age = format_duration(max(0.0, now - item.first_seen))
+    head = (f"{item.id:>5}  {item.state:<9}  {item.job[:24]:<24}  {age:>6}  seen {item.count}x  "
+            f"nudged {item.nudges}x  {item.kind}: {item.signature[:80]}")
+    lines = [head]
+    if item.state in (CLAIMED, WITNESSED) or item.reopens:
+        who = item.claimed_by or "?"
+        if item.claimed_session:
+            who += f" (session {item.claimed_session})"
+        if item.state == CLAIMED and item.claimed_at is not None:
+            lines.append(f"       claimed by {who} {format_duration(max(0.0, now - item.claimed_at))} ago; "
+                         "waiting for the job's next clean run")
+        elif item.state == WITNESSED:
+            lines.append(f"       claimed by {who}; witnessed by run {item.witness_run}")
+        else:
+            lines.append(f"       reopened {item.reopens}x: the claim did not hold")
+    if item.note:
+        lines.append(f"       note: {item.note[:200]}")
+    return lines
+
+
+def run_resolve(args: argparse.Namespace) -> int:
+    item, changed = queue.resolve(context(args), args.id, args.note, source="cli",
+                                  session_id=queue.claimer_session())
+    if not changed:
+        print(f"queue item {item.id} was already witnessed; nothing to do")
+        return 0
+    print(printable(f"claimed queue item {item.id} (job {item.job!r}); it is witnessed when the job's next run "
+                    "exits 0 with no failure lines, and reopened if that run fails"))
+    return 0
+
+
+def run_scan(args: argparse.Namespace) -> int:
+    from ..sentinel import sentinel_tick
+
+    report = sentinel_tick(context(args), notify=not args.no_nudge)
+    if args.json:
+        print_json(report.as_dict())
+    else:
+        print(printable(report.describe()))
+        for error in report.errors:
+            print(printable(f"loom: {error}"), file=sys.stderr)
+    return 1 if report.errors else 0

@@ -1,0 +1,186 @@
+"""`loom run-job NAME -- CMD...`: run one job, append its output to the job log, record the run.
+
+The command is an argv list, never a shell line. Output (stdout and stderr together, in the
+order written) is appended line by line with a timestamp, so a long job shows progress in
+its log as it goes. The run's start, end, exit code, duration and the number of failure lines
+it wrote are recorded in the store; the sentinel witnesses a claimed fix from that record.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shlex
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import logscan, redact
+from .context import Context
+from .errors import LoomError
+
+CHUNK = 65536
+MAX_OUTPUT_LINE = 65536  # a line longer than this is broken in the log rather than held in memory
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@dataclass
+class RunResult:
+    run_id: int
+    exit_code: int
+    duration: float
+    failure_lines: int
+    error: str | None = None
+
+
+def stamp() -> bytes:
+    return dt.datetime.now().astimezone().isoformat(timespec="milliseconds").encode()
+
+
+class LogWriter:
+    """Appends timestamped lines; counts failure lines exactly as the sentinel will see them."""
+
+    def __init__(self, fd: int, matcher: logscan.Matcher) -> None:
+        self.fd, self.matcher = fd, matcher
+        self.pending = b""
+        self.failures = 0
+        self.error: str | None = None
+
+    def feed(self, data: bytes) -> None:
+        self.pending += data
+        *lines, self.pending = self.pending.split(b"\n")
+        while len(self.pending) > MAX_OUTPUT_LINE:
+            lines.append(self.pending[:MAX_OUTPUT_LINE])
+            self.pending = self.pending[MAX_OUTPUT_LINE:]
+        self._write(lines)
+
+    def close(self) -> None:
+        if self.pending:
+            self._write([self.pending])
+            self.pending = b""
+
+    def mark(self, text: str) -> None:
+        self._write([logscan.RUN_MARK + redact.scrub(text).encode("utf-8", "replace")], count=False)
+
+    def _write(self, lines: list[bytes], count: bool = True) -> None:
+        if not lines or self.error:
+            return
+        ts = stamp()
+        out = []
+        for line in lines:
+            full = ts + b" " + line
+            if count and self.matcher.is_failure_line(full):
+                self.failures += 1
+            out.append(full + b"\n")
+        data = b"".join(out)
+        try:
+            while data:
+                data = data[os.write(self.fd, data):]
+        except OSError as exc:
+            # Keep draining the job's output so it never blocks on a full pipe; the run is not clean.
+            self.error = f"writing the log failed: {exc.strerror or exc}"
+
+
+def open_log(path: Path) -> int:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise LoomError(f"run-job: cannot open the job log {path}: {exc.strerror or exc}") from None
+
+
+def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
+    job = ctx.config.job(name)
+    if job is None:
+        where = f" in {ctx.config_path}" if ctx.config_path else " (no config file)"
+        raise LoomError(f"run-job: no job named {name!r}{where}", exit_code=2)
+    if not argv:
+        raise LoomError("run-job: give the command after --, e.g. loom run-job NAME -- ./backup.sh", exit_code=2)
+    cfg = ctx.config.sentinel
+    matcher = logscan.matcher_for(job.patterns, job.anti_patterns, cfg.patterns, cfg.anti_patterns)
+    store = ctx.store
+    # Whoever stops run-job (cron's timeout, systemd, Ctrl-C) stops the job, and the run is still recorded.
+    with _Stopper() as stopper:
+        started, t0 = time.time(), time.monotonic()
+        with store.write() as db:
+            run_id = int(db.execute("INSERT INTO job_runs(job, started, pid) VALUES (?, ?, ?)",
+                                    (name, started, os.getpid())).lastrowid)
+        try:
+            fd = open_log(job.log)
+        except LoomError as exc:
+            _finish(ctx, run_id, 1, t0, 0, str(exc))
+            raise
+        writer = LogWriter(fd, matcher)
+        try:
+            writer.mark(f"start run {run_id} of job {name!r}: {shlex.join(argv)}")
+            env = {"LOOM_JOB": name, "LOOM_RUN_ID": str(run_id)}
+            code, error = _spawn_and_copy(argv, writer, env, stopper)
+            duration = time.monotonic() - t0
+            writer.mark(f"run {run_id} " + (f"could not start: {error}" if error else
+                                             f"exit {code} after {duration:.1f}s"))
+        finally:
+            os.close(fd)
+        error = error or writer.error
+        _finish(ctx, run_id, code, t0, writer.failures, error)
+    return RunResult(run_id, code, time.monotonic() - t0, writer.failures, error)
+
+
+class _Stopper:
+    """Passes a stop signal on to the job; one that comes before the job exists stops it from starting."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.signal: int | None = None
+
+    def __call__(self, sig: int, _frame: object) -> None:
+        self.signal = sig
+        if self.proc is not None:
+            try:
+                self.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+    def __enter__(self) -> _Stopper:
+        self.previous = {sig: signal.signal(sig, self) for sig in FORWARDED}
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def _spawn_and_copy(argv: list[str], writer: LogWriter, extra_env: dict[str, str],
+                    stopper: _Stopper) -> tuple[int, str | None]:
+    if stopper.signal is not None:
+        return 128 + stopper.signal, f"stopped by signal {stopper.signal} before the command started"
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env={**os.environ, **extra_env})
+    except FileNotFoundError:
+        return 127, f"{argv[0]!r}: no such file or command"
+    except PermissionError:
+        return 126, f"{argv[0]!r}: permission denied"
+    except OSError as exc:
+        return 126, f"{argv[0]!r}: {exc.strerror or exc}"
+    stopper.proc = proc
+    if stopper.signal is not None:
+        stopper(stopper.signal, None)
+    assert proc.stdout is not None
+    try:
+        out = proc.stdout.fileno()
+        while data := os.read(out, CHUNK):
+            writer.feed(data)
+        writer.close()
+        code = proc.wait()
+    finally:
+        proc.stdout.close()
+    return (128 - code if code < 0 else code), None
+
+
+def _finish(ctx: Context, run_id: int, code: int, t0: float, failures: int, error: str | None) -> None:
+    ended = time.time()
+    with ctx.store.write() as db:
+        db.execute("UPDATE job_runs SET ended = ?, exit_code = ?, duration = ?, failure_lines = ?, error = ? "
+                   "WHERE id = ?", (ended, code, time.monotonic() - t0, failures, error, run_id))

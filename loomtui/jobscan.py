@@ -1,0 +1,201 @@
+"""Reading what is new in one job log: the file side of the sentinel scan.
+
+Cost is one open, one fstat and one small read of the head per job, plus the new bytes.
+After a rotation or a copy-and-truncate the previous file is finished from the remembered
+offset when it can still be found beside the log (same inode, or same head and long enough),
+so lines written just before the rotation are not lost, and no line is read twice.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import logscan
+from .logscan import Carry, FileFacts, Line, Position
+from .queue_core import LINE, Failure
+from .signature import normalize
+
+CHUNK = 1 << 20
+MAX_SIGNATURES = 20  # distinct failure signatures per job per scan; the rest fold into one item
+MAX_SAMPLE = 500
+OVERFLOW = "(more distinct failure lines than one scan lists: read the log)"
+
+
+@dataclass
+class ScanResult:
+    position: Position
+    plan: str
+    failures: dict[tuple[str, str], Failure] = field(default_factory=dict)
+    bytes_read: int = 0
+    lines: int = 0
+    failure_lines: int = 0
+    finished_old: str | None = None
+
+
+def scan_log(job_name: str, path: str, pos: Position | None, matcher: logscan.Matcher) -> ScanResult:
+    """Read the log's new lines; OSError other than a missing file is the caller's to report."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = None
+    if fd is None:
+        if pos is None or pos.path != path:
+            return ScanResult(Position(path), logscan.ABSENT)
+        result = ScanResult(Position(path), logscan.ABSENT)
+        if pos.inode is not None:
+            # Rotated away and not recreated yet: finish the old file now; the next one is read from 0.
+            _finish_previous(path, pos, None, _collector(job_name, matcher, result), result)
+        return result
+    try:
+        facts = _facts(fd)
+        plan = logscan.plan(pos, path, facts)
+        result = ScanResult(Position(path), plan.kind)
+        sink = _collector(job_name, matcher, result)
+        if plan.finish_old and pos is not None:
+            _finish_previous(path, pos, facts, sink, result)
+        if plan.kind == logscan.CONTINUE:
+            assert pos is not None
+            carry = pos.carry
+        else:
+            carry = logscan.first_carry(plan.start)
+        end, carry = read_lines(fd, plan.start, carry, facts.size, lambda line: sink(line, facts))
+        result.bytes_read += end - plan.start
+        result.position = Position(path, facts.dev, facts.inode, end, carry, facts.head)
+        return result
+    finally:
+        os.close(fd)
+
+
+def read_lines(fd: int, start: int, carry: Carry, limit: int, on_line: Callable[[Line], None]) -> tuple[int, Carry]:
+    """Lines from `start` to `limit` (the size at fstat: what a writer adds meanwhile waits for the next scan)."""
+    offset = start
+    while offset < limit:
+        chunk = os.pread(fd, min(CHUNK, limit - offset), offset)
+        if not chunk:
+            break
+        lines, carry = logscan.split(carry, chunk, offset)
+        for line in lines:
+            on_line(line)
+        offset += len(chunk)
+    return offset, carry
+
+
+def _facts(fd: int) -> FileFacts:
+    st = os.fstat(fd)
+    return FileFacts(st.st_dev, st.st_ino, st.st_size, os.pread(fd, logscan.HEAD_BYTES, 0))
+
+
+def _collector(job: str, matcher: logscan.Matcher, result: ScanResult) -> Callable[[Line, FileFacts], None]:
+    def sink(line: Line, facts: FileFacts) -> None:
+        result.lines += 1
+        if not matcher.is_failure_line(line.raw):
+            return
+        result.failure_lines += 1
+        text = line.text
+        signature = normalize(text)
+        key = (LINE, signature)
+        if key not in result.failures and len(result.failures) >= MAX_SIGNATURES:
+            key = (LINE, OVERFLOW)
+            signature = OVERFLOW
+        where = (facts.dev, facts.inode, line.offset)
+        seen = result.failures.get(key)
+        if seen is None:
+            result.failures[key] = Failure(job, LINE, signature, text[:MAX_SAMPLE], 1, position=where)
+        else:
+            result.failures[key] = Failure(job, LINE, signature, seen.sample, seen.count + 1, position=where)
+
+    return sink
+
+
+def _finish_previous(path: str, pos: Position, current: FileFacts | None, sink: Callable[[Line, FileFacts], None],
+                     result: ScanResult) -> None:
+    """Read the rest of the file we were reading before it was rotated, copied or truncated."""
+    found = _find_previous(path, pos, current)
+    end = pos.offset
+    carry = pos.carry
+    if found is not None:
+        name, fd = found
+        try:
+            facts = _facts(fd)
+            end, carry = read_lines(fd, pos.offset, pos.carry, facts.size, lambda line: sink(line, facts))
+            result.bytes_read += end - pos.offset
+            result.finished_old = name
+        finally:
+            os.close(fd)
+        last_facts = facts
+    else:
+        last_facts = FileFacts(pos.dev or 0, pos.inode or 0, pos.offset, pos.head)
+    # That file will not grow any more for us: its unterminated last line is a line.
+    tail = logscan.flush(carry, end)
+    if tail is not None:
+        sink(tail, last_facts)
+
+
+def _find_previous(path: str, pos: Position, current: FileFacts | None) -> tuple[str, int] | None:
+    directory, base = os.path.split(path)
+    try:
+        names = [e.name for e in os.scandir(directory or ".") if e.name != base and e.name.startswith(base)]
+    except OSError:
+        return None
+    by_head = None
+    for name in sorted(names):
+        full = os.path.join(directory, name)
+        try:
+            fd = os.open(full, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            facts = _facts(fd)
+        except OSError:
+            os.close(fd)
+            continue
+        ident = (facts.dev, facts.inode)
+        if current is not None and ident == (current.dev, current.inode):
+            os.close(fd)  # a hard link of the file we are about to read anyway
+            continue
+        if ident == (pos.dev, pos.inode):
+            if by_head is not None:
+                os.close(by_head[1])
+            return full, fd
+        copy = bool(pos.head) and facts.size >= pos.offset and logscan.same_head(pos.head, facts.head)
+        if copy and by_head is None:
+            by_head = (full, fd)
+        else:
+            os.close(fd)
+    return by_head
+
+
+# -- remembered positions ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Watch:
+    position: Position | None
+    watch_since: float | None
+    missed_mark: float | None
+
+
+def load_watch(db: sqlite3.Connection, job: str) -> Watch:
+    row = db.execute("SELECT * FROM scan_offsets WHERE job = ?", (job,)).fetchone()
+    if row is None:
+        return Watch(None, None, None)
+    carry = Carry(bytes(row["carry"]), row["carry_len"], bool(row["carry_skip"]))
+    pos = Position(row["path"], row["dev"], row["inode"], row["offset"], carry, bytes(row["head"]))
+    return Watch(pos, row["watch_since"], row["missed_mark"])
+
+
+def save_watch(db: sqlite3.Connection, job: str, pos: Position, watch_since: float, missed_mark: float | None,
+               now: float) -> None:
+    db.execute(
+        "INSERT INTO scan_offsets(job, path, dev, inode, offset, carry, carry_len, carry_skip, head, watch_since, "
+        "missed_mark, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job) DO UPDATE SET "
+        "path = excluded.path, dev = excluded.dev, inode = excluded.inode, offset = excluded.offset, "
+        "carry = excluded.carry, carry_len = excluded.carry_len, carry_skip = excluded.carry_skip, "
+        "head = excluded.head, watch_since = excluded.watch_since, missed_mark = excluded.missed_mark, "
+        "updated = excluded.updated",
+        (job, pos.path, pos.dev, pos.inode, pos.offset, pos.carry.data, pos.carry.length, int(pos.carry.discard),
+         pos.head, watch_since, missed_mark, now),
+    )

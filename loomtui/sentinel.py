@@ -1,0 +1,263 @@
+"""The sentinel tick: scan every job, turn failures into queue items, nudge, escalate.
+
+    report = sentinel_tick(ctx)            # what `loom supervise` calls every sentinel.interval
+
+One job at a time: its new log lines, its finished runs and its schedule become failures,
+which are merged into the queue in one transaction together with the job's new log offset,
+so a crash at any point neither loses nor double-counts a line. Then every open item gets
+what `queue_core.decide` says is due: a nudge through the one injection path, and past the
+backstop one message to the operator through the outbox.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from . import jobscan, launch, ledger, locks, logscan, outbox, redact, schedule
+from . import sentinel_queue as queue
+from .config import JobConfig
+from .context import Context
+from .errors import LoomError
+from .inject import inject
+from .queue_core import EXIT, MISSED, OPEN, SCAN, Escalate, Failure, Item, Nudge, Run, absorb, decide, review
+from .signature import normalize
+
+SENTINEL_LOCK = "sentinel.lock"
+LOCK_TIMEOUT = 60.0
+MAX_NUDGES_PER_TICK = 5  # a burst of failures must not bury the agent's prompt in one go
+SOURCE = "sentinel"
+
+
+@dataclass
+class TickReport:
+    now: float
+    jobs: int = 0
+    bytes_read: int = 0
+    lines: int = 0
+    failure_lines: int = 0
+    runs_reviewed: int = 0
+    new_items: list[int] = field(default_factory=list)
+    recurred: list[int] = field(default_factory=list)
+    reopened: list[int] = field(default_factory=list)
+    witnessed: list[int] = field(default_factory=list)
+    nudged: list[int] = field(default_factory=list)
+    nudge_failed: list[int] = field(default_factory=list)
+    nudges_deferred: int = 0
+    relaunching: bool = False
+    escalated: list[int] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    def describe(self) -> str:
+        parts = [f"{self.jobs} jobs, {self.bytes_read} new bytes, {self.failure_lines} failure lines",
+                 f"new items {self.new_items or '-'}", f"recurred {self.recurred or '-'}",
+                 f"reopened {self.reopened or '-'}", f"witnessed {self.witnessed or '-'}",
+                 f"nudged {self.nudged or '-'}", f"escalated {self.escalated or '-'}"]
+        if self.nudge_failed:
+            parts.append(f"nudge failed {self.nudge_failed}")
+        if self.nudges_deferred:
+            parts.append(f"{self.nudges_deferred} nudges deferred to the next tick")
+        if self.relaunching:
+            parts.append("nudges held: a relaunch is under way")
+        return "; ".join(parts)
+
+
+def sentinel_tick(ctx: Context, now: float | None = None, *, notify: bool = True) -> TickReport:
+    """One sentinel pass. Raises LockHeld if another pass holds sentinel.lock past LOCK_TIMEOUT."""
+    now = time.time() if now is None else now
+    report = TickReport(now)
+    # Two passes at once would both read the same new bytes and count every line twice.
+    with locks.hold(ctx.state_dir, SENTINEL_LOCK, timeout=LOCK_TIMEOUT):
+        scan_all(ctx, now, report)
+        if notify:
+            send_due(ctx, now, report)
+    return report
+
+
+# -- scanning ----------------------------------------------------------------------------
+
+
+def scan_all(ctx: Context, now: float, report: TickReport) -> None:
+    runs = finished_runs(ctx, now)
+    configured = {job.name for job in ctx.config.jobs}
+    orphans = [r.id for rs in runs.values() for r in rs if r.job not in configured]
+    if orphans:  # runs of a job since removed from the config: nothing to judge them against
+        with ctx.store.write() as db:
+            db.executemany("UPDATE job_runs SET reviewed = 1 WHERE id = ?", [(i,) for i in orphans])
+    for job in ctx.config.jobs:
+        report.jobs += 1
+        scan_job(ctx, job, runs.get(job.name, []), now, report)
+
+
+def finished_runs(ctx: Context, now: float) -> dict[str, list[Run]]:
+    """Unreviewed runs that ended, or whose run-job died without recording an end."""
+    out: dict[str, list[Run]] = {}
+    died = []
+    for row in ctx.store.query("SELECT * FROM job_runs WHERE reviewed = 0 ORDER BY id"):
+        error = row["error"]
+        if row["ended"] is None:
+            if _alive(row["pid"], row["started"]):
+                continue
+            error = "run-job ended without recording the exit (killed?)"
+            died.append((now, error, row["id"]))
+        out.setdefault(row["job"], []).append(
+            Run(row["id"], row["job"], row["started"], row["exit_code"], row["failure_lines"], error))
+    if died:
+        with ctx.store.write() as db:
+            db.executemany("UPDATE job_runs SET ended = ?, error = ? WHERE id = ? AND ended IS NULL", died)
+    return out
+
+
+def _alive(pid: int | None, started: float) -> bool:
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        # A pid reused by a later process is not our run-job.
+        return proc.create_time() <= started + 5 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True
+
+
+def job_matcher(ctx: Context, job: JobConfig) -> logscan.Matcher:
+    cfg = ctx.config.sentinel
+    return logscan.matcher_for(job.patterns, job.anti_patterns, cfg.patterns, cfg.anti_patterns)
+
+
+def scan_job(ctx: Context, job: JobConfig, runs: list[Run], now: float, report: TickReport) -> None:
+    store = ctx.store
+    path = str(job.log)
+    with store.read() as db:
+        watch = jobscan.load_watch(db, job.name)
+        last_start = db.execute("SELECT MAX(started) FROM job_runs WHERE job = ?", (job.name,)).fetchone()[0]
+    failures: list[Failure] = []
+    try:
+        scanned = jobscan.scan_log(job.name, path, watch.position, job_matcher(ctx, job))
+        position = scanned.position
+        failures += scanned.failures.values()
+        report.bytes_read += scanned.bytes_read
+        report.lines += scanned.lines
+        report.failure_lines += scanned.failure_lines
+    except OSError as exc:
+        # An unreadable log is a failure of the job's setup: the agent can often fix it.
+        position = watch.position or logscan.Position(path)
+        text = f"cannot read the log {path}: {exc.strerror or exc}"
+        failures.append(Failure(job.name, SCAN, normalize(text), text, at=now))
+    for run in runs:
+        if run.exit_code != 0 or run.error:
+            failures.append(exit_failure(run))
+    watch_since = watch.watch_since if watch.watch_since is not None else now
+    reference = max(last_start if last_start is not None else watch_since, watch.missed_mark or float("-inf"))
+    missed_mark = watch.missed_mark
+    gap = schedule.missed(job.schedule, reference, now, ctx.config.sentinel.missed_grace)
+    if gap is not None:
+        first, last = gap
+        missed_mark = last
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(first))
+        failures.append(Failure(job.name, MISSED, "missed schedule", f"no run since {when} ({job.schedule})",
+                                at=last))
+    changed = (watch.position != position or watch.watch_since is None or missed_mark != watch.missed_mark)
+    if not (changed or failures or runs):
+        return
+    with store.write() as db:
+        jobscan.save_watch(db, job.name, position, watch_since, missed_mark, now)
+        merge(db, job, failures, runs, now, report)
+        db.executemany("UPDATE job_runs SET reviewed = 1 WHERE id = ?", [(r.id,) for r in runs])
+    report.runs_reviewed += len(runs)
+
+
+def exit_failure(run: Run) -> Failure:
+    if run.error:
+        text = f"run {run.id}: {run.error}"
+        return Failure(run.job, EXIT, normalize(run.error), text, at=run.started)
+    return Failure(run.job, EXIT, f"exit code {run.exit_code}", f"run {run.id} exited {run.exit_code}",
+                   at=run.started)
+
+
+def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs: list[Run], now: float,
+          report: TickReport) -> None:
+    """Failures into the job's live items (dedup, reopen), then finished runs against claims."""
+    items = queue.live(db, job.name)
+    touched: dict[int, Item] = {}
+    events: list[tuple[str, dict]] = []
+    for failure in failures:
+        key = (failure.kind, failure.signature)
+        item = items.get(key)
+        if item is None:
+            item = queue.insert(db, failure, str(job.log), now)
+            report.new_items.append(item.id)
+        else:
+            before = item.state
+            item, evs = absorb(item, failure, now)
+            events += evs
+            (report.reopened if item.state == OPEN and before != OPEN else report.recurred).append(item.id)
+            touched[item.id] = item
+        items[key] = item
+    for run in runs:
+        for key, item in list(items.items()):
+            item, evs = review(item, run, now)
+            if evs:
+                events += evs
+                touched[item.id] = item
+                items[key] = item
+                (report.witnessed if evs[0][0] == "queue_witness" else report.reopened).append(item.id)
+    for item in touched.values():
+        queue.save(db, item)
+    for kind, detail in events:
+        ledger.append_in(db, kind, source=SOURCE, ts=now, detail=detail)
+
+
+# -- nudges and the backstop -------------------------------------------------------------
+
+
+def send_due(ctx: Context, now: float, report: TickReport) -> None:
+    items = queue.open_items(ctx.store)
+    if not items:
+        return
+    report.relaunching = launch.relaunch_under_way(ctx, now)
+    cfg = ctx.config.sentinel
+    for item in items:
+        for action in decide(item, cfg, now, relaunching=report.relaunching):
+            if isinstance(action, Escalate):
+                escalate(ctx, item, action, now, report)
+            elif len(report.nudged) + len(report.nudge_failed) >= MAX_NUDGES_PER_TICK:
+                report.nudges_deferred += 1
+            else:
+                nudge(ctx, item, action, now, report)
+
+
+def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: TickReport) -> None:
+    detail = {"item": item.id, "job": item.job, "nudge": item.nudges + 1, "renudge": action.renudge}
+    try:
+        result = inject(ctx, action.text, source=SOURCE, kind="queue_nudge", detail=detail)
+        ok, error = result.ok, result.error
+    except LoomError as exc:
+        ok, error = False, str(exc)
+    if not ok:
+        # Not counted: the next tick tries again (the failed attempt is in the ledger).
+        report.nudge_failed.append(item.id)
+        report.errors.append(f"nudge of item {item.id} failed: {error}")
+        return
+    with ctx.store.write() as db:
+        db.execute("UPDATE queue_items SET nudges = nudges + 1, last_nudge_at = ? WHERE id = ?", (now, item.id))
+    report.nudged.append(item.id)
+
+
+def escalate(ctx: Context, item: Item, action: Escalate, now: float, report: TickReport) -> None:
+    with ctx.store.write() as db:
+        row = db.execute("SELECT escalated_at FROM queue_items WHERE id = ?", (item.id,)).fetchone()
+        if row is None or row[0] is not None:
+            return
+        message_id = outbox.enqueue(db, redact.scrub(action.text), dedupe_key=action.dedupe_key, now=now)
+        db.execute("UPDATE queue_items SET escalated_at = ? WHERE id = ?", (now, item.id))
+        ledger.append_in(db, "queue_escalate", source=SOURCE, ts=now,
+                         detail={"item": item.id, "job": item.job, "outbox": message_id})
+    report.escalated.append(item.id)

@@ -1,0 +1,126 @@
+"""The sentinel queue in the store: items as rows, and `resolve` (a claim) as an action.
+
+Every state change commits with its ledger event. Notes are untrusted text: they live in the
+row, and the ledger records only their length and digest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from . import ledger
+from .context import Context
+from .errors import LoomError
+from .inject import digest, sanitize
+from .queue_core import CLAIMED, OPEN, WITNESSED, Failure, Item
+from .store import Store
+
+MAX_NOTE = 2000
+_FIELDS = [f.name for f in dataclasses.fields(Item)]
+_MUTABLE = [f for f in _FIELDS if f not in ("id", "job", "kind", "signature", "first_seen")]
+
+
+def from_row(row: sqlite3.Row) -> Item:
+    return Item(**{name: row[name] for name in _FIELDS})
+
+
+def as_dict(item: Item) -> dict[str, Any]:
+    return dataclasses.asdict(item)
+
+
+def live(db: sqlite3.Connection, job: str) -> dict[tuple[str, str], Item]:
+    """The job's items that a new failure deduplicates into: open or claimed, keyed by (kind, signature)."""
+    rows = db.execute("SELECT * FROM queue_items WHERE job = ? AND state != ?", (job, WITNESSED)).fetchall()
+    return {(r["kind"], r["signature"]): from_row(r) for r in rows}
+
+
+def insert(db: sqlite3.Connection, failure: Failure, log: str, now: float, *, source: str = "sentinel") -> Item:
+    cur = db.execute(
+        "INSERT INTO queue_items(job, kind, signature, sample, log, first_seen, last_seen, count) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (failure.job, failure.kind, failure.signature, failure.sample, log, now, now, failure.count),
+    )
+    item = from_row(db.execute("SELECT * FROM queue_items WHERE id = ?", (cur.lastrowid,)).fetchone())
+    ledger.append_in(db, "queue_new", source=source, ts=now,
+                     detail={"item": item.id, "job": item.job, "kind": item.kind, "count": item.count})
+    return item
+
+
+def save(db: sqlite3.Connection, item: Item) -> None:
+    sets = ", ".join(f"{name} = ?" for name in _MUTABLE)
+    db.execute(f"UPDATE queue_items SET {sets} WHERE id = ?", (*(getattr(item, n) for n in _MUTABLE), item.id))
+
+
+def get(store: Store, item_id: int) -> Item | None:
+    row = store.query_one("SELECT * FROM queue_items WHERE id = ?", (item_id,))
+    return from_row(row) if row else None
+
+
+def listing(store: Store, *, include_witnessed: int = 10) -> list[Item]:
+    """Open and claimed items, oldest first, then the most recently witnessed few."""
+    live_rows = store.query("SELECT * FROM queue_items WHERE state != ? ORDER BY id", (WITNESSED,))
+    done = store.query("SELECT * FROM queue_items WHERE state = ? ORDER BY witnessed_at DESC, id DESC LIMIT ?",
+                       (WITNESSED, max(0, include_witnessed)))
+    return [from_row(r) for r in live_rows] + [from_row(r) for r in reversed(done)]
+
+
+def open_items(store: Store) -> list[Item]:
+    return [from_row(r) for r in store.query("SELECT * FROM queue_items WHERE state = ? ORDER BY id", (OPEN,))]
+
+
+def counts(store: Store) -> dict[str, int]:
+    out = {OPEN: 0, CLAIMED: 0, WITNESSED: 0}
+    for row in store.query("SELECT state, COUNT(*) FROM queue_items GROUP BY state"):
+        out[row[0]] = row[1]
+    return out
+
+
+# -- resolve: the claim ------------------------------------------------------------------
+
+
+def claimer_session(environ: dict[str, str] | None = None) -> str | None:
+    """The agent runs with LOOM_SESSION_ID set: a claim made from its shell names its session."""
+    env = os.environ if environ is None else environ
+    return env.get("LOOM_SESSION_ID") or None
+
+
+def log_position(path: str | Path) -> tuple[int | None, int | None, int | None]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None, None, None
+    return st.st_dev, st.st_ino, st.st_size
+
+
+def resolve(ctx: Context, item_id: int, note: str, *, source: str, session_id: str | None = None,
+            now: float | None = None) -> tuple[Item, bool]:
+    """Claim an item as handled; (the item, whether it changed). A claim waits for a witness run."""
+    clean = sanitize(note).strip()
+    if not clean:
+        raise LoomError("resolve: --note must say what you found and did")
+    if len(clean) > MAX_NOTE:
+        raise LoomError(f"resolve: the note is {len(clean)} characters; keep it under {MAX_NOTE}")
+    now = time.time() if now is None else now
+    with ctx.store.write() as db:
+        row = db.execute("SELECT * FROM queue_items WHERE id = ?", (item_id,)).fetchone()
+        if row is None:
+            raise LoomError(f"resolve: there is no queue item {item_id} (see loom queue)")
+        item = from_row(row)
+        if item.state == WITNESSED:
+            return item, False
+        # Where the log ends now: a failure line past this point happened after the claim.
+        job = ctx.config.job(item.job)
+        dev, inode, size = log_position(job.log if job else item.log)
+        claimed = dataclasses.replace(
+            item, state=CLAIMED, claimed_at=now, claimed_by=source, claimed_session=session_id,
+            claim_dev=dev, claim_inode=inode, claim_offset=size, note=clean)
+        save(db, claimed)
+        ledger.append_in(db, "queue_claim", source=source, ts=now, detail={
+            "item": item.id, "job": item.job, "session": session_id, "again": item.state == CLAIMED,
+            "note_length": len(clean), "note_digest": digest(clean)})
+    return claimed, True

@@ -1,0 +1,118 @@
+"""`loom run-job`: no shell, timestamped line-by-line log, the run recorded, the exit code passed on."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, loom_env, run_loom
+from harness import wait_for
+from test_sentinel_scan import Fleet
+
+from loomtui import sentinel_queue as queue
+
+PY = sys.executable
+STAMP = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}[+-]\d{2}:\d{2} "
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "job", "log": str(tmp_path / "deep" / "er" / "job.log")}])
+    yield f
+    f.ctx.close()
+
+
+def runs(f: Fleet) -> list[dict]:
+    return [dict(r) for r in f.ctx.store.query("SELECT * FROM job_runs ORDER BY id")]
+
+
+def test_output_is_appended_with_timestamps_and_the_run_recorded(fleet, tmp_path):
+    log = tmp_path / "deep" / "er" / "job.log"
+    script = "import sys; print('out line'); print('err line', file=sys.stderr, flush=True); sys.exit(4)"
+    res = run_loom("run-job", "job", "--", PY, "-c", script, env=fleet.env())
+    assert res.returncode == 4
+    lines = log.read_text().splitlines()
+    assert all(re.match(STAMP, line) for line in lines)
+    body = [re.sub(STAMP, "", line) for line in lines]
+    assert body[0].startswith("[loom run-job] start run 1 of job 'job'")
+    assert body[1:3] == ["out line", "err line"] and body[3].startswith("[loom run-job] run 1 exit 4 after")
+    [run] = runs(fleet)
+    assert (run["job"], run["exit_code"], run["failure_lines"], run["error"]) == ("job", 4, 0, None)
+    assert run["ended"] >= run["started"] and run["duration"] >= 0
+    assert run_loom("run-job", "job", "--", PY, "-c", "print('ERROR once')", env=fleet.env()).returncode == 0
+    assert runs(fleet)[1]["failure_lines"] == 1 and "start run 2" in log.read_text()  # appended, not replaced
+
+
+def test_the_command_never_meets_a_shell(fleet, tmp_path):
+    marker = tmp_path / "pwned"
+    res = run_loom("run-job", "job", "--", "echo", f"$(touch {marker})", ";", "rm", "-rf", "x", env=fleet.env())
+    assert res.returncode == 0 and not marker.exists()
+    assert f"$(touch {marker}) ; rm -rf x" in (tmp_path / "deep" / "er" / "job.log").read_text()
+
+
+def test_unknown_job_empty_command_and_unstartable_command(fleet, tmp_path):
+    res = run_loom("run-job", "nope\x1b[31m", "--", "true", env=fleet.env())
+    assert res.returncode == 2 and "no job named 'nope\\x1b[31m'" in res.stderr and "\x1b" not in res.stderr
+    res = run_loom("run-job", "job", "--", env=fleet.env())
+    assert res.returncode == 2 and "give the command" in res.stderr
+    res = run_loom("run-job", "job", "--", "/no/such/program", "arg", env=fleet.env())
+    assert res.returncode == 127 and "/no/such/program" in res.stderr
+    [run] = runs(fleet)
+    assert run["exit_code"] == 127 and "no such file" in run["error"]
+    assert "run 1 could not start: '/no/such/program'" in (tmp_path / "deep" / "er" / "job.log").read_text()
+
+
+def test_a_long_job_shows_progress_and_a_stop_signal_is_passed_on(fleet, tmp_path):
+    flag = tmp_path / "go"
+    script = ("import os, time\nprint('step 1 of 2', flush=True)\n"
+              f"while not os.path.exists({str(flag)!r}):\n    time.sleep(0.02)\nprint('step 2 of 2')\n")
+    log = tmp_path / "deep" / "er" / "job.log"
+    proc = subprocess.Popen([PY, "-m", "loomtui", "run-job", "job", "--", PY, "-c", script],
+                            env=loom_env(fleet.env()), cwd=REPO)
+    try:
+        wait_for(lambda: log.exists() and "step 1 of 2" in log.read_text(), what="the first line in the log")
+        assert proc.poll() is None and runs(fleet)[0]["ended"] is None
+        flag.touch()
+        assert proc.wait(60) == 0
+        assert "step 2 of 2" in log.read_text()
+
+        flag.unlink()
+        proc = subprocess.Popen([PY, "-m", "loomtui", "run-job", "job", "--", PY, "-c", script],
+                                env=loom_env(fleet.env()), cwd=REPO)
+        wait_for(lambda: len(re.findall(STAMP + "step 1 of 2$", log.read_text(), re.M)) == 2,
+                 what="the second run's first line")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 128 + signal.SIGTERM
+        last = runs(fleet)[-1]
+        assert last["exit_code"] == 128 + signal.SIGTERM and last["ended"] is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_a_run_job_killed_outright_counts_as_a_failed_run(fleet, tmp_path):
+    flag = tmp_path / "never"
+    script = f"import os, time\nwhile not os.path.exists({str(flag)!r}):\n    time.sleep(0.02)\n"
+    proc = subprocess.Popen([PY, "-m", "loomtui", "run-job", "job", "--", PY, "-c", script],
+                            env=loom_env(fleet.env()), cwd=REPO, start_new_session=True)
+    try:
+        wait_for(lambda: runs(fleet), what="the run recorded")
+        report = fleet.tick(notify=False)
+        assert report.runs_reviewed == 0  # still running: not judged yet
+        import os
+
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        report = fleet.tick(notify=False)
+        assert report.runs_reviewed == 1
+        [item] = [i for i in queue.listing(fleet.ctx.store) if i.kind == "exit"]
+        assert "without recording the exit" in item.signature
+    finally:
+        flag.touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
