@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -39,6 +40,27 @@ def check_tmux() -> Check:
     return Check(OK, "tmux", f"{binary} ({out.stdout.strip() or out.stderr.strip()})")
 
 
+_CLAUDE = re.compile(r"(^|[/\s])claude(\s|$)")
+
+
+def check_canary_permissions(config: Config, state_dir: Path) -> Check:
+    """Claude Code asks before running a command; a permission prompt would eat every canary."""
+    acks = state_dir / "acks"
+    missing = []
+    for key in ("fresh_command", "resume_command"):
+        command = getattr(config.agent, key)
+        if not _CLAUDE.search(command):
+            continue
+        lacks = [flag for flag, ok in (("--add-dir", "--add-dir" in command and ("acks" in command)),
+                                       ("--allowedTools 'Bash(touch:*)'", "Bash(touch" in command)) if not ok]
+        if lacks:
+            missing.append(f"agent.{key} lacks {' and '.join(lacks)}")
+    if missing:
+        return Check(FAIL, "canary", "; ".join(missing) + f": add --add-dir {{state_dir}}/acks "
+                     "--allowedTools 'Bash(touch:*)' or a permission prompt eats every canary")
+    return Check(OK, "canary", f"the agent may touch files in {acks} without asking")
+
+
 def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[str, str] | None = None,
                extra: list[Callable[[Config, Path, Store], Iterator[Check]]] | None = None) -> list[Check]:
     env = dict(os.environ) if environ is None else environ
@@ -73,6 +95,7 @@ def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[
             checks.append(Check(FAIL, "store", f"{state_dir / DB_NAME} integrity check: {integrity}"))
         verdict = ledger.verify(store)
         checks.append(Check(OK if verdict.ok else FAIL, "ledger", verdict.describe()))
+        checks.append(check_canary_permissions(config, state_dir))
         for more in extra or ():
             checks.extend(more(config, state_dir, store))
     return checks

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from .canary import CanaryLoop
 from .context import Context
 from .supervise import Service, TickLoop
 from .watchdog import Watchdog
@@ -33,9 +34,24 @@ def watchdog_tick(ctx: Context) -> Callable[[], object]:
     return step
 
 
+def canary_tick(ctx: Context) -> Callable[[], object]:
+    loop = CanaryLoop(ctx)
+
+    def step() -> object:
+        line = loop.tick()
+        if line:
+            log.info("canary: %s", line)
+        return line
+
+    return step
+
+
 def tick_loops(ctx: Context) -> list[TickLoop]:
-    w = ctx.config.watchdog
-    return [TickLoop("watchdog", min(w.exit_check, w.interval), watchdog_tick)]
+    w, c = ctx.config.watchdog, ctx.config.canary
+    return [
+        TickLoop("watchdog", min(w.exit_check, w.interval), watchdog_tick),
+        TickLoop("canary", min(1.0, c.ack_timeout / 4), canary_tick),
+    ]
 
 
 def services(ctx: Context) -> list[Service]:

@@ -115,4 +115,24 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX queue_state ON queue_items(state, id);
         """,
     ),
+    (
+        "0004_canary",
+        """
+        CREATE TABLE canary_runs (
+            id          INTEGER PRIMARY KEY,
+            nonce       TEXT    NOT NULL UNIQUE,
+            source      TEXT    NOT NULL,
+            session_id  TEXT,
+            launch_seq  INTEGER NOT NULL DEFAULT 0,
+            in_grace    INTEGER NOT NULL DEFAULT 0,
+            sent_at     REAL    NOT NULL,
+            deadline    REAL    NOT NULL,
+            ack_at      REAL,
+            latency     REAL,
+            result      TEXT    NOT NULL DEFAULT 'pending',
+            why         TEXT    NOT NULL DEFAULT ''
+        );
+        CREATE INDEX canary_runs_result ON canary_runs(result, id);
+        """,
+    ),
 ]

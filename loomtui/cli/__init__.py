@@ -8,11 +8,11 @@ import traceback
 from collections.abc import Sequence
 
 from ..errors import LoomError
-from . import agent_cmds, common, daemon, doctor, ledger_cmd, status, memory
+from . import agent_cmds, canary_cmd, common, daemon, doctor, ledger_cmd, status, memory
 from . import jobs
 
 # Order is the order of `loom --help`.
-COMMANDS = [status, doctor, ledger_cmd, agent_cmds, daemon, memory, jobs]
+COMMANDS = [status, doctor, ledger_cmd, agent_cmds, canary_cmd, daemon, memory, jobs]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,6 +23,7 @@ import codecs
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ import time
 import uuid
 from pathlib import Path
 
-TOUCH = re.compile(r"\btouch\s+(\S+)")
+TOUCH = re.compile(r"\btouch\s+(.+)$")
 SPINNER = "|/-\\"
 
 
@@ -216,10 +217,11 @@ class Agent:
             self.reply(f"done after {seconds:g}s")
         elif (match := TOUCH.search(text)) is not None:
             try:
-                Path(match.group(1)).touch()
-                self.transcript.add("tool", f"touch {match.group(1)}")
-            except OSError as exc:
-                self.reply(f"touch failed: {exc.strerror}")
+                target = shlex.split(match.group(1))[0]
+                Path(target).touch()
+                self.transcript.add("tool", f"touch {target}")
+            except (OSError, ValueError, IndexError) as exc:
+                self.reply(f"touch failed: {exc}")
         else:
             self.reply(f"heard you ({len(line)} characters)")
 

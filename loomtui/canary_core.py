@@ -1,0 +1,53 @@
+"""The canary's rules, pure: when the next probe is due and when misses mean "deaf".
+
+Only misses count toward a recycle: a probe we could not type (`inject_failed`), one we
+chose not to send (`skipped`) or one that failed on our side (`error`) says nothing about
+whether the agent hears. Misses are counted per launch (a relaunch starts the count again)
+and never during boot grace; an `ok` ends a run of misses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OK, MISS, PENDING = "ok", "miss", "pending"
+INJECT_FAILED, SKIPPED, ERROR = "inject_failed", "skipped", "error"
+RESULTS = (OK, MISS, PENDING, INJECT_FAILED, SKIPPED, ERROR)
+
+
+@dataclass(frozen=True)
+class Run:
+    sent_at: float
+    result: str
+    launch_seq: int = 0
+    in_grace: bool = False
+
+
+def consecutive_misses(runs: list[Run], launch_seq: int) -> int:
+    """Trailing misses of the current launch, outside boot grace (runs oldest first)."""
+    count = 0
+    for run in runs:
+        if run.launch_seq != launch_seq or run.in_grace:
+            continue
+        if run.result == OK:
+            count = 0
+        elif run.result == MISS:
+            count += 1
+    return count
+
+
+def due_in(last: Run | None, now: float, interval: float, ack_timeout: float) -> float:
+    """Seconds until the next scheduled probe: a miss re-probes at once (its timeout already
+    passed), anything else waits a full interval from the last probe."""
+    if last is None:
+        return 0.0
+    if last.result == MISS:
+        return 0.0
+    if last.result in (ERROR, INJECT_FAILED):
+        # Our own fault or no pane: look again after one ack timeout, not a whole interval.
+        return max(0.0, last.sent_at + min(ack_timeout, interval) - now)
+    return max(0.0, last.sent_at + interval - now)
+
+
+def should_recycle(runs: list[Run], launch_seq: int, misses_to_recycle: int) -> bool:
+    return consecutive_misses(runs, launch_seq) >= misses_to_recycle

@@ -1,0 +1,164 @@
+"""The canary end to end: the demo agent acks, a wedge is caught, a busy agent is not recycled."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+import subprocess
+import threading
+import time
+
+import pytest
+from harness import wait_for
+from test_supervise import Daemon, relaunches
+
+from loomtui.store import DB_NAME, Store
+
+pytestmark = pytest.mark.e2e
+
+FAST_WATCH = {"interval": "1s", "exit_check": "300ms", "backoff_base": "300ms", "backoff_max": "1s"}
+
+
+def runs(harness):
+    with Store.in_dir(harness.state_dir) as store:
+        return [dict(r) for r in store.query("SELECT * FROM canary_runs ORDER BY id")]
+
+
+def probe_json(harness):
+    result = harness.loom("canary", "--json")
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_on_demand_probe_acks_with_latency(make_harness):
+    harness = make_harness(sections={"canary": {"ack_timeout": "10s"}})
+    harness.start()
+    code, probe = probe_json(harness)
+    assert code == 0 and probe["result"] == "ok" and 0 <= probe["latency"] < 10
+    row = runs(harness)[-1]
+    assert row["result"] == "ok" and row["latency"] == probe["latency"] and row["ack_at"] >= row["sent_at"]
+    assert not (harness.state_dir / "acks" / probe["nonce"]).exists()  # ack files are cleaned up
+    events = harness.events("canary")
+    assert events[-1]["detail"]["result"] == "ok"
+    plain = harness.loom("canary")
+    assert plain.returncode == 0 and plain.stdout.startswith("ok: acked in")
+
+
+def test_a_second_probe_joins_the_one_in_flight(make_harness):
+    harness = make_harness(sections={"canary": {"ack_timeout": "20s"}})
+    session = harness.start()
+    assert harness.loom("inject", "/slow 6").returncode == 0  # keeps the first probe in flight a while
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(probe_json(harness))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 3 and all(code == 0 for code, _ in results)
+    assert len({p["id"] for _, p in results}) == 1
+    assert sum(p["joined"] for _, p in results) == 2
+    assert len(runs(harness)) == 1
+    assert len([t for t in harness.transcript(session) if "liveness check" in t]) == 1
+
+
+def test_no_agent_is_inject_failed_not_a_miss(harness):
+    code, probe = probe_json(harness)
+    assert code == 1 and probe["result"] == "inject_failed"
+
+
+def test_deleted_acks_dir_is_our_error_not_the_agents_miss(make_harness):
+    harness = make_harness(sections={"canary": {"ack_timeout": "15s"}})
+    harness.start()
+    assert harness.loom("inject", "/slow 4").returncode == 0
+    proc = harness.popen("-m", "loomtui", "canary", "--json", stdout=subprocess.PIPE, text=True)
+    wait_for(lambda: any(r["result"] == "pending" for r in runs(harness)), what="a probe in flight")
+    shutil.rmtree(harness.state_dir / "acks")
+    out, _ = proc.communicate(timeout=60)
+    probe = json.loads(out)
+    assert proc.returncode == 1 and probe["result"] == "error" and "acks dir" in probe["why"]
+    assert runs(harness)[-1]["result"] == "error"
+
+
+def test_wedge_two_misses_recycle_and_the_resumed_agent_acks(make_harness):
+    harness = make_harness(sections={"watchdog": FAST_WATCH,
+                                     "canary": {"interval": "3s", "ack_timeout": "2s", "misses_to_recycle": 2},
+                                     "agent": {"boot_grace": "2s"}})
+    session = harness.start()
+    daemon = Daemon(harness)
+    wait_for(lambda: any(r["result"] == "ok" for r in runs(harness)), 30, what="a healthy ack")
+    assert harness.loom("inject", "/wedge").returncode == 0
+    event = wait_for(lambda: relaunches(harness, "canary_failed"), 60, what="a canary_failed recycle")[0]
+    assert event["detail"]["mode"] == "resume" and event["detail"]["new_session"] == session
+    misses = [r for r in runs(harness) if r["result"] == "miss"]
+    assert len(misses) >= 2
+    wait_for(lambda: any(r["result"] == "ok" and r["sent_at"] > event["ts"] for r in runs(harness)), 60,
+             what="the resumed agent acking")
+    daemon.settle(3)
+    assert len(relaunches(harness, "canary_failed")) == 1
+    assert daemon.stop() == 0
+
+
+def test_the_incident_a_session_that_wedges_after_every_resume(make_harness):
+    interval, ack, grace = 3.0, 2.0, 2.0
+    harness = make_harness(sections={"watchdog": FAST_WATCH,
+                                     "canary": {"interval": f"{interval:g}s", "ack_timeout": f"{ack:g}s"},
+                                     "agent": {"boot_grace": f"{grace:g}s"}})
+    first = harness.start()
+    daemon = Daemon(harness)
+    wait_for(lambda: any(r["result"] == "ok" for r in runs(harness)), 30, what="a healthy ack")
+    assert harness.loom("inject", "/poison").returncode == 0
+    fresh = wait_for(lambda: [e for e in relaunches(harness, "canary_failed") if e["detail"]["mode"] == "fresh"],
+                     120, what="the session started fresh")[0]
+    recycles = relaunches(harness, "canary_failed")
+    # Resumed at most once, then fresh: never the same deaf session a third time.
+    assert [e["detail"]["mode"] for e in recycles] == ["resume", "fresh"]
+    assert recycles[0]["detail"]["new_session"] == first and fresh["detail"]["new_session"] != first
+    acked = wait_for(lambda: [r for r in runs(harness) if r["result"] == "ok" and r["sent_at"] > fresh["ts"]], 60,
+                     what="the fresh session acking")[0]
+    # From the resumed session's wedge (it wedges the moment it is resumed) to an acking agent:
+    # one interval (boot grace is shorter) + two ack timeouts + the relaunch itself.
+    relaunch_time = acked["ack_at"] - fresh["ts"]
+    assert acked["ack_at"] - recycles[0]["ts"] <= interval + 2 * ack + relaunch_time + 2.0
+    daemon.settle(3)
+    assert len(relaunches(harness, "canary_failed")) == 2
+    assert daemon.stop() == 0
+
+
+def test_a_busy_agent_is_not_recycled(make_harness):
+    harness = make_harness(sections={"watchdog": FAST_WATCH,
+                                     "canary": {"interval": "30s", "ack_timeout": "3s"},
+                                     "agent": {"boot_grace": "1s"}})
+    harness.start()
+    daemon = Daemon(harness)
+    wait_for(lambda: any(r["result"] == "ok" for r in runs(harness)), 30, what="the first scheduled ack")
+    assert harness.loom("inject", "/slow 4.5").returncode == 0   # longer than one timeout, shorter than two
+    code, probe = probe_json(harness)
+    assert probe["result"] == "miss"
+    wait_for(lambda: runs(harness)[-1]["result"] == "ok" and runs(harness)[-1]["id"] > probe["id"], 30,
+             what="the re-probe after the miss acking")
+    daemon.settle(5)
+    assert relaunches(harness, "canary_failed") == []
+    assert daemon.stop() == 0
+
+
+def test_a_locked_store_is_our_error_never_a_miss(make_harness):
+    harness = make_harness(sections={"watchdog": FAST_WATCH,
+                                     "canary": {"interval": "1s", "ack_timeout": "2s"},
+                                     "agent": {"boot_grace": "1s"}})
+    harness.start()
+    daemon = Daemon(harness)
+    wait_for(lambda: any(r["result"] == "ok" for r in runs(harness)), 30, what="a healthy ack")
+    before = len(runs(harness))
+    blocker = sqlite3.connect(harness.state_dir / DB_NAME, timeout=30, isolation_level=None)
+    try:
+        blocker.execute("BEGIN EXCLUSIVE")
+        # Fault injection: hold the store past its busy timeout, so every write the daemon tries fails.
+        time.sleep(12)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    wait_for(lambda: any(r["result"] == "error" and "store" in r["why"] for r in runs(harness)[before:]), 30,
+             what="the store fault recorded as the canary's own error")
+    daemon.settle(5)
+    assert relaunches(harness, "canary_failed") == []
+    assert daemon.stop() == 0

@@ -1,0 +1,52 @@
+"""The canary's pure rules: what counts as deaf, and when the next probe is due."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loomtui.canary_core import ERROR, INJECT_FAILED, MISS, OK, SKIPPED, Run, consecutive_misses, due_in, should_recycle
+
+
+def runs(*results, seq=1, grace=False):
+    return [Run(float(i), r, seq, grace) for i, r in enumerate(results)]
+
+
+def test_trailing_misses_of_this_launch():
+    assert consecutive_misses(runs(MISS, MISS), 1) == 2
+    assert consecutive_misses(runs(MISS, OK, MISS), 1) == 1
+    assert consecutive_misses(runs(MISS, MISS), 2) == 0  # a relaunch starts the count again
+    assert consecutive_misses(runs(MISS, MISS, grace=True), 1) == 0
+
+
+def test_our_own_faults_neither_count_nor_reset():
+    assert consecutive_misses(runs(MISS, ERROR, SKIPPED, INJECT_FAILED, MISS), 1) == 2
+    assert should_recycle(runs(MISS, ERROR, MISS), 1, 2)
+    assert not should_recycle(runs(ERROR, ERROR, ERROR, INJECT_FAILED), 1, 2)
+
+
+def test_due():
+    assert due_in(None, 100, 1200, 180) == 0
+    assert due_in(Run(100, OK), 200, 1200, 180) == 1100
+    assert due_in(Run(100, MISS), 200, 1200, 180) == 0
+    assert due_in(Run(100, ERROR), 200, 1200, 180) == 80
+
+
+@given(st.lists(st.sampled_from([OK, MISS, ERROR, SKIPPED, INJECT_FAILED]), max_size=30), st.integers(1, 5))
+def test_only_misses_after_the_last_ok_can_recycle(results, n):
+    seq = runs(*results)
+    if should_recycle(seq, 1, n):
+        after_ok = results[max((i for i, r in enumerate(results) if r == OK), default=-1) + 1:]
+        assert after_ok.count(MISS) >= n
+
+
+def test_doctor_says_when_claude_cannot_ack(tmp_path):
+    from loomtui.config import parse_config
+    from loomtui.doctor import FAIL, OK, check_canary_permissions
+
+    bare = parse_config({}, "c.toml", None)
+    check = check_canary_permissions(bare, tmp_path)
+    assert check.status == FAIL and "--allowedTools 'Bash(touch:*)'" in check.detail
+    good = parse_config({"agent": {
+        "fresh_command": "claude --add-dir {state_dir}/acks --allowedTools 'Bash(touch:*)' --session-id {session_id}",
+        "resume_command": "claude --add-dir {state_dir}/acks --allowedTools 'Bash(touch:*)' --resume {session_id}",
+    }}, "c.toml", None)
+    assert check_canary_permissions(good, tmp_path).status == OK
