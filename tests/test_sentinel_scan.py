@@ -243,3 +243,16 @@ def test_many_distinct_failures_fold_into_a_bounded_number_of_items(fleet):
     items = f.items()
     assert len(items) == 21 and sum(i.count for i in items) == 400
     assert sum(i.signature.startswith("(more distinct") for i in items) == 1
+
+
+def test_a_scan_reads_only_the_new_bytes_whatever_the_log_size(fleet):
+    f = fleet([{"name": "big"}, {"name": "idle"}])
+    f.write("big", ("INFO " + "x" * 95 + "\n") * 50_000)  # 5 MB
+    f.write("idle", "INFO quiet\n")
+    first = f.tick()
+    assert first.bytes_read == logscan.FIRST_LOOK + len("INFO quiet\n")
+    for extra in (b"ERROR one new line\n", b"INFO two\nINFO three\n" * 50):
+        f.write("big", extra)
+        report = f.tick()
+        assert report.bytes_read == len(extra)
+    assert f.tick().bytes_read == 0
