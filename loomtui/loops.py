@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -46,13 +47,46 @@ def canary_tick(ctx: Context) -> Callable[[], object]:
     return step
 
 
+def sentinel_tick(ctx: Context) -> Callable[[], object]:
+    from .sentinel import sentinel_tick as tick
+
+    def step() -> object:
+        report = tick(ctx)
+        line = report.describe()
+        if line:
+            log.info("sentinel: %s", line)
+        return report
+
+    return step
+
+
 def tick_loops(ctx: Context) -> list[TickLoop]:
     w, c = ctx.config.watchdog, ctx.config.canary
     return [
         TickLoop("watchdog", min(w.exit_check, w.interval), watchdog_tick),
         TickLoop("canary", min(1.0, c.ack_timeout / 4), canary_tick),
+        TickLoop("sentinel", ctx.config.sentinel.interval, sentinel_tick),
     ]
 
 
+async def _sender(ctx: Context, stop: asyncio.Event) -> None:
+    from .telegram.sender import run_sender
+
+    await run_sender(ctx, stop)
+
+
+async def _commands(ctx: Context, stop: asyncio.Event) -> None:
+    from .actions import OperatorActions
+    from .telegram.commands import run_commands
+
+    await run_commands(ctx, OperatorActions(ctx), stop)
+
+
 def services(ctx: Context) -> list[Service]:
-    return []
+    """Telegram runs only when a chat is configured; Loom never polls a token the agent holds."""
+    out = []
+    if ctx.config.telegram.chat_id:
+        out.append(Service("telegram_sender", _sender))
+        if ctx.config.telegram.commands:
+            out.append(Service("telegram_commands", _commands))
+    return out

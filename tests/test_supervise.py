@@ -26,10 +26,10 @@ FAST = {
 
 
 class Daemon:
-    def __init__(self, harness):
+    def __init__(self, harness, env=None):
         self.harness = harness
         self.log = open(harness.root / f"supervise-{time.monotonic_ns()}.log", "w")
-        self.proc = harness.popen("-m", "loomtui", "supervise", stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = harness.popen("-m", "loomtui", "supervise", stdout=self.log, stderr=subprocess.STDOUT, env=env)
         wait_for(lambda: self.heartbeat() is not None or self.proc.poll() is not None, 30, what="a heartbeat")
         assert self.proc.poll() is None, self.output()
 

@@ -48,7 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def _run(ctx: Context) -> int:
     # Imported here so a config error is reported before python-telegram-bot is even loaded.
-    from .commands import DefaultActions, run_commands
+    from ..actions import OperatorActions
+    from .commands import run_commands
     from .sender import run_sender
 
     stop = asyncio.Event()
@@ -57,7 +58,7 @@ async def _run(ctx: Context) -> int:
         loop.add_signal_handler(sig, stop.set)
     tasks = [asyncio.create_task(run_sender(ctx, stop), name="telegram-sender")]
     if ctx.config.telegram.commands:
-        tasks.append(asyncio.create_task(run_commands(ctx, DefaultActions(ctx), stop), name="telegram-commands"))
+        tasks.append(asyncio.create_task(run_commands(ctx, OperatorActions(ctx), stop), name="telegram-commands"))
     logging.getLogger("loomtui.telegram").info("telegram runner started: %s", ", ".join(t.get_name() for t in tasks))
     await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     stop.set()

@@ -1,0 +1,60 @@
+"""The daemon's Telegram channel: escalations reach the operator, operator commands act for real."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from fakebot import FakeBot
+from harness import wait_for
+from test_supervise import FAST, Daemon
+
+pytestmark = pytest.mark.e2e
+
+TOKEN = "424242:supervise-e2e-token-abcdefghijklmnop"
+CHAT, STRANGER = 5151, 6262
+ENV = {"LOOM_E2E_TOKEN": TOKEN, "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+
+
+@pytest.fixture
+def fake():
+    bot = FakeBot(TOKEN).start()
+    yield bot
+    bot.stop()
+
+
+def telegram(fake, commands=False):
+    return {"token_env": "LOOM_E2E_TOKEN", "chat_id": CHAT, "api_base": fake.api_base, "commands": commands,
+            "poll_interval": "100ms", "backoff_base": "100ms", "backoff_max": "500ms", "long_poll": "1s"}
+
+
+def test_the_ceilings_escalation_reaches_the_operator(make_harness, fake):
+    dying = f"{sys.executable} -c 'import sys; sys.exit(3)'"
+    harness = make_harness(sections={**FAST, "agent": {"fresh_command": dying, "resume_command": dying},
+                                     "telegram": telegram(fake)})
+    harness.loom("recycle", "--fresh")
+    daemon = Daemon(harness, env=ENV)
+    texts = wait_for(lambda: fake.texts(CHAT), 120, what="the escalation delivered")
+    assert len(texts) == 1 and "stopped relaunching" in texts[0]
+    daemon.settle()
+    assert len(fake.texts(CHAT)) == 1
+    assert daemon.stop() == 0
+    assert TOKEN not in daemon.output() and TOKEN not in harness.loom("ledger", "tail", "-n", "500").stdout
+
+
+def test_operator_commands_run_the_real_actions(make_harness, fake):
+    harness = make_harness(sections={**FAST, "canary": {"interval": "1h", "ack_timeout": "10s"},
+                                     "telegram": telegram(fake, commands=True)})
+    session = harness.start()
+    daemon = Daemon(harness, env=ENV)
+    fake.add_update(STRANGER, "/recycle fresh")
+    fake.add_update(CHAT, "/canary")
+    reply = wait_for(lambda: [t for t in fake.texts(CHAT) if t.startswith("canary")], 60, what="the canary reply")[0]
+    assert reply.startswith("canary ok: acked in")
+    assert harness.pinned() == session  # the stranger's /recycle did nothing
+    assert harness.events("telegram_ignored")
+    fake.add_update(CHAT, "/recycle fresh")
+    wait_for(lambda: [t for t in fake.texts(CHAT) if t.startswith("relaunched fresh")], 60, what="the recycle reply")
+    assert harness.pinned() != session
+    assert [e["source"] for e in harness.events("relaunch")][-1] == "telegram"
+    assert daemon.stop() == 0
