@@ -33,6 +33,7 @@ class ScanResult:
     lines: int = 0
     failure_lines: int = 0
     finished_old: str | None = None
+    finished_inode: int | None = None  # the previous file read to its end: never to be read again
 
 
 def scan_log(job_name: str, path: str, pos: Position | None, matcher: logscan.Matcher) -> ScanResult:
@@ -48,22 +49,26 @@ def scan_log(job_name: str, path: str, pos: Position | None, matcher: logscan.Ma
         if pos.inode is not None:
             # Rotated away and not recreated yet: finish the old file now; the next one is read from 0.
             _finish_previous(path, pos, None, _collector(job_name, matcher, result), result)
+        result.position = Position(path, prev_inode=result.finished_inode or pos.inode)
         return result
     try:
         facts = _facts(fd)
         plan = logscan.plan(pos, path, facts)
         result = ScanResult(Position(path), plan.kind)
         sink = _collector(job_name, matcher, result)
+        start, carry = plan.start, logscan.first_carry(plan.start)
         if plan.finish_old and pos is not None:
             _finish_previous(path, pos, facts, sink, result)
-        if plan.kind == logscan.CONTINUE:
-            assert pos is not None
+            if plan.kind == logscan.ROTATED and result.finished_inode is None:
+                result.finished_inode = pos.inode
+        elif plan.kind == logscan.CONTINUE and pos is not None:
             carry = pos.carry
-        else:
-            carry = logscan.first_carry(plan.start)
-        end, carry = read_lines(fd, plan.start, carry, facts.size, lambda line: sink(line, facts))
-        result.bytes_read += end - plan.start
-        result.position = Position(path, facts.dev, facts.inode, end, carry, facts.head)
+            if plan.look_for_copy and _finish_previous(path, pos, facts, sink, result, quiet=True):
+                start, carry = 0, Carry()  # the log was truncated after the copy: all it holds is new
+        prev_inode = result.finished_inode or (pos.prev_inode if pos is not None else None)
+        end, carry = read_lines(fd, start, carry, facts.size, lambda line: sink(line, facts))
+        result.bytes_read += end - start
+        result.position = Position(path, facts.dev, facts.inode, end, carry, facts.head, facts.mtime_ns, prev_inode)
         return result
     finally:
         os.close(fd)
@@ -85,7 +90,7 @@ def read_lines(fd: int, start: int, carry: Carry, limit: int, on_line: Callable[
 
 def _facts(fd: int) -> FileFacts:
     st = os.fstat(fd)
-    return FileFacts(st.st_dev, st.st_ino, st.st_size, os.pread(fd, logscan.HEAD_BYTES, 0))
+    return FileFacts(st.st_dev, st.st_ino, st.st_size, os.pread(fd, logscan.HEAD_BYTES, 0), st.st_mtime_ns)
 
 
 def _collector(job: str, matcher: logscan.Matcher, result: ScanResult) -> Callable[[Line, FileFacts], None]:
@@ -111,37 +116,42 @@ def _collector(job: str, matcher: logscan.Matcher, result: ScanResult) -> Callab
 
 
 def _finish_previous(path: str, pos: Position, current: FileFacts | None, sink: Callable[[Line, FileFacts], None],
-                     result: ScanResult) -> None:
-    """Read the rest of the file we were reading before it was rotated, copied or truncated."""
-    found = _find_previous(path, pos, current)
-    end = pos.offset
-    carry = pos.carry
+                     result: ScanResult, *, quiet: bool = False) -> bool:
+    """Read the rest of the file we were reading before it was rotated, copied or truncated.
+
+    Quietly (the log shows no sign of it), only a copy found beside it counts: then nothing else
+    happens when there is none.
+    """
+    found = _find_previous(path, pos, current, quiet)
+    if found is None and quiet:
+        return False
+    end, carry = pos.offset, pos.carry
+    last = FileFacts(pos.dev or 0, pos.inode or 0, pos.offset, pos.head)
     if found is not None:
         name, fd = found
         try:
-            facts = _facts(fd)
-            end, carry = read_lines(fd, pos.offset, pos.carry, facts.size, lambda line: sink(line, facts))
+            last = _facts(fd)
+            end, carry = read_lines(fd, pos.offset, pos.carry, last.size, lambda line: sink(line, last))
             result.bytes_read += end - pos.offset
-            result.finished_old = name
+            result.finished_old, result.finished_inode = name, last.inode
         finally:
             os.close(fd)
-        last_facts = facts
-    else:
-        last_facts = FileFacts(pos.dev or 0, pos.inode or 0, pos.offset, pos.head)
     # That file will not grow any more for us: its unterminated last line is a line.
     tail = logscan.flush(carry, end)
     if tail is not None:
-        sink(tail, last_facts)
+        sink(tail, last)
+    return True
 
 
-def _find_previous(path: str, pos: Position, current: FileFacts | None) -> tuple[str, int] | None:
+def _find_previous(path: str, pos: Position, current: FileFacts | None, quiet: bool) -> tuple[str, int] | None:
+    """The file we were reading (same inode), else a copy of it (see logscan.is_copy), opened."""
     directory, base = os.path.split(path)
     try:
-        names = [e.name for e in os.scandir(directory or ".") if e.name != base and e.name.startswith(base)]
+        names = sorted(e.name for e in os.scandir(directory or ".") if e.name != base and e.name.startswith(base))
     except OSError:
         return None
-    by_head = None
-    for name in sorted(names):
+    copy: tuple[str, int] | None = None
+    for name in names:
         full = os.path.join(directory, name)
         try:
             fd = os.open(full, os.O_RDONLY | os.O_CLOEXEC)
@@ -152,20 +162,16 @@ def _find_previous(path: str, pos: Position, current: FileFacts | None) -> tuple
         except OSError:
             os.close(fd)
             continue
-        ident = (facts.dev, facts.inode)
-        if current is not None and ident == (current.dev, current.inode):
-            os.close(fd)  # a hard link of the file we are about to read anyway
-            continue
-        if ident == (pos.dev, pos.inode):
-            if by_head is not None:
-                os.close(by_head[1])
+        same = (facts.dev, facts.inode) == (pos.dev, pos.inode)
+        if same and not quiet and (current is None or (current.dev, current.inode) != (pos.dev, pos.inode)):
+            if copy is not None:
+                os.close(copy[1])
             return full, fd
-        copy = bool(pos.head) and facts.size >= pos.offset and logscan.same_head(pos.head, facts.head)
-        if copy and by_head is None:
-            by_head = (full, fd)
+        if copy is None and not same and logscan.is_copy(pos, facts, current, quiet=quiet):
+            copy = (full, fd)
         else:
             os.close(fd)
-    return by_head
+    return copy
 
 
 # -- remembered positions ----------------------------------------------------------------
@@ -183,19 +189,21 @@ def load_watch(db: sqlite3.Connection, job: str) -> Watch:
     if row is None:
         return Watch(None, None, None)
     carry = Carry(bytes(row["carry"]), row["carry_len"], bool(row["carry_skip"]))
-    pos = Position(row["path"], row["dev"], row["inode"], row["offset"], carry, bytes(row["head"]))
+    pos = Position(row["path"], row["dev"], row["inode"], row["offset"], carry, bytes(row["head"]),
+                   row["mtime_ns"], row["prev_inode"])
     return Watch(pos, row["watch_since"], row["missed_mark"])
 
 
 def save_watch(db: sqlite3.Connection, job: str, pos: Position, watch_since: float, missed_mark: float | None,
                now: float) -> None:
     db.execute(
-        "INSERT INTO scan_offsets(job, path, dev, inode, offset, carry, carry_len, carry_skip, head, watch_since, "
-        "missed_mark, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job) DO UPDATE SET "
+        "INSERT INTO scan_offsets(job, path, dev, inode, offset, carry, carry_len, carry_skip, head, mtime_ns, "
+        "prev_inode, watch_since, missed_mark, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT(job) DO UPDATE SET "
         "path = excluded.path, dev = excluded.dev, inode = excluded.inode, offset = excluded.offset, "
         "carry = excluded.carry, carry_len = excluded.carry_len, carry_skip = excluded.carry_skip, "
-        "head = excluded.head, watch_since = excluded.watch_since, missed_mark = excluded.missed_mark, "
-        "updated = excluded.updated",
+        "head = excluded.head, mtime_ns = excluded.mtime_ns, prev_inode = excluded.prev_inode, "
+        "watch_since = excluded.watch_since, missed_mark = excluded.missed_mark, updated = excluded.updated",
         (job, pos.path, pos.dev, pos.inode, pos.offset, pos.carry.data, pos.carry.length, int(pos.carry.discard),
-         pos.head, watch_since, missed_mark, now),
+         pos.head, pos.mtime_ns, pos.prev_inode, watch_since, missed_mark, now),
     )

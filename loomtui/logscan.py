@@ -92,6 +92,8 @@ class Position:
     offset: int = 0  # bytes consumed, the carry included
     carry: Carry = field(default_factory=Carry)
     head: bytes = b""
+    mtime_ns: int = 0
+    prev_inode: int | None = None  # the file finished at the last rotation: never a copy to read again
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class FileFacts:
     inode: int
     size: int
     head: bytes  # the first HEAD_BYTES bytes (fewer if the file is shorter)
+    mtime_ns: int = 0
 
 
 CONTINUE, FIRST, NEW, TRUNCATED, REPLACED, ROTATED, ABSENT = (
@@ -111,6 +114,8 @@ class Plan:
     kind: str
     start: int  # where to read the current file from
     finish_old: bool = False  # read what is left of the previous file first, then end its carry
+    # A copy-and-truncate may have moved lines never read to a copy beside the log.
+    look_for_copy: bool = False
 
 
 def plan(pos: Position | None, path: str, facts: FileFacts | None) -> Plan:
@@ -128,12 +133,33 @@ def plan(pos: Position | None, path: str, facts: FileFacts | None) -> Plan:
     if not same_head(pos.head, facts.head):
         # Same inode, other content (rewritten with `>` or deleted and recreated): start over.
         return Plan(REPLACED, 0, finish_old=True)
-    return Plan(CONTINUE, pos.offset)
+    # Empty at the last look and written since: the first lines may already sit in a copy.
+    return Plan(CONTINUE, pos.offset, look_for_copy=not pos.head and facts.mtime_ns != pos.mtime_ns)
 
 
 def same_head(remembered: bytes, current: bytes) -> bool:
     n = min(len(remembered), len(current))
     return remembered[:n] == current[:n] and len(current) >= len(remembered)
+
+
+def is_copy(pos: Position, candidate: FileFacts, current: FileFacts | None, *, quiet: bool = False) -> bool:
+    """Whether a file beside the log is a copy of it taken since the last look (copy-and-truncate).
+
+    It begins as the log did, holds more than was read and was written since the last look.
+    """
+    if not same_head(pos.head, candidate.head) or candidate.size < pos.offset or not (pos.head or quiet):
+        return False
+    if candidate.mtime_ns < pos.mtime_ns or (current is not None and candidate.inode == current.inode):
+        return False
+    if quiet:
+        # Nothing was read (no head to tell files apart): not the file left by the last rotation,
+        # which its writer may still append to, and not a file that begins as the log does now.
+        if candidate.inode == pos.prev_inode or candidate.size == 0:
+            return False
+        n = min(len(current.head), len(candidate.head)) if current is not None else 0
+        if n and current is not None and current.head[:n] == candidate.head[:n]:
+            return False
+    return True
 
 
 def first_carry(start: int) -> Carry:

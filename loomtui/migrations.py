@@ -135,4 +135,11 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX canary_runs_result ON canary_runs(result, id);
         """,
     ),
+    (
+        "0005_scan_mtime",
+        """
+        ALTER TABLE scan_offsets ADD COLUMN mtime_ns INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE scan_offsets ADD COLUMN prev_inode INTEGER
+        """,
+    ),
 ]

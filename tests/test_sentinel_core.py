@@ -92,6 +92,27 @@ def test_plan_continue_truncate_rotate_replace_first_new_absent():
     assert big == logscan.Plan("first", 9 * logscan.FIRST_LOOK)
     assert logscan.plan(replace(pos, path="/other"), "/l", facts(900)).kind == "first"
     assert logscan.plan(Position("/l"), "/l", facts(900)) == logscan.Plan("new", 0)
+    # Empty at the last look and written since: lines may already sit in a copy beside the log.
+    empty = Position("/l", 1, 7, 0, Carry(), b"", mtime_ns=5)
+    assert logscan.plan(empty, "/l", replace(facts(0), mtime_ns=9)) == logscan.Plan("continue", 0, look_for_copy=True)
+    assert not logscan.plan(empty, "/l", replace(facts(0), mtime_ns=5)).look_for_copy
+
+
+def test_is_copy_needs_the_same_beginning_more_bytes_and_a_newer_write():
+    pos = Position("/l", 1, 7, 16, Carry(), b"2025 first line\n", mtime_ns=100)
+    copy = FileFacts(1, 9, 40, b"2025 first line\nmore", 150)
+    now = FileFacts(1, 7, 0, b"", 160)
+    assert logscan.is_copy(pos, copy, now)
+    assert not logscan.is_copy(pos, replace(copy, head=b"2024 older\n"), now)
+    assert not logscan.is_copy(pos, replace(copy, size=10), now)
+    assert not logscan.is_copy(pos, replace(copy, mtime_ns=50), now)
+    assert not logscan.is_copy(pos, replace(copy, inode=7), now)
+    empty = Position("/l", 1, 7, 0, Carry(), b"", mtime_ns=100, prev_inode=9)
+    fresh = FileFacts(1, 11, 40, b"2025 old lines\n", 150)
+    assert logscan.is_copy(empty, fresh, FileFacts(1, 7, 12, b"2025 new one\n", 160), quiet=True)
+    assert not logscan.is_copy(empty, replace(fresh, inode=9), now, quiet=True)  # finished at the last rotation
+    assert not logscan.is_copy(empty, fresh, FileFacts(1, 7, 40, b"2025 old lines\n", 160), quiet=True)
+    assert not logscan.is_copy(empty, fresh, now)  # with nothing read, only a quiet look may guess
 
 
 def test_matcher_is_patterns_minus_anti_patterns_with_job_lists_overriding():

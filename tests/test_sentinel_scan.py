@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from harness import toml_value
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from loomtui import ledger, logscan
 from loomtui import sentinel_queue as queue
@@ -256,3 +258,63 @@ def test_a_scan_reads_only_the_new_bytes_whatever_the_log_size(fleet):
         report = f.tick()
         assert report.bytes_read == len(extra)
     assert f.tick().bytes_read == 0
+
+
+EPOCH = st.tuples(
+    st.integers(min_value=0, max_value=4),  # lines appended before the structural change
+    st.booleans(),  # ... the last one left unterminated
+    st.sampled_from(["none", "rotate", "copytruncate", "truncate", "recreate"]),
+    st.integers(min_value=0, max_value=4),  # lines appended after it, before the scan
+    st.booleans(),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(EPOCH, min_size=1, max_size=6))
+def test_property_every_line_is_counted_once_across_rotations_and_truncations(tmp_path_factory, epochs):
+    f = Fleet(tmp_path_factory.mktemp("prop") / "fleet", [{"name": "app"}])
+    log = f.log("app")
+    state = {"written": 0, "open_partial": False, "rotations": 0}
+
+    def emit(n: int, partial: bool) -> None:
+        if state["open_partial"] and (n or partial):
+            f.write("app", "pened\n")  # the writer finishes its line first
+            state["open_partial"] = False
+        for _ in range(n):
+            state["written"] += 1
+            f.write("app", f"ERROR event {state['written']} happened\n")
+        if partial:
+            state["written"] += 1
+            f.write("app", f"ERROR event {state['written']} hap")
+            state["open_partial"] = True
+
+    try:
+        f.write("app", "")
+        f.tick()
+        for before, before_partial, change, after, after_partial in epochs:
+            emit(before, before_partial)
+            if change in ("truncate", "recreate"):
+                f.tick()  # lines written after the last scan and then truncated or deleted are gone for anyone
+            if change != "none":
+                state["rotations"] += 1
+                aside = log.with_name(f"app.log.{state['rotations']}")
+                if change == "rotate":
+                    os.rename(log, aside)
+                elif change == "copytruncate":
+                    shutil.copyfile(log, aside)
+                    os.truncate(log, 0)
+                elif change == "truncate":
+                    os.truncate(log, 0)
+                else:
+                    os.unlink(log)
+                state["open_partial"] = False
+                f.write("app", "")
+            emit(after, after_partial)
+            f.tick()
+        emit(0, False)
+        if state["open_partial"]:
+            f.write("app", "pened\n")
+        f.tick()
+        assert sum(i.count for i in f.items()) == state["written"]
+    finally:
+        f.ctx.close()
