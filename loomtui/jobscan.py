@@ -49,7 +49,7 @@ def scan_log(job_name: str, path: str, pos: Position | None, matcher: logscan.Ma
         if pos.inode is not None:
             # Rotated away and not recreated yet: finish the old file now; the next one is read from 0.
             _finish_previous(path, pos, None, _collector(job_name, matcher, result), result)
-        result.position = Position(path, prev_inode=result.finished_inode or pos.inode)
+        result.position = Position(path, prev_inode=result.finished_inode or pos.inode or pos.prev_inode)
         return result
     try:
         facts = _facts(fd)

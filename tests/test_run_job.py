@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -71,7 +72,7 @@ def test_a_long_job_shows_progress_and_a_stop_signal_is_passed_on(fleet, tmp_pat
               f"while not os.path.exists({str(flag)!r}):\n    time.sleep(0.02)\nprint('step 2 of 2')\n")
     log = tmp_path / "deep" / "er" / "job.log"
     proc = subprocess.Popen([PY, "-m", "loomtui", "run-job", "job", "--", PY, "-c", script],
-                            env=loom_env(fleet.env()), cwd=REPO)
+                            env=loom_env(fleet.env()), cwd=REPO, start_new_session=True)
     try:
         wait_for(lambda: log.exists() and "step 1 of 2" in log.read_text(), what="the first line in the log")
         assert proc.poll() is None and runs(fleet)[0]["ended"] is None
@@ -81,7 +82,7 @@ def test_a_long_job_shows_progress_and_a_stop_signal_is_passed_on(fleet, tmp_pat
 
         flag.unlink()
         proc = subprocess.Popen([PY, "-m", "loomtui", "run-job", "job", "--", PY, "-c", script],
-                                env=loom_env(fleet.env()), cwd=REPO)
+                                env=loom_env(fleet.env()), cwd=REPO, start_new_session=True)
         wait_for(lambda: len(re.findall(STAMP + "step 1 of 2$", log.read_text(), re.M)) == 2,
                  what="the second run's first line")
         proc.send_signal(signal.SIGTERM)
@@ -89,9 +90,8 @@ def test_a_long_job_shows_progress_and_a_stop_signal_is_passed_on(fleet, tmp_pat
         last = runs(fleet)[-1]
         assert last["exit_code"] == 128 + signal.SIGTERM and last["ended"] is not None
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        flag.touch()  # a job left behind by a failed assertion ends by itself
+        kill_group(proc)
 
 
 def test_a_run_job_killed_outright_counts_as_a_failed_run(fleet, tmp_path):
@@ -103,8 +103,6 @@ def test_a_run_job_killed_outright_counts_as_a_failed_run(fleet, tmp_path):
         wait_for(lambda: runs(fleet), what="the run recorded")
         report = fleet.tick(notify=False)
         assert report.runs_reviewed == 0  # still running: not judged yet
-        import os
-
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
         report = fleet.tick(notify=False)
@@ -113,6 +111,12 @@ def test_a_run_job_killed_outright_counts_as_a_failed_run(fleet, tmp_path):
         assert "without recording the exit" in item.signature
     finally:
         flag.touch()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        kill_group(proc)
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(30)
