@@ -181,8 +181,9 @@ def quoted(text: str) -> str:
 
 
 def nudge_text(item: Item) -> str:
-    what = {LINE: f"failure lines ({item.count})", EXIT: f"a non-zero exit ({item.count})",
-            MISSED: "a missed schedule", SCAN: "an unreadable log"}.get(item.kind, item.kind)
+    what = {LINE: "failure lines in its log", EXIT: "a failed run", MISSED: "a missed schedule",
+            SCAN: "an unreadable log"}.get(item.kind, item.kind)
+    what += f" (seen {item.count}x)" if item.count > 1 else ""
     again = " Reopened: the last claim did not hold." if item.reopens and item.state == OPEN else ""
     return (f"[loom sentinel] Queue item {item.id}: job {quoted(item.job)} shows {what}; "
             f"log: {shlex.quote(item.log)}.{again} Read the log and the script, decide whether it is current "
