@@ -62,7 +62,10 @@ class LogWriter:
             self.pending = b""
 
     def mark(self, text: str) -> None:
-        self._write([logscan.RUN_MARK + redact.scrub(text).encode("utf-8", "replace")], count=False)
+        # One line, always: an argv holding a newline (python -c "...") would otherwise spill
+        # lines without the mark into the log, and the scan would read the command as output.
+        one_line = redact.scrub(text).replace("\r", "\\r").replace("\n", "\\n")
+        self._write([logscan.RUN_MARK + one_line.encode("utf-8", "replace")], count=False)
 
     def _write(self, lines: list[bytes], count: bool = True) -> None:
         if not lines or self.error:

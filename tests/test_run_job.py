@@ -47,6 +47,17 @@ def test_output_is_appended_with_timestamps_and_the_run_recorded(fleet, tmp_path
     assert runs(fleet)[1]["failure_lines"] == 1 and "start run 2" in log.read_text()  # appended, not replaced
 
 
+def test_a_multi_line_command_is_one_marked_line_and_never_read_as_output(fleet, tmp_path):
+    script = "print('fine')\n# Traceback and ERROR live only in the command, not in its output"
+    assert run_loom("run-job", "job", "--", PY, "-c", script, env=fleet.env()).returncode == 0
+    lines = (tmp_path / "deep" / "er" / "job.log").read_text().splitlines()
+    body = [re.sub(STAMP, "", line) for line in lines]
+    assert len(body) == 3 and body[1] == "fine" and "\\n# Traceback" in body[0]
+    assert runs(fleet)[0]["failure_lines"] == 0
+    assert run_loom("sentinel", "scan", "--no-nudge", env=fleet.env()).returncode in (0, 1)
+    assert queue.listing(fleet.ctx.store) == []
+
+
 def test_the_command_never_meets_a_shell(fleet, tmp_path):
     marker = tmp_path / "pwned"
     res = run_loom("run-job", "job", "--", "echo", f"$(touch {marker})", ";", "rm", "-rf", "x", env=fleet.env())
