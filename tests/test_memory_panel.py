@@ -124,7 +124,7 @@ def test_hostile_text_renders_literally_and_crashes_nothing(hostile):
                 assert "\x1b" not in preview_text(app)
                 if row.path == "h2.md":
                     assert "body 2: [link=x]click[/link]" in screen_text(app)
-            await pilot.press("r")
+            await pilot.press("u")
             await until(pilot, lambda: table.row_count == len(rows), what="reload")
             assert app.is_running
 

@@ -108,7 +108,7 @@ class MemoryPanel(Widget):
 
     BINDINGS = [
         Binding("e", "edit", "Edit", id="memory.edit"),
-        Binding("r", "reload", "Reload", id="memory.reload"),
+        Binding("u", "reload", "Reload", id="memory.reload"),
     ]
 
     @dataclass

@@ -1,0 +1,49 @@
+"""The agent's pane, as tmux shows it: ANSI colours kept, never parsed as markup."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import Static
+
+from .snapshot import PaneView
+
+MAX_LINES = 400
+
+
+def render_pane(view: PaneView) -> Text:
+    if view.state in ("gone", "unknown") and not view.text:
+        return Text(f"no agent pane: {view.why or view.state}", style="italic")
+    lines = view.text.splitlines()[-MAX_LINES:]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    body = Text.from_ansi("\n".join(lines)) if lines else Text("(empty screen)", style="dim")
+    if view.state == "dead":
+        body.append("\n\n— the agent's process has exited —", style="bold red")
+    elif view.why:
+        body.append(f"\n\n— {view.why} —", style="yellow")
+    return body
+
+
+class AgentPanel(Widget):
+    DEFAULT_CSS = """
+    AgentPanel { height: 1fr; }
+    AgentPanel VerticalScroll { height: 1fr; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._last: PaneView | None = None
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(Text("loading…", style="dim"), id="pane-text", markup=False)
+
+    def show(self, view: PaneView) -> None:
+        if view == self._last:
+            return
+        self._last = view
+        self.query_one("#pane-text", Static).update(render_pane(view))
+        self.query_one(VerticalScroll).scroll_end(animate=False)

@@ -1,0 +1,225 @@
+"""`loom-tui --demo`: a real Loom on the demo agent, so a newcomer sees it work within a minute.
+
+It writes a config and a state directory, starts the demo agent in a private tmux server, runs
+`loom supervise` with fast intervals, and runs a few jobs (one of them failing) through
+`loom run-job`; about 25 seconds in it crashes the agent once, so a recovery shows up too.
+Quitting the console stops all of it. Nothing here is a mock: these are the same commands an
+operator runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import platformdirs
+import psutil
+
+from .. import actions
+from ..context import Context
+
+JOBS = {
+    # name: (every, python code)
+    "backup": ("20s", "print('backup: 1204 files, 0 errors')"),
+    "newsletter": ("30s", "import sys\nprint('Traceback (most recent call last):')\n"
+                          "print('  File \"send.py\", line 12, in <module>')\n"
+                          "print('ConnectionError: smtp.example.net refused the connection')\nsys.exit(1)"),
+    "digest": ("45s", "print('digest: 3 sources, ERROR fetching [/feeds] (retrying) \\x1b[31mred\\x1b[0m')"),
+}
+CRASH_AFTER = 25.0
+
+MEMORY = {
+    "MEMORY.md": "# Memory\n\n- [Operator](operator.md) — who runs this box and how to reach them\n"
+                 "- [Newsletter job](newsletter.md) — the SMTP relay is flaky on Mondays\n"
+                 "- [Backups](backups.md) — restore drill notes (file not written yet)\n",
+    "operator.md": "# Operator\n\nPrefers short Telegram messages. Timezone: UTC.\n",
+    "newsletter.md": "# Newsletter\n\nSMTP relay `smtp.example.net` refuses connections now and then; retry later.\n",
+    "scratch.md": "# Scratch\n\nNot in the index yet: lint shows it as an orphan. Text like [/bold] stays literal.\n",
+}
+
+
+def checkout_state_dir() -> Path | None:
+    """The repository's state/ folder when running from a checkout."""
+    here = Path(__file__).resolve().parent.parent.parent / "state"
+    return here if (here / "README.md").is_file() else None
+
+
+def toml(value: object) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
+class Demo:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.config_path = root / "config.toml"
+        self.procs: list[subprocess.Popen] = []
+        # Stable across processes (str hashes are salted per process): a later run must find this one.
+        self.socket = f"loom-demo-{os.getuid()}-{hashlib.sha256(str(root).encode()).hexdigest()[:6]}"
+
+    @classmethod
+    def for_this_install(cls) -> Demo:
+        base = checkout_state_dir() or Path(platformdirs.user_state_dir("loom"))
+        return cls(base / "demo")
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def write(self) -> Path:
+        self._stop_leftovers()
+        if self.root.exists():
+            shutil.rmtree(self.root)
+        (self.root / "logs").mkdir(parents=True)
+        memory = self.root / "memory"
+        memory.mkdir()
+        for name, text in MEMORY.items():
+            (memory / name).write_text(text)
+        py = sys.executable
+        bot = f"demo-{self.socket}"
+        agent_re = r"loomtui\.demo\.agent"
+        poller_re = rf"loomtui\.demo\.poller --bot {bot}\b"
+        lines = [
+            f"state_dir = {toml(str(self.root / 'state'))}",
+            "[agent]",
+            f"tmux_socket = {toml(self.socket)}",
+            f"cwd = {toml(str(self.root))}",
+            f"fresh_command = {toml(py + ' -m loomtui.demo.agent --session-id {session_id}')}",
+            f"resume_command = {toml(py + ' -m loomtui.demo.agent --resume {session_id}')}",
+            f"process_match = {toml(agent_re)}",
+            f"poller_match = {toml(poller_re)}",
+            'boot_grace = "5s"',
+            'resume_check = "2s"',
+            f"env = {toml({'LOOM_DEMO_DATA': str(self.root / 'agent-data'), 'LOOM_DEMO_BOT': bot})}",
+            "[[agent.modals]]",
+            'match = "Yes, I trust this folder"',
+            'keys = ["Enter"]',
+            "[watchdog]",
+            'interval = "5s"\nexit_check = "1s"\npoller_grace = "20s"\nforeign_scan = "10s"',
+            'backoff_base = "2s"\nbackoff_max = "20s"',
+            "[canary]",
+            'interval = "30s"\nack_timeout = "10s"',
+            "[sentinel]",
+            'interval = "10s"\nrenudge = "2m"\nbackstop = "3m"\nmissed_grace = "1m"',
+            "[memory]",
+            f"dir = {toml(str(memory))}",
+        ]
+        for name, (every, _) in JOBS.items():
+            lines += ["[[jobs]]", f"name = {toml(name)}", f"log = {toml(str(self.root / 'logs' / (name + '.log')))}",
+                      f"schedule = {toml('every ' + every)}"]
+        self.config_path.write_text("\n".join(lines) + "\n")
+        return self.config_path
+
+    def start(self) -> Path:
+        self.write()
+        ctx = Context.load(str(self.config_path), None)
+        try:
+            outcome = actions.operator_recycle(ctx, "fresh", source="demo", reason="demo start")
+        finally:
+            ctx.close()
+        if not outcome.ok:
+            raise RuntimeError(f"the demo agent did not start: {outcome.error}")
+        log = open(self.root / "supervise.log", "ab")
+        self.procs.append(subprocess.Popen(
+            [sys.executable, "-m", "loomtui", "--config", str(self.config_path), "supervise"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
+        self.procs.append(subprocess.Popen(
+            [sys.executable, "-m", "loomtui.tui.demo", str(self.config_path)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
+        (self.root / "pids").write_text(" ".join(str(p.pid) for p in self.procs))
+        return self.config_path
+
+    # -- tear-down ---------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            _end(proc.pid)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.procs.clear()
+        self._kill_tmux()
+
+    def _stop_leftovers(self) -> None:
+        """A demo that was not quit cleanly (a killed terminal) must not keep running beside a new one."""
+        pids = self.root / "pids"
+        if pids.exists():
+            for text in pids.read_text().split():
+                if text.isdigit():
+                    _end(int(text), only_if=f"{self.config_path}")
+        self._kill_tmux()
+
+    def _kill_tmux(self) -> None:
+        out = subprocess.run(["tmux", f"-L{self.socket}", "display-message", "-p", "#{pid}"],
+                             capture_output=True, text=True, timeout=10)
+        server = out.stdout.strip()
+        if server.isdigit():
+            try:
+                tree = psutil.Process(int(server)).children(recursive=True)
+            except psutil.Error:
+                tree = []
+            for child in tree:
+                _end(child.pid)
+        subprocess.run(["tmux", f"-L{self.socket}", "kill-server"], capture_output=True, timeout=10)
+
+
+def _end(pid: int, only_if: str = "") -> None:
+    try:
+        proc = psutil.Process(pid)
+        if only_if and only_if not in " ".join(proc.cmdline()):
+            return  # the pid was reused by something that is not ours
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(5)
+    except psutil.TimeoutExpired:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    except psutil.Error:
+        pass
+
+
+def run_jobs(config_path: Path) -> int:
+    """The demo's job scheduler: each job through `loom run-job`, and one crash to recover from."""
+    started = time.monotonic()
+    crashed = False
+    due = {name: started + 3 + i * 4 for i, name in enumerate(JOBS)}
+    every = {name: _seconds(spec[0]) for name, spec in JOBS.items()}
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    while not stopping:
+        now = time.monotonic()
+        for name, (_, code) in JOBS.items():
+            if now >= due[name]:
+                due[name] = now + every[name]
+                subprocess.run([sys.executable, "-m", "loomtui", "--config", str(config_path), "run-job", name, "--",
+                                sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=120)
+        if not crashed and now - started >= CRASH_AFTER:
+            crashed = True
+            subprocess.run([sys.executable, "-m", "loomtui", "--config", str(config_path), "inject", "/crash"],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        time.sleep(0.5)
+    return 0
+
+
+def _seconds(text: str) -> float:
+    from ..durations import parse_duration
+
+    return parse_duration(text)
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_jobs(Path(sys.argv[1])))

@@ -1,0 +1,23 @@
+"""Every key of the console as data: one Binding with an id each, so the footer, the help screen,
+the command palette and a remapping all read the same table."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+
+TABS = [("agent", "Agent"), ("canary", "Canary"), ("queue", "Queue"), ("fleet", "Fleet"), ("memory", "Memory"),
+        ("timeline", "Timeline")]
+
+APP_KEYS: list[Binding] = [
+    Binding("c", "canary", "Canary", id="loom.canary", tooltip="Send a liveness probe now (or join the one in flight)"),
+    Binding("r", "recycle", "Recycle", id="loom.recycle", tooltip="Relaunch the agent: resume the pinned session or start fresh"),
+    Binding("i", "inject", "Inject", id="loom.inject", tooltip="Type one line into the agent's pane"),
+    Binding("d", "resolve", "Resolve", id="loom.resolve", tooltip="Resolve the selected queue item with a note"),
+    Binding("a", "attach", "Attach", id="loom.attach", tooltip="Attach to the agent's tmux pane (detach to come back)"),
+    Binding("slash", "filter", "Filter", id="loom.filter", tooltip="Filter the incident timeline (kind:NAME text)"),
+    Binding("question_mark", "help", "Help", id="loom.help", tooltip="Every key and what it does"),
+    Binding("q", "quit", "Quit", id="loom.quit", tooltip="Quit the console (supervision keeps running)"),
+] + [
+    Binding(str(n), f"show_tab('{tab}')", title, id=f"loom.tab.{tab}", show=False, tooltip=f"Jump to the {title} panel")
+    for n, (tab, title) in enumerate(TABS, start=1)
+]

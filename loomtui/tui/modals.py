@@ -1,0 +1,106 @@
+"""Modal screens: recycle choice, one-line prompts, details, help."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+
+class RecycleScreen(ModalScreen[str | None]):
+    BINDINGS = [
+        Binding("r", "choose('resume')", "Resume", id="recycle.resume"),
+        Binding("f", "choose('fresh')", "Fresh", id="recycle.fresh"),
+        Binding("escape", "choose(None)", "Cancel", id="recycle.cancel"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label("Relaunch the agent?", classes="dialog-title")
+            yield Static(Text("Resume keeps the pinned conversation; fresh starts a new session.\n"
+                              "Either clears a hold at the ceiling."), markup=False)
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Resume [r]", id="resume", variant="primary")
+                yield Button("Fresh [f]", id="fresh", variant="warning")
+                yield Button("Cancel [esc]", id="cancel")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(None if event.button.id == "cancel" else event.button.id)
+
+    def action_choose(self, choice: str | None) -> None:
+        self.dismiss(choice)
+
+
+class PromptScreen(ModalScreen[str | None]):
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="prompt.cancel")]
+
+    def __init__(self, title: str, placeholder: str = "", value: str = "", allow_empty: bool = False) -> None:
+        super().__init__()
+        self.title_text = title
+        self.placeholder = placeholder
+        self.value = value
+        self.allow_empty = allow_empty
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(Text(self.title_text), classes="dialog-title")
+            yield Input(value=self.value, placeholder=self.placeholder, id="prompt-input")
+            yield Static(Text("Enter to confirm · Esc to cancel", style="dim"), markup=False)
+
+    def on_mount(self) -> None:
+        self.query_one(Input).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.value.strip() or self.allow_empty:
+            self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class DetailScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,enter", "close", "Close", id="detail.close")]
+
+    def __init__(self, title: str, body: Text) -> None:
+        super().__init__()
+        self.title_text = title
+        self.body = body
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog wide-dialog"):
+            yield Label(Text(self.title_text), classes="dialog-title")
+            with VerticalScroll():
+                yield Static(self.body, markup=False)
+            yield Static(Text("Esc to close", style="dim"), markup=False)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "close", "Close", id="help.close")]
+
+    def __init__(self, rows: list[tuple[str, str, str]]) -> None:
+        super().__init__()
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold", no_wrap=True, justify="right")
+        table.add_column(style="cyan", no_wrap=True)
+        table.add_column()
+        for key, title, tooltip in self.rows:
+            table.add_row(Text(key), Text(title), Text(tooltip))
+        with Vertical(classes="dialog wide-dialog"):
+            yield Label("Keys", classes="dialog-title")
+            with VerticalScroll():
+                yield Static(table)
+            yield Static(Text("Ctrl+P opens the command palette with the same actions · Esc closes", style="dim"),
+                         markup=False)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,78 @@
+"""The sentinel queue: open, claimed and witnessed items kept apart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widget import Widget
+from textual.widgets import Static
+
+from .canary_panel import when
+from .tables import KeyedTable, safe
+
+STATE_STYLES = {"open": "bold red", "claimed": "yellow", "witnessed": "green"}
+
+
+def rows(items: list[Any]) -> list[tuple[str, list]]:
+    out = []
+    for item in items:
+        out.append((f"q{item.id}", [
+            safe(item.id), safe(item.state, STATE_STYLES.get(item.state, "")), safe(item.job), safe(item.kind),
+            safe(item.count), safe(item.nudges), safe(when(item.last_seen)), safe(item.sample),
+        ]))
+    return out
+
+
+def describe(item: Any) -> Text:
+    out = Text()
+    out.append(f"#{item.id} {item.state}", style=STATE_STYLES.get(item.state, ""))
+    out.append(f" · job {item.job} · {item.kind} · seen {item.count}× · nudged {item.nudges}×")
+    if item.escalated_at:
+        out.append(" · sent to the operator", style="magenta")
+    out.append("\n")
+    out.append(safe(item.sample))
+    if item.note:
+        out.append("\nnote: ", style="bold")
+        out.append(safe(item.note))
+        if item.claimed_by:
+            out.append(f" (claimed by {item.claimed_by}{' ' + item.claimed_session if item.claimed_session else ''})",
+                       style="dim")
+    return out
+
+
+class QueuePanel(Widget):
+    DEFAULT_CSS = """
+    QueuePanel { height: 1fr; }
+    QueuePanel #queue-detail { height: auto; max-height: 6; border-top: solid $primary; padding: 0 1; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._items: dict[str, Any] = {}
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield KeyedTable([("id", "#", 4), ("state", "state", 9), ("job", "job", 14), ("kind", "kind", 8),
+                              ("count", "×", 4), ("nudges", "nudged", 6), ("last", "last seen", 14),
+                              ("sample", "line", None)], id="queue-table")
+            yield Static(Text("no item selected", style="dim"), id="queue-detail", markup=False)
+
+    def show(self, items: list[Any]) -> None:
+        self._items = {f"q{i.id}": i for i in items}
+        table = self.query_one(KeyedTable)
+        table.sync(rows(items))
+        self._detail(table.selected_key)
+
+    def on_data_table_row_highlighted(self, event: KeyedTable.RowHighlighted) -> None:
+        self._detail(event.row_key.value if event.row_key else None)
+
+    def _detail(self, key: str | None) -> None:
+        item = self._items.get(key or "")
+        self.query_one("#queue-detail", Static).update(describe(item) if item else Text("the queue is empty", style="dim"))
+
+    @property
+    def selected(self) -> Any | None:
+        return self._items.get(self.query_one(KeyedTable).selected_key or "")

@@ -1,0 +1,212 @@
+"""What the console shows, gathered in one go by a worker thread (never in a handler or timer).
+
+Every source may fail on its own: a locked or unreadable store, a tmux server that is gone or
+does not answer. Each failure becomes a plain sentence in the snapshot and the rest still loads,
+so the console says what is wrong and keeps running.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import canary, launch, ledger, recovery, session
+from ..canary import Probe
+from ..context import Context
+from ..driver import GONE, UNKNOWN, UP, TmuxDriver
+from ..durations import format_duration
+from ..proctree import PRESENT
+from ..store import Store
+from ..tmux import TmuxError
+
+STORE_TIMEOUT = 2.0  # the console must say "store busy" promptly, not hang for the daemon's 10 s
+
+
+@dataclass(frozen=True)
+class PaneView:
+    state: str            # up / gone / unknown / dead
+    text: str = ""        # the captured screen, with its ANSI escapes
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Header:
+    agent: str
+    agent_level: str      # ok / warn / bad
+    pinned: str | None
+    canary: str
+    canary_level: str
+    supervisor: str
+    supervisor_level: str
+    open_items: int
+    held: bool = False
+
+
+@dataclass(frozen=True)
+class JobRow:
+    name: str
+    schedule: str
+    last_start: float | None
+    last_exit: int | None
+    last_duration: float | None
+    running: bool
+    open_items: int
+    next_due: float | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken: float
+    header: Header
+    pane: PaneView
+    canary: list[Probe] = field(default_factory=list)
+    queue: list[Any] = field(default_factory=list)
+    jobs: list[JobRow] = field(default_factory=list)
+    ledger_count: int = 0
+    store_error: str = ""
+
+
+class Source:
+    """Owns the console's store connection (opened lazily, reopened after a failure) and driver."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.driver = TmuxDriver(ctx.config)
+        self._store: Store | None = None
+
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store.in_dir(self.ctx.state_dir, timeout=STORE_TIMEOUT)
+            self.ctx._store = self._store  # actions run by the console share this connection
+        return self._store
+
+    def drop_store(self) -> None:
+        if self._store is not None:
+            try:
+                self._store.close()
+            except Exception:  # closing a broken connection must not hide the original error
+                pass
+        self._store = None
+        self.ctx._store = None
+
+    def pane(self) -> PaneView:
+        try:
+            facts = self.driver.observe()
+        except TmuxError as exc:
+            return PaneView(UNKNOWN, why=str(exc))
+        if facts.tmux != UP or facts.pane is None:
+            return PaneView(facts.tmux, why=facts.why or "no tmux session")
+        try:
+            text = self.driver.pane.server.cmd("capture-pane", "-p", "-e", "-J", target=facts.pane.pane_id)
+            screen = "\n".join(text.stdout)
+        except TmuxError as exc:
+            return PaneView(UNKNOWN, why=str(exc))
+        if facts.pane.dead:
+            return PaneView("dead", screen, facts.why)
+        agent = facts.tree.agent if facts.tree else UNKNOWN
+        return PaneView(UP, screen, "" if agent == PRESENT else f"agent process {agent}")
+
+    def load(self, now: float | None = None) -> Snapshot:
+        now = time.time() if now is None else now
+        pane = self.pane()
+        try:
+            store = self.store()
+            return self._from_store(store, pane, now)
+        except Exception as exc:  # locked, corrupt, vanished: say it, keep the console up
+            self.drop_store()
+            message = " ".join(str(exc).split()) or type(exc).__name__
+            header = Header(_agent_text(pane, False, None)[0], _agent_text(pane, False, None)[1], None,
+                            "unknown", "warn", f"store unavailable: {message}", "bad", 0)
+            return Snapshot(now, header, pane, store_error=message)
+
+    def _from_store(self, store: Store, pane: PaneView, now: float) -> Snapshot:
+        ctx = self.ctx
+        probes = canary.history(ctx, 100)
+        queue = _queue(store)
+        beat = store.heartbeats().get("supervisor")
+        held = recovery.held(ctx) is not None
+        since = launch.since_launch(ctx)
+        booting = since is not None and since < ctx.config.agent.boot_grace
+        agent, level = _agent_text(pane, held, since if booting else None)
+        stale_after = max(3 * min(ctx.config.watchdog.interval, 5.0), 15.0)
+        if beat is None:
+            sup, sup_level = "no supervisor heartbeat", "bad"
+        else:
+            age = now - beat["ts"]
+            sup = f"heartbeat {format_duration(max(age, 0))} ago"
+            sup_level = "ok" if age <= stale_after else "bad"
+            if age > stale_after:
+                sup = f"NO FRESH HEARTBEAT ({format_duration(age)} old)"
+        last = next((p for p in probes if p.result != canary.PENDING), None)
+        if last is None:
+            can, can_level = "no probe yet", "warn"
+        else:
+            when = format_duration(max(now - last.sent_at, 0))
+            can = f"{last.result} {when} ago" + (f" ({last.latency:.2f}s)" if last.latency is not None else "")
+            can_level = "ok" if last.result == canary.OK else ("bad" if last.result == canary.MISS else "warn")
+        if any(p.result == canary.PENDING for p in probes[:1]):
+            can = "probing… · " + can
+        header = Header(agent, level, session.pinned(store), can, can_level, sup, sup_level,
+                        sum(1 for item in queue if item.state != "witnessed"), held)
+        return Snapshot(now, header, pane, probes, queue, _jobs(ctx, store, queue, now), ledger.count(store))
+
+
+def _agent_text(pane: PaneView, held: bool, booting_for: float | None) -> tuple[str, str]:
+    if held:
+        return "HELD: no automatic relaunch until you act (r)", "bad"
+    if pane.state == GONE:
+        return "no tmux session", "bad"
+    if pane.state == UNKNOWN:
+        return "tmux not answering", "warn"
+    if pane.state == "dead":
+        return "exited", "bad"
+    if pane.why:
+        return pane.why, "warn"
+    if booting_for is not None:
+        return f"booting ({format_duration(booting_for)})", "warn"
+    return "running", "ok"
+
+
+def _queue(store: Store) -> list[Any]:
+    from .. import sentinel_queue
+
+    return sentinel_queue.listing(store)
+
+
+def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobRow]:
+    from ..schedule import next_due
+
+    rows = {r["job"]: r for r in store.query(
+        "SELECT r.* FROM job_runs r JOIN (SELECT job, MAX(id) AS id FROM job_runs GROUP BY job) m ON r.id = m.id")}
+    open_by_job: dict[str, int] = {}
+    for item in queue:
+        if item.state != "witnessed":
+            open_by_job[item.job] = open_by_job.get(item.job, 0) + 1
+    out = []
+    for job in ctx.config.jobs:
+        row = rows.get(job.name)
+        due = None
+        if job.schedule:
+            try:
+                due = next_due(job.schedule, row["started"] if row else now)
+            except (ValueError, KeyError):
+                due = None
+        out.append(JobRow(
+            job.name, job.schedule, row["started"] if row else None, row["exit_code"] if row else None,
+            row["duration"] if row else None, bool(row) and row["ended"] is None, open_by_job.get(job.name, 0), due,
+        ))
+    return out
+
+
+def event_detail(store: Store, event_ids: list[int]) -> list[ledger.Event]:
+    if not event_ids:
+        return []
+    marks = ",".join("?" * len(event_ids))
+    return [ledger.Event.from_row(r) for r in
+            store.query(f"SELECT * FROM ledger WHERE id IN ({marks}) ORDER BY id", tuple(event_ids))]
+
+
+def pretty(detail: dict[str, Any]) -> str:
+    return json.dumps(detail, indent=2, sort_keys=True, ensure_ascii=False, default=str)

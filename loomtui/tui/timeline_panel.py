@@ -1,0 +1,215 @@
+"""The incident timeline: ledger events grouped from failure to recovery, or the raw events.
+
+Both views read one page at a time through an index (`ledger.page`), newest first, so a
+ledger of a million events opens at once; `[` goes to older pages, `]` back to the newest.
+A filter `kind:NAME words` narrows by kind and by text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.widget import Widget
+from textual.widgets import Static
+
+from .. import incidents, ledger
+from ..durations import format_duration
+from ..store import Store
+from .canary_panel import when
+from .messages import TimelineLoaded
+from .snapshot import event_detail, pretty
+from .tables import KeyedTable, safe
+
+INCIDENT_PAGE = 3000
+EVENT_PAGE = 300
+STATUS_STYLES = {"recovered": "green", "ongoing": "bold red", "held": "bold magenta", "note": "dim"}
+
+
+@dataclass(frozen=True)
+class Filter:
+    kinds: tuple[str, ...] = ()
+    text: str = ""
+
+    @classmethod
+    def parse(cls, raw: str) -> Filter:
+        kinds, words = [], []
+        for part in raw.split():
+            if part.startswith("kind:") and len(part) > 5:
+                kinds.extend(k for k in part[5:].split(",") if k)
+            else:
+                words.append(part)
+        return cls(tuple(kinds), " ".join(words))
+
+    def __str__(self) -> str:
+        return " ".join([f"kind:{','.join(self.kinds)}"] * bool(self.kinds) + [self.text] * bool(self.text))
+
+
+def short(session: str | None) -> str:
+    return (session or "")[:8]
+
+
+def incident_rows(found: list[incidents.Incident], now: float) -> list[tuple[str, list]]:
+    rows = []
+    for inc in reversed(found):
+        sessions = short(inc.old_session)
+        if inc.new_session and inc.new_session != inc.old_session:
+            sessions = f"{sessions}→{short(inc.new_session)}" if sessions else short(inc.new_session)
+        took = "" if inc.status == incidents.NOTE else format_duration(inc.duration(now))
+        rows.append((inc.key, [safe(when(inc.start)), safe(inc.status, STATUS_STYLES.get(inc.status, "")),
+                               safe(took), safe(sessions), safe(inc.title)], inc))
+    return rows
+
+
+def event_rows(events: list[ledger.Event]) -> list[tuple[str, list]]:
+    rows = []
+    for e in events:
+        detail = " ".join(f"{k}={v}" for k, v in sorted(e.detail.items()))
+        rows.append((f"e{e.id}", [safe(when(e.ts)), safe(e.kind), safe(e.source), safe(e.cause or ""),
+                                  safe(detail)], e))
+    return rows
+
+
+def load_page(store: Store, mode: str, flt: Filter, before_id: int | None, now: float) -> tuple[list, int | None]:
+    """(rows, oldest id on the page). Runs in a worker thread."""
+    if mode == "events":
+        events = ledger.page(store, before_id=before_id, limit=EVENT_PAGE, kinds=list(flt.kinds) or None,
+                             text=flt.text or None)
+        return event_rows(events), (events[-1].id if events else None)
+    kinds = [k for k in incidents.KINDS if not flt.kinds or k in flt.kinds]
+    events = ledger.page(store, before_id=before_id, limit=INCIDENT_PAGE, kinds=kinds)
+    oldest = events[-1].id if events else None
+    found = incidents.group(list(reversed(events)))
+    if flt.text:
+        needle = flt.text.lower()
+        found = [i for i in found if needle in " ".join([i.title, *i.causes, i.old_session or "",
+                                                         i.new_session or ""]).lower()]
+    return incident_rows(found, now), oldest
+
+
+def detail_text(title: str, events: list[ledger.Event]) -> Text:
+    out = Text()
+    for e in events:
+        out.append(f"#{e.id} {when(e.ts)} ", style="bold")
+        out.append(f"{e.kind}", style="cyan")
+        out.append(f" by {e.source}" + (f" cause {e.cause}" if e.cause else "") + "\n")
+        out.append(pretty(e.detail) + "\n\n")  # JSON escapes control characters; Text never parses markup
+    return out
+
+
+class TimelinePanel(Widget):
+    DEFAULT_CSS = """
+    TimelinePanel { height: 1fr; }
+    TimelinePanel #timeline-status { height: 1; padding: 0 1; color: $text-muted; }
+    """
+    BINDINGS = [
+        Binding("t", "toggle_mode", "Incidents/events", id="timeline.mode"),
+        Binding("left_square_bracket", "older", "Older", id="timeline.older"),
+        Binding("right_square_bracket", "newest", "Newest", id="timeline.newest"),
+    ]
+
+    def __init__(self, store: Callable[[], Store], now: Callable[[], float] = time.time, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._store = store
+        self._now = now
+        self.mode = "incidents"
+        self.filter = Filter()
+        self.pages: list[int | None] = [None]   # before_id of each page visited; [None] = newest
+        self.oldest: int | None = None
+        self.generation = 0
+        self._rows: dict[str, object] = {}
+        self.seen_count = -1
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(Text(""), id="timeline-status", markup=False)
+            yield KeyedTable([("when", "when", 14), ("status", "status", 10), ("took", "took", 7),
+                              ("sessions", "sessions", 17), ("what", "what", None)], id="timeline-table")
+
+    def on_mount(self) -> None:
+        self.reload()
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        self.generation += 1
+        self._load(self.generation, self.mode, self.filter, self.pages[-1])
+
+    @work(thread=True, exclusive=True, group="timeline", exit_on_error=False)
+    def _load(self, generation: int, mode: str, flt: Filter, before_id: int | None) -> None:
+        try:
+            rows, oldest = load_page(self._store(), mode, flt, before_id, self._now())
+            self.post_message(TimelineLoaded(generation, rows, oldest))
+        except Exception as exc:  # a locked or broken store: shown in the status line
+            self.post_message(TimelineLoaded(generation, [], None, " ".join(str(exc).split())))
+
+    @on(TimelineLoaded)
+    def _loaded(self, message: TimelineLoaded) -> None:
+        message.stop()
+        if message.generation != self.generation:
+            return  # a newer request superseded this one
+        status = self.query_one("#timeline-status", Static)
+        if message.error:
+            status.update(Text(f"timeline unavailable: {message.error}", style="bold red"))
+            return
+        self.oldest = message.oldest_id
+        self._rows = {key: obj for key, _, obj in message.rows}
+        self.query_one(KeyedTable).sync([(key, cells) for key, cells, _ in message.rows])
+        page = len(self.pages)
+        what = "incidents" if self.mode == "incidents" else "events"
+        flt = f" · filter {self.filter}" if str(self.filter) else ""
+        status.update(Text(f"{what} · page {page}{flt} · [ older  ] newest  t incidents/events  enter detail",
+                           no_wrap=True, overflow="ellipsis"))
+
+    def ledger_changed(self, count: int) -> None:
+        """New events arrived: refresh if we are looking at the newest page."""
+        if count != self.seen_count:
+            self.seen_count = count
+            if self.pages == [None]:
+                self.reload()
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def set_filter(self, raw: str) -> None:
+        self.filter = Filter.parse(raw)
+        self.pages = [None]
+        self.reload()
+
+    def action_toggle_mode(self) -> None:
+        self.mode = "events" if self.mode == "incidents" else "incidents"
+        self.pages = [None]
+        self.reload()
+
+    def action_older(self) -> None:
+        if self.oldest is not None:
+            self.pages.append(self.oldest)
+            self.reload()
+
+    def action_newest(self) -> None:
+        self.pages = [None]
+        self.reload()
+
+    @on(KeyedTable.RowSelected)
+    def _selected(self, event: KeyedTable.RowSelected) -> None:
+        event.stop()
+        obj = self._rows.get(event.row_key.value if event.row_key else "")
+        if obj is not None:
+            self._detail(obj)
+
+    @work(thread=True, group="timeline-detail", exit_on_error=False)
+    def _detail(self, obj: object) -> None:
+        from .messages import DetailLoaded
+
+        if isinstance(obj, incidents.Incident):
+            events = event_detail(self._store(), obj.event_ids)
+            title = f"incident {obj.first_id}: {obj.title}"
+        else:
+            events = [obj]  # type: ignore[list-item]
+            title = f"event {obj.id}: {obj.kind}"  # type: ignore[attr-defined]
+        self.post_message(DetailLoaded(title, detail_text(title, events)))

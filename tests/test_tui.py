@@ -1,0 +1,291 @@
+"""The console with Pilot: every key against a real store and a real agent, hostile text, degraded states."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+from harness import wait_for
+from rich.text import Text
+from textual.widgets import DataTable, TabbedContent
+from tui_state import HOSTILE, NOW, populate, write_config
+
+from loomtui.context import Context
+from loomtui.store import DB_NAME
+from loomtui.tui.app import LoomApp
+from loomtui.tui.keymap import APP_KEYS, TABS
+from loomtui.tui.modals import DetailScreen, HelpScreen, PromptScreen, RecycleScreen
+
+pytestmark = pytest.mark.e2e
+
+
+def screen_text(app) -> str:
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+async def until(pilot, predicate, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def cells(app, table_id: str) -> list[list[Text]]:
+    table = app.query_one(f"#{table_id}", DataTable)
+    return [table.get_row_at(i) for i in range(table.row_count)]
+
+
+@pytest.fixture
+def populated(tmp_path):
+    config = write_config(tmp_path, socket=f"loomtest-none-{tmp_path.name[-6:]}")
+    ctx = Context.load(str(config), None, environ={})
+    populate(ctx)
+    ctx.close()
+    ctx = Context.load(str(config), None, environ={})
+    yield ctx
+    ctx.close()
+
+
+def test_every_binding_has_an_id_and_shows_in_help_and_palette(populated):
+    ids = [b.id for b in APP_KEYS]
+    assert all(ids) and len(set(ids)) == len(ids)
+
+    async def run():
+        app = LoomApp(populated, now=lambda: NOW, watch=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.press("question_mark")
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help screen")
+            text = screen_text(app)
+            for binding in APP_KEYS:
+                assert binding.description in text
+            await pilot.press("escape")
+            titles = [c.title for c in app.get_system_commands(app.screen)]
+            for binding in APP_KEYS:
+                if binding.action != "quit":
+                    assert binding.description in titles
+            await pilot.press("q")
+        assert not app.is_running
+
+    asyncio.run(run())
+
+
+def test_panels_show_the_store_and_hostile_text_renders_literally(populated):
+    async def run():
+        app = LoomApp(populated, now=lambda: NOW, watch=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, what="a first snapshot")
+            header = screen_text(app)
+            assert "no tmux session" in header and "bbbbbbbb" in header and "2 open" in header
+            await pilot.press("2")
+            canary = cells(app, "canary-table")
+            assert [c[2].plain for c in canary][:3] == ["ok", "error", "ok"]
+            assert "[/foo] [bold]x [link=x]y" in canary[1][5].plain and "\x1b" not in canary[1][5].plain
+            await pilot.press("3")
+            queue = cells(app, "queue-table")
+            assert [r[1].plain for r in queue] == ["open", "claimed", "witnessed"]
+            assert queue[0][2].plain == "news[/bold]letter"
+            assert "[/foo] [bold]x" in queue[0][7].plain
+            await until(pilot, lambda: "news[/bold]letter" in screen_text(app), what="the job name on screen")
+            await pilot.press("4")
+            fleet = cells(app, "fleet-table")
+            assert [r[0].plain for r in fleet] == ["news[/bold]letter", "backup"]
+            assert fleet[0][1].plain == "exit 1" and fleet[0][4].plain == "1"
+            await pilot.press("5")
+            await until(pilot, lambda: "Hostile" in screen_text(app), what="the memory index")
+            await pilot.press("6")
+            await until(pilot, lambda: app.query_one("#timeline-table", DataTable).row_count >= 3, what="incidents")
+            timeline = cells(app, "timeline-table")
+            statuses = [r[1].plain for r in timeline]
+            assert "recovered" in statuses
+            recovered = timeline[statuses.index("recovered")]
+            assert "canary_failed" in recovered[4].plain and "resume→fresh" in recovered[4].plain
+            assert recovered[3].plain == "aaaaaaaa→bbbbbbbb"
+            # The detail view of the recovered incident lists its events.
+            table = app.query_one("#timeline-table", DataTable)
+            table.focus()
+            table.move_cursor(row=statuses.index("recovered"))
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, DetailScreen), what="the incident detail")
+            assert "relaunch" in screen_text(app) and "canary_failed" in screen_text(app)
+            await pilot.press("escape")
+            # events view, filter, paging
+            await pilot.press("t")
+            await until(pilot, lambda: any(r[1].plain == "supervisor_start" for r in cells(app, "timeline-table")),
+                        what="the raw events")
+            assert any("[/foo] [bold]x" in r[4].plain and "\x1b" not in r[4].plain
+                       for r in cells(app, "timeline-table"))
+            await pilot.press("slash")
+            await until(pilot, lambda: isinstance(app.screen, PromptScreen), what="the filter prompt")
+            await pilot.press(*"kind:relaunch")
+            await pilot.press("enter")
+            await until(pilot, lambda: {r[1].plain for r in cells(app, "timeline-table")} == {"relaunch"},
+                        what="only relaunch events")
+            await pilot.press("left_square_bracket")
+            await pilot.pause(0.3)
+            await pilot.press("right_square_bracket")
+            await until(pilot, lambda: len(cells(app, "timeline-table")) == 3, what="back to the newest page")
+            assert app.is_running
+
+    asyncio.run(run())
+
+
+def test_actions_against_a_real_agent(make_harness, tmp_path):
+    harness = make_harness(sections={"canary": {"ack_timeout": "15s"}},
+                           jobs=[{"name": "flaky", "log": str(tmp_path / "flaky.log"), "schedule": "every 1h"}])
+    session = harness.start()
+    # A real queue item: a failing job run, scanned by the sentinel.
+    assert harness.loom("run-job", "flaky", "--", sys.executable, "-c",
+                        "print('ERROR: it broke'); raise SystemExit(3)").returncode == 3
+    assert harness.loom("sentinel", "scan").returncode in (0, 1)
+    ctx = harness.ctx()
+
+    async def run():
+        app = LoomApp(ctx, watch=True)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await until(pilot, lambda: app.snapshot and app.snapshot.header.agent == "running", what="running agent")
+            assert "demo agent" in screen_text(app)  # the pane tail, from real tmux
+
+            await pilot.press("c")
+            await until(pilot, lambda: any(a == "canary" for a, _, _ in app.outcomes), what="the canary outcome")
+            assert app.outcomes[-1][1].startswith("ok: acked in") and app.outcomes[-1][2]
+
+            await pilot.press("i")
+            await until(pilot, lambda: isinstance(app.screen, PromptScreen), what="the inject prompt")
+            await pilot.press(*"hello [/bold] from the console")
+            await pilot.press("enter")
+            await until(pilot, lambda: any(a == "inject" for a, _, _ in app.outcomes), what="the inject outcome")
+            wait_for(lambda: "hello [/bold] from the console" in harness.transcript(session), what="typed text")
+
+            await pilot.press("3")
+            await until(pilot, lambda: app.query_one("#queue-table", DataTable).row_count >= 1, what="queue rows")
+            await pilot.press("d")
+            await until(pilot, lambda: isinstance(app.screen, PromptScreen), what="the resolve prompt")
+            await pilot.press(*"fixed the flaky job")
+            await pilot.press("enter")
+            await until(pilot, lambda: any(a == "resolve" for a, _, _ in app.outcomes), what="the resolve outcome")
+            assert "claimed" in app.outcomes[-1][1]
+            await until(pilot, lambda: cells(app, "queue-table")[0][1].plain == "claimed", what="claimed on screen")
+
+            await pilot.press("a")
+            await until(pilot, lambda: "attach needs a real terminal" in " ".join(
+                str(n.message) for n in app._notifications), what="the attach notice")
+
+            await pilot.press("r")
+            await until(pilot, lambda: isinstance(app.screen, RecycleScreen), what="the recycle dialog")
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, RecycleScreen), what="cancelled")
+            assert harness.pinned() == session
+            await pilot.press("r")
+            await until(pilot, lambda: isinstance(app.screen, RecycleScreen), what="the recycle dialog")
+            await pilot.press("f")
+            await until(pilot, lambda: any(a == "recycle" for a, _, _ in app.outcomes), 60, what="the recycle outcome")
+            assert app.outcomes[-1][2] and harness.pinned() != session
+            await until(pilot, lambda: harness.pinned()[:8] in screen_text(app), what="the new session in the header")
+
+            for n, (tab, _) in enumerate(TABS, start=1):
+                await pilot.press(str(n))
+                assert app.query_one(TabbedContent).active == tab
+            await pilot.press("q")
+        relaunch = harness.events("relaunch")[-1]
+        assert relaunch["source"] == "tui" and relaunch["cause"] == "operator_fresh"
+        assert [e["source"] for e in harness.events("queue_claim")] == ["tui"]
+
+    asyncio.run(run())
+
+
+def test_console_survives_a_locked_store_and_a_missing_tmux(tmp_path):
+    config = write_config(tmp_path, socket=f"loomtest-gone-{tmp_path.name[-6:]}")
+    ctx = Context.load(str(config), None, environ={})
+    populate(ctx)
+    ctx.close()
+    blocker = sqlite3.connect(tmp_path / "state" / DB_NAME, timeout=30, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    ctx = Context.load(str(config), None, environ={})
+
+    async def run():
+        app = LoomApp(ctx, now=lambda: NOW, refresh_every=0.3, watch=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.snapshot and app.snapshot.store_error, what="the store error shown")
+            assert "store unavailable" in screen_text(app) and "no tmux session" in screen_text(app)
+            for key in "123456":
+                await pilot.press(key)
+            await pilot.press("c")
+            await until(pilot, lambda: app.outcomes or app._notifications, what="the canary attempt reported")
+            assert app.is_running
+            blocker.execute("ROLLBACK")
+            await until(pilot, lambda: app.snapshot and not app.snapshot.store_error, what="recovery")
+            assert "bbbbbbbb" in screen_text(app)
+
+    try:
+        asyncio.run(run())
+    finally:
+        blocker.close()
+        ctx.close()
+
+
+def test_a_corrupt_store_is_shown_not_fatal(tmp_path):
+    config = write_config(tmp_path, socket=f"loomtest-gone-{tmp_path.name[-6:]}")
+    (tmp_path / "state").mkdir(mode=0o700)
+    (tmp_path / "state" / DB_NAME).write_bytes(b"garbage" * 500)
+    ctx = Context.load(str(config), None, environ={})
+
+    async def run():
+        app = LoomApp(ctx, watch=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.snapshot and app.snapshot.store_error, what="the store error")
+            assert "store unavailable" in screen_text(app)
+            await pilot.press("6")
+            await until(pilot, lambda: "timeline unavailable" in screen_text(app), what="the timeline's error")
+            assert app.is_running
+
+    asyncio.run(run())
+    ctx.close()
+
+
+def test_pane_output_with_escapes_and_bad_bytes_renders_literally(make_harness):
+    hostile = (r"printf '\033[31mred\033[0m [/foo] [bold unclosed [link=x]x\n\377\376 invalid\n'; "
+               "exec sleep 600")
+    harness = make_harness(sections={"agent": {"fresh_command": hostile, "process_match": "sleep"}})
+    assert harness.loom("recycle", "--fresh").returncode == 0
+    ctx = harness.ctx()
+
+    async def run():
+        app = LoomApp(ctx, watch=False, refresh_every=0.3)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: "[/foo] [bold unclosed [link=x]x" in screen_text(app), what="hostile pane text")
+            text = screen_text(app)
+            assert "red" in text, text
+            assert "invalid" in text, text
+            assert "\x1b" not in text, repr(text)
+            assert app.is_running
+
+    asyncio.run(run())
+
+
+def test_demo_starts_and_stops_everything(tmp_path):
+    from loomtui.tui.demo import Demo
+
+    demo = Demo(tmp_path / "demo")
+    try:
+        config = demo.start()
+        ctx = Context.load(str(config), None, environ={})
+        try:
+            wait_for(lambda: ctx.store.heartbeats().get("supervisor"), 30, what="the demo supervisor")
+            pids = [p.pid for p in demo.procs]
+        finally:
+            ctx.close()
+    finally:
+        demo.stop()
+    import psutil
+
+    assert all(not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE for p in pids)
+    gone = subprocess.run(["tmux", f"-L{demo.socket}", "list-sessions"], capture_output=True, text=True)
+    assert gone.returncode != 0
