@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(VENV)/bin/loom-tui --demo
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n 4 $(PYTEST_ARGS)
 
 screenshots: $(STAMP)
 	$(VENV)/bin/python screenshots/make_screenshots.py

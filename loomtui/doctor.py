@@ -56,7 +56,7 @@ def check_canary_permissions(config: Config, state_dir: Path) -> Check:
         if lacks:
             missing.append(f"agent.{key} lacks {' and '.join(lacks)}")
     if missing:
-        return Check(FAIL, "canary", "; ".join(missing) + f": add --add-dir {{state_dir}}/acks "
+        return Check(FAIL, "canary", "; ".join(missing) + ": add --add-dir {state_dir}/acks "
                      "--allowedTools 'Bash(touch:*)' or a permission prompt eats every canary")
     return Check(OK, "canary", f"the agent may touch files in {acks} without asking")
 

@@ -187,7 +187,9 @@ def foreign_pollers(poller_match: str, tree: set[int], exclude: set[int] | None 
 def end_processes(pids: list[int], grace: float = 3.0) -> list[int]:
     """SIGTERM, wait up to `grace`, SIGKILL what is left (interactive shells ignore SIGTERM).
 
-    Returns the pids that could not be ended. Vanished processes and zombies are fine.
+    Returns the pids that could not be ended. A zombie has ended: its parent (tmux, for the
+    pane's process) reaps it when it gets round to it, which can take seconds, and waiting
+    for that would only stretch every relaunch.
     """
     procs = []
     for pid in pids:
@@ -196,37 +198,33 @@ def end_processes(pids: list[int], grace: float = 3.0) -> list[int]:
         except psutil.NoSuchProcess:
             continue
     for proc in procs:
-        try:
-            proc.send_signal(signal.SIGTERM)
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            pass
-        except psutil.AccessDenied:
-            continue
-    _, alive = psutil.wait_procs(procs, timeout=grace)
+        _signal(proc, signal.SIGTERM)
+    alive = _wait_ended(procs, grace)
     for proc in alive:
-        try:
-            proc.kill()
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            pass
-        except psutil.AccessDenied:
-            continue
-    _, alive = psutil.wait_procs(alive, timeout=grace)
-    return [p.pid for p in alive if _really_alive(p)]
+        _signal(proc, signal.SIGKILL)
+    return [p.pid for p in _wait_ended(alive, grace)]
+
+
+def _signal(proc: psutil.Process, sig: int) -> None:
+    try:
+        proc.send_signal(sig)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        pass
+
+
+def _wait_ended(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if _really_alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [p for p in alive if _really_alive(p)]
+    return alive
 
 
 def _really_alive(proc: psutil.Process) -> bool:
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
     except psutil.AccessDenied:
         return True
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not psutil.pid_exists(pid) or is_zombie(pid):
-            return True
-        time.sleep(0.05)
-    return False

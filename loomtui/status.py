@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import ledger, outbox, session
+from . import canary, launch, ledger, outbox, recovery, sentinel_queue, session
 from .context import Context
+from .driver import TmuxDriver
 from .telegram import state as telegram_state
 
 
@@ -30,4 +31,27 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None) -> dict[s
             "outbox": outbox.summary(store, now),
             "conflict": telegram_state.conflict(store),
         },
+        "agent": agent(ctx),
+        "canary": _canary(ctx, now),
+        "queue": sentinel_queue.counts(store),
+        "hold": recovery.held(ctx),
+        "last_launch": launch.last_launch(ctx),
     }
+
+
+def agent(ctx: Context) -> dict[str, Any]:
+    """One bounded look at the pane: tmux up/gone/unknown, and the agent and poller in its tree."""
+    facts = TmuxDriver(ctx.config).observe()
+    out: dict[str, Any] = {"tmux": facts.tmux, "why": facts.why}
+    if facts.pane is not None:
+        out.update(pane_pid=facts.pane.pane_pid, dead=facts.pane.dead, exit_status=facts.pane.dead_status)
+    if facts.tree is not None:
+        out.update(process=facts.tree.agent, pid=facts.tree.agent_pid, poller=facts.tree.poller)
+    return out
+
+
+def _canary(ctx: Context, now: float) -> dict[str, Any] | None:
+    last = canary.last_probe(ctx)
+    if last is None:
+        return None
+    return {"result": last.result, "age": now - last.sent_at, "latency": last.latency, "why": last.why}

@@ -25,7 +25,12 @@ def run(args: argparse.Namespace) -> int:
     age = data["supervisor"]["heartbeat_age"]
     print(f"state dir       {data['state_dir']}")
     print(f"config          {data['config'] or '(defaults)'}")
+    print(f"agent           {_agent_line(data['agent'], data['hold'])}")
     print(f"pinned session  {data['pinned_session'] or '(none)'}")
+    print(f"canary          {_canary_line(data['canary'])}")
+    queue = data["queue"]
+    print(f"queue           {queue.get('open', 0)} open, {queue.get('claimed', 0)} claimed, "
+          f"{queue.get('witnessed', 0)} witnessed")
     print(f"supervisor      {'no heartbeat' if age is None else 'heartbeat ' + format_duration(age) + ' ago'}")
     print(f"ledger          {data['ledger']['events']} events")
     print(f"telegram        {_telegram_line(data['telegram'])}")
@@ -34,6 +39,28 @@ def run(args: argparse.Namespace) -> int:
         for e in data["last_events"]:
             print("  " + format_event(Event(**e)))
     return 0
+
+
+def _agent_line(agent: dict, hold: dict | None) -> str:
+    if hold:
+        return "HELD at the ceiling: automatic relaunching stopped until an operator acts (loom recycle)"
+    if agent["tmux"] != "up":
+        return f"tmux {agent['tmux']}: {agent['why']}"
+    if agent.get("dead"):
+        return f"exited (status {agent.get('exit_status')})"
+    line = f"process {agent.get('process')}" + (f" (pid {agent['pid']})" if agent.get("pid") else "")
+    if agent.get("poller") and agent["poller"] != "unknown":
+        line += f", poller {agent['poller']}"
+    return line
+
+
+def _canary_line(last: dict | None) -> str:
+    if last is None:
+        return "no probe yet"
+    line = f"{last['result']} {format_duration(max(last['age'], 0))} ago"
+    if last["latency"] is not None:
+        line += f" (acked in {last['latency']:.2f}s)"
+    return line
 
 
 def _telegram_line(tg: dict) -> str:

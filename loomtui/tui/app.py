@@ -125,7 +125,7 @@ class LoomApp(App):
     def _refreshed(self, message: Refreshed) -> None:
         snap = message.snapshot
         self.snapshot = snap
-        self.query_one(StatusHeader).show(snap.header, snap.store_error)
+        self.query_one(StatusHeader).show(snap.header)
         self.query_one("#agent-panel", AgentPanel).show(snap.pane)
         self.query_one("#side-agent", AgentPanel).show(snap.pane)
         if not snap.store_error:

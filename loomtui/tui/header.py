@@ -10,29 +10,27 @@ from .snapshot import Header
 LEVELS = {"ok": "bold green", "warn": "bold yellow", "bad": "bold red"}
 
 
-def render_header(h: Header, store_error: str = "") -> Text:
-    out = Text(no_wrap=False)
+def render_header(h: Header) -> Text:
+    # Two lines that never wrap (a long state is cut, not pushed onto a third line).
+    out = Text(no_wrap=True, overflow="ellipsis")
     out.append("agent ", style="dim")
     out.append(h.agent, style=LEVELS.get(h.agent_level, ""))
     out.append("  session ", style="dim")
     out.append((h.pinned or "none")[:8])
-    out.append("  canary ", style="dim")
-    out.append(h.canary, style=LEVELS.get(h.canary_level, ""))
     out.append("\n")
-    out.append("supervisor ", style="dim")
-    out.append(h.supervisor, style=LEVELS.get(h.supervisor_level, ""))
+    out.append("canary ", style="dim")
+    out.append(h.canary, style=LEVELS.get(h.canary_level, ""))
     out.append("  queue ", style="dim")
     out.append(f"{h.open_items} open", style="bold red" if h.open_items else "green")
-    if store_error:
-        out.append("  store ", style="dim")
-        out.append("unavailable", style="bold red")
+    out.append("  supervisor ", style="dim")
+    out.append(h.supervisor, style=LEVELS.get(h.supervisor_level, ""))
     return out
 
 
 class StatusHeader(Static):
     DEFAULT_CSS = """
-    StatusHeader { height: auto; max-height: 3; padding: 0 1; background: $boost; }
+    StatusHeader { height: 2; padding: 0 1; background: $boost; }
     """
 
-    def show(self, header: Header, store_error: str = "") -> None:
-        self.update(render_header(header, store_error))
+    def show(self, header: Header) -> None:
+        self.update(render_header(header))
