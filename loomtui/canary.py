@@ -23,7 +23,6 @@ import watchfiles
 from . import launch, ledger, locks, recovery, session
 from .canary_core import ERROR, INJECT_FAILED, MISS, OK, PENDING, SKIPPED, Run, due_in, should_recycle
 from .context import Context
-from .errors import LoomError
 from .inject import inject
 
 CANARY_LOCK = "canary.lock"
@@ -190,7 +189,7 @@ def _send(ctx: Context, source: str, ack_timeout: float) -> Probe:
     nonce = secrets.token_hex(12)
     sent_at = time.time()
     deadline = sent_at + ack_timeout
-    if _relaunching(ctx):
+    if locks.is_held(ctx.state_dir, locks.RECYCLE):
         why = "a relaunch is under way"
         run_id = _insert(ctx, nonce, source, SKIPPED, sent_at, deadline, why)
         return Probe(run_id, nonce, SKIPPED, sent_at, deadline, why=why, source=source)
@@ -252,14 +251,6 @@ def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe
             _forget(path)
     row = ctx.store.query_one("SELECT * FROM canary_runs WHERE id = ?", (run.id,))
     return _probe_from(row, joined=run.joined)
-
-
-def _relaunching(ctx: Context) -> bool:
-    try:
-        locks.hold(ctx.state_dir, locks.RECYCLE, timeout=0).release()
-    except LoomError:
-        return True
-    return False
 
 
 def _settled_elsewhere(ctx: Context, run_id: int) -> bool:

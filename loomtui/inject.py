@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,17 +61,24 @@ def inject(
         raise LoomError(f"text too long to inject: {len(clean)} characters (limit {MAX_LENGTH})")
     info = {"length": len(clean), "digest": digest(clean), **(detail or {})}
     driver = driver or TmuxDriver(ctx.config)
+    error, event_id = _typed(ctx, lambda: driver.type_line(clean), kind, source, info, lock_timeout)
+    return InjectResult(not error, len(clean), info["digest"], error, event_id)
+
+
+def _typed(ctx: Context, typing: Callable[[], None], kind: str, source: str, detail: dict[str, Any],
+           lock_timeout: float) -> tuple[str, int]:
+    """Run `typing` under inject.lock and record it, ok or not: (error or "", ledger event id)."""
     error = ""
     try:
         with locks.hold(ctx.state_dir, locks.INJECT, timeout=lock_timeout):
-            driver.type_line(clean)
+            typing()
     except (TmuxError, LockHeld) as exc:
         error = str(exc)
     event = ledger.append(
         ctx.store, kind, source=source, cause=None if not error else "inject_failed",
-        detail={**info, "ok": not error, **({"error": error} if error else {})},
+        detail={**detail, "ok": not error, **({"error": error} if error else {})},
     )
-    return InjectResult(not error, len(clean), info["digest"], error, event.id)
+    return error, event.id
 
 
 def press(
@@ -85,12 +93,6 @@ def press(
 ) -> InjectResult:
     """Named keys (e.g. Enter to dismiss a dialog) through the same lock and ledger as text."""
     driver = driver or TmuxDriver(ctx.config)
-    error = ""
-    try:
-        with locks.hold(ctx.state_dir, locks.INJECT, timeout=lock_timeout):
-            driver.send_keys(keys)
-    except (TmuxError, LockHeld) as exc:
-        error = str(exc)
-    event = ledger.append(ctx.store, kind, source=source, cause=None if not error else "inject_failed",
-                          detail={"keys": keys, **(detail or {}), "ok": not error, **({"error": error} if error else {})})
-    return InjectResult(not error, 0, "", error, event.id)
+    error, event_id = _typed(ctx, lambda: driver.send_keys(keys), kind, source, {"keys": keys, **(detail or {})},
+                             lock_timeout)
+    return InjectResult(not error, 0, "", error, event_id)

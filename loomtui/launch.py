@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import clock, ledger, session
+from . import clock, ledger, locks, session
 from .policy import OPERATOR, Instant, age
 from .context import Context
 from .driver import TmuxDriver
@@ -165,12 +165,7 @@ def relaunch_under_way(ctx: Context, now: float | None = None) -> bool:
 
     Typing into an agent that is being replaced, or has not finished booting, loses the text.
     """
-    from . import locks
-    from .errors import LockHeld
-
-    try:
-        locks.hold(ctx.state_dir, locks.RECYCLE, timeout=0).release()
-    except LockHeld:
+    if locks.is_held(ctx.state_dir, locks.RECYCLE):
         return True
     return in_boot_grace(ctx, None if now is None else Instant(now))
 

@@ -92,3 +92,12 @@ def hold(state_dir: Path, name: str, timeout: float | None = None) -> FileLock:
     lock = FileLock(state_dir, name)
     lock.acquire(timeout)
     return lock
+
+
+def is_held(state_dir: Path, name: str) -> bool:
+    """Whether another holder has `name` right now (a try that releases at once)."""
+    try:
+        hold(state_dir, name, timeout=0).release()
+    except LockHeld:
+        return True
+    return False
