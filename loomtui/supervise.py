@@ -198,7 +198,12 @@ def supervise(ctx: Context, loops: list[TickLoop], services: list[Service] | Non
     except LoomError as exc:
         raise LoomError(f"another loom supervise is running for this state dir: {exc}", exit_code=3) from None
     rt = Runtime(ctx, loops, services or [])
+    server = None
     try:
+        if ctx.config.metrics.listen:
+            from . import metrics
+
+            server = metrics.serve(clone(ctx), lambda: {name: asdict(s) for name, s in list(rt.stats.items())})
         ledger.append(ctx.store, "supervisor_start", source="supervisor",
                       detail={"pid": os.getpid(), "version": __version__,
                               "loops": [s.name for s in loops] + [s.name for s in rt.services]})
@@ -209,4 +214,6 @@ def supervise(ctx: Context, loops: list[TickLoop], services: list[Service] | Non
         ledger.append(ctx.store, "supervisor_stop", source="supervisor", detail={"pid": os.getpid()})
         return 0
     finally:
+        if server is not None:
+            server.shutdown()
         lock.release()
