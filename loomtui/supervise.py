@@ -200,6 +200,11 @@ def supervise(ctx: Context, loops: list[TickLoop], services: list[Service] | Non
     rt = Runtime(ctx, loops, services or [])
     server = None
     try:
+        from .salvage import open_or_salvage
+
+        ctx._store, salvaged = open_or_salvage(ctx.state_dir)
+        if salvaged is not None:
+            log.error("%s", salvaged.summary())
         if ctx.config.metrics.listen:
             from . import metrics
 
