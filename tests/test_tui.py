@@ -100,6 +100,13 @@ def test_panels_show_the_store_and_hostile_text_renders_literally(populated):
             assert fleet[0][1].plain == "exit 1" and fleet[0][4].plain == "1"
             await pilot.press("5")
             await until(pilot, lambda: "Hostile" in screen_text(app), what="the memory index")
+            await pilot.press("slash")
+            await until(pilot, lambda: isinstance(app.screen, PromptScreen), what="the memory search prompt")
+            await pilot.press(*"click")
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, DetailScreen), what="the search results")
+            assert "hostile.md" in screen_text(app) and "[link=x]click[/link]" in screen_text(app)
+            await pilot.press("escape")
             await pilot.press("6")
             await until(pilot, lambda: app.query_one("#timeline-table", DataTable).row_count >= 3, what="incidents")
             timeline = cells(app, "timeline-table")

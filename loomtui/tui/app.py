@@ -258,6 +258,10 @@ class LoomApp(App):
             break
 
     def action_filter(self) -> None:
+        if self.query_one(TabbedContent).active == "memory":
+            self.push_screen(PromptScreen("Search the memory (titles, hooks and file bodies)", "a word"),
+                             lambda term: self._search_memory(term) if term else None)
+            return
         self.action_show_tab("timeline")
         timeline = self.query_one(TimelinePanel)
 
@@ -274,6 +278,25 @@ class LoomApp(App):
             where = panel.__name__.replace("Panel", "").lower()
             rows += [(self.get_key_display(b), b.description, f"in the {where} panel") for b in panel.BINDINGS]
         self.push_screen(HelpScreen(rows))
+
+    @work(thread=True, group="memory-search", exit_on_error=False)
+    def _search_memory(self, term: str) -> None:
+        from rich.text import Text
+
+        from .. import memory
+
+        where = (self.ctx.config.memory.dir, self.ctx.config.memory.index)
+        report = memory.survey(*where)
+        bodies = memory.read_bodies(where[0], {r.path for r in report.rows if r.path})
+        hits = memory.search(term, report, bodies)
+        body = Text()
+        for hit in hits:
+            body.append(memory.printable(hit.path), style="bold")
+            body.append(f"  {memory.printable(hit.where)}\n", style="cyan")
+            body.append(memory.printable(hit.text)[:300] + "\n\n")
+        if not hits:
+            body.append("no match", style="dim")
+        self.post_message(DetailLoaded(f"memory search: {term} ({len(hits)} hits)", body))
 
     @on(DetailLoaded)
     def _show_detail(self, message: DetailLoaded) -> None:

@@ -14,7 +14,8 @@ APP_KEYS: list[Binding] = [
     Binding("i", "inject", "Inject", id="loom.inject", tooltip="Type one line into the agent's pane"),
     Binding("d", "resolve", "Resolve", id="loom.resolve", tooltip="Resolve the selected queue item with a note"),
     Binding("a", "attach", "Attach", id="loom.attach", tooltip="Attach to the agent's tmux pane (detach to come back)"),
-    Binding("slash", "filter", "Filter", id="loom.filter", tooltip="Filter the incident timeline (kind:NAME text)"),
+    Binding("slash", "filter", "Search", id="loom.filter",
+            tooltip="Search: the memory when its panel is shown, else filter the timeline (kind:NAME text)"),
     Binding("question_mark", "help", "Help", id="loom.help", tooltip="Every key and what it does"),
     Binding("q", "quit", "Quit", id="loom.quit", tooltip="Quit the console (supervision keeps running)"),
 ] + [
