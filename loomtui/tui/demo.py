@@ -24,6 +24,7 @@ import psutil
 
 from .. import actions
 from ..context import Context
+from ..errors import LoomError
 
 JOBS = {
     # name: (every, python code)
@@ -124,7 +125,7 @@ class Demo:
         finally:
             ctx.close()
         if not outcome.ok:
-            raise RuntimeError(f"the demo agent did not start: {outcome.error}")
+            raise LoomError(f"the demo agent did not start: {outcome.error}")
         log = open(self.root / "supervise.log", "ab")
         self.procs.append(subprocess.Popen(
             [sys.executable, "-m", "loomtui", "--config", str(self.config_path), "supervise"],
@@ -157,8 +158,11 @@ class Demo:
         self._kill_tmux()
 
     def _kill_tmux(self) -> None:
-        out = subprocess.run(["tmux", f"-L{self.socket}", "display-message", "-p", "#{pid}"],
-                             capture_output=True, text=True, timeout=10)
+        try:
+            out = subprocess.run(["tmux", f"-L{self.socket}", "display-message", "-p", "#{pid}"],
+                                 capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return  # no tmux binary, or a server that does not answer: nothing we can stop through it
         server = out.stdout.strip()
         if server.isdigit():
             try:
