@@ -21,7 +21,17 @@ from pathlib import Path
 import watchfiles
 
 from . import launch, ledger, locks, recovery, session
-from .canary_core import ERROR, INJECT_FAILED, MISS, OK, PENDING, SKIPPED, Run, due_in, should_recycle
+from .canary_core import (
+    ERROR,
+    INJECT_FAILED,
+    MISS,
+    OK,
+    PENDING,
+    SKIPPED,
+    Run,
+    due_in,
+    should_recycle,
+)
 from .context import Context
 from .inject import inject
 
@@ -264,9 +274,9 @@ def _settled_elsewhere(ctx: Context, run_id: int) -> bool:
 class CanaryLoop:
     """Scheduled probes and the decision to recycle, one tick at a time (the daemon's thread)."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, stop: threading.Event | None = None) -> None:
         self.ctx = ctx
-        self.stop = threading.Event()
+        self.stop = stop or threading.Event()
         self.unrecorded_error = ""
 
     def tick(self) -> str:
@@ -305,6 +315,8 @@ class CanaryLoop:
         if ctx.store.query_one("SELECT 1 FROM canary_runs WHERE result = ?", (PENDING,)):
             return ""
         result = probe(ctx, source="canary", stop=self.stop)
+        if self.stop.is_set():
+            return "stopping"  # the probe stays pending; the next daemon settles it from the ack file
         if result.result == MISS and self.misses_mean_deaf():
             outcome = recovery.recover(ctx, "canary_failed", source="canary",
                                        still_failing=self.misses_mean_deaf,

@@ -123,6 +123,10 @@ class AgentConfig(_Section, _PathMixin):
     @field_validator("fresh_command", "resume_command")
     @classmethod
     def _has_session_id(cls, value: str) -> str:
+        # Without the id, a resume continues "the most recent" conversation (once a stranger's)
+        # and a fresh start runs under an id Loom pinned but the agent never heard of.
+        if "{session_id}" not in value:
+            raise ValueError("must contain {session_id}: Loom resumes only the session it pinned")
         try:
             value.format(session_id="x", memory_index="x", state_dir="x")
         except (KeyError, IndexError, ValueError) as exc:
@@ -153,6 +157,8 @@ class WatchdogConfig(_Section):
     exit_check: Interval = 2.0
     # The machine-wide scan for foreign pollers is rarer than the tick.
     foreign_scan: Interval = 120.0
+    # How long the agent may stay unobservable (tmux not answering) before the operator is told.
+    ambiguous_alert: Interval = 600.0
 
 
 class CanaryConfig(_Section):

@@ -41,6 +41,10 @@ class Context:
             self._store = Store.in_dir(self.state_dir)
         return self._store
 
+    def clone(self) -> Context:
+        """The same config and state dir with a store connection of its own (one per thread of work)."""
+        return Context(self.config, self.config_path, self.state_dir)
+
     @property
     def acks_dir(self) -> Path:
         return self.state_dir / "acks"

@@ -99,17 +99,37 @@ class TmuxDriver:
         for key in keys:
             self.pane.send_key(info.pane_id, key)
 
-    def stop(self, grace: float) -> list[int]:
-        """End the pane's whole process tree; returns pids that would not die."""
+    def stop(self, grace: float, recorded: dict | None = None) -> list[int]:
+        """End the pane's whole process tree; returns pids that would not die.
+
+        With no pane to ask (tmux gone), the pane process we recorded at launch is ended if it
+        still runs: a new agent must never start beside an old one that lost its terminal.
+        """
         info = self.pane.info()
-        if info is None or info.dead:
+        if info is not None and info.dead:
             return []
-        try:
-            pids, _ = proctree.walk(info.pane_pid)
-        except proctree.Ambiguous:
-            pids = [info.pane_pid]
+        if info is not None:
+            root = info.pane_pid
+        elif recorded and proctree.alive_as(recorded.get("pane_pid"), recorded.get("pane_started")):
+            root = int(recorded["pane_pid"])
+        else:
+            return []
+        pids = None
+        for _ in range(3):
+            try:
+                pids, _ = proctree.walk(root)
+                break
+            except proctree.Ambiguous:
+                time.sleep(0.05)  # a child that vanished mid-walk: look again
+        if pids is None:
+            pids = proctree.session_members(root)
         # Children first, so a shell does not respawn or reap-and-restart what we just killed.
         return proctree.end_processes(list(reversed(pids)), grace)
+
+    def server_pid(self) -> int | None:
+        result = self.pane.server.cmd("display-message", "-p", "#{pid}", target=self.pane.target)
+        text = result.stdout[0].strip() if result.returncode == 0 and result.stdout else ""
+        return int(text) if text.isdigit() else None
 
     def launch(self, command: str, cwd: Path, env: dict[str, str]) -> PaneInfo:
         self.pane.ensure_session(cwd)

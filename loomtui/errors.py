@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 
 class LoomError(Exception):
     """A failure the operator can act on: the message is shown as one line."""
@@ -28,6 +30,10 @@ class StateDirError(LoomError):
 
 class StoreError(LoomError):
     exit_code = 1
+
+
+class StoreUnavailable(StoreError, sqlite3.OperationalError):
+    """The store is locked past its busy timeout, or failed mid-read: a fault of ours, named."""
 
 
 class LockHeld(LoomError):

@@ -13,13 +13,14 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import logscan, redact
 from .context import Context
-from .errors import LoomError
+from .errors import LoomError, StoreUnavailable
 
 CHUNK = 65536
 MAX_OUTPUT_LINE = 65536  # a line longer than this is broken in the log rather than held in memory
@@ -126,7 +127,11 @@ def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
         finally:
             os.close(fd)
         error = error or writer.error
-        _finish(ctx, run_id, code, t0, writer.failures, error)
+        try:
+            _finish(ctx, run_id, code, t0, writer.failures, error)
+        except StoreUnavailable as exc:
+            # The job's own exit status still goes to the caller (cron, systemd): it is the truth.
+            print(f"loom: run-job: run {run_id} ended with {code} but could not be recorded: {exc}", file=sys.stderr)
     return RunResult(run_id, code, time.monotonic() - t0, writer.failures, error)
 
 
@@ -182,8 +187,20 @@ def _spawn_and_copy(argv: list[str], writer: LogWriter, extra_env: dict[str, str
     return (128 - code if code < 0 else code), None
 
 
+FINISH_ATTEMPTS = 6
+
+
 def _finish(ctx: Context, run_id: int, code: int, t0: float, failures: int, error: str | None) -> None:
-    ended = time.time()
-    with ctx.store.write() as db:
-        db.execute("UPDATE job_runs SET ended = ?, exit_code = ?, duration = ?, failure_lines = ?, error = ? "
-                   "WHERE id = ?", (ended, code, time.monotonic() - t0, failures, error, run_id))
+    """Record the run's end. A store busy past its timeout is tried again (the job is over; what
+    is left is only to say how it went): an unrecorded end would read as a killed run later."""
+    ended, duration = time.time(), time.monotonic() - t0
+    for attempt in range(FINISH_ATTEMPTS):
+        try:
+            with ctx.store.write() as db:
+                db.execute("UPDATE job_runs SET ended = ?, exit_code = ?, duration = ?, failure_lines = ?, error = ? "
+                           "WHERE id = ?", (ended, code, duration, failures, error, run_id))
+            return
+        except StoreUnavailable:
+            if attempt == FINISH_ATTEMPTS - 1:
+                raise
+            time.sleep(min(2 ** attempt, 10))

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import clock, ledger, locks, session
-from .policy import OPERATOR, Instant, age
+from . import clock, ledger, locks, proctree, session
 from .context import Context
 from .driver import TmuxDriver
 from .errors import LoomError
+from .policy import OPERATOR, Instant, age
 from .tmux import TmuxError
 
 RESUME, FRESH = "resume", "fresh"
@@ -98,6 +98,7 @@ def relaunch_locked(
     template = agent.resume_command if mode == RESUME else agent.fresh_command
     command = render_command(ctx, template, new)
     outcome = Outcome(True, mode, new, old, cause, resume_failed=_fallback)
+    previous = last_launch(ctx)
     at = clock.now()
     now = at.wall
     # Pin and record before launching: a crash mid-launch still knows which session is ours,
@@ -118,17 +119,25 @@ def relaunch_locked(
             db.execute("DELETE FROM meta WHERE key = ?", (HOLD_KEY,))
             ledger.append_in(db, "hold_cleared", source=source, cause=cause, detail={"by": source}, ts=now)
     try:
-        stubborn = driver.stop(agent.stop_grace)
-        if stubborn:
-            raise LoomError(f"processes {stubborn} of the old agent would not die")
-        info = driver.launch(command, agent.cwd, agent_env(ctx, new))
+        # Nothing may be typed while the pane changes hands: a paste that landed in the new
+        # agent without its Enter would be glued onto the next message (a fabricated message).
+        with locks.hold(ctx.state_dir, locks.INJECT, timeout=60):
+            stubborn = driver.stop(agent.stop_grace, recorded=previous)
+            if stubborn:
+                raise LoomError(f"processes {stubborn} of the old agent would not die")
+            info = driver.launch(command, agent.cwd, agent_env(ctx, new))
+        _record_processes(ctx, driver, info.pane_pid)
     except (TmuxError, LoomError, OSError) as exc:
         outcome.ok, outcome.error = False, str(exc)
         event = ledger.append(store, "relaunch_failed", source=source, cause=cause,
                               detail={"mode": mode, "session": new, "error": str(exc)})
         outcome.events.append(event.id)
         return outcome
-    if mode == RESUME and not _fallback and _resume_failed(ctx, driver, info.pane_id):
+    died = _watch_boot(ctx, driver, info.pane_id)
+    if died is None:
+        return outcome
+    screen, status = died
+    if mode == RESUME and not _fallback and re.search(agent.resume_failed_match, screen):
         event = ledger.append(store, "resume_failed", source=source, cause="resume_failed",
                               detail={"session": new, "pane_pid": info.pane_pid})
         outcome.events.append(event.id)
@@ -137,27 +146,46 @@ def relaunch_locked(
         fresh.events[:0] = outcome.events
         fresh.old_session_id = old
         return fresh
+    # An agent that exits while booting did not launch, whatever the command's own exit said.
+    tail = " | ".join(line.strip() for line in screen.splitlines() if line.strip())[-300:]
+    outcome.ok = False
+    outcome.error = f"the agent exited at once (status {status}): {tail}"
+    event = ledger.append(store, "launch_died", source=source, cause=cause,
+                          detail={"mode": mode, "session": new, "status": status, "screen_tail": tail})
+    outcome.events.append(event.id)
     return outcome
 
 
-def _resume_failed(ctx: Context, driver: TmuxDriver, pane_id: str) -> bool:
-    """Watch a resumed agent briefly: dead with the resume-failure text on screen means resume_failed."""
-    pattern = re.compile(ctx.config.agent.resume_failed_match)
+def _record_processes(ctx: Context, driver: TmuxDriver, pane_pid: int) -> None:
+    """Remember which pane process and tmux server we launched (pid and start time), so a
+    later "tmux gone" can be checked against the processes themselves."""
+    launched = last_launch(ctx) or {}
+    try:
+        server = driver.server_pid()
+    except TmuxError:
+        server = None
+    launched.update(pane_pid=pane_pid, pane_started=proctree.start_time(pane_pid),
+                    server_pid=server, server_started=proctree.start_time(server) if server else None)
+    ctx.store.set_meta(LAUNCH_KEY, json.dumps(launched))
+
+
+def _watch_boot(ctx: Context, driver: TmuxDriver, pane_id: str) -> tuple[str, int | None] | None:
+    """Watch a new agent for `agent.resume_check`: (its last screen, exit status) if it died, else None."""
     deadline = time.monotonic() + ctx.config.agent.resume_check
     while time.monotonic() < deadline:
         try:
             info = driver.pane.info()
         except TmuxError:
-            return False
+            return None
         if info is None or info.pane_id != pane_id:
-            return False
+            return None
         if info.dead:
             try:
-                return bool(pattern.search(driver.screen(history=True)))
+                return driver.screen(history=True), info.dead_status
             except TmuxError:
-                return False
+                return "", info.dead_status
         time.sleep(0.1)
-    return False
+    return None
 
 
 def relaunch_under_way(ctx: Context, now: float | None = None) -> bool:

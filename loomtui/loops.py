@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -15,7 +16,7 @@ from .watchdog import Watchdog
 log = logging.getLogger("loom.loops")
 
 
-def watchdog_tick(ctx: Context) -> Callable[[], object]:
+def watchdog_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
     """Every `exit_check` a cheap dead-pane look; every `interval` the full watchdog tick."""
     watchdog = Watchdog(ctx)
     interval = ctx.config.watchdog.interval
@@ -35,8 +36,8 @@ def watchdog_tick(ctx: Context) -> Callable[[], object]:
     return step
 
 
-def canary_tick(ctx: Context) -> Callable[[], object]:
-    loop = CanaryLoop(ctx)
+def canary_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
+    loop = CanaryLoop(ctx, halt)
 
     def step() -> object:
         line = loop.tick()
@@ -47,7 +48,7 @@ def canary_tick(ctx: Context) -> Callable[[], object]:
     return step
 
 
-def sentinel_tick(ctx: Context) -> Callable[[], object]:
+def sentinel_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
     from .sentinel import sentinel_tick as tick
 
     def step() -> object:

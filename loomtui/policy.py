@@ -38,10 +38,15 @@ class Instant:
     boot: str | None = None
 
 
-def age(then: Instant, now: Instant) -> float:
+def raw_age(then: Instant, now: Instant) -> float:
+    """Seconds from `then` to `now`; negative when a wall clock says `then` lies in the future."""
     if then.boot is not None and then.boot == now.boot and then.mono is not None and now.mono is not None:
-        return max(0.0, now.mono - then.mono)
-    return max(0.0, now.wall - then.wall)
+        return now.mono - then.mono
+    return now.wall - then.wall
+
+
+def age(then: Instant, now: Instant) -> float:
+    return max(0.0, raw_age(then, now))
 
 
 @dataclass(frozen=True)
@@ -124,8 +129,12 @@ def decide(s: Situation, limits: Limits, now: Instant) -> Decision:
             reasons=(f"ceiling: {len(in_ceiling)} automatic relaunches within {limits.ceiling_window:g}s",),
         )
 
-    if in_ceiling:
-        latest = min(age(r.at, now) for r in in_ceiling)
+    # A relaunch dated in the future (the wall clock went back, or another boot) still counts
+    # toward the fuse and the ceiling, but cannot hold the next one off: that would wait as
+    # long as the clock is wrong, silently. The ceiling still bounds a storm.
+    dated = [r for r in in_ceiling if raw_age(r.at, now) >= 0]
+    if dated:
+        latest = min(age(r.at, now) for r in dated)
         needed = backoff(len(in_ceiling), limits)
         if latest < needed:
             return Decision(WAIT, wait=needed - latest,

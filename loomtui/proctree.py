@@ -228,3 +228,40 @@ def _really_alive(proc: psutil.Process) -> bool:
         return False
     except psutil.AccessDenied:
         return True
+
+
+def start_time(pid: int) -> float | None:
+    """A process's start time: with its pid, an identity that survives pid reuse."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def alive_as(pid: int | None, started: float | None) -> bool:
+    """The process we recorded is still running (same pid, same start time, not a zombie)."""
+    if not pid or started is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - started) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def session_members(pid: int) -> list[int]:
+    """Every process in `pid`'s session: the fallback when a tree walk cannot be trusted
+    (tmux makes each pane's process a session leader, so the session is the pane's tree
+    unless a child left it on purpose)."""
+    try:
+        sid = os.getsid(pid)
+    except OSError:
+        return [pid]
+    members = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(proc.info["pid"]) == sid:
+                members.append(proc.info["pid"])
+        except OSError:
+            continue
+    return members or [pid]

@@ -141,12 +141,19 @@ class Escalate:
     dedupe_key: str
 
 
-def decide(item: Item, cfg: SentinelConfig, now: float, *, relaunching: bool = False) -> list[Nudge | Escalate]:
+def decide(item: Item, cfg: SentinelConfig, now: float, *, relaunching: bool = False,
+           witness_window: float | None = None) -> list[Nudge | Escalate]:
     """What is due for one item now: a nudge to the agent, the operator's one message, or nothing.
 
-    A claimed item waits for its witness run; it is neither nudged nor escalated (a bad run
-    reopens it, and then the backstop, counted from first seen, is usually already due).
+    A claimed item waits for its witness run and is not nudged. But a claim is not proof: if no
+    clean run witnesses it within `witness_window` (the job's period and grace, at least the
+    backstop), the operator gets the item's one message, as for any item left open.
     """
+    if item.state == CLAIMED:
+        window = max(cfg.backstop, witness_window or 0.0)
+        if item.escalated_at is None and item.claimed_at is not None and now - item.claimed_at >= window:
+            return [Escalate(item.id, unwitnessed_text(item, now), backstop_key(item.id))]
+        return []
     if item.state != OPEN:
         return []
     actions: list[Nudge | Escalate] = []
@@ -196,3 +203,11 @@ def escalation_text(item: Item, now: float) -> str:
     return (f"Loom: job {quoted(item.job)} has an open failure for {format_duration(now - item.first_seen)} "
             f"(queue item {item.id}, seen {item.count}x, agent nudged {item.nudges}x): {item.signature[:120]}. "
             f"Log: {item.log}. See loom queue.")
+
+
+def unwitnessed_text(item: Item, now: float) -> str:
+    from .durations import format_duration
+
+    return (f"Loom: job {quoted(item.job)}: queue item {item.id} was claimed fixed "
+            f"{format_duration(now - (item.claimed_at or now))} ago, but no clean run has witnessed it "
+            f"(note: {quoted((item.note or '')[:120])}). Log: {item.log}. See loom queue.")

@@ -23,7 +23,20 @@ from .config import JobConfig
 from .context import Context
 from .errors import LoomError
 from .inject import inject
-from .queue_core import EXIT, MISSED, OPEN, SCAN, Escalate, Failure, Item, Nudge, Run, absorb, decide, review
+from .queue_core import (
+    EXIT,
+    MISSED,
+    OPEN,
+    SCAN,
+    Escalate,
+    Failure,
+    Item,
+    Nudge,
+    Run,
+    absorb,
+    decide,
+    review,
+)
 from .signature import normalize
 
 SENTINEL_LOCK = "sentinel.lock"
@@ -219,13 +232,16 @@ def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs:
 
 
 def send_due(ctx: Context, now: float, report: TickReport) -> None:
-    items = queue.open_items(ctx.store)
+    items = queue.unresolved_items(ctx.store)
     if not items:
         return
-    report.relaunching = launch.relaunch_under_way(ctx, now)
+    report.relaunching = launch.relaunch_under_way(ctx)  # boot grace on the monotonic clock, not `now`
     cfg = ctx.config.sentinel
     for item in items:
-        for action in decide(item, cfg, now, relaunching=report.relaunching):
+        job = ctx.config.job(item.job)
+        every = schedule.period(job.schedule) if job and job.schedule else None
+        window = every + cfg.missed_grace if every else None
+        for action in decide(item, cfg, now, relaunching=report.relaunching, witness_window=window):
             if isinstance(action, Escalate):
                 escalate(ctx, item, action, now, report)
             elif len(report.nudged) + len(report.nudge_failed) >= MAX_NUDGES_PER_TICK:

@@ -73,6 +73,12 @@ def open_items(store: Store) -> list[Item]:
     return [from_row(r) for r in store.query("SELECT * FROM queue_items WHERE state = ? ORDER BY id", (OPEN,))]
 
 
+def unresolved_items(store: Store) -> list[Item]:
+    """Open and claimed items: claimed ones are not done until a clean run witnesses them."""
+    return [from_row(r) for r in store.query("SELECT * FROM queue_items WHERE state IN (?, ?) ORDER BY id",
+                                             (OPEN, CLAIMED))]
+
+
 def counts(store: Store) -> dict[str, int]:
     out = {OPEN: 0, CLAIMED: 0, WITNESSED: 0}
     for row in store.query("SELECT state, COUNT(*) FROM queue_items GROUP BY state"):

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import StoreError
+from .errors import StoreError, StoreUnavailable
 from .migrations import MIGRATIONS
 from .statedir import create_private_file
 
@@ -68,18 +68,28 @@ class Store:
 
     # -- transactions --------------------------------------------------------------------
 
+    def _unavailable(self, exc: sqlite3.Error) -> StoreUnavailable:
+        return StoreUnavailable(f"store {self.path}: {exc}")
+
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
         """A write transaction holding SQLite's write lock from its first statement."""
         with self._lock:
-            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                raise self._unavailable(exc) from None
             try:
                 yield self.conn
             except BaseException:
                 self.conn.execute("ROLLBACK")
                 raise
             else:
-                self.conn.execute("COMMIT")
+                try:
+                    self.conn.execute("COMMIT")
+                except sqlite3.OperationalError as exc:
+                    self.conn.execute("ROLLBACK")
+                    raise self._unavailable(exc) from None
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -93,11 +103,21 @@ class Store:
 
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         with self._lock:
-            return self.conn.execute(sql, params).fetchall()
+            try:
+                return self.conn.execute(sql, params).fetchall()
+            except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+                if isinstance(exc, (sqlite3.ProgrammingError, sqlite3.IntegrityError)):
+                    raise
+                raise self._unavailable(exc) from None
 
     def query_one(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> sqlite3.Row | None:
         with self._lock:
-            return self.conn.execute(sql, params).fetchone()
+            try:
+                return self.conn.execute(sql, params).fetchone()
+            except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
+                if isinstance(exc, (sqlite3.ProgrammingError, sqlite3.IntegrityError)):
+                    raise
+                raise self._unavailable(exc) from None
 
     # -- schema --------------------------------------------------------------------------
 

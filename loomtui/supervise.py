@@ -14,6 +14,7 @@ import asyncio
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -41,11 +42,15 @@ class LoopStats:
 
 @dataclass
 class TickLoop:
-    """A blocking tick run in a worker thread every `period` seconds; `make` builds a fresh tick."""
+    """A blocking tick run in a worker thread every `period` seconds; `make` builds a fresh tick.
+
+    `make(ctx, halt)` gets a threading.Event set when the daemon stops, so a tick that waits
+    (a canary probe waits up to its ack timeout) can give up instead of holding up SIGTERM.
+    """
 
     name: str
     period: float
-    make: Callable[[Context], Callable[[], object]]
+    make: Callable[[Context, threading.Event], Callable[[], object]]
 
 
 @dataclass
@@ -64,11 +69,12 @@ class Runtime:
     stats: dict[str, LoopStats] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
     fatal: str = ""
+    halt: threading.Event = field(default_factory=threading.Event)
 
 
 def clone(ctx: Context) -> Context:
     # One SQLite connection per loop: a slow query in one loop never blocks another's writes.
-    return Context(ctx.config, ctx.config_path, ctx.state_dir)
+    return ctx.clone()
 
 
 def _pause(stop: asyncio.Event, seconds: float) -> Awaitable[object]:
@@ -96,7 +102,7 @@ def _record_error(ctx: Context, name: str, exc: BaseException) -> None:
 async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> None:
     stats = rt.stats.setdefault(spec.name, LoopStats())
     ctx = clone(rt.ctx)
-    tick = spec.make(ctx)
+    tick = spec.make(ctx, rt.halt)
     failures = 0
     try:
         while not stop.is_set():
@@ -113,7 +119,7 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                     break
                 ctx.close()
                 ctx = clone(rt.ctx)
-                tick = spec.make(ctx)
+                tick = spec.make(ctx, rt.halt)
                 stats.restarts += 1
                 continue
             finally:
@@ -182,6 +188,7 @@ async def main_async(rt: Runtime, heartbeat_period: float) -> None:
     tasks += [asyncio.create_task(run_tick_loop(rt, spec, stop), name=spec.name) for spec in rt.loops]
     tasks += [asyncio.create_task(run_service(rt, svc, stop), name=svc.name) for svc in rt.services]
     await stop.wait()
+    rt.halt.set()
     done, pending = await asyncio.wait(tasks, timeout=30)
     for task in pending:
         task.cancel()

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import time
 from dataclasses import dataclass, field
 
 import psutil
 
-from . import inject, launch, ledger, proctree, recovery
+from . import inject, launch, ledger, outbox, proctree, recovery
 from .context import Context
-from .driver import UP, TmuxDriver
+from .driver import GONE, UP, TmuxDriver
 from .proctree import MISSING, PRESENT, UNKNOWN
 from .tmux import TmuxError
 from .watchdog_core import Memory, Observation, Step, assess, settings_from
@@ -49,6 +51,8 @@ class Watchdog:
             except TmuxError:
                 screen = None
         tree = facts.tree
+        server_alive = facts.tmux == GONE and bool(launched) and proctree.alive_as(
+            launched.get("server_pid"), launched.get("server_started"))
         obs = Observation(
             tmux=facts.tmux,
             pane_dead=bool(pane and pane.dead),
@@ -61,6 +65,7 @@ class Watchdog:
             last_mode=launched.get("mode") if launched else None,
             screen=screen,
             why=facts.why,
+            server_alive=server_alive,
         )
         return obs, facts
 
@@ -93,6 +98,13 @@ class Watchdog:
         if step.kind == "ambiguous":
             ledger.append(self.ctx.store, "observation_ambiguous", source="watchdog", detail={"why": step.note})
             return f"ambiguous: {step.note}"
+        if step.kind == "alert":
+            with self.ctx.store.write() as db:
+                event = ledger.append_in(db, "operator_alert", source="watchdog", detail={"note": step.note})
+                outbox.enqueue(db, f"Loom: {step.note}", dedupe_key=f"alert-{event.id}")
+            return f"operator alerted: {step.note}"
+        if step.kind == "repair_socket":
+            return self.repair_socket()
         if step.kind == "dismiss_modal":
             result = inject.press(self.ctx, list(step.keys), source="watchdog", kind="modal_dismissed",
                                   detail={"match": step.note})
@@ -108,6 +120,19 @@ class Watchdog:
                                    still_failing=lambda: self.still_failing(step.cause, pane_pid))
         return f"{step.cause}: {outcome.describe()}"
 
+    def repair_socket(self) -> str:
+        """SIGUSR1 makes a tmux server recreate its socket: a repair that touches no agent."""
+        launched = launch.last_launch(self.ctx) or {}
+        pid = launched.get("server_pid")
+        if not proctree.alive_as(pid, launched.get("server_started")):
+            return "repair_socket: the tmux server is no longer running"
+        try:
+            os.kill(int(pid), signal.SIGUSR1)
+        except OSError as exc:
+            return f"repair_socket: {exc.strerror or exc}"
+        ledger.append(self.ctx.store, "tmux_socket_repair", source="watchdog", detail={"server_pid": pid})
+        return f"asked tmux server {pid} to recreate its socket"
+
     def still_failing(self, cause: str, pane_pid: int | None) -> bool:
         """The second look, under recycle.lock: has someone else handled this already?"""
         try:
@@ -115,7 +140,9 @@ class Watchdog:
         except TmuxError:
             return False
         if cause == "tmux_gone":
-            return info is None
+            launched = launch.last_launch(self.ctx) or {}
+            server_alive = proctree.alive_as(launched.get("server_pid"), launched.get("server_started"))
+            return info is None and not server_alive
         if info is None:
             return False
         if cause in ("exit", "crash", "resume_failed") and info.dead:
@@ -142,20 +169,18 @@ class Watchdog:
         return True
 
     def reap_foreign(self) -> list[str]:
+        """Reap pollers outside the agent's tree, only when the tree is plainly seen: a live pane
+        that tmux answered for, and no relaunch under way (a new agent's poller is not foreign)."""
+        pane_pid = self._live_pane_pid()
+        if pane_pid is None or launch.relaunch_under_way(self.ctx):
+            return []
         try:
-            info = self.driver.pane.info()
-        except TmuxError:
-            return []  # tmux did not answer: we cannot tell ours from theirs
-        pane_pid = info.pane_pid if info is not None and not info.dead else None
-        ours: set[int] = set()
-        if pane_pid is not None:
-            try:
-                ours = set(proctree.walk(pane_pid)[0])
-            except proctree.Ambiguous:
-                return []
+            ours = set(proctree.walk(pane_pid)[0])
+        except proctree.Ambiguous:
+            return []
         results = []
         for pid, _line in proctree.foreign_pollers(self.ctx.config.agent.poller_match, ours):
-            if not self._confirm_foreign(pid, pane_pid):
+            if not self._confirm_foreign(pid):
                 continue
             name = _name(pid)
             left = proctree.end_processes([pid], grace=2.0)
@@ -164,9 +189,19 @@ class Watchdog:
             results.append(f"reaped foreign poller {pid}")
         return results
 
-    def _confirm_foreign(self, pid: int, pane_pid: int | None) -> bool:
-        # Second look: still there, still a poller, and no ancestor is the agent's pane
-        # (a poller the agent just spawned may have been missed by the tree walk).
+    def _live_pane_pid(self) -> int | None:
+        try:
+            info = self.driver.pane.info()
+        except TmuxError:
+            return None
+        return info.pane_pid if info is not None and not info.dead else None
+
+    def _confirm_foreign(self, pid: int) -> bool:
+        # Second look, just before the kill: still there, still a poller, and no ancestor is the
+        # agent's pane as it is now (a poller the agent just spawned may have been missed).
+        pane_pid = self._live_pane_pid()
+        if pane_pid is None:
+            return False
         try:
             proc = psutil.Process(pid)
             line = " ".join(proc.cmdline())
@@ -175,7 +210,7 @@ class Watchdog:
             return False
         if not re.search(self.ctx.config.agent.poller_match, line):
             return False
-        return pane_pid is None or pane_pid not in ancestors
+        return pane_pid not in ancestors
 
 
 def _name(pid: int) -> str:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from .driver import GONE, UNKNOWN as TMUX_UNKNOWN
+from .driver import GONE
+from .driver import UNKNOWN as TMUX_UNKNOWN
 from .proctree import MISSING, PRESENT
 
 MODAL_COOLDOWN = 5.0
+MODAL_PRESSES = 2  # a dialog still there after this many presses is not the dialog we know
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,9 @@ class Observation:
     last_mode: str | None = None           # mode of the last launch
     screen: str | None = None              # visible screen, or history when the pane is dead
     why: str = ""
+    # When tmux says "gone": is the tmux server we launched under still running? A deleted
+    # socket makes a live server unreachable; a relaunch then would start a second agent.
+    server_alive: bool = False
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,10 @@ class Memory:
     poller_missing: int = 0
     poller_missing_since: float | None = None   # monotonic
     last_modal_at: float | None = None          # monotonic
+    modal_presses: int = 0                      # presses while one dialog stays on screen
     ambiguous: bool = False
+    ambiguous_since: float | None = None        # monotonic start of a run of unclear looks
+    alerted: frozenset[str] = frozenset()       # operator alerts already sent for the current runs
 
 
 @dataclass(frozen=True)
@@ -50,11 +58,12 @@ class Settings:
     poller_grace: float
     resume_failed_match: str
     modals: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    ambiguous_alert: float = 600.0
 
 
 @dataclass(frozen=True)
 class Step:
-    kind: str                       # recover / dismiss_modal / ambiguous
+    kind: str                       # recover / dismiss_modal / ambiguous / repair_socket / alert
     cause: str | None = None
     keys: tuple[str, ...] = ()
     note: str = ""
@@ -67,6 +76,7 @@ def settings_from(config: object) -> Settings:
         poller_grace=config.watchdog.poller_grace,  # type: ignore[attr-defined]
         resume_failed_match=agent.resume_failed_match,
         modals=tuple((m.match, tuple(m.keys)) for m in agent.modals),
+        ambiguous_alert=config.watchdog.ambiguous_alert,  # type: ignore[attr-defined]
     )
 
 
@@ -82,40 +92,59 @@ def exit_cause(obs: Observation, s: Settings) -> str:
     return "exit"
 
 
+def _unclear(mem: Memory, mono: float, why: str, s: Settings) -> tuple[list[Step], Memory]:
+    """An ambiguous look: no progress toward any trigger (counters reset), recorded once per run,
+    and the operator told once if it lasts: giving up, even on seeing, is never silent."""
+    steps = [] if mem.ambiguous else [Step("ambiguous", note=why)]
+    since = mem.ambiguous_since if mem.ambiguous_since is not None else mono
+    mem = replace(mem, gone=0, agent_missing=0, poller_missing=0, poller_missing_since=None,
+                  ambiguous=True, ambiguous_since=since)
+    if mono - since >= s.ambiguous_alert and "ambiguous" not in mem.alerted:
+        steps.append(Step("alert", note=f"Loom cannot see the agent clearly for {mono - since:.0f}s: {why}"))
+        mem = replace(mem, alerted=mem.alerted | {"ambiguous"})
+    return steps, mem
+
+
+def _clear(mem: Memory) -> Memory:
+    return replace(mem, ambiguous=False, ambiguous_since=None, alerted=mem.alerted - {"ambiguous"})
+
+
 def assess(obs: Observation, mem: Memory, s: Settings, mono: float) -> tuple[list[Step], Memory]:
-    # An ambiguous look is recorded once when a run of them starts, not on every tick.
-    was_ambiguous = mem.ambiguous
     if obs.tmux == TMUX_UNKNOWN:
-        steps = [] if was_ambiguous else [Step("ambiguous", note=obs.why)]
-        return steps, replace(mem, ambiguous=True)
-    mem = replace(mem, ambiguous=False)
+        return _unclear(mem, mono, obs.why, s)
+
+    if obs.tmux == GONE and obs.server_alive:
+        # Our tmux server runs but its socket does not answer (deleted by a /tmp cleaner, say).
+        # Ask it to recreate the socket; never start a second agent beside the first.
+        steps, mem = _unclear(mem, mono, "the tmux server runs but its socket is gone", s)
+        return [Step("repair_socket", note="the tmux server runs but its socket is gone"), *steps], mem
+    mem = _clear(mem)
 
     if obs.tmux == GONE:
         gone = mem.gone + 1
-        mem = Memory(gone=gone, last_modal_at=mem.last_modal_at)
+        mem = Memory(gone=gone, last_modal_at=mem.last_modal_at, alerted=mem.alerted)
         if gone >= 2:
-            return [Step("recover", "tmux_gone", note="no tmux session on two looks")], Memory()
+            return [Step("recover", "tmux_gone", note="no tmux session on two looks")], Memory(alerted=mem.alerted)
         return [], mem
     mem = replace(mem, gone=0)
 
     if obs.pane_dead:
         cause = exit_cause(obs, s)
-        return [Step("recover", cause, note=f"the agent exited (status {obs.dead_status})")], Memory()
+        return [Step("recover", cause, note=f"the agent exited (status {obs.dead_status})")], Memory(alerted=mem.alerted)
+
+    if obs.agent not in (PRESENT, MISSING):
+        return _unclear(mem, mono, obs.why or "the process tree could not be read", s)
 
     steps: list[Step] = []
     if obs.agent == MISSING:
         missing = mem.agent_missing + 1
         if missing >= 2:
-            return [Step("recover", "exit", note="no agent process in the pane's tree on two looks")], Memory()
-        mem = replace(mem, agent_missing=missing)
-    elif obs.agent == PRESENT:
-        mem = replace(mem, agent_missing=0)
-    else:
-        if not was_ambiguous:
-            steps.append(Step("ambiguous", note=obs.why or "the process tree could not be read"))
-        mem = replace(mem, ambiguous=True)
+            return [Step("recover", "exit", note="no agent process in the pane's tree on two looks")], \
+                Memory(alerted=mem.alerted)
+        return [], replace(mem, agent_missing=missing)
+    mem = replace(mem, agent_missing=0)
 
-    if obs.poller_configured and obs.agent == PRESENT:
+    if obs.poller_configured:
         booting = obs.since_launch is not None and obs.since_launch < s.boot_grace
         if obs.poller == PRESENT or booting:
             mem = replace(mem, poller_missing=0, poller_missing_since=None)
@@ -126,13 +155,21 @@ def assess(obs: Observation, mem: Memory, s: Settings, mono: float) -> tuple[lis
             if count >= 2 and mono - since >= s.poller_grace:
                 steps.append(Step("recover", "poller_missing",
                                   note=f"poller missing for {mono - since:.0f}s on {count} looks"))
-                return steps, Memory()
+                return steps, Memory(alerted=mem.alerted)
 
-    if obs.agent == PRESENT and obs.screen:
-        cooling = mem.last_modal_at is not None and mono - mem.last_modal_at < MODAL_COOLDOWN
-        for pattern, keys in s.modals:
-            if not cooling and re.search(pattern, obs.screen):
+    if obs.screen:
+        matched = next(((p, k) for p, k in s.modals if re.search(p, obs.screen)), None)
+        if matched is None:
+            mem = replace(mem, modal_presses=0, alerted=mem.alerted - {"modal"})
+        else:
+            pattern, keys = matched
+            cooling = mem.last_modal_at is not None and mono - mem.last_modal_at < MODAL_COOLDOWN
+            if mem.modal_presses < MODAL_PRESSES and not cooling:
                 steps.append(Step("dismiss_modal", keys=keys, note=pattern))
-                mem = replace(mem, last_modal_at=mono)
-                break
+                mem = replace(mem, last_modal_at=mono, modal_presses=mem.modal_presses + 1)
+            elif mem.modal_presses >= MODAL_PRESSES and not cooling and "modal" not in mem.alerted:
+                # Pressing on would type into whatever is there; a human has to look.
+                steps.append(Step("alert", note=f"a dialog matching {pattern!r} is still on screen after "
+                                                f"{MODAL_PRESSES} presses; Loom stopped pressing"))
+                mem = replace(mem, alerted=mem.alerted | {"modal"})
     return steps, mem

@@ -199,3 +199,13 @@ def test_a_hung_tmux_server_is_unknown_not_gone(harness):
     finally:
         os.kill(server, sig.SIGCONT)
     assert TmuxDriver(ctx.config).observe().tmux == "up"
+
+
+def test_an_agent_that_dies_at_once_is_a_failed_relaunch(make_harness):
+    dying = f"{sys.executable} -c 'print(\"config error: no API key\"); raise SystemExit(4)' {{session_id}}"
+    harness = make_harness(sections={"agent": {"fresh_command": dying}})
+    result = harness.loom("recycle", "--fresh")
+    assert result.returncode == 1
+    assert "exited at once" in result.stderr and "no API key" in result.stderr
+    [died] = harness.events("launch_died")
+    assert died["detail"]["mode"] == "fresh" and "no API key" in died["detail"]["screen_tail"]

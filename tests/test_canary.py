@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sqlite3
 import subprocess
 import threading
@@ -162,3 +163,16 @@ def test_a_locked_store_is_our_error_never_a_miss(make_harness):
     daemon.settle(5)
     assert relaunches(harness, "canary_failed") == []
     assert daemon.stop() == 0
+
+
+def test_sigterm_during_a_probe_does_not_wait_it_out(make_harness):
+    harness = make_harness(sections={"watchdog": FAST_WATCH, "canary": {"interval": "1s", "ack_timeout": "90s"},
+                                     "agent": {"boot_grace": "1s"}})
+    harness.start()
+    assert harness.loom("inject", "/slow 120").returncode == 0  # the next probe will wait
+    daemon = Daemon(harness)
+    wait_for(lambda: any(r["result"] == "pending" for r in runs(harness)), 30, what="a probe in flight")
+    daemon.proc.send_signal(signal.SIGTERM)
+    # Far less than the 90 s the probe would otherwise wait: the daemon gives the probe up.
+    assert daemon.proc.wait(30) == 0
+    assert runs(harness)[-1]["result"] == "pending"  # settled later from the ack file, never guessed

@@ -3,7 +3,17 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loomtui.canary_core import ERROR, INJECT_FAILED, MISS, OK, SKIPPED, Run, consecutive_misses, due_in, should_recycle
+from loomtui.canary_core import (
+    ERROR,
+    INJECT_FAILED,
+    MISS,
+    OK,
+    SKIPPED,
+    Run,
+    consecutive_misses,
+    due_in,
+    should_recycle,
+)
 
 
 def runs(*results, seq=1, grace=False):

@@ -72,6 +72,8 @@ BAD = [
     ('[telegram]\nchat_id = "123"\n', "telegram.chat_id"),
     ('[agent]\nprocess_match = "("\n', "agent.process_match"),
     ('[agent]\nfresh_command = "claude {sesion_id}"\n', "agent.fresh_command"),
+    ('[agent]\nresume_command = "claude --continue"\n', "agent.resume_command"),
+    ('[agent]\nfresh_command = "claude"\n', "agent.fresh_command"),
     ('[agent]\nsession = "a:b"\n', "agent.session"),
     ('[[agent.modals]]\nkeys = ["Enter"]\n', "agent.modals[0].match"),
     ('[[jobs]]\nname = "x"\nlog = "x.log"\nschedule = "61 * * * *"\n', "jobs[0].schedule"),

@@ -7,7 +7,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loomtui.policy import (
-    CAUSES, FRESH, HOLD, OPERATOR, RELAUNCH, RESUME, WAIT, Instant, Limits, Relaunch, Situation, age, backoff, decide,
+    CAUSES,
+    FRESH,
+    HOLD,
+    OPERATOR,
+    RELAUNCH,
+    RESUME,
+    WAIT,
+    Instant,
+    Limits,
+    Relaunch,
+    Situation,
+    age,
+    backoff,
+    decide,
 )
 
 L = Limits(fuse_window=900, fuse_count=3, ceiling_window=3600, ceiling_count=6, backoff_base=5, backoff_max=300)
@@ -196,3 +209,14 @@ def test_nothing_relaunches_inside_backoff_or_while_held(steps):
             if cause in OPERATOR:
                 held = False
             history.append(Relaunch(at(t), cause, d.mode, "s1", "s1"))
+
+
+def test_a_future_dated_relaunch_counts_but_cannot_hold_off_forever():
+    # Another boot (no shared monotonic clock) and a wall clock that went back two hours.
+    future = Relaunch(Instant(1_000_000 + 7200, None, "boot-old"), "crash", RESUME, "s1", "s1")
+    now = Instant(1_000_000, 5.0, "boot-new")
+    d = decide(Situation("crash", "s1", (future,)), L, now)
+    assert d.action == RELAUNCH
+    six = tuple(Relaunch(Instant(1_000_000 + 7200 + i, None, "boot-old"), "crash", RESUME, "s1", "s1")
+                for i in range(6))
+    assert decide(Situation("crash", "s1", six), L, now).action == HOLD  # the ceiling still holds

@@ -131,3 +131,27 @@ def kill_group(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     proc.wait(30)
+
+
+def test_a_store_locked_at_the_end_of_a_run_still_records_it_and_keeps_the_jobs_code(fleet, tmp_path):
+    import sqlite3
+    import time
+
+    from loomtui.store import DB_NAME
+
+    started = tmp_path / "started"
+    script = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(1)"
+    proc = subprocess.Popen([PY, "-m", "loomtui", "run-job", "job", "--", PY, "-c", script],
+                            env=loom_env(fleet.env()), cwd=REPO, stderr=subprocess.PIPE, text=True)
+    wait_for(started.exists, 30, what="the job running")
+    blocker = sqlite3.connect(fleet.ctx.state_dir / DB_NAME, timeout=30, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    # Fault injection: hold the write lock past the 10 s busy timeout while the run ends.
+    time.sleep(13)
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    [run] = runs(fleet)
+    assert run["exit_code"] == 0 and run["ended"] is not None

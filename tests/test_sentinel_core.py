@@ -12,8 +12,23 @@ from hypothesis import strategies as st
 from loomtui import logscan, schedule
 from loomtui.config import SentinelConfig
 from loomtui.logscan import MAX_LINE, Carry, FileFacts, Position
-from loomtui.queue_core import (CLAIMED, EXIT, LINE, MISSED, OPEN, WITNESSED, Escalate, Failure, Item, Nudge, Run,
-                                absorb, decide, nudge_text, review)
+from loomtui.queue_core import (
+    CLAIMED,
+    EXIT,
+    LINE,
+    MISSED,
+    OPEN,
+    WITNESSED,
+    Escalate,
+    Failure,
+    Item,
+    Nudge,
+    Run,
+    absorb,
+    decide,
+    nudge_text,
+    review,
+)
 from loomtui.signature import normalize
 
 # -- lines from bytes --------------------------------------------------------------------
@@ -208,13 +223,15 @@ def item(**kw) -> Item:
 
 
 def drive(it: Item, until: float, step: float = 60.0, *, claim_at: float | None = None,
-          relaunching=lambda t: False) -> tuple[Item, list[tuple[float, object]]]:
+          witness_at: float | None = None, relaunching=lambda t: False) -> tuple[Item, list[tuple[float, object]]]:
     """Run the decision every `step` seconds, applying its actions as the shell would."""
     done = []
     t = 0.0
     while t <= until:
         if claim_at is not None and t >= claim_at and it.state == OPEN:
             it = replace(it, state=CLAIMED, claimed_at=t, claimed_by="cli")
+        if witness_at is not None and t >= witness_at and it.state == CLAIMED:
+            it = replace(it, state=WITNESSED, witnessed_at=t)
         for action in decide(it, CFG, t, relaunching=relaunching(t)):
             done.append((t, action))
             if isinstance(action, Nudge):
@@ -236,8 +253,12 @@ def test_nudge_renudge_and_backstop_exactly_once():
 
 
 def test_resolution_stops_nudges_and_the_backstop():
-    _, done = drive(item(), until=4 * 3600, claim_at=1500)
+    # Claimed before the backstop, witnessed by the next clean run: nothing more goes out.
+    _, done = drive(item(), until=4 * 3600, claim_at=1500, witness_at=2000)
     assert [t for t, a in done] == [0.0, 1200.0]
+    # Claimed but never witnessed: no more nudges, and one message to the operator after the backstop.
+    _, done = drive(item(), until=4 * 3600, claim_at=1500)
+    assert [(t, type(a).__name__) for t, a in done] == [(0.0, "Nudge"), (1200.0, "Nudge"), (3300.0, "Escalate")]
     _, done = drive(item(state=WITNESSED), until=4 * 3600)
     assert done == []
 
@@ -289,3 +310,17 @@ def test_only_a_run_started_after_the_claim_witnesses_or_reopens():
     for bad in (Run(4, "backup", 150.0, 2, 0), Run(5, "backup", 150.0, 0, 1), Run(6, "backup", 150.0, 127, 0, "x")):
         it, events = review(claimed, bad, 200.0)
         assert it.state == OPEN and [k for k, _ in events] == ["queue_reopen"]
+
+
+def test_a_claim_never_witnessed_reaches_the_operator_once():
+    from dataclasses import replace as _replace
+
+    from loomtui.queue_core import CLAIMED, Escalate, decide
+
+    claimed = _replace(item(), state=CLAIMED, claimed_at=1000.0, note="fixed it")
+    assert decide(claimed, CFG, 1000.0 + CFG.backstop - 1) == []
+    [action] = decide(claimed, CFG, 1000.0 + CFG.backstop)
+    assert isinstance(action, Escalate) and "no clean run has witnessed it" in action.text
+    # A daily job gets its period (plus grace) to produce the witness run first.
+    assert decide(claimed, CFG, 1000.0 + CFG.backstop, witness_window=86400 + 600) == []
+    assert decide(_replace(claimed, escalated_at=5.0), CFG, 10**9) == []  # one message per item, ever

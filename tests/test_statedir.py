@@ -10,9 +10,9 @@ import sys
 import pytest
 from conftest import REPO, loom_env, run_loom
 
+from loomtui.config import Config
 from loomtui.errors import StateDirError
 from loomtui.statedir import prepare_state_dir, resolve_state_dir
-from loomtui.config import Config
 
 
 def test_created_private_with_acks(tmp_path):

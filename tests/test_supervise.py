@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from harness import wait_for
@@ -176,7 +178,7 @@ def test_supervisor_killed_at_random_points_never_double_relaunches(fast):
 
 
 def test_an_agent_that_dies_at_every_boot_hits_the_fuse_then_the_ceiling(make_harness):
-    dying = f"{sys.executable} -c 'import sys; sys.exit(3)'"
+    dying = f"{sys.executable} -c 'import sys; sys.exit(3)' {{session_id}}"
     harness = make_harness(sections={**FAST, "agent": {"fresh_command": dying, "resume_command": dying}})
     harness.loom("recycle", "--fresh")  # an operator start: the budget counts from here
     daemon = Daemon(harness)
@@ -194,7 +196,7 @@ def test_an_agent_that_dies_at_every_boot_hits_the_fuse_then_the_ceiling(make_ha
     assert status["pinned_session"]
     # Only an operator action clears the hold.
     result = harness.loom("recycle", "--fresh", "--reason", "operator looked")
-    assert result.returncode == 0
+    assert result.returncode == 1 and "exited at once" in result.stderr  # it still dies, and says so
     assert harness.events("hold_cleared")
     wait_for(lambda: len([e for e in relaunches(harness) if not e["cause"].startswith("operator")]) > 6, 30,
              what="automatic relaunching resumed after the operator's action")
@@ -223,7 +225,7 @@ from loomtui.supervise import TickLoop, supervise
 
 count = 0
 
-def make(ctx):
+def make(ctx, halt):
     def tick():
         global count
         count += 1
@@ -273,3 +275,20 @@ def test_install_service_renders_units(fast):
     written = fast.loom("install-service", "--systemd", env={"HOME": str(home), "XDG_CONFIG_HOME": str(home / "cfg")})
     assert written.returncode == 0
     assert (home / "cfg" / "systemd" / "user" / "loom.service").read_text() == unit.stdout
+
+
+def test_a_deleted_tmux_socket_is_repaired_not_relaunched(fast):
+    fast.start()
+    daemon = Daemon(fast)
+    agent = wait_for(fast.agent_pid, what="the agent")
+    pollers = set(wait_for(fast.poller_pids, what="its poller"))
+    socket_path = Path(os.environ.get("TMUX_TMPDIR", "/tmp")) / f"tmux-{os.getuid()}" / fast.socket
+    assert socket_path.exists()
+    socket_path.unlink()  # what a /tmp cleaner does: the server runs on, unreachable
+    wait_for(lambda: fast.events("tmux_socket_repair"), 30, what="the socket repaired")
+    wait_for(socket_path.exists, 10, what="the socket back")
+    daemon.settle()
+    assert [e["cause"] for e in relaunches(fast)] == ["operator_fresh"]
+    assert fast.agent_pid() == agent and set(fast.poller_pids()) == pollers
+    assert fast.events("foreign_poller_reaped") == []
+    assert daemon.stop() == 0

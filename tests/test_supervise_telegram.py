@@ -29,7 +29,7 @@ def telegram(fake, commands=False):
 
 
 def test_the_ceilings_escalation_reaches_the_operator(make_harness, fake):
-    dying = f"{sys.executable} -c 'import sys; sys.exit(3)'"
+    dying = f"{sys.executable} -c 'import sys; sys.exit(3)' {{session_id}}"
     harness = make_harness(sections={**FAST, "agent": {"fresh_command": dying, "resume_command": dying},
                                      "telegram": telegram(fake)})
     harness.loom("recycle", "--fresh")

@@ -259,7 +259,7 @@ def test_a_corrupt_store_is_shown_not_fatal(tmp_path):
 
 def test_pane_output_with_escapes_and_bad_bytes_renders_literally(make_harness):
     hostile = (r"printf '\033[31mred\033[0m [/foo] [bold unclosed [link=x]x\n\377\376 invalid\n'; "
-               "exec sleep 600")
+               "exec sleep 600 # {session_id}")
     harness = make_harness(sections={"agent": {"fresh_command": hostile, "process_match": "sleep"}})
     assert harness.loom("recycle", "--fresh").returncode == 0
     ctx = harness.ctx()

@@ -118,3 +118,39 @@ def test_unknown_observations_never_trigger(kinds):
         steps, mem = assess(obs_for[kind], mem, S, i * 30.0)
         if kind in ("unknown", "tree_unknown", "up"):
             assert not [s for s in steps if s.kind == "recover"]
+
+
+def test_an_unclear_look_breaks_a_run_of_absences():
+    missing = Observation(tmux="up", agent="missing", since_launch=1000)
+    unknown = Observation(tmux="up", agent="unknown", since_launch=1000, why="access denied")
+    assert causes(run([missing, unknown, unknown, missing])[0]) == []
+    gone, hung = Observation(tmux="gone"), Observation(tmux="unknown", why="tmux did not answer")
+    assert causes(run([gone, hung, gone])[0]) == []
+
+
+def test_a_live_server_without_its_socket_is_repaired_never_relaunched():
+    orphaned = Observation(tmux="gone", server_alive=True)
+    out, _ = run([orphaned] * 10)
+    assert causes(out) == []
+    assert all(steps[0].kind == "repair_socket" for steps in out)
+
+
+def test_a_long_unclear_spell_alerts_the_operator_once():
+    hung = Observation(tmux="unknown", why="tmux did not answer")
+    out, _ = run([hung] * 40, step=30)  # 20 minutes; the alert bound is 10
+    kinds = [s.kind for steps in out for s in steps]
+    assert kinds.count("alert") == 1 and kinds.count("ambiguous") == 1
+    # A clear look ends the spell; a new long spell alerts again.
+    out, _ = run([hung] * 25 + [HEALTHY] + [hung] * 25, step=30)
+    assert [s.kind for steps in out for s in steps].count("alert") == 2
+
+
+def test_a_dialog_that_will_not_go_is_pressed_twice_then_left_to_a_human():
+    modal = Observation(tmux="up", agent="present", poller="present", poller_configured=True, since_launch=1000,
+                        screen="Yes, I trust this folder")
+    out, mem = run([modal] * 10, step=30)
+    kinds = [s.kind for steps in out for s in steps]
+    assert kinds.count("dismiss_modal") == 2 and kinds.count("alert") == 1
+    gone_now = Observation(**{**HEALTHY.__dict__, "screen": "> "})  # the dialog closed by hand
+    out, _ = run([gone_now, modal], start=mem, t0=300, step=30)
+    assert [s.kind for steps in out for s in steps] == ["dismiss_modal"]

@@ -8,8 +8,17 @@ import traceback
 from collections.abc import Sequence
 
 from ..errors import LoomError
-from . import agent_cmds, canary_cmd, common, daemon, doctor, ledger_cmd, status, memory
-from . import jobs
+from . import (
+    agent_cmds,
+    canary_cmd,
+    common,
+    daemon,
+    doctor,
+    jobs,
+    ledger_cmd,
+    memory,
+    status,
+)
 
 # Order is the order of `loom --help`.
 COMMANDS = [status, doctor, ledger_cmd, agent_cmds, canary_cmd, daemon, memory, jobs]

@@ -41,18 +41,21 @@ async def run_sender(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM
         return
     token = load_token(cfg)
     lock = FileLock(ctx.state_dir, LOCK_NAME)
-    lock.acquire(timeout=0)
-    bot = bot or make_bot(token, cfg)
-    sender = Sender(ctx.store, cfg, bot, clock)
     try:
+        # Inside the try: a bot that cannot be made must not keep the lock (and its fd) from the
+        # next attempt, which runs in this same process.
+        lock.acquire(timeout=0)
+        bot = bot or make_bot(token, cfg)
+        sender = Sender(ctx.store, cfg, bot, clock)
         while not stop.is_set():
             wait = await sender.step()
             if wait > 0 and await clock.sleep(wait, stop):
                 break
     finally:
         lock.release()
-        with contextlib.suppress(Exception):
-            await bot.shutdown()
+        if bot is not None:
+            with contextlib.suppress(Exception):
+                await bot.shutdown()
 
 
 class Sender:

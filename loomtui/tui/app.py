@@ -14,7 +14,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from importlib.resources import files
 
 import watchfiles
@@ -179,10 +180,19 @@ class LoomApp(App):
         self.notify("probing…", title="canary", markup=False, timeout=3)
         self._run_canary()
 
+    @contextmanager
+    def _action_ctx(self) -> Iterator[Context]:
+        """Each action worker gets its own store connection, closed when it is done."""
+        ctx = self.ctx.clone()
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+
     @work(thread=True, group="action-canary", exit_on_error=False)
     def _run_canary(self) -> None:
-        self.source.store()
-        probe = actions.canary_now(self.ctx, source="tui")
+        with self._action_ctx() as ctx:
+            probe = actions.canary_now(ctx, source="tui")
         self._done("canary", probe.describe(), probe.result == "ok")
 
     def action_recycle(self) -> None:
@@ -195,8 +205,8 @@ class LoomApp(App):
 
     @work(thread=True, group="action-recycle", exit_on_error=False)
     def _run_recycle(self, mode: str) -> None:
-        self.source.store()
-        outcome = actions.operator_recycle(self.ctx, mode, source="tui", reason="from the console")
+        with self._action_ctx() as ctx:
+            outcome = actions.operator_recycle(ctx, mode, source="tui", reason="from the console")
         self._done("recycle", outcome.describe(), outcome.ok)
 
     def action_inject(self) -> None:
@@ -208,8 +218,8 @@ class LoomApp(App):
 
     @work(thread=True, group="action-inject", exit_on_error=False)
     def _run_inject(self, text: str) -> None:
-        self.source.store()
-        result = actions.inject(self.ctx, text, source="tui")
+        with self._action_ctx() as ctx:
+            result = actions.inject(ctx, text, source="tui")
         self._done("inject", f"sent {result.length} characters" if result.ok else f"failed: {result.error}",
                    result.ok)
 
@@ -230,9 +240,9 @@ class LoomApp(App):
 
     @work(thread=True, group="action-resolve", exit_on_error=False)
     def _run_resolve(self, item_id: int, note: str) -> None:
-        self.source.store()
         try:
-            item, changed = actions.resolve(self.ctx, item_id, note, source="tui")
+            with self._action_ctx() as ctx:
+                item, changed = actions.resolve(ctx, item_id, note, source="tui")
         except LoomError as exc:
             self._done("resolve", str(exc), False)
             return
@@ -336,8 +346,9 @@ def main(argv: list[str] | None = None) -> int:
             ctx = Context.load(str(config_path), None)
         else:
             ctx = Context.load(args.config, args.state_dir)
-        LoomApp(ctx).run()
-        return 0
+        app = LoomApp(ctx)
+        app.run()
+        return app.return_code or 0
     except LoomError as exc:
         print(f"loom-tui: {exc}", file=sys.stderr)
         return exc.exit_code

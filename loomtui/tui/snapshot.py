@@ -72,14 +72,16 @@ class Source:
     """Owns the console's store connection (opened lazily, reopened after a failure) and driver."""
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
+        # A context of its own: dropping a broken connection here never pulls one out from
+        # under an action that is running in another worker.
+        self.ctx = ctx.clone()
         self.driver = TmuxDriver(ctx.config)
         self._store: Store | None = None
 
     def store(self) -> Store:
         if self._store is None:
             self._store = Store.in_dir(self.ctx.state_dir, timeout=STORE_TIMEOUT)
-            self.ctx._store = self._store  # actions run by the console share this connection
+            self.ctx._store = self._store
         return self._store
 
     def drop_store(self) -> None:
