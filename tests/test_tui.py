@@ -295,3 +295,38 @@ def test_demo_starts_and_stops_everything(tmp_path):
     assert all(not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE for p in pids)
     gone = subprocess.run(["tmux", f"-L{demo.socket}", "list-sessions"], capture_output=True, text=True)
     assert gone.returncode != 0
+
+
+def test_the_console_in_a_real_terminal_attaches_and_comes_back(harness):
+    """loom-tui in a tmux pane of its own (a real pty, $TMUX set as for an operator in tmux)."""
+    harness.start()
+    outer = f"{harness.socket}-outer"
+    term = ["tmux", f"-L{outer}", "-f/dev/null"]
+    env_prefix = f"LOOM_CONFIG={harness.config_path} PYTHONPATH={harness.root.parent.parent}"
+    try:
+        subprocess.run([*term, "new-session", "-d", "-s", "op", "-x", "80", "-y", "24",
+                        f"env {env_prefix} {sys.executable} -m loomtui.tui.app; sleep 600"], check=True)
+
+        def screen():
+            return subprocess.run([*term, "capture-pane", "-p", "-t", "=op:0.0"], capture_output=True,
+                                  text=True).stdout
+
+        wait_for(lambda: "agent running" in screen(), 60, what="the console drawn in the terminal")
+        subprocess.run([*term, "send-keys", "-t", "=op:0.0", "a"], check=True)
+        wait_for(lambda: "demo agent · session" in screen() and "agent running" not in screen(), 30,
+                 what="the agent's own pane, attached")
+        subprocess.run([*term, "send-keys", "-t", "=op:0.0", "C-b", "d"], check=True)
+        wait_for(lambda: "agent running" in screen(), 30, what="the console back after detaching")
+        subprocess.run([*term, "send-keys", "-t", "=op:0.0", "q"], check=True)
+        wait_for(lambda: "agent running" not in screen(), 30, what="the console quit")
+    finally:
+        server = subprocess.run([*term, "display-message", "-p", "#{pid}"], capture_output=True, text=True).stdout
+        subprocess.run([*term, "kill-server"], capture_output=True)
+        if server.strip().isdigit():
+            import psutil
+
+            try:
+                for child in psutil.Process(int(server)).children(recursive=True):
+                    child.kill()
+            except psutil.Error:
+                pass

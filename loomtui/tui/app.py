@@ -29,6 +29,7 @@ from textual.worker import Worker, WorkerState
 from .. import actions, redact
 from ..context import Context
 from ..errors import LoomError
+from ..tmux import clean_env
 from .agent_panel import AgentPanel
 from .canary_panel import CanaryPanel
 from .fleet_panel import FleetPanel
@@ -253,7 +254,9 @@ class LoomApp(App):
         argv = self.source.driver.attach_argv()
         try:
             with self.suspend():
-                subprocess.run(argv, check=False)
+                # Without $TMUX: operators run the console inside their own tmux, and tmux refuses
+                # to attach from inside a session unless told it is not nested.
+                subprocess.run(argv, check=False, env=clean_env())
         except SuspendNotSupported:
             self.notify("attach needs a real terminal; run: " + " ".join(argv), title="attach",
                         severity="warning", markup=False)
