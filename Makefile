@@ -7,10 +7,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test venv clean screenshots bench
 
-$(STAMP): pyproject.toml
+# constraints.txt pins the versions the tests (and their snapshots) were made with; pyproject
+# keeps only lower bounds, for installs of the package itself.
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)/bin/python -m pip install --quiet -e '.[test]'
+	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 venv: $(STAMP)
