@@ -76,13 +76,28 @@ class TmuxDriver:
     def screen(self, history: bool = False) -> str:
         return self.pane.capture(history=history)
 
-    def type_line(self, text: str) -> None:
-        """Paste `text` and press Enter in the live pane; raises TmuxError if it is not there throughout."""
-        before = self.pane.info()
-        if before is None:
+    def pane_pid(self) -> int | None:
+        """The live pane's process now, or None (no pane, dead pane, or tmux not answering)."""
+        try:
+            info = self.pane.info()
+        except TmuxError:
+            return None
+        return info.pane_pid if info is not None and not info.dead else None
+
+    def _live(self, expect_pane_pid: int | None) -> PaneInfo:
+        info = self.pane.info()
+        if info is None:
             raise TmuxGone("the agent's pane does not exist")
-        if before.dead:
+        if info.dead:
             raise TmuxGone("the agent's pane is dead (its process exited)")
+        if expect_pane_pid is not None and info.pane_pid != expect_pane_pid:
+            # Meant for the agent that was there when asked; this one is new and may be booting.
+            raise TmuxGone("the agent was relaunched while this waited for its turn; not typed")
+        return info
+
+    def type_line(self, text: str, expect_pane_pid: int | None = None) -> None:
+        """Paste `text` and press Enter in the live pane; raises TmuxError if it is not there throughout."""
+        before = self._live(expect_pane_pid)
         buffer = f"loom-{os.getpid()}-{secrets.token_hex(4)}"
         self.pane.paste(before.pane_id, text, buffer)
         # A pane that died or was replaced while the text went in may have swallowed it: say so,
@@ -92,10 +107,8 @@ class TmuxDriver:
             raise TmuxGone("the agent's pane died or was replaced during the injection")
         self.pane.send_key(before.pane_id, "Enter")
 
-    def send_keys(self, keys: list[str]) -> None:
-        info = self.pane.info()
-        if info is None or info.dead:
-            raise TmuxGone("the agent's pane is not running")
+    def send_keys(self, keys: list[str], expect_pane_pid: int | None = None) -> None:
+        info = self._live(expect_pane_pid)
         for key in keys:
             self.pane.send_key(info.pane_id, key)
 
@@ -111,6 +124,7 @@ class TmuxDriver:
         if info is not None:
             root = info.pane_pid
         elif recorded and proctree.alive_as(recorded.get("pane_pid"), recorded.get("pane_started")):
+            # tmux lost the pane (or its server), but the agent it ran may live on: end it first.
             root = int(recorded["pane_pid"])
         else:
             return []

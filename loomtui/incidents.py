@@ -17,7 +17,8 @@ from .policy import OPERATOR
 KINDS = (
     "relaunch", "relaunch_failed", "resume_failed", "canary", "escalation", "hold_cleared",
     "foreign_poller_reaped", "modal_dismissed", "loop_error", "queue_new", "queue_escalate", "queue_reopen",
-    "queue_witness",
+    "queue_witness", "launch_died", "operator_alert", "store_salvaged", "tmux_socket_repair",
+    "observation_ambiguous",
 )
 ONGOING, RECOVERED, HELD, NOTE = "ongoing", "recovered", "held", "note"
 
@@ -51,7 +52,7 @@ def _starts_trouble(e: Event) -> bool:
         return e.detail.get("result") == "miss"
     if e.kind == "relaunch":
         return e.cause not in OPERATOR
-    return e.kind in ("resume_failed", "relaunch_failed", "escalation")
+    return e.kind in ("resume_failed", "relaunch_failed", "escalation", "launch_died")
 
 
 def _note(e: Event) -> Incident | None:
@@ -65,6 +66,10 @@ def _note(e: Event) -> Incident | None:
         "queue_reopen": f"queue item {e.detail.get('item', '?')} reopened: the claim did not hold",
         "queue_witness": f"queue item {e.detail.get('item', '?')} witnessed fixed",
         "hold_cleared": "hold cleared by the operator",
+        "operator_alert": f"told the operator: {e.detail.get('note', '')}",
+        "store_salvaged": f"damaged store replaced; old file kept at {e.detail.get('moved_to', '?')}",
+        "tmux_socket_repair": "tmux socket recreated (the server ran on without it)",
+        "observation_ambiguous": f"could not see clearly: {e.detail.get('why', '')}",
     }
     if e.kind in titles:
         return Incident(e.id, e.ts, e.ts, NOTE, titles[e.kind], event_ids=[e.id])
@@ -97,8 +102,8 @@ def _absorb(inc: Incident, e: Event) -> None:
         inc.status = HELD
         if e.cause and e.cause not in inc.causes:
             inc.causes.append(e.cause)
-    elif e.kind == "relaunch_failed" and "relaunch_failed" not in inc.causes:
-        inc.causes.append("relaunch_failed")
+    elif e.kind in ("relaunch_failed", "launch_died") and e.kind not in inc.causes:
+        inc.causes.append(e.kind)
 
 
 def _title(inc: Incident) -> str:

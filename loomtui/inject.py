@@ -61,7 +61,10 @@ def inject(
         raise LoomError(f"text too long to inject: {len(clean)} characters (limit {MAX_LENGTH})")
     info = {"length": len(clean), "digest": digest(clean), **(detail or {})}
     driver = driver or TmuxDriver(ctx.config)
-    error, event_id = _typed(ctx, lambda: driver.type_line(clean), kind, source, info, lock_timeout)
+    # The agent as it is now: if a relaunch replaces it while we wait for inject.lock, the text
+    # is not typed into the new one (it was meant for this one, and that one may be booting).
+    expect = driver.pane_pid()
+    error, event_id = _typed(ctx, lambda: driver.type_line(clean, expect), kind, source, info, lock_timeout)
     return InjectResult(not error, len(clean), info["digest"], error, event_id)
 
 
@@ -93,6 +96,7 @@ def press(
 ) -> InjectResult:
     """Named keys (e.g. Enter to dismiss a dialog) through the same lock and ledger as text."""
     driver = driver or TmuxDriver(ctx.config)
-    error, event_id = _typed(ctx, lambda: driver.send_keys(keys), kind, source, {"keys": keys, **(detail or {})},
-                             lock_timeout)
+    expect = driver.pane_pid()
+    error, event_id = _typed(ctx, lambda: driver.send_keys(keys, expect), kind, source,
+                             {"keys": keys, **(detail or {})}, lock_timeout)
     return InjectResult(not error, 0, "", error, event_id)

@@ -127,11 +127,14 @@ def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
         finally:
             os.close(fd)
         error = error or writer.error
-        try:
-            _finish(ctx, run_id, code, t0, writer.failures, error)
-        except StoreUnavailable as exc:
-            # The job's own exit status still goes to the caller (cron, systemd): it is the truth.
-            print(f"loom: run-job: run {run_id} ended with {code} but could not be recorded: {exc}", file=sys.stderr)
+    # Outside the stopper: the job is over, and a stop asked for now stops run-job itself.
+    try:
+        _finish(ctx, run_id, code, t0, writer.failures, error)
+    except StoreUnavailable as exc:
+        # Never 0 after a failure: a clean job whose end could not be recorded exits 75
+        # (EX_TEMPFAIL); a failing job keeps its own code.
+        print(f"loom: run-job: run {run_id} ended with {code} but could not be recorded: {exc}", file=sys.stderr)
+        code = code or UNRECORDED
     return RunResult(run_id, code, time.monotonic() - t0, writer.failures, error)
 
 
@@ -188,6 +191,7 @@ def _spawn_and_copy(argv: list[str], writer: LogWriter, extra_env: dict[str, str
 
 
 FINISH_ATTEMPTS = 6
+UNRECORDED = 75  # EX_TEMPFAIL: the job ran clean, its end could not be written down
 
 
 def _finish(ctx: Context, run_id: int, code: int, t0: float, failures: int, error: str | None) -> None:

@@ -9,6 +9,7 @@ is a fresh session. The caller holds recycle.lock (see actions.recycle).
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shlex
 import time
@@ -24,9 +25,14 @@ from .errors import LoomError
 from .policy import OPERATOR, Instant, age
 from .tmux import TmuxError
 
+log = logging.getLogger("loom.launch")
+
 RESUME, FRESH = "resume", "fresh"
 LAUNCH_KEY = "agent_launch"
 HOLD_KEY = "hold"
+# The pane process and tmux server last seen running the agent (pid + start), kept apart from
+# LAUNCH_KEY so that a relaunch that fails half-way never forgets which processes are ours.
+PROCS_KEY = "agent_processes"
 
 
 @dataclass
@@ -98,7 +104,7 @@ def relaunch_locked(
     template = agent.resume_command if mode == RESUME else agent.fresh_command
     command = render_command(ctx, template, new)
     outcome = Outcome(True, mode, new, old, cause, resume_failed=_fallback)
-    previous = last_launch(ctx)
+    recorded = recorded_processes(ctx)
     at = clock.now()
     now = at.wall
     # Pin and record before launching: a crash mid-launch still knows which session is ours,
@@ -122,17 +128,21 @@ def relaunch_locked(
         # Nothing may be typed while the pane changes hands: a paste that landed in the new
         # agent without its Enter would be glued onto the next message (a fabricated message).
         with locks.hold(ctx.state_dir, locks.INJECT, timeout=60):
-            stubborn = driver.stop(agent.stop_grace, recorded=previous)
+            stubborn = driver.stop(agent.stop_grace, recorded=recorded)
             if stubborn:
                 raise LoomError(f"processes {stubborn} of the old agent would not die")
             info = driver.launch(command, agent.cwd, agent_env(ctx, new))
-        _record_processes(ctx, driver, info.pane_pid)
     except (TmuxError, LoomError, OSError) as exc:
         outcome.ok, outcome.error = False, str(exc)
         event = ledger.append(store, "relaunch_failed", source=source, cause=cause,
                               detail={"mode": mode, "session": new, "error": str(exc)})
         outcome.events.append(event.id)
         return outcome
+    try:
+        record_processes(ctx, driver, info.pane_pid)
+    except (TmuxError, LoomError) as exc:
+        # The launch worked; the watchdog records the processes on its next look.
+        log.warning("could not record the new agent's processes: %s", exc)
     died = _watch_boot(ctx, driver, info.pane_id)
     if died is None:
         return outcome
@@ -156,17 +166,22 @@ def relaunch_locked(
     return outcome
 
 
-def _record_processes(ctx: Context, driver: TmuxDriver, pane_pid: int) -> None:
-    """Remember which pane process and tmux server we launched (pid and start time), so a
-    later "tmux gone" can be checked against the processes themselves."""
-    launched = last_launch(ctx) or {}
+def recorded_processes(ctx: Context) -> dict[str, Any] | None:
+    raw = ctx.store.get_meta(PROCS_KEY)
+    return json.loads(raw) if raw else None
+
+
+def record_processes(ctx: Context, driver: TmuxDriver, pane_pid: int) -> None:
+    """Remember the pane process and tmux server running the agent (pid and start), so a later
+    "tmux gone" can be checked against the processes themselves."""
     try:
         server = driver.server_pid()
     except TmuxError:
         server = None
-    launched.update(pane_pid=pane_pid, pane_started=proctree.start_time(pane_pid),
-                    server_pid=server, server_started=proctree.start_time(server) if server else None)
-    ctx.store.set_meta(LAUNCH_KEY, json.dumps(launched))
+    ctx.store.set_meta(PROCS_KEY, json.dumps({
+        "pane_pid": pane_pid, "pane_started": proctree.start_time(pane_pid),
+        "server_pid": server, "server_started": proctree.start_time(server) if server else None,
+    }))
 
 
 def _watch_boot(ctx: Context, driver: TmuxDriver, pane_id: str) -> tuple[str, int | None] | None:

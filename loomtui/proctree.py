@@ -231,20 +231,32 @@ def _really_alive(proc: psutil.Process) -> bool:
 
 
 def start_time(pid: int) -> float | None:
-    """A process's start time: with its pid, an identity that survives pid reuse."""
+    """A process's start time, as an identity that survives pid reuse and wall-clock steps.
+
+    On Linux this is the start in clock ticks since boot (/proc/<pid>/stat field 22): psutil's
+    create_time() adds the boot time computed from the wall clock, and moves when it is set.
+    """
+    if _HAVE_CHILDREN_FILES:
+        try:
+            with open(f"{_PROC}/{pid}/stat", encoding="ascii", errors="replace") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            return float(fields[19])
+        except (OSError, IndexError, ValueError):
+            return None
     try:
-        return psutil.Process(pid).create_time()
+        return round(psutil.Process(pid).create_time(), 2)
     except psutil.Error:
         return None
 
 
 def alive_as(pid: int | None, started: float | None) -> bool:
-    """The process we recorded is still running (same pid, same start time, not a zombie)."""
+    """The process we recorded is still running (same pid, same start, not a zombie)."""
     if not pid or started is None:
         return False
+    if start_time(int(pid)) != started:
+        return False
     try:
-        proc = psutil.Process(pid)
-        return abs(proc.create_time() - started) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE
+        return psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 

@@ -238,16 +238,26 @@ def send_due(ctx: Context, now: float, report: TickReport) -> None:
     report.relaunching = launch.relaunch_under_way(ctx)  # boot grace on the monotonic clock, not `now`
     cfg = ctx.config.sentinel
     for item in items:
-        job = ctx.config.job(item.job)
-        every = schedule.period(job.schedule) if job and job.schedule else None
-        window = every + cfg.missed_grace if every else None
-        for action in decide(item, cfg, now, relaunching=report.relaunching, witness_window=window):
+        for action in decide(item, cfg, now, relaunching=report.relaunching,
+                             witness_window=witness_window(ctx, item)):
             if isinstance(action, Escalate):
                 escalate(ctx, item, action, now, report)
             elif len(report.nudged) + len(report.nudge_failed) >= MAX_NUDGES_PER_TICK:
                 report.nudges_deferred += 1
             else:
                 nudge(ctx, item, action, now, report)
+
+
+def witness_window(ctx: Context, item: Item) -> float | None:
+    """How long a claim may wait for its witness run: until the job's next scheduled run (cron
+    or `every`) after the claim, plus the missed-run grace. None without a schedule."""
+    job = ctx.config.job(item.job)
+    if job is None or not job.schedule or item.claimed_at is None:
+        return None
+    try:
+        return schedule.next_due(job.schedule, item.claimed_at) - item.claimed_at + ctx.config.sentinel.missed_grace
+    except ValueError:
+        return None
 
 
 def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: TickReport) -> None:

@@ -13,6 +13,7 @@ import psutil
 from . import inject, launch, ledger, outbox, proctree, recovery
 from .context import Context
 from .driver import GONE, UP, TmuxDriver
+from .errors import LoomError
 from .proctree import MISSING, PRESENT, UNKNOWN
 from .tmux import TmuxError
 from .watchdog_core import Memory, Observation, Step, assess, settings_from
@@ -51,8 +52,9 @@ class Watchdog:
             except TmuxError:
                 screen = None
         tree = facts.tree
-        server_alive = facts.tmux == GONE and bool(launched) and proctree.alive_as(
-            launched.get("server_pid"), launched.get("server_started"))
+        socket_lost = facts.tmux == GONE and self.socket_lost()
+        if facts.tmux == UP and pane is not None and not pane.dead:
+            self.remember_processes(pane.pane_pid)
         obs = Observation(
             tmux=facts.tmux,
             pane_dead=bool(pane and pane.dead),
@@ -65,7 +67,7 @@ class Watchdog:
             last_mode=launched.get("mode") if launched else None,
             screen=screen,
             why=facts.why,
-            server_alive=server_alive,
+            socket_lost=socket_lost,
         )
         return obs, facts
 
@@ -120,11 +122,33 @@ class Watchdog:
                                    still_failing=lambda: self.still_failing(step.cause, pane_pid))
         return f"{step.cause}: {outcome.describe()}"
 
+    def socket_lost(self) -> bool:
+        """Our tmux server runs but does not answer on its socket (a /tmp cleaner deleted it).
+        A server that answers, but has no agent session, is a plain "gone"."""
+        recorded = launch.recorded_processes(self.ctx) or {}
+        if not proctree.alive_as(recorded.get("server_pid"), recorded.get("server_started")):
+            return False
+        try:
+            return not self.driver.pane.server_running()
+        except TmuxError:
+            return False
+
+    def remember_processes(self, pane_pid: int) -> None:
+        """Keep the record of our processes current (after an upgrade, or a relaunch that
+        could not record them): only when what runs differs from what is recorded."""
+        recorded = launch.recorded_processes(self.ctx) or {}
+        if recorded.get("pane_pid") == pane_pid and recorded.get("server_pid"):
+            return
+        try:
+            launch.record_processes(self.ctx, self.driver, pane_pid)
+        except (TmuxError, LoomError):
+            pass  # tried again on the next look
+
     def repair_socket(self) -> str:
         """SIGUSR1 makes a tmux server recreate its socket: a repair that touches no agent."""
-        launched = launch.last_launch(self.ctx) or {}
-        pid = launched.get("server_pid")
-        if not proctree.alive_as(pid, launched.get("server_started")):
+        recorded = launch.recorded_processes(self.ctx) or {}
+        pid = recorded.get("server_pid")
+        if not proctree.alive_as(pid, recorded.get("server_started")):
             return "repair_socket: the tmux server is no longer running"
         try:
             os.kill(int(pid), signal.SIGUSR1)
@@ -140,9 +164,7 @@ class Watchdog:
         except TmuxError:
             return False
         if cause == "tmux_gone":
-            launched = launch.last_launch(self.ctx) or {}
-            server_alive = proctree.alive_as(launched.get("server_pid"), launched.get("server_started"))
-            return info is None and not server_alive
+            return info is None and not self.socket_lost()
         if info is None:
             return False
         if cause in ("exit", "crash", "resume_failed") and info.dead:

@@ -32,9 +32,9 @@ class Observation:
     last_mode: str | None = None           # mode of the last launch
     screen: str | None = None              # visible screen, or history when the pane is dead
     why: str = ""
-    # When tmux says "gone": is the tmux server we launched under still running? A deleted
-    # socket makes a live server unreachable; a relaunch then would start a second agent.
-    server_alive: bool = False
+    # When tmux says "gone": does the server that runs the agent still run, unreachable on its
+    # socket (deleted by a /tmp cleaner)? A relaunch then would start a second agent.
+    socket_lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,49 +113,53 @@ def assess(obs: Observation, mem: Memory, s: Settings, mono: float) -> tuple[lis
     if obs.tmux == TMUX_UNKNOWN:
         return _unclear(mem, mono, obs.why, s)
 
-    if obs.tmux == GONE and obs.server_alive:
-        # Our tmux server runs but its socket does not answer (deleted by a /tmp cleaner, say).
-        # Ask it to recreate the socket; never start a second agent beside the first.
+    if obs.tmux == GONE and obs.socket_lost:
+        # Our tmux server runs but its socket does not answer. Ask it to recreate the socket;
+        # never start a second agent beside the first.
         steps, mem = _unclear(mem, mono, "the tmux server runs but its socket is gone", s)
         return [Step("repair_socket", note="the tmux server runs but its socket is gone"), *steps], mem
-    mem = _clear(mem)
 
     if obs.tmux == GONE:
         gone = mem.gone + 1
-        mem = Memory(gone=gone, last_modal_at=mem.last_modal_at, alerted=mem.alerted)
+        mem = Memory(gone=gone, last_modal_at=mem.last_modal_at, alerted=mem.alerted - {"ambiguous"})
         if gone >= 2:
             return [Step("recover", "tmux_gone", note="no tmux session on two looks")], Memory(alerted=mem.alerted)
         return [], mem
-    mem = replace(mem, gone=0)
 
     if obs.pane_dead:
         cause = exit_cause(obs, s)
-        return [Step("recover", cause, note=f"the agent exited (status {obs.dead_status})")], Memory(alerted=mem.alerted)
+        return [Step("recover", cause, note=f"the agent exited (status {obs.dead_status})")], \
+            Memory(alerted=mem.alerted - {"ambiguous"})
 
     if obs.agent not in (PRESENT, MISSING):
         return _unclear(mem, mono, obs.why or "the process tree could not be read", s)
 
-    steps: list[Step] = []
     if obs.agent == MISSING:
+        mem = replace(_clear(mem), gone=0)
         missing = mem.agent_missing + 1
         if missing >= 2:
             return [Step("recover", "exit", note="no agent process in the pane's tree on two looks")], \
                 Memory(alerted=mem.alerted)
         return [], replace(mem, agent_missing=missing)
-    mem = replace(mem, agent_missing=0)
 
-    if obs.poller_configured:
-        booting = obs.since_launch is not None and obs.since_launch < s.boot_grace
-        if obs.poller == PRESENT or booting:
-            mem = replace(mem, poller_missing=0, poller_missing_since=None)
-        elif obs.poller == MISSING:
-            since = mono if mem.poller_missing_since is None else mem.poller_missing_since
-            count = mem.poller_missing + 1
-            mem = replace(mem, poller_missing=count, poller_missing_since=since)
-            if count >= 2 and mono - since >= s.poller_grace:
-                steps.append(Step("recover", "poller_missing",
-                                  note=f"poller missing for {mono - since:.0f}s on {count} looks"))
-                return steps, Memory(alerted=mem.alerted)
+    steps: list[Step] = []
+    booting = obs.since_launch is not None and obs.since_launch < s.boot_grace
+    if obs.poller_configured and not booting and obs.poller not in (PRESENT, MISSING):
+        # The agent is seen but its poller cannot be told: no progress toward poller_missing.
+        steps, mem = _unclear(mem, mono, obs.why or "the poller could not be told from the tree", s)
+    else:
+        mem = replace(_clear(mem), gone=0, agent_missing=0)
+        if obs.poller_configured:
+            if obs.poller == PRESENT or booting:
+                mem = replace(mem, poller_missing=0, poller_missing_since=None)
+            else:  # MISSING
+                since = mono if mem.poller_missing_since is None else mem.poller_missing_since
+                count = mem.poller_missing + 1
+                mem = replace(mem, poller_missing=count, poller_missing_since=since)
+                if count >= 2 and mono - since >= s.poller_grace:
+                    return [Step("recover", "poller_missing",
+                                 note=f"poller missing for {mono - since:.0f}s on {count} looks")], \
+                        Memory(alerted=mem.alerted)
 
     if obs.screen:
         matched = next(((p, k) for p, k in s.modals if re.search(p, obs.screen)), None)

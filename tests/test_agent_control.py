@@ -209,3 +209,27 @@ def test_an_agent_that_dies_at_once_is_a_failed_relaunch(make_harness):
     assert "exited at once" in result.stderr and "no API key" in result.stderr
     [died] = harness.events("launch_died")
     assert died["detail"]["mode"] == "fresh" and "no API key" in died["detail"]["screen_tail"]
+
+
+def test_text_waiting_through_a_relaunch_is_not_typed_into_the_new_agent(harness):
+    from loomtui import locks
+
+    harness.start()
+    ctx = harness.ctx()
+    results = []
+    lock = locks.hold(harness.state_dir, locks.INJECT, timeout=5)  # as a relaunch holds it
+    try:
+        waiting = threading.Thread(target=lambda: results.append(actions.inject(ctx, "meant for the old one",
+                                                                                source="test")))
+        waiting.start()
+        wait_for(lambda: waiting.is_alive(), what="the injection waiting for its turn")
+        old = harness.pane_pid()
+        # The pane changes hands while the text waits (what a relaunch does under the lock).
+        assert harness.tmux("respawn-pane", "-k", "-t", "=agent:0.0", "cat").returncode == 0
+        wait_for(lambda: harness.pane_pid() not in (None, old), what="a new pane process")
+    finally:
+        lock.release()
+    waiting.join(60)
+    [result] = results
+    assert not result.ok and "relaunched while this waited" in result.error
+    assert "meant for the old one" not in harness.screen()

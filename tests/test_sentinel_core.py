@@ -324,3 +324,22 @@ def test_a_claim_never_witnessed_reaches_the_operator_once():
     # A daily job gets its period (plus grace) to produce the witness run first.
     assert decide(claimed, CFG, 1000.0 + CFG.backstop, witness_window=86400 + 600) == []
     assert decide(_replace(claimed, escalated_at=5.0), CFG, 10**9) == []  # one message per item, ever
+
+
+def test_a_cron_jobs_claim_waits_for_its_next_run_before_the_operator_hears(tmp_path):
+    from dataclasses import replace as _replace
+
+    from loomtui.context import Context
+    from loomtui.queue_core import CLAIMED, decide
+    from loomtui.sentinel import witness_window
+
+    config = tmp_path / "c.toml"
+    config.write_text(f'state_dir = "{tmp_path / "s"}"\n[[jobs]]\nname = "backup"\nlog = "{tmp_path}/b.log"\n'
+                      'schedule = "0 7 * * *"\n')
+    ctx = Context.load(str(config), None, environ={})
+    claimed = _replace(item(), state=CLAIMED, claimed_at=1_795_000_000.0)
+    window = witness_window(ctx, claimed)
+    assert 600 < window <= 86400 + 600  # up to a day to the next 07:00, plus the grace
+    wait = max(window, CFG.backstop)
+    assert decide(claimed, CFG, claimed.claimed_at + wait - 1, witness_window=window) == []
+    assert decide(claimed, CFG, claimed.claimed_at + wait, witness_window=window)

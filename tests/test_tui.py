@@ -192,7 +192,10 @@ def test_actions_against_a_real_agent(make_harness, tmp_path):
             assert harness.pinned() == session
             await pilot.press("r")
             await until(pilot, lambda: isinstance(app.screen, RecycleScreen), what="the recycle dialog")
-            await pilot.press("f")
+            await pilot.press("r", "r", "2")  # a held `r` confirms nothing; 2 (after the dialog settles) is fresh
+            await pilot.pause(0.5)
+            assert isinstance(app.screen, RecycleScreen) and len(app.screen_stack) == 2  # one dialog, not three
+            await pilot.press("2")
             await until(pilot, lambda: any(a == "recycle" for a, _, _ in app.outcomes), 60, what="the recycle outcome")
             assert app.outcomes[-1][2] and harness.pinned() != session
             await until(pilot, lambda: harness.pinned()[:8] in screen_text(app), what="the new session in the header")
@@ -330,3 +333,18 @@ def test_the_console_in_a_real_terminal_attaches_and_comes_back(harness):
                     child.kill()
             except psutil.Error:
                 pass
+
+
+def test_attach_without_tmux_is_a_notice_not_a_crash(populated, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+
+    async def run():
+        app = LoomApp(populated, now=lambda: NOW, watch=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, what="a first snapshot")
+            await pilot.press("a")
+            await until(pilot, lambda: any("tmux binary not found" in str(n.message) for n in app._notifications),
+                        what="the notice")
+            assert app.is_running
+
+    asyncio.run(run())

@@ -129,7 +129,7 @@ def test_an_unclear_look_breaks_a_run_of_absences():
 
 
 def test_a_live_server_without_its_socket_is_repaired_never_relaunched():
-    orphaned = Observation(tmux="gone", server_alive=True)
+    orphaned = Observation(tmux="gone", socket_lost=True)
     out, _ = run([orphaned] * 10)
     assert causes(out) == []
     assert all(steps[0].kind == "repair_socket" for steps in out)
@@ -154,3 +154,18 @@ def test_a_dialog_that_will_not_go_is_pressed_twice_then_left_to_a_human():
     gone_now = Observation(**{**HEALTHY.__dict__, "screen": "> "})  # the dialog closed by hand
     out, _ = run([gone_now, modal], start=mem, t0=300, step=30)
     assert [s.kind for steps in out for s in steps] == ["dismiss_modal"]
+
+
+def test_an_unclear_poller_look_makes_no_progress_toward_poller_missing():
+    missing = Observation(tmux="up", agent="present", poller="missing", poller_configured=True, since_launch=1000)
+    unclear = Observation(tmux="up", agent="present", poller="unknown", poller_configured=True, since_launch=1000,
+                          why="process 9 vanished")
+    out, _ = run([missing] + [unclear] * 5 + [missing], step=40)
+    assert causes(out) == []
+
+
+def test_a_tree_that_stays_unreadable_alerts_once():
+    unreadable = Observation(tmux="up", agent="unknown", since_launch=1000, why="access denied")
+    out, _ = run([unreadable] * 40, step=30)
+    kinds = [s.kind for steps in out for s in steps]
+    assert kinds.count("ambiguous") == 1 and kinds.count("alert") == 1

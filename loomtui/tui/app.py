@@ -22,7 +22,7 @@ import watchfiles
 from textual import on, work
 from textual.app import App, ComposeResult, SuspendNotSupported, SystemCommand
 from textual.containers import Horizontal
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
@@ -43,6 +43,7 @@ from .snapshot import Snapshot, Source
 from .timeline_panel import TimelinePanel
 
 REFRESH_EVERY = 1.5
+MODAL_BLOCKED = {"canary", "recycle", "inject", "resolve", "attach", "filter", "help", "show_tab"}
 WIDE = 150
 
 
@@ -69,6 +70,7 @@ class LoomApp(App):
         self._dirty = False
         self._timer = None
         self._stop_watch = threading.Event()
+        self._recycling = False
         self.outcomes: list[tuple[str, str, bool]] = []
 
     # -- layout ------------------------------------------------------------------------------
@@ -81,7 +83,8 @@ class LoomApp(App):
                     with TabPane(f"{title} {n}", id=tab):
                         yield self._panel(tab)
             yield AgentPanel(id="side-agent")
-        yield Footer(compact=True)
+        # The palette is on ctrl+p (and in help); its footer entry would cost the keys room at 80 columns.
+        yield Footer(compact=True, show_command_palette=False)
 
     def _panel(self, tab: str):
         if tab == "agent":
@@ -167,6 +170,13 @@ class LoomApp(App):
 
     # -- actions -----------------------------------------------------------------------------
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # While a dialog is open its own keys answer it; the console's keys must not open a
+        # second dialog underneath (a held `r` would stack recycle dialogs).
+        if isinstance(self.screen, ModalScreen) and action in MODAL_BLOCKED:
+            return False
+        return True
+
     def _done(self, action: str, text: str, ok: bool) -> None:
         self.post_message(ActionDone(action, redact.scrub(text), ok))
 
@@ -197,8 +207,13 @@ class LoomApp(App):
         self._done("canary", probe.describe(), probe.result == "ok")
 
     def action_recycle(self) -> None:
+        if self._recycling:
+            self.notify("a relaunch from this console is still running", title="recycle", markup=False)
+            return
+
         def chosen(mode: str | None) -> None:
-            if mode:
+            if mode and not self._recycling:
+                self._recycling = True
                 self.notify(f"relaunching ({mode})…", title="recycle", markup=False, timeout=3)
                 self._run_recycle(mode)
 
@@ -206,9 +221,12 @@ class LoomApp(App):
 
     @work(thread=True, group="action-recycle", exit_on_error=False)
     def _run_recycle(self, mode: str) -> None:
-        with self._action_ctx() as ctx:
-            outcome = actions.operator_recycle(ctx, mode, source="tui", reason="from the console")
-        self._done("recycle", outcome.describe(), outcome.ok)
+        try:
+            with self._action_ctx() as ctx:
+                outcome = actions.operator_recycle(ctx, mode, source="tui", reason="from the console")
+            self._done("recycle", outcome.describe(), outcome.ok)
+        finally:
+            self._recycling = False
 
     def action_inject(self) -> None:
         def submitted(text: str | None) -> None:
@@ -251,16 +269,25 @@ class LoomApp(App):
                    if changed else f"#{item.id} is already {item.state}", True)
 
     def action_attach(self) -> None:
-        argv = self.source.driver.attach_argv()
+        try:
+            argv = self.source.driver.attach_argv()
+        except LoomError as exc:
+            self.notify(str(exc), title="attach", severity="error", markup=False)
+            return
         try:
             with self.suspend():
-                # Without $TMUX: operators run the console inside their own tmux, and tmux refuses
-                # to attach from inside a session unless told it is not nested.
-                subprocess.run(argv, check=False, env=clean_env())
+                # Without $TMUX: operators run the console inside their own tmux.
+                code = subprocess.run(argv, check=False, env=clean_env()).returncode
         except SuspendNotSupported:
             self.notify("attach needs a real terminal; run: " + " ".join(argv), title="attach",
                         severity="warning", markup=False)
             return
+        except OSError as exc:
+            self.notify(f"attach failed: {exc.strerror or exc}", title="attach", severity="error", markup=False)
+            return
+        if code:
+            self.notify(f"tmux attach exited {code}: is the agent's session running?", title="attach",
+                        severity="warning", markup=False)
         self.refresh_data()
 
     def action_show_tab(self, tab: str) -> None:

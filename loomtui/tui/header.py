@@ -17,7 +17,14 @@ def render_header(h: Header) -> Text:
     out.append(h.agent, style=LEVELS.get(h.agent_level, ""))
     out.append("  session ", style="dim")
     out.append((h.pinned or "none")[:8])
+    if h.unsent:
+        # Alerts and escalations wait in the outbox when Telegram is off or failing: say so here.
+        out.append(f"  {h.unsent} message{'s' if h.unsent != 1 else ''} for you unsent (loom status)",
+                   style="bold yellow")
     out.append("\n")
+    if h.supervisor_level == "bad" and h.supervisor.startswith("store unavailable"):
+        out.append(h.supervisor, style=LEVELS["bad"])  # the reason first, before the line is cut
+        return out
     out.append("canary ", style="dim")
     out.append(h.canary, style=LEVELS.get(h.canary_level, ""))
     out.append("  queue ", style="dim")

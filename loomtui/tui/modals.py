@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,9 +14,14 @@ from textual.widgets import Button, Input, Label, Static
 
 
 class RecycleScreen(ModalScreen[str | None]):
+    """Resume, fresh or cancel. The choice keys differ from the key that opens the dialog, keys
+    arriving in the first moment are ignored (a held or double-tapped `r` must not confirm), and
+    the focused button is Cancel."""
+
+    SETTLE = 0.4
     BINDINGS = [
-        Binding("r", "choose('resume')", "Resume", id="recycle.resume"),
-        Binding("f", "choose('fresh')", "Fresh", id="recycle.fresh"),
+        Binding("1", "choose('resume')", "Resume", id="recycle.resume"),
+        Binding("2", "choose('fresh')", "Fresh", id="recycle.fresh"),
         Binding("escape", "choose(None)", "Cancel", id="recycle.cancel"),
     ]
 
@@ -24,15 +31,24 @@ class RecycleScreen(ModalScreen[str | None]):
             yield Static(Text("Resume keeps the pinned conversation; fresh starts a new session.\n"
                               "Either clears a hold at the ceiling."), markup=False)
             with Horizontal(classes="dialog-buttons"):
-                yield Button("Resume [r]", id="resume", variant="primary")
-                yield Button("Fresh [f]", id="fresh", variant="warning")
-                yield Button("Cancel [esc]", id="cancel")
+                yield Button(Text("Resume (1)"), id="resume", variant="primary")
+                yield Button(Text("Fresh (2)"), id="fresh", variant="warning")
+                yield Button(Text("Cancel (esc)"), id="cancel")
+
+    def on_mount(self) -> None:
+        self.opened = time.monotonic()
+        self.query_one("#cancel", Button).focus()
+
+    def _settled(self) -> bool:
+        return time.monotonic() - self.opened >= self.SETTLE
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(None if event.button.id == "cancel" else event.button.id)
+        if self._settled():
+            self.dismiss(None if event.button.id == "cancel" else event.button.id)
 
     def action_choose(self, choice: str | None) -> None:
-        self.dismiss(choice)
+        if choice is None or self._settled():
+            self.dismiss(choice)
 
 
 class PromptScreen(ModalScreen[str | None]):

@@ -8,6 +8,7 @@ so the console says what is wrong and keeps running.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ from ..context import Context
 from ..driver import GONE, UNKNOWN, UP, TmuxDriver
 from ..durations import format_duration
 from ..proctree import PRESENT
-from ..store import Store
+from ..store import DB_NAME, Store
 from ..tmux import TmuxError
 
 STORE_TIMEOUT = 2.0  # the console must say "store busy" promptly, not hang for the daemon's 10 s
@@ -42,6 +43,7 @@ class Header:
     supervisor_level: str
     open_items: int
     held: bool = False
+    unsent: int = 0        # messages for the operator still in the outbox (Telegram off or failing)
 
 
 @dataclass(frozen=True)
@@ -77,14 +79,30 @@ class Source:
         self.ctx = ctx.clone()
         self.driver = TmuxDriver(ctx.config)
         self._store: Store | None = None
+        self._inode: int | None = None
+        self._lock = threading.Lock()  # the refresh and the timeline workers share the connection
 
     def store(self) -> Store:
-        if self._store is None:
-            self._store = Store.in_dir(self.ctx.state_dir, timeout=STORE_TIMEOUT)
-            self.ctx._store = self._store
-        return self._store
+        with self._lock:
+            path = self.ctx.state_dir / DB_NAME
+            try:
+                inode = path.stat().st_ino
+            except OSError:
+                inode = None
+            if self._store is not None and inode != self._inode:
+                # The daemon replaced a damaged store: follow it to the new file.
+                self._close()
+            if self._store is None:
+                self._store = Store.in_dir(self.ctx.state_dir, timeout=STORE_TIMEOUT)
+                self.ctx._store = self._store
+                self._inode = path.stat().st_ino
+            return self._store
 
     def drop_store(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if self._store is not None:
             try:
                 self._store.close()
@@ -150,8 +168,9 @@ class Source:
             can_level = "ok" if last.result == canary.OK else ("bad" if last.result == canary.MISS else "warn")
         if any(p.result == canary.PENDING for p in probes[:1]):
             can = "probing… · " + can
+        unsent = int(store.query_one("SELECT COUNT(*) FROM outbox WHERE state != 'sent'")[0])
         header = Header(agent, level, session.pinned(store), can, can_level, sup, sup_level,
-                        sum(1 for item in queue if item.state != "witnessed"), held)
+                        sum(1 for item in queue if item.state != "witnessed"), held, unsent)
         return Snapshot(now, header, pane, probes, queue, _jobs(ctx, store, queue, now), ledger.count(store))
 
 

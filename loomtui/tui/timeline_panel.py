@@ -109,9 +109,10 @@ class TimelinePanel(Widget):
     TimelinePanel #timeline-status { height: 1; padding: 0 1; color: $text-muted; }
     """
     BINDINGS = [
-        Binding("t", "toggle_mode", "Incidents/events", id="timeline.mode"),
-        Binding("left_square_bracket", "older", "Older", id="timeline.older"),
-        Binding("right_square_bracket", "newest", "Newest", id="timeline.newest"),
+        # Shown in the panel's own status line, so the footer keeps room for the app's keys.
+        Binding("t", "toggle_mode", "Incidents/events", id="timeline.mode", show=False),
+        Binding("left_square_bracket", "older", "Older", id="timeline.older", show=False),
+        Binding("right_square_bracket", "newest", "Newest", id="timeline.newest", show=False),
     ]
 
     def __init__(self, store: Callable[[], Store], now: Callable[[], float] = time.time, **kwargs) -> None:
