@@ -21,6 +21,15 @@ pytestmark = pytest.mark.e2e
 FAST_WATCH = {"interval": "1s", "exit_check": "300ms", "backoff_base": "300ms", "backoff_max": "1s"}
 
 
+def supervised(make_harness, canary: dict, boot_grace: str = "1s"):
+    """A started demo agent under `loom supervise` with fast watchdog intervals, once it has acked."""
+    harness = make_harness(sections={"watchdog": FAST_WATCH, "canary": canary, "agent": {"boot_grace": boot_grace}})
+    session = harness.start()
+    daemon = Daemon(harness)
+    wait_for(lambda: any(r["result"] == "ok" for r in runs(harness)), 30, what="a healthy ack")
+    return harness, session, daemon
+
+
 def runs(harness):
     with Store.in_dir(harness.state_dir) as store:
         return [dict(r) for r in store.query("SELECT * FROM canary_runs ORDER BY id")]
@@ -81,12 +90,8 @@ def test_deleted_acks_dir_is_our_error_not_the_agents_miss(make_harness):
 
 
 def test_wedge_two_misses_recycle_and_the_resumed_agent_acks(make_harness):
-    harness = make_harness(sections={"watchdog": FAST_WATCH,
-                                     "canary": {"interval": "3s", "ack_timeout": "2s", "misses_to_recycle": 2},
-                                     "agent": {"boot_grace": "2s"}})
-    session = harness.start()
-    daemon = Daemon(harness)
-    wait_for(lambda: any(r["result"] == "ok" for r in runs(harness)), 30, what="a healthy ack")
+    harness, session, daemon = supervised(make_harness, {"interval": "3s", "ack_timeout": "2s",
+                                                         "misses_to_recycle": 2}, "2s")
     assert harness.loom("inject", "/wedge").returncode == 0
     event = wait_for(lambda: relaunches(harness, "canary_failed"), 60, what="a canary_failed recycle")[0]
     assert event["detail"]["mode"] == "resume" and event["detail"]["new_session"] == session
@@ -101,12 +106,8 @@ def test_wedge_two_misses_recycle_and_the_resumed_agent_acks(make_harness):
 
 def test_the_incident_a_session_that_wedges_after_every_resume(make_harness):
     interval, ack, grace = 3.0, 2.0, 2.0
-    harness = make_harness(sections={"watchdog": FAST_WATCH,
-                                     "canary": {"interval": f"{interval:g}s", "ack_timeout": f"{ack:g}s"},
-                                     "agent": {"boot_grace": f"{grace:g}s"}})
-    first = harness.start()
-    daemon = Daemon(harness)
-    wait_for(lambda: any(r["result"] == "ok" for r in runs(harness)), 30, what="a healthy ack")
+    harness, first, daemon = supervised(make_harness, {"interval": f"{interval:g}s", "ack_timeout": f"{ack:g}s"},
+                                        f"{grace:g}s")
     assert harness.loom("inject", "/poison").returncode == 0
     fresh = wait_for(lambda: [e for e in relaunches(harness, "canary_failed") if e["detail"]["mode"] == "fresh"],
                      120, what="the session started fresh")[0]
@@ -126,12 +127,7 @@ def test_the_incident_a_session_that_wedges_after_every_resume(make_harness):
 
 
 def test_a_busy_agent_is_not_recycled(make_harness):
-    harness = make_harness(sections={"watchdog": FAST_WATCH,
-                                     "canary": {"interval": "30s", "ack_timeout": "3s"},
-                                     "agent": {"boot_grace": "1s"}})
-    harness.start()
-    daemon = Daemon(harness)
-    wait_for(lambda: any(r["result"] == "ok" for r in runs(harness)), 30, what="the first scheduled ack")
+    harness, _, daemon = supervised(make_harness, {"interval": "30s", "ack_timeout": "3s"})
     assert harness.loom("inject", "/slow 4.5").returncode == 0   # longer than one timeout, shorter than two
     code, probe = probe_json(harness)
     assert probe["result"] == "miss"
@@ -143,12 +139,7 @@ def test_a_busy_agent_is_not_recycled(make_harness):
 
 
 def test_a_locked_store_is_our_error_never_a_miss(make_harness):
-    harness = make_harness(sections={"watchdog": FAST_WATCH,
-                                     "canary": {"interval": "1s", "ack_timeout": "2s"},
-                                     "agent": {"boot_grace": "1s"}})
-    harness.start()
-    daemon = Daemon(harness)
-    wait_for(lambda: any(r["result"] == "ok" for r in runs(harness)), 30, what="a healthy ack")
+    harness, _, daemon = supervised(make_harness, {"interval": "1s", "ack_timeout": "2s"})
     before = len(runs(harness))
     blocker = sqlite3.connect(harness.state_dir / DB_NAME, timeout=30, isolation_level=None)
     try:
