@@ -348,3 +348,23 @@ def test_attach_without_tmux_is_a_notice_not_a_crash(populated, monkeypatch):
             assert app.is_running
 
     asyncio.run(run())
+
+
+def test_the_console_follows_a_store_the_daemon_replaced(populated):
+    import os
+
+    from loomtui import session
+    from loomtui.store import Store
+
+    async def run():
+        app = LoomApp(populated, now=lambda: NOW, refresh_every=0.2, watch=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.snapshot and "bbbbbbbb" in screen_text(app), what="the old store")
+            state = populated.state_dir
+            os.replace(state / DB_NAME, state / f"{DB_NAME}.damaged-test")  # what salvage does
+            with Store.in_dir(state) as fresh:
+                with fresh.write() as db:
+                    session.pin_in(db, "cccccccc-3333-4333-8333-333333333333")
+            await until(pilot, lambda: "cccccccc" in screen_text(app), what="the replacement store shown")
+
+    asyncio.run(run())
