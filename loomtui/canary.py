@@ -324,6 +324,3 @@ class CanaryLoop:
             return f"{result.describe()}; canary_failed: {outcome.describe()}"
         sweep_acks(ctx)
         return result.describe()
-
-
-__all__ = ["OK", "MISS", "Probe", "probe", "wait", "CanaryLoop", "SKIPPED", "instruction"]

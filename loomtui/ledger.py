@@ -12,7 +12,6 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,8 +200,3 @@ def page(
     sql += " ORDER BY id DESC LIMIT ?"
     params.append(limit)
     return [Event.from_row(r) for r in store.query(sql, tuple(params))]
-
-
-def since(store: Store, after_id: int, limit: int = 1000) -> Iterator[Event]:
-    for r in store.query("SELECT * FROM ledger WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit)):
-        yield Event.from_row(r)

@@ -102,21 +102,18 @@ class Store:
                 self.conn.execute("ROLLBACK")
 
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            try:
-                return self.conn.execute(sql, params).fetchall()
-            except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
-                if isinstance(exc, (sqlite3.ProgrammingError, sqlite3.IntegrityError)):
-                    raise
-                raise self._unavailable(exc) from None
+        return self._read(sql, params, lambda cur: cur.fetchall())
 
     def query_one(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> sqlite3.Row | None:
+        return self._read(sql, params, lambda cur: cur.fetchone())
+
+    def _read(self, sql: str, params: tuple[Any, ...] | dict[str, Any], fetch: Any) -> Any:
         with self._lock:
             try:
-                return self.conn.execute(sql, params).fetchone()
-            except (sqlite3.OperationalError, sqlite3.DatabaseError) as exc:
-                if isinstance(exc, (sqlite3.ProgrammingError, sqlite3.IntegrityError)):
-                    raise
+                return fetch(self.conn.execute(sql, params))
+            except (sqlite3.ProgrammingError, sqlite3.IntegrityError):
+                raise  # our own mistake in the query, not the store's state
+            except sqlite3.DatabaseError as exc:
                 raise self._unavailable(exc) from None
 
     # -- schema --------------------------------------------------------------------------
