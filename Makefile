@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv clean screenshots bench
+.PHONY: demo test test-stress mutants venv clean screenshots bench
 
 # constraints.txt pins the versions the tests (and their snapshots) were made with; pyproject
 # keeps only lower bounds, for installs of the package itself.
@@ -20,8 +20,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/loom-tui --demo
 
+# Tests run in random order (pytest-randomly prints the seed; replay with PYTEST_ARGS=-p randomly
+# --randomly-seed=N).
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n 4 $(PYTEST_ARGS)
+
+# The same suite on a busy machine: one CPU-bound process per core runs beside it.
+test-stress: $(STAMP)
+	$(VENV)/bin/python tools/stress.py -- $(VENV)/bin/python -m pytest -n 4 $(PYTEST_ARGS)
 
 screenshots: $(STAMP)
 	$(VENV)/bin/python screenshots/make_screenshots.py
