@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,45 @@ def make_harness(tmp_path: Path):
 @pytest.fixture
 def harness(make_harness):
     return make_harness()
+
+
+@dataclass(frozen=True)
+class Installed:
+    wheel: Path
+    bin: Path
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """The environment of an operator who installed Loom: no LOOM_* settings, no PYTHONPATH."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_") and k != "PYTHONPATH"}
+        env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', '')}"
+        env.update(extra or {})
+        return env
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory, worker_id) -> Installed:
+    """Loom built as a wheel and installed into a fresh venv with its dependencies, once per run.
+
+    xdist workers share one build: the first to take the lock builds, the others wait for it.
+    """
+    base = tmp_path_factory.getbasetemp()
+    root = base if worker_id == "master" else base.parent
+    target = root / "installed"
+    with open(root / "installed.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        venv = target / "venv"
+        if not (target / "done").exists():
+            dist = target / "dist"
+
+            def run(*argv: str) -> None:
+                result = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=target)
+                assert result.returncode == 0, f"{' '.join(argv)}\n{result.stdout}\n{result.stderr}"
+
+            target.mkdir(exist_ok=True)
+            run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(REPO))
+            run(sys.executable, "-m", "venv", str(venv))
+            wheel = next(dist.glob("loomtui-*.whl"))
+            run(str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "-c", str(REPO / "constraints.txt"),
+                str(wheel))
+            (target / "done").touch()
+    return Installed(wheel=next((target / "dist").glob("loomtui-*.whl")), bin=venv / "bin")
