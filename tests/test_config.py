@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from loomtui.config import Config, load_config
 from loomtui.errors import ConfigError
@@ -133,5 +134,8 @@ def test_option_after_subcommand_and_before_are_equal(tmp_path, state_dir):
 
 def test_config_is_frozen():
     config = Config()
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError) as info:
         config.canary.interval = 5  # type: ignore[misc]
+    [error] = info.value.errors()
+    assert (error["type"], error["loc"]) == ("frozen_instance", ("interval",))
+    assert config.canary.interval == Config().canary.interval
