@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
@@ -42,3 +43,17 @@ def test_canary_instruction_is_run(tmp_path):
 def test_fault_switches_exit_codes(tmp_path):
     assert agent(tmp_path, "--session-id", str(uuid.uuid4()), input="/crash\n").returncode == 1
     assert agent(tmp_path, "--session-id", str(uuid.uuid4()), input="/exit0\nnever read\n").returncode == 0
+
+
+def test_late_acks_delay_exactly_the_next_probes(tmp_path):
+    acks = tmp_path / "acks"
+    acks.mkdir()
+    sid = str(uuid.uuid4())
+    probes = "".join(f"liveness check — run this one command and do not reply: touch {acks / n}\n" for n in "abc")
+    assert agent(tmp_path, "--session-id", sid, input="/late-acks 2 0.1\n" + probes).returncode == 0
+    assert all((acks / n).exists() for n in "abc")
+    turns = [json.loads(line) for line in (tmp_path / "sessions" / f"{sid}.jsonl").read_text().splitlines()]
+    tools = [t["text"] for t in turns if t["role"] in ("fault", "tool")]
+    # The delay comes before each of the first two acks, never before the third.
+    assert tools == ["late ack by 0.1s", f"touch {acks / 'a'}", "late ack by 0.1s", f"touch {acks / 'b'}",
+                     f"touch {acks / 'c'}"]

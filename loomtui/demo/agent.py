@@ -11,6 +11,10 @@ canary's `touch PATH`, keeps a poller child, and obeys fault switches sent as me
   /kill-poller      kill the poller child
   /foreign-poller   start a poller outside this process tree
   /slow SECONDS     busy (not reading input) for SECONDS
+  /late-acks N SECONDS
+                    busy for SECONDS (not reading input) when each of the next N `touch`
+                    commands arrives, then run it: exactly N probes ack late, counted from
+                    their arrival, however slow the machine
 
 Input is read with the terminal in non-canonical mode: a canonical tty line is capped at 4095
 bytes, and a long pasted message must arrive whole.
@@ -126,6 +130,8 @@ class Agent:
         self.session_id = session_id
         self.poller: subprocess.Popen[bytes] | None = None
         self.term = Terminal()
+        self.late_acks = 0
+        self.late_by = 0.0
 
     def start_poller(self) -> None:
         if not self.args.bot:
@@ -215,15 +221,38 @@ class Agent:
             out(f"working for {seconds:g}s ...\n")
             time.sleep(seconds)
             self.reply(f"done after {seconds:g}s")
+        elif text.startswith("/late-acks"):
+            try:
+                count, seconds = int(text.split()[1]), float(text.split()[2])
+            except (IndexError, ValueError):
+                self.reply("usage: /late-acks N SECONDS")
+                return
+            self.late_acks, self.late_by = count, seconds
+            self.reply(f"the next {count} acks will be {seconds:g}s late")
         elif (match := TOUCH.search(text)) is not None:
             try:
-                target = shlex.split(match.group(1))[0]
-                Path(target).touch()
-                self.transcript.add("tool", f"touch {target}")
-            except (OSError, ValueError, IndexError) as exc:
+                words = shlex.split(match.group(1))
+            except ValueError as exc:
                 self.reply(f"touch failed: {exc}")
+                return
+            target = words[0] if words else ""
+            if not target:
+                self.reply("touch failed: no path")
+            else:
+                if self.late_acks > 0:
+                    self.late_acks -= 1
+                    self.transcript.add("fault", f"late ack by {self.late_by:g}s")
+                    time.sleep(self.late_by)
+                self.touch(target)
         else:
             self.reply(f"heard you ({len(line)} characters)")
+
+    def touch(self, target: str) -> None:
+        try:
+            Path(target).touch()
+            self.transcript.add("tool", f"touch {target}")
+        except OSError as exc:
+            self.reply(f"touch failed: {exc}")
 
     def reply(self, text: str) -> None:
         self.transcript.add("agent", text)
