@@ -11,6 +11,7 @@ import time
 import pytest
 from harness import wait_for
 from rich.text import Text
+from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, TabbedContent
 from tui_state import NOW, populate, write_config
 
@@ -36,6 +37,33 @@ async def until(pilot, predicate, timeout: float = 30.0, what: str = "condition"
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await pilot.pause(0.05)
+
+
+def recycles(app) -> int:
+    return [a for a, _, _ in app.outcomes].count("recycle")
+
+
+def palette_choice(app) -> str | None:
+    """The command the palette would run on Enter."""
+    if not isinstance(app.screen, CommandPalette):
+        return None
+    commands = app.screen.query_one(CommandList)
+    if commands.highlighted is None:
+        return None
+    return commands.get_option_at_index(commands.highlighted).hit.text
+
+
+def record_notices(app) -> list[tuple[str, str]]:
+    """Every notice from now on as (title, message); notices on screen expire, this list does not."""
+    seen: list[tuple[str, str]] = []
+    notify = app.notify
+
+    def recording(message, *args, **kwargs):
+        seen.append((kwargs.get("title", ""), str(message)))
+        return notify(message, *args, **kwargs)
+
+    app.notify = recording
+    return seen
 
 
 def cells(app, table_id: str) -> list[list[Text]]:
@@ -151,7 +179,8 @@ def test_actions_against_a_real_agent(make_harness, tmp_path):
     # A real queue item: a failing job run, scanned by the sentinel.
     assert harness.loom("run-job", "flaky", "--", sys.executable, "-c",
                         "print('ERROR: it broke'); raise SystemExit(3)").returncode == 3
-    assert harness.loom("sentinel", "scan").returncode in (0, 1)
+    scan = harness.loom("sentinel", "scan")
+    assert scan.returncode == 0, scan.stderr
     ctx = harness.ctx()
 
     async def run():
@@ -163,6 +192,16 @@ def test_actions_against_a_real_agent(make_harness, tmp_path):
             await pilot.press("c")
             await until(pilot, lambda: any(a == "canary" for a, _, _ in app.outcomes), what="the canary outcome")
             assert app.outcomes[-1][1].startswith("ok: acked in") and app.outcomes[-1][2]
+
+            # The same action from the command palette: typed by name, run with Enter.
+            await pilot.press("ctrl+p")
+            await until(pilot, lambda: isinstance(app.screen, CommandPalette), what="the command palette")
+            await pilot.press(*"Canary")
+            await until(pilot, lambda: palette_choice(app) == "Canary", what="Canary chosen in the palette")
+            await pilot.press("enter")
+            await until(pilot, lambda: [a for a, _, _ in app.outcomes].count("canary") == 2, what="a second canary")
+            assert app.outcomes[-1][1].startswith("ok: acked in") and app.outcomes[-1][2]
+            assert [e["source"] for e in harness.events("canary_sent")] == ["tui", "tui"]
 
             await pilot.press("i")
             await until(pilot, lambda: isinstance(app.screen, PromptScreen), what="the inject prompt")
@@ -188,15 +227,34 @@ def test_actions_against_a_real_agent(make_harness, tmp_path):
             await pilot.press("r")
             await until(pilot, lambda: isinstance(app.screen, RecycleScreen), what="the recycle dialog")
             await pilot.press("escape")
-            await until(pilot, lambda: not isinstance(app.screen, RecycleScreen), what="cancelled")
-            assert harness.pinned() == session
+            await until(pilot, lambda: not isinstance(app.screen, RecycleScreen), what="cancelled by esc")
             await pilot.press("r")
             await until(pilot, lambda: isinstance(app.screen, RecycleScreen), what="the recycle dialog")
-            await pilot.press("r", "r", "2")  # a held `r` confirms nothing; 2 (after the dialog settles) is fresh
-            await pilot.pause(0.5)
+            await pilot.click("#cancel")
+            await until(pilot, lambda: not isinstance(app.screen, RecycleScreen), what="cancelled by a click")
+            assert harness.pinned() == session and harness.events("relaunch")[-1]["source"] == "cli"
+
+            agent = harness.agent_pid()
+            await pilot.press("r")
+            await until(pilot, lambda: isinstance(app.screen, RecycleScreen), what="the recycle dialog")
+            await pilot.press("1")
+            await until(pilot, lambda: recycles(app) == 1, 60, what="the resume outcome")
+            resumed_at = time.time()
+            assert app.outcomes[-1][2], app.outcomes[-1]
+            assert harness.pinned() == session
+            resume = harness.events("relaunch")[-1]
+            assert (resume["cause"], resume["source"]) == ("operator_resume", "tui")
+            wait_for(lambda: harness.agent_pid() not in (None, agent), what="the agent relaunched")
+            wait_for(lambda: "resumed: " in harness.screen(), what="the resumed agent's greeting")
+            await until(pilot, lambda: app.snapshot.taken > resumed_at and app.snapshot.header.agent == "running",
+                        what="the agent running again, in a newer snapshot")
+
+            await pilot.press("r")
+            await until(pilot, lambda: isinstance(app.screen, RecycleScreen), what="the recycle dialog")
+            await pilot.press("r", "r")  # a held `r`: the keys are handled when press returns
             assert isinstance(app.screen, RecycleScreen) and len(app.screen_stack) == 2  # one dialog, not three
             await pilot.press("2")
-            await until(pilot, lambda: any(a == "recycle" for a, _, _ in app.outcomes), 60, what="the recycle outcome")
+            await until(pilot, lambda: recycles(app) == 2, 60, what="the fresh outcome")
             assert app.outcomes[-1][2] and harness.pinned() != session
             await until(pilot, lambda: harness.pinned()[:8] in screen_text(app), what="the new session in the header")
 
@@ -227,12 +285,18 @@ def test_console_survives_a_locked_store_and_a_missing_tmux(tmp_path):
             assert "store unavailable" in screen_text(app) and "no tmux session" in screen_text(app)
             for key in "123456":
                 await pilot.press(key)
+            notices = record_notices(app)
             await pilot.press("c")
-            await until(pilot, lambda: app.outcomes or app._notifications, what="the canary attempt reported")
+            # The probe cannot write its run: the worker's store error is the notice, and no outcome.
+            error = await until(pilot, lambda: next((m for t, m in notices if t == "error"), None),
+                                what="the canary's error notice")
+            assert error.startswith("_run_canary: store ") and error.endswith("database is locked"), error
+            assert notices == [("canary", "probing…"), ("error", error)] and app.outcomes == []
             assert app.is_running
             blocker.execute("ROLLBACK")
             await until(pilot, lambda: app.snapshot and not app.snapshot.store_error, what="recovery")
             assert "bbbbbbbb" in screen_text(app)
+            assert ctx.store.query_one("SELECT count(*) AS n FROM canary_runs")["n"] == 7  # populate's, no more
 
     try:
         asyncio.run(run())

@@ -224,9 +224,10 @@ class LoomApp(App):
         try:
             with self._action_ctx() as ctx:
                 outcome = actions.operator_recycle(ctx, mode, source="tui", reason="from the console")
-            self._done("recycle", outcome.describe(), outcome.ok)
         finally:
             self._recycling = False
+        # After the flag: once the outcome shows, `r` opens the dialog again.
+        self._done("recycle", outcome.describe(), outcome.ok)
 
     def action_inject(self) -> None:
         def submitted(text: str | None) -> None:

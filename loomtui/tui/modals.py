@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,11 +12,11 @@ from textual.widgets import Button, Input, Label, Static
 
 
 class RecycleScreen(ModalScreen[str | None]):
-    """Resume, fresh or cancel. The choice keys differ from the key that opens the dialog, keys
-    arriving in the first moment are ignored (a held or double-tapped `r` must not confirm), and
-    the focused button is Cancel."""
+    """Resume, fresh or cancel. A held or double-tapped `r` confirms nothing, by construction and
+    not by timing: the choice keys (`1`, `2`) differ from the key that opens the dialog, the app
+    blocks its own keys (a second `r`) while a dialog is open, and the focused button is Cancel,
+    so Enter or Space cancels."""
 
-    SETTLE = 0.4
     BINDINGS = [
         Binding("1", "choose('resume')", "Resume", id="recycle.resume"),
         Binding("2", "choose('fresh')", "Fresh", id="recycle.fresh"),
@@ -36,19 +34,13 @@ class RecycleScreen(ModalScreen[str | None]):
                 yield Button(Text("Cancel (esc)"), id="cancel")
 
     def on_mount(self) -> None:
-        self.opened = time.monotonic()
         self.query_one("#cancel", Button).focus()
 
-    def _settled(self) -> bool:
-        return time.monotonic() - self.opened >= self.SETTLE
-
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        if self._settled():
-            self.dismiss(None if event.button.id == "cancel" else event.button.id)
+        self.dismiss(None if event.button.id == "cancel" else event.button.id)
 
     def action_choose(self, choice: str | None) -> None:
-        if choice is None or self._settled():
-            self.dismiss(choice)
+        self.dismiss(choice)
 
 
 class PromptScreen(ModalScreen[str | None]):
