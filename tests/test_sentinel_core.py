@@ -435,3 +435,89 @@ def test_texts_to_the_agent_and_the_operator_word_for_word():
         f'(note: "{"N" * 120}"). Log: /var/log/b.log. See loom queue.')
     assert '(note: "")' in unwitnessed_text(replace(claimed, note=None), 0.0)
     assert "fixed 0s ago" in unwitnessed_text(replace(claimed, claimed_at=None), 5000.0)
+
+
+# -- boundaries the mutation run found untested ------------------------------------------
+
+
+def test_a_line_keeps_its_spaces_and_loses_only_the_carriage_return():
+    assert logscan.line_text(b"ERROR tail X \r") == "ERROR tail X "
+    assert logscan.line_text(b"\r") == ""
+
+
+def test_a_line_of_exactly_max_line_bytes_is_whole_and_one_longer_is_cut():
+    for n, cut in ((MAX_LINE, False), (MAX_LINE + 1, True)):
+        [line], _ = logscan.split(Carry(), b"x" * n + b"\n", 0)
+        assert (len(line.raw), line.cut) == (MAX_LINE, cut)
+        assert logscan.flush(Carry(b"x" * MAX_LINE, n), n + 10) == logscan.Line(10, b"x" * MAX_LINE, cut)
+
+
+def test_a_carried_head_is_topped_up_to_max_line_and_no_further():
+    carry = Carry(b"h" * 10, 10)
+    [line], rest = logscan.split(carry, b"y" * 2 * MAX_LINE + b"\nz" + b"w" * 2 * MAX_LINE, 10)
+    assert (line.offset, line.raw, line.cut) == (0, b"h" * 10 + b"y" * (MAX_LINE - 10), True)
+    assert rest == Carry(b"z" + b"w" * (MAX_LINE - 1), 1 + 2 * MAX_LINE)
+    _, rest = logscan.split(carry, b"w" * 2 * MAX_LINE, 10)
+    assert rest == Carry(b"h" * 10 + b"w" * (MAX_LINE - 10), 10 + 2 * MAX_LINE)
+
+
+def test_the_partial_first_line_of_a_first_look_is_dropped_once_even_across_chunks():
+    assert logscan.first_carry(0) == Carry() and logscan.first_carry(1) == Carry(discard=True)
+    lines, carry = logscan.split(logscan.first_carry(1), b"still partial", 1)
+    assert lines == [] and carry == Carry(b"still partial", 13, True)
+    lines, carry = logscan.split(carry, b"\nnext", 14)
+    assert lines == [] and carry == Carry(b"next", 4, False)
+    assert logscan.flush(Carry(b"x", 1, True), 9) is None
+
+
+def test_plan_restarts_a_shrunk_or_replaced_file_from_zero_after_finishing_the_old_carry():
+    pos = Position("/l", 1, 7, 500, Carry(), b"2025 first line\n")
+    assert logscan.plan(pos, "/l", facts(100)) == logscan.Plan("truncated", 0, finish_old=True)
+    assert logscan.plan(pos, "/l", facts(900, head=b"2026 other\n")) == logscan.Plan("replaced", 0, finish_old=True)
+    # A log that vanished keeps its position for when it comes back.
+    assert logscan.plan(pos, "/l", None) == logscan.Plan("absent", 500)
+    assert logscan.plan(None, "/l", None) == logscan.Plan("absent", 0)
+
+
+def test_same_head_needs_the_remembered_bytes_all_there():
+    assert logscan.same_head(b"2025 a", b"2025 a and more")
+    assert not logscan.same_head(b"2025 a and more", b"2025 a")  # shorter now: rewritten
+    assert not logscan.same_head(b"2024 x", b"2025 a and more")
+
+
+def test_is_copy_boundaries():
+    pos = Position("/l", 1, 7, 16, Carry(), b"2025 first line\n", mtime_ns=100)
+    copy = FileFacts(1, 9, 16, b"2025 first line\n", 100)
+    # Timestamps can be coarse: a copy written in the same tick as the last look still counts.
+    assert logscan.is_copy(pos, copy, None)
+    empty = Position("/l", 1, 7, 0, Carry(), b"", mtime_ns=100)
+    assert logscan.is_copy(empty, FileFacts(1, 11, 1, b"x", 150), None, quiet=True)
+    assert not logscan.is_copy(empty, FileFacts(1, 11, 0, b"", 150), None, quiet=True)
+
+
+def test_only_a_timestamp_then_the_mark_makes_a_run_job_line():
+    m = logscan.Matcher(["ERROR"], [])
+    assert not m.is_failure_line(b"1 [loom run-job] exit 1: ./ERROR.sh")
+    assert m.is_failure_line(b" [loom run-job] ERROR from the job itself")
+    assert m.is_failure_line(b"[loom run-job] ERROR from the job itself")
+
+
+def test_signature_turns_control_characters_into_one_space_and_never_ends_in_one():
+    assert normalize("a\x00b\x1bc\td") == "a b c d"
+    assert normalize("x" * 199 + " " + "y" * 50) == "x" * 199
+
+
+def test_an_every_schedule_counts_a_long_outage_in_full():
+    # Far more periods than the cron walk's bound: the arithmetic path has no bound.
+    assert schedule.missed("every 1s", 0.0, 50_000.5, grace=0) == (1.0, 50_000.0)
+
+
+def test_a_cron_run_is_missed_only_once_its_grace_has_passed():
+    day = dt.datetime(2031, 3, 3, 7, 0).astimezone().timestamp()
+    ran = day - 3600
+    assert schedule.missed("0 7 * * *", ran, day + 600, grace=600) is None
+    # The next day's run is within its grace at `now`: only today's counts.
+    now = day + 86400 + 300
+    assert schedule.missed("0 7 * * *", ran, now, grace=600) == (day, day)
+    assert schedule.missed("0 7 * * *", ran, day + 86400 + 600, grace=600) == (day, day)
+    assert schedule.missed("0 7 * * *", ran, day + 86400 + 601, grace=600) == (day, day + 86400)
