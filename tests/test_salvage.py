@@ -137,13 +137,14 @@ def test_salvage_keeps_the_old_file_and_carries_what_reads(state_dir, how):
         assert carried_outbox(store, salvaged) == (UNSENT if reads else set())
         assert carried_offset(store) == (POSITION if reads else None)
         if not reads:
-            assert salvaged.unreadable  # and the ledger event says so
+            assert salvaged.unreadable
         if how == "meta_garbled":
             assert "meta" in salvaged.unreadable
 
         event = first_event(store)
         assert (event.id, event.kind) == (1, "store_salvaged")
         assert event.detail["moved_to"] == str(salvaged.moved_to) and event.detail["pinned_from"] == pin_source
+        assert event.detail["unreadable"] == salvaged.unreadable
         if how == "ledger_garbled":
             assert 0 < event.detail["old_ledger_events"] < LEDGER_BULK  # read up to the scribble
         assert ledger.verify(store).ok
