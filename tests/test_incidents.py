@@ -138,3 +138,9 @@ def test_grouping_goes_on_after_a_recovery():
     assert incidents[0].title == "crash; 1 relaunch (resume)"
     # A relaunch that names no new session keeps the old one unknown rather than inventing it.
     assert (incidents[1].old_session, incidents[1].new_session) == ("b", None)
+
+
+def test_an_escalation_adds_its_cause_once():
+    [inc] = group([ev(1, "relaunch", "crash", mode="resume"), ev(2, "escalation", "crash"),
+                   ev(3, "escalation", "fuse")])
+    assert inc.causes == ["crash", "fuse"] and inc.title == "crash, fuse; 1 relaunch (resume); escalated"

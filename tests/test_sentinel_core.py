@@ -443,6 +443,7 @@ def test_texts_to_the_agent_and_the_operator_word_for_word():
 def test_a_line_keeps_its_spaces_and_loses_only_the_carriage_return():
     assert logscan.line_text(b"ERROR tail X \r") == "ERROR tail X "
     assert logscan.line_text(b"\r") == ""
+    assert logscan.line_text(b"ERROR X\r") == "ERROR X"
 
 
 def test_a_line_of_exactly_max_line_bytes_is_whole_and_one_longer_is_cut():

@@ -191,7 +191,8 @@ def test_each_recovery_says_why_in_its_note():
     assert run([Observation(tmux="up", pane_dead=True, dead_status=3)])[0][0] == [
         Step("recover", "crash", note="the agent exited (status 3)")]
     pmissing = replace(HEALTHY, poller="missing")
-    assert run([pmissing] * 7)[0][6] == [Step("recover", "poller_missing", note="poller missing for 180s on 7 looks")]
+    assert run([pmissing] * 7, t0=5000.0)[0][6] == [
+        Step("recover", "poller_missing", note="poller missing for 180s on 7 looks")]
     socket = "the tmux server runs but its socket is gone"
     assert run([Observation(tmux="gone", socket_lost=True)])[0][0] == [
         Step("repair_socket", note=socket), Step("ambiguous", note=socket)]
