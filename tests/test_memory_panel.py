@@ -28,18 +28,27 @@ HOSTILE = [
 ]
 
 
+class UnwatchedPanel(MemoryPanel):
+    """No watch on the directory: only `u` can show a change on disk."""
+
+    def _watch(self) -> None:
+        pass
+
+
 class PanelApp(App):
-    def __init__(self, root: Path, environ: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, environ: dict[str, str] | None = None,
+                 panel: type[MemoryPanel] = MemoryPanel) -> None:
         super().__init__()
         self.root = root
         self.environ = environ
+        self.panel = panel
 
     def compose(self) -> ComposeResult:
-        yield MemoryPanel(self.root, "MEMORY.md", environ=self.environ or {})
+        yield self.panel(self.root, "MEMORY.md", environ=self.environ or {})
         yield Footer()
 
 
-async def until(pilot, predicate, timeout: float = 15.0, what: str = "condition") -> None:
+async def until(pilot, predicate, timeout: float = 30.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -107,9 +116,8 @@ def test_hostile_text_renders_literally_and_crashes_nothing(hostile):
                          "stray [bold prose [/] line", "orphan [i].md"):
                 assert text in plain, text
             assert "\x1b" not in plain and "\x07" not in plain
-            screen = screen_text(app)
-            for text in ("T0 [/foo]", "T1 [bold", "T2 [link=x]click[/link]", "T3 [bold red]not bold[/]"):
-                assert text in screen, text
+            titles = ("T0 [/foo]", "T1 [bold", "T2 [link=x]click[/link]", "T3 [bold red]not bold[/]")
+            await until(pilot, lambda: all(t in screen_text(app) for t in titles), what="the titles, literally")
             markers = {row[2].plain: row[0].plain for row in rows}
             assert markers["gone.md"] == "✗" and markers["orphan [i].md"] == "+" and markers["h0.md"] == ""
             # Walk every row: each preview shows its file's bytes as text, never as markup or escapes.
@@ -119,13 +127,18 @@ def test_hostile_text_renders_literally_and_crashes_nothing(hostile):
                 row = panel._rows[key]
                 if row.path is not None:
                     want = memory.printable(memory.read_text(hostile, row.path).splitlines()[0])
-                    await until(pilot, lambda: want in preview_text(app), what=f"preview of {row.path}")
-                await pilot.pause()
+                elif row.title:
+                    want = f"{memory.printable(row.target)}: no such file"
+                else:
+                    want = memory.printable(row.hook)
+                await until(pilot, lambda: want in preview_text(app), what=f"preview of row {key}")
                 assert "\x1b" not in preview_text(app)
                 if row.path == "h2.md":
-                    assert "body 2: [link=x]click[/link]" in screen_text(app)
+                    await until(pilot, lambda: "body 2: [link=x]click[/link]" in screen_text(app),
+                                what="the preview on screen, literally")
+            before = panel.report
             await pilot.press("u")
-            await until(pilot, lambda: table.row_count == len(rows), what="reload")
+            await until(pilot, lambda: panel.report is not before and table.row_count == len(rows), what="reload")
             assert app.is_running
 
     asyncio.run(run())
@@ -136,16 +149,40 @@ def test_fits_80x24(hostile):
         app = PanelApp(hostile)
         async with app.run_test(size=(80, 24)) as pilot:
             panel = app.query_one(MemoryPanel)
-            await until(pilot, lambda: panel.report is not None, what="the table")
-            await pilot.pause()
             table = app.query_one(DataTable)
             preview = app.query_one("#memory-preview")
             summary = app.query_one("#memory-summary")
+            await until(pilot, lambda: panel.report is not None and table.row_count and "problems" in
+                        summary.content.plain and all(w.region.height for w in (table, preview, summary)),
+                        what="the table laid out")
             for w in (table, preview, summary):
                 assert w.region.width <= 80 and w.region.bottom <= 23, w  # the footer keeps the last row
                 assert w.region.height >= 1, w
             assert table.region.height >= 4 and preview.region.height >= 4
             assert "problems" in summary.content.plain
+
+    asyncio.run(run())
+
+
+def test_u_reloads_an_index_changed_on_disk(tmp_path):
+    root = tmp_path / "mem"
+    root.mkdir()
+    (root / "a.md").write_text("a\n")
+    (root / "MEMORY.md").write_text("- [A](a.md) — first\n")
+
+    async def run() -> None:
+        app = PanelApp(root, panel=UnwatchedPanel)
+        async with app.run_test(size=(80, 24)) as pilot:
+            panel = app.query_one(MemoryPanel)
+            table = app.query_one(DataTable)
+            await until(pilot, lambda: table.row_count == 1, what="the first load")
+            (root / "b.md").write_text("b\n")
+            with (root / "MEMORY.md").open("a") as index:
+                index.write("- [B](b.md) — second, written behind the panel's back\n")
+            await pilot.press("u")
+            await until(pilot, lambda: table.row_count == 2, what="the reloaded index")
+            assert [r.title for r in panel.report.rows] == ["A", "B"]
+            assert table.get_row_at(1)[3].plain == "second, written behind the panel's back"
 
     asyncio.run(run())
 
