@@ -34,6 +34,7 @@ class ScanResult:
     failure_lines: int = 0
     finished_old: str | None = None
     finished_inode: int | None = None  # the previous file read to its end: never to be read again
+    finished_head: bytes | None = None  # its first bytes, which tell it from a later file given its inode number
 
 
 def scan_log(job_name: str, path: str, pos: Position | None, matcher: logscan.Matcher) -> ScanResult:
@@ -49,7 +50,10 @@ def scan_log(job_name: str, path: str, pos: Position | None, matcher: logscan.Ma
         if pos.inode is not None:
             # Rotated away and not recreated yet: finish the old file now; the next one is read from 0.
             _finish_previous(path, pos, None, _collector(job_name, matcher, result), result)
-        result.position = Position(path, prev_inode=result.finished_inode or pos.inode or pos.prev_inode)
+        if result.finished_inode is None and pos.inode is not None:
+            result.finished_inode, result.finished_head = pos.inode, pos.head
+        prev_inode, prev_head = _previous(result, pos)
+        result.position = Position(path, prev_inode=prev_inode, prev_head=prev_head)
         return result
     try:
         facts = _facts(fd)
@@ -60,18 +64,26 @@ def scan_log(job_name: str, path: str, pos: Position | None, matcher: logscan.Ma
         if plan.finish_old and pos is not None:
             _finish_previous(path, pos, facts, sink, result)
             if plan.kind == logscan.ROTATED and result.finished_inode is None:
-                result.finished_inode = pos.inode
+                result.finished_inode, result.finished_head = pos.inode, pos.head
         elif plan.kind == logscan.CONTINUE and pos is not None:
             carry = pos.carry
             if plan.look_for_copy and _finish_previous(path, pos, facts, sink, result, quiet=True):
                 start, carry = 0, Carry()  # the log was truncated after the copy: all it holds is new
-        prev_inode = result.finished_inode or (pos.prev_inode if pos is not None else None)
+        prev_inode, prev_head = _previous(result, pos)
         end, carry = read_lines(fd, start, carry, facts.size, lambda line: sink(line, facts))
         result.bytes_read += end - start
-        result.position = Position(path, facts.dev, facts.inode, end, carry, facts.head, facts.mtime_ns, prev_inode)
+        result.position = Position(path, facts.dev, facts.inode, end, carry, facts.head, facts.mtime_ns, prev_inode,
+                                   prev_head)
         return result
     finally:
         os.close(fd)
+
+
+def _previous(result: ScanResult, pos: Position | None) -> tuple[int | None, bytes | None]:
+    """The inode and first bytes of the file finished last: the one just finished, else the one remembered."""
+    if result.finished_inode is not None:
+        return result.finished_inode, result.finished_head
+    return (pos.prev_inode, pos.prev_head) if pos is not None else (None, None)
 
 
 def read_lines(fd: int, start: int, carry: Carry, limit: int, on_line: Callable[[Line], None]) -> tuple[int, Carry]:
@@ -133,7 +145,7 @@ def _finish_previous(path: str, pos: Position, current: FileFacts | None, sink: 
             last = _facts(fd)
             end, carry = read_lines(fd, pos.offset, pos.carry, last.size, lambda line: sink(line, last))
             result.bytes_read += end - pos.offset
-            result.finished_old, result.finished_inode = name, last.inode
+            result.finished_old, result.finished_inode, result.finished_head = name, last.inode, last.head
         finally:
             os.close(fd)
     # That file will not grow any more for us: its unterminated last line is a line.
@@ -190,7 +202,7 @@ def load_watch(db: sqlite3.Connection, job: str) -> Watch:
         return Watch(None, None, None)
     carry = Carry(bytes(row["carry"]), row["carry_len"], bool(row["carry_skip"]))
     pos = Position(row["path"], row["dev"], row["inode"], row["offset"], carry, bytes(row["head"]),
-                   row["mtime_ns"], row["prev_inode"])
+                   row["mtime_ns"], row["prev_inode"], None if row["prev_head"] is None else bytes(row["prev_head"]))
     return Watch(pos, row["watch_since"], row["missed_mark"])
 
 
@@ -198,12 +210,14 @@ def save_watch(db: sqlite3.Connection, job: str, pos: Position, watch_since: flo
                now: float) -> None:
     db.execute(
         "INSERT INTO scan_offsets(job, path, dev, inode, offset, carry, carry_len, carry_skip, head, mtime_ns, "
-        "prev_inode, watch_since, missed_mark, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "prev_inode, prev_head, watch_since, missed_mark, updated) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
         "ON CONFLICT(job) DO UPDATE SET "
         "path = excluded.path, dev = excluded.dev, inode = excluded.inode, offset = excluded.offset, "
         "carry = excluded.carry, carry_len = excluded.carry_len, carry_skip = excluded.carry_skip, "
         "head = excluded.head, mtime_ns = excluded.mtime_ns, prev_inode = excluded.prev_inode, "
+        "prev_head = excluded.prev_head, "
         "watch_since = excluded.watch_since, missed_mark = excluded.missed_mark, updated = excluded.updated",
         (job, pos.path, pos.dev, pos.inode, pos.offset, pos.carry.data, pos.carry.length, int(pos.carry.discard),
-         pos.head, pos.mtime_ns, pos.prev_inode, watch_since, missed_mark, now),
+         pos.head, pos.mtime_ns, pos.prev_inode, pos.prev_head, watch_since, missed_mark, now),
     )

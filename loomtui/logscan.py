@@ -94,6 +94,7 @@ class Position:
     head: bytes = b""
     mtime_ns: int = 0
     prev_inode: int | None = None  # the file finished at the last rotation: never a copy to read again
+    prev_head: bytes | None = None  # its first bytes then; None: remembered before they were (inode alone)
 
 
 @dataclass(frozen=True)
@@ -154,12 +155,23 @@ def is_copy(pos: Position, candidate: FileFacts, current: FileFacts | None, *, q
     if quiet:
         # Nothing was read (no head to tell files apart): not the file left by the last rotation,
         # which its writer may still append to, and not a file that begins as the log does now.
-        if candidate.inode == pos.prev_inode or candidate.size == 0:
+        if is_previous(pos, candidate) or candidate.size == 0:
             return False
         n = min(len(current.head), len(candidate.head)) if current is not None else 0
         if n and current is not None and current.head[:n] == candidate.head[:n]:
             return False
     return True
+
+
+def is_previous(pos: Position, candidate: FileFacts) -> bool:
+    """Whether a file is the one finished at the last rotation: its inode, still beginning as it did.
+
+    A freed inode number goes to the next file created, and `cp` writes into an existing file: the
+    number with other first bytes is another file. One that was empty then held nothing we read.
+    """
+    if candidate.inode != pos.prev_inode:
+        return False
+    return pos.prev_head is None or (pos.prev_head != b"" and same_head(pos.prev_head, candidate.head))
 
 
 def first_carry(start: int) -> Carry:

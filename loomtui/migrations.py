@@ -142,4 +142,10 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE scan_offsets ADD COLUMN prev_inode INTEGER
         """,
     ),
+    (
+        "0006_scan_prev_head",
+        """
+        ALTER TABLE scan_offsets ADD COLUMN prev_head BLOB
+        """,
+    ),
 ]
