@@ -6,12 +6,14 @@ import os
 import time
 
 import pytest
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static, TabbedContent
 from tui_state import NOW, populate, write_config
 
 from loomtui.context import Context
+from loomtui.tui.agent_panel import AgentPanel
 from loomtui.tui.app import LoomApp
 from loomtui.tui.keymap import TABS
+from loomtui.tui.memory_panel import MemoryPanel
 
 
 @pytest.fixture(autouse=True)
@@ -36,22 +38,38 @@ def ctx(tmp_path):
     context.close()
 
 
+async def until(pilot, predicate, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def loaded(app, tab: str) -> bool:
+    """Everything the tab's snapshot shows has arrived: the store's data, the files, the pane."""
+    if app.snapshot is None or app.query_one(TabbedContent).active != tab:
+        return False
+    if tab == "agent":
+        return app.query_one("#agent-panel", AgentPanel).query_one("#pane-text", Static).content.plain != "loading…"
+    if tab == "memory":
+        panel = app.query_one(MemoryPanel)
+        preview = app.query_one("#memory-preview-text", Static).content.plain
+        return panel.report is not None and preview != "" and not preview.startswith("loading")
+    if tab == "timeline":
+        return (app.query_one("#timeline-table", DataTable).row_count > 0
+                and app.query_one("#timeline-status", Static).content.plain.startswith("incidents · page 1"))
+    rows = {"canary": app.snapshot.canary, "queue": app.snapshot.queue, "fleet": app.snapshot.jobs}[tab]
+    return 0 < len(rows) == app.query_one(f"#{tab}-table", DataTable).row_count
+
+
 def ready_for(tab: str):
     async def run_before(pilot) -> None:
         app = pilot.app
-        deadline = time.monotonic() + 20
-        while app.snapshot is None and time.monotonic() < deadline:
-            await pilot.pause(0.05)
+        await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
         await pilot.press(str([t for t, _ in TABS].index(tab) + 1))
-        table_id = {"canary": "canary-table", "queue": "queue-table", "fleet": "fleet-table",
-                    "timeline": "timeline-table", "memory": "memory-table"}.get(tab)
-        if table_id:
-            while time.monotonic() < deadline:
-                tables = app.query(f"#{table_id}")
-                if tables and tables.first(DataTable).row_count:
-                    break
-                await pilot.pause(0.05)
-        await pilot.pause(0.3)
+        await until(pilot, lambda: loaded(app, tab), f"the {tab} panel's data")
+        await pilot.wait_for_scheduled_animations()  # the tab underline slides
 
     return run_before
 
