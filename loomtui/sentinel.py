@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from . import jobscan, launch, ledger, locks, logscan, outbox, redact, schedule
+from . import clock, jobscan, launch, ledger, locks, logscan, outbox, redact, schedule
 from . import sentinel_queue as queue
 from .config import JobConfig
 from .context import Context
@@ -170,7 +170,7 @@ def scan_job(ctx: Context, job: JobConfig, runs: list[Run], now: float, report: 
     watch_since = watch.watch_since if watch.watch_since is not None else now
     reference = max(last_start if last_start is not None else watch_since, watch.missed_mark or float("-inf"))
     missed_mark = watch.missed_mark
-    gap = schedule.missed(job.schedule, reference, now, ctx.config.sentinel.missed_grace)
+    gap = schedule.missed(job.schedule, reference, now, ctx.config.sentinel.missed_grace, tz=clock.local_zone())
     if gap is not None:
         first, last = gap
         missed_mark = last
@@ -255,7 +255,8 @@ def witness_window(ctx: Context, item: Item) -> float | None:
     if job is None or not job.schedule or item.claimed_at is None:
         return None
     try:
-        return schedule.next_due(job.schedule, item.claimed_at) - item.claimed_at + ctx.config.sentinel.missed_grace
+        due = schedule.next_due(job.schedule, item.claimed_at, tz=clock.local_zone())
+        return due - item.claimed_at + ctx.config.sentinel.missed_grace
     except ValueError:
         return None
 

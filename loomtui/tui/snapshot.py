@@ -197,6 +197,7 @@ def _queue(store: Store) -> list[Any]:
 
 
 def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobRow]:
+    from ..clock import local_zone
     from ..schedule import next_due
 
     rows = {r["job"]: r for r in store.query(
@@ -211,7 +212,7 @@ def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobR
         due = None
         if job.schedule:
             try:
-                due = next_due(job.schedule, row["started"] if row else now)
+                due = next_due(job.schedule, row["started"] if row else now, tz=local_zone())
             except (ValueError, KeyError):
                 due = None
         out.append(JobRow(
