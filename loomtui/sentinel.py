@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from . import clock, jobscan, launch, ledger, locks, logscan, outbox, redact, schedule
+from . import actions, clock, jobscan, launches, ledger, locks, logscan, outbox, redact, schedule
 from . import sentinel_queue as queue
 from .config import JobConfig
 from .context import Context
 from .errors import LoomError
-from .inject import inject
 from .queue_core import (
     EXIT,
     MISSED,
@@ -235,7 +234,7 @@ def send_due(ctx: Context, now: float, report: TickReport) -> None:
     items = queue.unresolved_items(ctx.store)
     if not items:
         return
-    report.relaunching = launch.relaunch_under_way(ctx)  # boot grace on the monotonic clock, not `now`
+    report.relaunching = launches.relaunch_under_way(ctx)  # boot grace on the monotonic clock, not `now`
     cfg = ctx.config.sentinel
     for item in items:
         for action in decide(item, cfg, now, relaunching=report.relaunching,
@@ -264,7 +263,7 @@ def witness_window(ctx: Context, item: Item) -> float | None:
 def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: TickReport) -> None:
     detail = {"item": item.id, "job": item.job, "nudge": item.nudges + 1, "renudge": action.renudge}
     try:
-        result = inject(ctx, action.text, source=SOURCE, kind="queue_nudge", detail=detail)
+        result = actions.nudge(ctx, action.text, source=SOURCE, detail=detail)
         ok, error = result.ok, result.error
     except LoomError as exc:
         ok, error = False, str(exc)
