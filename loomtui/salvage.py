@@ -4,10 +4,15 @@ what can still be read, and tell the operator. Never a crash loop.
 A daemon that exits because its store is damaged gets restarted by its service manager, fails
 again, and leaves the agent unsupervised and the operator uninformed. Instead `loom supervise`
 moves the damaged file aside (it is evidence, never deleted), opens a fresh store, copies the
-rows that still read (the pinned session first: resuming a stranger is worse than starting
-fresh), starts a new ledger chain whose first event names the old file and how far its chain
-could be read, and queues one message for the operator. The CLI and the console only report a
-damaged store; they never move it.
+rows that still read, starts a new ledger chain whose first event names the old file and how
+far its chain could be read, and queues one message for the operator. The CLI and the console
+only report a damaged store; they never move it.
+
+The pinned session survives every kind of damage: the store's copy when its page reads,
+otherwise the sidecar `pinned-session` (see session.py). A truncated file is read as far as it
+goes (writable_schema lets SQLite open a file shorter than its header says). An empty `loom.db`
+opens as a new database, so it counts as damage when something shows a store was there: the
+sidecar, or a write-ahead log that SQLite would otherwise discard.
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 import sqlite3
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ledger, outbox
+from . import ledger, outbox, session
 from .errors import StoreError
 from .store import DB_NAME, Store
 
@@ -27,7 +33,7 @@ from .store import DB_NAME, Store
 CARRY = {
     "meta": "SELECT * FROM meta WHERE key != 'ledger_head'",
     "queue_items": "SELECT * FROM queue_items WHERE state != 'witnessed'",
-    "outbox": "SELECT * FROM outbox WHERE state = 'pending' ORDER BY id",
+    "outbox": "SELECT * FROM outbox WHERE state != 'sent' ORDER BY id",  # failed ones wait for a requeue
     "job_runs": "SELECT * FROM job_runs ORDER BY id DESC LIMIT 2000",
     "scan_offsets": "SELECT * FROM scan_offsets",
     "canary_runs": "SELECT * FROM canary_runs ORDER BY id DESC LIMIT 500",
@@ -42,11 +48,14 @@ class Salvage:
     unreadable: dict[str, str] = field(default_factory=dict)
     ledger_events: int = 0
     ledger_head: str | None = None
+    pinned_from: str | None = None  # "store", "sidecar", or None: the next relaunch starts fresh
 
     def summary(self) -> str:
         kept = ", ".join(f"{n} {t}" for t, n in self.copied.items() if n) or "nothing"
+        pin = (f"The pinned session was kept (from the {self.pinned_from})." if self.pinned_from
+               else "No pinned session could be read; the next relaunch starts fresh.")
         return (f"Loom found its store damaged and started a new one. The old file is kept at {self.moved_to}. "
-                f"Carried over: {kept}. The old ledger could be read for {self.ledger_events} events.")
+                f"Carried over: {kept}. {pin} The old ledger could be read for {self.ledger_events} events.")
 
 
 def is_damage(exc: BaseException) -> bool:
@@ -55,13 +64,21 @@ def is_damage(exc: BaseException) -> bool:
 
 
 def open_checked(state_dir: Path) -> Store:
-    """Open the store and prove its pages read; raises StoreError naming the damage."""
-    store = Store.in_dir(state_dir)
+    """Open the store and prove its pages read; raises StoreError naming the damage.
+
+    Checked before migrating: a damaged file is evidence, and nothing is written into it.
+    """
+    store = Store.in_dir(state_dir, migrate=False)
     try:
         verdict = str(store.query_one("PRAGMA quick_check")[0])
+        if verdict == "ok":
+            store.migrate()
     except sqlite3.DatabaseError as exc:
         store.close()
         raise StoreError(f"store {store.path} is unusable: {exc}") from None
+    except BaseException:
+        store.close()
+        raise
     if verdict != "ok":
         store.close()
         raise StoreError(f"store {store.path} is unusable: database disk image is malformed ({verdict[:200]})")
@@ -69,26 +86,62 @@ def open_checked(state_dir: Path) -> Store:
 
 
 def open_or_salvage(state_dir: Path) -> tuple[Store, Salvage | None]:
-    try:
-        return open_checked(state_dir), None
-    except StoreError as exc:
-        if not is_damage(exc):
-            raise
+    if _emptied(state_dir):
+        damage = "the file is empty"
+    else:
+        try:
+            store = open_checked(state_dir)
+        except StoreError as exc:
+            if not is_damage(exc):
+                raise
+            damage = str(exc)
+        else:
+            session.sync_sidecar(store)
+            return store, None
     salvage = _move_aside(state_dir)
     store = Store.in_dir(state_dir)
     _carry_over(salvage, store)
+    _carry_pin(salvage, store, state_dir)
     with store.write() as db:
         ledger.append_in(db, "store_salvaged", source="supervisor", cause="store_damaged", detail={
-            "moved_to": str(salvage.moved_to), "copied": salvage.copied, "unreadable": salvage.unreadable,
+            "moved_to": str(salvage.moved_to), "damage": damage, "copied": salvage.copied,
+            "unreadable": salvage.unreadable, "pinned_from": salvage.pinned_from,
             "old_ledger_events": salvage.ledger_events, "old_ledger_head": salvage.ledger_head,
         })
         outbox.enqueue(db, salvage.summary(), dedupe_key=f"salvage-{salvage.moved_to.name}")
     return store, salvage
 
 
+def _emptied(state_dir: Path) -> bool:
+    try:
+        if (state_dir / DB_NAME).stat().st_size:
+            return False
+    except FileNotFoundError:
+        return False  # no store yet, or the operator removed it: a fresh start, nothing to keep
+    wal = state_dir / f"{DB_NAME}-wal"
+    return (state_dir / session.SIDECAR).exists() or (wal.exists() and wal.stat().st_size > 0)
+
+
+def _carry_pin(salvage: Salvage, store: Store, state_dir: Path) -> None:
+    # The old store's pin, if its page read, is newer than or equal to the sidecar's (see session.py).
+    carried = session.pinned(store)
+    if carried is not None and session.is_session_id(carried):
+        salvage.pinned_from = "store"
+    else:
+        sid = session.read_sidecar(state_dir)
+        if sid is not None:
+            with store.write() as db:
+                session.pin_in(db, sid)
+            salvage.pinned_from = "sidecar"
+    session.sync_sidecar(store)
+
+
 def _move_aside(state_dir: Path) -> Salvage:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     target = state_dir / f"{DB_NAME}.damaged-{stamp}"
+    n = 1
+    while target.exists():  # evidence is never overwritten, even by a second salvage that second
+        target, n = state_dir / f"{DB_NAME}.damaged-{stamp}-{n}", n + 1
     db = state_dir / DB_NAME
     os.replace(db, target)
     for suffix in ("-wal", "-shm"):
@@ -99,9 +152,20 @@ def _move_aside(state_dir: Path) -> Salvage:
 
 
 def _carry_over(salvage: Salvage, store: Store) -> None:
+    if salvage.moved_to.stat().st_size == 0:
+        # Nothing to read, and SQLite would delete a log beside an empty file: keep it as it is.
+        salvage.unreadable["*"] = "the file is empty"
+        return
+    wal = Path(f"{salvage.moved_to}-wal")
+    # With no log of its own to replay, the file is read as it lies (immutable): no -wal or -shm
+    # is created beside the evidence.
+    flags = "mode=ro" if wal.exists() and wal.stat().st_size else "mode=ro&immutable=1"
     try:
-        old = sqlite3.connect(f"file:{salvage.moved_to}?mode=ro", uri=True, timeout=5)
+        old = sqlite3.connect(f"file:{urllib.parse.quote(str(salvage.moved_to))}?{flags}", uri=True, timeout=5)
         old.row_factory = sqlite3.Row
+        # Read a truncated file up to where it ends, instead of refusing it whole for being
+        # shorter than its header says. The connection is read-only: nothing is written.
+        old.execute("PRAGMA writable_schema = ON")
     except sqlite3.Error as exc:
         salvage.unreadable["*"] = str(exc)
         return

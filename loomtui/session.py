@@ -1,12 +1,26 @@
-"""The pinned session id: the one conversation a resume may continue (never "most recent")."""
+"""The pinned session id: the one conversation a resume may continue (never "most recent").
+
+The id lives in the store. A copy lives beside it in `pinned-session` (the sidecar), so a store
+too damaged to read still knows which conversation is ours (salvage.py falls back to it). The
+copy is written before the pinning transaction commits: it can name a pin that then rolled back
+(a session never launched, whose resume fails over to fresh), never an older conversation. So
+whenever the store reads, the store wins, and `sync_sidecar` puts the copy right.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
 import sqlite3
+import uuid
+from pathlib import Path
 
 from .store import Store
 
 KEY = "pinned_session"
+SIDECAR = "pinned-session"
+
+log = logging.getLogger(__name__)
 
 
 def pinned(store: Store) -> str | None:
@@ -18,3 +32,70 @@ def pin_in(db: sqlite3.Connection, session_id: str) -> None:
         "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
         (KEY, session_id),
     )
+    state_dir = _state_dir(db)
+    if state_dir is not None:
+        try:
+            write_sidecar(state_dir, session_id)
+        except OSError as exc:
+            # The store holds the pin; a relaunch must not fail for want of its backup copy.
+            log.warning("could not write %s: %s", state_dir / SIDECAR, exc.strerror or exc)
+
+
+def is_session_id(text: str) -> bool:
+    # The id is typed into the agent's command line unquoted: only a canonical uuid will do.
+    try:
+        return str(uuid.UUID(text)) == text
+    except ValueError:
+        return False
+
+
+def read_sidecar(state_dir: Path) -> str | None:
+    try:
+        with open(Path(state_dir) / SIDECAR, "rb") as f:
+            text = f.read(100).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return text if is_session_id(text) else None
+
+
+def write_sidecar(state_dir: Path, session_id: str) -> None:
+    """Replace the sidecar atomically: a crash leaves the old copy or the new one, never half."""
+    state_dir = Path(state_dir)
+    tmp = state_dir / f"{SIDECAR}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, f"{session_id}\n".encode("ascii"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, state_dir / SIDECAR)
+    dfd = os.open(state_dir, os.O_RDONLY)
+    try:
+        os.fsync(dfd)  # the rename itself survives a power cut
+    finally:
+        os.close(dfd)
+
+
+def sync_sidecar(store: Store) -> None:
+    """Make the sidecar match the store's pin (none pinned: no sidecar).
+
+    Runs under the store's write lock, as every pin does, so a pin cannot slip in between.
+    """
+    state_dir = store.path.parent
+    with store.write() as db:
+        row = db.execute("SELECT value FROM meta WHERE key = ?", (KEY,)).fetchone()
+        current = row[0] if row else None
+        try:
+            if current is None:
+                (state_dir / SIDECAR).unlink(missing_ok=True)
+            elif read_sidecar(state_dir) != current:
+                write_sidecar(state_dir, current)
+        except OSError as exc:
+            log.warning("could not update %s: %s", state_dir / SIDECAR, exc.strerror or exc)
+
+
+def _state_dir(db: sqlite3.Connection) -> Path | None:
+    for row in db.execute("PRAGMA database_list"):
+        if row[1] == "main":
+            return Path(row[2]).parent if row[2] else None  # "" for an in-memory database
+    return None

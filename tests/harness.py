@@ -19,7 +19,7 @@ from conftest import REPO, loom_env
 from loomtui.context import Context
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "") -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.05, what: str = "") -> Any:
     """Poll until `predicate()` is truthy; fail with `what` after `timeout` (never a bare sleep)."""
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -132,6 +132,13 @@ class AgentHarness:
             return []
         turns = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         return [t["text"] for t in turns if role is None or t["role"] == role]
+
+    def agent_starts(self) -> int:
+        """How many times the demo agent started, fresh or resumed, across every session."""
+        sessions = self.data_dir / "sessions"
+        turns = [json.loads(line) for path in sessions.glob("*.jsonl") if sessions.exists()
+                 for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return sum(1 for t in turns if t["role"] == "meta" and t["text"] in ("start", "resume"))
 
     def pane_pid(self) -> int | None:
         out = self.tmux("list-panes", "-t", "=agent:0", "-F", "#{pane_index} #{pane_pid} #{pane_dead}").stdout

@@ -213,16 +213,28 @@ def test_an_agent_that_dies_at_once_is_a_failed_relaunch(make_harness):
 
 def test_text_waiting_through_a_relaunch_is_not_typed_into_the_new_agent(harness):
     from loomtui import locks
+    from loomtui.driver import TmuxDriver
+    from loomtui.inject import inject
 
     harness.start()
     ctx = harness.ctx()
     results = []
+    # The real driver, told to say when the injection has looked at the pane it means to type into.
+    driver = TmuxDriver(ctx.config)
+    looked, pane_pid = threading.Event(), driver.pane_pid
+
+    def pane_pid_seen():
+        pid = pane_pid()
+        looked.set()
+        return pid
+
+    driver.pane_pid = pane_pid_seen
     lock = locks.hold(harness.state_dir, locks.INJECT, timeout=5)  # as a relaunch holds it
     try:
-        waiting = threading.Thread(target=lambda: results.append(actions.inject(ctx, "meant for the old one",
-                                                                                source="test")))
+        waiting = threading.Thread(target=lambda: results.append(
+            inject(ctx, "meant for the old one", source="test", driver=driver)))
         waiting.start()
-        wait_for(lambda: waiting.is_alive(), what="the injection waiting for its turn")
+        assert looked.wait(60), "the injection never looked at the pane"
         old = harness.pane_pid()
         # The pane changes hands while the text waits (what a relaunch does under the lock).
         assert harness.tmux("respawn-pane", "-k", "-t", "=agent:0.0", "cat").returncode == 0

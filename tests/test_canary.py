@@ -26,7 +26,7 @@ def supervised(make_harness, canary: dict, boot_grace: str = "1s"):
     harness = make_harness(sections={"watchdog": FAST_WATCH, "canary": canary, "agent": {"boot_grace": boot_grace}})
     session = harness.start()
     daemon = Daemon(harness)
-    wait_for(lambda: any(r["result"] == "ok" for r in runs(harness)), 30, what="a healthy ack")
+    wait_for(lambda: any(r["result"] == "ok" for r in runs(harness)), 120, what="a healthy ack")
     return harness, session, daemon
 
 

@@ -60,3 +60,14 @@ def test_doctor_says_when_claude_cannot_ack(tmp_path):
         "resume_command": "claude --add-dir {state_dir}/acks --allowedTools 'Bash(touch:*)' --resume {session_id}",
     }}, "c.toml", None)
     assert check_canary_permissions(good, tmp_path).status == OK
+
+
+def test_runs_of_an_earlier_launch_are_skipped_not_the_end_of_the_count():
+    history = runs(MISS, MISS, seq=0) + [Run(5.0, MISS, 1), Run(6.0, OK, 0), Run(7.0, MISS, 1)]
+    assert consecutive_misses(history, 1) == 2
+
+
+def test_an_overdue_probe_is_due_now_not_later():
+    assert due_in(Run(0.0, OK), 1000.0, 300, 60) == 0.0
+    assert due_in(Run(0.0, ERROR), 1000.0, 300, 60) == 0.0
+    assert due_in(Run(0.0, INJECT_FAILED), 30.0, 300, 60) == 30.0

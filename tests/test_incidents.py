@@ -57,3 +57,90 @@ def test_operator_relaunch_and_reaping_are_notes_when_nothing_is_wrong():
 def test_no_ack_yet_is_ongoing():
     [inc] = group([ev(1, "relaunch", "exit", mode="resume")])
     assert inc.status == ONGOING and inc.end is None and inc.duration(now=1100) == 90
+
+
+NOTE_TITLES = [
+    ("foreign_poller_reaped", {"pid": 77}, "foreign poller 77 reaped", "foreign poller ? reaped"),
+    ("modal_dismissed", {}, "dialog dismissed", "dialog dismissed"),
+    ("loop_error", {"loop": "watchdog", "type": "OSError"}, "loop watchdog failed: OSError", "loop ? failed: "),
+    ("queue_new", {"job": "backup", "item": 4}, "job backup failed: queue item 4", "job ? failed: queue item ?"),
+    ("queue_escalate", {"item": 4}, "queue item 4 sent to the operator", "queue item ? sent to the operator"),
+    ("queue_reopen", {"item": 4}, "queue item 4 reopened: the claim did not hold",
+     "queue item ? reopened: the claim did not hold"),
+    ("queue_witness", {"item": 4}, "queue item 4 witnessed fixed", "queue item ? witnessed fixed"),
+    ("hold_cleared", {}, "hold cleared by the operator", "hold cleared by the operator"),
+    ("operator_alert", {"note": "disk full"}, "told the operator: disk full", "told the operator: "),
+    ("store_salvaged", {"moved_to": "/s/x.bad"}, "damaged store replaced; old file kept at /s/x.bad",
+     "damaged store replaced; old file kept at ?"),
+    ("tmux_socket_repair", {}, "tmux socket recreated (the server ran on without it)",
+     "tmux socket recreated (the server ran on without it)"),
+    ("observation_ambiguous", {"why": "two panes"}, "could not see clearly: two panes", "could not see clearly: "),
+    ("relaunch", {"mode": "resume"}, "operator relaunch (resume)", "operator relaunch (?)"),
+]
+
+
+def test_every_note_kind_is_a_finished_row_of_its_own_with_its_title():
+    # The console shows these titles as they are; a detail the event lacks reads as "?" or nothing.
+    for kind, detail, title, bare in NOTE_TITLES:
+        cause = "operator_resume" if kind == "relaunch" else None
+        for i, (d, want) in enumerate([(detail, title), ({}, bare)]):
+            [inc] = group([ev(7 + i, kind, cause, **d)])
+            assert (inc.status, inc.title) == (NOTE, want), kind
+            assert (inc.first_id, inc.start, inc.end, inc.event_ids) == (7 + i, inc.start, inc.start, [7 + i])
+            assert inc.start == 1070.0 + i * 10 and inc.key == f"i{7 + i}" and inc.duration(now=0) == 0
+
+
+def test_ordinary_traffic_is_no_incident_even_with_an_operator_cause():
+    assert group([ev(1, "inject", "operator_resume", length=3), ev(2, "canary", result="ok"),
+                  ev(3, "heartbeat")]) == []
+
+
+def test_each_failure_kind_opens_an_incident_and_names_its_cause_once():
+    for kind in ("resume_failed", "relaunch_failed", "launch_died"):
+        [inc] = group([ev(1, kind), ev(2, kind), ev(3, "canary", result="ok")])
+        assert inc.causes == [kind] and inc.event_ids == [1, 2, 3], kind
+        assert (inc.status, inc.title) == (RECOVERED, kind)
+
+
+def test_titles_count_relaunches_and_misses_in_words():
+    [one] = group([ev(1, "relaunch", "crash", mode="resume"), ev(2, "canary", "miss", result="miss"),
+                   ev(3, "canary", result="ok")])
+    assert one.title == "crash; 1 relaunch (resume); 1 miss"
+    [two] = group([ev(1, "relaunch", "crash", mode="resume"), ev(2, "relaunch", "exit", mode="fresh"),
+                   ev(3, "canary", "miss", result="miss"), ev(4, "canary", "miss", result="miss")])
+    assert two.title == "crash, exit; 2 relaunches (resume→fresh); 2 misses"
+    [misses] = group([ev(1, "canary", "miss", result="miss")])
+    assert misses.title == "canary misses; 1 miss"
+    [held] = group([ev(1, "escalation", None, held=True)])
+    assert (held.title, held.causes, held.status) == ("trouble; escalated", [], HELD)
+
+
+def test_a_canary_result_other_than_miss_or_ok_neither_opens_nor_counts():
+    assert group([ev(1, "canary", result="late")]) == []
+    [inc] = group([ev(1, "relaunch", "crash", mode="resume"), ev(2, "canary", result="late")])
+    assert inc.misses == 0 and inc.event_ids == [1] and inc.status == ONGOING
+
+
+def test_clearing_the_hold_reopens_a_held_incident_and_only_that():
+    [inc] = group([ev(1, "escalation", "crash"), ev(2, "hold_cleared")])
+    assert (inc.status, inc.event_ids) == (ONGOING, [1, 2])
+    [inc] = group([ev(1, "relaunch", "crash", mode="resume"), ev(2, "hold_cleared"),
+                   ev(3, "relaunch", "crash", mode="fresh")])
+    assert (inc.status, inc.event_ids, inc.relaunches) == (ONGOING, [1, 2, 3], 2)
+
+
+def test_grouping_goes_on_after_a_recovery():
+    incidents = group([ev(1, "relaunch", "crash", mode="resume", old_session="a", new_session="b"),
+                       ev(2, "canary", result="ok"),
+                       ev(3, "relaunch", "exit", mode="fresh", old_session="b"),
+                       ev(4, "foreign_poller_reaped", pid=5)])
+    assert [(i.first_id, i.status) for i in incidents] == [(1, RECOVERED), (3, ONGOING), (4, NOTE)]
+    assert incidents[0].title == "crash; 1 relaunch (resume)"
+    # A relaunch that names no new session keeps the old one unknown rather than inventing it.
+    assert (incidents[1].old_session, incidents[1].new_session) == ("b", None)
+
+
+def test_an_escalation_adds_its_cause_once():
+    [inc] = group([ev(1, "relaunch", "crash", mode="resume"), ev(2, "escalation", "crash"),
+                   ev(3, "escalation", "fuse")])
+    assert inc.causes == ["crash", "fuse"] and inc.title == "crash, fuse; 1 relaunch (resume); escalated"

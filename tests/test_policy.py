@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loomtui.config import parse_config
 from loomtui.policy import (
     CAUSES,
     FRESH,
@@ -20,7 +21,9 @@ from loomtui.policy import (
     Situation,
     age,
     backoff,
+    counted,
     decide,
+    limits_from,
 )
 
 L = Limits(fuse_window=900, fuse_count=3, ceiling_window=3600, ceiling_count=6, backoff_base=5, backoff_max=300)
@@ -220,3 +223,38 @@ def test_a_future_dated_relaunch_counts_but_cannot_hold_off_forever():
     six = tuple(Relaunch(Instant(1_000_000 + 7200 + i, None, "boot-old"), "crash", RESUME, "s1", "s1")
                 for i in range(6))
     assert decide(Situation("crash", "s1", six), L, now).action == HOLD  # the ceiling still holds
+
+
+def test_every_decision_says_why_in_words():
+    assert decide(Situation("operator_fresh", "s1"), L, at(0)).reasons == ("operator action",)
+    assert decide(Situation("crash", "s1", held=True), L, at(0)).reasons == (
+        "held at the ceiling until an operator acts",)
+    history = tuple(r(t) for t in (0, 500, 1000, 1500, 2000, 2500))
+    assert decide(Situation("crash", "s1", history), L, at(3000)).reasons == (
+        "ceiling: 6 automatic relaunches within 3600s",)
+    assert decide(Situation("crash", "s1", (r(0), r(10))), L, at(15)).reasons == ("backoff: 10s after relaunch 2",)
+    assert decide(Situation("crash", "s1"), L, at(0)).reasons == ("crash resumes the pinned session",)
+    assert decide(Situation("crash", None), L, at(0)).reasons == ("no pinned session",)
+    fresh = decide(Situation("resume_failed", "s1", (r(0), r(100), r(200)), canary_recycled=frozenset({"s1"})),
+                   L, at(800))
+    assert fresh.reasons == ("resume_failed always starts fresh", "this session was already recycled for canary_failed",
+                             "fuse: 3 automatic relaunches within 900s")
+    with pytest.raises(ValueError, match="unknown cause 'bogus'"):
+        decide(Situation("bogus", "s1"), L, at(0))
+
+
+def test_a_relaunch_exactly_one_window_ago_is_out_of_it():
+    assert counted((r(0), r(100)), 900, at(900)) == [r(100)]
+    assert decide(Situation("crash", "s1", (r(0), r(100), r(200))), L, at(900)).mode == RESUME
+
+
+def test_backoff_doubling_stops_growing_after_thirty_doublings():
+    # Bounded so a long history cannot build an absurd number; backoff_max normally caps it far earlier.
+    huge = Limits(backoff_base=1, backoff_max=float("inf"))
+    assert [backoff(n, huge) for n in (31, 32, 100)] == [2 ** 30] * 3
+
+
+def test_limits_come_from_the_config_file():
+    config = parse_config({"watchdog": {"fuse_window": "10m", "fuse_count": 2, "ceiling_window": "2h",
+                                        "ceiling_count": 9, "backoff_base": "7s", "backoff_max": "4m"}}, "test", None)
+    assert limits_from(config) == Limits(600.0, 2, 7200.0, 9, 7.0, 240.0)

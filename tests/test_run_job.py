@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 
@@ -13,7 +15,9 @@ from conftest import REPO, loom_env, run_loom
 from harness import wait_for
 from test_sentinel_scan import Fleet
 
+from loomtui import jobrun
 from loomtui import sentinel_queue as queue
+from loomtui.store import DB_NAME
 
 PY = sys.executable
 STAMP = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}[+-]\d{2}:\d{2} "
@@ -54,7 +58,8 @@ def test_a_multi_line_command_is_one_marked_line_and_never_read_as_output(fleet,
     body = [re.sub(STAMP, "", line) for line in lines]
     assert len(body) == 3 and body[1] == "fine" and "\\n# Traceback" in body[0]
     assert runs(fleet)[0]["failure_lines"] == 0
-    assert run_loom("sentinel", "scan", "--no-nudge", env=fleet.env()).returncode in (0, 1)
+    scan = run_loom("sentinel", "scan", "--no-nudge", env=fleet.env())
+    assert scan.returncode == 0, scan.stderr
     assert queue.listing(fleet.ctx.store) == []
 
 
@@ -75,6 +80,18 @@ def test_unknown_job_empty_command_and_unstartable_command(fleet, tmp_path):
     [run] = runs(fleet)
     assert run["exit_code"] == 127 and "no such file" in run["error"]
     assert "run 1 could not start: '/no/such/program'" in (tmp_path / "deep" / "er" / "job.log").read_text()
+
+
+def test_a_command_that_is_not_executable_cannot_start_126(fleet, tmp_path):
+    script = tmp_path / "backup.sh"
+    script.write_text("#!/bin/sh\necho never\n")
+    script.chmod(0o644)  # even root may not execute a file with no x bit
+    res = run_loom("run-job", "job", "--", str(script), env=fleet.env())
+    assert res.returncode == 126 and f"'{script}': permission denied" in res.stderr, res.stderr
+    [run] = runs(fleet)
+    assert run["exit_code"] == 126 and "permission denied" in run["error"] and run["ended"] is not None
+    log = (tmp_path / "deep" / "er" / "job.log").read_text()
+    assert f"run 1 could not start: '{script}': permission denied" in log and "never" not in log
 
 
 def test_a_long_job_shows_progress_and_a_stop_signal_is_passed_on(fleet, tmp_path):
@@ -133,25 +150,91 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait(30)
 
 
+# Loaded into run-job through PYTHONPATH: it writes down each back-off of jobrun._finish, the
+# moment a try to record the run's end has failed and the next has not begun. It only watches.
+PROBE = """
+import os, sys, time
+
+def _probe(frame, event, arg):
+    if (event == "c_call" and arg is time.sleep and frame.f_code.co_name == "_finish"
+            and frame.f_globals.get("__name__") == "loomtui.jobrun"):
+        with open(os.environ["RUN_JOB_PROBE"], "a") as fh:
+            fh.write("back-off\\n")
+
+sys.setprofile(_probe)
+"""
+
+
+def start_probed_run(fleet: Fleet, tmp_path, script: str) -> tuple[subprocess.Popen, object]:
+    probe_dir = tmp_path / "probe"
+    probe_dir.mkdir()
+    (probe_dir / "sitecustomize.py").write_text(PROBE)
+    backoffs = tmp_path / "backoffs"
+    env = loom_env({**fleet.env(), "PYTHONPATH": f"{probe_dir}{os.pathsep}{REPO}", "RUN_JOB_PROBE": str(backoffs)})
+    proc = subprocess.Popen([PY, "-m", "loomtui", "run-job", "job", "--", PY, "-c", script], env=env, cwd=REPO,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return proc, backoffs
+
+
+@contextlib.contextmanager
+def store_write_locked(fleet: Fleet):
+    """Another process's write transaction: SQLite's write lock held until the block ends."""
+    blocker = sqlite3.connect(fleet.ctx.state_dir / DB_NAME, timeout=60, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        yield
+    finally:
+        blocker.close()  # rolls back
+
+
+def waiting_job(tmp_path) -> tuple[str, object, object]:
+    started, flag = tmp_path / "started", tmp_path / "go"
+    script = (f"import os, pathlib, time\npathlib.Path({str(started)!r}).touch()\n"
+              f"while not os.path.exists({str(flag)!r}):\n    time.sleep(0.02)\n")
+    return script, started, flag
+
+
 def test_a_store_locked_at_the_end_of_a_run_still_records_it_and_keeps_the_jobs_code(fleet, tmp_path):
-    import sqlite3
-    import time
-
-    from loomtui.store import DB_NAME
-
-    started = tmp_path / "started"
-    script = f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); time.sleep(1)"
-    proc = subprocess.Popen([PY, "-m", "loomtui", "run-job", "job", "--", PY, "-c", script],
-                            env=loom_env(fleet.env()), cwd=REPO, stderr=subprocess.PIPE, text=True)
-    wait_for(started.exists, 30, what="the job running")
-    blocker = sqlite3.connect(fleet.ctx.state_dir / DB_NAME, timeout=30, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
-    # Fault injection: hold the write lock past the 10 s busy timeout while the run ends.
-    time.sleep(13)
-    blocker.execute("ROLLBACK")
-    blocker.close()
-    _, err = proc.communicate(timeout=120)
+    script, started, flag = waiting_job(tmp_path)
+    proc, backoffs = start_probed_run(fleet, tmp_path, script)
+    try:
+        wait_for(started.exists, 60, what="the job running")
+        with store_write_locked(fleet):
+            flag.touch()
+            # The store stays locked until a try to record the end has timed out and run-job backs off.
+            wait_for(lambda: backoffs.exists() or proc.poll() is not None, 120,
+                     what="run-job's first try to record the end failing")
+            assert backoffs.exists(), proc.communicate()[1]
+        _, err = proc.communicate(timeout=120)
+    finally:
+        flag.touch()
+        kill_group(proc)
     assert proc.returncode == 0, err
-    assert "Traceback" not in err
+    assert "Traceback" not in err and "could not be recorded" not in err
     [run] = runs(fleet)
-    assert run["exit_code"] == 0 and run["ended"] is not None
+    assert run["exit_code"] == 0 and run["ended"] is not None and run["error"] is None
+
+
+def test_a_clean_run_whose_end_cannot_be_recorded_exits_75(fleet, tmp_path):
+    script, started, flag = waiting_job(tmp_path)
+    proc, backoffs = start_probed_run(fleet, tmp_path, script)
+    try:
+        wait_for(started.exists, 60, what="the job running")
+        # Locked from before the job ends until run-job has given up on every try.
+        with store_write_locked(fleet):
+            flag.touch()
+            _, err = proc.communicate(timeout=280)
+    finally:
+        flag.touch()
+        kill_group(proc)
+    assert proc.returncode == jobrun.UNRECORDED == 75, err
+    assert "run 1 ended with 0 but could not be recorded" in err and "Traceback" not in err
+    assert len(backoffs.read_text().splitlines()) == jobrun.FINISH_ATTEMPTS - 1  # it tried again first
+    assert "run 1 exit 0 after" in (tmp_path / "deep" / "er" / "job.log").read_text()
+    [run] = runs(fleet)
+    assert run["ended"] is None and run["exit_code"] is None
+    # Unrecorded is not clean: the sentinel counts it as a run that died without recording its exit.
+    scan = run_loom("sentinel", "scan", "--no-nudge", env=fleet.env())
+    assert scan.returncode == 0, scan.stderr
+    [item] = queue.listing(fleet.ctx.store)
+    assert item.kind == "exit" and "without recording the exit" in item.signature

@@ -19,6 +19,7 @@ from loomtui.queue_core import (
     LINE,
     MISSED,
     OPEN,
+    SCAN,
     WITNESSED,
     Escalate,
     Failure,
@@ -26,9 +27,14 @@ from loomtui.queue_core import (
     Nudge,
     Run,
     absorb,
+    after_claim,
     decide,
+    escalation_text,
+    nudge_due,
     nudge_text,
+    reopen,
     review,
+    unwitnessed_text,
 )
 from loomtui.signature import normalize
 
@@ -355,3 +361,176 @@ def test_a_cron_jobs_claim_waits_for_its_next_run_before_the_operator_hears(tmp_
     wait = max(window, CFG.backstop)
     assert decide(claimed, CFG, claimed.claimed_at + wait - 1, witness_window=window) == []
     assert decide(claimed, CFG, claimed.claimed_at + wait, witness_window=window)
+
+
+def test_after_the_claim_is_decided_by_log_position_when_known_else_by_time():
+    claimed = item(state=CLAIMED, claimed_at=100.0, claim_dev=1, claim_inode=5, claim_offset=None)
+    at_start = Failure("backup", LINE, "s", "x", position=(1, 5, 0))
+    assert after_claim(claimed, at_start)  # no recorded offset: the whole file is after the claim
+    # The log did not exist at the claim: any line in it is new.
+    assert after_claim(replace(claimed, claim_inode=None, claim_dev=None), Failure("backup", LINE, "s", "x",
+                                                                                   position=(1, 5, 0)))
+    assert not after_claim(item(), Failure("backup", LINE, "s", "x", position=(1, 5, 10**6), at=10**6))
+    timed = item(state=CLAIMED, claimed_at=100.0)
+    assert [after_claim(timed, Failure("backup", EXIT, "s", "x", at=at)) for at in (None, 99.0, 100.0, 101.0)] == [
+        False, False, False, True]
+
+
+def test_absorbing_counts_and_stamps_last_seen_and_a_reopen_is_recorded_in_full():
+    it, events = absorb(item(count=2), Failure("backup", LINE, "s", "x", 3), 500.0)
+    assert (it.count, it.last_seen, it.state, events) == (5, 500.0, OPEN, [])
+    claimed = item(state=CLAIMED, claimed_at=100.0, claimed_by="cli", claimed_session="s1")
+    it, events = absorb(claimed, Failure("backup", EXIT, "s", "x", at=150.0), 500.0)
+    assert (it.state, it.last_seen, it.count, it.reopens) == (OPEN, 500.0, 2, 1)
+    assert it.note == "claim did not hold (exit failure seen after the claim)"
+    assert events == [("queue_reopen", {"item": 7, "job": "backup", "why": "exit failure seen after the claim",
+                                        "claimed_by": "cli", "claimed_session": "s1", "claimed_at": 100.0})]
+    # A long earlier note is kept below the reason, the whole note capped at 2000 characters.
+    it, _ = reopen(replace(claimed, note="n" * 5000), 500.0, "why")
+    assert len(it.note) == 2000 and it.note.startswith("claim did not hold (why); earlier note: nnn")
+    assert reopen(item(), 500.0, "why") == (item(), [])  # only a claim can be reopened
+
+
+def test_review_witnesses_with_the_run_and_reopens_saying_why():
+    claimed = item(state=CLAIMED, claimed_at=100.0, kind=EXIT, claimed_by="cli", claimed_session="s1")
+    assert review(claimed, Run(1, "backup", 100.0, 0, 0), 200.0) == (claimed, [])  # started at the claim
+    assert review(replace(claimed, claimed_at=None), Run(1, "backup", 150.0, 0, 0), 200.0)[1] == []
+    it, events = review(claimed, Run(3, "backup", 150.0, 0, 0), 200.0)
+    assert (it.witnessed_at, it.witness_run) == (200.0, 3)
+    assert events == [("queue_witness", {"item": 7, "job": "backup", "run": 3, "claimed_by": "cli",
+                                         "claimed_session": "s1"})]
+    whys = {Run(4, "backup", 150.0, 2, 0): "run 4 exited 2",
+            Run(5, "backup", 150.0, 0, 1): "run 5 wrote 1 failure line(s)",
+            Run(6, "backup", 150.0, 0, 0, "killed"): "run 6 did not finish cleanly",
+            Run(7, "backup", 150.0, 1, 0): "run 7 exited 1"}
+    for run, why in whys.items():
+        it, events = review(claimed, run, 200.0)
+        assert (it.reopened_at, events[0][1]["why"]) == (200.0, why)
+
+
+def test_an_unclaimed_open_item_needs_no_window_and_actions_carry_the_item():
+    claimed = item(state=CLAIMED, claimed_at=1000.0)
+    [esc] = decide(claimed, CFG, 1000.0 + CFG.backstop, witness_window=None)
+    assert (esc.item_id, esc.dedupe_key) == (7, "queue-7-backstop")
+    late = item(first_seen=10_000.0)
+    assert decide(late, CFG, 10_000.0 + CFG.backstop - 1, relaunching=True) == []
+    nudge, esc = decide(late, CFG, 10_000.0 + CFG.backstop)
+    assert (nudge.item_id, esc.item_id) == (7, 7) and esc.text == escalation_text(late, 10_000.0 + CFG.backstop)
+
+
+def test_a_nudge_is_due_once_per_renudge_period_and_again_after_a_reopen():
+    sent = item(nudges=1, last_nudge_at=1000.0)
+    assert [nudge_due(sent, 1200.0, t) for t in (1000.0, 2199.0, 2200.0)] == [False, False, True]
+    assert nudge_due(replace(sent, reopened_at=1000.0), 1200.0, 1000.0)
+    assert not nudge_due(replace(sent, reopened_at=999.0), 1200.0, 1000.0)
+
+
+def test_texts_to_the_agent_and_the_operator_word_for_word():
+    kinds = {LINE: "failure lines in its log", EXIT: "a failed run", MISSED: "a missed schedule",
+             SCAN: "an unreadable log", "odd": "odd"}
+    for kind, what in kinds.items():
+        assert nudge_text(item(kind=kind)) == (
+            f'[loom sentinel] Queue item 7: job "backup" shows {what}; log: /var/log/b.log. Read the log and the '
+            'script, decide whether it is current or stale, fix it if safe, then run: '
+            'loom resolve 7 --note "<what you found and did>"')
+    text = nudge_text(item(kind=EXIT, count=2, reopens=1, log="/l/my log"))
+    assert "shows a failed run (seen 2x); log: '/l/my log'. Reopened: the last claim did not hold. Read" in text
+    assert "Reopened" not in nudge_text(item(reopens=1, state=CLAIMED))
+    assert "seen" not in nudge_text(item(count=1)) and "Reopened" not in nudge_text(item(count=1))
+    long = item(job="sauvegarde-été", first_seen=100.0, count=3, nudges=2, signature="S" * 200)
+    assert escalation_text(long, 100.0 + 3900) == (
+        'Loom: job "sauvegarde-été" has an open failure for 1h5m (queue item 7, seen 3x, agent nudged 2x): '
+        f'{"S" * 120}. Log: /var/log/b.log. See loom queue.')
+    claimed = item(state=CLAIMED, claimed_at=1000.0, note="N" * 300)
+    assert unwitnessed_text(claimed, 1000.0 + 7200) == (
+        'Loom: job "backup": queue item 7 was claimed fixed 2h ago, but no clean run has witnessed it '
+        f'(note: "{"N" * 120}"). Log: /var/log/b.log. See loom queue.')
+    assert '(note: "")' in unwitnessed_text(replace(claimed, note=None), 0.0)
+    assert "fixed 0s ago" in unwitnessed_text(replace(claimed, claimed_at=None), 5000.0)
+
+
+# -- boundaries the mutation run found untested ------------------------------------------
+
+
+def test_a_line_keeps_its_spaces_and_loses_only_the_carriage_return():
+    assert logscan.line_text(b"ERROR tail X \r") == "ERROR tail X "
+    assert logscan.line_text(b"\r") == ""
+    assert logscan.line_text(b"ERROR X\r") == "ERROR X"
+
+
+def test_a_line_of_exactly_max_line_bytes_is_whole_and_one_longer_is_cut():
+    for n, cut in ((MAX_LINE, False), (MAX_LINE + 1, True)):
+        [line], _ = logscan.split(Carry(), b"x" * n + b"\n", 0)
+        assert (len(line.raw), line.cut) == (MAX_LINE, cut)
+        assert logscan.flush(Carry(b"x" * MAX_LINE, n), n + 10) == logscan.Line(10, b"x" * MAX_LINE, cut)
+
+
+def test_a_carried_head_is_topped_up_to_max_line_and_no_further():
+    carry = Carry(b"h" * 10, 10)
+    [line], rest = logscan.split(carry, b"y" * 2 * MAX_LINE + b"\nz" + b"w" * 2 * MAX_LINE, 10)
+    assert (line.offset, line.raw, line.cut) == (0, b"h" * 10 + b"y" * (MAX_LINE - 10), True)
+    assert rest == Carry(b"z" + b"w" * (MAX_LINE - 1), 1 + 2 * MAX_LINE)
+    _, rest = logscan.split(carry, b"w" * 2 * MAX_LINE, 10)
+    assert rest == Carry(b"h" * 10 + b"w" * (MAX_LINE - 10), 10 + 2 * MAX_LINE)
+
+
+def test_the_partial_first_line_of_a_first_look_is_dropped_once_even_across_chunks():
+    assert logscan.first_carry(0) == Carry() and logscan.first_carry(1) == Carry(discard=True)
+    lines, carry = logscan.split(logscan.first_carry(1), b"still partial", 1)
+    assert lines == [] and carry == Carry(b"still partial", 13, True)
+    lines, carry = logscan.split(carry, b"\nnext", 14)
+    assert lines == [] and carry == Carry(b"next", 4, False)
+    assert logscan.flush(Carry(b"x", 1, True), 9) is None
+
+
+def test_plan_restarts_a_shrunk_or_replaced_file_from_zero_after_finishing_the_old_carry():
+    pos = Position("/l", 1, 7, 500, Carry(), b"2025 first line\n")
+    assert logscan.plan(pos, "/l", facts(100)) == logscan.Plan("truncated", 0, finish_old=True)
+    assert logscan.plan(pos, "/l", facts(900, head=b"2026 other\n")) == logscan.Plan("replaced", 0, finish_old=True)
+    # A log that vanished keeps its position for when it comes back.
+    assert logscan.plan(pos, "/l", None) == logscan.Plan("absent", 500)
+    assert logscan.plan(None, "/l", None) == logscan.Plan("absent", 0)
+
+
+def test_same_head_needs_the_remembered_bytes_all_there():
+    assert logscan.same_head(b"2025 a", b"2025 a and more")
+    assert not logscan.same_head(b"2025 a and more", b"2025 a")  # shorter now: rewritten
+    assert not logscan.same_head(b"2024 x", b"2025 a and more")
+
+
+def test_is_copy_boundaries():
+    pos = Position("/l", 1, 7, 16, Carry(), b"2025 first line\n", mtime_ns=100)
+    copy = FileFacts(1, 9, 16, b"2025 first line\n", 100)
+    # Timestamps can be coarse: a copy written in the same tick as the last look still counts.
+    assert logscan.is_copy(pos, copy, None)
+    empty = Position("/l", 1, 7, 0, Carry(), b"", mtime_ns=100)
+    assert logscan.is_copy(empty, FileFacts(1, 11, 1, b"x", 150), None, quiet=True)
+    assert not logscan.is_copy(empty, FileFacts(1, 11, 0, b"", 150), None, quiet=True)
+
+
+def test_only_a_timestamp_then_the_mark_makes_a_run_job_line():
+    m = logscan.Matcher(["ERROR"], [])
+    assert not m.is_failure_line(b"1 [loom run-job] exit 1: ./ERROR.sh")
+    assert m.is_failure_line(b" [loom run-job] ERROR from the job itself")
+    assert m.is_failure_line(b"[loom run-job] ERROR from the job itself")
+
+
+def test_signature_turns_control_characters_into_one_space_and_never_ends_in_one():
+    assert normalize("a\x00b\x1bc\td") == "a b c d"
+    assert normalize("x" * 199 + " " + "y" * 50) == "x" * 199
+
+
+def test_an_every_schedule_counts_a_long_outage_in_full():
+    # Far more periods than the cron walk's bound: the arithmetic path has no bound.
+    assert schedule.missed("every 1s", 0.0, 50_000.5, grace=0) == (1.0, 50_000.0)
+
+
+def test_a_cron_run_is_missed_only_once_its_grace_has_passed():
+    day = dt.datetime(2031, 3, 3, 7, 0).astimezone().timestamp()
+    ran = day - 3600
+    assert schedule.missed("0 7 * * *", ran, day + 600, grace=600) is None
+    # The next day's run is within its grace at `now`: only today's counts.
+    now = day + 86400 + 300
+    assert schedule.missed("0 7 * * *", ran, now, grace=600) == (day, day)
+    assert schedule.missed("0 7 * * *", ran, day + 86400 + 600, grace=600) == (day, day)
+    assert schedule.missed("0 7 * * *", ran, day + 86400 + 601, grace=600) == (day, day + 86400)

@@ -171,9 +171,13 @@ def test_supervisor_killed_at_random_points_never_double_relaunches(fast):
         time.sleep(rng.uniform(0.0, 1.5))
         daemon.kill()
         daemon = Daemon(fast)
-        wait_for(lambda: len(relaunches(fast)) >= round_ + 1, 30, what=f"crash {round_} relaunched")
+        wait_for(lambda: fast.agent_starts() >= round_ + 1 and fast.agent_pid(), 60, what=f"crash {round_} relaunched")
         daemon.settle()
-        assert len(relaunches(fast)) == round_ + 1
+        ledger = "\n".join(f'{e["id"]} {e["kind"]} {e["cause"]} {e["detail"].get("mode", "")}' for e in fast.events())
+        # One new agent per crash, never two. A daemon killed after recording a relaunch and before
+        # launching leaves a relaunch that never started an agent; the next daemon completes it.
+        assert fast.agent_starts() == round_ + 1, ledger
+        assert round_ + 1 <= len(relaunches(fast)) <= 2 * round_ + 1, ledger
     assert fast.loom("ledger", "verify").returncode == 0
     assert daemon.stop() == 0
 

@@ -9,6 +9,8 @@ from fakebot import FakeBot
 from harness import wait_for
 from test_supervise import FAST, Daemon
 
+from loomtui import sentinel_queue as queue
+
 pytestmark = pytest.mark.e2e
 
 TOKEN = "424242:supervise-e2e-token-abcdefghijklmnop"
@@ -57,4 +59,45 @@ def test_operator_commands_run_the_real_actions(make_harness, fake):
     wait_for(lambda: [t for t in fake.texts(CHAT) if t.startswith("relaunched fresh")], 60, what="the recycle reply")
     assert harness.pinned() != session
     assert [e["source"] for e in harness.events("relaunch")][-1] == "telegram"
+    assert daemon.stop() == 0
+
+
+def test_queue_answers_with_the_open_items(make_harness, fake, tmp_path):
+    harness = make_harness(sections={**FAST, "canary": {"interval": "1h"}, "telegram": telegram(fake, commands=True)},
+                           jobs=[{"name": "nightly", "log": str(tmp_path / "nightly.log")}])
+    harness.start()
+    failed = harness.loom("run-job", "nightly", "--", sys.executable, "-c", "raise SystemExit(3)")
+    assert failed.returncode == 3, failed.stderr
+    scan = harness.loom("sentinel", "scan", "--no-nudge")
+    assert scan.returncode == 0, scan.stderr
+    ctx = harness.ctx()
+    [item] = queue.open_items(ctx.store)
+    assert (item.job, item.kind, item.signature) == ("nightly", "exit", "exit code 3")
+    daemon = Daemon(harness, env=ENV)
+    fake.add_update(CHAT, "/queue")
+    reply = wait_for(lambda: [t for t in fake.texts(CHAT) if t.startswith("queue")], 60, what="the /queue reply")
+    assert reply == [f"queue: 1 open\n#{item.id} nightly [open] x1"]
+    assert daemon.stop() == 0
+
+
+def test_recycle_resume_relaunches_the_pinned_session_and_replies(make_harness, fake):
+    harness = make_harness(sections={**FAST, "canary": {"interval": "1h", "ack_timeout": "60s"},
+                                     "telegram": telegram(fake, commands=True)})
+    session = harness.start()
+    old_agent = harness.agent_pid()
+    daemon = Daemon(harness, env=ENV)
+    fake.add_update(CHAT, "/recycle resume")
+    reply = wait_for(lambda: [t for t in fake.texts(CHAT) if t.startswith("relaunch")], 60, what="the recycle reply")
+    assert reply == [f"relaunched resume: session {session}"]
+    event = harness.events("relaunch")[-1]
+    assert (event["cause"], event["source"]) == ("operator_resume", "telegram")
+    assert event["detail"]["mode"] == "resume" and event["detail"]["new_session"] == session
+    assert harness.pinned() == session
+    wait_for(lambda: harness.agent_pid() not in (None, old_agent), 60, what="the resumed agent")
+    wait_for(lambda: "resumed:" in harness.screen(), 60, what="the resumed conversation on screen")
+    # Heard again: a probe typed into the resumed agent is acked.
+    fake.add_update(CHAT, "/canary")
+    ack = wait_for(lambda: [t for t in fake.texts(CHAT) if t.startswith("canary")], 120, what="the canary reply")
+    assert ack[0].startswith("canary ok: acked in"), ack
+    assert [e["cause"] for e in harness.events("relaunch")] == ["operator_fresh", "operator_resume"]
     assert daemon.stop() == 0

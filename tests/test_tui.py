@@ -12,14 +12,16 @@ import pytest
 from harness import wait_for
 from rich.text import Text
 from textual.command import CommandList, CommandPalette
-from textual.widgets import DataTable, TabbedContent
+from textual.widgets import DataTable, Static, TabbedContent
 from tui_state import NOW, populate, write_config
 
+from loomtui import ledger
 from loomtui.context import Context
 from loomtui.store import DB_NAME
 from loomtui.tui.app import LoomApp
 from loomtui.tui.keymap import APP_KEYS, TABS
 from loomtui.tui.modals import DetailScreen, HelpScreen, PromptScreen, RecycleScreen
+from loomtui.tui.timeline_panel import EVENT_PAGE
 
 pytestmark = pytest.mark.e2e
 
@@ -64,6 +66,10 @@ def record_notices(app) -> list[tuple[str, str]]:
 
     app.notify = recording
     return seen
+
+
+def timeline_status(app) -> str:
+    return app.query_one("#timeline-status", Static).content.plain
 
 
 def cells(app, table_id: str) -> list[list[Text]]:
@@ -163,11 +169,43 @@ def test_panels_show_the_store_and_hostile_text_renders_literally(populated):
             await pilot.press("enter")
             await until(pilot, lambda: {r[1].plain for r in cells(app, "timeline-table")} == {"relaunch"},
                         what="only relaunch events")
-            await pilot.press("left_square_bracket")
-            await pilot.pause(0.3)
+            await pilot.press("left_square_bracket")  # all three fit on the newest page: nothing older
+            await until(pilot, lambda: "page 2" in timeline_status(app), what="the older page")
+            assert cells(app, "timeline-table") == []
             await pilot.press("right_square_bracket")
-            await until(pilot, lambda: len(cells(app, "timeline-table")) == 3, what="back to the newest page")
+            await until(pilot, lambda: "page 1" in timeline_status(app), what="back to the newest page")
+            assert {r[1].plain for r in cells(app, "timeline-table")} == {"relaunch"}
+            assert len(cells(app, "timeline-table")) == 3
             assert app.is_running
+
+    asyncio.run(run())
+
+
+def test_timeline_pages_to_older_events_and_back(populated):
+    # More events than one page holds, so the older page shows other rows.
+    with populated.store.write() as db:
+        for n in range(EVENT_PAGE + 50):
+            ledger.append_in(db, "inject", source="cli", detail={"n": n}, ts=NOW - 1800 + n)
+
+    def shown(app) -> list[str]:
+        return [row.key.value for row in app.query_one("#timeline-table", DataTable).ordered_rows]
+
+    async def run():
+        app = LoomApp(populated, now=lambda: NOW, watch=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.press("6", "t")
+            await until(pilot, lambda: "events · page 1" in timeline_status(app)
+                        and len(shown(app)) == EVENT_PAGE, what="the newest page of events")
+            newest = shown(app)
+            await pilot.press("left_square_bracket")
+            await until(pilot, lambda: "page 2" in timeline_status(app), what="the older page")
+            older = shown(app)
+            assert older and not set(older) & set(newest)
+            assert max(int(k[1:]) for k in older) < min(int(k[1:]) for k in newest)
+            assert "supervisor_start" in [r[1].plain for r in cells(app, "timeline-table")]  # the first event
+            await pilot.press("right_square_bracket")
+            await until(pilot, lambda: "page 1" in timeline_status(app), what="the newest page again")
+            assert shown(app) == newest
 
     asyncio.run(run())
 

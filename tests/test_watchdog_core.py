@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loomtui.watchdog_core import Memory, Observation, Settings, assess
+from loomtui.config import parse_config
+from loomtui.watchdog_core import Memory, Observation, Settings, Step, assess, exit_cause, settings_from
 
 S = Settings(boot_grace=90, poller_grace=180, resume_failed_match="No conversation found",
              modals=(("Yes, I trust this folder", ("Enter",)),))
@@ -169,3 +172,120 @@ def test_a_tree_that_stays_unreadable_alerts_once():
     out, _ = run([unreadable] * 40, step=30)
     kinds = [s.kind for steps in out for s in steps]
     assert kinds.count("ambiguous") == 1 and kinds.count("alert") == 1
+
+
+def test_settings_come_from_the_config_file():
+    config = parse_config({"agent": {"boot_grace": "2m", "resume_failed_match": "gone for good",
+                                     "modals": [{"match": "Trust?", "keys": ["Down", "Enter"]}]},
+                           "watchdog": {"poller_grace": "5m", "ambiguous_alert": "15m"}}, "test", None)
+    assert settings_from(config) == Settings(boot_grace=120.0, poller_grace=300.0, resume_failed_match="gone for good",
+                                             modals=(("Trust?", ("Down", "Enter")),), ambiguous_alert=900.0)
+
+
+def test_each_recovery_says_why_in_its_note():
+    # The note goes to the ledger and the operator's timeline.
+    gone, missing = Observation(tmux="gone"), Observation(tmux="up", agent="missing", since_launch=1000)
+    assert run([gone, gone])[0][1] == [Step("recover", "tmux_gone", note="no tmux session on two looks")]
+    assert run([missing, missing])[0][1] == [
+        Step("recover", "exit", note="no agent process in the pane's tree on two looks")]
+    assert run([Observation(tmux="up", pane_dead=True, dead_status=3)])[0][0] == [
+        Step("recover", "crash", note="the agent exited (status 3)")]
+    pmissing = replace(HEALTHY, poller="missing")
+    assert run([pmissing] * 7, t0=5000.0)[0][6] == [
+        Step("recover", "poller_missing", note="poller missing for 180s on 7 looks")]
+    socket = "the tmux server runs but its socket is gone"
+    assert run([Observation(tmux="gone", socket_lost=True)])[0][0] == [
+        Step("repair_socket", note=socket), Step("ambiguous", note=socket)]
+
+
+def test_an_unclear_look_records_why_or_what_could_not_be_read():
+    looks = {Observation(tmux="unknown", why="tmux did not answer"): "tmux did not answer",
+             Observation(tmux="up", agent="unknown", since_launch=1000): "the process tree could not be read",
+             Observation(tmux="up", agent="unknown", why="EPERM"): "EPERM",
+             replace(HEALTHY, poller="unknown"): "the poller could not be told from the tree",
+             replace(HEALTHY, poller="unknown", why="pid 9 vanished"): "pid 9 vanished"}
+    for obs, why in looks.items():
+        assert run([obs])[0] == [[Step("ambiguous", note=why)]]
+
+
+def test_the_unclear_alert_goes_when_the_spell_reaches_its_bound_and_says_how_long():
+    hung = Observation(tmux="unknown", why="tmux did not answer")
+    out, mem = run([hung] * 3, t0=1000.0, step=300.0)
+    assert out == [[Step("ambiguous", note="tmux did not answer")], [], [
+        Step("alert", note="Loom cannot see the agent clearly for 600s: tmux did not answer")]]
+    assert mem == Memory(ambiguous=True, ambiguous_since=1000.0, alerted=frozenset({"ambiguous"}))
+    _, mem = run([HEALTHY], start=mem)
+    assert mem == Memory()
+
+
+def test_an_unclear_look_forgets_every_count_toward_a_trigger():
+    counting = Memory(gone=1, agent_missing=1, poller_missing=3, poller_missing_since=5.0, last_modal_at=2.0,
+                      modal_presses=1, alerted=frozenset({"modal"}))
+    _, mem = run([Observation(tmux="unknown")], start=counting, t0=50.0)
+    assert mem == Memory(last_modal_at=2.0, modal_presses=1, ambiguous=True, ambiguous_since=50.0,
+                         alerted=frozenset({"modal"}))
+
+
+def test_one_kind_of_absence_does_not_carry_over_into_another():
+    gone, missing = Observation(tmux="gone"), Observation(tmux="up", agent="missing", since_launch=1000)
+    assert causes(run([gone, missing, gone])[0]) == []
+    assert causes(run([missing, HEALTHY, missing])[0]) == []
+    # A gone look keeps the dialog cooldown and the dialog alert, and ends an unclear spell's alert.
+    start = Memory(last_modal_at=7.0, alerted=frozenset({"modal", "ambiguous"}), ambiguous=True)
+    _, mem = run([gone], start=start)
+    assert mem == Memory(gone=1, last_modal_at=7.0, alerted=frozenset({"modal"}))
+    out, mem = run([Observation(tmux="up", pane_dead=True)], start=start)
+    assert mem == Memory(alerted=frozenset({"modal"}))
+
+
+def test_a_healthy_look_leaves_a_clean_memory():
+    start = Memory(gone=1, agent_missing=1, poller_missing=4, poller_missing_since=0.0, modal_presses=2,
+                   alerted=frozenset({"modal"}), ambiguous=True, ambiguous_since=0.0)
+    assert run([replace(HEALTHY, screen="> ")], start=start) == ([[]], Memory())
+    # No screen to read says nothing about a dialog: its presses and alert stay.
+    assert run([HEALTHY], start=start)[1] == Memory(modal_presses=2, alerted=frozenset({"modal"}))
+
+
+def test_the_poller_grace_and_the_boot_grace_are_inclusive_bounds():
+    quick = Settings(boot_grace=90, poller_grace=60, resume_failed_match="x")
+    pmissing = replace(HEALTHY, poller="missing")
+    mem = Memory()
+    fired = []
+    for t in (0.0, 30.0, 60.0):
+        steps, mem = assess(pmissing, mem, quick, t)
+        fired.append(bool(steps))
+    assert fired == [False, False, True]
+    # No grace at all: the second look is enough, the first never is.
+    none = replace(quick, poller_grace=0)
+    steps, mem = assess(pmissing, Memory(), none, 0.0)
+    assert steps == [] and mem.poller_missing == 1
+    assert assess(pmissing, mem, none, 0.0)[0][0].cause == "poller_missing"
+    # Launched exactly boot_grace ago: no longer booting, so a missing poller counts.
+    assert assess(replace(pmissing, since_launch=90), Memory(), quick, 0.0)[1].poller_missing == 1
+
+
+def test_a_resume_failure_is_read_only_while_booting():
+    dead = Observation(tmux="up", pane_dead=True, dead_status=1, last_mode="resume", screen="x")
+    grace = Settings(boot_grace=90, poller_grace=60, resume_failed_match="x")
+    assert exit_cause(replace(dead, since_launch=89.9), grace) == "resume_failed"
+    assert exit_cause(replace(dead, since_launch=90), grace) == "crash"
+    # Even with no boot grace configured, the first second after a launch counts as booting.
+    zero = replace(grace, boot_grace=0)
+    assert [exit_cause(replace(dead, since_launch=t), zero) for t in (0.5, 1.0, 1.5)] == [
+        "resume_failed", "crash", "crash"]
+
+
+def test_a_dialog_press_waits_out_the_cooldown_exactly_and_names_the_pattern():
+    modal = replace(HEALTHY, screen="Yes, I trust this folder")
+    pressed = Step("dismiss_modal", keys=("Enter",), note="Yes, I trust this folder")
+    steps, mem = assess(modal, Memory(), S, 1000.0)
+    assert steps == [pressed] and (mem.last_modal_at, mem.modal_presses) == (1000.0, 1)
+    assert assess(modal, mem, S, 1004.9)[0] == []
+    steps, mem = assess(modal, mem, S, 1005.0)
+    assert steps == [pressed]
+    steps, mem = assess(modal, mem, S, 1010.0)
+    assert steps == [Step("alert", note="a dialog matching 'Yes, I trust this folder' is still on screen after "
+                                        "2 presses; Loom stopped pressing")]
+    # The dialog gone, the presses and the alert are forgotten.
+    _, mem = assess(replace(modal, screen="> "), mem, S, 1020.0)
+    assert (mem.modal_presses, mem.alerted) == (0, frozenset())

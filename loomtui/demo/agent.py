@@ -308,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             out(f"No conversation found with session ID: {args.resume}\n")
             return 1
         session_id, resumed = args.resume, True
+        transcript.add("meta", "resume")
     else:
         session_id = args.session_id or str(uuid.uuid4())
         transcript = Transcript(sessions / f"{session_id}.jsonl")

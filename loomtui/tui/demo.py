@@ -59,8 +59,9 @@ def toml(value: object) -> str:
 
 
 class Demo:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, crash_after: float = CRASH_AFTER) -> None:
         self.root = root
+        self.crash_after = crash_after  # seconds from the job runner's start to the agent's one crash
         self.config_path = root / "config.toml"
         self.procs: list[subprocess.Popen] = []
         # Stable across processes (str hashes are salted per process): a later run must find this one.
@@ -131,7 +132,7 @@ class Demo:
             [sys.executable, "-m", "loomtui", "--config", str(self.config_path), "supervise"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
         self.procs.append(subprocess.Popen(
-            [sys.executable, "-m", "loomtui.tui.demo", str(self.config_path)],
+            [sys.executable, "-m", "loomtui.tui.demo", str(self.config_path), str(self.crash_after)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
         (self.root / "pids").write_text(" ".join(str(p.pid) for p in self.procs))
         return self.config_path
@@ -190,7 +191,7 @@ def _end(pid: int, only_if: str = "") -> None:
         pass
 
 
-def run_jobs(config_path: Path) -> int:
+def run_jobs(config_path: Path, crash_after: float = CRASH_AFTER) -> int:
     """The demo's job scheduler: each job through `loom run-job`, and one crash to recover from."""
     started = time.monotonic()
     crashed = False
@@ -211,7 +212,7 @@ def run_jobs(config_path: Path) -> int:
                 subprocess.run([sys.executable, "-m", "loomtui", "--config", str(config_path), "run-job", name, "--",
                                 sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, timeout=120)
-        if not crashed and now - started >= CRASH_AFTER:
+        if not crashed and now - started >= crash_after:
             crashed = True
             subprocess.run([sys.executable, "-m", "loomtui", "--config", str(config_path), "inject", "/crash"],
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
@@ -226,4 +227,4 @@ def _seconds(text: str) -> float:
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_jobs(Path(sys.argv[1])))
+    raise SystemExit(run_jobs(Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else CRASH_AFTER))

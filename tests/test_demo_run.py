@@ -1,0 +1,103 @@
+"""`make demo` without the console: the demo's one crash is recovered, its failing job queued, and
+stopping it leaves nothing running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+import psutil
+import pytest
+from harness import wait_for
+
+from loomtui import ledger, session
+from loomtui import sentinel_queue as queue
+from loomtui.store import Store
+from loomtui.tui.demo import Demo
+
+pytestmark = pytest.mark.e2e
+
+# Sooner than the demo's 25 s; any value works, since the test waits for states, not times.
+CRASH_AFTER = 8.0
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def demo_processes(demo: Demo) -> set[int]:
+    """Every process the demo started that runs now: its own, the tmux server, and their trees."""
+    pids = {p.pid for p in demo.procs}
+    out = subprocess.run(["tmux", f"-L{demo.socket}", "display-message", "-p", "#{pid}"],
+                         capture_output=True, text=True, timeout=10).stdout.strip()
+    if out.isdigit():
+        pids.add(int(out))
+    for pid in list(pids):
+        try:
+            pids.update(p.pid for p in psutil.Process(pid).children(recursive=True))
+        except psutil.Error:
+            pass
+    # The agent's poller may have left its parent's tree; it is named by the demo's bot.
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if demo.socket in line or str(demo.root) in line:
+            pids.add(proc.info["pid"])
+    return {p for p in pids if alive(p)}
+
+
+def test_the_demo_crashes_its_agent_once_recovers_it_and_stops_cleanly(tmp_path):
+    demo = Demo(tmp_path / "demo", crash_after=CRASH_AFTER)
+    seen: set[int] = set()
+    try:
+        demo.start()
+        state = demo.root / "state"
+
+        def query(sql, params=()):
+            with Store.in_dir(state) as store:
+                return [dict(r) for r in store.query(sql, params)]
+
+        def relaunches():
+            with Store.in_dir(state) as store:
+                return [e.as_dict() for e in ledger.tail(store, 1000, kinds=["relaunch"])]
+
+        with Store.in_dir(state) as store:
+            pinned = session.pinned(store)
+        [start] = relaunches()
+        assert (start["cause"], start["source"], start["detail"]["mode"]) == ("operator_fresh", "demo", "fresh")
+
+        crash = wait_for(lambda: [e for e in relaunches() if e["cause"] in ("crash", "exit")], 180,
+                         what="the demo's crash relaunched")[0]
+        assert crash["source"] == "watchdog"
+        assert crash["detail"]["mode"] == "resume" and crash["detail"]["new_session"] == pinned
+        seen |= demo_processes(demo)
+
+        # Heard again: a canary of the resumed session acked after the relaunch.
+        acked = wait_for(lambda: query("SELECT * FROM canary_runs WHERE result = 'ok' AND sent_at > ?",
+                                       (crash["ts"],)), 180, what="a canary ok after the relaunch")
+        assert acked[0]["session_id"] == pinned
+
+        def newsletter_items():
+            with Store.in_dir(state) as store:
+                return {i.kind: i for i in queue.listing(store) if i.job == "newsletter"}
+
+        items = wait_for(lambda: (lambda got: got if {"exit", "line"} <= set(got) else None)(newsletter_items()),
+                         180, what="the failing newsletter job's queue items")
+        assert items["exit"].signature == "exit code 1"
+        assert items["line"].signature == "<ts> Traceback (most recent call last):"
+        assert [e["cause"] for e in relaunches()] == ["operator_fresh", crash["cause"]]  # one crash, one recovery
+        seen |= demo_processes(demo)
+    finally:
+        seen |= demo_processes(demo)
+        demo.stop()
+        try:
+            wait_for(lambda: not {p for p in seen if alive(p)} and not demo_processes(demo), 60,
+                     what="every demo process gone after the stop")
+        finally:
+            for pid in {p for p in seen | demo_processes(demo) if alive(p)}:  # only after a failed stop
+                os.kill(pid, signal.SIGKILL)
+    gone = subprocess.run(["tmux", f"-L{demo.socket}", "list-sessions"], capture_output=True, text=True, timeout=10)
+    assert gone.returncode != 0, gone.stdout
