@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import clock, launch, locks, policy, recovery
+from . import claims, clock, launch, locks, policy, probe, recovery
 from .context import Context
 from .driver import TmuxDriver
 from .errors import LockHeld
@@ -93,13 +93,9 @@ def dismiss_modal(ctx: Context, keys: list[str], *, source: str, detail: dict[st
 
 def canary_now(ctx: Context, *, source: str, stop: threading.Event | None = None):
     """Probe now, or join the probe in flight."""
-    from . import probe  # the probe types through `inject` above, so it imports this module
-
-    return probe.probe(ctx, source=source, stop=stop)
+    return probe.probe(ctx, inject, source=source, stop=stop)
 
 
 def resolve(ctx: Context, item_id: int, note: str, *, source: str, session_id: str | None = None):
     """Claim a queue item as handled; only the job's next clean run witnesses it."""
-    from . import claims
-
     return claims.resolve(ctx, item_id, note, source=source, session_id=session_id)

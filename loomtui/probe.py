@@ -1,7 +1,7 @@
 """A canary probe: record it, type its instruction, watch the acks directory for its nonce.
 
-Only the actions module calls `probe` (actions.canary_now), for every trigger. The
-instruction is typed through actions.inject, the one injection path.
+Only the actions module calls `probe` (actions.canary_now), for every trigger, and hands it
+the one injection path to type the instruction with.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import watchfiles
 
@@ -32,23 +34,31 @@ from .canary import (
 )
 from .context import Context
 
+if TYPE_CHECKING:
+    from .inject import InjectResult
 
-def probe(ctx: Context, *, source: str, join: bool = True, stop: threading.Event | None = None) -> Probe:
-    """Send a probe (or join the one in flight) and wait for its result."""
+
+# Types one line into the agent's pane and records it: actions.inject, the one injection path.
+Send = Callable[..., "InjectResult"]
+
+
+def probe(ctx: Context, send: Send, *, source: str, join: bool = True,
+          stop: threading.Event | None = None) -> Probe:
+    """Send a probe through `send` (or join the one in flight) and wait for its result."""
     ack_timeout = ctx.config.canary.ack_timeout
     with locks.hold(ctx.state_dir, CANARY_LOCK, timeout=30):
         settle_stale(ctx)
         pending = ctx.store.query_one("SELECT * FROM canary_runs WHERE result = ? ORDER BY id DESC LIMIT 1",
                                       (PENDING,))
         if pending is None or not join:
-            run = _send(ctx, source, ack_timeout)
+            run = _send(ctx, send, source, ack_timeout)
         else:
             run = probe_from(pending, joined=True)
     # Wait outside the lock, so that anyone else asking meanwhile can join too.
     return run if run.result != PENDING else wait(ctx, run, stop)
 
 
-def _send(ctx: Context, source: str, ack_timeout: float) -> Probe:
+def _send(ctx: Context, send: Send, source: str, ack_timeout: float) -> Probe:
     """Record a pending probe and type it; the caller holds canary.lock."""
     nonce = secrets.token_hex(12)
     sent_at = time.time()
@@ -64,10 +74,7 @@ def _send(ctx: Context, source: str, ack_timeout: float) -> Probe:
         run_id = insert_run(ctx, nonce, source, ERROR, sent_at, deadline, why)
         return Probe(run_id, nonce, ERROR, sent_at, deadline, why=why, source=source)
     run_id = insert_run(ctx, nonce, source, PENDING, sent_at, deadline)
-    from . import actions  # the one injection path; actions imports this module
-
-    result = actions.inject(ctx, instruction(ctx.acks_dir / nonce), source=source, kind="canary_sent",
-                            detail={"run": run_id})
+    result = send(ctx, instruction(ctx.acks_dir / nonce), source=source, kind="canary_sent", detail={"run": run_id})
     if not result.ok:
         settle_run(ctx, run_id, INJECT_FAILED, why=result.error)
         return Probe(run_id, nonce, INJECT_FAILED, sent_at, deadline, why=result.error, source=source)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import clock, ledger, outbox, session
 from .context import Context
-from .launch import Outcome
 from .policy import Decision, Instant, Relaunch, Situation
+
+if TYPE_CHECKING:
+    from .launch import Outcome
 
 HISTORY_LIMIT = 500
 HOLD_KEY = "hold"

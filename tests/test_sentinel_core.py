@@ -522,15 +522,15 @@ def test_signature_turns_control_characters_into_one_space_and_never_ends_in_one
 
 def test_an_every_schedule_counts_a_long_outage_in_full():
     # Far more periods than the cron walk's bound: the arithmetic path has no bound.
-    assert schedule.missed("every 1s", 0.0, 50_000.5, grace=0) == (1.0, 50_000.0)
+    assert schedule.missed("every 1s", 0.0, 50_000.5, grace=0, tz=UTC) == (1.0, 50_000.0)
 
 
 def test_a_cron_run_is_missed_only_once_its_grace_has_passed():
-    day = dt.datetime(2031, 3, 3, 7, 0).astimezone().timestamp()
+    day = dt.datetime(2031, 3, 3, 7, 0, tzinfo=BERLIN).timestamp()
     ran = day - 3600
-    assert schedule.missed("0 7 * * *", ran, day + 600, grace=600) is None
+    assert schedule.missed("0 7 * * *", ran, day + 600, grace=600, tz=BERLIN) is None
     # The next day's run is within its grace at `now`: only today's counts.
     now = day + 86400 + 300
-    assert schedule.missed("0 7 * * *", ran, now, grace=600) == (day, day)
-    assert schedule.missed("0 7 * * *", ran, day + 86400 + 600, grace=600) == (day, day)
-    assert schedule.missed("0 7 * * *", ran, day + 86400 + 601, grace=600) == (day, day + 86400)
+    assert schedule.missed("0 7 * * *", ran, now, grace=600, tz=BERLIN) == (day, day)
+    assert schedule.missed("0 7 * * *", ran, day + 86400 + 600, grace=600, tz=BERLIN) == (day, day)
+    assert schedule.missed("0 7 * * *", ran, day + 86400 + 601, grace=600, tz=BERLIN) == (day, day + 86400)
