@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-stress mutants venv clean screenshots bench
+.PHONY: demo test test-stress lint mutants venv clean screenshots bench
 
 # constraints.txt pins the versions the tests (and their snapshots) were made with; pyproject
 # keeps only lower bounds, for installs of the package itself.
@@ -24,6 +24,10 @@ demo: $(STAMP)
 # --randomly-seed=N).
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n 4 $(PYTEST_ARGS)
+
+# The architecture contracts in pyproject.toml (sealed core, layers, one control path).
+lint: $(STAMP)
+	$(VENV)/bin/lint-imports
 
 # The same suite on a busy machine: one CPU-bound process per core runs beside it.
 test-stress: $(STAMP)

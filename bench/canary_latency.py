@@ -14,7 +14,7 @@ from pathlib import Path
 
 from _common import ROOT, summary  # noqa: F401
 
-from loomtui import canary
+from loomtui import canary, probe
 from loomtui.context import Context
 
 
@@ -27,7 +27,7 @@ def main() -> int:
     try:
         for i in range(30):
             now = time.time()
-            run_id = canary._insert(ctx, f"bench{i}", "bench", canary.PENDING, now, now + 10)
+            run_id = canary.insert_run(ctx, f"bench{i}", "bench", canary.PENDING, now, now + 10)
             run = canary.Probe(run_id, f"bench{i}", canary.PENDING, now, now + 10)
             touched: list[float] = []
 
@@ -38,7 +38,7 @@ def main() -> int:
 
             thread = threading.Thread(target=ack)
             thread.start()
-            result = canary.wait(ctx, run)
+            result = probe.wait(ctx, run)
             seen = time.monotonic()
             thread.join()
             assert result.result == canary.OK, result

@@ -1,88 +1,101 @@
-"""The one actions module: every trigger (ticks, console keys, CLI, Telegram) lowers into these.
+"""The one control path: every trigger (ticks, console keys, CLI, Telegram) acts through here.
 
-Each action takes the locks it needs and records itself in the ledger with its source and
-cause; no trigger keeps a private copy of an action.
+Relaunching, typing into the pane, pressing keys, probing and resolving are reached only
+through these functions (an import-linter contract in pyproject.toml keeps it so). Each takes
+the locks it needs and is recorded in the ledger with its source (who asked) and cause.
 """
 
 from __future__ import annotations
 
-from . import launch, locks
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from . import claims, clock, launch, locks, policy, probe, recovery
 from .context import Context
 from .driver import TmuxDriver
+from .errors import LockHeld
 from .inject import InjectResult
-from .inject import inject as _inject
+from .inject import inject as _type_text
+from .inject import press as _press_keys
+from .policy import Instant
+from .recovery import Recovery
 
-RECYCLE_LOCK_TIMEOUT = 120.0
+# An operator's relaunch waits this long for one already under way; an automatic one never waits
+# (the failure it saw may be handled by then, and its loop looks again next tick).
+OPERATOR_LOCK_WAIT = 120.0
 
 
-def inject(ctx: Context, text: str, *, source: str) -> InjectResult:
-    return _inject(ctx, text, source=source)
-
-
-def recycle(
+def recover(
     ctx: Context,
-    mode: str,
-    *,
     cause: str,
+    *,
     source: str,
     reason: str | None = None,
-    lock_timeout: float | None = RECYCLE_LOCK_TIMEOUT,
+    still_failing: Callable[[], bool] | None = None,
+    evidence: dict[str, Any] | None = None,
+    lock_wait: float | None = None,
     driver: TmuxDriver | None = None,
-) -> launch.Outcome:
-    """Relaunch under recycle.lock (one relaunch at a time, whoever asks)."""
-    with locks.hold(ctx.state_dir, locks.RECYCLE, timeout=lock_timeout):
-        return launch.relaunch_locked(ctx, mode, cause=cause, source=source, reason=reason, driver=driver)
+    now: Instant | None = None,
+) -> Recovery:
+    """Take recycle.lock, look again, ask the policy, then relaunch, escalate or wait.
+
+    The one function that relaunches, for automatic and operator causes alike. The second look
+    under the lock (`still_failing`) keeps two supervisors, or one restarted mid-relaunch, from
+    relaunching twice for one failure.
+    """
+    operator = cause in policy.OPERATOR
+    wait = lock_wait if lock_wait is not None else (OPERATOR_LOCK_WAIT if operator else 0.0)
+    try:
+        lock = locks.hold(ctx.state_dir, locks.RECYCLE, timeout=wait)
+    except LockHeld:
+        return Recovery("busy", notes=["another relaunch holds recycle.lock"])
+    with lock:
+        if still_failing is not None and not still_failing():
+            return Recovery("resolved", notes=["the failure was gone on a second look"])
+        at = now or clock.now()
+        decision = policy.decide(recovery.situation(ctx, cause), policy.limits_from(ctx.config), at)
+        if decision.action == policy.RELAUNCH:
+            if operator:
+                recovery.clear_hold(ctx, source=source, cause=cause, at=at)
+            outcome = launch.relaunch_locked(ctx, decision.mode, cause=cause, source=source,
+                                             reason=reason or "; ".join(decision.reasons), evidence=evidence,
+                                             driver=driver)
+            return Recovery("relaunched" if outcome.ok else "failed", decision, outcome)
+        if decision.action == policy.HOLD and decision.escalate:
+            recovery.escalate(ctx, cause, decision, source, at)
+            return Recovery("held", decision, notes=["escalated to the operator"])
+        return Recovery("held" if decision.action == policy.HOLD else "waiting", decision)
 
 
-def operator_recycle(ctx: Context, mode: str, *, source: str, reason: str | None = None) -> launch.Outcome:
-    return recycle(ctx, mode, cause=f"operator_{mode}", source=source, reason=reason)
+def recycle(ctx: Context, mode: str, *, source: str, reason: str | None = None) -> Recovery:
+    """An operator's relaunch: `resume` the pinned session or start `fresh`; clears a hold."""
+    if mode not in (policy.RESUME, policy.FRESH):
+        raise ValueError(f"unknown relaunch mode {mode!r}: use resume or fresh")
+    return recover(ctx, f"operator_{mode}", source=source, reason=reason)
 
 
-def canary_now(ctx: Context, *, source: str):
+def inject(ctx: Context, text: str, *, source: str, kind: str = "inject",
+           detail: dict[str, Any] | None = None) -> InjectResult:
+    """Type one line into the agent's pane (the probe's instruction and the nudges too)."""
+    return _type_text(ctx, text, source=source, kind=kind, detail=detail)
+
+
+def nudge(ctx: Context, text: str, *, source: str, detail: dict[str, Any]) -> InjectResult:
+    """Tell the agent about a queue item."""
+    return _type_text(ctx, text, source=source, kind="queue_nudge", detail=detail)
+
+
+def dismiss_modal(ctx: Context, keys: list[str], *, source: str, detail: dict[str, Any]) -> InjectResult:
+    """Press the configured keys to close a known dialog."""
+    return _press_keys(ctx, keys, source=source, kind="modal_dismissed", detail=detail)
+
+
+def canary_now(ctx: Context, *, source: str, stop: threading.Event | None = None):
     """Probe now, or join the probe in flight."""
-    from . import canary
-
-    return canary.probe(ctx, source=source)
+    return probe.probe(ctx, inject, source=source, stop=stop)
 
 
 def resolve(ctx: Context, item_id: int, note: str, *, source: str, session_id: str | None = None):
-    from . import sentinel_queue
-
-    return sentinel_queue.resolve(ctx, item_id, note, source=source, session_id=session_id)
-
-
-def queue_summary(ctx: Context, limit: int = 10) -> str:
-    from . import sentinel_queue
-
-    items = sentinel_queue.open_items(ctx.store)
-    if not items:
-        return "queue: nothing open"
-    lines = [f"queue: {len(items)} open"]
-    for item in items[:limit]:
-        lines.append(f"#{item.id} {item.job} [{item.state}] x{item.count}")
-    if len(items) > limit:
-        lines.append(f"… and {len(items) - limit} more")
-    return "\n".join(lines)
-
-
-class OperatorActions:
-    """What the Telegram command mode may do, through the same actions as every trigger."""
-
-    def __init__(self, ctx: Context, source: str = "telegram") -> None:
-        self.ctx = ctx
-        self.source = source
-
-    def status(self) -> str:
-        from . import status as status_mod
-        from .telegram.commands import format_status
-
-        return format_status(status_mod.gather(self.ctx, events=0))
-
-    def canary(self) -> str:
-        return "canary " + canary_now(self.ctx, source=self.source).describe()
-
-    def recycle(self, mode: str) -> str:
-        return operator_recycle(self.ctx, mode, source=self.source, reason="asked over Telegram").describe()
-
-    def queue(self) -> str:
-        return queue_summary(self.ctx)
+    """Claim a queue item as handled; only the job's next clean run witnesses it."""
+    return claims.resolve(ctx, item_id, note, source=source, session_id=session_id)

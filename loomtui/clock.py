@@ -28,3 +28,10 @@ def instant_from(detail: dict, wall: float) -> Instant:
     """The Instant recorded in an event's detail (wall time from the event itself)."""
     mono = detail.get("mono")
     return Instant(wall, float(mono) if isinstance(mono, (int, float)) else None, detail.get("boot"))
+
+
+def local_zone():
+    """The machine's local time zone, with its daylight-saving rules (cron schedules use it)."""
+    from dateutil import tz
+
+    return tz.tzlocal()

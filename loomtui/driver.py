@@ -17,7 +17,7 @@ from .config import AgentConfig, Config
 from .proctree import Tree
 from .tmux import AgentPane, PaneInfo, TmuxError, TmuxGone, TmuxTimeout
 
-UP, GONE, UNKNOWN = "up", "gone", "unknown"
+from .states import GONE, UNKNOWN, UP  # noqa: F401  (re-exported: callers say driver.UP)
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,20 @@ events in (oldest first), incidents out.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from .ledger import Event
 from .policy import OPERATOR
+
+
+class Event(Protocol):
+    """A ledger event as the grouping reads it (ledger.Event has these fields)."""
+
+    id: int
+    ts: float
+    kind: str
+    cause: str | None
+    detail: dict[str, Any]
+
 
 # The kinds the timeline reads; everything else is ordinary traffic (injections, heartbeats).
 KINDS = (

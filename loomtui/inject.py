@@ -1,4 +1,4 @@
-"""The one function that types into the agent's pane, for every caller.
+"""The one function that types into the agent's pane; callers reach it through the actions module.
 
 Under inject.lock: check the pane, paste the text through a named tmux buffer, press Enter
 separately, release. Control characters are stripped and newlines become spaces, so a message
@@ -8,9 +8,6 @@ digest, never its text (operator messages are private).
 
 from __future__ import annotations
 
-import hashlib
-import re
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,20 +16,10 @@ from . import ledger, locks
 from .context import Context
 from .driver import TmuxDriver
 from .errors import LockHeld, LoomError
+from .text import digest, sanitize
 from .tmux import TmuxError
 
-_LINE_BREAKS = re.compile(r"\r\n|[\r\n\v\f\x85\u2028\u2029\t]")
 MAX_LENGTH = 100_000
-
-
-def sanitize(text: str) -> str:
-    """One line of printable text: breaks become spaces, other control characters are dropped."""
-    text = _LINE_BREAKS.sub(" ", text)
-    return "".join(ch for ch in text if unicodedata.category(ch) != "Cc")
-
-
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Resume only ever continues the pinned id ("most recent" once resumed a stranger's
 conversation), and a fresh id is never passed together with a resume flag. A resume whose
 agent exits at once saying it found no conversation is a `resume_failed`, and its fallback
-is a fresh session. The caller holds recycle.lock (see actions.recycle).
+is a fresh session. Only the actions module calls this, holding recycle.lock (actions.recover).
 """
 
 from __future__ import annotations
@@ -18,21 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import clock, ledger, locks, proctree, session
+from . import clock, ledger, locks, session
+from .launches import LAUNCH_KEY, record_processes, recorded_processes
 from .context import Context
 from .driver import TmuxDriver
 from .errors import LoomError
-from .policy import OPERATOR, Instant, age
+from .policy import FRESH, RESUME
 from .tmux import TmuxError
 
 log = logging.getLogger("loom.launch")
 
-RESUME, FRESH = "resume", "fresh"
-LAUNCH_KEY = "agent_launch"
-HOLD_KEY = "hold"
-# The pane process and tmux server last seen running the agent (pid + start), kept apart from
-# LAUNCH_KEY so that a relaunch that fails half-way never forgets which processes are ours.
-PROCS_KEY = "agent_processes"
 
 
 @dataclass
@@ -73,11 +68,6 @@ def agent_env(ctx: Context, session_id: str) -> dict[str, str]:
         env["LOOM_CONFIG"] = str(ctx.config_path)
     env.update(ctx.config.agent.env)
     return env
-
-
-def last_launch(ctx: Context) -> dict[str, Any] | None:
-    raw = ctx.store.get_meta(LAUNCH_KEY)
-    return json.loads(raw) if raw else None
 
 
 def relaunch_locked(
@@ -121,9 +111,6 @@ def relaunch_locked(
         outcome.events.append(event.id)
         store.set_meta(LAUNCH_KEY, json.dumps({"ts": now, "mono": at.mono, "boot": at.boot, "mode": mode,
                                                "session_id": new, "cause": cause}), db)
-        if cause in OPERATOR and store.get_meta(HOLD_KEY) is not None:
-            db.execute("DELETE FROM meta WHERE key = ?", (HOLD_KEY,))
-            ledger.append_in(db, "hold_cleared", source=source, cause=cause, detail={"by": source}, ts=now)
     try:
         # Nothing may be typed while the pane changes hands: a paste that landed in the new
         # agent without its Enter would be glued onto the next message (a fabricated message).
@@ -166,24 +153,6 @@ def relaunch_locked(
     return outcome
 
 
-def recorded_processes(ctx: Context) -> dict[str, Any] | None:
-    raw = ctx.store.get_meta(PROCS_KEY)
-    return json.loads(raw) if raw else None
-
-
-def record_processes(ctx: Context, driver: TmuxDriver, pane_pid: int) -> None:
-    """Remember the pane process and tmux server running the agent (pid and start), so a later
-    "tmux gone" can be checked against the processes themselves."""
-    try:
-        server = driver.server_pid()
-    except TmuxError:
-        server = None
-    ctx.store.set_meta(PROCS_KEY, json.dumps({
-        "pane_pid": pane_pid, "pane_started": proctree.start_time(pane_pid),
-        "server_pid": server, "server_started": proctree.start_time(server) if server else None,
-    }))
-
-
 def _watch_boot(ctx: Context, driver: TmuxDriver, pane_id: str) -> tuple[str, int | None] | None:
     """Watch a new agent for `agent.resume_check`: (its last screen, exit status) if it died, else None."""
     deadline = time.monotonic() + ctx.config.agent.resume_check
@@ -201,26 +170,3 @@ def _watch_boot(ctx: Context, driver: TmuxDriver, pane_id: str) -> tuple[str, in
                 return "", info.dead_status
         time.sleep(0.1)
     return None
-
-
-def relaunch_under_way(ctx: Context, now: float | None = None) -> bool:
-    """True while a relaunch holds recycle.lock or the agent is still inside its boot grace.
-
-    Typing into an agent that is being replaced, or has not finished booting, loses the text.
-    """
-    if locks.is_held(ctx.state_dir, locks.RECYCLE):
-        return True
-    return in_boot_grace(ctx, None if now is None else Instant(now))
-
-
-def since_launch(ctx: Context, at: Instant | None = None) -> float | None:
-    """Seconds since the last launch, on the monotonic clock where it can be compared."""
-    launched = last_launch(ctx)
-    if not launched:
-        return None
-    return age(clock.instant_from(launched, float(launched["ts"])), at or clock.now())
-
-
-def in_boot_grace(ctx: Context, at: Instant | None = None) -> bool:
-    elapsed = since_launch(ctx, at)
-    return elapsed is not None and elapsed < ctx.config.agent.boot_grace

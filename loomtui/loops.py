@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .canary import CanaryLoop
+from .canary_loop import CanaryLoop
 from .context import Context
 from .supervise import Service, TickLoop
 from .watchdog import Watchdog
@@ -77,7 +77,7 @@ async def _sender(ctx: Context, stop: asyncio.Event) -> None:
 
 
 async def _commands(ctx: Context, stop: asyncio.Event) -> None:
-    from .actions import OperatorActions
+    from .telegram.commands import OperatorActions
     from .telegram.commands import run_commands
 
     await run_commands(ctx, OperatorActions(ctx), stop)

@@ -11,11 +11,18 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, replace
-
-from .config import SentinelConfig
+from typing import Protocol
 
 OPEN, CLAIMED, WITNESSED = "open", "claimed", "witnessed"
 LINE, EXIT, MISSED, SCAN = "line", "exit", "missed", "scan"
+
+
+class SentinelConfig(Protocol):
+    """The `[sentinel]` values the queue rules read (config.SentinelConfig has them)."""
+
+    backstop: float
+    renudge: float
+
 
 
 @dataclass(frozen=True)

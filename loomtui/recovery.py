@@ -1,23 +1,25 @@
-"""Recovery: take recycle.lock, look again, ask the policy, act, record.
+"""What a recovery decides from, and what it leaves: relaunch history, the hold, escalation.
 
-Every automatic trigger (watchdog, exit watch, canary) comes through `recover`. The second
-look under the lock is what keeps two supervisors, or a supervisor restarted mid-relaunch,
-from relaunching twice for one failure: by the time the lock is ours, the failure may have
-been handled already.
+The decision itself is actions.recover, the one owner of recycle.lock; this module gathers its
+facts from the store (`situation`) and keeps the hold, which only `escalate` sets and only an
+operator's relaunch (`clear_hold`) clears.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from . import clock, launch, ledger, locks, outbox, policy, session
+from . import clock, ledger, outbox, session
 from .context import Context
-from .errors import LockHeld
 from .policy import Decision, Instant, Relaunch, Situation
 
+if TYPE_CHECKING:
+    from .launch import Outcome
+
 HISTORY_LIMIT = 500
+HOLD_KEY = "hold"
 
 
 @dataclass
@@ -26,13 +28,18 @@ class Recovery:
 
     status: str
     decision: Decision | None = None
-    outcome: launch.Outcome | None = None
+    outcome: Outcome | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the agent was relaunched."""
+        return self.outcome is not None and self.outcome.ok
 
     def describe(self) -> str:
         if self.outcome is not None:
             return self.outcome.describe()
-        reasons = "; ".join(self.decision.reasons) if self.decision else ""
+        reasons = "; ".join(self.decision.reasons) if self.decision else "; ".join(self.notes)
         return f"{self.status}: {reasons}".rstrip(": ")
 
 
@@ -63,42 +70,23 @@ def canary_recycled(ctx: Context, pinned: str | None) -> frozenset[str]:
 
 
 def held(ctx: Context) -> dict | None:
-    raw = ctx.store.get_meta(launch.HOLD_KEY)
+    raw = ctx.store.get_meta(HOLD_KEY)
     return json.loads(raw) if raw else None
+
+
+def clear_hold(ctx: Context, *, source: str, cause: str, at: Instant) -> bool:
+    """An operator acted: automatic recovery may run again. False when nothing was held."""
+    with ctx.store.write() as db:
+        if ctx.store.get_meta(HOLD_KEY) is None:
+            return False
+        db.execute("DELETE FROM meta WHERE key = ?", (HOLD_KEY,))
+        ledger.append_in(db, "hold_cleared", source=source, cause=cause, detail={"by": source}, ts=at.wall)
+    return True
 
 
 def situation(ctx: Context, cause: str) -> Situation:
     pinned = session.pinned(ctx.store)
     return Situation(cause, pinned, history(ctx), held(ctx) is not None, canary_recycled(ctx, pinned))
-
-
-def recover(
-    ctx: Context,
-    cause: str,
-    *,
-    source: str,
-    still_failing: Callable[[], bool] | None = None,
-    evidence: dict | None = None,
-    now: Instant | None = None,
-) -> Recovery:
-    try:
-        lock = locks.hold(ctx.state_dir, locks.RECYCLE, timeout=0)
-    except LockHeld:
-        return Recovery("busy", notes=["another relaunch holds recycle.lock"])
-    with lock:
-        if still_failing is not None and not still_failing():
-            return Recovery("resolved", notes=["the failure was gone on a second look"])
-        at = now or clock.now()
-        decision = policy.decide(situation(ctx, cause), policy.limits_from(ctx.config), at)
-        if decision.action == policy.RELAUNCH:
-            reason = "; ".join(decision.reasons)
-            outcome = launch.relaunch_locked(ctx, decision.mode, cause=cause, source=source, reason=reason,
-                                             evidence=evidence)
-            return Recovery("relaunched" if outcome.ok else "failed", decision, outcome)
-        if decision.action == policy.HOLD and decision.escalate:
-            escalate(ctx, cause, decision, source, at)
-            return Recovery("held", decision, notes=["escalated to the operator"])
-        return Recovery("held" if decision.action == policy.HOLD else "waiting", decision)
 
 
 def escalate(ctx: Context, cause: str, decision: Decision, source: str, at: Instant) -> None:
@@ -108,9 +96,9 @@ def escalate(ctx: Context, cause: str, decision: Decision, source: str, at: Inst
         f"Automatic recovery is on hold until you act (loom recycle --resume or --fresh)."
     )
     with ctx.store.write() as db:
-        if ctx.store.get_meta(launch.HOLD_KEY) is not None:
+        if ctx.store.get_meta(HOLD_KEY) is not None:
             return
-        ctx.store.set_meta(launch.HOLD_KEY, json.dumps({"ts": at.wall, "cause": cause,
+        ctx.store.set_meta(HOLD_KEY, json.dumps({"ts": at.wall, "cause": cause,
                                                        "reasons": list(decision.reasons)}), db)
         event = ledger.append_in(db, "escalation", source=source, cause=cause,
                                  detail={"reasons": list(decision.reasons), "held": True}, ts=at.wall)

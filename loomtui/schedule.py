@@ -1,7 +1,8 @@
 """When a job should next have run, and whether it missed: pure functions of times.
 
-A cron schedule fires in the machine's local time, like cron itself; `every 10m` means a run
-at most 10 minutes after the one before.
+A cron schedule fires in the given time zone (the shell passes the machine's local zone, as
+cron itself uses); `every 10m` means a run at most 10 minutes after the one before. Nothing
+here reads the clock or the process's time zone.
 """
 
 from __future__ import annotations
@@ -19,21 +20,22 @@ def period(schedule: str) -> float | None:
     return None
 
 
-def next_due(schedule: str, after: float) -> float:
+def next_due(schedule: str, after: float, *, tz: dt.tzinfo) -> float:
     """The first time after `after` at which a run is expected to start."""
     every = period(schedule)
     if every is not None:
         return after + every
     from croniter import croniter
 
-    start = dt.datetime.fromtimestamp(after).astimezone()
+    start = dt.datetime.fromtimestamp(after, tz)
     return float(croniter(schedule.strip(), start).get_next(float))
 
 
 MAX_STEPS = 10_000  # bounds the walk over a long outage of a very frequent cron schedule
 
 
-def missed(schedule: str, reference: float, now: float, grace: float) -> tuple[float, float] | None:
+def missed(schedule: str, reference: float, now: float, grace: float, *,
+           tz: dt.tzinfo) -> tuple[float, float] | None:
     """(first, last) due times missed since `reference` (the last run's start, or when watching
     began, or the last missed time already reported); None when nothing is past its grace.
 
@@ -41,7 +43,7 @@ def missed(schedule: str, reference: float, now: float, grace: float) -> tuple[f
     """
     if not schedule.strip():
         return None
-    first = next_due(schedule, reference)
+    first = next_due(schedule, reference, tz=tz)
     if now <= first + grace:
         return None
     every = period(schedule)
@@ -50,7 +52,7 @@ def missed(schedule: str, reference: float, now: float, grace: float) -> tuple[f
         return first, first + max(0, steps) * every
     last = first
     for _ in range(MAX_STEPS):
-        nxt = next_due(schedule, last)
+        nxt = next_due(schedule, last, tz=tz)
         if now <= nxt + grace:
             break
         last = nxt

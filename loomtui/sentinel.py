@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from . import jobscan, launch, ledger, locks, logscan, outbox, redact, schedule
+from . import actions, clock, jobscan, launches, ledger, locks, logscan, outbox, redact, schedule
 from . import sentinel_queue as queue
 from .config import JobConfig
 from .context import Context
 from .errors import LoomError
-from .inject import inject
 from .queue_core import (
     EXIT,
     MISSED,
@@ -170,7 +169,7 @@ def scan_job(ctx: Context, job: JobConfig, runs: list[Run], now: float, report: 
     watch_since = watch.watch_since if watch.watch_since is not None else now
     reference = max(last_start if last_start is not None else watch_since, watch.missed_mark or float("-inf"))
     missed_mark = watch.missed_mark
-    gap = schedule.missed(job.schedule, reference, now, ctx.config.sentinel.missed_grace)
+    gap = schedule.missed(job.schedule, reference, now, ctx.config.sentinel.missed_grace, tz=clock.local_zone())
     if gap is not None:
         first, last = gap
         missed_mark = last
@@ -235,7 +234,7 @@ def send_due(ctx: Context, now: float, report: TickReport) -> None:
     items = queue.unresolved_items(ctx.store)
     if not items:
         return
-    report.relaunching = launch.relaunch_under_way(ctx)  # boot grace on the monotonic clock, not `now`
+    report.relaunching = launches.relaunch_under_way(ctx)  # boot grace on the monotonic clock, not `now`
     cfg = ctx.config.sentinel
     for item in items:
         for action in decide(item, cfg, now, relaunching=report.relaunching,
@@ -255,7 +254,8 @@ def witness_window(ctx: Context, item: Item) -> float | None:
     if job is None or not job.schedule or item.claimed_at is None:
         return None
     try:
-        return schedule.next_due(job.schedule, item.claimed_at) - item.claimed_at + ctx.config.sentinel.missed_grace
+        due = schedule.next_due(job.schedule, item.claimed_at, tz=clock.local_zone())
+        return due - item.claimed_at + ctx.config.sentinel.missed_grace
     except ValueError:
         return None
 
@@ -263,7 +263,7 @@ def witness_window(ctx: Context, item: Item) -> float | None:
 def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: TickReport) -> None:
     detail = {"item": item.id, "job": item.job, "nudge": item.nudges + 1, "renudge": action.renudge}
     try:
-        result = inject(ctx, action.text, source=SOURCE, kind="queue_nudge", detail=detail)
+        result = actions.nudge(ctx, action.text, source=SOURCE, detail=detail)
         ok, error = result.ok, result.error
     except LoomError as exc:
         ok, error = False, str(exc)

@@ -1,4 +1,4 @@
-"""The sentinel queue in the store: items as rows, and `resolve` (a claim) as an action.
+"""The sentinel queue in the store: items as rows (claims are claims.py, reached through actions).
 
 Every state change commits with its ledger event. Notes are untrusted text: they live in the
 row, and the ledger records only their length and digest.
@@ -9,14 +9,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import sqlite3
-import time
-from pathlib import Path
 from typing import Any
 
 from . import ledger
-from .context import Context
-from .errors import LoomError
-from .inject import digest, sanitize
 from .queue_core import CLAIMED, OPEN, WITNESSED, Failure, Item
 from .store import Store
 
@@ -93,40 +88,3 @@ def claimer_session(environ: dict[str, str] | None = None) -> str | None:
     """The agent runs with LOOM_SESSION_ID set: a claim made from its shell names its session."""
     env = os.environ if environ is None else environ
     return env.get("LOOM_SESSION_ID") or None
-
-
-def log_position(path: str | Path) -> tuple[int | None, int | None, int | None]:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None, None, None
-    return st.st_dev, st.st_ino, st.st_size
-
-
-def resolve(ctx: Context, item_id: int, note: str, *, source: str, session_id: str | None = None,
-            now: float | None = None) -> tuple[Item, bool]:
-    """Claim an item as handled; (the item, whether it changed). A claim waits for a witness run."""
-    clean = sanitize(note).strip()
-    if not clean:
-        raise LoomError("resolve: --note must say what you found and did")
-    if len(clean) > MAX_NOTE:
-        raise LoomError(f"resolve: the note is {len(clean)} characters; keep it under {MAX_NOTE}")
-    now = time.time() if now is None else now
-    with ctx.store.write() as db:
-        row = db.execute("SELECT * FROM queue_items WHERE id = ?", (item_id,)).fetchone()
-        if row is None:
-            raise LoomError(f"resolve: there is no queue item {item_id} (see loom queue)")
-        item = from_row(row)
-        if item.state == WITNESSED:
-            return item, False
-        # Where the log ends now: a failure line past this point happened after the claim.
-        job = ctx.config.job(item.job)
-        dev, inode, size = log_position(job.log if job else item.log)
-        claimed = dataclasses.replace(
-            item, state=CLAIMED, claimed_at=now, claimed_by=source, claimed_session=session_id,
-            claim_dev=dev, claim_inode=inode, claim_offset=size, note=clean)
-        save(db, claimed)
-        ledger.append_in(db, "queue_claim", source=source, ts=now, detail={
-            "item": item.id, "job": item.job, "session": session_id, "again": item.state == CLAIMED,
-            "note_length": len(clean), "note_digest": digest(clean)})
-    return claimed, True

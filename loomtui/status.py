@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import canary, launch, ledger, outbox, recovery, sentinel_queue, session
+from . import canary, launches, ledger, outbox, recovery, sentinel_queue, session
 from .context import Context
 from .driver import TmuxDriver
 from .telegram import state as telegram_state
@@ -35,7 +35,7 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None) -> dict[s
         "canary": _canary(ctx, now),
         "queue": sentinel_queue.counts(store),
         "hold": recovery.held(ctx),
-        "last_launch": launch.last_launch(ctx),
+        "last_launch": launches.last_launch(ctx),
     }
 
 

@@ -1,4 +1,4 @@
-"""The watchdog tick: observe at bounded cost, let watchdog_core decide, act through recovery."""
+"""The watchdog tick: observe at bounded cost, let watchdog_core decide, act through the actions module."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from . import inject, launch, ledger, outbox, proctree, recovery
+from . import actions, launches, ledger, outbox, proctree
 from .context import Context
 from .driver import GONE, UP, TmuxDriver
 from .errors import LoomError
@@ -38,8 +38,8 @@ class Watchdog:
 
     def observe(self) -> tuple[Observation, object]:
         facts = self.driver.observe()
-        launched = launch.last_launch(self.ctx)
-        since = launch.since_launch(self.ctx)
+        launched = launches.last_launch(self.ctx)
+        since = launches.since_launch(self.ctx)
         agent = self.ctx.config.agent
         screen = None
         pane = facts.pane
@@ -108,8 +108,8 @@ class Watchdog:
         if step.kind == "repair_socket":
             return self.repair_socket()
         if step.kind == "dismiss_modal":
-            result = inject.press(self.ctx, list(step.keys), source="watchdog", kind="modal_dismissed",
-                                  detail={"match": step.note})
+            result = actions.dismiss_modal(self.ctx, list(step.keys), source="watchdog",
+                                           detail={"match": step.note})
             return "modal dismissed" if result.ok else f"modal dismissal failed: {result.error}"
         assert step.kind == "recover" and step.cause
         evidence: dict[str, object] = {"note": step.note}
@@ -118,14 +118,14 @@ class Watchdog:
             if obs.dead_signal:
                 evidence["signal"] = obs.dead_signal
         pane_pid = facts.pane.pane_pid if getattr(facts, "pane", None) else None  # type: ignore[attr-defined]
-        outcome = recovery.recover(self.ctx, step.cause, source="watchdog", evidence=evidence,
-                                   still_failing=lambda: self.still_failing(step.cause, pane_pid))
+        outcome = actions.recover(self.ctx, step.cause, source="watchdog", evidence=evidence,
+                                  still_failing=lambda: self.still_failing(step.cause, pane_pid))
         return f"{step.cause}: {outcome.describe()}"
 
     def socket_lost(self) -> bool:
         """Our tmux server runs but does not answer on its socket (a /tmp cleaner deleted it).
         A server that answers, but has no agent session, is a plain "gone"."""
-        recorded = launch.recorded_processes(self.ctx) or {}
+        recorded = launches.recorded_processes(self.ctx) or {}
         if not proctree.alive_as(recorded.get("server_pid"), recorded.get("server_started")):
             return False
         try:
@@ -136,17 +136,17 @@ class Watchdog:
     def remember_processes(self, pane_pid: int) -> None:
         """Keep the record of our processes current (after an upgrade, or a relaunch that
         could not record them): only when what runs differs from what is recorded."""
-        recorded = launch.recorded_processes(self.ctx) or {}
+        recorded = launches.recorded_processes(self.ctx) or {}
         if recorded.get("pane_pid") == pane_pid and recorded.get("server_pid"):
             return
         try:
-            launch.record_processes(self.ctx, self.driver, pane_pid)
+            launches.record_processes(self.ctx, self.driver, pane_pid)
         except (TmuxError, LoomError):
             pass  # tried again on the next look
 
     def repair_socket(self) -> str:
         """SIGUSR1 makes a tmux server recreate its socket: a repair that touches no agent."""
-        recorded = launch.recorded_processes(self.ctx) or {}
+        recorded = launches.recorded_processes(self.ctx) or {}
         pid = recorded.get("server_pid")
         if not proctree.alive_as(pid, recorded.get("server_started")):
             return "repair_socket: the tmux server is no longer running"
@@ -194,7 +194,7 @@ class Watchdog:
         """Reap pollers outside the agent's tree, only when the tree is plainly seen: a live pane
         that tmux answered for, and no relaunch under way (a new agent's poller is not foreign)."""
         pane_pid = self._live_pane_pid()
-        if pane_pid is None or launch.relaunch_under_way(self.ctx):
+        if pane_pid is None or launches.relaunch_under_way(self.ctx):
             return []
         try:
             ours = set(proctree.walk(pane_pid)[0])

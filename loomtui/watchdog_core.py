@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from .driver import GONE
-from .driver import UNKNOWN as TMUX_UNKNOWN
-from .proctree import MISSING, PRESENT
+from .states import GONE, MISSING, PRESENT
+from .states import UNKNOWN as TMUX_UNKNOWN
 
 MODAL_COOLDOWN = 5.0
 MODAL_PRESSES = 2  # a dialog still there after this many presses is not the dialog we know

@@ -12,7 +12,7 @@ import pytest
 from harness import wait_for
 
 from loomtui import actions
-from loomtui.inject import sanitize
+from loomtui.text import sanitize
 
 pytestmark = pytest.mark.e2e
 

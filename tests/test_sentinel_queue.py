@@ -8,7 +8,7 @@ import sys
 import pytest
 from test_sentinel_scan import Fleet, run_job
 
-from loomtui import ledger, locks, outbox
+from loomtui import actions, claims, ledger, locks, outbox
 from loomtui import sentinel as sentinel_mod
 from loomtui import sentinel_queue as queue
 from loomtui.inject import InjectResult
@@ -33,12 +33,12 @@ def typed(monkeypatch):
     sent: list[tuple[str, dict]] = []
     ok = {"value": True}
 
-    def fake_inject(ctx, text, *, source, kind="inject", detail=None, **_):
-        assert (source, kind) == ("sentinel", "queue_nudge")
-        sent.append((text, detail or {}))
+    def fake_nudge(ctx, text, *, source, detail):
+        assert source == "sentinel"
+        sent.append((text, detail))
         return InjectResult(ok["value"], len(text), "d", "" if ok["value"] else "pane gone")
 
-    monkeypatch.setattr(sentinel_mod, "inject", fake_inject)
+    monkeypatch.setattr(actions, "nudge", fake_nudge)
     sent_ok = ok
     return sent, sent_ok
 
@@ -66,7 +66,7 @@ def test_nudge_renudge_backstop_once_and_resolution_stops_it_all(one_job, typed)
     state = queue.get(f.ctx.store, item.id)
     assert (state.nudges, state.last_nudge_at, state.escalated_at) == (6, t0 + 100 * 60, t0 + 30 * 60)
 
-    queue.resolve(f.ctx, item.id, "freed space on /var", source="cli", session_id="s-1", now=t0 + 120 * 60)
+    claims.resolve(f.ctx, item.id, "freed space on /var", source="cli", session_id="s-1", now=t0 + 120 * 60)
     for minute in range(121, 300):
         f.tick(t0 + minute * 60, notify=True)
     assert len(sent) == 6 and len(outbox.recent(f.ctx.store)) == 1
@@ -130,7 +130,7 @@ def test_claim_then_clean_run_witnesses_and_a_failing_run_reopens(one_job, typed
     f.tick(notify=False)
     [fresh] = [i for i in f.items() if i.kind == "exit" and i.state == "open"]
     assert fresh.id != claim.id
-    queue.resolve(f.ctx, fresh.id, "really fixed now", source="cli")
+    claims.resolve(f.ctx, fresh.id, "really fixed now", source="cli")
     assert run_job(f, "backup", PY, "-c", "raise SystemExit(2)").returncode == 2
     report = f.tick(notify=False)
     again = queue.get(f.ctx.store, fresh.id)
@@ -147,7 +147,7 @@ def test_failure_lines_after_the_claim_reopen_even_without_run_job(one_job):
     f.write("backup", "ERROR nightly sync failed: 3 files\n")
     f.tick(notify=False)
     [item] = f.items()
-    queue.resolve(f.ctx, item.id, "fixed the sync target", source="tui")
+    claims.resolve(f.ctx, item.id, "fixed the sync target", source="tui")
     f.tick(notify=False)
     assert queue.get(f.ctx.store, item.id).state == "claimed"
     f.write("backup", "ERROR nightly sync failed: 5 files\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from loomtui import ledger, session
 from loomtui.context import Context
-from loomtui.launch import HOLD_KEY
+from loomtui.recovery import HOLD_KEY
 from loomtui.store import Store
 
 NOW = 1_795_000_000.0  # fixed "now" for the console in snapshot tests

@@ -31,7 +31,6 @@ def run_inject(args: argparse.Namespace) -> int:
 
 
 def run_recycle(args: argparse.Namespace) -> int:
-    cause = f"operator_{args.mode}"
-    outcome = actions.recycle(context(args), args.mode, cause=cause, source="cli", reason=args.reason)
+    outcome = actions.recycle(context(args), args.mode, source="cli", reason=args.reason)
     print(outcome.describe(), file=sys.stdout if outcome.ok else sys.stderr)
     return 0 if outcome.ok else 1

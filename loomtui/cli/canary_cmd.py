@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import canary
+from .. import actions, canary
 from .common import context, print_json, subcommand
 
 
@@ -16,7 +16,7 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = canary.probe(context(args), source="cli")
+    result = actions.canary_now(context(args), source="cli")
     if args.json:
         print_json(result.__dict__)
     else:

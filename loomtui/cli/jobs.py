@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from .. import jobrun
+from .. import actions, jobrun
 from .. import sentinel_queue as queue
 from ..durations import format_duration
 from ..queue_core import CLAIMED, WITNESSED, Item
@@ -88,8 +88,8 @@ def format_item(item: Item, now: float) -> list[str]:
 
 
 def run_resolve(args: argparse.Namespace) -> int:
-    item, changed = queue.resolve(context(args), args.id, args.note, source="cli",
-                                  session_id=queue.claimer_session())
+    item, changed = actions.resolve(context(args), args.id, args.note, source="cli",
+                                    session_id=queue.claimer_session())
     if not changed:
         print(f"queue item {item.id} was already witnessed; nothing to do")
         return 0

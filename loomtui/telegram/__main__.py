@@ -48,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def _run(ctx: Context) -> int:
     # Imported here so a config error is reported before python-telegram-bot is even loaded.
-    from ..actions import OperatorActions
+    from .commands import OperatorActions
     from .commands import run_commands
     from .sender import run_sender
 

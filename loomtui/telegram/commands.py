@@ -50,28 +50,43 @@ class Actions(Protocol):
     def queue(self) -> str: ...
 
 
-class DefaultActions:
-    """Status for real; the rest wait for the actions module (they say so instead of pretending)."""
+class OperatorActions:
+    """What the command mode may do: the operator's actions, through the one actions module."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, source: str = "telegram") -> None:
         self.ctx = ctx
+        self.source = source
 
     def status(self) -> str:
         from .. import status as status_mod
 
         return format_status(status_mod.gather(self.ctx, events=0))
 
-    def _missing(self, what: str) -> str:
-        raise LoomError(f"{what} is not available yet: this Loom has no actions module wired in")
-
     def canary(self) -> str:
-        return self._missing("/canary")
+        from .. import actions
+
+        return "canary " + actions.canary_now(self.ctx, source=self.source).describe()
 
     def recycle(self, mode: str) -> str:
-        return self._missing("/recycle")
+        from .. import actions
+
+        return actions.recycle(self.ctx, mode, source=self.source, reason="asked over Telegram").describe()
 
     def queue(self) -> str:
-        return self._missing("/queue")
+        from .. import sentinel_queue
+
+        return queue_summary(sentinel_queue.open_items(self.ctx.store))
+
+
+def queue_summary(items: list[Any], limit: int = 10) -> str:
+    if not items:
+        return "queue: nothing open"
+    lines = [f"queue: {len(items)} open"]
+    for item in items[:limit]:
+        lines.append(f"#{item.id} {item.job} [{item.state}] x{item.count}")
+    if len(items) > limit:
+        lines.append(f"… and {len(items) - limit} more")
+    return "\n".join(lines)
 
 
 def format_status(data: dict[str, Any]) -> str:

@@ -223,7 +223,7 @@ class LoomApp(App):
     def _run_recycle(self, mode: str) -> None:
         try:
             with self._action_ctx() as ctx:
-                outcome = actions.operator_recycle(ctx, mode, source="tui", reason="from the console")
+                outcome = actions.recycle(ctx, mode, source="tui", reason="from the console")
         finally:
             self._recycling = False
         # After the flag: once the outcome shows, `r` opens the dialog again.

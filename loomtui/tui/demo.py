@@ -122,7 +122,7 @@ class Demo:
         self.write()
         ctx = Context.load(str(self.config_path), None)
         try:
-            outcome = actions.operator_recycle(ctx, "fresh", source="demo", reason="demo start")
+            outcome = actions.recycle(ctx, "fresh", source="demo", reason="demo start")
         finally:
             ctx.close()
         if not outcome.ok:

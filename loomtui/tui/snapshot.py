@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import canary, launch, ledger, recovery, session
+from .. import canary, launches, ledger, recovery, session
 from ..canary import Probe
 from ..context import Context
 from ..driver import GONE, UNKNOWN, UP, TmuxDriver
@@ -147,7 +147,7 @@ class Source:
         queue = _queue(store)
         beat = store.heartbeats().get("supervisor")
         held = recovery.held(ctx) is not None
-        since = launch.since_launch(ctx)
+        since = launches.since_launch(ctx)
         booting = since is not None and since < ctx.config.agent.boot_grace
         agent, level = _agent_text(pane, held, since if booting else None)
         stale_after = max(3 * min(ctx.config.watchdog.interval, 5.0), 15.0)
@@ -197,6 +197,7 @@ def _queue(store: Store) -> list[Any]:
 
 
 def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobRow]:
+    from ..clock import local_zone
     from ..schedule import next_due
 
     rows = {r["job"]: r for r in store.query(
@@ -211,7 +212,7 @@ def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobR
         due = None
         if job.schedule:
             try:
-                due = next_due(job.schedule, row["started"] if row else now)
+                due = next_due(job.schedule, row["started"] if row else now, tz=local_zone())
             except (ValueError, KeyError):
                 due = None
         out.append(JobRow(

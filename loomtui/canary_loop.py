@@ -1,0 +1,71 @@
+"""The canary loop's tick: scheduled probes and the decision that the agent is deaf.
+
+Probes and recycles go through the actions module, like every other trigger's.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import threading
+import time
+
+from . import actions, launches, recovery
+from .canary import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
+from .canary_core import due_in, should_recycle
+from .context import Context
+
+
+class CanaryLoop:
+    """Scheduled probes and the decision to recycle, one tick at a time (the daemon's thread)."""
+
+    def __init__(self, ctx: Context, stop: threading.Event | None = None) -> None:
+        self.ctx = ctx
+        self.stop = stop or threading.Event()
+        self.unrecorded_error = ""
+
+    def tick(self) -> str:
+        try:
+            if self.unrecorded_error:
+                now = time.time()
+                insert_run(self.ctx, secrets.token_hex(12), "canary", ERROR, now, now, self.unrecorded_error)
+                self.unrecorded_error = ""
+            return self._tick()
+        except sqlite3.OperationalError as exc:
+            # The store was locked or unwritable: our fault, never the agent's miss. It is kept
+            # here (not raised, which would restart the loop and forget it) and recorded as an
+            # `error` run once the store takes writes again.
+            self.unrecorded_error = f"store unavailable during the probe: {exc}"
+            return self.unrecorded_error
+
+    def misses_mean_deaf(self) -> bool:
+        cfg = self.ctx.config.canary
+        return should_recycle(recent_runs(self.ctx), launch_seq(self.ctx), cfg.misses_to_recycle)
+
+    def _tick(self) -> str:
+        ctx, cfg = self.ctx, self.ctx.config.canary
+        settle_stale(ctx)
+        if self.misses_mean_deaf():
+            outcome = actions.recover(ctx, "canary_failed", source="canary",
+                                      still_failing=self.misses_mean_deaf,
+                                      evidence={"misses": cfg.misses_to_recycle})
+            return f"canary_failed: {outcome.describe()}"
+        if recovery.held(ctx) is not None:
+            return ""
+        runs = recent_runs(ctx, 1)
+        if due_in(runs[-1] if runs else None, time.time(), cfg.interval, cfg.ack_timeout) > 0:
+            return ""
+        if launches.relaunch_under_way(ctx):
+            return ""  # typed into a booting or replaced agent, a probe proves nothing
+        if ctx.store.query_one("SELECT 1 FROM canary_runs WHERE result = ?", (PENDING,)):
+            return ""
+        result = actions.canary_now(ctx, source="canary", stop=self.stop)
+        if self.stop.is_set():
+            return "stopping"  # the probe stays pending; the next daemon settles it from the ack file
+        if result.result == MISS and self.misses_mean_deaf():
+            outcome = actions.recover(ctx, "canary_failed", source="canary",
+                                      still_failing=self.misses_mean_deaf,
+                                      evidence={"misses": cfg.misses_to_recycle})
+            return f"{result.describe()}; canary_failed: {outcome.describe()}"
+        sweep_acks(ctx)
+        return result.describe()

@@ -1,0 +1,131 @@
+"""A canary probe: record it, type its instruction, watch the acks directory for its nonce.
+
+Only the actions module calls `probe` (actions.canary_now), for every trigger, and hands it
+the one injection path to type the instruction with.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import watchfiles
+
+from . import locks
+from .canary import (
+    CANARY_LOCK,
+    ERROR,
+    INJECT_FAILED,
+    MISS,
+    OK,
+    PENDING,
+    SKIPPED,
+    Probe,
+    ack_time,
+    forget_ack,
+    insert_run,
+    probe_from,
+    settle_run,
+    instruction,
+    settle_stale,
+)
+from .context import Context
+
+if TYPE_CHECKING:
+    from .inject import InjectResult
+
+
+# Types one line into the agent's pane and records it: actions.inject, the one injection path.
+Send = Callable[..., "InjectResult"]
+
+
+def probe(ctx: Context, send: Send, *, source: str, join: bool = True,
+          stop: threading.Event | None = None) -> Probe:
+    """Send a probe through `send` (or join the one in flight) and wait for its result."""
+    ack_timeout = ctx.config.canary.ack_timeout
+    with locks.hold(ctx.state_dir, CANARY_LOCK, timeout=30):
+        settle_stale(ctx)
+        pending = ctx.store.query_one("SELECT * FROM canary_runs WHERE result = ? ORDER BY id DESC LIMIT 1",
+                                      (PENDING,))
+        if pending is None or not join:
+            run = _send(ctx, send, source, ack_timeout)
+        else:
+            run = probe_from(pending, joined=True)
+    # Wait outside the lock, so that anyone else asking meanwhile can join too.
+    return run if run.result != PENDING else wait(ctx, run, stop)
+
+
+def _send(ctx: Context, send: Send, source: str, ack_timeout: float) -> Probe:
+    """Record a pending probe and type it; the caller holds canary.lock."""
+    nonce = secrets.token_hex(12)
+    sent_at = time.time()
+    deadline = sent_at + ack_timeout
+    if locks.is_held(ctx.state_dir, locks.RECYCLE):
+        why = "a relaunch is under way"
+        run_id = insert_run(ctx, nonce, source, SKIPPED, sent_at, deadline, why)
+        return Probe(run_id, nonce, SKIPPED, sent_at, deadline, why=why, source=source)
+    try:
+        ctx.acks_dir.mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        why = f"acks dir {ctx.acks_dir} unusable: {exc.strerror or exc}"
+        run_id = insert_run(ctx, nonce, source, ERROR, sent_at, deadline, why)
+        return Probe(run_id, nonce, ERROR, sent_at, deadline, why=why, source=source)
+    run_id = insert_run(ctx, nonce, source, PENDING, sent_at, deadline)
+    result = send(ctx, instruction(ctx.acks_dir / nonce), source=source, kind="canary_sent", detail={"run": run_id})
+    if not result.ok:
+        settle_run(ctx, run_id, INJECT_FAILED, why=result.error)
+        return Probe(run_id, nonce, INJECT_FAILED, sent_at, deadline, why=result.error, source=source)
+    return Probe(run_id, nonce, PENDING, sent_at, deadline, source=source)
+
+
+def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe:
+    """Watch the acks directory until the nonce appears, the deadline passes, or another
+    process records the result."""
+    path = ctx.acks_dir / run.nonce
+    end = time.monotonic() + max(0.0, run.deadline - time.time())
+    outcome: tuple[str, float | None, str] | None = None
+
+    def look() -> tuple[str, float | None, str] | None:
+        acked = ack_time(path)
+        if acked is not None:
+            return OK, acked, ""
+        if not ctx.acks_dir.is_dir():
+            return ERROR, None, f"acks dir {ctx.acks_dir} disappeared during the probe"
+        return None
+
+    outcome = look()
+    if outcome is None and time.monotonic() < end:
+        watch_stop = threading.Event()
+        try:
+            for _ in watchfiles.watch(ctx.acks_dir, stop_event=watch_stop, rust_timeout=250,
+                                      yield_on_timeout=True, debounce=20, step=10, raise_interrupt=False):
+                outcome = look()
+                if outcome is not None or time.monotonic() >= end or (stop is not None and stop.is_set()):
+                    break
+                if _settled_elsewhere(ctx, run.id):
+                    break
+        except (OSError, RuntimeError) as exc:
+            outcome = ERROR, None, f"watching {ctx.acks_dir} failed: {exc}"
+        finally:
+            watch_stop.set()
+    if outcome is None:
+        outcome = look()
+    if outcome is None and time.monotonic() >= end:
+        outcome = MISS, None, ""
+    if outcome is not None:
+        result, ack_at, why = outcome
+        if result == OK and ack_at is not None and ack_at > run.deadline:
+            result, why = MISS, f"acked {ack_at - run.deadline:.1f}s after the deadline"
+        settle_run(ctx, run.id, result, ack_at=ack_at if result == OK else None, why=why)
+        if result != ERROR:
+            forget_ack(path)
+    row = ctx.store.query_one("SELECT * FROM canary_runs WHERE id = ?", (run.id,))
+    return probe_from(row, joined=run.joined)
+
+
+def _settled_elsewhere(ctx: Context, run_id: int) -> bool:
+    row = ctx.store.query_one("SELECT result FROM canary_runs WHERE id = ?", (run_id,))
+    return row is not None and row[0] != PENDING
