@@ -93,11 +93,14 @@ class Decision:
     reasons: tuple[str, ...] = ()
 
 
-def backoff(previous: int, limits: Limits) -> float:
-    """Seconds to wait after the last automatic relaunch, given how many came before it."""
-    if previous <= 0:
+def backoff(attempts: int, base: float, cap: float) -> float:
+    """Seconds to wait after `attempts` consecutive failures (0 → none, 1 → base), doubling to `cap`.
+
+    The one backoff of Loom: relaunches, the daemon's crashed loops, Telegram's retries.
+    """
+    if attempts <= 0:
         return 0.0
-    return min(limits.backoff_base * (2 ** min(previous - 1, 30)), limits.backoff_max)
+    return min(base * (2 ** min(attempts - 1, 30)), cap)
 
 
 def counted(history: tuple[Relaunch, ...], window: float, now: Instant) -> list[Relaunch]:
@@ -135,7 +138,7 @@ def decide(s: Situation, limits: Limits, now: Instant) -> Decision:
     dated = [r for r in in_ceiling if raw_age(r.at, now) >= 0]
     if dated:
         latest = min(age(r.at, now) for r in dated)
-        needed = backoff(len(in_ceiling), limits)
+        needed = backoff(len(in_ceiling), limits.backoff_base, limits.backoff_max)
         if latest < needed:
             return Decision(WAIT, wait=needed - latest,
                             reasons=(f"backoff: {needed:g}s after relaunch {len(in_ceiling)}",))

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from . import __version__, ledger, locks
 from .context import Context
 from .errors import LoomError
+from .policy import backoff
 
 log = logging.getLogger("loom.supervise")
 
@@ -115,7 +116,7 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 stats.errors += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
                 _record_error(ctx, spec.name, exc)
-                if await sleep_or_stop(stop, min(2.0 ** failures, MAX_LOOP_BACKOFF)):
+                if await sleep_or_stop(stop, backoff(failures, 2.0, MAX_LOOP_BACKOFF)):
                     break
                 ctx.close()
                 ctx = clone(rt.ctx)
@@ -152,7 +153,7 @@ async def run_service(rt: Runtime, service: Service, stop: asyncio.Event) -> Non
         if stop.is_set():
             break
         stats.restarts += 1
-        if await sleep_or_stop(stop, min(2.0 ** failures, MAX_LOOP_BACKOFF)):
+        if await sleep_or_stop(stop, backoff(failures, 2.0, MAX_LOOP_BACKOFF)):
             break
 
 

@@ -35,9 +35,11 @@ def test_truncate_marks_the_cut_and_counts_like_telegram():
 
 
 def test_backoff_grows_and_is_capped():
-    delays = [policy.backoff(n, 1.0, 60.0) for n in range(0, 10)]
+    from loomtui.policy import backoff
+
+    delays = [backoff(n, 1.0, 60.0) for n in range(0, 10)]
     assert delays[:5] == [0.0, 1.0, 2.0, 4.0, 8.0] and max(delays) == 60.0
-    assert policy.backoff(10_000, 1.0, 60.0) == 60.0
+    assert backoff(10_000, 1.0, 60.0) == 60.0
 
 
 def test_rate_wait_one_second_per_chat_and_survives_clock_jumps():

@@ -25,6 +25,7 @@ from ..config import TelegramConfig
 from ..context import Context
 from ..errors import LoomError
 from ..store import Store
+from ..policy import backoff
 from . import policy, state
 from .bot import describe, make_bot
 from .clock import SYSTEM, Clock
@@ -158,7 +159,7 @@ class Poller:
         return 0.0
 
     def _backoff(self) -> float:
-        return policy.backoff(self.failures, self.cfg.backoff_base, self.cfg.backoff_max)
+        return backoff(self.failures, self.cfg.backoff_base, self.cfg.backoff_max)
 
     def _record_conflict(self) -> None:
         log.warning("telegram: 409 Conflict: %s", state.CONFLICT_NOTE)

@@ -30,13 +30,6 @@ def truncate(text: str, limit: int = MAX_LENGTH) -> tuple[str, bool]:
     return text[:cut] + TRUNCATED, True
 
 
-def backoff(attempts: int, base: float, cap: float) -> float:
-    """Delay before the next try after `attempts` consecutive failures (1 → base)."""
-    if attempts <= 0:
-        return 0.0
-    return min(cap, base * 2 ** min(attempts - 1, 30))
-
-
 def rate_wait(last_sent: float | None, now: float, gap: float = MIN_GAP) -> float:
     """Seconds to wait before the next message to a chat last written to at `last_sent`."""
     if last_sent is None:

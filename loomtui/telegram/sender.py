@@ -20,6 +20,7 @@ from ..config import TelegramConfig
 from ..context import Context
 from ..locks import FileLock
 from ..store import Store
+from ..policy import backoff
 from . import policy
 from .bot import describe, make_bot, retry_after_seconds
 from .clock import SYSTEM, Clock
@@ -110,7 +111,7 @@ class Sender:
         return delay
 
     def _failed(self, row: outbox.Message, exc: TelegramError, *, permanent: bool) -> float:
-        delay = policy.backoff(row.attempts + 1, self.cfg.backoff_base, self.cfg.backoff_max)
+        delay = backoff(row.attempts + 1, self.cfg.backoff_base, self.cfg.backoff_max)
         error = describe(exc)
         self._hold = (row.id, self.clock.monotonic() + delay)
         if permanent:
