@@ -1,0 +1,1 @@
+"""loom supervise: the runtime, its loops, the service definitions, metrics and logging."""

@@ -1,0 +1,1 @@
+"""The agent's memory directory: its index, lint, search and add."""

@@ -1,0 +1,1 @@
+"""What Loom tells about itself: status, doctor and the incident timeline."""
