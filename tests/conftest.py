@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -103,7 +104,12 @@ def installed(tmp_path_factory, worker_id) -> Installed:
                 assert result.returncode == 0, f"{' '.join(argv)}\n{result.stdout}\n{result.stderr}"
 
             target.mkdir(exist_ok=True)
-            run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(REPO))
+            # From a copy of the working tree: an in-tree build leaves build/ behind, and a stale
+            # build/lib (say, a module since moved) would be packed into the next wheel.
+            source = target / "source"
+            shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
+                ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "mutants", ".hypothesis", "state"))
+            run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(source))
             run(sys.executable, "-m", "venv", str(venv))
             wheel = next(dist.glob("loomtui-*.whl"))
             run(str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "-c", str(REPO / "constraints.txt"),
