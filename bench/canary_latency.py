@@ -14,7 +14,8 @@ from pathlib import Path
 
 from _common import ROOT, summary  # noqa: F401
 
-from loomtui import canary, probe
+from loomtui.canary import probe
+from loomtui.canary import runs as canary
 from loomtui.context import Context
 
 

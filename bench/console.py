@@ -14,12 +14,11 @@ import time
 from pathlib import Path
 
 from _common import ROOT, summary  # noqa: F401
-
 from textual.widgets import DataTable
 
-from loomtui import ledger
 from loomtui.context import Context
-from loomtui.store import Store
+from loomtui.store import ledger
+from loomtui.store.db import Store
 from loomtui.tui.app import LoomApp
 
 EVENTS = 1_000_000

@@ -8,9 +8,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT
-
 import psutil
+from _common import ROOT
 from harness import AgentHarness, wait_for
 
 SECONDS = 60

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 from _common import ROOT, summary
-
 from harness import AgentHarness, wait_for
-from loomtui.store import Store
+
+from loomtui.store.db import Store
 
 ROUNDS = 5
 

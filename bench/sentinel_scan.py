@@ -9,7 +9,7 @@ from pathlib import Path
 from _common import ROOT  # noqa: F401  (puts the repository on sys.path)
 
 from loomtui.context import Context
-from loomtui.sentinel import sentinel_tick
+from loomtui.sentinel.tick import sentinel_tick
 
 LINE = b"2026-11-29T10:00:00 INFO processed record 123456 from upstream feed, all good\n"
 

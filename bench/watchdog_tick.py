@@ -12,13 +12,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import summary
-
 import psutil
+from _common import summary
 from harness import AgentHarness, wait_for
 
-from loomtui import proctree
-from loomtui.watchdog import Watchdog
+from loomtui.agent import proctree
+from loomtui.agent.watchdog import Watchdog
 
 CROWD = 2000
 

@@ -1,3 +1,3 @@
-from .cli import entry
+from loomtui.cli import entry
 
 entry()

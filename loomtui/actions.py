@@ -11,15 +11,19 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import claims, clock, launch, locks, policy, probe, recovery
-from .context import Context
-from .driver import TmuxDriver
-from .errors import LockHeld
-from .inject import InjectResult
-from .inject import inject as _type_text
-from .inject import press as _press_keys
-from .policy import Instant
-from .recovery import Recovery
+from loomtui import clock
+from loomtui.agent import launch, policy, recovery
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.inject import InjectResult
+from loomtui.agent.inject import inject as _type_text
+from loomtui.agent.inject import press as _press_keys
+from loomtui.agent.policy import Instant
+from loomtui.agent.recovery import Recovery
+from loomtui.canary import probe
+from loomtui.context import Context
+from loomtui.errors import LockHeld
+from loomtui.sentinel import claims
+from loomtui.store import locks
 
 # An operator's relaunch waits this long for one already under way; an automatic one never waits
 # (the failure it saw may be handled by then, and its loop looks again next tick).

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from functools import cache
 
-from .policy import Instant
+from loomtui.agent.policy import Instant
 
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 

@@ -26,8 +26,8 @@ from pydantic import (
     model_validator,
 )
 
-from .durations import parse_duration
-from .errors import ConfigError
+from loomtui.durations import parse_duration
+from loomtui.errors import ConfigError
 
 APP_NAME = "loom"
 

@@ -6,9 +6,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import Config, load_config
-from .statedir import prepare_state_dir, resolve_state_dir
-from .store import Store
+from loomtui.config import Config, load_config
+from loomtui.store.db import Store
+from loomtui.store.statedir import prepare_state_dir, resolve_state_dir
 
 
 @dataclass

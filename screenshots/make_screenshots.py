@@ -16,11 +16,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from loomtui import ledger  # noqa: E402
 from loomtui.context import Context  # noqa: E402
-from loomtui.store import Store  # noqa: E402
+from loomtui.demo.launcher import Demo  # noqa: E402
+from loomtui.store import ledger  # noqa: E402
+from loomtui.store.db import Store  # noqa: E402
 from loomtui.tui.app import LoomApp  # noqa: E402
-from loomtui.tui.demo import Demo  # noqa: E402
 from loomtui.tui.keymap import TABS  # noqa: E402
 
 SIZES = [(80, 24), (160, 48)]

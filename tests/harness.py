@@ -112,15 +112,15 @@ class AgentHarness:
         return session_id
 
     def pinned(self) -> str:
-        from loomtui import session
-        from loomtui.store import Store
+        from loomtui.store import session
+        from loomtui.store.db import Store
 
         with Store.in_dir(self.state_dir) as store:
             return session.pinned(store)
 
     def events(self, kind: str | None = None) -> list[dict]:
-        from loomtui import ledger
-        from loomtui.store import Store
+        from loomtui.store import ledger
+        from loomtui.store.db import Store
 
         with Store.in_dir(self.state_dir) as store:
             rows = ledger.tail(store, 100000, kinds=[kind] if kind else None)
@@ -149,7 +149,7 @@ class AgentHarness:
         return None
 
     def agent_pid(self) -> int | None:
-        from loomtui import proctree
+        from loomtui.agent import proctree
 
         root = self.pane_pid()
         if root is None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loomtui import ledger, session
+from loomtui.agent.recovery import HOLD_KEY
 from loomtui.context import Context
-from loomtui.recovery import HOLD_KEY
-from loomtui.store import Store
+from loomtui.store import ledger, session
+from loomtui.store.db import Store
 
 NOW = 1_795_000_000.0  # fixed "now" for the console in snapshot tests
 HOSTILE = "[/foo] [bold]x [link=x]y \x1b[31mred\x1b[0m bell\x07 [/]"

@@ -12,12 +12,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import proctree
-from .config import AgentConfig, Config
-from .proctree import Tree
-from .tmux import AgentPane, PaneInfo, TmuxError, TmuxGone, TmuxTimeout
-
-from .states import GONE, UNKNOWN, UP  # noqa: F401  (re-exported: callers say driver.UP)
+from loomtui.agent import proctree
+from loomtui.agent.proctree import Tree
+from loomtui.agent.tmux import AgentPane, PaneInfo, TmuxError, TmuxGone, TmuxTimeout
+from loomtui.config import AgentConfig, Config
+from loomtui.states import GONE, UNKNOWN, UP  # noqa: F401  (re-exported: callers say driver.UP)
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import ledger, locks
-from .context import Context
-from .driver import TmuxDriver
-from .errors import LockHeld, LoomError
-from .text import digest, sanitize
-from .tmux import TmuxError
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.tmux import TmuxError
+from loomtui.context import Context
+from loomtui.errors import LockHeld, LoomError
+from loomtui.store import ledger, locks
+from loomtui.text import digest, sanitize
 
 MAX_LENGTH = 100_000
 

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import clock, ledger, locks, session
-from .launches import LAUNCH_KEY, record_processes, recorded_processes
-from .context import Context
-from .driver import TmuxDriver
-from .errors import LoomError
-from .policy import FRESH, RESUME
-from .tmux import TmuxError
+from loomtui import clock
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.launches import LAUNCH_KEY, record_processes, recorded_processes
+from loomtui.agent.policy import FRESH, RESUME
+from loomtui.agent.tmux import TmuxError
+from loomtui.context import Context
+from loomtui.errors import LoomError
+from loomtui.store import ledger, locks, session
 
 log = logging.getLogger("loom.launch")
 
@@ -79,7 +80,7 @@ def relaunch_locked(
     reason: str | None = None,
     driver: TmuxDriver | None = None,
     evidence: dict[str, Any] | None = None,
-    _fallback: bool = False,
+    fallback: bool = False,
 ) -> Outcome:
     if mode not in (RESUME, FRESH):
         raise LoomError(f"unknown relaunch mode {mode!r}: use resume or fresh")
@@ -93,7 +94,7 @@ def relaunch_locked(
     assert new is not None
     template = agent.resume_command if mode == RESUME else agent.fresh_command
     command = render_command(ctx, template, new)
-    outcome = Outcome(True, mode, new, old, cause, resume_failed=_fallback)
+    outcome = Outcome(True, mode, new, old, cause, resume_failed=fallback)
     recorded = recorded_processes(ctx)
     at = clock.now()
     now = at.wall
@@ -134,12 +135,12 @@ def relaunch_locked(
     if died is None:
         return outcome
     screen, status = died
-    if mode == RESUME and not _fallback and re.search(agent.resume_failed_match, screen):
+    if mode == RESUME and not fallback and re.search(agent.resume_failed_match, screen):
         event = ledger.append(store, "resume_failed", source=source, cause="resume_failed",
                               detail={"session": new, "pane_pid": info.pane_pid})
         outcome.events.append(event.id)
         fresh = relaunch_locked(ctx, FRESH, cause="resume_failed", source=source,
-                                reason=f"resume of {new} found no conversation", driver=driver, _fallback=True)
+                                reason=f"resume of {new} found no conversation", driver=driver, fallback=True)
         fresh.events[:0] = outcome.events
         fresh.old_session_id = old
         return fresh

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import clock, locks, proctree
-from .context import Context
-from .driver import TmuxDriver
-from .policy import Instant, age
-from .tmux import TmuxError
+from loomtui import clock
+from loomtui.agent import proctree
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.policy import Instant, age
+from loomtui.agent.tmux import TmuxError
+from loomtui.context import Context
+from loomtui.store import locks
 
 LAUNCH_KEY = "agent_launch"
 # The pane process and tmux server last seen running the agent (pid + start), kept apart from

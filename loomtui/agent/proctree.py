@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from .states import MISSING, PRESENT, UNKNOWN  # noqa: F401  (re-exported)
+from loomtui.states import MISSING, PRESENT, UNKNOWN  # noqa: F401  (re-exported)
+
 _PROC = "/proc"
 _HAVE_CHILDREN_FILES = sys.platform.startswith("linux") and os.path.exists(f"/proc/{os.getpid()}/task")
 

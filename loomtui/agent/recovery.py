@@ -11,12 +11,13 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import clock, ledger, outbox, session
-from .context import Context
-from .policy import Decision, Instant, Relaunch, Situation
+from loomtui import clock
+from loomtui.agent.policy import Decision, Instant, Relaunch, Situation
+from loomtui.context import Context
+from loomtui.store import ledger, outbox, session
 
 if TYPE_CHECKING:
-    from .launch import Outcome
+    from loomtui.agent.launch import Outcome
 
 HISTORY_LIMIT = 500
 HOLD_KEY = "hold"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import libtmux
 
-from .errors import LoomError
+from loomtui.errors import LoomError
 
 DEFAULT_TIMEOUT = 5.0
 _GONE = re.compile(r"no server running|error connecting to|can't find (session|window|pane)|session not found")

@@ -10,17 +10,19 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from . import actions, launches, ledger, outbox, proctree
-from .context import Context
-from .driver import GONE, UP, TmuxDriver
-from .errors import LoomError
-from .proctree import MISSING, PRESENT, UNKNOWN
-from .tmux import TmuxError
-from .watchdog_core import Memory, Observation, Step, assess, settings_from
+from loomtui import actions
+from loomtui.agent import launches, proctree
+from loomtui.agent.driver import GONE, UP, TmuxDriver
+from loomtui.agent.proctree import MISSING, PRESENT, UNKNOWN
+from loomtui.agent.tmux import TmuxError
+from loomtui.agent.watchdog_rules import Looks, Observation, Step, assess, settings_from
+from loomtui.context import Context
+from loomtui.errors import LoomError
+from loomtui.store import ledger, outbox
 
 
 @dataclass
-class TickReport:
+class WatchdogReport:
     observation: Observation | None = None
     steps: list[Step] = field(default_factory=list)
     results: list[str] = field(default_factory=list)
@@ -31,7 +33,7 @@ class Watchdog:
         self.ctx = ctx
         self.driver = driver or TmuxDriver(ctx.config)
         self.settings = settings_from(ctx.config)
-        self.memory = Memory()
+        self.memory = Looks()
         self.last_foreign_scan: float | None = None
 
     # -- observe ---------------------------------------------------------------------------
@@ -73,7 +75,7 @@ class Watchdog:
 
     # -- ticks -----------------------------------------------------------------------------
 
-    def fast_tick(self) -> TickReport | None:
+    def fast_tick(self) -> WatchdogReport | None:
         """One cheap tmux call; a dead pane gets a full tick at once instead of at the next interval."""
         try:
             info = self.driver.pane.info()
@@ -83,10 +85,10 @@ class Watchdog:
             return self.tick()
         return None
 
-    def tick(self) -> TickReport:
+    def tick(self) -> WatchdogReport:
         obs, facts = self.observe()
         steps, self.memory = assess(obs, self.memory, self.settings, time.monotonic())
-        report = TickReport(obs, steps)
+        report = WatchdogReport(obs, steps)
         for step in steps:
             report.results.append(self.act(step, obs, facts))
         # After a relaunch the facts are stale: the new agent's poller would look foreign.

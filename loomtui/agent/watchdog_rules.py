@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from .states import GONE, MISSING, PRESENT
-from .states import UNKNOWN as TMUX_UNKNOWN
+from loomtui.states import GONE, MISSING, PRESENT
+from loomtui.states import UNKNOWN as TMUX_UNKNOWN
 
 MODAL_COOLDOWN = 5.0
 MODAL_PRESSES = 2  # a dialog still there after this many presses is not the dialog we know
@@ -37,7 +37,7 @@ class Observation:
 
 
 @dataclass(frozen=True)
-class Memory:
+class Looks:
     """What earlier ticks of this process saw; losing it (a restart) only delays a trigger."""
 
     gone: int = 0
@@ -91,7 +91,7 @@ def exit_cause(obs: Observation, s: Settings) -> str:
     return "exit"
 
 
-def _unclear(mem: Memory, mono: float, why: str, s: Settings) -> tuple[list[Step], Memory]:
+def _unclear(mem: Looks, mono: float, why: str, s: Settings) -> tuple[list[Step], Looks]:
     """An ambiguous look: no progress toward any trigger (counters reset), recorded once per run,
     and the operator told once if it lasts: giving up, even on seeing, is never silent."""
     steps = [] if mem.ambiguous else [Step("ambiguous", note=why)]
@@ -104,11 +104,11 @@ def _unclear(mem: Memory, mono: float, why: str, s: Settings) -> tuple[list[Step
     return steps, mem
 
 
-def _clear(mem: Memory) -> Memory:
+def _clear(mem: Looks) -> Looks:
     return replace(mem, ambiguous=False, ambiguous_since=None, alerted=mem.alerted - {"ambiguous"})
 
 
-def assess(obs: Observation, mem: Memory, s: Settings, mono: float) -> tuple[list[Step], Memory]:
+def assess(obs: Observation, mem: Looks, s: Settings, mono: float) -> tuple[list[Step], Looks]:
     if obs.tmux == TMUX_UNKNOWN:
         return _unclear(mem, mono, obs.why, s)
 
@@ -120,15 +120,15 @@ def assess(obs: Observation, mem: Memory, s: Settings, mono: float) -> tuple[lis
 
     if obs.tmux == GONE:
         gone = mem.gone + 1
-        mem = Memory(gone=gone, last_modal_at=mem.last_modal_at, alerted=mem.alerted - {"ambiguous"})
+        mem = Looks(gone=gone, last_modal_at=mem.last_modal_at, alerted=mem.alerted - {"ambiguous"})
         if gone >= 2:
-            return [Step("recover", "tmux_gone", note="no tmux session on two looks")], Memory(alerted=mem.alerted)
+            return [Step("recover", "tmux_gone", note="no tmux session on two looks")], Looks(alerted=mem.alerted)
         return [], mem
 
     if obs.pane_dead:
         cause = exit_cause(obs, s)
         return [Step("recover", cause, note=f"the agent exited (status {obs.dead_status})")], \
-            Memory(alerted=mem.alerted - {"ambiguous"})
+            Looks(alerted=mem.alerted - {"ambiguous"})
 
     if obs.agent not in (PRESENT, MISSING):
         return _unclear(mem, mono, obs.why or "the process tree could not be read", s)
@@ -138,7 +138,7 @@ def assess(obs: Observation, mem: Memory, s: Settings, mono: float) -> tuple[lis
         missing = mem.agent_missing + 1
         if missing >= 2:
             return [Step("recover", "exit", note="no agent process in the pane's tree on two looks")], \
-                Memory(alerted=mem.alerted)
+                Looks(alerted=mem.alerted)
         return [], replace(mem, agent_missing=missing)
 
     steps: list[Step] = []
@@ -158,7 +158,7 @@ def assess(obs: Observation, mem: Memory, s: Settings, mono: float) -> tuple[lis
                 if count >= 2 and mono - since >= s.poller_grace:
                     return [Step("recover", "poller_missing",
                                  note=f"poller missing for {mono - since:.0f}s on {count} looks")], \
-                        Memory(alerted=mem.alerted)
+                        Looks(alerted=mem.alerted)
 
     if obs.screen:
         matched = next(((p, k) for p, k in s.modals if re.search(p, obs.screen)), None)

@@ -10,10 +10,11 @@ import sqlite3
 import threading
 import time
 
-from . import actions, launches, recovery
-from .canary import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
-from .canary_core import due_in, should_recycle
-from .context import Context
+from loomtui import actions
+from loomtui.agent import launches, recovery
+from loomtui.canary.rules import due_in, should_recycle
+from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
+from loomtui.context import Context
 
 
 class CanaryLoop:

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 
 import watchfiles
 
-from . import locks
-from .canary import (
+from loomtui.canary.runs import (
     CANARY_LOCK,
     ERROR,
     INJECT_FAILED,
@@ -27,15 +26,16 @@ from .canary import (
     ack_time,
     forget_ack,
     insert_run,
+    instruction,
     probe_from,
     settle_run,
-    instruction,
     settle_stale,
 )
-from .context import Context
+from loomtui.context import Context
+from loomtui.store import locks
 
 if TYPE_CHECKING:
-    from .inject import InjectResult
+    from loomtui.agent.inject import InjectResult
 
 
 # Types one line into the agent's pane and records it: actions.inject, the one injection path.

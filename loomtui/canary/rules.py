@@ -16,14 +16,14 @@ RESULTS = (OK, MISS, PENDING, INJECT_FAILED, SKIPPED, ERROR)
 
 
 @dataclass(frozen=True)
-class Run:
+class ProbeRun:
     sent_at: float
     result: str
     launch_seq: int = 0
     in_grace: bool = False
 
 
-def consecutive_misses(runs: list[Run], launch_seq: int) -> int:
+def consecutive_misses(runs: list[ProbeRun], launch_seq: int) -> int:
     """Trailing misses of the current launch, outside boot grace (runs oldest first)."""
     count = 0
     for run in runs:
@@ -36,7 +36,7 @@ def consecutive_misses(runs: list[Run], launch_seq: int) -> int:
     return count
 
 
-def due_in(last: Run | None, now: float, interval: float, ack_timeout: float) -> float:
+def due_in(last: ProbeRun | None, now: float, interval: float, ack_timeout: float) -> float:
     """Seconds until the next scheduled probe: a miss re-probes at once (its timeout already
     passed), anything else waits a full interval from the last probe."""
     if last is None:
@@ -49,5 +49,5 @@ def due_in(last: Run | None, now: float, interval: float, ack_timeout: float) ->
     return max(0.0, last.sent_at + interval - now)
 
 
-def should_recycle(runs: list[Run], launch_seq: int, misses_to_recycle: int) -> bool:
+def should_recycle(runs: list[ProbeRun], launch_seq: int, misses_to_recycle: int) -> bool:
     return consecutive_misses(runs, launch_seq) >= misses_to_recycle

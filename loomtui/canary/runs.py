@@ -17,17 +17,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import launches, ledger, session
-from .canary_core import (  # noqa: F401  (re-exported: callers say canary.OK)
+from loomtui.agent import launches
+from loomtui.canary.rules import (
     ERROR,
     INJECT_FAILED,
     MISS,
     OK,
     PENDING,
     SKIPPED,
-    Run,
-)
-from .context import Context
+    ProbeRun,
+)  # noqa: F401  (re-exported: callers say canary.OK)
+from loomtui.context import Context
+from loomtui.store import ledger, session
 
 CANARY_LOCK = "canary.lock"
 SETTLE_SLACK = 5.0
@@ -71,11 +72,11 @@ def launch_seq(ctx: Context) -> int:
     return int(row[0] or 0)
 
 
-def recent_runs(ctx: Context, limit: int = 50) -> list[Run]:
+def recent_runs(ctx: Context, limit: int = 50) -> list[ProbeRun]:
     rows = ctx.store.query(
         "SELECT sent_at, result, launch_seq, in_grace FROM canary_runs ORDER BY id DESC LIMIT ?", (limit,)
     )
-    return [Run(r["sent_at"], r["result"], r["launch_seq"], bool(r["in_grace"])) for r in reversed(rows)]
+    return [ProbeRun(r["sent_at"], r["result"], r["launch_seq"], bool(r["in_grace"])) for r in reversed(rows)]
 
 
 def last_probe(ctx: Context) -> Probe | None:

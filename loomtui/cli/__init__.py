@@ -7,18 +7,8 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from ..errors import LoomError
-from . import (
-    agent_cmds,
-    canary_cmd,
-    common,
-    daemon,
-    doctor,
-    jobs,
-    ledger_cmd,
-    memory,
-    status,
-)
+from loomtui.cli import agent_cmds, canary_cmd, common, daemon, doctor, jobs, ledger_cmd, memory, status
+from loomtui.errors import LoomError
 
 # Order is the order of `loom --help`.
 COMMANDS = [status, doctor, ledger_cmd, agent_cmds, canary_cmd, daemon, memory, jobs]

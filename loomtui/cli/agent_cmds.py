@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import actions
-from .common import context, subcommand
+from loomtui import actions
+from loomtui.cli.common import context, subcommand
 
 
 def register(sub) -> None:

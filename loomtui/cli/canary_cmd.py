@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import actions, canary
-from .common import context, print_json, subcommand
+from loomtui import actions
+from loomtui.canary import runs as canary
+from loomtui.cli.common import context, print_json, subcommand
 
 
 def register(sub) -> None:

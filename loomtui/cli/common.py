@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from ..context import Context
+from loomtui.context import Context
 
 
 def add_common_options(parser: argparse.ArgumentParser, top_level: bool = False) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import loops, service
-from ..supervise import supervise
-from .common import context, subcommand
+from loomtui.cli.common import context, subcommand
+from loomtui.daemon import loops, service
+from loomtui.daemon.supervise import supervise
 
 
 def register(sub) -> None:
@@ -23,7 +23,7 @@ def register(sub) -> None:
 
 
 def run_supervise(args: argparse.Namespace) -> int:
-    from ..logs import setup_logging
+    from loomtui.daemon.logs import setup_logging
 
     setup_logging(args.log_level)
     ctx = context(args)

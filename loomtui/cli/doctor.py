@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..doctor import FAIL, run_checks
-from .common import subcommand
+from loomtui.cli.common import subcommand
+from loomtui.report.doctor import FAIL, run_checks
 
 
 def register(sub) -> None:

@@ -6,11 +6,12 @@ import argparse
 import sys
 import time
 
-from .. import actions, jobrun
-from .. import sentinel_queue as queue
-from ..durations import format_duration
-from ..queue_core import CLAIMED, WITNESSED, Item
-from .common import context, print_json, subcommand
+from loomtui import actions
+from loomtui.cli.common import context, print_json, subcommand
+from loomtui.durations import format_duration
+from loomtui.sentinel import jobrun
+from loomtui.sentinel import queue as queue
+from loomtui.sentinel.queue_rules import CLAIMED, WITNESSED, Item
 
 
 def register(sub) -> None:
@@ -99,7 +100,7 @@ def run_resolve(args: argparse.Namespace) -> int:
 
 
 def run_scan(args: argparse.Namespace) -> int:
-    from ..sentinel import sentinel_tick
+    from loomtui.sentinel.tick import sentinel_tick
 
     report = sentinel_tick(context(args), notify=not args.no_nudge)
     if args.json:

@@ -6,9 +6,9 @@ import argparse
 import datetime as dt
 import sys
 
-from .. import ledger
-from ..ledger import Event
-from .common import context, subcommand
+from loomtui.cli.common import context, subcommand
+from loomtui.store import ledger
+from loomtui.store.ledger import Event
 
 
 def register(sub) -> None:

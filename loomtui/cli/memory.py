@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import memory
-from .common import context, subcommand
+from loomtui.cli.common import context, subcommand
+from loomtui.memory import index as memory
 
 
 def register(sub) -> None:

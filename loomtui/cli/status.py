@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from .. import status as status_mod
-from ..durations import format_duration
-from ..ledger import Event
-from .common import context, print_json, subcommand
-from .ledger_cmd import format_event
+from loomtui.cli.common import context, print_json, subcommand
+from loomtui.cli.ledger_cmd import format_event
+from loomtui.durations import format_duration
+from loomtui.report import status as status_mod
+from loomtui.store.ledger import Event
 
 
 def register(sub) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from .telegram import logs as scrub
+from loomtui.telegram import logs as scrub
 
 
 def setup_logging(level: str = "INFO") -> None:

@@ -8,10 +8,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from .canary_loop import CanaryLoop
-from .context import Context
-from .supervise import Service, TickLoop
-from .watchdog import Watchdog
+from loomtui.agent.watchdog import Watchdog
+from loomtui.canary.loop import CanaryLoop
+from loomtui.context import Context
+from loomtui.daemon.supervise import Service, TickLoop
 
 log = logging.getLogger("loom.loops")
 
@@ -49,7 +49,7 @@ def canary_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
 
 
 def sentinel_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
-    from .sentinel import sentinel_tick as tick
+    from loomtui.sentinel.tick import sentinel_tick as tick
 
     def step() -> object:
         report = tick(ctx)
@@ -71,14 +71,13 @@ def tick_loops(ctx: Context) -> list[TickLoop]:
 
 
 async def _sender(ctx: Context, stop: asyncio.Event) -> None:
-    from .telegram.sender import run_sender
+    from loomtui.telegram.sender import run_sender
 
     await run_sender(ctx, stop)
 
 
 async def _commands(ctx: Context, stop: asyncio.Event) -> None:
-    from .telegram.commands import OperatorActions
-    from .telegram.commands import run_commands
+    from loomtui.telegram.commands import OperatorActions, run_commands
 
     await run_commands(ctx, OperatorActions(ctx), stop)
 

@@ -18,9 +18,11 @@ from prometheus_client.core import (
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
-from . import canary, ledger, recovery
-from .context import Context
-from .errors import LoomError
+from loomtui.agent import recovery
+from loomtui.canary import runs as canary
+from loomtui.context import Context
+from loomtui.errors import LoomError
+from loomtui.store import ledger
 
 
 class StoreCollector(Collector):

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from .context import Context
+from loomtui.context import Context
 
 UNIT_NAME = "loom.service"
 PLIST_LABEL = "dev.loom.supervise"

@@ -19,10 +19,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 
-from . import __version__, ledger, locks
-from .context import Context
-from .errors import LoomError
-from .policy import backoff
+from loomtui import __version__
+from loomtui.agent.policy import backoff
+from loomtui.context import Context
+from loomtui.errors import LoomError
+from loomtui.store import ledger, locks
 
 log = logging.getLogger("loom.supervise")
 
@@ -208,13 +209,13 @@ def supervise(ctx: Context, loops: list[TickLoop], services: list[Service] | Non
     rt = Runtime(ctx, loops, services or [])
     server = None
     try:
-        from .salvage import open_or_salvage
+        from loomtui.store.salvage import open_or_salvage
 
         ctx._store, salvaged = open_or_salvage(ctx.state_dir)
         if salvaged is not None:
             log.error("%s", salvaged.summary())
         if ctx.config.metrics.listen:
-            from . import metrics
+            from loomtui.daemon import metrics
 
             server = metrics.serve(clone(ctx), lambda: {name: asdict(s) for name, s in list(rt.stats.items())})
         ledger.append(ctx.store, "supervisor_start", source="supervisor",

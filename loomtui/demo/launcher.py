@@ -22,9 +22,9 @@ from pathlib import Path
 import platformdirs
 import psutil
 
-from .. import actions
-from ..context import Context
-from ..errors import LoomError
+from loomtui import actions
+from loomtui.context import Context
+from loomtui.errors import LoomError
 
 JOBS = {
     # name: (every, python code)
@@ -132,7 +132,7 @@ class Demo:
             [sys.executable, "-m", "loomtui", "--config", str(self.config_path), "supervise"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
         self.procs.append(subprocess.Popen(
-            [sys.executable, "-m", "loomtui.tui.demo", str(self.config_path), str(self.crash_after)],
+            [sys.executable, "-m", "loomtui.demo.launcher", str(self.config_path), str(self.crash_after)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
         (self.root / "pids").write_text(" ".join(str(p.pid) for p in self.procs))
         return self.config_path
@@ -221,7 +221,7 @@ def run_jobs(config_path: Path, crash_after: float = CRASH_AFTER) -> int:
 
 
 def _seconds(text: str) -> float:
-    from ..durations import parse_duration
+    from loomtui.durations import parse_duration
 
     return parse_duration(text)
 

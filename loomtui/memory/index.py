@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .errors import LoomError
-from .locks import FileLock
+from loomtui.errors import LoomError
+from loomtui.store.locks import FileLock
 
 # An index line longer than this is a lint problem: the index is read into the agent's context at
 # every session start, so an entry is a pointer with a hook, not the fact itself.

@@ -10,11 +10,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import ledger
-from .config import Config, load_config
-from .errors import LoomError
-from .statedir import prepare_state_dir, resolve_state_dir
-from .store import DB_NAME, Store
+from loomtui.config import Config, load_config
+from loomtui.errors import LoomError
+from loomtui.store import ledger
+from loomtui.store.db import DB_NAME, Store
+from loomtui.store.statedir import prepare_state_dir, resolve_state_dir
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .policy import OPERATOR
+from loomtui.agent.policy import OPERATOR
 
 
-class Event(Protocol):
-    """A ledger event as the grouping reads it (ledger.Event has these fields)."""
+class TimelineEvent(Protocol):
+    """A ledger event as the grouping reads it (ledger.TimelineEvent has these fields)."""
 
     id: int
     ts: float
@@ -58,7 +58,7 @@ class Incident:
         return f"i{self.first_id}"
 
 
-def _starts_trouble(e: Event) -> bool:
+def _starts_trouble(e: TimelineEvent) -> bool:
     if e.kind == "canary":
         return e.detail.get("result") == "miss"
     if e.kind == "relaunch":
@@ -66,7 +66,7 @@ def _starts_trouble(e: Event) -> bool:
     return e.kind in ("resume_failed", "relaunch_failed", "escalation", "launch_died")
 
 
-def _note(e: Event) -> Incident | None:
+def _note(e: TimelineEvent) -> Incident | None:
     """Events that are incidents of their own: acted on and done in one step."""
     titles = {
         "foreign_poller_reaped": f"foreign poller {e.detail.get('pid', '?')} reaped",
@@ -91,7 +91,7 @@ def _note(e: Event) -> Incident | None:
     return None
 
 
-def _absorb(inc: Incident, e: Event) -> None:
+def _absorb(inc: Incident, e: TimelineEvent) -> None:
     if e.id not in inc.event_ids:
         inc.event_ids.append(e.id)
     if e.kind == "relaunch":
@@ -129,7 +129,7 @@ def _title(inc: Incident) -> str:
     return "; ".join(bits)
 
 
-def group(events: list[Event]) -> list[Incident]:
+def group(events: list[TimelineEvent]) -> list[Incident]:
     """Incidents, oldest first. `events` must be oldest first."""
     out: list[Incident] = []
     current: Incident | None = None

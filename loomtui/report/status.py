@@ -5,10 +5,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from . import canary, launches, ledger, outbox, recovery, sentinel_queue, session
-from .context import Context
-from .driver import TmuxDriver
-from .telegram import state as telegram_state
+from loomtui.agent import launches, recovery
+from loomtui.agent.driver import TmuxDriver
+from loomtui.canary import runs as canary
+from loomtui.context import Context
+from loomtui.sentinel import queue as sentinel_queue
+from loomtui.store import ledger, outbox, session
+from loomtui.telegram import state as telegram_state
 
 
 def gather(ctx: Context, *, events: int = 5, now: float | None = None) -> dict[str, Any]:

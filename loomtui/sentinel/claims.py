@@ -11,12 +11,12 @@ import os
 import time
 from pathlib import Path
 
-from . import ledger
-from .context import Context
-from .errors import LoomError
-from .queue_core import CLAIMED, WITNESSED, Item
-from .sentinel_queue import MAX_NOTE, from_row, save
-from .text import digest, sanitize
+from loomtui.context import Context
+from loomtui.errors import LoomError
+from loomtui.sentinel.queue import MAX_NOTE, from_row, save
+from loomtui.sentinel.queue_rules import CLAIMED, WITNESSED, Item
+from loomtui.store import ledger
+from loomtui.text import digest, sanitize
 
 
 def log_position(path: str | Path) -> tuple[int | None, int | None, int | None]:

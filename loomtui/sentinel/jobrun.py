@@ -18,9 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import logscan, redact
-from .context import Context
-from .errors import LoomError, StoreUnavailable
+from loomtui import redact
+from loomtui.context import Context
+from loomtui.errors import LoomError, StoreUnavailable
+from loomtui.sentinel import logscan
 
 CHUNK = 65536
 MAX_OUTPUT_LINE = 65536  # a line longer than this is broken in the log rather than held in memory

@@ -13,10 +13,10 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import logscan
-from .logscan import Carry, FileFacts, Line, Position
-from .queue_core import LINE, Failure
-from .signature import normalize
+from loomtui.sentinel import logscan
+from loomtui.sentinel.logscan import Carry, FileFacts, Line, Position
+from loomtui.sentinel.queue_rules import LINE, Failure
+from loomtui.sentinel.signature import normalize
 
 CHUNK = 1 << 20
 MAX_SIGNATURES = 20  # distinct failure signatures per job per scan; the rest fold into one item

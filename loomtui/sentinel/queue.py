@@ -11,9 +11,9 @@ import os
 import sqlite3
 from typing import Any
 
-from . import ledger
-from .queue_core import CLAIMED, OPEN, WITNESSED, Failure, Item
-from .store import Store
+from loomtui.sentinel.queue_rules import CLAIMED, OPEN, WITNESSED, Failure, Item
+from loomtui.store import ledger
+from loomtui.store.db import Store
 
 MAX_NOTE = 2000
 _FIELDS = [f.name for f in dataclasses.fields(Item)]

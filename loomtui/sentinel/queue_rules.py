@@ -17,7 +17,7 @@ OPEN, CLAIMED, WITNESSED = "open", "claimed", "witnessed"
 LINE, EXIT, MISSED, SCAN = "line", "exit", "missed", "scan"
 
 
-class SentinelConfig(Protocol):
+class QueueSettings(Protocol):
     """The `[sentinel]` values the queue rules read (config.SentinelConfig has them)."""
 
     backstop: float
@@ -68,7 +68,7 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class Run:
+class JobRun:
     id: int
     job: str
     started: float
@@ -117,7 +117,7 @@ def reopen(item: Item, now: float, why: str) -> tuple[Item, Events]:
         ("queue_reopen", detail)]
 
 
-def review(item: Item, run: Run, now: float) -> tuple[Item, Events]:
+def review(item: Item, run: JobRun, now: float) -> tuple[Item, Events]:
     """A claimed item meets a finished run of its job: witness on a clean run, reopen on a bad one."""
     if item.state != CLAIMED or item.job != run.job or item.claimed_at is None or run.started <= item.claimed_at:
         return item, []
@@ -148,7 +148,7 @@ class Escalate:
     dedupe_key: str
 
 
-def decide(item: Item, cfg: SentinelConfig, now: float, *, relaunching: bool = False,
+def decide(item: Item, cfg: QueueSettings, now: float, *, relaunching: bool = False,
            witness_window: float | None = None) -> list[Nudge | Escalate]:
     """What is due for one item now: a nudge to the agent, the operator's one message, or nothing.
 
@@ -205,7 +205,7 @@ def nudge_text(item: Item) -> str:
 
 
 def escalation_text(item: Item, now: float) -> str:
-    from .durations import format_duration
+    from loomtui.durations import format_duration
 
     return (f"Loom: job {quoted(item.job)} has an open failure for {format_duration(now - item.first_seen)} "
             f"(queue item {item.id}, seen {item.count}x, agent nudged {item.nudges}x): {item.signature[:120]}. "
@@ -213,7 +213,7 @@ def escalation_text(item: Item, now: float) -> str:
 
 
 def unwitnessed_text(item: Item, now: float) -> str:
-    from .durations import format_duration
+    from loomtui.durations import format_duration
 
     return (f"Loom: job {quoted(item.job)}: queue item {item.id} was claimed fixed "
             f"{format_duration(now - (item.claimed_at or now))} ago, but no clean run has witnessed it "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from .durations import parse_duration
+from loomtui.durations import parse_duration
 
 
 def period(schedule: str) -> float | None:

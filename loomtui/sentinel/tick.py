@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from . import actions, clock, jobscan, launches, ledger, locks, logscan, outbox, redact, schedule
-from . import sentinel_queue as queue
-from .config import JobConfig
-from .context import Context
-from .errors import LoomError
-from .queue_core import (
+from loomtui import actions, clock, redact
+from loomtui.agent import launches
+from loomtui.config import JobConfig
+from loomtui.context import Context
+from loomtui.errors import LoomError
+from loomtui.sentinel import jobscan, logscan, schedule
+from loomtui.sentinel import queue as queue
+from loomtui.sentinel.queue_rules import (
     EXIT,
     MISSED,
     OPEN,
@@ -31,12 +33,13 @@ from .queue_core import (
     Failure,
     Item,
     Nudge,
-    Run,
+    JobRun,
     absorb,
     decide,
     review,
 )
-from .signature import normalize
+from loomtui.sentinel.signature import normalize
+from loomtui.store import ledger, locks, outbox
 
 SENTINEL_LOCK = "sentinel.lock"
 LOCK_TIMEOUT = 60.0
@@ -45,7 +48,7 @@ SOURCE = "sentinel"
 
 
 @dataclass
-class TickReport:
+class SentinelReport:
     now: float
     jobs: int = 0
     bytes_read: int = 0
@@ -80,10 +83,10 @@ class TickReport:
         return "; ".join(parts)
 
 
-def sentinel_tick(ctx: Context, now: float | None = None, *, notify: bool = True) -> TickReport:
+def sentinel_tick(ctx: Context, now: float | None = None, *, notify: bool = True) -> SentinelReport:
     """One sentinel pass. Raises LockHeld if another pass holds sentinel.lock past LOCK_TIMEOUT."""
     now = time.time() if now is None else now
-    report = TickReport(now)
+    report = SentinelReport(now)
     # Two passes at once would both read the same new bytes and count every line twice.
     with locks.hold(ctx.state_dir, SENTINEL_LOCK, timeout=LOCK_TIMEOUT):
         scan_all(ctx, now, report)
@@ -95,7 +98,7 @@ def sentinel_tick(ctx: Context, now: float | None = None, *, notify: bool = True
 # -- scanning ----------------------------------------------------------------------------
 
 
-def scan_all(ctx: Context, now: float, report: TickReport) -> None:
+def scan_all(ctx: Context, now: float, report: SentinelReport) -> None:
     runs = finished_runs(ctx, now)
     configured = {job.name for job in ctx.config.jobs}
     orphans = [r.id for rs in runs.values() for r in rs if r.job not in configured]
@@ -107,9 +110,9 @@ def scan_all(ctx: Context, now: float, report: TickReport) -> None:
         scan_job(ctx, job, runs.get(job.name, []), now, report)
 
 
-def finished_runs(ctx: Context, now: float) -> dict[str, list[Run]]:
+def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
     """Unreviewed runs that ended, or whose run-job died without recording an end."""
-    out: dict[str, list[Run]] = {}
+    out: dict[str, list[JobRun]] = {}
     died = []
     for row in ctx.store.query("SELECT * FROM job_runs WHERE reviewed = 0 ORDER BY id"):
         error = row["error"]
@@ -119,7 +122,7 @@ def finished_runs(ctx: Context, now: float) -> dict[str, list[Run]]:
             error = "run-job ended without recording the exit (killed?)"
             died.append((now, error, row["id"]))
         out.setdefault(row["job"], []).append(
-            Run(row["id"], row["job"], row["started"], row["exit_code"], row["failure_lines"], error))
+            JobRun(row["id"], row["job"], row["started"], row["exit_code"], row["failure_lines"], error))
     if died:
         with ctx.store.write() as db:
             db.executemany("UPDATE job_runs SET ended = ?, error = ? WHERE id = ? AND ended IS NULL", died)
@@ -144,7 +147,7 @@ def job_matcher(ctx: Context, job: JobConfig) -> logscan.Matcher:
     return logscan.matcher_for(job.patterns, job.anti_patterns, cfg.patterns, cfg.anti_patterns)
 
 
-def scan_job(ctx: Context, job: JobConfig, runs: list[Run], now: float, report: TickReport) -> None:
+def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], now: float, report: SentinelReport) -> None:
     store = ctx.store
     path = str(job.log)
     with store.read() as db:
@@ -186,7 +189,7 @@ def scan_job(ctx: Context, job: JobConfig, runs: list[Run], now: float, report: 
     report.runs_reviewed += len(runs)
 
 
-def exit_failure(run: Run) -> Failure:
+def exit_failure(run: JobRun) -> Failure:
     if run.error:
         text = f"run {run.id}: {run.error}"
         return Failure(run.job, EXIT, normalize(run.error), text, at=run.started)
@@ -194,8 +197,8 @@ def exit_failure(run: Run) -> Failure:
                    at=run.started)
 
 
-def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs: list[Run], now: float,
-          report: TickReport) -> None:
+def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs: list[JobRun], now: float,
+          report: SentinelReport) -> None:
     """Failures into the job's live items (dedup, reopen), then finished runs against claims."""
     items = queue.live(db, job.name)
     touched: dict[int, Item] = {}
@@ -230,7 +233,7 @@ def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs:
 # -- nudges and the backstop -------------------------------------------------------------
 
 
-def send_due(ctx: Context, now: float, report: TickReport) -> None:
+def send_due(ctx: Context, now: float, report: SentinelReport) -> None:
     items = queue.unresolved_items(ctx.store)
     if not items:
         return
@@ -260,7 +263,7 @@ def witness_window(ctx: Context, item: Item) -> float | None:
         return None
 
 
-def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: TickReport) -> None:
+def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: SentinelReport) -> None:
     detail = {"item": item.id, "job": item.job, "nudge": item.nudges + 1, "renudge": action.renudge}
     try:
         result = actions.nudge(ctx, action.text, source=SOURCE, detail=detail)
@@ -277,7 +280,7 @@ def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: TickRepor
     report.nudged.append(item.id)
 
 
-def escalate(ctx: Context, item: Item, action: Escalate, now: float, report: TickReport) -> None:
+def escalate(ctx: Context, item: Item, action: Escalate, now: float, report: SentinelReport) -> None:
     with ctx.store.write() as db:
         row = db.execute("SELECT escalated_at FROM queue_items WHERE id = ?", (item.id,)).fetchone()
         if row is None or row[0] is not None:

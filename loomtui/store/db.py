@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .errors import StoreError, StoreUnavailable
-from .migrations import MIGRATIONS
-from .statedir import create_private_file
+from loomtui.errors import StoreError, StoreUnavailable
+from loomtui.store.migrations import MIGRATIONS
+from loomtui.store.statedir import create_private_file
 
 DB_NAME = "loom.db"
 BUSY_TIMEOUT = 10.0

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import redact
-from .store import Store
+from loomtui import redact
+from loomtui.store.db import Store
 
 GENESIS = "0" * 64
 HEAD_KEY = "ledger_head"

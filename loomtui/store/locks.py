@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from .errors import LockHeld
+from loomtui.errors import LockHeld
 
 INJECT = "inject.lock"
 RECYCLE = "recycle.lock"

@@ -16,9 +16,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import ledger, redact
-from .errors import LoomError
-from .store import Store
+from loomtui import redact
+from loomtui.errors import LoomError
+from loomtui.store import ledger
+from loomtui.store.db import Store
 
 PENDING, SENT, FAILED = "pending", "sent", "failed"
 

@@ -24,9 +24,9 @@ import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ledger, outbox, session
-from .errors import StoreError
-from .store import DB_NAME, Store
+from loomtui.errors import StoreError
+from loomtui.store import ledger, outbox, session
+from loomtui.store.db import DB_NAME, Store
 
 # Rows worth carrying over, newest first where a table can be long. The ledger is not copied
 # row by row (a partial chain would not verify); its readable head is named instead.

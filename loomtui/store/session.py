@@ -15,7 +15,7 @@ import sqlite3
 import uuid
 from pathlib import Path
 
-from .store import Store
+from loomtui.store.db import Store
 
 KEY = "pinned_session"
 SIDECAR = "pinned-session"

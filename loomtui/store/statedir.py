@@ -8,8 +8,8 @@ from pathlib import Path
 
 import platformdirs
 
-from .config import APP_NAME, Config, expand_path
-from .errors import StateDirError
+from loomtui.config import APP_NAME, Config, expand_path
+from loomtui.errors import StateDirError
 
 SUBDIRS = ("acks",)
 

@@ -14,10 +14,10 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from .. import redact
-from ..context import Context
-from ..errors import LoomError
-from . import logs
+from loomtui import redact
+from loomtui.context import Context
+from loomtui.errors import LoomError
+from loomtui.telegram import logs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,9 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def _run(ctx: Context) -> int:
     # Imported here so a config error is reported before python-telegram-bot is even loaded.
-    from .commands import OperatorActions
-    from .commands import run_commands
-    from .sender import run_sender
+    from loomtui.telegram.commands import OperatorActions, run_commands
+    from loomtui.telegram.sender import run_sender
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -8,8 +8,8 @@ import warnings
 import telegram
 from telegram.request import HTTPXRequest
 
-from .. import redact
-from ..config import TelegramConfig
+from loomtui import redact
+from loomtui.config import TelegramConfig
 
 DEFAULT_BASE = "https://api.telegram.org/bot"
 

@@ -20,16 +20,18 @@ from typing import Any, Protocol, TypeVar
 import telegram
 from telegram.error import Conflict, TelegramError
 
-from .. import ledger, outbox, redact
-from ..config import TelegramConfig
-from ..context import Context
-from ..errors import LoomError
-from ..store import Store
-from ..policy import backoff
-from . import policy, state
-from .bot import describe, make_bot
-from .clock import SYSTEM, Clock
-from .token import load_token
+from loomtui import redact
+from loomtui.agent.policy import backoff
+from loomtui.config import TelegramConfig
+from loomtui.context import Context
+from loomtui.errors import LoomError
+from loomtui.store import ledger, outbox
+from loomtui.store.db import Store
+from loomtui.telegram import rules as policy
+from loomtui.telegram import state
+from loomtui.telegram.bot import describe, make_bot
+from loomtui.telegram.clock import SYSTEM, Clock
+from loomtui.telegram.token import load_token
 
 log = logging.getLogger("loomtui.telegram.commands")
 
@@ -59,22 +61,22 @@ class OperatorActions:
         self.source = source
 
     def status(self) -> str:
-        from .. import status as status_mod
+        from loomtui.report import status as status_mod
 
         return format_status(status_mod.gather(self.ctx, events=0))
 
     def canary(self) -> str:
-        from .. import actions
+        from loomtui import actions
 
         return "canary " + actions.canary_now(self.ctx, source=self.source).describe()
 
     def recycle(self, mode: str) -> str:
-        from .. import actions
+        from loomtui import actions
 
         return actions.recycle(self.ctx, mode, source=self.source, reason="asked over Telegram").describe()
 
     def queue(self) -> str:
-        from .. import sentinel_queue
+        from loomtui.sentinel import queue as sentinel_queue
 
         return queue_summary(sentinel_queue.open_items(self.ctx.store))
 
@@ -91,7 +93,7 @@ def queue_summary(items: list[Any], limit: int = 10) -> str:
 
 
 def format_status(data: dict[str, Any]) -> str:
-    from ..durations import format_duration
+    from loomtui.durations import format_duration
 
     age = data["supervisor"]["heartbeat_age"]
     lines = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import traceback
 
-from .. import redact
+from loomtui import redact
 
 
 class ScrubFilter(logging.Filter):

@@ -15,16 +15,16 @@ import logging
 import telegram
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
-from .. import outbox
-from ..config import TelegramConfig
-from ..context import Context
-from ..locks import FileLock
-from ..store import Store
-from ..policy import backoff
-from . import policy
-from .bot import describe, make_bot, retry_after_seconds
-from .clock import SYSTEM, Clock
-from .token import load_token
+from loomtui.agent.policy import backoff
+from loomtui.config import TelegramConfig
+from loomtui.context import Context
+from loomtui.store import outbox
+from loomtui.store.db import Store
+from loomtui.store.locks import FileLock
+from loomtui.telegram import rules as policy
+from loomtui.telegram.bot import describe, make_bot, retry_after_seconds
+from loomtui.telegram.clock import SYSTEM, Clock
+from loomtui.telegram.token import load_token
 
 LOCK_NAME = "telegram-sender.lock"  # two senders on one store would both send the head row
 BAD_REQUEST_ATTEMPTS = 3  # Telegram understood and refused this very message; retrying forever is a wedge

@@ -6,7 +6,7 @@ import json
 import sqlite3
 from typing import Any
 
-from ..store import Store
+from loomtui.store.db import Store
 
 OFFSET_KEY = "telegram_update_offset"
 CONFLICT_KEY = "telegram_conflict"

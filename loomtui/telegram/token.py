@@ -7,9 +7,9 @@ import stat
 from collections.abc import Mapping
 from urllib.parse import quote
 
-from .. import redact
-from ..config import TelegramConfig
-from ..errors import LoomError
+from loomtui import redact
+from loomtui.config import TelegramConfig
+from loomtui.errors import LoomError
 
 
 def load_token(cfg: TelegramConfig, environ: Mapping[str, str] | None = None) -> str:

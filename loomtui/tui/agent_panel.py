@@ -8,7 +8,7 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
-from .snapshot import PaneView
+from loomtui.tui.snapshot import PaneView
 
 MAX_LINES = 400
 

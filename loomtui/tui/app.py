@@ -26,21 +26,21 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from .. import actions, redact
-from ..context import Context
-from ..errors import LoomError
-from ..tmux import clean_env
-from .agent_panel import AgentPanel
-from .canary_panel import CanaryPanel
-from .fleet_panel import FleetPanel
-from .header import StatusHeader
-from .keymap import APP_KEYS, TABS
-from .memory_panel import MemoryPanel
-from .messages import ActionDone, DetailLoaded, Refreshed, StateChanged
-from .modals import DetailScreen, HelpScreen, PromptScreen, RecycleScreen
-from .queue_panel import QueuePanel
-from .snapshot import Snapshot, Source
-from .timeline_panel import TimelinePanel
+from loomtui import actions, redact
+from loomtui.agent.tmux import clean_env
+from loomtui.context import Context
+from loomtui.errors import LoomError
+from loomtui.tui.agent_panel import AgentPanel
+from loomtui.tui.canary_panel import CanaryPanel
+from loomtui.tui.fleet_panel import FleetPanel
+from loomtui.tui.header import StatusHeader
+from loomtui.tui.keymap import APP_KEYS, TABS
+from loomtui.tui.memory_panel import MemoryPanel
+from loomtui.tui.messages import ActionDone, DetailLoaded, Refreshed, StateChanged
+from loomtui.tui.modals import DetailScreen, HelpScreen, PromptScreen, RecycleScreen
+from loomtui.tui.queue_panel import QueuePanel
+from loomtui.tui.snapshot import Snapshot, Source
+from loomtui.tui.timeline_panel import TimelinePanel
 
 REFRESH_EVERY = 1.5
 MODAL_BLOCKED = {"canary", "recycle", "inject", "resolve", "attach", "filter", "help", "show_tab"}
@@ -324,7 +324,7 @@ class LoomApp(App):
     def _search_memory(self, term: str) -> None:
         from rich.text import Text
 
-        from .. import memory
+        from loomtui.memory import index as memory
 
         where = (self.ctx.config.memory.dir, self.ctx.config.memory.index)
         report = memory.survey(*where)
@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     demo = None
     try:
         if args.demo:
-            from .demo import Demo
+            from loomtui.demo.launcher import Demo
 
             demo = Demo.for_this_install()
             print(f"loom-tui: starting the demo in {demo.root} …", file=sys.stderr)

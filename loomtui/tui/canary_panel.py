@@ -7,8 +7,8 @@ import datetime as dt
 from textual.app import ComposeResult
 from textual.widget import Widget
 
-from ..canary import Probe
-from .tables import KeyedTable, safe
+from loomtui.canary.runs import Probe
+from loomtui.tui.tables import KeyedTable, safe
 
 STYLES = {"ok": "green", "miss": "bold red", "pending": "cyan", "error": "magenta", "inject_failed": "yellow",
           "skipped": "dim"}

@@ -5,10 +5,10 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.widget import Widget
 
-from ..durations import format_duration
-from .canary_panel import when
-from .snapshot import JobRow
-from .tables import KeyedTable, safe
+from loomtui.durations import format_duration
+from loomtui.tui.canary_panel import when
+from loomtui.tui.snapshot import JobRow
+from loomtui.tui.tables import KeyedTable, safe
 
 
 def rows(jobs: list[JobRow], now: float) -> list[tuple[str, list]]:

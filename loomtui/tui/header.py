@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from .snapshot import Header
+from loomtui.tui.snapshot import Header
 
 LEVELS = {"ok": "bold green", "warn": "bold yellow", "bad": "bold red"}
 

@@ -26,8 +26,8 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
-from .. import memory
-from ..errors import LoomError
+from loomtui.errors import LoomError
+from loomtui.memory import index as memory
 
 PREVIEW_LIMIT = 64 * 1024
 WATCH_DEBOUNCE_MS = 200

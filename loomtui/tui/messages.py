@@ -7,7 +7,7 @@ from typing import Any
 
 from textual.message import Message
 
-from .snapshot import Snapshot
+from loomtui.tui.snapshot import Snapshot
 
 
 @dataclass

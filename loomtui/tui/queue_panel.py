@@ -10,8 +10,8 @@ from textual.containers import Vertical
 from textual.widget import Widget
 from textual.widgets import Static
 
-from .canary_panel import when
-from .tables import KeyedTable, safe
+from loomtui.tui.canary_panel import when
+from loomtui.tui.tables import KeyedTable, safe
 
 STATE_STYLES = {"open": "bold red", "claimed": "yellow", "witnessed": "green"}
 

@@ -13,14 +13,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import canary, launches, ledger, recovery, session
-from ..canary import Probe
-from ..context import Context
-from ..driver import GONE, UNKNOWN, UP, TmuxDriver
-from ..durations import format_duration
-from ..proctree import PRESENT
-from ..store import DB_NAME, Store
-from ..tmux import TmuxError
+from loomtui.agent import launches, recovery
+from loomtui.agent.driver import GONE, UNKNOWN, UP, TmuxDriver
+from loomtui.agent.proctree import PRESENT
+from loomtui.agent.tmux import TmuxError
+from loomtui.canary import runs as canary
+from loomtui.canary.runs import Probe
+from loomtui.context import Context
+from loomtui.durations import format_duration
+from loomtui.store import ledger, session
+from loomtui.store.db import DB_NAME, Store
 
 STORE_TIMEOUT = 2.0  # the console must say "store busy" promptly, not hang for the daemon's 10 s
 
@@ -191,14 +193,14 @@ def _agent_text(pane: PaneView, held: bool, booting_for: float | None) -> tuple[
 
 
 def _queue(store: Store) -> list[Any]:
-    from .. import sentinel_queue
+    from loomtui.sentinel import queue as sentinel_queue
 
     return sentinel_queue.listing(store)
 
 
 def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobRow]:
-    from ..clock import local_zone
-    from ..schedule import next_due
+    from loomtui.clock import local_zone
+    from loomtui.sentinel.schedule import next_due
 
     rows = {r["job"]: r for r in store.query(
         "SELECT r.* FROM job_runs r JOIN (SELECT job, MAX(id) AS id FROM job_runs GROUP BY job) m ON r.id = m.id")}

@@ -19,13 +19,14 @@ from textual.containers import Vertical
 from textual.widget import Widget
 from textual.widgets import Static
 
-from .. import incidents, ledger
-from ..durations import format_duration
-from ..store import Store
-from .canary_panel import when
-from .messages import TimelineLoaded
-from .snapshot import event_detail, pretty
-from .tables import KeyedTable, safe
+from loomtui.durations import format_duration
+from loomtui.report import incidents
+from loomtui.store import ledger
+from loomtui.store.db import Store
+from loomtui.tui.canary_panel import when
+from loomtui.tui.messages import TimelineLoaded
+from loomtui.tui.snapshot import event_detail, pretty
+from loomtui.tui.tables import KeyedTable, safe
 
 INCIDENT_PAGE = 3000
 EVENT_PAGE = 300
@@ -205,7 +206,7 @@ class TimelinePanel(Widget):
 
     @work(thread=True, group="timeline-detail", exit_on_error=False)
     def _detail(self, obj: object) -> None:
-        from .messages import DetailLoaded
+        from loomtui.tui.messages import DetailLoaded
 
         if isinstance(obj, incidents.Incident):
             events = event_detail(self._store(), obj.event_ids)

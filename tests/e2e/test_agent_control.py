@@ -68,6 +68,7 @@ def test_hostile_injections_from_four_processes_arrive_whole_once(harness):
     assert not any("semicolon" in str(e) or "markup" in str(e) for e in events)
 
 
+@pytest.mark.incident("resuming_a_stranger")
 def test_fresh_resume_fresh_and_failed_resume(harness):
     first = harness.start()
     ctx = harness.ctx()
@@ -106,6 +107,7 @@ def test_fresh_resume_fresh_and_failed_resume(harness):
     assert harness.loom("ledger", "verify").returncode == 0
 
 
+@pytest.mark.incident("garbled_replay")
 def test_pane_killed_during_injection_types_nowhere_else(harness):
     session_id = harness.start()
     decoy_file = harness.root / "decoy.txt"
@@ -162,8 +164,8 @@ def test_inject_into_no_agent_fails_and_is_recorded(harness):
 
 def test_the_agent_tree_is_found_from_the_pane(harness):
     harness.start()
-    from loomtui.driver import UP, TmuxDriver
-    from loomtui.proctree import PRESENT
+    from loomtui.agent.driver import UP, TmuxDriver
+    from loomtui.agent.proctree import PRESENT
 
     ctx = harness.ctx()
     facts = wait_for(lambda: (f := TmuxDriver(ctx.config).observe()).tree and f.tree.poller == PRESENT and f,
@@ -182,10 +184,11 @@ def test_sanitize(text, expected):
     assert sanitize(text) == expected
 
 
+@pytest.mark.incident("confident_false_detector")
 def test_a_hung_tmux_server_is_unknown_not_gone(harness):
     import signal as sig
 
-    from loomtui.driver import UNKNOWN, TmuxDriver
+    from loomtui.agent.driver import UNKNOWN, TmuxDriver
 
     harness.start()
     ctx = harness.ctx()
@@ -211,10 +214,11 @@ def test_an_agent_that_dies_at_once_is_a_failed_relaunch(make_harness):
     assert died["detail"]["mode"] == "fresh" and "no API key" in died["detail"]["screen_tail"]
 
 
+@pytest.mark.incident("garbled_replay")
 def test_text_waiting_through_a_relaunch_is_not_typed_into_the_new_agent(harness):
-    from loomtui import locks
-    from loomtui.driver import TmuxDriver
-    from loomtui.inject import inject
+    from loomtui.agent.driver import TmuxDriver
+    from loomtui.agent.inject import inject
+    from loomtui.store import locks
 
     harness.start()
     ctx = harness.ctx()

@@ -14,7 +14,7 @@ import pytest
 from harness import wait_for
 from test_supervise import Daemon, relaunches
 
-from loomtui.store import DB_NAME, Store
+from loomtui.store.db import DB_NAME, Store
 
 pytestmark = pytest.mark.e2e
 
@@ -76,6 +76,7 @@ def test_no_agent_is_inject_failed_not_a_miss(harness):
     assert code == 1 and probe["result"] == "inject_failed"
 
 
+@pytest.mark.incident("confident_false_detector")
 def test_deleted_acks_dir_is_our_error_not_the_agents_miss(make_harness):
     harness = make_harness(sections={"canary": {"ack_timeout": "15s"}})
     harness.start()
@@ -89,6 +90,7 @@ def test_deleted_acks_dir_is_our_error_not_the_agents_miss(make_harness):
     assert runs(harness)[-1]["result"] == "error"
 
 
+@pytest.mark.incident("silent_deafness")
 def test_wedge_two_misses_recycle_and_the_resumed_agent_acks(make_harness):
     harness, session, daemon = supervised(make_harness, {"interval": "3s", "ack_timeout": "2s",
                                                          "misses_to_recycle": 2}, "2s")
@@ -104,6 +106,7 @@ def test_wedge_two_misses_recycle_and_the_resumed_agent_acks(make_harness):
     assert daemon.stop() == 0
 
 
+@pytest.mark.incident("correct_and_wrong_together")
 def test_the_incident_a_session_that_wedges_after_every_resume(make_harness):
     harness, first, daemon = supervised(make_harness, {"interval": "3s", "ack_timeout": "2s"}, "2s")
     assert harness.loom("inject", "/poison").returncode == 0
@@ -124,6 +127,7 @@ def test_the_incident_a_session_that_wedges_after_every_resume(make_harness):
     assert daemon.stop() == 0
 
 
+@pytest.mark.incident("confident_false_detector")
 def test_a_busy_agent_is_not_recycled(make_harness):
     timeout = 10.0
     harness, _, daemon = supervised(make_harness, {"interval": "30m", "ack_timeout": f"{timeout:g}s"})
@@ -141,6 +145,7 @@ def test_a_busy_agent_is_not_recycled(make_harness):
     assert daemon.stop() == 0
 
 
+@pytest.mark.incident("confident_false_detector")
 def test_a_locked_store_is_our_error_never_a_miss(make_harness):
     harness, _, daemon = supervised(make_harness, {"interval": "1s", "ack_timeout": "2s"})
     before = len(runs(harness))

@@ -11,10 +11,10 @@ import psutil
 import pytest
 from harness import wait_for
 
-from loomtui import ledger, session
-from loomtui import sentinel_queue as queue
-from loomtui.store import Store
-from loomtui.tui.demo import Demo
+from loomtui.demo.launcher import Demo
+from loomtui.sentinel import queue as queue
+from loomtui.store import ledger, session
+from loomtui.store.db import Store
 
 pytestmark = pytest.mark.e2e
 

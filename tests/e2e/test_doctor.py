@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import REPO
 
-from loomtui.store import DB_NAME
+from loomtui.store.db import DB_NAME
 
 pytestmark = pytest.mark.e2e
 

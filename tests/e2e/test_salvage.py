@@ -15,11 +15,13 @@ from conftest import REPO, loom_env
 from harness import wait_for
 
 from loomtui.errors import StoreError
-from loomtui import jobscan, ledger, outbox, salvage, sentinel_queue, session
-from loomtui.logscan import Carry, Position
-from loomtui.queue_core import CLAIMED, OPEN, WITNESSED, Failure
-from loomtui.salvage import open_or_salvage
-from loomtui.store import DB_NAME, Store
+from loomtui.sentinel import jobscan
+from loomtui.sentinel import queue as sentinel_queue
+from loomtui.sentinel.logscan import Carry, Position
+from loomtui.sentinel.queue_rules import CLAIMED, OPEN, WITNESSED, Failure
+from loomtui.store import ledger, outbox, salvage, session
+from loomtui.store.db import DB_NAME, Store
+from loomtui.store.salvage import open_or_salvage
 
 SID = "12345678-aaaa-4bbb-8ccc-1234567890ab"
 OTHER = "87654321-bbbb-4ccc-8ddd-ba0987654321"

@@ -35,6 +35,7 @@ def queue(h) -> dict[int, dict]:
     return {item["id"]: item for item in data["items"]}
 
 
+@pytest.mark.incident("supervisor_blind_spot")
 def test_failing_job_nudges_the_agent_then_a_claim_is_witnessed_or_reopened(make_harness, tmp_path):
     log = tmp_path / "jobs" / "nightly.log"
     h = make_harness(jobs=[{"name": "nightly", "log": str(log), "schedule": "every 1h"}],

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from harness import wait_for
 
-from loomtui.store import Store
+from loomtui.store.db import Store
 
 pytestmark = pytest.mark.e2e
 
@@ -100,6 +100,7 @@ def test_crash_is_noticed_by_the_exit_watch_and_resumed(make_harness):
     assert fast.loom("ledger", "verify").returncode == 0
 
 
+@pytest.mark.incident("exit_zero_is_failure")
 def test_exit_zero_is_a_failure_too(fast):
     session = fast.start()
     Daemon(fast)
@@ -123,6 +124,7 @@ def test_killed_poller_is_recycled_after_the_grace(fast):
     assert len(relaunches(fast, "poller_missing")) == 1
 
 
+@pytest.mark.incident("one_bot_one_poller")
 def test_foreign_poller_is_reaped_and_the_agent_untouched(fast):
     fast.start()
     daemon = Daemon(fast)
@@ -160,6 +162,7 @@ def test_tmux_server_killed_session_recreated_and_resumed(fast):
     wait_for(lambda: "before the outage" in fast.screen(), what="the resumed conversation")
 
 
+@pytest.mark.incident("recovery_storm")
 def test_supervisor_killed_at_random_points_never_double_relaunches(fast):
     fast.start()
     rng = random.Random(1234)
@@ -182,6 +185,7 @@ def test_supervisor_killed_at_random_points_never_double_relaunches(fast):
     assert daemon.stop() == 0
 
 
+@pytest.mark.incident("recovery_storm")
 def test_an_agent_that_dies_at_every_boot_hits_the_fuse_then_the_ceiling(make_harness):
     dying = f"{sys.executable} -c 'import sys; sys.exit(3)' {{session_id}}"
     harness = make_harness(sections={**FAST, "agent": {"fresh_command": dying, "resume_command": dying}})
@@ -226,7 +230,7 @@ def test_unusable_state_dir_is_a_nonzero_exit(fast, tmp_path):
 BOOM = """
 import sys
 from loomtui.context import Context
-from loomtui.supervise import TickLoop, supervise
+from loomtui.daemon.supervise import TickLoop, supervise
 
 count = 0
 

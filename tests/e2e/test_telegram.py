@@ -20,8 +20,8 @@ import pytest
 from conftest import REPO, loom_env, run_loom
 from fakebot import FakeBot
 
-from loomtui import ledger, outbox, session
-from loomtui.store import Store
+from loomtui.store import ledger, outbox, session
+from loomtui.store.db import Store
 from loomtui.telegram import state
 
 TOKEN = "5550001111:AAE-e2eTESTtoken_zzYYxxWWvvUUttSS"
@@ -246,6 +246,7 @@ def test_operator_status_is_answered_and_not_rerun_after_a_restart(tg: Harness):
     assert len(tg.fake.texts(CHAT)) == 3 and len(outbox.recent(tg.store)) == 3
 
 
+@pytest.mark.incident("one_bot_one_poller")
 def test_a_409_conflict_is_surfaced_in_loom_status(tg: Harness):
     tg.fake.conflict = True
     tg.start(tg.config(commands=True))

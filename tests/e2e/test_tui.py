@@ -15,9 +15,9 @@ from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, Static, TabbedContent
 from tui_state import NOW, populate, write_config
 
-from loomtui import ledger
 from loomtui.context import Context
-from loomtui.store import DB_NAME
+from loomtui.store import ledger
+from loomtui.store.db import DB_NAME
 from loomtui.tui.app import LoomApp
 from loomtui.tui.keymap import APP_KEYS, TABS
 from loomtui.tui.modals import DetailScreen, HelpScreen, PromptScreen, RecycleScreen
@@ -382,7 +382,7 @@ def test_pane_output_with_escapes_and_bad_bytes_renders_literally(make_harness):
 
 
 def test_demo_starts_and_stops_everything(tmp_path):
-    from loomtui.tui.demo import Demo
+    from loomtui.demo.launcher import Demo
 
     demo = Demo(tmp_path / "demo")
     try:
@@ -455,8 +455,8 @@ def test_attach_without_tmux_is_a_notice_not_a_crash(populated, monkeypatch):
 def test_the_console_follows_a_store_the_daemon_replaced(populated):
     import os
 
-    from loomtui import session
-    from loomtui.store import Store
+    from loomtui.store import session
+    from loomtui.store.db import Store
 
     async def run():
         app = LoomApp(populated, now=lambda: NOW, refresh_every=0.2, watch=False)

@@ -1,15 +1,16 @@
 """The canary's pure rules: what counts as deaf, and when the next probe is due."""
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loomtui.canary_core import (
+from loomtui.canary.rules import (
     ERROR,
     INJECT_FAILED,
     MISS,
     OK,
     SKIPPED,
-    Run,
+    ProbeRun,
     consecutive_misses,
     due_in,
     should_recycle,
@@ -17,9 +18,10 @@ from loomtui.canary_core import (
 
 
 def runs(*results, seq=1, grace=False):
-    return [Run(float(i), r, seq, grace) for i, r in enumerate(results)]
+    return [ProbeRun(float(i), r, seq, grace) for i, r in enumerate(results)]
 
 
+@pytest.mark.incident("silent_deafness")
 def test_trailing_misses_of_this_launch():
     assert consecutive_misses(runs(MISS, MISS), 1) == 2
     assert consecutive_misses(runs(MISS, OK, MISS), 1) == 1
@@ -35,9 +37,9 @@ def test_our_own_faults_neither_count_nor_reset():
 
 def test_due():
     assert due_in(None, 100, 1200, 180) == 0
-    assert due_in(Run(100, OK), 200, 1200, 180) == 1100
-    assert due_in(Run(100, MISS), 200, 1200, 180) == 0
-    assert due_in(Run(100, ERROR), 200, 1200, 180) == 80
+    assert due_in(ProbeRun(100, OK), 200, 1200, 180) == 1100
+    assert due_in(ProbeRun(100, MISS), 200, 1200, 180) == 0
+    assert due_in(ProbeRun(100, ERROR), 200, 1200, 180) == 80
 
 
 @given(st.lists(st.sampled_from([OK, MISS, ERROR, SKIPPED, INJECT_FAILED]), max_size=30), st.integers(1, 5))
@@ -50,7 +52,7 @@ def test_only_misses_after_the_last_ok_can_recycle(results, n):
 
 def test_doctor_says_when_claude_cannot_ack(tmp_path):
     from loomtui.config import parse_config
-    from loomtui.doctor import FAIL, OK, check_canary_permissions
+    from loomtui.report.doctor import FAIL, OK, check_canary_permissions
 
     bare = parse_config({}, "c.toml", None)
     check = check_canary_permissions(bare, tmp_path)
@@ -63,11 +65,11 @@ def test_doctor_says_when_claude_cannot_ack(tmp_path):
 
 
 def test_runs_of_an_earlier_launch_are_skipped_not_the_end_of_the_count():
-    history = runs(MISS, MISS, seq=0) + [Run(5.0, MISS, 1), Run(6.0, OK, 0), Run(7.0, MISS, 1)]
+    history = runs(MISS, MISS, seq=0) + [ProbeRun(5.0, MISS, 1), ProbeRun(6.0, OK, 0), ProbeRun(7.0, MISS, 1)]
     assert consecutive_misses(history, 1) == 2
 
 
 def test_an_overdue_probe_is_due_now_not_later():
-    assert due_in(Run(0.0, OK), 1000.0, 300, 60) == 0.0
-    assert due_in(Run(0.0, ERROR), 1000.0, 300, 60) == 0.0
-    assert due_in(Run(0.0, INJECT_FAILED), 30.0, 300, 60) == 30.0
+    assert due_in(ProbeRun(0.0, OK), 1000.0, 300, 60) == 0.0
+    assert due_in(ProbeRun(0.0, ERROR), 1000.0, 300, 60) == 0.0
+    assert due_in(ProbeRun(0.0, INJECT_FAILED), 30.0, 300, 60) == 30.0

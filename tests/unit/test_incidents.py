@@ -1,7 +1,7 @@
 """Grouping the ledger into incidents: from the first sign of trouble to the first ack after it."""
 
-from loomtui.incidents import HELD, NOTE, ONGOING, RECOVERED, group
-from loomtui.ledger import Event
+from loomtui.report.incidents import HELD, NOTE, ONGOING, RECOVERED, group
+from loomtui.store.ledger import Event
 
 
 def ev(i, kind, cause=None, **detail):

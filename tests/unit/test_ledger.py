@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from conftest import REPO, loom_env
 
-from loomtui import ledger
-from loomtui.store import DB_NAME, Store
+from loomtui.store import ledger
+from loomtui.store.db import DB_NAME, Store
 
 WRITER = """
 import sys
-from loomtui.store import Store
-from loomtui import ledger
+from loomtui.store.db import Store
+from loomtui.store import ledger
 store = Store.in_dir(sys.argv[1])
 for i in range(int(sys.argv[2])):
     ledger.append(store, "test", source=f"writer-{sys.argv[3]}", detail={"i": i, "text": "x" * (i % 50)})

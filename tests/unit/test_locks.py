@@ -10,13 +10,13 @@ import threading
 import pytest
 from conftest import REPO, loom_env
 
-from loomtui import locks
 from loomtui.errors import LockHeld
+from loomtui.store import locks
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from loomtui import locks
+from loomtui.store import locks
 lock = locks.hold(Path(sys.argv[1]), locks.SUPERVISOR)
 print("held", flush=True)
 time.sleep(600)

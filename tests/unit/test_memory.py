@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, loom_env
 
-from loomtui import memory
 from loomtui.config import Config
+from loomtui.memory import index as memory
 
 # -- parsing ------------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, loom_env, run_loom
 
-from loomtui import memory
+from loomtui.memory import index as memory
 
 
 @pytest.fixture
@@ -159,7 +159,7 @@ def test_two_streams_of_cli_adders_never_lose_a_line(mem):
 
 ADDER = """
 import sys
-from loomtui import memory
+from loomtui.memory import index as memory
 root, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 print("ready", flush=True)
 sys.stdin.readline()

@@ -13,7 +13,7 @@ from test_memory import make_atimes_stale, snapshot
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Footer, Static
 
-from loomtui import memory
+from loomtui.memory import index as memory
 from loomtui.tui.memory_panel import MemoryPanel, editor_argv
 
 HOSTILE = [

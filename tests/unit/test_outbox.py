@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from loomtui import ledger, outbox
 from loomtui.errors import LoomError
-from loomtui.store import Store
+from loomtui.store import ledger, outbox
+from loomtui.store.db import Store
 
 
 @pytest.fixture

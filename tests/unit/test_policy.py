@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loomtui.config import parse_config
-from loomtui.policy import (
+from loomtui.agent.policy import (
     CAUSES,
     FRESH,
     HOLD,
@@ -25,6 +24,7 @@ from loomtui.policy import (
     decide,
     limits_from,
 )
+from loomtui.config import parse_config
 
 L = Limits(fuse_window=900, fuse_count=3, ceiling_window=3600, ceiling_count=6, backoff_base=5, backoff_max=300)
 BOOT = "boot-a"
@@ -158,6 +158,7 @@ def simulate(steps, limits=L):
     return history
 
 
+@pytest.mark.incident("recovery_storm")
 @settings(max_examples=300, deadline=None)
 @given(failure_runs())
 def test_automatic_relaunches_in_any_window_never_exceed_the_ceiling(steps):
@@ -176,6 +177,7 @@ def test_automatic_relaunches_in_any_window_never_exceed_the_ceiling(steps):
             assert len(window) <= L.ceiling_count
 
 
+@pytest.mark.incident("correct_and_wrong_together")
 @settings(max_examples=300, deadline=None)
 @given(failure_runs())
 def test_a_session_recycled_for_canary_failed_is_never_resumed_again(steps):

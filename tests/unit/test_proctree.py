@@ -12,8 +12,8 @@ import psutil
 import pytest
 from harness import wait_for
 
-from loomtui import proctree
-from loomtui.proctree import MISSING, PRESENT, UNKNOWN
+from loomtui.agent import proctree
+from loomtui.agent.proctree import MISSING, PRESENT, UNKNOWN
 
 # A shell-like wrapper whose own command line also names the agent, then the agent, then its poller.
 TREE = (

@@ -15,9 +15,9 @@ from conftest import REPO, loom_env, run_loom
 from harness import wait_for
 from test_sentinel_scan import Fleet
 
-from loomtui import jobrun
-from loomtui import sentinel_queue as queue
-from loomtui.store import DB_NAME
+from loomtui.sentinel import jobrun
+from loomtui.sentinel import queue as queue
+from loomtui.store.db import DB_NAME
 
 PY = sys.executable
 STAMP = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}[+-]\d{2}:\d{2} "
@@ -157,7 +157,7 @@ import os, sys, time
 
 def _probe(frame, event, arg):
     if (event == "c_call" and arg is time.sleep and frame.f_code.co_name == "_finish"
-            and frame.f_globals.get("__name__") == "loomtui.jobrun"):
+            and frame.f_globals.get("__name__") == "loomtui.sentinel.jobrun"):
         with open(os.environ["RUN_JOB_PROBE"], "a") as fh:
             fh.write("back-off\\n")
 

@@ -10,10 +10,10 @@ from zoneinfo import ZoneInfo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loomtui import logscan, schedule
 from loomtui.config import SentinelConfig
-from loomtui.logscan import MAX_LINE, Carry, FileFacts, Position
-from loomtui.queue_core import (
+from loomtui.sentinel import logscan, schedule
+from loomtui.sentinel.logscan import MAX_LINE, Carry, FileFacts, Position
+from loomtui.sentinel.queue_rules import (
     CLAIMED,
     EXIT,
     LINE,
@@ -25,7 +25,7 @@ from loomtui.queue_core import (
     Failure,
     Item,
     Nudge,
-    Run,
+    JobRun,
     absorb,
     after_claim,
     decide,
@@ -36,7 +36,7 @@ from loomtui.queue_core import (
     review,
     unwitnessed_text,
 )
-from loomtui.signature import normalize
+from loomtui.sentinel.signature import normalize
 
 # -- lines from bytes --------------------------------------------------------------------
 
@@ -321,11 +321,11 @@ def test_a_failure_after_the_claim_reopens_and_before_it_only_counts():
 
 def test_only_a_run_started_after_the_claim_witnesses_or_reopens():
     claimed = item(state=CLAIMED, claimed_at=100.0, kind=EXIT)
-    assert review(claimed, Run(1, "backup", 99.0, 0, 0), 200.0) == (claimed, [])
-    assert review(claimed, Run(2, "other", 150.0, 0, 0), 200.0) == (claimed, [])
-    it, events = review(claimed, Run(3, "backup", 150.0, 0, 0), 200.0)
+    assert review(claimed, JobRun(1, "backup", 99.0, 0, 0), 200.0) == (claimed, [])
+    assert review(claimed, JobRun(2, "other", 150.0, 0, 0), 200.0) == (claimed, [])
+    it, events = review(claimed, JobRun(3, "backup", 150.0, 0, 0), 200.0)
     assert (it.state, it.witness_run, [k for k, _ in events]) == (WITNESSED, 3, ["queue_witness"])
-    for bad in (Run(4, "backup", 150.0, 2, 0), Run(5, "backup", 150.0, 0, 1), Run(6, "backup", 150.0, 127, 0, "x")):
+    for bad in (JobRun(4, "backup", 150.0, 2, 0), JobRun(5, "backup", 150.0, 0, 1), JobRun(6, "backup", 150.0, 127, 0, "x")):
         it, events = review(claimed, bad, 200.0)
         assert it.state == OPEN and [k for k, _ in events] == ["queue_reopen"]
 
@@ -333,7 +333,7 @@ def test_only_a_run_started_after_the_claim_witnesses_or_reopens():
 def test_a_claim_never_witnessed_reaches_the_operator_once():
     from dataclasses import replace as _replace
 
-    from loomtui.queue_core import CLAIMED, Escalate, decide
+    from loomtui.sentinel.queue_rules import CLAIMED, Escalate, decide
 
     claimed = _replace(item(), state=CLAIMED, claimed_at=1000.0, note="fixed it")
     assert decide(claimed, CFG, 1000.0 + CFG.backstop - 1) == []
@@ -348,8 +348,8 @@ def test_a_cron_jobs_claim_waits_for_its_next_run_before_the_operator_hears(tmp_
     from dataclasses import replace as _replace
 
     from loomtui.context import Context
-    from loomtui.queue_core import CLAIMED, decide
-    from loomtui.sentinel import witness_window
+    from loomtui.sentinel.queue_rules import CLAIMED, decide
+    from loomtui.sentinel.tick import witness_window
 
     config = tmp_path / "c.toml"
     config.write_text(f'state_dir = "{tmp_path / "s"}"\n[[jobs]]\nname = "backup"\nlog = "{tmp_path}/b.log"\n'
@@ -393,16 +393,16 @@ def test_absorbing_counts_and_stamps_last_seen_and_a_reopen_is_recorded_in_full(
 
 def test_review_witnesses_with_the_run_and_reopens_saying_why():
     claimed = item(state=CLAIMED, claimed_at=100.0, kind=EXIT, claimed_by="cli", claimed_session="s1")
-    assert review(claimed, Run(1, "backup", 100.0, 0, 0), 200.0) == (claimed, [])  # started at the claim
-    assert review(replace(claimed, claimed_at=None), Run(1, "backup", 150.0, 0, 0), 200.0)[1] == []
-    it, events = review(claimed, Run(3, "backup", 150.0, 0, 0), 200.0)
+    assert review(claimed, JobRun(1, "backup", 100.0, 0, 0), 200.0) == (claimed, [])  # started at the claim
+    assert review(replace(claimed, claimed_at=None), JobRun(1, "backup", 150.0, 0, 0), 200.0)[1] == []
+    it, events = review(claimed, JobRun(3, "backup", 150.0, 0, 0), 200.0)
     assert (it.witnessed_at, it.witness_run) == (200.0, 3)
     assert events == [("queue_witness", {"item": 7, "job": "backup", "run": 3, "claimed_by": "cli",
                                          "claimed_session": "s1"})]
-    whys = {Run(4, "backup", 150.0, 2, 0): "run 4 exited 2",
-            Run(5, "backup", 150.0, 0, 1): "run 5 wrote 1 failure line(s)",
-            Run(6, "backup", 150.0, 0, 0, "killed"): "run 6 did not finish cleanly",
-            Run(7, "backup", 150.0, 1, 0): "run 7 exited 1"}
+    whys = {JobRun(4, "backup", 150.0, 2, 0): "run 4 exited 2",
+            JobRun(5, "backup", 150.0, 0, 1): "run 5 wrote 1 failure line(s)",
+            JobRun(6, "backup", 150.0, 0, 0, "killed"): "run 6 did not finish cleanly",
+            JobRun(7, "backup", 150.0, 1, 0): "run 7 exited 1"}
     for run, why in whys.items():
         it, events = review(claimed, run, 200.0)
         assert (it.reopened_at, events[0][1]["why"]) == (200.0, why)

@@ -8,10 +8,12 @@ import sys
 import pytest
 from test_sentinel_scan import Fleet, run_job
 
-from loomtui import actions, claims, ledger, locks, outbox
-from loomtui import sentinel as sentinel_mod
-from loomtui import sentinel_queue as queue
-from loomtui.inject import InjectResult
+from loomtui import actions
+from loomtui.agent.inject import InjectResult
+from loomtui.sentinel import claims
+from loomtui.sentinel import queue as queue
+from loomtui.sentinel import tick as sentinel_mod
+from loomtui.store import ledger, locks, outbox
 
 PY = sys.executable
 
@@ -43,6 +45,7 @@ def typed(monkeypatch):
     return sent, sent_ok
 
 
+@pytest.mark.incident("supervisor_blind_spot")
 def test_nudge_renudge_backstop_once_and_resolution_stops_it_all(one_job, typed):
     f, (sent, _) = one_job, typed
     f.write("backup", "ERROR disk full\n")

@@ -14,10 +14,11 @@ from harness import toml_value
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loomtui import ledger, logscan
-from loomtui import sentinel_queue as queue
 from loomtui.context import Context
-from loomtui.sentinel import sentinel_tick
+from loomtui.sentinel import logscan
+from loomtui.sentinel import queue as queue
+from loomtui.sentinel.tick import sentinel_tick
+from loomtui.store import ledger
 
 PY = sys.executable
 

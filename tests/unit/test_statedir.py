@@ -12,7 +12,7 @@ from conftest import REPO, loom_env, run_loom
 
 from loomtui.config import Config
 from loomtui.errors import StateDirError
-from loomtui.statedir import prepare_state_dir, resolve_state_dir
+from loomtui.store.statedir import prepare_state_dir, resolve_state_dir
 
 
 def test_created_private_with_acks(tmp_path):
@@ -44,6 +44,7 @@ def test_parent_is_a_file(tmp_path):
     assert "Not a directory" in result.stderr
 
 
+@pytest.mark.incident("exit_zero_is_failure")
 def test_unwritable_directory_exits_nonzero_naming_the_path(tmp_path):
     target = tmp_path / "ro"
     target.mkdir(mode=0o500)
@@ -59,6 +60,7 @@ def test_unwritable_directory_exits_nonzero_naming_the_path(tmp_path):
     assert "Permission denied" in proc.stderr or "Read-only" in proc.stderr
 
 
+@pytest.mark.incident("exit_zero_is_failure")
 @pytest.mark.parametrize("command", [["status"], ["ledger", "verify"], ["doctor"]])
 def test_every_command_fails_loudly_on_a_bad_state_dir(tmp_path, command):
     blocker = tmp_path / "file"

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from loomtui.agent.watchdog_rules import Looks, Observation, Settings, Step, assess, exit_cause, settings_from
 from loomtui.config import parse_config
-from loomtui.watchdog_core import Memory, Observation, Settings, Step, assess, exit_cause, settings_from
 
 S = Settings(boot_grace=90, poller_grace=180, resume_failed_match="No conversation found",
              modals=(("Yes, I trust this folder", ("Enter",)),))
 HEALTHY = Observation(tmux="up", agent="present", poller="present", poller_configured=True, since_launch=1000)
 
 
-def run(observations, start=Memory(), t0=0.0, step=30.0):
+def run(observations, start=Looks(), t0=0.0, step=30.0):
     mem, out = start, []
     for i, obs in enumerate(observations):
         steps, mem = assess(obs, mem, S, t0 + i * step)
@@ -71,6 +73,7 @@ def test_agent_missing_needs_two_looks():
     assert causes(run([missing, unknown, unknown])[0]) == []
 
 
+@pytest.mark.incident("recovery_storm")
 def test_poller_missing_waits_for_its_grace_and_two_looks():
     missing = Observation(tmux="up", agent="present", poller="missing", poller_configured=True, since_launch=1000)
     out, _ = run([missing] * 6, step=30)     # 0, 30, ... 150s: still inside the 180s grace
@@ -105,6 +108,7 @@ def test_modal_dismissed_then_cooldown():
 
 @given(st.lists(st.sampled_from(["up", "gone", "unknown", "dead", "missing", "pmissing", "tree_unknown"]),
                 max_size=40))
+@pytest.mark.incident("confident_false_detector")
 def test_unknown_observations_never_trigger(kinds):
     obs_for = {
         "up": HEALTHY,
@@ -116,7 +120,7 @@ def test_unknown_observations_never_trigger(kinds):
                                 since_launch=1000),
         "tree_unknown": Observation(tmux="up", agent="unknown", poller="unknown", since_launch=1000),
     }
-    mem = Memory()
+    mem = Looks()
     for i, kind in enumerate(kinds):
         steps, mem = assess(obs_for[kind], mem, S, i * 30.0)
         if kind in ("unknown", "tree_unknown", "up"):
@@ -213,16 +217,16 @@ def test_the_unclear_alert_goes_when_the_spell_reaches_its_bound_and_says_how_lo
     out, mem = run([hung] * 3, t0=1000.0, step=300.0)
     assert out == [[Step("ambiguous", note="tmux did not answer")], [], [
         Step("alert", note="Loom cannot see the agent clearly for 600s: tmux did not answer")]]
-    assert mem == Memory(ambiguous=True, ambiguous_since=1000.0, alerted=frozenset({"ambiguous"}))
+    assert mem == Looks(ambiguous=True, ambiguous_since=1000.0, alerted=frozenset({"ambiguous"}))
     _, mem = run([HEALTHY], start=mem)
-    assert mem == Memory()
+    assert mem == Looks()
 
 
 def test_an_unclear_look_forgets_every_count_toward_a_trigger():
-    counting = Memory(gone=1, agent_missing=1, poller_missing=3, poller_missing_since=5.0, last_modal_at=2.0,
+    counting = Looks(gone=1, agent_missing=1, poller_missing=3, poller_missing_since=5.0, last_modal_at=2.0,
                       modal_presses=1, alerted=frozenset({"modal"}))
     _, mem = run([Observation(tmux="unknown")], start=counting, t0=50.0)
-    assert mem == Memory(last_modal_at=2.0, modal_presses=1, ambiguous=True, ambiguous_since=50.0,
+    assert mem == Looks(last_modal_at=2.0, modal_presses=1, ambiguous=True, ambiguous_since=50.0,
                          alerted=frozenset({"modal"}))
 
 
@@ -231,25 +235,25 @@ def test_one_kind_of_absence_does_not_carry_over_into_another():
     assert causes(run([gone, missing, gone])[0]) == []
     assert causes(run([missing, HEALTHY, missing])[0]) == []
     # A gone look keeps the dialog cooldown and the dialog alert, and ends an unclear spell's alert.
-    start = Memory(last_modal_at=7.0, alerted=frozenset({"modal", "ambiguous"}), ambiguous=True)
+    start = Looks(last_modal_at=7.0, alerted=frozenset({"modal", "ambiguous"}), ambiguous=True)
     _, mem = run([gone], start=start)
-    assert mem == Memory(gone=1, last_modal_at=7.0, alerted=frozenset({"modal"}))
+    assert mem == Looks(gone=1, last_modal_at=7.0, alerted=frozenset({"modal"}))
     out, mem = run([Observation(tmux="up", pane_dead=True)], start=start)
-    assert mem == Memory(alerted=frozenset({"modal"}))
+    assert mem == Looks(alerted=frozenset({"modal"}))
 
 
 def test_a_healthy_look_leaves_a_clean_memory():
-    start = Memory(gone=1, agent_missing=1, poller_missing=4, poller_missing_since=0.0, modal_presses=2,
+    start = Looks(gone=1, agent_missing=1, poller_missing=4, poller_missing_since=0.0, modal_presses=2,
                    alerted=frozenset({"modal"}), ambiguous=True, ambiguous_since=0.0)
-    assert run([replace(HEALTHY, screen="> ")], start=start) == ([[]], Memory())
+    assert run([replace(HEALTHY, screen="> ")], start=start) == ([[]], Looks())
     # No screen to read says nothing about a dialog: its presses and alert stay.
-    assert run([HEALTHY], start=start)[1] == Memory(modal_presses=2, alerted=frozenset({"modal"}))
+    assert run([HEALTHY], start=start)[1] == Looks(modal_presses=2, alerted=frozenset({"modal"}))
 
 
 def test_the_poller_grace_and_the_boot_grace_are_inclusive_bounds():
     quick = Settings(boot_grace=90, poller_grace=60, resume_failed_match="x")
     pmissing = replace(HEALTHY, poller="missing")
-    mem = Memory()
+    mem = Looks()
     fired = []
     for t in (0.0, 30.0, 60.0):
         steps, mem = assess(pmissing, mem, quick, t)
@@ -257,11 +261,11 @@ def test_the_poller_grace_and_the_boot_grace_are_inclusive_bounds():
     assert fired == [False, False, True]
     # No grace at all: the second look is enough, the first never is.
     none = replace(quick, poller_grace=0)
-    steps, mem = assess(pmissing, Memory(), none, 0.0)
+    steps, mem = assess(pmissing, Looks(), none, 0.0)
     assert steps == [] and mem.poller_missing == 1
     assert assess(pmissing, mem, none, 0.0)[0][0].cause == "poller_missing"
     # Launched exactly boot_grace ago: no longer booting, so a missing poller counts.
-    assert assess(replace(pmissing, since_launch=90), Memory(), quick, 0.0)[1].poller_missing == 1
+    assert assess(replace(pmissing, since_launch=90), Looks(), quick, 0.0)[1].poller_missing == 1
 
 
 def test_a_resume_failure_is_read_only_while_booting():
@@ -278,7 +282,7 @@ def test_a_resume_failure_is_read_only_while_booting():
 def test_a_dialog_press_waits_out_the_cooldown_exactly_and_names_the_pattern():
     modal = replace(HEALTHY, screen="Yes, I trust this folder")
     pressed = Step("dismiss_modal", keys=("Enter",), note="Yes, I trust this folder")
-    steps, mem = assess(modal, Memory(), S, 1000.0)
+    steps, mem = assess(modal, Looks(), S, 1000.0)
     assert steps == [pressed] and (mem.last_modal_at, mem.modal_presses) == (1000.0, 1)
     assert assess(modal, mem, S, 1004.9)[0] == []
     steps, mem = assess(modal, mem, S, 1005.0)
