@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -402,28 +403,71 @@ def test_demo_starts_and_stops_everything(tmp_path):
     assert gone.returncode != 0
 
 
-def test_the_console_in_a_real_terminal_attaches_and_comes_back(harness):
-    """loom-tui in a tmux pane of its own (a real pty, $TMUX set as for an operator in tmux)."""
+def test_the_console_in_a_real_terminal_attaches_and_comes_back(make_harness, installed, tmp_path):
+    """The installed loom-tui in a tmux pane of its own (a real pty, $TMUX set as for an operator in
+    tmux): `a` attaches to the agent's pane and detaching comes back; `e` hands the terminal to vim."""
+    vim = shutil.which("vim") or shutil.which("vi")
+    assert vim, "the editor test needs vim or vi"
+    memory_dir = tmp_path / "memory"
+    memory_dir.mkdir()
+    (memory_dir / "MEMORY.md").write_text("- [Operator](operator.md) — who runs this box\n")
+    note = memory_dir / "operator.md"
+    note.write_text("# Operator\n\nPrefers short messages.\n")
+    harness = make_harness(sections={"memory": {"dir": str(memory_dir)}})
     harness.start()
     outer = f"{harness.socket}-outer"
     term = ["tmux", f"-L{outer}", "-f/dev/null"]
-    env_prefix = f"LOOM_CONFIG={harness.config_path} PYTHONPATH={harness.root.parent.parent}"
+    # No vimrc, no viminfo, no swap file beside the memory, and no file message: the long path would
+    # wrap at 80 columns into a "Press ENTER" prompt.
+    editor = f"{vim} -u NONE -i NONE -n --cmd 'set shortmess+=F'"
+    # The pane inherits the environment of the tmux server this starts: the operator's, no PYTHONPATH.
+    env = installed.env({"LOOM_CONFIG": str(harness.config_path), "EDITOR": editor, "VISUAL": editor})
     try:
-        subprocess.run([*term, "new-session", "-d", "-s", "op", "-x", "80", "-y", "24",
-                        f"env {env_prefix} {sys.executable} -m loomtui.tui.app; sleep 600"], check=True)
+        subprocess.run([*term, "new-session", "-d", "-s", "op", "-x", "80", "-y", "24", "-c", str(tmp_path),
+                        f"{installed.bin / 'loom-tui'}; sleep 600"], check=True, env=env)
 
         def screen():
             return subprocess.run([*term, "capture-pane", "-p", "-t", "=op:0.0"], capture_output=True,
                                   text=True).stdout
 
-        wait_for(lambda: "agent running" in screen(), 60, what="the console drawn in the terminal")
-        subprocess.run([*term, "send-keys", "-t", "=op:0.0", "a"], check=True)
-        wait_for(lambda: "demo agent · session" in screen() and "agent running" not in screen(), 30,
-                 what="the agent's own pane, attached")
-        subprocess.run([*term, "send-keys", "-t", "=op:0.0", "C-b", "d"], check=True)
-        wait_for(lambda: "agent running" in screen(), 30, what="the console back after detaching")
-        subprocess.run([*term, "send-keys", "-t", "=op:0.0", "q"], check=True)
-        wait_for(lambda: "agent running" not in screen(), 30, what="the console quit")
+        def keys(*args: str) -> None:
+            subprocess.run([*term, "send-keys", "-t", "=op:0.0", *args], check=True)
+
+        def shown(condition, what: str, timeout: float = 30) -> None:
+            last = ""
+
+            def check() -> bool:
+                nonlocal last
+                last = screen()
+                return condition(last)
+
+            try:
+                wait_for(check, timeout, what=what)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; the terminal shows:\n{last}") from None
+
+        shown(lambda s: "agent running" in s, "the console drawn in the terminal", 60)
+        keys("a")
+        shown(lambda s: "demo agent · session" in s and "agent running" not in s, "the agent's own pane, attached")
+        keys("C-b", "d")
+        shown(lambda s: "agent running" in s, "the console back after detaching")
+
+        keys("5")
+        shown(lambda s: "Prefers short messages." in s, "the memory file's preview")
+        keys("e")
+        shown(lambda s: "agent running" not in s and "Prefers short messages." in s
+              and any(line.startswith("~") for line in s.splitlines()), "vim on the memory file")
+        keys("G", "o")
+        keys("-l", "Added in vim, from the console.")
+        keys("Escape")
+        keys("-l", ":wq")
+        keys("Enter")
+        shown(lambda s: "agent running" in s, "the console back after the editor")
+        assert note.read_text() == "# Operator\n\nPrefers short messages.\nAdded in vim, from the console.\n"
+        shown(lambda s: "Added in vim, from the console." in s, "the edit in the preview")
+
+        keys("q")
+        shown(lambda s: "agent running" not in s, "the console quit")
     finally:
         server = subprocess.run([*term, "display-message", "-p", "#{pid}"], capture_output=True, text=True).stdout
         subprocess.run([*term, "kill-server"], capture_output=True)
