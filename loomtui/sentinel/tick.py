@@ -23,7 +23,7 @@ from loomtui.config import JobConfig
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.sentinel import jobscan, logscan, schedule
-from loomtui.sentinel import queue as queue
+from loomtui.sentinel import queue
 from loomtui.sentinel.queue_rules import (
     EXIT,
     MISSED,

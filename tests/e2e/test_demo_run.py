@@ -12,7 +12,7 @@ import pytest
 from harness import wait_for
 
 from loomtui.demo.launcher import Demo
-from loomtui.sentinel import queue as queue
+from loomtui.sentinel import queue
 from loomtui.store import ledger, session
 from loomtui.store.db import Store
 

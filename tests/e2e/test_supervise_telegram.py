@@ -9,7 +9,7 @@ from fakebot import FakeBot
 from harness import wait_for
 from test_supervise import FAST, Daemon
 
-from loomtui.sentinel import queue as queue
+from loomtui.sentinel import queue
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ from harness import wait_for
 from test_sentinel_scan import Fleet
 
 from loomtui.sentinel import jobrun
-from loomtui.sentinel import queue as queue
+from loomtui.sentinel import queue
 from loomtui.store.db import DB_NAME
 
 PY = sys.executable
