@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import threading
-import time
 
 import pytest
 from harness import wait_for
@@ -152,8 +151,10 @@ def test_a_locked_store_is_our_error_never_a_miss(make_harness):
     blocker = sqlite3.connect(harness.state_dir / DB_NAME, timeout=30, isolation_level=None)
     try:
         blocker.execute("BEGIN EXCLUSIVE")
-        # Fault injection: hold the store past its busy timeout, so every write the daemon tries fails.
-        time.sleep(12)
+        # Fault injection: hold the store until the daemon's canary has met the lock (its writes
+        # wait out the busy timeout, then fail), however long that takes on this machine.
+        wait_for(lambda: "store unavailable during the probe" in daemon.output(), 180,
+                 what="the canary meeting the locked store")
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
