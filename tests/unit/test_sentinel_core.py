@@ -137,6 +137,21 @@ def test_is_copy_needs_the_same_beginning_more_bytes_and_a_newer_write():
     assert not logscan.is_copy(empty, fresh, now)  # with nothing read, only a quiet look may guess
 
 
+def test_the_previous_file_is_its_inode_still_beginning_as_it_did():
+    pos = Position("/l", 1, 7, 0, Carry(), b"", prev_inode=9, prev_head=b"2025 old lines\n")
+    old = FileFacts(1, 9, 40, b"2025 old lines\nand more", 150)
+    assert logscan.is_previous(pos, old)
+    # The same inode number with other first bytes is another file (a freed number reused, or a
+    # `cp` into the file of the last copy): never skipped as the one already read.
+    assert not logscan.is_previous(pos, replace(old, head=b"2025 new copy\n"))
+    assert not logscan.is_previous(pos, replace(old, head=b"2025 old"))  # shorter than what was read
+    assert not logscan.is_previous(pos, replace(old, inode=10))
+    # A previous file that was empty held nothing that was read.
+    assert not logscan.is_previous(replace(pos, prev_head=b""), old)
+    # Remembered before first bytes were (migration 0006): the inode alone, as before.
+    assert logscan.is_previous(replace(pos, prev_head=None), replace(old, head=b"anything"))
+
+
 def test_matcher_is_patterns_minus_anti_patterns_with_job_lists_overriding():
     m = logscan.matcher_for(None, None, [r"\bERROR\b", "Traceback"], ["expected"])
     assert m.failure("ERROR: disk full") and m.failure("Traceback (most recent call last):")
