@@ -72,8 +72,12 @@ class TmuxDriver:
             info = again
         return info
 
-    def screen(self, history: bool = False) -> str:
-        return self.pane.capture(history=history)
+    def screen(self, history: bool = False, *, ansi: bool = False, pane_id: str | None = None) -> str:
+        return self.pane.capture(history=history, ansi=ansi, pane_id=pane_id)
+
+    def pane_info(self) -> PaneInfo | None:
+        """The agent's pane as tmux reports it now (None: no such pane); raises TmuxError if tmux does not answer."""
+        return self.pane.info()
 
     def pane_pid(self) -> int | None:
         """The live pane's process now, or None (no pane, dead pane, or tmux not answering)."""
@@ -138,6 +142,10 @@ class TmuxDriver:
             pids = proctree.session_members(root)
         # Children first, so a shell does not respawn or reap-and-restart what we just killed.
         return proctree.end_processes(list(reversed(pids)), grace)
+
+    def server_running(self) -> bool:
+        """Whether Loom's tmux server answers on its socket."""
+        return self.pane.server_running()
 
     def server_pid(self) -> int | None:
         result = self.pane.server.cmd("display-message", "-p", "#{pid}", target=self.pane.target)

@@ -159,7 +159,7 @@ def _watch_boot(ctx: Context, driver: TmuxDriver, pane_id: str) -> tuple[str, in
     deadline = time.monotonic() + ctx.config.agent.resume_check
     while time.monotonic() < deadline:
         try:
-            info = driver.pane.info()
+            info = driver.pane_info()
         except TmuxError:
             return None
         if info is None or info.pane_id != pane_id:

@@ -222,8 +222,9 @@ class AgentPane:
             raise TmuxGone(f"tmux -L {self.socket}: the pane vanished right after respawn")
         return info
 
-    def capture(self, *, history: bool = False, pane_id: str | None = None) -> str:
-        args = ["-p", "-J"]
+    def capture(self, *, history: bool = False, ansi: bool = False, pane_id: str | None = None) -> str:
+        """The pane's text; `ansi` keeps its colour escapes (the console renders them, never as markup)."""
+        args = ["-p", "-J", *(["-e"] if ansi else [])]
         if history:
             args += ["-S", "-"]
         result = self._check(self.server.cmd("capture-pane", *args, target=pane_id or self.target), "capture-pane")

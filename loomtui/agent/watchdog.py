@@ -78,7 +78,7 @@ class Watchdog:
     def fast_tick(self) -> WatchdogReport | None:
         """One cheap tmux call; a dead pane gets a full tick at once instead of at the next interval."""
         try:
-            info = self.driver.pane.info()
+            info = self.driver.pane_info()
         except TmuxError:
             return None
         if info is not None and info.dead:
@@ -131,7 +131,7 @@ class Watchdog:
         if not proctree.alive_as(recorded.get("server_pid"), recorded.get("server_started")):
             return False
         try:
-            return not self.driver.pane.server_running()
+            return not self.driver.server_running()
         except TmuxError:
             return False
 
@@ -162,7 +162,7 @@ class Watchdog:
     def still_failing(self, cause: str, pane_pid: int | None) -> bool:
         """The second look, under recycle.lock: has someone else handled this already?"""
         try:
-            info = self.driver.pane.info()
+            info = self.driver.pane_info()
         except TmuxError:
             return False
         if cause == "tmux_gone":
@@ -215,7 +215,7 @@ class Watchdog:
 
     def _live_pane_pid(self) -> int | None:
         try:
-            info = self.driver.pane.info()
+            info = self.driver.pane_info()
         except TmuxError:
             return None
         return info.pane_pid if info is not None and not info.dead else None

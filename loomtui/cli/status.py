@@ -8,7 +8,6 @@ from loomtui.cli.common import context, print_json, subcommand
 from loomtui.cli.ledger_cmd import format_event
 from loomtui.durations import format_duration
 from loomtui.report import status as status_mod
-from loomtui.store.ledger import Event
 
 
 def register(sub) -> None:
@@ -18,26 +17,26 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    data = status_mod.gather(context(args))
+    status = status_mod.gather(context(args))
     if args.json:
-        print_json(data)
+        print_json(status.as_json())
         return 0
-    age = data["supervisor"]["heartbeat_age"]
-    print(f"state dir       {data['state_dir']}")
-    print(f"config          {data['config'] or '(defaults)'}")
-    print(f"agent           {_agent_line(data['agent'], data['hold'])}")
-    print(f"pinned session  {data['pinned_session'] or '(none)'}")
-    print(f"canary          {_canary_line(data['canary'])}")
-    queue = data["queue"]
+    sup = status.supervisor
+    print(f"state dir       {status.state_dir}")
+    print(f"config          {status.config or '(defaults)'}")
+    print(f"agent           {_agent_line(status.agent.as_json(), status.hold)}")
+    print(f"pinned session  {status.pinned_session or '(none)'}")
+    print(f"canary          {_canary_line(status.canary)}")
+    queue = status.queue
     print(f"queue           {queue.get('open', 0)} open, {queue.get('claimed', 0)} claimed, "
           f"{queue.get('witnessed', 0)} witnessed")
-    print(f"supervisor      {'no heartbeat' if age is None else 'heartbeat ' + format_duration(age) + ' ago'}")
-    print(f"ledger          {data['ledger']['events']} events")
-    print(f"telegram        {_telegram_line(data['telegram'])}")
-    if data["last_events"]:
+    print(f"supervisor      {'no heartbeat' if sup is None else 'heartbeat ' + format_duration(sup.age) + ' ago'}")
+    print(f"ledger          {status.ledger_events} events")
+    print(f"telegram        {_telegram_line(status.outbox, status.conflict)}")
+    if status.last_events:
         print("last events:")
-        for e in data["last_events"]:
-            print("  " + format_event(Event(**e)))
+        for e in status.last_events:
+            print("  " + format_event(e))
     return 0
 
 
@@ -54,21 +53,20 @@ def _agent_line(agent: dict, hold: dict | None) -> str:
     return line
 
 
-def _canary_line(last: dict | None) -> str:
+def _canary_line(last: status_mod.CanaryLast | None) -> str:
     if last is None:
         return "no probe yet"
-    line = f"{last['result']} {format_duration(max(last['age'], 0))} ago"
-    if last["latency"] is not None:
-        line += f" (acked in {last['latency']:.2f}s)"
+    line = f"{last.result} {format_duration(max(last.age, 0))} ago"
+    if last.latency is not None:
+        line += f" (acked in {last.latency:.2f}s)"
     return line
 
 
-def _telegram_line(tg: dict) -> str:
-    box = tg["outbox"]
+def _telegram_line(box: dict, conflict: dict | None) -> str:
     line = f"outbox {box['pending']} pending, {box['failed']} failed, {box['sent']} sent"
     if box["last_error"]:
         # Telegram's own words: printable characters only on a terminal.
         line += "; last error: " + "".join(c if c.isprintable() else "?" for c in box["last_error"])
-    if tg["conflict"]:
-        line += f"; {tg['conflict']['note']}"
+    if conflict:
+        line += f"; {conflict['note']}"
     return line

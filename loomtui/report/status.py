@@ -1,8 +1,14 @@
-"""One snapshot of everything `loom status` and the console header show."""
+"""One typed status model: what `loom status [--json]`, the console header, Telegram's /status
+and the metrics endpoint all read, so they can never disagree about the same moment.
+
+`gather` reads the store (and, unless told not to, takes one bounded look at the pane);
+`Status.as_json()` keeps the JSON keys `loom status --json` has always printed.
+"""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from loomtui.agent import launches, recovery
@@ -11,50 +17,128 @@ from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.sentinel import queue as sentinel_queue
 from loomtui.store import ledger, outbox, session
+from loomtui.store.ledger import Event
 from loomtui.telegram import state as telegram_state
 
 
-def gather(ctx: Context, *, events: int = 5, now: float | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AgentLook:
+    """One bounded look at the pane: tmux up/gone/unknown, and the agent and poller in its tree."""
+
+    tmux: str
+    why: str = ""
+    pane: dict[str, Any] | None = None   # pane_pid, dead, exit_status: when tmux showed a pane
+    tree: dict[str, Any] | None = None   # process, pid, poller: when the tree could be walked
+
+    def as_json(self) -> dict[str, Any]:
+        return {"tmux": self.tmux, "why": self.why, **(self.pane or {}), **(self.tree or {})}
+
+
+@dataclass(frozen=True)
+class CanaryLast:
+    result: str
+    age: float
+    latency: float | None
+    why: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"result": self.result, "age": self.age, "latency": self.latency, "why": self.why}
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    age: float
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class Status:
+    taken: float
+    state_dir: str
+    config: str | None
+    pinned_session: str | None
+    ledger_events: int
+    heartbeats: dict[str, Heartbeat]
+    last_events: list[Event]
+    outbox: dict[str, Any]
+    conflict: dict[str, Any] | None
+    agent: AgentLook | None            # None when the caller looks at the pane itself (the console)
+    canary: CanaryLast | None          # the last probe, pending or settled
+    canary_settled: CanaryLast | None  # the last probe with a result
+    queue: dict[str, int]
+    hold: dict[str, Any] | None
+    last_launch: dict[str, Any] | None
+    since_launch: float | None
+
+    @property
+    def supervisor(self) -> Heartbeat | None:
+        return self.heartbeats.get("supervisor")
+
+    @property
+    def unresolved(self) -> int:
+        """Queue items still waiting for someone: open or claimed."""
+        return self.queue.get("open", 0) + self.queue.get("claimed", 0)
+
+    @property
+    def probing(self) -> bool:
+        return self.canary is not None and self.canary.result == canary.PENDING
+
+    def as_json(self) -> dict[str, Any]:
+        sup = self.supervisor
+        return {
+            "state_dir": self.state_dir,
+            "config": self.config,
+            "pinned_session": self.pinned_session,
+            "ledger": {"events": self.ledger_events},
+            "supervisor": {"heartbeat_age": sup.age if sup else None, "pid": sup.pid if sup else None},
+            "heartbeats": {name: {"age": b.age, "pid": b.pid} for name, b in self.heartbeats.items()},
+            "last_events": [e.as_dict() for e in self.last_events],
+            "telegram": {"outbox": self.outbox, "conflict": self.conflict},
+            "agent": self.agent.as_json() if self.agent else None,
+            "canary": self.canary.as_json() if self.canary else None,
+            "queue": self.queue,
+            "hold": self.hold,
+            "last_launch": self.last_launch,
+        }
+
+
+def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: bool = True) -> Status:
     now = time.time() if now is None else now
     store = ctx.store
     beats = store.heartbeats()
-    sup = beats.get("supervisor")
-    return {
-        "state_dir": str(ctx.state_dir),
-        "config": str(ctx.config_path) if ctx.config_path else None,
-        "pinned_session": session.pinned(store),
-        "ledger": {"events": ledger.count(store)},
-        "supervisor": {
-            "heartbeat_age": (now - sup["ts"]) if sup else None,
-            "pid": sup["pid"] if sup else None,
-        },
-        "heartbeats": {name: {"age": now - b["ts"], "pid": b["pid"]} for name, b in beats.items()},
-        "last_events": [e.as_dict() for e in ledger.tail(store, events)],
-        "telegram": {
-            "outbox": outbox.summary(store, now),
-            "conflict": telegram_state.conflict(store),
-        },
-        "agent": agent(ctx),
-        "canary": _canary(ctx, now),
-        "queue": sentinel_queue.counts(store),
-        "hold": recovery.held(ctx),
-        "last_launch": launches.last_launch(ctx),
-    }
+    settled = store.query_one("SELECT * FROM canary_runs WHERE result != ? ORDER BY id DESC LIMIT 1",
+                              (canary.PENDING,))
+    return Status(
+        taken=now,
+        state_dir=str(ctx.state_dir),
+        config=str(ctx.config_path) if ctx.config_path else None,
+        pinned_session=session.pinned(store),
+        ledger_events=ledger.count(store),
+        heartbeats={name: Heartbeat(now - b["ts"], b["pid"]) for name, b in beats.items()},
+        last_events=ledger.tail(store, events) if events else [],
+        outbox=outbox.summary(store, now),
+        conflict=telegram_state.conflict(store),
+        agent=agent(ctx) if look else None,
+        canary=_last(canary.last_probe(ctx), now),
+        canary_settled=_last(canary.probe_from(settled), now) if settled else None,
+        queue=sentinel_queue.counts(store),
+        hold=recovery.held(ctx),
+        last_launch=launches.last_launch(ctx),
+        since_launch=launches.since_launch(ctx),
+    )
 
 
-def agent(ctx: Context) -> dict[str, Any]:
-    """One bounded look at the pane: tmux up/gone/unknown, and the agent and poller in its tree."""
+def agent(ctx: Context) -> AgentLook:
     facts = TmuxDriver(ctx.config).observe()
-    out: dict[str, Any] = {"tmux": facts.tmux, "why": facts.why}
+    pane = tree = None
     if facts.pane is not None:
-        out.update(pane_pid=facts.pane.pane_pid, dead=facts.pane.dead, exit_status=facts.pane.dead_status)
+        pane = {"pane_pid": facts.pane.pane_pid, "dead": facts.pane.dead, "exit_status": facts.pane.dead_status}
     if facts.tree is not None:
-        out.update(process=facts.tree.agent, pid=facts.tree.agent_pid, poller=facts.tree.poller)
-    return out
+        tree = {"process": facts.tree.agent, "pid": facts.tree.agent_pid, "poller": facts.tree.poller}
+    return AgentLook(facts.tmux, facts.why, pane, tree)
 
 
-def _canary(ctx: Context, now: float) -> dict[str, Any] | None:
-    last = canary.last_probe(ctx)
-    if last is None:
+def _last(probe: canary.Probe | None, now: float) -> CanaryLast | None:
+    if probe is None:
         return None
-    return {"result": last.result, "age": now - last.sent_at, "latency": last.latency, "why": last.why}
+    return CanaryLast(probe.result, now - probe.sent_at, probe.latency, probe.why)

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Awaitable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import telegram
 from telegram.error import Conflict, TelegramError
@@ -27,11 +27,14 @@ from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.store import ledger, outbox
 from loomtui.store.db import Store
-from loomtui.telegram import rules as policy
+from loomtui.telegram import rules
 from loomtui.telegram import state
 from loomtui.telegram.bot import describe, make_bot
 from loomtui.telegram.clock import SYSTEM, Clock
 from loomtui.telegram.token import load_token
+
+if TYPE_CHECKING:
+    from loomtui.report.status import Status
 
 log = logging.getLogger("loomtui.telegram.commands")
 
@@ -92,23 +95,34 @@ def queue_summary(items: list[Any], limit: int = 10) -> str:
     return "\n".join(lines)
 
 
-def format_status(data: dict[str, Any]) -> str:
+def format_status(status: Status) -> str:
     from loomtui.durations import format_duration
 
-    age = data["supervisor"]["heartbeat_age"]
+    sup, last = status.supervisor, status.canary_settled
     lines = [
         "Loom status",
-        f"pinned session: {data['pinned_session'] or '(none)'}",
-        f"supervisor: {'no heartbeat' if age is None else 'heartbeat ' + format_duration(age) + ' ago'}",
-        f"ledger: {data['ledger']['events']} events",
+        f"agent: {'HELD at the ceiling until you act (/recycle)' if status.hold else _agent_words(status)}",
+        f"pinned session: {status.pinned_session or '(none)'}",
+        f"canary: {'no probe yet' if last is None else f'{last.result} {format_duration(max(last.age, 0))} ago'}",
+        f"queue: {status.queue.get('open', 0)} open, {status.queue.get('claimed', 0)} claimed",
+        f"supervisor: {'no heartbeat' if sup is None else 'heartbeat ' + format_duration(sup.age) + ' ago'}",
+        f"ledger: {status.ledger_events} events",
+        f"outbox: {status.outbox['pending']} pending, {status.outbox['failed']} failed",
     ]
-    tg = data.get("telegram") or {}
-    box = tg.get("outbox") or {}
-    if box:
-        lines.append(f"outbox: {box['pending']} pending, {box['failed']} failed")
-    if tg.get("conflict"):
-        lines.append(f"telegram: {tg['conflict']['note']}")
+    if status.conflict:
+        lines.append(f"telegram: {status.conflict['note']}")
     return "\n".join(lines)
+
+
+def _agent_words(status: Status) -> str:
+    look = status.agent
+    if look is None:
+        return "not looked at"
+    if look.tmux != "up":
+        return f"tmux {look.tmux}"
+    if (look.pane or {}).get("dead"):
+        return f"exited (status {look.pane.get('exit_status')})"
+    return f"process {(look.tree or {}).get('process', 'unknown')}"
 
 
 async def run_commands(ctx: Context, actions: Actions, stop: asyncio.Event, *, clock: Clock = SYSTEM,
@@ -191,7 +205,7 @@ class Poller:
                     ledger.append_in(db, "telegram_ignored", source="telegram",
                                      detail={"chat_id": chat_id, "update_id": update.update_id})
             return
-        parsed = policy.parse_command(msg.text)
+        parsed = rules.parse_command(msg.text)
         name = parsed[0] if parsed and parsed[0] in ("status", "canary", "recycle", "queue") else "help"
         with self.store.write() as db:
             state.set_offset_in(db, update.update_id + 1)

@@ -21,7 +21,7 @@ from loomtui.context import Context
 from loomtui.store import outbox
 from loomtui.store.db import Store
 from loomtui.store.locks import FileLock
-from loomtui.telegram import rules as policy
+from loomtui.telegram import rules
 from loomtui.telegram.bot import describe, make_bot, retry_after_seconds
 from loomtui.telegram.clock import SYSTEM, Clock
 from loomtui.telegram.token import load_token
@@ -74,7 +74,7 @@ class Sender:
         wait = max(self._retry_wait(row), self._rate_wait(chat))
         if wait > 0:
             return wait
-        text, truncated = policy.truncate(row.text)
+        text, truncated = rules.truncate(row.text)
         try:
             await self.bot.initialize()  # getMe once; retried here so a start during an outage is fine
             # No parse_mode: message text (job names, log lines) is never markup.
@@ -99,8 +99,8 @@ class Sender:
 
     def _rate_wait(self, chat: int) -> float:
         if chat in self._last_sent:
-            return policy.rate_wait(self._last_sent[chat], self.clock.monotonic())
-        return policy.rate_wait(outbox.last_sent_at(self.store, chat), self.clock.time())
+            return rules.rate_wait(self._last_sent[chat], self.clock.monotonic())
+        return rules.rate_wait(outbox.last_sent_at(self.store, chat), self.clock.time())
 
     def _retry_after(self, row: outbox.Message, exc: RetryAfter) -> float:
         delay = retry_after_seconds(exc)

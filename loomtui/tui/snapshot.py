@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from loomtui.agent import launches, recovery
 from loomtui.agent.driver import GONE, UNKNOWN, UP, TmuxDriver
 from loomtui.agent.proctree import PRESENT
 from loomtui.agent.tmux import TmuxError
@@ -21,7 +20,8 @@ from loomtui.canary import runs as canary
 from loomtui.canary.runs import Probe
 from loomtui.context import Context
 from loomtui.durations import format_duration
-from loomtui.store import ledger, session
+from loomtui.report import status as status_mod
+from loomtui.store import ledger
 from loomtui.store.db import DB_NAME, Store
 
 STORE_TIMEOUT = 2.0  # the console must say "store busy" promptly, not hang for the daemon's 10 s
@@ -121,8 +121,7 @@ class Source:
         if facts.tmux != UP or facts.pane is None:
             return PaneView(facts.tmux, why=facts.why or "no tmux session")
         try:
-            text = self.driver.pane.server.cmd("capture-pane", "-p", "-e", "-J", target=facts.pane.pane_id)
-            screen = "\n".join(text.stdout)
+            screen = self.driver.screen(ansi=True, pane_id=facts.pane.pane_id)
         except TmuxError as exc:
             return PaneView(UNKNOWN, why=str(exc))
         if facts.pane.dead:
@@ -145,35 +144,38 @@ class Source:
 
     def _from_store(self, store: Store, pane: PaneView, now: float) -> Snapshot:
         ctx = self.ctx
-        probes = canary.history(ctx, 100)
+        # The pane is looked at above (with its text); everything else is the one status model.
+        status = status_mod.gather(ctx, events=0, now=now, look=False)
         queue = _queue(store)
-        beat = store.heartbeats().get("supervisor")
-        held = recovery.held(ctx) is not None
-        since = launches.since_launch(ctx)
-        booting = since is not None and since < ctx.config.agent.boot_grace
-        agent, level = _agent_text(pane, held, since if booting else None)
-        stale_after = max(3 * min(ctx.config.watchdog.interval, 5.0), 15.0)
-        if beat is None:
-            sup, sup_level = "no supervisor heartbeat", "bad"
-        else:
-            age = now - beat["ts"]
-            sup = f"heartbeat {format_duration(max(age, 0))} ago"
-            sup_level = "ok" if age <= stale_after else "bad"
-            if age > stale_after:
-                sup = f"NO FRESH HEARTBEAT ({format_duration(age)} old)"
-        last = next((p for p in probes if p.result != canary.PENDING), None)
-        if last is None:
-            can, can_level = "no probe yet", "warn"
-        else:
-            when = format_duration(max(now - last.sent_at, 0))
-            can = f"{last.result} {when} ago" + (f" ({last.latency:.2f}s)" if last.latency is not None else "")
-            can_level = "ok" if last.result == canary.OK else ("bad" if last.result == canary.MISS else "warn")
-        if any(p.result == canary.PENDING for p in probes[:1]):
-            can = "probing… · " + can
-        unsent = int(store.query_one("SELECT COUNT(*) FROM outbox WHERE state != 'sent'")[0])
-        header = Header(agent, level, session.pinned(store), can, can_level, sup, sup_level,
-                        sum(1 for item in queue if item.state != "witnessed"), held, unsent)
-        return Snapshot(now, header, pane, probes, queue, _jobs(ctx, store, queue, now), ledger.count(store))
+        return Snapshot(now, header_from(status, pane, ctx.config), pane, canary.history(ctx, 100), queue,
+                        _jobs(ctx, store, queue, now), status.ledger_events)
+
+
+def header_from(status: status_mod.Status, pane: PaneView, config: Any) -> Header:
+    held = status.hold is not None
+    since = status.since_launch
+    booting = since is not None and since < config.agent.boot_grace
+    agent, level = _agent_text(pane, held, since if booting else None)
+    stale_after = max(3 * min(config.watchdog.interval, 5.0), 15.0)
+    beat = status.supervisor
+    if beat is None:
+        sup, sup_level = "no supervisor heartbeat", "bad"
+    elif beat.age > stale_after:
+        sup, sup_level = f"NO FRESH HEARTBEAT ({format_duration(beat.age)} old)", "bad"
+    else:
+        sup, sup_level = f"heartbeat {format_duration(max(beat.age, 0))} ago", "ok"
+    last = status.canary_settled
+    if last is None:
+        can, can_level = "no probe yet", "warn"
+    else:
+        can = f"{last.result} {format_duration(max(last.age, 0))} ago"
+        can += f" ({last.latency:.2f}s)" if last.latency is not None else ""
+        can_level = "ok" if last.result == canary.OK else ("bad" if last.result == canary.MISS else "warn")
+    if status.probing:
+        can = "probing… · " + can
+    unsent = status.outbox.get("pending", 0) + status.outbox.get("failed", 0)
+    return Header(agent, level, status.pinned_session, can, can_level, sup, sup_level, status.unresolved, held,
+                  unsent)
 
 
 def _agent_text(pane: PaneView, held: bool, booting_for: float | None) -> tuple[str, str]:

@@ -12,7 +12,7 @@ from loomtui import redact
 from loomtui.config import TelegramConfig
 from loomtui.errors import LoomError
 from loomtui.telegram import logs
-from loomtui.telegram import rules as policy
+from loomtui.telegram import rules
 from loomtui.telegram.bot import base_url, describe
 from loomtui.telegram.token import load_token
 
@@ -26,13 +26,13 @@ def assert_clean(text: str) -> None:
 
 
 def test_truncate_marks_the_cut_and_counts_like_telegram():
-    assert policy.truncate("short") == ("short", False)
+    assert rules.truncate("short") == ("short", False)
     exact = "a" * 4096
-    assert policy.truncate(exact) == (exact, False)
-    text, cut = policy.truncate("b" * 5000)
-    assert cut and text.endswith("… [truncated]") and policy.utf16_len(text) == 4096
-    emoji, cut = policy.truncate("😀" * 3000)  # 6000 UTF-16 units: over the limit although 3000 chars
-    assert cut and policy.utf16_len(emoji) <= 4096 and emoji.endswith("[truncated]")
+    assert rules.truncate(exact) == (exact, False)
+    text, cut = rules.truncate("b" * 5000)
+    assert cut and text.endswith("… [truncated]") and rules.utf16_len(text) == 4096
+    emoji, cut = rules.truncate("😀" * 3000)  # 6000 UTF-16 units: over the limit although 3000 chars
+    assert cut and rules.utf16_len(emoji) <= 4096 and emoji.endswith("[truncated]")
 
 
 def test_backoff_grows_and_is_capped():
@@ -44,18 +44,18 @@ def test_backoff_grows_and_is_capped():
 
 
 def test_rate_wait_one_second_per_chat_and_survives_clock_jumps():
-    assert policy.rate_wait(None, 100.0) == 0.0
-    assert policy.rate_wait(100.0, 100.25) == pytest.approx(0.75)
-    assert policy.rate_wait(100.0, 105.0) == 0.0
-    assert policy.rate_wait(500.0, 100.0) == 1.0  # last send "in the future": never more than the gap
+    assert rules.rate_wait(None, 100.0) == 0.0
+    assert rules.rate_wait(100.0, 100.25) == pytest.approx(0.75)
+    assert rules.rate_wait(100.0, 105.0) == 0.0
+    assert rules.rate_wait(500.0, 100.0) == 1.0  # last send "in the future": never more than the gap
 
 
 def test_parse_command():
-    assert policy.parse_command("/recycle@loom_bot fresh") == ("recycle", ["fresh"])
-    assert policy.parse_command("/STATUS") == ("status", [])
-    assert policy.parse_command("hello") is None
-    assert policy.parse_command("/") is None
-    assert policy.parse_command(None) is None
+    assert rules.parse_command("/recycle@loom_bot fresh") == ("recycle", ["fresh"])
+    assert rules.parse_command("/STATUS") == ("status", [])
+    assert rules.parse_command("hello") is None
+    assert rules.parse_command("/") is None
+    assert rules.parse_command(None) is None
 
 
 def test_base_url_forms():
