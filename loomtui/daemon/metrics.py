@@ -18,11 +18,10 @@ from prometheus_client.core import (
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
-from loomtui.agent import recovery
 from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.errors import LoomError
-from loomtui.store import ledger
+from loomtui.report import status as status_mod
 
 
 class StoreCollector(Collector):
@@ -33,9 +32,12 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Any]:
         store = self.ctx.store
         now = time.time()
-        beat = store.heartbeats().get("supervisor")
+        # The same status model `loom status` and the console read; the counters below are the
+        # metrics' own (totals by label), read from the store at the same moment.
+        status = status_mod.gather(self.ctx, events=0, now=now, look=False)
+        beat = status.supervisor
         age = GaugeMetricFamily("loom_supervisor_heartbeat_age_seconds", "Seconds since the supervisor's heartbeat")
-        age.add_metric([], max(0.0, now - beat["ts"]) if beat else float("nan"))
+        age.add_metric([], max(0.0, beat.age) if beat else float("nan"))
         yield age
 
         relaunches = CounterMetricFamily("loom_relaunches", "Agent relaunches recorded in the ledger",
@@ -51,7 +53,6 @@ class StoreCollector(Collector):
         for row in store.query("SELECT result, COUNT(*) AS n FROM canary_runs GROUP BY result"):
             results.add_metric([row["result"]], row["n"])
         yield results
-        last = canary.last_probe(self.ctx)
         latency = GaugeMetricFamily("loom_canary_last_latency_seconds", "Latency of the last acked probe")
         last_ok = store.query_one("SELECT latency, sent_at FROM canary_runs WHERE result = 'ok' ORDER BY id DESC LIMIT 1")
         latency.add_metric([], last_ok["latency"] if last_ok else float("nan"))
@@ -60,24 +61,25 @@ class StoreCollector(Collector):
         ok_age.add_metric([], now - last_ok["sent_at"] if last_ok else float("nan"))
         yield ok_age
         last_miss = GaugeMetricFamily("loom_canary_last_missed", "1 if the last settled probe was a miss")
+        last = status.canary_settled
         last_miss.add_metric([], 1.0 if last is not None and last.result == canary.MISS else 0.0)
         yield last_miss
 
         queue = GaugeMetricFamily("loom_queue_items", "Sentinel queue items by state", labels=["state"])
-        for row in store.query("SELECT state, COUNT(*) AS n FROM queue_items GROUP BY state"):
-            queue.add_metric([row["state"]], row["n"])
+        for state, n in status.queue.items():
+            queue.add_metric([state], n)
         yield queue
 
         pending = GaugeMetricFamily("loom_outbox_pending", "Messages waiting to go to the operator")
-        pending.add_metric([], store.query_one("SELECT COUNT(*) FROM outbox WHERE state = 'pending'")[0])
+        pending.add_metric([], status.outbox["pending"])
         yield pending
 
         held = GaugeMetricFamily("loom_held", "1 while automatic relaunching is held at the ceiling")
-        held.add_metric([], 1.0 if recovery.held(self.ctx) is not None else 0.0)
+        held.add_metric([], 1.0 if status.hold is not None else 0.0)
         yield held
 
         events = CounterMetricFamily("loom_ledger_events", "Events in the ledger")
-        events.add_metric([], ledger.count(store))
+        events.add_metric([], status.ledger_events)
         yield events
 
         ticks = CounterMetricFamily("loom_loop_ticks", "Ticks per supervisor loop (this process)", labels=["loop"])
