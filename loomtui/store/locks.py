@@ -19,6 +19,9 @@ from loomtui.errors import LockHeld
 INJECT = "inject.lock"
 RECYCLE = "recycle.lock"
 SUPERVISOR = "supervisor.lock"
+# `is_held` looks with a shared lock for an instant; a `timeout=0` try keeps trying this long, so
+# that a look never makes an acquirer believe the lock is taken.
+LOOK_GRACE = 0.05
 
 
 class FileLock:
@@ -32,7 +35,7 @@ class FileLock:
         return self._fd is not None
 
     def acquire(self, timeout: float | None = None, poll: float = 0.01) -> None:
-        """Block until held; `timeout=0` tries once; raises LockHeld when the time runs out."""
+        """Block until held; `timeout=0` tries at once (for LOOK_GRACE); raises LockHeld when the time runs out."""
         if self._fd is not None:
             raise RuntimeError(f"{self.path} is already held by this object")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -40,7 +43,7 @@ class FileLock:
             if timeout is None:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             else:
-                deadline = time.monotonic() + timeout
+                deadline = time.monotonic() + max(timeout, LOOK_GRACE)
                 while True:
                     try:
                         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -95,9 +98,17 @@ def hold(state_dir: Path, name: str, timeout: float | None = None) -> FileLock:
 
 
 def is_held(state_dir: Path, name: str) -> bool:
-    """Whether another holder has `name` right now (a try that releases at once)."""
+    """Whether a holder has `name` right now.
+
+    The look takes a shared lock for an instant: two looks at once never see each other as a
+    holder (an exclusive try would: a daemon's loops and a console asking at the same moment
+    each saw "a relaunch is under way").
+    """
+    fd = os.open(Path(state_dir) / name, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        hold(state_dir, name, timeout=0).release()
-    except LockHeld:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
         return True
+    finally:
+        os.close(fd)  # closing the descriptor drops the shared lock
     return False

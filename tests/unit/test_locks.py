@@ -6,9 +6,11 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from conftest import REPO, loom_env
+from harness import wait_for
 
 from loomtui.errors import LockHeld
 from loomtui.store import locks
@@ -69,3 +71,37 @@ def test_lock_file_is_private(state_dir):
     with locks.hold(state_dir, locks.RECYCLE):
         pass
     assert (state_dir / "recycle.lock").stat().st_mode & 0o777 == 0o600
+
+
+def test_looks_at_a_lock_never_see_each_other_as_its_holder(state_dir):
+    state_dir.mkdir()
+    stop, seen = threading.Event(), []
+
+    def look():
+        while not stop.is_set():
+            seen.append(locks.is_held(state_dir, locks.RECYCLE))
+            time.sleep(0.001)  # pacing, as loops look every few hundred ms: not a wait for a state
+
+    lookers = [threading.Thread(target=look) for _ in range(4)]
+    for t in lookers:
+        t.start()
+    try:
+        # While others keep looking, a try at once still gets the lock, and a look then sees it held.
+        for _ in range(200):
+            with locks.hold(state_dir, locks.RECYCLE, timeout=0):
+                assert locks.is_held(state_dir, locks.RECYCLE)
+        held_by_us = len(seen)
+    finally:
+        stop.set()
+        for t in lookers:
+            t.join(30)
+    seen.clear()
+    stop.clear()
+    lookers = [threading.Thread(target=look) for _ in range(4)]
+    for t in lookers:
+        t.start()
+    wait_for(lambda: len(seen) >= 2000, what="2000 looks")
+    stop.set()
+    for t in lookers:
+        t.join(30)
+    assert held_by_us > 0 and not any(seen), "a look saw another look as the lock's holder"
