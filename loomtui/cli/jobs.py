@@ -7,6 +7,7 @@ import sys
 import time
 
 from loomtui import actions
+from loomtui import text as text_mod
 from loomtui.cli.common import context, print_json, subcommand
 from loomtui.durations import format_duration
 from loomtui.sentinel import jobrun
@@ -38,7 +39,7 @@ def register(sub) -> None:
 
 def printable(text: object) -> str:
     # Job names, log lines and notes are untrusted: no control character reaches the terminal.
-    return "".join(c if c.isprintable() else "?" for c in str(text))
+    return text_mod.printable(str(text))
 
 
 def run_job(args: argparse.Namespace) -> int:

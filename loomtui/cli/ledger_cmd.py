@@ -9,6 +9,7 @@ import sys
 from loomtui.cli.common import context, subcommand
 from loomtui.store import ledger
 from loomtui.store.ledger import Event
+from loomtui.text import printable
 
 
 def register(sub) -> None:
@@ -29,7 +30,7 @@ def format_event(event: Event) -> str:
     detail = " ".join(f"{k}={v}" for k, v in sorted(event.detail.items()))
     line = f"{event.id:>7} {when} {event.kind:<18} {event.source:<10}{cause} {detail}".rstrip()
     # The ledger holds untrusted text (pane lines, job names): keep control characters off the terminal.
-    return "".join(c if c.isprintable() else "?" for c in line)
+    return printable(line)
 
 
 def run_tail(args: argparse.Namespace) -> int:

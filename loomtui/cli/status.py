@@ -8,6 +8,7 @@ from loomtui.cli.common import context, print_json, subcommand
 from loomtui.cli.ledger_cmd import format_event
 from loomtui.durations import format_duration
 from loomtui.report import status as status_mod
+from loomtui.text import printable
 
 
 def register(sub) -> None:
@@ -66,7 +67,7 @@ def _telegram_line(box: dict, conflict: dict | None) -> str:
     line = f"outbox {box['pending']} pending, {box['failed']} failed, {box['sent']} sent"
     if box["last_error"]:
         # Telegram's own words: printable characters only on a terminal.
-        line += "; last error: " + "".join(c if c.isprintable() else "?" for c in box["last_error"])
+        line += "; last error: " + printable(box["last_error"])
     if conflict:
         line += f"; {conflict['note']}"
     return line

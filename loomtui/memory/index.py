@@ -22,6 +22,7 @@ from pathlib import Path
 
 from loomtui.errors import LoomError
 from loomtui.store.locks import FileLock
+from loomtui.text import printable  # noqa: F401  (the panel and CLI say memory.printable)
 
 # An index line longer than this is a lint problem: the index is read into the agent's context at
 # every session start, so an entry is a pointer with a hook, not the fact itself.
@@ -365,24 +366,6 @@ def search(term: str, report: Report, bodies: Mapping[str, str]) -> list[Hit]:
 
 
 # -- display ----------------------------------------------------------------------------------
-
-
-def printable(text: str, keep_newlines: bool = False) -> str:
-    """Control characters as visible symbols (ESC as ␛), so untrusted text cannot drive a terminal."""
-    out = []
-    for c in text:
-        o = ord(c)
-        if keep_newlines and c in "\n\t":
-            out.append(c)
-        elif c.isprintable() or c == "\u200d":  # ZWJ holds emoji sequences together
-            out.append(c)
-        elif o < 0x20:
-            out.append(chr(0x2400 + o))
-        elif o == 0x7F:
-            out.append("\u2421")
-        else:  # C1 controls, bidi overrides, lone surrogates from undecodable bytes
-            out.append("\ufffd")
-    return "".join(out)
 
 
 def slug(title: str) -> str:
