@@ -10,8 +10,7 @@ from loomtui import actions
 from loomtui import text as text_mod
 from loomtui.cli.common import context, print_json, subcommand
 from loomtui.durations import format_duration
-from loomtui.sentinel import jobrun
-from loomtui.sentinel import queue
+from loomtui.sentinel import jobrun, queue
 from loomtui.sentinel.queue_rules import CLAIMED, WITNESSED, Item
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from loomtui.telegram import logs as scrub
+from loomtui.daemon import scrub
 
 
 def setup_logging(level: str = "INFO") -> None:

@@ -16,9 +16,8 @@ from loomtui.agent.driver import TmuxDriver
 from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.sentinel import queue as sentinel_queue
-from loomtui.store import ledger, outbox, session
+from loomtui.store import ledger, outbox, session, telegram_state
 from loomtui.store.ledger import Event
-from loomtui.telegram import state as telegram_state
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,7 @@ from loomtui.agent import launches
 from loomtui.config import JobConfig
 from loomtui.context import Context
 from loomtui.errors import LoomError
-from loomtui.sentinel import jobscan, logscan, schedule
-from loomtui.sentinel import queue
+from loomtui.sentinel import jobscan, logscan, queue, schedule
 from loomtui.sentinel.queue_rules import (
     EXIT,
     MISSED,
@@ -32,8 +31,8 @@ from loomtui.sentinel.queue_rules import (
     Escalate,
     Failure,
     Item,
-    Nudge,
     JobRun,
+    Nudge,
     absorb,
     decide,
     review,

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 from loomtui import redact
 from loomtui.context import Context
+from loomtui.daemon import scrub as logs
 from loomtui.errors import LoomError
-from loomtui.telegram import logs
 
 
 def main(argv: Sequence[str] | None = None) -> int:

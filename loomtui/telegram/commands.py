@@ -26,9 +26,9 @@ from loomtui.config import TelegramConfig
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.store import ledger, outbox
+from loomtui.store import telegram_state as state
 from loomtui.store.db import Store
 from loomtui.telegram import rules
-from loomtui.telegram import state
 from loomtui.telegram.bot import describe, make_bot
 from loomtui.telegram.clock import SYSTEM, Clock
 from loomtui.telegram.token import load_token

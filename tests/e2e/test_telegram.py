@@ -21,8 +21,8 @@ from conftest import REPO, loom_env, run_loom
 from fakebot import FakeBot
 
 from loomtui.store import ledger, outbox, session
+from loomtui.store import telegram_state as state
 from loomtui.store.db import Store
-from loomtui.telegram import state
 
 TOKEN = "5550001111:AAE-e2eTESTtoken_zzYYxxWWvvUUttSS"
 OTHER_TOKEN = "5550002222:AAE-someOTHERtoken_qqRRssTTuuVV"

@@ -15,8 +15,7 @@ from conftest import REPO, loom_env, run_loom
 from harness import wait_for
 from test_sentinel_scan import Fleet
 
-from loomtui.sentinel import jobrun
-from loomtui.sentinel import queue
+from loomtui.sentinel import jobrun, queue
 from loomtui.store.db import DB_NAME
 
 PY = sys.executable

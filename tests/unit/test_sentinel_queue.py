@@ -10,8 +10,7 @@ from test_sentinel_scan import Fleet, run_job
 
 from loomtui import actions
 from loomtui.agent.inject import InjectResult
-from loomtui.sentinel import claims
-from loomtui.sentinel import queue
+from loomtui.sentinel import claims, queue
 from loomtui.sentinel import tick as sentinel_mod
 from loomtui.store import ledger, locks, outbox
 

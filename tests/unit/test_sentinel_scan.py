@@ -15,8 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loomtui.context import Context
-from loomtui.sentinel import logscan
-from loomtui.sentinel import queue
+from loomtui.sentinel import logscan, queue
 from loomtui.sentinel.tick import sentinel_tick
 from loomtui.store import ledger
 

@@ -10,8 +10,8 @@ import pytest
 
 from loomtui import redact
 from loomtui.config import TelegramConfig
+from loomtui.daemon import scrub as logs
 from loomtui.errors import LoomError
-from loomtui.telegram import logs
 from loomtui.telegram import rules
 from loomtui.telegram.bot import base_url, describe
 from loomtui.telegram.token import load_token
