@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from loomtui.states import GONE, MISSING, PRESENT
 from loomtui.states import UNKNOWN as TMUX_UNKNOWN
+
+# What a look can lead to, and the recovery causes the watchdog reports (a subset of policy.CAUSES).
+StepKind = Literal["recover", "dismiss_modal", "ambiguous", "repair_socket", "alert"]
+Cause = Literal["crash", "exit", "tmux_gone", "poller_missing", "resume_failed"]
 
 MODAL_COOLDOWN = 5.0
 MODAL_PRESSES = 2  # a dialog still there after this many presses is not the dialog we know
@@ -62,8 +67,8 @@ class Settings:
 
 @dataclass(frozen=True)
 class Step:
-    kind: str                       # recover / dismiss_modal / ambiguous / repair_socket / alert
-    cause: str | None = None
+    kind: StepKind
+    cause: Cause | None = None
     keys: tuple[str, ...] = ()
     note: str = ""
 

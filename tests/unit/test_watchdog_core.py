@@ -292,3 +292,12 @@ def test_a_dialog_press_waits_out_the_cooldown_exactly_and_names_the_pattern():
     # The dialog gone, the presses and the alert are forgotten.
     _, mem = assess(replace(modal, screen="> "), mem, S, 1020.0)
     assert (mem.modal_presses, mem.alerted) == (0, frozenset())
+
+
+def test_the_watchdogs_causes_are_causes_the_policy_knows():
+    from typing import get_args
+
+    from loomtui.agent import watchdog_rules
+    from loomtui.agent.policy import CAUSES
+
+    assert set(get_args(watchdog_rules.Cause)) <= set(CAUSES)
