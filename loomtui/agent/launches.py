@@ -55,7 +55,11 @@ def relaunch_under_way(ctx: Context, now: float | None = None) -> bool:
 
 def since_launch(ctx: Context, at: Instant | None = None) -> float | None:
     """Seconds since the last launch, on the monotonic clock where it can be compared."""
-    launched = last_launch(ctx)
+    return launch_age(last_launch(ctx), at)
+
+
+def launch_age(launched: dict[str, Any] | None, at: Instant | None = None) -> float | None:
+    """Seconds since `launched` (a record from `last_launch`), or None when there was none."""
     if not launched:
         return None
     return age(clock.instant_from(launched, float(launched["ts"])), at or clock.now())

@@ -25,9 +25,10 @@ def run(args: argparse.Namespace) -> int:
     sup = status.supervisor
     print(f"state dir       {status.state_dir}")
     print(f"config          {status.config or '(defaults)'}")
-    print(f"agent           {_agent_line(status.agent.as_json(), status.hold)}")
+    held = "HELD at the ceiling: automatic relaunching stopped until an operator acts (loom recycle)"
+    print(f"agent           {held if status.hold else status.agent.describe()}")
     print(f"pinned session  {status.pinned_session or '(none)'}")
-    print(f"canary          {_canary_line(status.canary)}")
+    print(f"canary          {status.canary.describe() if status.canary else 'no probe yet'}")
     queue = status.queue
     print(f"queue           {queue.get('open', 0)} open, {queue.get('claimed', 0)} claimed, "
           f"{queue.get('witnessed', 0)} witnessed")
@@ -39,28 +40,6 @@ def run(args: argparse.Namespace) -> int:
         for e in status.last_events:
             print("  " + format_event(e))
     return 0
-
-
-def _agent_line(agent: dict, hold: dict | None) -> str:
-    if hold:
-        return "HELD at the ceiling: automatic relaunching stopped until an operator acts (loom recycle)"
-    if agent["tmux"] != "up":
-        return f"tmux {agent['tmux']}: {agent['why']}"
-    if agent.get("dead"):
-        return f"exited (status {agent.get('exit_status')})"
-    line = f"process {agent.get('process')}" + (f" (pid {agent['pid']})" if agent.get("pid") else "")
-    if agent.get("poller") and agent["poller"] != "unknown":
-        line += f", poller {agent['poller']}"
-    return line
-
-
-def _canary_line(last: status_mod.CanaryLast | None) -> str:
-    if last is None:
-        return "no probe yet"
-    line = f"{last.result} {format_duration(max(last.age, 0))} ago"
-    if last.latency is not None:
-        line += f" (acked in {last.latency:.2f}s)"
-    return line
 
 
 def _telegram_line(box: dict, conflict: dict | None) -> str:

@@ -15,6 +15,7 @@ from loomtui.agent import launches, recovery
 from loomtui.agent.driver import TmuxDriver
 from loomtui.canary import runs as canary
 from loomtui.context import Context
+from loomtui.durations import format_duration
 from loomtui.sentinel import queue as sentinel_queue
 from loomtui.store import ledger, outbox, session, telegram_state
 from loomtui.store.ledger import Event
@@ -32,6 +33,17 @@ class AgentLook:
     def as_json(self) -> dict[str, Any]:
         return {"tmux": self.tmux, "why": self.why, **(self.pane or {}), **(self.tree or {})}
 
+    def describe(self) -> str:
+        if self.tmux != "up":
+            return f"tmux {self.tmux}: {self.why}"
+        pane, tree = self.pane or {}, self.tree or {}
+        if pane.get("dead"):
+            return f"exited (status {pane.get('exit_status')})"
+        line = f"process {tree.get('process')}" + (f" (pid {tree['pid']})" if tree.get("pid") else "")
+        if tree.get("poller") and tree["poller"] != "unknown":
+            line += f", poller {tree['poller']}"
+        return line
+
 
 @dataclass(frozen=True)
 class CanaryLast:
@@ -42,6 +54,10 @@ class CanaryLast:
 
     def as_json(self) -> dict[str, Any]:
         return {"result": self.result, "age": self.age, "latency": self.latency, "why": self.why}
+
+    def describe(self) -> str:
+        line = f"{self.result} {format_duration(max(self.age, 0))} ago"
+        return line + (f" (acked in {self.latency:.2f}s)" if self.latency is not None else "")
 
 
 @dataclass(frozen=True)
@@ -105,6 +121,7 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
     now = time.time() if now is None else now
     store = ctx.store
     beats = store.heartbeats()
+    launched = launches.last_launch(ctx)
     settled = store.query_one("SELECT * FROM canary_runs WHERE result != ? ORDER BY id DESC LIMIT 1",
                               (canary.PENDING,))
     return Status(
@@ -122,8 +139,8 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         canary_settled=_last(canary.probe_from(settled), now) if settled else None,
         queue=sentinel_queue.counts(store),
         hold=recovery.held(ctx),
-        last_launch=launches.last_launch(ctx),
-        since_launch=launches.since_launch(ctx),
+        last_launch=launched,
+        since_launch=launches.launch_age(launched),
     )
 
 

@@ -98,12 +98,14 @@ def queue_summary(items: list[Any], limit: int = 10) -> str:
 def format_status(status: Status) -> str:
     from loomtui.durations import format_duration
 
-    sup, last = status.supervisor, status.canary_settled
+    sup, last, look = status.supervisor, status.canary_settled, status.agent
+    agent = "HELD at the ceiling until you act (/recycle)" if status.hold else (
+        look.describe() if look else "not looked at")
     lines = [
         "Loom status",
-        f"agent: {'HELD at the ceiling until you act (/recycle)' if status.hold else _agent_words(status)}",
+        f"agent: {agent}",
         f"pinned session: {status.pinned_session or '(none)'}",
-        f"canary: {'no probe yet' if last is None else f'{last.result} {format_duration(max(last.age, 0))} ago'}",
+        f"canary: {last.describe() if last else 'no probe yet'}",
         f"queue: {status.queue.get('open', 0)} open, {status.queue.get('claimed', 0)} claimed",
         f"supervisor: {'no heartbeat' if sup is None else 'heartbeat ' + format_duration(sup.age) + ' ago'}",
         f"ledger: {status.ledger_events} events",
@@ -112,17 +114,6 @@ def format_status(status: Status) -> str:
     if status.conflict:
         lines.append(f"telegram: {status.conflict['note']}")
     return "\n".join(lines)
-
-
-def _agent_words(status: Status) -> str:
-    look = status.agent
-    if look is None:
-        return "not looked at"
-    if look.tmux != "up":
-        return f"tmux {look.tmux}"
-    if (look.pane or {}).get("dead"):
-        return f"exited (status {look.pane.get('exit_status')})"
-    return f"process {(look.tree or {}).get('process', 'unknown')}"
 
 
 async def run_commands(ctx: Context, actions: Actions, stop: asyncio.Event, *, clock: Clock = SYSTEM,
