@@ -1,0 +1,20 @@
+"""`loom sim`: months of faults in seconds, against the real decision core.
+
+A modelled world (world.py: the agent, tmux, the store, jobs, the operator) on a virtual clock
+with one seeded random.Random; a small shell (shell.py) that wires the real rules modules the
+way the real loops do; invariants (invariants.py) checked after every step. The world lives
+here, beside the simulator, never inside the rules.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loomtui.sim.engine import Sim
+from loomtui.sim.profiles import PROFILES, default_config
+
+
+def simulate(seed: int, days: float, profile: str = "storm", config: Any = None) -> dict[str, Any]:
+    """One seed's run, as the JSON-ready dict report.Collector.as_json gives."""
+    cfg = config if config is not None else default_config()
+    return Sim(cfg, PROFILES[profile], seed, days).run().report.as_json()

@@ -1,0 +1,112 @@
+"""The faults the world can suffer, each a small change to its truth at the current instant.
+
+Some faults only disturb probes (busy, a dialog, a slow boot): the world spaces them at least
+three ack timeouts apart, so that "busy" keeps its meaning (acks later than one timeout and
+sooner than two). Two disturbances back to back are indistinguishable from deafness, to Loom
+and to anyone, and a recycle then would not be a false one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from loomtui.sim.engine import Sim
+
+KINDS = (
+    "crash", "exit0", "wedge", "sticky_wedge", "busy", "modal", "slow_boot", "resume_fails", "crash_loop",
+    "poller_lost", "foreign_poller", "store_locked", "load", "tmux_hang", "tmux_vanish", "socket_lost",
+    "job_break", "ignore_queue", "operator_recycle",
+)
+DISTURBING = ("busy", "modal", "slow_boot")
+
+
+def apply(sim: Sim, kind: str) -> bool:
+    """Inflict `kind` now; False when it could not apply (nothing to crash, too soon after another)."""
+    w, rng = sim.world, sim.rng
+    cfg = sim.config
+    T = cfg.canary.ack_timeout
+    a = w.agent if w.agent is not None and w.agent.alive else None
+    if kind in DISTURBING:
+        if w.t - w.last_disturbance < 3 * T:
+            return False
+        w.last_disturbance = w.t
+    if kind == "crash":
+        if a is None:
+            return False
+        signal = rng.choice((None, 9, 11))
+        w.kill(a, status=None if signal else rng.choice((1, 2, 134)), signal=signal)
+    elif kind == "exit0":
+        if a is None:
+            return False
+        w.kill(a, status=0, signal=None)
+    elif kind in ("wedge", "sticky_wedge"):
+        if a is None or a.deaf_since is not None:
+            return False
+        a.deaf_since = w.t
+        if kind == "sticky_wedge":
+            w.sticky_wedges.add(a.session)
+    elif kind == "busy":
+        if a is None:
+            return False
+        a.busy_until = w.t + rng.uniform(1.05 * T, 1.65 * T)
+    elif kind == "modal":
+        if a is None:
+            return False
+        a.modal = True
+    elif kind == "slow_boot":
+        w.slow_boot_next = True
+    elif kind == "resume_fails":
+        if sim.store.pinned is None:
+            return False
+        w.conversations.discard(sim.store.pinned)
+        if a is not None:
+            w.kill(a, status=1, signal=None)
+    elif kind == "crash_loop":
+        w.crash_loop_until = w.t + rng.uniform(1800.0, 4 * 3600.0)
+        if a is not None:
+            w.kill(a, status=1, signal=None)
+    elif kind == "poller_lost":
+        if a is None or not w.poller_configured or not a.poller:
+            return False
+        a.poller = False
+        w.poller_lost_at = w.t
+    elif kind == "foreign_poller":
+        if not w.poller_configured or w.foreign_poller_since is not None:
+            return False
+        w.foreign_poller_since = w.t
+    elif kind == "store_locked":
+        w.store_locked_until = w.t + rng.uniform(30.0, 900.0)
+        w.impair(w.store_locked_until)
+    elif kind == "load":
+        w.load_until = w.t + rng.uniform(300.0, 3600.0)
+        w.impair(w.load_until)
+    elif kind == "tmux_hang":
+        w.tmux_hang_until = w.t + rng.uniform(10.0, 1200.0)
+        w.impair(w.tmux_hang_until)
+    elif kind == "tmux_vanish":
+        if not w.tmux_session:
+            return False
+        w.tmux_session = False
+        if a is not None:
+            w.kill(a, status=None, signal=1)
+    elif kind == "socket_lost":
+        if not w.tmux_session or w.socket_lost:
+            return False
+        w.socket_lost = True
+    elif kind == "job_break":
+        healthy = [j for j in w.jobs if j.broken_since is None]
+        if not healthy:
+            return False
+        rng.choice(healthy).broken_since = w.t
+    elif kind == "ignore_queue":
+        if a is None:
+            return False
+        a.ignores_queue = True
+    elif kind == "operator_recycle":
+        sim.operator.recycle(rng.choice(("operator_resume", "operator_fresh")))
+    else:
+        raise ValueError(f"unknown fault {kind!r}")
+    if kind in ("crash", "exit0", "resume_fails", "crash_loop", "tmux_vanish"):
+        sim.exit_noticed()
+    return True

@@ -1,0 +1,229 @@
+"""The invariants, checked after every step against the world's truth, never through the rules:
+a checker that asked policy.counted how many relaunches were in the window would be fooled by
+the very bug it exists to catch. Each bound is written out in docs/SIM.md.
+
+Bounds stretch by the time Loom could not see or write (tmux hanging, the store locked, the
+machine under load): a probe that cannot be typed says nothing, and waiting is the right thing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from loomtui.sim.world import STOP_TIME
+
+if TYPE_CHECKING:
+    from loomtui.sim.engine import Sim
+
+OPERATOR_CAUSES = ("operator_resume", "operator_fresh")
+SLACK = 60.0
+
+NAMES = (
+    "one_agent", "one_relaunch_at_a_time", "ceiling", "escalate_once_and_hold", "never_silent",
+    "no_resume_after_canary_failed", "resume_only_the_pinned", "definitive_signal", "deaf_bound",
+    "relaunch_witnessed", "queue_backstop", "witness_is_clean", "no_typing_into_a_booting_agent",
+    "foreign_poller_reaped", "poller_restored",
+)
+
+
+class Violation(Exception):
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"{name}: {message}")
+        self.name = name
+        self.message = message
+
+
+class Checker:
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        cfg = sim.config
+        wd, canary, agent = cfg.watchdog, cfg.canary, cfg.agent
+        relaunch_time = STOP_TIME + agent.resume_check
+        self.detect = (max(canary.interval, agent.boot_grace) + canary.misses_to_recycle * (canary.ack_timeout + 1.0)
+                       + wd.backoff_max + relaunch_time)
+        self.deaf_bound = self.detect + 5.0
+        self.silent_bound = (self.detect + 3 * wd.interval + wd.poller_grace + wd.ambiguous_alert
+                             + agent.boot_grace + SLACK)
+        self.witness_bound = self.detect + SLACK
+        # From the moment the agent is plainly seen (alive, booted, no relaunch under way, tmux answering).
+        self.foreign_bound = wd.foreign_scan + wd.interval + SLACK
+        self.poller_bound = wd.poller_grace + 3 * wd.interval + wd.backoff_max + relaunch_time + SLACK
+        self.stable_since: float | None = None
+        self.automatic: list[float] = []            # times of automatic relaunch decisions since the last operator one
+        self.relaunch_active = False
+        self.held = False
+        self.canary_recycled: set[str] = set()      # membership only
+        self.pending_witness: tuple[int, float] | None = None
+        self.trouble_since: float | None = None
+        self.last_attempt = -1e18
+        self.last_notice = -1e18
+        self.unresolved: set[int] = set()           # queue items not yet witnessed (sorted when iterated)
+
+    def fail(self, name: str, message: str) -> None:
+        raise Violation(name, message)
+
+    # -- events -----------------------------------------------------------------------------
+
+    def on_relaunch(self, d: dict) -> None:
+        sim, w = self.sim, self.sim.world
+        t, cause, mode = w.t, d["cause"], d["mode"]
+        operator = cause in OPERATOR_CAUSES
+        if self.relaunch_active and not d["fallback"]:
+            self.fail("one_relaunch_at_a_time", "a relaunch started while another was under way")
+        self.relaunch_active = True
+        if mode == "resume":
+            # An operator may ask to resume any session of ours; Loom on its own never revives a wedge.
+            if not operator and d["old"] in self.canary_recycled:
+                self.fail("no_resume_after_canary_failed",
+                          f"session {d['old']} was recycled for canary_failed and is resumed again ({cause})")
+            if d["new"] != w.pinned_truth:
+                self.fail("resume_only_the_pinned", f"resumed {d['new']}, but the pinned session is {w.pinned_truth}")
+        if cause == "canary_failed" and d["old"] is not None:
+            self.canary_recycled.add(d["old"])
+        if operator:
+            self.automatic.clear()
+            self.held = False
+        else:
+            if self.held:
+                self.fail("escalate_once_and_hold", f"automatic relaunch ({cause}) while held at the ceiling")
+            if not d["fallback"]:
+                window = sim.config.watchdog.ceiling_window
+                self.automatic = [x for x in self.automatic if t - x < window]
+                self.automatic.append(t)
+                if len(self.automatic) > sim.config.watchdog.ceiling_count:
+                    self.fail("ceiling", f"{len(self.automatic)} automatic relaunches within {window:g}s "
+                                         f"(ceiling {sim.config.watchdog.ceiling_count})")
+                why = self.unjustified(cause)
+                if why:
+                    sim.report.false_recycles += 1
+                    self.fail("definitive_signal", f"{cause} relaunch without a definitive signal: {why}")
+        self.last_attempt = t
+        self.pending_witness = (d["seq"], t)
+
+    def unjustified(self, cause: str) -> str:
+        """Why the world did not warrant this cause ('' when it did)."""
+        w = self.sim.world
+        a = w.agent
+        if cause in ("crash", "exit", "resume_failed"):
+            return "" if a is not None and not a.alive else "the agent was running"
+        if cause == "tmux_gone":
+            if w.socket_lost:
+                return "the tmux server still ran the agent (its socket was deleted)"
+            return "" if not w.tmux_session else "the tmux session was there"
+        if cause == "poller_missing":
+            if a is None or not a.alive or a.poller or w.poller_lost_at is None:
+                return "the poller was there"
+            return ""
+        if cause == "canary_failed":
+            if a is None or not a.alive or a.deaf_since is not None or a.modal or not w.tmux_session:
+                return ""
+            return "the agent could hear (busy or healthy) and was recycled"
+        return ""
+
+    def on_relaunch_done(self) -> None:
+        self.relaunch_active = False
+
+    def on_escalation(self) -> None:
+        if self.held:
+            self.fail("escalate_once_and_hold", "escalated again while already held")
+        self.held = True
+        self.pending_witness = None
+        self.last_notice = self.sim.world.t
+
+    def on_hold_cleared(self, cause: str) -> None:
+        if cause not in OPERATOR_CAUSES:
+            self.fail("escalate_once_and_hold", f"the hold was cleared by {cause}, not an operator")
+
+    def on_notice(self) -> None:
+        self.last_notice = self.sim.world.t
+
+    def on_witness(self, seq: int) -> None:
+        if self.pending_witness is not None and self.pending_witness[0] <= seq:
+            self.pending_witness = None
+        a = self.sim.world.agent
+        if a is not None and a.hearing():
+            self.trouble_since = None
+
+    def on_typed(self, kind: str) -> None:
+        rec = self.sim.recovery
+        if self.sim.store.recycle_locked or rec.in_boot_grace():
+            self.fail("no_typing_into_a_booting_agent", f"a {kind} was typed while a relaunch was under way")
+
+    def on_queue_witness(self, item_id: int, run_id: int) -> None:
+        item = self.sim.store.items[item_id]
+        run = self.sim.run_truth.get(run_id)
+        if run is None or not run[1]:
+            self.fail("witness_is_clean", f"item {item_id} witnessed by run {run_id}, which was not clean")
+        if item.claimed_at is None or run[0] <= item.claimed_at:
+            self.fail("witness_is_clean", f"item {item_id} witnessed by run {run_id}, started before the claim")
+
+    # -- after every step -------------------------------------------------------------------
+
+    def late(self, elapsed: float, bound: float, since: float) -> bool:
+        """Past `bound`, stretched by the time Loom was impaired since `since` (summed only when needed)."""
+        w = self.sim.world
+        return elapsed > bound and elapsed > bound + w.impaired_between(since, w.t)
+
+    def after_step(self) -> None:
+        sim, w = self.sim, self.sim.world
+        t = w.t
+        if w.running_agents() > 1:
+            self.fail("one_agent", f"{w.running_agents()} agents running")
+        a = w.agent
+        held = sim.store.hold is not None
+        trouble = a is None or not a.hearing() or a.modal or not w.tmux_session or w.socket_lost
+        if trouble and self.trouble_since is None:
+            self.trouble_since = t
+        if held:
+            return
+        if self.trouble_since is not None:
+            quiet_since = max(self.trouble_since, self.last_attempt, self.last_notice)
+            if self.late(t - quiet_since, self.silent_bound, quiet_since):
+                self.fail("never_silent", f"in trouble since {self.trouble_since:.0f}s; no relaunch and no word to "
+                                          f"the operator for {t - quiet_since:.0f}s")
+        if a is not None and a.alive and a.deaf_since is not None:
+            since = max(a.deaf_since, sim.hold_released_at)
+            if self.late(t - since, self.deaf_bound, since):
+                self.fail("deaf_bound", f"deaf for {t - since:.0f}s (bound {self.deaf_bound:.0f}s)")
+        if self.pending_witness is not None:
+            seq, at = self.pending_witness
+            if self.late(t - at, self.witness_bound, at):
+                self.fail("relaunch_witnessed", f"relaunch {seq} at {at:.0f}s neither witnessed by an ack nor "
+                                                f"followed by a relaunch or an escalation")
+        stable = (a is not None and a.alive and w.tmux_session and not w.socket_lost and not w.tmux_hangs()
+                  and not sim.recovery.under_way())
+        if not stable:
+            self.stable_since = None
+        elif self.stable_since is None:
+            self.stable_since = t
+        if self.stable_since is not None and w.foreign_poller_since is not None:
+            since = max(w.foreign_poller_since, self.stable_since)
+            if self.late(t - since, self.foreign_bound, since):
+                self.fail("foreign_poller_reaped", f"a foreign poller has run for {t - since:.0f}s "
+                                                   f"beside an agent plainly seen")
+        if self.stable_since is not None and w.poller_lost_at is not None:
+            since = max(w.poller_lost_at, self.stable_since)
+            if self.late(t - since, self.poller_bound, since):
+                self.fail("poller_restored", f"the poller has been missing for {t - since:.0f}s "
+                                             f"from an agent plainly seen")
+        if self.unresolved:
+            self.check_queue()
+
+    def check_queue(self) -> None:
+        sim, w = self.sim, self.sim.world
+        cfg = sim.config.sentinel
+        for item_id in sorted(self.unresolved):
+            item = sim.store.items[item_id]
+            if item.escalated_at is not None:
+                continue
+            if item.state == "open":
+                start, window = item.first_seen, cfg.backstop
+            elif item.state == "claimed" and item.claimed_at is not None:
+                start = item.claimed_at
+                window = max(cfg.backstop, sim.sentinel.witness_window(item) or 0.0)
+            else:
+                continue
+            late = w.wall - start - window - cfg.interval
+            if self.late(late, 1.0, start - w.wall + w.t):
+                self.fail("queue_backstop", f"item {item_id} ({item.state}) has not reached the operator "
+                                            f"{late:.0f}s after its backstop")

@@ -1,0 +1,197 @@
+"""The modelled world the simulator's shell looks at and acts on: the agent, its pane and tmux
+server, the store, the scheduled jobs, on a virtual clock. It holds the truth (is the agent
+really deaf? is the poller really gone?) that the invariants judge Loom's decisions against;
+the shell sees only what an observation of it would show.
+
+Nothing here decides anything Loom decides: that is the rules modules' job, driven by shell.py.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+EPOCH = 1_700_000_000.0  # wall time of virtual second 0 (a fixed instant: reports never depend on today)
+STOP_TIME = 1.0          # killing the old agent's tree
+RESUME_FAILED_SCREEN = "No conversation found with session ID"
+MODAL_SCREEN = "Do you trust the files in this folder?\n> 1. Yes, I trust this folder\n  2. No, exit"
+PROMPT_SCREEN = "> "
+
+
+@dataclass
+class Agent:
+    pid: int
+    session: str
+    mode: str
+    started: float
+    ready_at: float                  # reads its input from here on (boot); typed text waits till then
+    alive: bool = True
+    exit_status: int | None = None
+    exit_signal: int | None = None
+    died_at: float | None = None
+    screen_tail: str = ""            # the pane's history once it is dead
+    deaf_since: float | None = None  # wedged: probes are typed and never acted on
+    busy_until: float = 0.0          # acks late, then catches up
+    modal: bool = False              # a dialog on screen eats what is typed
+    poller: bool = True              # its Telegram poller child
+    ignores_queue: bool = False      # acks canaries but never works its queue (incident 8)
+    handled_nudges: int = 0
+
+    def hearing(self) -> bool:
+        return self.alive and self.deaf_since is None
+
+
+@dataclass
+class Job:
+    name: str
+    period: float
+    phase: float
+    broken_since: float | None = None  # runs fail until someone fixes it
+    next_run: float = 0.0
+
+    @property
+    def schedule(self) -> str:
+        return f"every {int(self.period)}s"
+
+
+@dataclass
+class RunRecord:
+    """A finished job run as `loom run-job` records it, and whether it was truly clean."""
+
+    id: int
+    job: str
+    started: float   # wall
+    exit_code: int
+    failure_lines: int
+
+
+@dataclass
+class World:
+    rng: random.Random
+    poller_configured: bool
+    t: float = 0.0
+    agent: Agent | None = None          # the agent in Loom's pane
+    stray: list[Agent] = field(default_factory=list)  # agents no longer in Loom's pane but still running
+    tmux_session: bool = False
+    socket_lost: bool = False            # the server runs, its socket was deleted
+    tmux_hang_until: float = -1.0
+    store_locked_until: float = -1.0
+    load_until: float = -1.0
+    foreign_poller_since: float | None = None
+    conversations: set[str] = field(default_factory=set)   # sessions a resume can find (membership only)
+    sticky_wedges: set[str] = field(default_factory=set)   # sessions whose wedge comes back on resume
+    crash_loop_until: float = -1.0
+    slow_boot_next: bool = False
+    ignore_queue_next: bool = False
+    pinned_truth: str | None = None      # the session Loom minted last: what a resume may continue
+    jobs: list[Job] = field(default_factory=list)
+    runs: list[RunRecord] = field(default_factory=list)
+    impaired: list[tuple[float, float]] = field(default_factory=list)  # windows Loom could not see or write
+    last_disturbance: float = -1e18      # last fault that makes probes late or lost (busy, modal, boot, load)
+    latency_cap: float = 20.0            # an ordinary ack's latency is at most this (a tenth of ack_timeout)
+    poller_lost_at: float | None = None
+    pids: int = 0
+    sessions: int = 0
+    run_ids: int = 0
+
+    # -- clocks -----------------------------------------------------------------------------
+
+    @property
+    def wall(self) -> float:
+        return EPOCH + self.t
+
+    def tmux_hangs(self) -> bool:
+        return self.t < self.tmux_hang_until
+
+    def store_locked(self) -> bool:
+        return self.t < self.store_locked_until
+
+    def loaded(self) -> bool:
+        return self.t < self.load_until
+
+    def impaired_between(self, start: float, end: float) -> float:
+        """Seconds of [start, end] during which Loom could not see or write: its bounds stretch by this."""
+        return sum(max(0.0, min(end, b) - max(start, a)) for a, b in self.impaired)
+
+    def impair(self, until: float) -> None:
+        self.impaired.append((self.t, until))
+        if len(self.impaired) > 200:
+            del self.impaired[:100]
+
+    # -- the agent --------------------------------------------------------------------------
+
+    def mint_session(self) -> str:
+        self.sessions += 1
+        return f"sess-{self.sessions:05d}-{self.rng.getrandbits(32):08x}"
+
+    def running_agents(self) -> int:
+        return sum(1 for a in [self.agent, *self.stray] if a is not None and a.alive)
+
+    def kill(self, agent: Agent, *, status: int | None, signal: int | None, screen: str = "") -> None:
+        if not agent.alive:
+            return
+        agent.alive, agent.exit_status, agent.exit_signal, agent.died_at = False, status, signal, self.t
+        agent.screen_tail = screen or f"[agent exited status={status} signal={signal}]"
+
+    def stop_current(self) -> None:
+        """A relaunch ends the agent's tree, found from the pane or, when tmux lost it, from the
+        pane process recorded at launch (driver.stop)."""
+        if self.agent is not None and self.agent.alive:
+            self.kill(self.agent, status=None, signal=15)
+
+    def launch(self, session: str, mode: str, boot_grace: float, ack_timeout: float) -> Agent:
+        if self.socket_lost:
+            # A relaunch starts a new server beside the unreachable one.
+            self.socket_lost = False
+        self.tmux_session = True
+        self.pids += 1
+        start = self.t + STOP_TIME
+        ready = start + min(boot_grace * 0.5, 20.0)
+        if self.slow_boot_next:
+            self.slow_boot_next = False
+            self.last_disturbance = self.t
+            ready = start + boot_grace + self.rng.uniform(0.0, 0.5 * ack_timeout)
+        agent = Agent(self.pids, session, mode, start, ready, ignores_queue=self.ignore_queue_next)
+        if mode == "resume" and session not in self.conversations:
+            self.kill(agent, status=1, signal=None, screen=f"{RESUME_FAILED_SCREEN}: {session}")
+            agent.died_at = start + 0.5
+        else:
+            self.conversations.add(session)
+            if mode == "resume" and session in self.sticky_wedges:
+                agent.deaf_since = start  # the wedge is in the conversation: resuming revives it
+        self.agent = agent
+        return agent
+
+    def screen(self) -> str:
+        a = self.agent
+        if a is None:
+            return ""
+        if not a.alive:
+            return a.screen_tail
+        return MODAL_SCREEN if a.modal else PROMPT_SCREEN
+
+    # -- typing into the pane ---------------------------------------------------------------
+
+    def can_type(self) -> str:
+        """Why typing would fail now ('' when it works)."""
+        if not self.tmux_session or self.socket_lost:
+            return "no tmux session"
+        if self.tmux_hangs():
+            return "tmux did not answer"
+        if self.agent is None or not self.agent.alive:
+            return "the pane is dead"
+        if self.loaded() and self.rng.random() < 0.3:
+            return "tmux timed out under load"
+        return ""
+
+    def latency(self) -> float:
+        # Well under one ack timeout even under load, so that "busy" is what makes an ack late.
+        base = self.rng.uniform(min(1.0, self.latency_cap), self.latency_cap)
+        return base * (2.0 if self.loaded() else 1.0)
+
+    def ack_time(self, sent: float) -> float | None:
+        """When the agent in the pane would act on a probe typed now; None if never."""
+        a = self.agent
+        if a is None or not a.alive or a.deaf_since is not None or a.modal:
+            return None  # a dialog eats the text; a deaf agent never acts on it
+        return max(sent, a.ready_at, a.busy_until) + self.latency()
