@@ -49,7 +49,7 @@ def scan_log(job_name: str, path: str, pos: Position | None, matcher: logscan.Ma
         result = ScanResult(Position(path), logscan.ABSENT)
         if pos.inode is not None:
             # Rotated away and not recreated yet: finish the old file now; the next one is read from 0.
-            _finish_previous(path, pos, None, _collector(job_name, matcher, result), result)
+            _finish_previous(path, pos, None, matcher, _collector(job_name, result), result)
         if result.finished_inode is None and pos.inode is not None:
             result.finished_inode, result.finished_head = pos.inode, pos.head
         prev_inode, prev_head = _previous(result, pos)
@@ -59,19 +59,20 @@ def scan_log(job_name: str, path: str, pos: Position | None, matcher: logscan.Ma
         facts = _facts(fd)
         plan = logscan.plan(pos, path, facts)
         result = ScanResult(Position(path), plan.kind)
-        sink = _collector(job_name, matcher, result)
+        sink = _collector(job_name, result)
         start, carry = plan.start, logscan.first_carry(plan.start)
         if plan.finish_old and pos is not None:
-            _finish_previous(path, pos, facts, sink, result)
+            _finish_previous(path, pos, facts, matcher, sink, result)
             if plan.kind == logscan.ROTATED and result.finished_inode is None:
                 result.finished_inode, result.finished_head = pos.inode, pos.head
         elif plan.kind == logscan.CONTINUE and pos is not None:
             carry = pos.carry
-            if plan.look_for_copy and _finish_previous(path, pos, facts, sink, result, quiet=True):
+            if plan.look_for_copy and _finish_previous(path, pos, facts, matcher, sink, result, quiet=True):
                 start, carry = 0, Carry()  # the log was truncated after the copy: all it holds is new
         prev_inode, prev_head = _previous(result, pos)
-        end, carry = read_lines(fd, start, carry, facts.size, lambda line: sink(line, facts))
+        end, carry, count = read_lines(fd, start, carry, facts.size, matcher, lambda line: sink(line, facts))
         result.bytes_read += end - start
+        result.lines += count
         result.position = Position(path, facts.dev, facts.inode, end, carry, facts.head, facts.mtime_ns, prev_inode,
                                    prev_head)
         return result
@@ -86,18 +87,21 @@ def _previous(result: ScanResult, pos: Position | None) -> tuple[int | None, byt
     return (pos.prev_inode, pos.prev_head) if pos is not None else (None, None)
 
 
-def read_lines(fd: int, start: int, carry: Carry, limit: int, on_line: Callable[[Line], None]) -> tuple[int, Carry]:
-    """Lines from `start` to `limit` (the size at fstat: what a writer adds meanwhile waits for the next scan)."""
-    offset = start
+def read_lines(fd: int, start: int, carry: Carry, limit: int, matcher: logscan.Matcher,
+               on_failure: Callable[[Line], None]) -> tuple[int, Carry, int]:
+    """Failure lines from `start` to `limit` (the size at fstat: what a writer adds meanwhile
+    waits for the next scan); returns where reading stopped, the carry and how many lines ended."""
+    offset, count = start, 0
     while offset < limit:
         chunk = os.pread(fd, min(CHUNK, limit - offset), offset)
         if not chunk:
             break
-        lines, carry = logscan.split(carry, chunk, offset)
-        for line in lines:
-            on_line(line)
+        failures, n, carry = logscan.scan(carry, chunk, offset, matcher)
+        count += n
+        for line in failures:
+            on_failure(line)
         offset += len(chunk)
-    return offset, carry
+    return offset, carry, count
 
 
 def _facts(fd: int) -> FileFacts:
@@ -105,11 +109,9 @@ def _facts(fd: int) -> FileFacts:
     return FileFacts(st.st_dev, st.st_ino, st.st_size, os.pread(fd, logscan.HEAD_BYTES, 0), st.st_mtime_ns)
 
 
-def _collector(job: str, matcher: logscan.Matcher, result: ScanResult) -> Callable[[Line, FileFacts], None]:
+def _collector(job: str, result: ScanResult) -> Callable[[Line, FileFacts], None]:
     def sink(line: Line, facts: FileFacts) -> None:
-        result.lines += 1
-        if not matcher.is_failure_line(line.raw):
-            return
+        """One failure line (the caller has judged it)."""
         result.failure_lines += 1
         text = line.text
         signature = normalize(text)
@@ -127,7 +129,8 @@ def _collector(job: str, matcher: logscan.Matcher, result: ScanResult) -> Callab
     return sink
 
 
-def _finish_previous(path: str, pos: Position, current: FileFacts | None, sink: Callable[[Line, FileFacts], None],
+def _finish_previous(path: str, pos: Position, current: FileFacts | None, matcher: logscan.Matcher,
+                     sink: Callable[[Line, FileFacts], None],
                      result: ScanResult, *, quiet: bool = False) -> bool:
     """Read the rest of the file we were reading before it was rotated, copied or truncated.
 
@@ -143,15 +146,18 @@ def _finish_previous(path: str, pos: Position, current: FileFacts | None, sink: 
         name, fd = found
         try:
             last = _facts(fd)
-            end, carry = read_lines(fd, pos.offset, pos.carry, last.size, lambda line: sink(line, last))
+            end, carry, count = read_lines(fd, pos.offset, pos.carry, last.size, matcher, lambda line: sink(line, last))
             result.bytes_read += end - pos.offset
+            result.lines += count
             result.finished_old, result.finished_inode, result.finished_head = name, last.inode, last.head
         finally:
             os.close(fd)
     # That file will not grow any more for us: its unterminated last line is a line.
     tail = logscan.flush(carry, end)
     if tail is not None:
-        sink(tail, last)
+        result.lines += 1
+        if matcher.is_failure_line(tail.raw):
+            sink(tail, last)
     return True
 
 

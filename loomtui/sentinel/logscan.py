@@ -8,6 +8,9 @@ failures. Nothing here touches the disk, so a scan in any chunking gives the sam
 from __future__ import annotations
 
 import re
+import re._constants as _c
+import re._parser as _parser
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 MAX_LINE = 4096  # bytes of a line kept for matching and display; the rest is skipped, not split
@@ -179,32 +182,115 @@ def first_carry(start: int) -> Carry:
 
 
 # -- which lines are failures ------------------------------------------------------------
+#
+# A failure line is one a pattern finds (Python's `re`, on the line's text) and no anti-pattern
+# does. Searching line by line costs a regex call per line; instead each pattern yields the
+# literal strings one of which every match must contain ("needles", read from the parsed
+# pattern), the buffer is searched for those alone, and only the lines holding a needle are
+# judged, line by line, exactly as before. A pattern with no needle (`\d+ failed`, `[Ee]rror`)
+# makes every line a candidate: correct, at the old speed.
+
+Finder = Callable[[bytes, int, int], Iterable[int]]  # buf, lo, hi -> where needles start in buf[lo:hi]
+
+
+@dataclass(frozen=True)
+class Needle:
+    text: bytes  # UTF-8; lower case when caseless
+    caseless: bool = False  # ASCII case only: see _CASE_SAFE
 
 
 class Matcher:
-    """Failure patterns minus anti-patterns, each side compiled once into one alternation."""
+    """Failure patterns minus anti-patterns, each compiled once; the needles of the patterns.
 
-    def __init__(self, patterns: list[str], anti_patterns: list[str]) -> None:
+    `finder`, given the needles, may return a faster way to find them (the shell's, e.g.
+    hyperscan); without one, bytes.find does.
+    """
+
+    def __init__(self, patterns: list[str], anti_patterns: list[str],
+                 finder: Callable[[frozenset[Needle]], Finder | None] | None = None) -> None:
         self.patterns = tuple(patterns)
         self.anti_patterns = tuple(anti_patterns)
-        self._yes = _union(patterns)
-        self._no = _union(anti_patterns)
+        # One regex per pattern, not one alternation: a backreference or a global flag in the
+        # second pattern means what it says alone.
+        self._yes = tuple(re.compile(p) for p in patterns)
+        self._no = tuple(re.compile(p) for p in anti_patterns)
+        self.needles = needles_of(self.patterns) if patterns else None
+        self._find: Finder | None = None
+        if self.needles is not None:
+            found = finder(self.needles) if finder is not None else None
+            self._find = found if found is not None else _finder(self.needles)
 
     def failure(self, text: str) -> bool:
-        if self._yes is None or not self._yes.search(text):
+        if not any(p.search(text) for p in self._yes):
             return False
-        return self._no is None or not self._no.search(text)
+        return not any(p.search(text) for p in self._no)
 
     def is_failure_line(self, raw: bytes) -> bool:
         if _is_run_mark(raw):
             return False
         return self.failure(line_text(raw))
 
+    def failures_in(self, buf: bytes, lo: int, hi: int, base: int) -> list[Line]:
+        """The failure lines among the complete lines of buf[lo:hi] (hi just past a newline)."""
+        if not self._yes or hi <= lo:
+            return []
+        if self._find is None:
+            starts: Iterable[int] = _line_starts(buf, lo, hi)
+        else:
+            found = set()
+            for i in self._find(buf, lo, hi):
+                nl = buf.rfind(b"\n", lo, i)
+                found.add(lo if nl < 0 else nl + 1)
+            starts = sorted(found)
+        out = []
+        for start in starts:
+            end = buf.find(b"\n", start, hi)
+            raw = buf[start:min(end, start + MAX_LINE)]
+            if self.is_failure_line(raw):
+                out.append(Line(base + start, raw, end - start > MAX_LINE))
+        return out
 
-def _union(patterns: list[str]) -> re.Pattern[str] | None:
-    if not patterns:
-        return None
-    return re.compile("|".join(f"(?:{p})" for p in patterns))
+
+def _line_starts(buf: bytes, lo: int, hi: int) -> Iterable[int]:
+    start = lo
+    while start < hi:
+        yield start
+        start = buf.find(b"\n", start, hi) + 1
+
+
+def _finder(needles: frozenset[Needle]) -> Finder:
+    plain = [n.text for n in needles if not n.caseless]
+    folded = [n.text for n in needles if n.caseless]
+
+    def find(buf: bytes, lo: int, hi: int) -> list[int]:
+        hits: list[int] = []
+        for hay, texts in ((buf, plain), (buf.lower() if folded else b"", folded)):
+            for text in texts:
+                i = hay.find(text, lo, hi)
+                while i >= 0:
+                    hits.append(i)
+                    # One hit per line is enough: the line is judged whole.
+                    i = hay.find(text, hay.find(b"\n", i, hi) + 1, hi)
+        return hits
+
+    return find
+
+
+def scan(carry: Carry, chunk: bytes, base: int, matcher: Matcher) -> tuple[list[Line], int, Carry]:
+    """The failure lines completed in carry+chunk (chunk read at file offset `base`), how many
+    lines were completed, and the new carry: what split() and is_failure_line on every line give."""
+    first = chunk.find(b"\n")
+    if first < 0:
+        return [], 0, split(carry, chunk, base)[1]
+    failures: list[Line] = []
+    # The line the carry was waiting for ends here; it may be long, cut or to be dropped.
+    completed, _ = split(carry, chunk[:first + 1], base)
+    failures += [line for line in completed if matcher.is_failure_line(line.raw)]
+    lo, hi = first + 1, chunk.rfind(b"\n") + 1
+    count = len(completed) + chunk.count(b"\n", lo, hi)
+    failures += matcher.failures_in(chunk, lo, hi, base)
+    rest = chunk[hi:]
+    return failures, count, Carry(rest[:MAX_LINE], len(rest), False)
 
 
 def _is_run_mark(raw: bytes) -> bool:
@@ -214,7 +300,99 @@ def _is_run_mark(raw: bytes) -> bool:
 
 
 def matcher_for(job_patterns: list[str] | None, job_anti: list[str] | None,
-                patterns: list[str], anti_patterns: list[str]) -> Matcher:
+                patterns: list[str], anti_patterns: list[str],
+                finder: Callable[[frozenset[Needle]], Finder | None] | None = None) -> Matcher:
     """A job's own lists, where it has them, replace the global ones."""
     return Matcher(patterns if job_patterns is None else job_patterns,
-                   anti_patterns if job_anti is None else job_anti)
+                   anti_patterns if job_anti is None else job_anti, finder)
+
+
+# -- needles: literals every match contains ----------------------------------------------
+
+# Under IGNORECASE Python's `re` lets i, k and s match non-ASCII letters too (U+0130, U+0131,
+# U+212A, U+017F); every other ASCII character matches only its ASCII cases, so an ASCII-caseless
+# search finds all it can match.
+_CASE_SAFE = frozenset("abcdefghjlmnopqrtuvwxyz0123456789" + "".join(
+    chr(c) for c in range(32, 127) if not chr(c).isalnum()))
+_REPEATS = (_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", _c.MAX_REPEAT))
+_ATOMIC = getattr(_c, "ATOMIC_GROUP", None)
+
+
+def needles_of(patterns: tuple[str, ...]) -> frozenset[Needle] | None:
+    """Literals such that a line any pattern matches contains one of them; None if a pattern has none."""
+    out: set[Needle] = set()
+    for pattern in patterns:
+        found = pattern_needles(pattern)
+        if found is None:
+            return None
+        out |= found
+    return frozenset(out)
+
+
+def pattern_needles(pattern: str) -> frozenset[Needle] | None:
+    try:
+        tree = _parser.parse(pattern)
+    except (re.error, RecursionError):
+        return None
+    return _sequence(list(tree), bool(tree.state.flags & _c.SRE_FLAG_IGNORECASE))
+
+
+def _usable(ch: str, caseless: bool) -> bool:
+    # A line's text never holds a newline, and U+FFFD or a surrogate may stand for bytes that are not it.
+    if ch == "\n" or ch == "\ufffd" or "\ud800" <= ch <= "\udfff":
+        return False
+    return ch.lower() in _CASE_SAFE if caseless else True
+
+
+def _sequence(items: list, caseless: bool) -> frozenset[Needle] | None:
+    """The best needle set among the parts every match of this sequence goes through."""
+    best: frozenset[Needle] | None = None
+    run: list[str] = []
+
+    def close() -> None:
+        nonlocal best
+        if run:
+            text = "".join(run)
+            best = _better(best, frozenset({Needle(text.encode("utf-8"), caseless)}))
+            run.clear()
+
+    for op, av in items:
+        if op is _c.LITERAL and _usable(chr(av), caseless):
+            run.append(chr(av).lower() if caseless else chr(av))
+            continue
+        close()
+        if op is _c.SUBPATTERN:
+            _group, add, drop, sub = av
+            inner = (caseless or bool(add & _c.SRE_FLAG_IGNORECASE)) and not drop & _c.SRE_FLAG_IGNORECASE
+            best = _better(best, _sequence(list(sub), inner))
+        elif op is _ATOMIC:
+            best = _better(best, _sequence(list(av), caseless))
+        elif op in _REPEATS:
+            least, _most, sub = av
+            if least >= 1:
+                best = _better(best, _sequence(list(sub), caseless))
+        elif op is _c.IN and av and all(o is _c.LITERAL and _usable(chr(v), caseless) for o, v in av):
+            # `a|b` and `[ab]` parse to a class of literals: each is a needle.
+            chars = {chr(v).lower() if caseless else chr(v) for _o, v in av}
+            best = _better(best, frozenset(Needle(ch.encode("utf-8"), caseless) for ch in chars))
+        elif op is _c.BRANCH:
+            alternatives = [_sequence(list(alt), caseless) for alt in av[1]]
+            if all(a is not None for a in alternatives):
+                best = _better(best, frozenset().union(*alternatives))
+        # Anything else (a class, any character, an assertion, a group reference, a conditional)
+        # names no literal: it only ends the run of literals before it.
+    close()
+    return best
+
+
+def _better(a: frozenset[Needle] | None, b: frozenset[Needle] | None) -> frozenset[Needle] | None:
+    """The set whose shortest needle is longest (fewer false hits), then the smaller set."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+
+    def score(s: frozenset[Needle]) -> tuple[int, int]:
+        return min(len(n.text) for n in s), -len(s)
+
+    return b if score(b) > score(a) else a

@@ -11,6 +11,7 @@ backstop one message to the operator through the outbox.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from loomtui.agent import launches
 from loomtui.config import JobConfig
 from loomtui.context import Context
 from loomtui.errors import LoomError
-from loomtui.sentinel import jobscan, logscan, queue, schedule
+from loomtui.sentinel import jobscan, literal_search, logscan, queue, schedule
 from loomtui.sentinel.queue_rules import (
     EXIT,
     MISSED,
@@ -143,7 +144,15 @@ def _alive(pid: int | None, started: float) -> bool:
 
 def job_matcher(ctx: Context, job: JobConfig) -> logscan.Matcher:
     cfg = ctx.config.sentinel
-    return logscan.matcher_for(job.patterns, job.anti_patterns, cfg.patterns, cfg.anti_patterns)
+    return _matcher(tuple(cfg.patterns if job.patterns is None else job.patterns),
+                    tuple(cfg.anti_patterns if job.anti_patterns is None else job.anti_patterns))
+
+
+@functools.lru_cache(maxsize=256)
+def _matcher(patterns: tuple[str, ...], anti_patterns: tuple[str, ...]) -> logscan.Matcher:
+    # Built once per pattern list, not per job per tick: reading the needles out of the patterns
+    # and compiling them for hyperscan cost more than an idle pass.
+    return logscan.Matcher(list(patterns), list(anti_patterns), literal_search.finder)
 
 
 def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], now: float, report: SentinelReport) -> None:
