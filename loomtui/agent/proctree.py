@@ -4,6 +4,11 @@ On Linux the walk reads /proc/<pid>/task/<tid>/children for the tree's own proce
 (about 0.1 ms for a small tree); psutil's children(recursive=True) reads every process on the
 machine. Anything that goes wrong mid-walk (a process vanished, access denied, a zombie) makes
 the answer "unknown", never "missing": only a clean walk may report an absence.
+
+The machine-wide look for foreign pollers reads /proc/<pid>/cmdline alone and tests its bytes
+for the pattern's needles (logscan.pattern_needles) before decoding anything: no per-process
+objects. psutil is imported only where a call needs it (signals, other platforms), which keeps
+it out of `loom` commands that never touch a process.
 """
 
 from __future__ import annotations
@@ -15,10 +20,13 @@ import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import psutil
-
+from loomtui.sentinel.logscan import pattern_needles
 from loomtui.states import MISSING, PRESENT, UNKNOWN  # noqa: F401  (re-exported)
+
+if TYPE_CHECKING:
+    import psutil
 
 _PROC = "/proc"
 _HAVE_CHILDREN_FILES = sys.platform.startswith("linux") and os.path.exists(f"/proc/{os.getpid()}/task")
@@ -48,6 +56,8 @@ def _children_linux(pid: int) -> list[int]:
 
 
 def _children_psutil(pid: int) -> list[int]:
+    import psutil
+
     try:
         return [p.pid for p in psutil.Process(pid).children()]
     except psutil.NoSuchProcess:
@@ -73,6 +83,8 @@ def cmdline(pid: int) -> str:
         if not raw:
             raise Ambiguous(f"process {pid} has no command line (zombie or kernel thread)")
         return raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    import psutil
+
     try:
         parts = psutil.Process(pid).cmdline()
     except psutil.NoSuchProcess:
@@ -85,10 +97,26 @@ def cmdline(pid: int) -> str:
 
 
 def is_zombie(pid: int) -> bool:
+    return _state(pid) == "Z"
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter (R, S, Z, ...), None when it cannot be read (gone, denied)."""
+    if _HAVE_CHILDREN_FILES:
+        try:
+            with open(f"{_PROC}/{pid}/stat", "rb") as fh:
+                raw = fh.read()
+        except OSError:
+            return None
+        # The name in parentheses may hold anything, ")" included: the state follows the last ")".
+        rest = raw[raw.rfind(b")") + 1:].split(None, 1)
+        return rest[0].decode("ascii", "replace") if rest else None
+    import psutil
+
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        return "Z" if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE else "R"
     except psutil.Error:
-        return False
+        return None
 
 
 def walk(root: int, limit: int = 2000) -> tuple[list[int], dict[int, int]]:
@@ -167,11 +195,69 @@ def inspect(root: int, process_match: str, poller_match: str = "") -> Tree:
 
 
 def foreign_pollers(poller_match: str, tree: set[int], exclude: set[int] | None = None) -> list[tuple[int, str]]:
-    """Processes matching the poller pattern outside the agent's tree (one pass over the process table)."""
+    """Processes matching the poller pattern outside the agent's tree (one pass over the process table).
+
+    A process that ends during the pass, one whose command line cannot be read and a kernel
+    thread (an empty command line) are passed over: none is a poller we could end.
+    """
     if not poller_match:
         return []
     pattern = re.compile(poller_match)
     skip = set(tree) | {os.getpid()} | (exclude or set())
+    if not _HAVE_CHILDREN_FILES:
+        return _foreign_pollers_psutil(pattern, skip)
+    needles = pattern_needles(poller_match)
+    plain = [n.text for n in needles if not n.caseless] if needles is not None else []
+    folded = [n.text for n in needles if n.caseless] if needles is not None else []
+    found = []
+    for pid in _pids():
+        if pid in skip:
+            continue
+        raw = _read_cmdline(pid)
+        if not raw:
+            continue
+        line = raw.rstrip(b"\0").replace(b"\0", b" ")
+        # A line the pattern matches holds one of its needles: most processes stop here, undecoded.
+        if needles is not None and not (any(n in line for n in plain)
+                                        or (folded and any(n in line.lower() for n in folded))):
+            continue
+        text = line.decode("utf-8", "replace")
+        if pattern.search(text):
+            found.append((pid, text))
+    return found
+
+
+def _pids() -> list[int]:
+    try:
+        names = os.listdir(_PROC)
+    except OSError:
+        return []
+    return sorted(int(name) for name in names if name.isdigit())
+
+
+def _read_cmdline(pid: int) -> bytes:
+    """/proc/<pid>/cmdline, or b"" when the process is gone, unreadable, a zombie or a kernel thread."""
+    try:
+        fd = os.open(f"{_PROC}/{pid}/cmdline", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return b""
+    try:
+        parts = []
+        while True:
+            block = os.read(fd, 65536)
+            if not block:
+                break
+            parts.append(block)
+        return b"".join(parts)
+    except OSError:  # ESRCH: it ended between the open and the read
+        return b""
+    finally:
+        os.close(fd)
+
+
+def _foreign_pollers_psutil(pattern: re.Pattern[str], skip: set[int]) -> list[tuple[int, str]]:
+    import psutil
+
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
@@ -192,6 +278,8 @@ def end_processes(pids: list[int], grace: float = 3.0) -> list[int]:
     pane's process) reaps it when it gets round to it, which can take seconds, and waiting
     for that would only stretch every relaunch.
     """
+    import psutil
+
     procs = []
     for pid in pids:
         try:
@@ -207,6 +295,8 @@ def end_processes(pids: list[int], grace: float = 3.0) -> list[int]:
 
 
 def _signal(proc: psutil.Process, sig: int) -> None:
+    import psutil
+
     try:
         proc.send_signal(sig)
     except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
@@ -223,6 +313,8 @@ def _wait_ended(procs: list[psutil.Process], timeout: float) -> list[psutil.Proc
 
 
 def _really_alive(proc: psutil.Process) -> bool:
+    import psutil
+
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -244,6 +336,8 @@ def start_time(pid: int) -> float | None:
             return float(fields[19])
         except (OSError, IndexError, ValueError):
             return None
+    import psutil
+
     try:
         return round(psutil.Process(pid).create_time(), 2)
     except psutil.Error:
@@ -256,10 +350,8 @@ def alive_as(pid: int | None, started: float | None) -> bool:
         return False
     if start_time(int(pid)) != started:
         return False
-    try:
-        return psutil.Process(int(pid)).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    state = _state(int(pid))
+    return state is not None and state != "Z"
 
 
 def session_members(pid: int) -> list[int]:
@@ -270,11 +362,17 @@ def session_members(pid: int) -> list[int]:
         sid = os.getsid(pid)
     except OSError:
         return [pid]
+    if _HAVE_CHILDREN_FILES:
+        pids = _pids()
+    else:
+        import psutil
+
+        pids = psutil.pids()
     members = []
-    for proc in psutil.process_iter(["pid"]):
+    for other in pids:
         try:
-            if os.getsid(proc.info["pid"]) == sid:
-                members.append(proc.info["pid"])
+            if os.getsid(other) == sid:
+                members.append(other)
         except OSError:
             continue
     return members or [pid]

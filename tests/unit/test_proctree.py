@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,6 +69,8 @@ def test_foreign_pollers_are_outside_the_tree(tree):
     proc, tag = tree
     outsider = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "fake-poller", "--bot", tag])
     try:
+        # Just after exec the kernel shows an empty command line for a moment.
+        wait_for(lambda: tag.encode() in proctree._read_cmdline(outsider.pid), what="the outsider's command line")
         pids, _ = proctree.walk(proc.pid)
         foreign = proctree.foreign_pollers(rf"fake-poller --bot {tag}", set(pids))
         assert [pid for pid, _ in foreign] == [outsider.pid]
@@ -95,3 +98,94 @@ def test_walk_cost_does_not_touch_other_processes(tree):
     # The walk reads only the tree's own /proc entries: three processes, three cmdlines.
     pids, _ = proctree.walk(proc.pid)
     assert len(pids) == 3
+
+
+# -- the machine-wide scan for foreign pollers, straight from /proc ------------------------------
+
+SCAN = ("import json, sys; sys.path.insert(0, sys.argv[1]); from loomtui.agent import proctree; "
+        "proctree._PROC = sys.argv[2]; print(json.dumps(proctree.foreign_pollers(sys.argv[3], set())))")
+
+
+def fake_proc(root, entries: dict[str, bytes | None | str]):
+    """A /proc look-alike: bytes are a cmdline, None a process gone before its cmdline was read,
+    "dir" a cmdline that cannot be read as a file, "denied" one its permission bits close."""
+    for name, cmdline in entries.items():
+        (root / name).mkdir()
+        if cmdline == "dir":
+            (root / name / "cmdline").mkdir()
+        elif cmdline == "denied":
+            (root / name / "cmdline").write_bytes(b"fake-poller\0--bot\0secret\0")
+            (root / name / "cmdline").chmod(0)
+        elif cmdline is not None:
+            (root / name / "cmdline").write_bytes(cmdline)
+    (root / "self").symlink_to("101")
+    return root
+
+
+def test_foreign_scan_passes_over_vanished_unreadable_and_kernel_entries(tmp_path):
+    from conftest import REPO
+
+    root = fake_proc(tmp_path, {
+        "101": b"python3\0-c\0x\0fake-poller\0--bot\0tok\0",
+        "102": None,  # gone
+        "103": b"",  # a kernel thread (or a zombie): no command line
+        "104": "denied",
+        "105": "dir",
+        "106": b"sleep\x00600\x00",
+        "107": b"fake-poller --bot \xff\xfe set by the process itself, no NULs",
+    })
+    command = [sys.executable, "-c", SCAN, str(REPO), str(root), r"fake-poller --bot \S+"]
+    if os.geteuid() == 0:  # root reads anything: drop the capability that lets it
+        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", *command]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    assert json.loads(result.stdout) == [[101, "python3 -c x fake-poller --bot tok"],
+                                         [107, "fake-poller --bot \ufffd\ufffd set by the process itself, no NULs"]]
+
+
+def test_foreign_scan_skips_a_process_that_ended_after_the_listing(monkeypatch):
+    tag = f"tag{os.getpid()}x{time.monotonic_ns()}"
+    gone = subprocess.Popen([sys.executable, "-c", "pass", "fake-poller", "--bot", tag])
+    gone.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "fake-poller", "--bot", tag])
+    try:
+        wait_for(lambda: tag.encode() in proctree._read_cmdline(live.pid), what="the poller's command line")
+        monkeypatch.setattr(proctree, "_pids", lambda: [gone.pid, live.pid, 2, 1])
+        assert [pid for pid, _ in proctree.foreign_pollers(f"fake-poller --bot {tag}", set())] == [live.pid]
+    finally:
+        live.kill()
+        live.wait()
+
+
+@pytest.mark.parametrize("pattern", [r"fake-poller --bot {tag}", r"(?i)fake-poller --bot {tag}", r"[f]\S+ --bot {tag}",
+                                     r"--bot\s{tag}$"])
+def test_foreign_scan_from_proc_finds_what_psutil_finds(pattern):
+    tag = f"tag{os.getpid()}x{time.monotonic_ns()}"
+    pattern = pattern.format(tag=tag)
+    argvs = [["fake-poller", "--bot", tag]] * 3 + [["FAKE-Poller", "--BOT", tag.upper()]] * 2
+    ours = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", *argv]) for argv in argvs]
+    try:
+        wait_for(lambda: all(b"--" in proctree._read_cmdline(p.pid) for p in ours), what="their command lines")
+        skip = {ours[0].pid}
+        mine = {p.pid for p in ours}
+        old = [(pid, line) for pid, line in proctree._foreign_pollers_psutil(re.compile(pattern), skip | {os.getpid()})
+               if pid in mine]
+        new = [(pid, line) for pid, line in proctree.foreign_pollers(pattern, skip) if pid in mine]
+        assert sorted(new) == sorted(old) and len(new) == (4 if "(?i)" in pattern else 2)
+    finally:
+        for p in ours:
+            p.kill()
+            p.wait()
+
+
+def test_zombie_state_and_alive_as_read_proc():
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = wait_for(lambda: proctree.start_time(child.pid), what="its start time")
+    wait_for(lambda: proctree.is_zombie(child.pid), what="the child a zombie (not reaped yet)")
+    assert not proctree.alive_as(child.pid, started)
+    child.wait()
+    assert not proctree.is_zombie(child.pid)
+    assert proctree.alive_as(os.getpid(), proctree.start_time(os.getpid()))
+    assert not proctree.alive_as(os.getpid(), 1.0)
