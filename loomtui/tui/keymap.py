@@ -17,7 +17,7 @@ APP_KEYS: list[Binding] = [
     Binding("slash", "filter", "Search", id="loom.filter",
             tooltip="Search: the memory when its panel is shown, else filter the timeline (kind:NAME text)"),
     Binding("question_mark", "help", "Help", id="loom.help", tooltip="Every key and what it does"),
-    Binding("q", "quit", "Quit", id="loom.quit", tooltip="Quit the console (supervision keeps running)"),
+    Binding("q", "app.quit", "Quit", id="loom.quit", tooltip="Quit the console (supervision keeps running)"),
 ] + [
     Binding(str(n), f"show_tab('{tab}')", title, id=f"loom.tab.{tab}", show=False, tooltip=f"Jump to the {title} panel")
     for n, (tab, title) in enumerate(TABS, start=1)

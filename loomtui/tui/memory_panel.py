@@ -28,6 +28,7 @@ from textual.widgets import DataTable, Static
 
 from loomtui.errors import LoomError
 from loomtui.memory import index as memory
+from loomtui.tui.modals import DetailScreen, PromptScreen
 
 PREVIEW_LIMIT = 64 * 1024
 WATCH_DEBOUNCE_MS = 200
@@ -125,6 +126,11 @@ class MemoryPanel(Widget):
     @dataclass
     class DirChanged(Message):
         pass
+
+    @dataclass
+    class SearchDone(Message):
+        title: str
+        body: Text
 
     def __init__(self, memory_dir: Path, index_name: str = "MEMORY.md", *, environ: dict[str, str] | None = None,
                  name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
@@ -333,3 +339,27 @@ class MemoryPanel(Widget):
         except OSError as exc:
             self.notify(f"cannot run {memory.printable(argv[0])}: {exc.strerror or exc}", severity="error")
         self.reload()
+
+    # -- search ---------------------------------------------------------------------------------
+
+    def ask_search(self) -> None:
+        self.app.push_screen(PromptScreen("Search the memory (titles, hooks and file bodies)", "a word"),
+                             lambda term: self.search(term) if term else None)
+
+    @work(thread=True, group="memory-search", exit_on_error=False)
+    def search(self, term: str) -> None:
+        report = memory.survey(self.memory_dir, self.index_name)
+        bodies = memory.read_bodies(self.memory_dir, {r.path for r in report.rows if r.path})
+        hits = memory.search(term, report, bodies)
+        body = Text()
+        for hit in hits:
+            body.append(memory.printable(hit.path), style="bold")
+            body.append(f"  {memory.printable(hit.where)}\n", style="cyan")
+            body.append(memory.printable(hit.text)[:300] + "\n\n")
+        if not hits:
+            body.append("no match", style="dim")
+        self.post_message(self.SearchDone(f"memory search: {term} ({len(hits)} hits)", body))
+
+    def on_memory_panel_search_done(self, message: SearchDone) -> None:
+        message.stop()
+        self.app.push_screen(DetailScreen(message.title, message.body))

@@ -14,8 +14,8 @@ from textual.widgets import Button, Input, Label, Static
 class RecycleScreen(ModalScreen[str | None]):
     """Resume, fresh or cancel. A held or double-tapped `r` confirms nothing, by construction and
     not by timing: the choice keys (`1`, `2`) differ from the key that opens the dialog, a second
-    `r` opens no second dialog (a modal screen ends the key chain before the app's bindings, and
-    the app's check_action refuses it too), and the focused button is Cancel, so Enter cancels."""
+    `r` opens no second dialog (the console's keys belong to the console screen, which is not the
+    active screen while a dialog is open), and the focused button is Cancel, so Enter cancels."""
 
     BINDINGS = [
         Binding("1", "choose('resume')", "Resume", id="recycle.resume"),

@@ -10,12 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -24,7 +26,7 @@ from loomtui.report import incidents
 from loomtui.store import ledger
 from loomtui.store.db import Store
 from loomtui.tui.canary_panel import when
-from loomtui.tui.messages import TimelineLoaded
+from loomtui.tui.modals import DetailScreen, PromptScreen
 from loomtui.tui.snapshot import event_detail, pretty
 from loomtui.tui.tables import KeyedTable, safe
 
@@ -116,6 +118,18 @@ class TimelinePanel(Widget):
         Binding("right_square_bracket", "newest", "Newest", id="timeline.newest", show=False),
     ]
 
+    @dataclass
+    class Loaded(Message):
+        generation: int
+        rows: list[Any]
+        oldest_id: int | None
+        error: str = ""
+
+    @dataclass
+    class DetailLoaded(Message):
+        title: str
+        body: Any
+
     def __init__(self, store: Callable[[], Store], now: Callable[[], float] = time.time, **kwargs) -> None:
         super().__init__(**kwargs)
         self._store = store
@@ -147,12 +161,12 @@ class TimelinePanel(Widget):
     def _load(self, generation: int, mode: str, flt: Filter, before_id: int | None) -> None:
         try:
             rows, oldest = load_page(self._store(), mode, flt, before_id, self._now())
-            self.post_message(TimelineLoaded(generation, rows, oldest))
+            self.post_message(self.Loaded(generation, rows, oldest))
         except Exception as exc:  # a locked or broken store: shown in the status line
-            self.post_message(TimelineLoaded(generation, [], None, " ".join(str(exc).split())))
+            self.post_message(self.Loaded(generation, [], None, " ".join(str(exc).split())))
 
-    @on(TimelineLoaded)
-    def _loaded(self, message: TimelineLoaded) -> None:
+    @on(Loaded)
+    def _loaded(self, message: Loaded) -> None:
         message.stop()
         if message.generation != self.generation:
             return  # a newer request superseded this one
@@ -177,6 +191,14 @@ class TimelinePanel(Widget):
                 self.reload()
 
     # -- keys --------------------------------------------------------------------------------
+
+    def ask_filter(self) -> None:
+        def submitted(raw: str | None) -> None:
+            if raw is not None:
+                self.set_filter(raw)
+
+        self.app.push_screen(PromptScreen("Filter the timeline (kind:NAME words; empty clears)", "kind:relaunch crash",
+                                          str(self.filter), allow_empty=True), submitted)
 
     def set_filter(self, raw: str) -> None:
         self.filter = Filter.parse(raw)
@@ -206,12 +228,15 @@ class TimelinePanel(Widget):
 
     @work(thread=True, group="timeline-detail", exit_on_error=False)
     def _detail(self, obj: object) -> None:
-        from loomtui.tui.messages import DetailLoaded
-
         if isinstance(obj, incidents.Incident):
             events = event_detail(self._store(), obj.event_ids)
             title = f"incident {obj.first_id}: {obj.title}"
         else:
             events = [obj]  # type: ignore[list-item]
             title = f"event {obj.id}: {obj.kind}"  # type: ignore[attr-defined]
-        self.post_message(DetailLoaded(title, detail_text(title, events)))
+        self.post_message(self.DetailLoaded(title, detail_text(title, events)))
+
+    @on(DetailLoaded)
+    def _show_detail(self, message: DetailLoaded) -> None:
+        message.stop()
+        self.app.push_screen(DetailScreen(message.title, message.body))

@@ -1,0 +1,301 @@
+"""The console's main screen: the header, the tabbed panels, the side pane and every console key.
+
+The keys live on this screen, not on the app, so a dialog pushed on top blocks them by
+construction: Textual only consults the bindings of the active screen (and the app's), and a
+modal screen is the active one while it is open. All store and tmux I/O runs in thread workers
+that post typed messages back; handlers and timers only start workers. A refresh never overlaps
+the previous one: the handler that receives a snapshot re-arms the next one, and a change seen
+meanwhile (watchfiles on the state directory) only marks the data dirty. Every action key runs
+the same actions module the ticks use and shows its outcome.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import watchfiles
+from textual import on, work
+from textual.app import ComposeResult, SuspendNotSupported
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, TabbedContent, TabPane
+from textual.worker import Worker, WorkerState
+
+from loomtui import actions, redact
+from loomtui.agent.tmux import clean_env
+from loomtui.context import Context
+from loomtui.errors import LoomError
+from loomtui.tui.agent_panel import AgentPanel
+from loomtui.tui.canary_panel import CanaryPanel
+from loomtui.tui.fleet_panel import FleetPanel
+from loomtui.tui.header import StatusHeader
+from loomtui.tui.keymap import APP_KEYS, TABS
+from loomtui.tui.memory_panel import MemoryPanel
+from loomtui.tui.modals import HelpScreen, PromptScreen, RecycleScreen
+from loomtui.tui.queue_panel import QueuePanel
+from loomtui.tui.snapshot import Snapshot, Source
+from loomtui.tui.timeline_panel import TimelinePanel
+
+
+class ConsoleScreen(Screen):
+    BINDINGS = APP_KEYS
+
+    @dataclass
+    class Refreshed(Message):
+        snapshot: Snapshot
+
+    @dataclass
+    class StateChanged(Message):
+        """Something under the state directory changed (debounced by the watcher)."""
+
+    @dataclass
+    class ActionDone(Message):
+        action: str
+        text: str
+        ok: bool
+
+    def __init__(self, ctx: Context, source: Source, *, refresh_every: float, watch: bool) -> None:
+        super().__init__(id="console")
+        self.ctx = ctx
+        self.source = source
+        self.refresh_every = refresh_every
+        self.watch_state = watch
+        self.snapshot: Snapshot | None = None
+        self.outcomes: list[tuple[str, str, bool]] = []
+        self._refreshing = False
+        self._dirty = False
+        self._timer = None
+        self._stop_watch = threading.Event()
+        self._recycling = False
+
+    # -- layout ------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield StatusHeader("loading…", id="header", markup=False)
+        with Horizontal(id="main"):
+            with TabbedContent(id="tabs", initial="agent"):
+                for n, (tab, title) in enumerate(TABS, start=1):
+                    with TabPane(f"{title} {n}", id=tab):
+                        yield self._panel(tab)
+            yield AgentPanel(id="side-agent")
+        # The palette is on ctrl+p (and in help); its footer entry would cost the keys room at 80 columns.
+        yield Footer(compact=True, show_command_palette=False)
+
+    def _panel(self, tab: str):
+        if tab == "agent":
+            return AgentPanel(id="agent-panel")
+        if tab == "canary":
+            return CanaryPanel(id="canary-panel")
+        if tab == "queue":
+            return QueuePanel(id="queue-panel")
+        if tab == "fleet":
+            return FleetPanel(id="fleet-panel")
+        if tab == "memory":
+            memory = self.ctx.config.memory
+            return MemoryPanel(memory.dir, memory.index, id="memory-panel")
+        return TimelinePanel(self.source.store, self.app.now, id="timeline-panel")
+
+    def on_mount(self) -> None:
+        self.refresh_data()
+        if self.watch_state:
+            self._watch_state_dir()
+
+    def on_unmount(self) -> None:
+        self._stop_watch.set()
+
+    # -- refreshing --------------------------------------------------------------------------
+
+    def refresh_data(self) -> None:
+        if self._refreshing:
+            self._dirty = True
+            return
+        self._refreshing = True
+        self._load_snapshot()
+
+    @work(thread=True, exclusive=True, group="refresh", exit_on_error=False)
+    def _load_snapshot(self) -> None:
+        self.post_message(self.Refreshed(self.source.load(self.app.now())))
+
+    @on(Refreshed)
+    def _refreshed(self, message: Refreshed) -> None:
+        snap = message.snapshot
+        self.snapshot = snap
+        self.query_one(StatusHeader).show(snap.header)
+        self.query_one("#agent-panel", AgentPanel).show(snap.pane)
+        self.query_one("#side-agent", AgentPanel).show(snap.pane)
+        if not snap.store_error:
+            self.query_one(CanaryPanel).show(snap.canary)
+            self.query_one(QueuePanel).show(snap.queue)
+            self.query_one(FleetPanel).show(snap.jobs, snap.taken)
+            self.query_one(TimelinePanel).ledger_changed(snap.ledger_count)
+        self._refreshing = False
+        if self._dirty:
+            self._dirty = False
+            self.refresh_data()
+        else:
+            if self._timer is not None:
+                self._timer.stop()
+            self._timer = self.set_timer(self.refresh_every, self.refresh_data)
+
+    @work(thread=True, group="watch", exit_on_error=False)
+    def _watch_state_dir(self) -> None:
+        # The directory, not loom.db: SQLite writes the -wal file, and renames lose watched files.
+        for _ in watchfiles.watch(self.ctx.state_dir, stop_event=self._stop_watch, debounce=200, step=50,
+                                  recursive=True, raise_interrupt=False):
+            self.post_message(self.StateChanged())
+
+    @on(StateChanged)
+    def _state_changed(self) -> None:
+        self.refresh_data()
+
+    # -- the one error handler for every worker ------------------------------------------------
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR and event.worker.error is not None:
+            error = event.worker.error
+            if event.worker.group == "refresh":
+                self._refreshing = False
+                self._timer = self.set_timer(self.refresh_every, self.refresh_data)
+            self.notify(redact.scrub(f"{event.worker.name}: {error}"), title="error", severity="error", markup=False)
+
+    # -- actions -----------------------------------------------------------------------------
+
+    def _done(self, action: str, text: str, ok: bool) -> None:
+        self.post_message(self.ActionDone(action, redact.scrub(text), ok))
+
+    @on(ActionDone)
+    def _action_done(self, message: ActionDone) -> None:
+        self.outcomes.append((message.action, message.text, message.ok))
+        self.notify(message.text, title=message.action, severity="information" if message.ok else "error",
+                    markup=False, timeout=8)
+        self.refresh_data()
+
+    @contextmanager
+    def _action_ctx(self) -> Iterator[Context]:
+        """Each action worker gets its own store connection, closed when it is done."""
+        ctx = self.ctx.clone()
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+
+    def action_canary(self) -> None:
+        self.notify("probing…", title="canary", markup=False, timeout=3)
+        self._run_canary()
+
+    @work(thread=True, group="action-canary", exit_on_error=False)
+    def _run_canary(self) -> None:
+        with self._action_ctx() as ctx:
+            probe = actions.canary_now(ctx, source="tui")
+        self._done("canary", probe.describe(), probe.result == "ok")
+
+    def action_recycle(self) -> None:
+        if self._recycling:
+            self.notify("a relaunch from this console is still running", title="recycle", markup=False)
+            return
+
+        def chosen(mode: str | None) -> None:
+            if mode and not self._recycling:
+                self._recycling = True
+                self.notify(f"relaunching ({mode})…", title="recycle", markup=False, timeout=3)
+                self._run_recycle(mode)
+
+        self.app.push_screen(RecycleScreen(), chosen)
+
+    @work(thread=True, group="action-recycle", exit_on_error=False)
+    def _run_recycle(self, mode: str) -> None:
+        try:
+            with self._action_ctx() as ctx:
+                outcome = actions.recycle(ctx, mode, source="tui", reason="from the console")
+        finally:
+            self._recycling = False
+        # After the flag: once the outcome shows, `r` opens the dialog again.
+        self._done("recycle", outcome.describe(), outcome.ok)
+
+    def action_inject(self) -> None:
+        def submitted(text: str | None) -> None:
+            if text:
+                self._run_inject(text)
+
+        self.app.push_screen(PromptScreen("Type into the agent's pane", "one line; Enter sends it"), submitted)
+
+    @work(thread=True, group="action-inject", exit_on_error=False)
+    def _run_inject(self, text: str) -> None:
+        with self._action_ctx() as ctx:
+            result = actions.inject(ctx, text, source="tui")
+        self._done("inject", f"sent {result.length} characters" if result.ok else f"failed: {result.error}",
+                   result.ok)
+
+    def action_resolve(self) -> None:
+        item = self.query_one(QueuePanel).selected
+        if item is None:
+            self.notify("select a queue item first (panel 3)", title="resolve", severity="warning", markup=False)
+            return
+        if item.state == "witnessed":
+            self.notify(f"#{item.id} is already witnessed fixed", title="resolve", markup=False)
+            return
+
+        def submitted(note: str | None) -> None:
+            if note:
+                self._run_resolve(item.id, note)
+
+        self.app.push_screen(PromptScreen(f"Resolve #{item.id} ({item.job}): what did you find and do?"), submitted)
+
+    @work(thread=True, group="action-resolve", exit_on_error=False)
+    def _run_resolve(self, item_id: int, note: str) -> None:
+        try:
+            with self._action_ctx() as ctx:
+                item, changed = actions.resolve(ctx, item_id, note, source="tui")
+        except LoomError as exc:
+            self._done("resolve", str(exc), False)
+            return
+        self._done("resolve", f"#{item.id} {item.state}: waiting for the job's next clean run to witness it"
+                   if changed else f"#{item.id} is already {item.state}", True)
+
+    def action_attach(self) -> None:
+        try:
+            argv = self.source.driver.attach_argv()
+        except LoomError as exc:
+            self.notify(str(exc), title="attach", severity="error", markup=False)
+            return
+        try:
+            with self.app.suspend():
+                # Without $TMUX: operators run the console inside their own tmux.
+                code = subprocess.run(argv, check=False, env=clean_env()).returncode
+        except SuspendNotSupported:
+            self.notify("attach needs a real terminal; run: " + " ".join(argv), title="attach",
+                        severity="warning", markup=False)
+            return
+        except OSError as exc:
+            self.notify(f"attach failed: {exc.strerror or exc}", title="attach", severity="error", markup=False)
+            return
+        if code:
+            self.notify(f"tmux attach exited {code}: is the agent's session running?", title="attach",
+                        severity="warning", markup=False)
+        self.refresh_data()
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+        panel = self.query_one(f"#{tab}", TabPane)
+        for widget in panel.query("DataTable"):
+            widget.focus()
+            break
+
+    def action_filter(self) -> None:
+        if self.query_one(TabbedContent).active == "memory":
+            self.query_one(MemoryPanel).ask_search()
+            return
+        self.action_show_tab("timeline")
+        self.query_one(TimelinePanel).ask_filter()
+
+    def action_help(self) -> None:
+        rows = [(self.app.get_key_display(b), b.description, b.tooltip) for b in APP_KEYS]
+        for panel in (TimelinePanel, MemoryPanel):
+            where = panel.__name__.replace("Panel", "").lower()
+            rows += [(self.app.get_key_display(b), b.description, f"in the {where} panel") for b in panel.BINDINGS]
+        self.app.push_screen(HelpScreen(rows))
