@@ -31,7 +31,7 @@ class Sim:
         self.rng = random.Random(seed)
         T = config.canary.ack_timeout
         self.world = World(self.rng, poller_configured=bool(config.agent.poller_match),
-                           latency_cap=min(20.0, 0.1 * T),
+                           ack_timeout=T, latency_cap=min(20.0, 0.1 * T),
                            jobs=[Job(name, period, phase=self.rng.uniform(0.0, period)) for name, period in profile.jobs])
         self.store = Store()
         self.run_truth: dict[int, tuple[float, bool]] = {}   # job run id -> (started wall, truly clean)
@@ -81,6 +81,8 @@ class Sim:
         elif kind == "hold_cleared":
             c.on_hold_cleared(detail["cause"])
             self.hold_released_at = self.world.t
+        elif kind == "sentinel_failed":
+            c.on_sentinel_failed()
         elif kind == "queue_new":
             c.unresolved.add(detail["item"])
         elif kind == "queue_witness":

@@ -28,7 +28,8 @@ def apply(sim: Sim, kind: str) -> bool:
     T = cfg.canary.ack_timeout
     a = w.agent if w.agent is not None and w.agent.alive else None
     if kind in DISTURBING:
-        if w.t - w.last_disturbance < 3 * T:
+        pending = w.slow_boot_next or (a is not None and (a.busy_next or a.modal))
+        if pending or w.t - w.last_disturbance < 3 * T:
             return False
         w.last_disturbance = w.t
     if kind == "crash":
@@ -49,7 +50,7 @@ def apply(sim: Sim, kind: str) -> bool:
     elif kind == "busy":
         if a is None:
             return False
-        a.busy_until = w.t + rng.uniform(1.05 * T, 1.65 * T)
+        a.busy_next = True
     elif kind == "modal":
         if a is None:
             return False

@@ -58,6 +58,7 @@ class Checker:
         self.last_attempt = -1e18
         self.last_notice = -1e18
         self.unresolved: set[int] = set()           # queue items not yet witnessed (sorted when iterated)
+        self.sentinel_failures: list[float] = []    # wall times of sentinel ticks the locked store made fail
 
     def fail(self, name: str, message: str) -> None:
         raise Violation(name, message)
@@ -133,6 +134,11 @@ class Checker:
     def on_hold_cleared(self, cause: str) -> None:
         if cause not in OPERATOR_CAUSES:
             self.fail("escalate_once_and_hold", f"the hold was cleared by {cause}, not an operator")
+
+    def on_sentinel_failed(self) -> None:
+        self.sentinel_failures.append(self.sim.world.wall)
+        if len(self.sentinel_failures) > 200:
+            del self.sentinel_failures[:100]
 
     def on_notice(self) -> None:
         self.last_notice = self.sim.world.t
@@ -223,7 +229,9 @@ class Checker:
                 window = max(cfg.backstop, sim.sentinel.witness_window(item) or 0.0)
             else:
                 continue
-            late = w.wall - start - window - cfg.interval
+            # A tick the locked store made fail is a whole interval lost, however short the lock.
+            missed = sum(1 for x in self.sentinel_failures if x >= start) * cfg.interval
+            late = w.wall - start - window - cfg.interval - missed
             if self.late(late, 1.0, start - w.wall + w.t):
                 self.fail("queue_backstop", f"item {item_id} ({item.state}) has not reached the operator "
                                             f"{late:.0f}s after its backstop")

@@ -33,6 +33,7 @@ class Collector:
         self.nudges: dict[int, int] = {}
         self.false_recycles = 0
         self.reaped = 0
+        self.second_looks = 0   # recoveries the second look under recycle.lock found unneeded
         self.recoveries: list[float] = []
         self.deaf = 0.0
         self.trouble = 0.0
@@ -69,6 +70,8 @@ class Collector:
             self.reopened += 1
         elif kind == "queue_escalate":
             self.queue_escalations += 1
+        elif kind == "recover_resolved":
+            self.second_looks += 1
         elif kind == "foreign_poller_reaped":
             self.reaped += 1
         elif kind == "queue_nudge":
@@ -107,6 +110,7 @@ class Collector:
             "escalations": self.escalations,
             "operator_alerts": self.alerts,
             "foreign_pollers_reaped": self.reaped,
+            "resolved_on_second_look": self.second_looks,
             "false_recycles": self.false_recycles,
             "recoveries": len(self.recoveries),
             "recovery_seconds_p50": round(percentile(self.recoveries, 50), 3),

@@ -42,6 +42,7 @@ class Store:
     history: list[policy.Relaunch] = field(default_factory=list)
     launch_seq: int = 0
     last_launch: tuple[float, str, str, str] | None = None   # (mono, mode, session, cause)
+    launch_ready: bool = False                               # seen showing agent.ready_match
     hold: dict | None = None
     canary_recycled: set[str] = field(default_factory=set)   # membership only: never iterated
     runs: list[canary_rules.ProbeRun] = field(default_factory=list)
@@ -69,7 +70,22 @@ class Recovery:
 
     def in_boot_grace(self) -> bool:
         since = self.since_launch()
-        return since is not None and since < self.sim.config.agent.boot_grace
+        return since is not None and since < self.sim.config.agent.boot_grace and not self.store.launch_ready
+
+    def agent_ready(self) -> bool:
+        """launches.agent_ready: seen ready before, past its boot grace, or showing ready_match now."""
+        st, w, agent_cfg = self.store, self.sim.world, self.sim.config.agent
+        since = self.since_launch()
+        if since is None or st.launch_ready or since >= agent_cfg.boot_grace:
+            return True
+        ready_match = getattr(agent_cfg, "ready_match", "")
+        if not ready_match or w.tmux_hangs() or w.agent is None or not w.agent.alive or w.agent.ready_at > w.t:
+            return False
+        screen = w.screen()
+        if re.search(ready_match, screen) is None or re.search(agent_cfg.resume_failed_match, screen):
+            return False
+        st.launch_ready = True
+        return True
 
     def under_way(self) -> bool:
         """launches.relaunch_under_way: recycle.lock held, or the agent inside its boot grace."""
@@ -128,6 +144,7 @@ class Recovery:
         if len(st.history) > 2 * HISTORY_LIMIT:
             del st.history[:HISTORY_LIMIT]
         st.last_launch = (w.t, mode, new, cause)
+        st.launch_ready = False
         if cause == "canary_failed" and old is not None:
             st.canary_recycled.add(old)
         st.recycle_locked = True
@@ -338,6 +355,21 @@ class CanaryShell:
         if st.hold is not None:
             self.schedule(w.t + 60.0)  # an operator's relaunch wakes the loop sooner
             return
+        # The witnessed-relaunch rule, where this tree has it: a relaunch is a claim until a probe
+        # of its own launch acks, and that probe goes out the moment the agent is ready.
+        witness_due = getattr(canary_rules, "witness_due", None)
+        if witness_due is not None:
+            runs = st.runs[-RECENT_RUNS:]
+            if witness_due(runs, st.launch_seq, ready=True):
+                if st.recycle_locked:
+                    self.schedule(max(w.t + CANARY_STEP, st.lock_until))
+                    return
+                if not witness_due(runs, st.launch_seq, ready=sim.recovery.agent_ready()):
+                    self.schedule(w.t + CANARY_STEP if getattr(sim.config.agent, "ready_match", "")
+                                  else max(w.t + CANARY_STEP, st.last_launch[0] + sim.config.agent.boot_grace))
+                    return
+                self.probe()
+                return
         last = st.runs[-1] if st.runs else None
         due = canary_rules.due_in(last, w.wall, cfg.interval, cfg.ack_timeout)
         if due > 0:

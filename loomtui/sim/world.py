@@ -32,6 +32,7 @@ class Agent:
     screen_tail: str = ""            # the pane's history once it is dead
     deaf_since: float | None = None  # wedged: probes are typed and never acted on
     busy_until: float = 0.0          # acks late, then catches up
+    busy_next: bool = False          # the next probe finds it busy: acked after one ack timeout, before two
     modal: bool = False              # a dialog on screen eats what is typed
     poller: bool = True              # its Telegram poller child
     ignores_queue: bool = False      # acks canaries but never works its queue (incident 8)
@@ -88,6 +89,7 @@ class World:
     runs: list[RunRecord] = field(default_factory=list)
     impaired: list[tuple[float, float]] = field(default_factory=list)  # windows Loom could not see or write
     last_disturbance: float = -1e18      # last fault that makes probes late or lost (busy, modal, boot, load)
+    ack_timeout: float = 180.0
     latency_cap: float = 20.0            # an ordinary ack's latency is at most this (a tenth of ack_timeout)
     poller_lost_at: float | None = None
     pids: int = 0
@@ -194,4 +196,8 @@ class World:
         a = self.agent
         if a is None or not a.alive or a.deaf_since is not None or a.modal:
             return None  # a dialog eats the text; a deaf agent never acts on it
+        if a.busy_next:
+            a.busy_next = False
+            self.last_disturbance = sent
+            a.busy_until = sent + self.rng.uniform(1.05, 1.65) * self.ack_timeout
         return max(sent, a.ready_at, a.busy_until) + self.latency()

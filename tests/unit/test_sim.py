@@ -1,0 +1,189 @@
+"""`loom sim`: the same seed gives the same bytes; the incident profile ends as DESIGN.md says;
+a storm leaves every invariant standing; the command's options and errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from loomtui.cli import common
+from loomtui.cli import sim as sim_cmd
+from loomtui.errors import ConfigError, LoomError
+from loomtui.sim import simulate
+from loomtui.sim.report import percentile
+from loomtui.sim.scenarios import SCENARIOS
+
+# `loom` with only the sim subcommand: cli/__init__ is not ours to edit.
+MAIN = """
+import argparse, sys
+from loomtui.cli import common, sim
+from loomtui.errors import LoomError
+parser = argparse.ArgumentParser(prog="loom")
+common.add_common_options(parser, top_level=True)
+sim.register(parser.add_subparsers(dest="command", required=True))
+args = parser.parse_args(sys.argv[1:])
+try:
+    sys.exit(args.func(args))
+except LoomError as exc:
+    print(f"loom: {exc}", file=sys.stderr)
+    sys.exit(exc.exit_code)
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="loom")
+    common.add_common_options(p, top_level=True)
+    sim_cmd.register(p.add_subparsers(dest="command", required=True))
+    return p
+
+
+def loom_sim(capsys, *argv: str) -> tuple[int, str]:
+    args = parser().parse_args(["sim", *argv])
+    code = args.func(args)
+    return code, capsys.readouterr().out
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+    env["PYTHONPATH"] = str(REPO)
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(autouse=True)
+def no_loom_config(monkeypatch):
+    monkeypatch.delenv("LOOM_CONFIG", raising=False)
+
+
+def test_ninety_days_same_seed_same_bytes_whatever_the_hash_seed():
+    # Two processes with different string hashing: anything that leaned on set or dict-of-str
+    # order, the wall clock or the machine would differ somewhere in three months of events.
+    procs = [subprocess.Popen([sys.executable, "-c", MAIN, "sim", "--days", "90", "--seed", "1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(PYTHONHASHSEED=h))
+             for h in ("1", "2")]
+    try:
+        outs = [p.communicate(timeout=600) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], outs[0][1].decode()[-2000:]
+    first, second = outs[0][0], outs[1][0]
+    assert first == second
+    text = first.decode()
+    assert "seed 1: 90 days" in text and "invariants: all held after every step" in text
+    assert "relaunches:" in text and "time to witnessed recovery" in text
+
+
+def test_json_is_stable_and_documented_keys(capsys):
+    code, out = loom_sim(capsys, "--profile", "storm", "--days", "2", "--seed", "3", "--seeds", "2", "--json")
+    again = loom_sim(capsys, "--profile", "storm", "--days", "2", "--seed", "3", "--seeds", "2", "--json")
+    assert (code, out) == again
+    data = json.loads(out)
+    assert set(data) == {"schema", "profile", "days", "config", "seeds", "runs", "summary"}
+    assert data["seeds"] == [3, 4] and data["profile"] == "storm" and data["config"] is None
+    run = data["runs"][0]
+    for key in ("seed", "steps", "faults", "relaunches", "escalations", "recovery_seconds_p50",
+                "recovery_seconds_p99", "deaf_minutes_per_month", "false_recycles", "queue", "violation"):
+        assert key in run
+    assert data["summary"]["runs"] == 2
+    assert code == (1 if data["summary"]["violations"] else 0)
+
+
+def test_a_storm_leaves_every_invariant_standing():
+    runs = [simulate(seed, 7, "storm") for seed in range(1, 11)]
+    broken = [(r["seed"], r["violation"]["invariant"], r["violation"]["message"]) for r in runs if r["violation"]]
+    assert broken == []
+    # A storm that did nothing would hold every invariant too: it must have hit every part.
+    relaunched = {cause for r in runs for cause in r["relaunches"]}
+    assert {"crash", "exit", "canary_failed", "poller_missing", "tmux_gone", "resume_failed",
+            "operator_fresh"} <= relaunched
+    assert sum(r["escalations"] for r in runs) > 0
+    assert sum(r["queue"]["witnessed"] for r in runs) > 0 and sum(r["queue"]["escalated"] for r in runs) > 0
+    assert sum(r["foreign_pollers_reaped"] for r in runs) > 0
+
+
+def test_the_incident_profile_ends_each_incident_as_the_design_says(capsys):
+    code, out = loom_sim(capsys, "--profile", "incident")
+    assert code == 0, out
+    lines = [line for line in out.splitlines() if line.startswith(("ok", "FAIL"))]
+    assert len(lines) == 9 == len(SCENARIOS)
+    assert all(line.startswith("ok") for line in lines)
+    assert "9 of 9 incidents end as DESIGN.md says" in out
+    for sc in SCENARIOS:
+        assert sc.name in out
+
+
+def test_incident_json(capsys):
+    code, out = loom_sim(capsys, "--profile", "incident", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["passed"] == 9 and data["failed"] == 0
+    outcomes = {s["name"]: s["outcome"] for s in data["scenarios"]}
+    assert outcomes["recovery_storm"] == "held"
+    assert outcomes["supervisor_blind_spot"] == "escalated"
+    assert outcomes["confident_false_detector"] == "undisturbed"
+    assert outcomes["silent_deafness"] == "recovered"
+
+
+def test_seeds_summarise(capsys):
+    code, out = loom_sim(capsys, "--profile", "calm", "--days", "3", "--seed", "5", "--seeds", "3")
+    assert code == 0
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("seed ")] == \
+        ["seed 5", "seed 6", "seed 7"]
+    assert "3 seeds" in out and "all invariants held" in out
+
+
+def test_an_operators_config_drives_the_rules(tmp_path, capsys):
+    # An operator who would recycle on one miss sees, before deploying, a busy agent recycled.
+    path = tmp_path / "loom.toml"
+    path.write_text('[agent]\npoller_match = "telegram-poller"\n[canary]\nmisses_to_recycle = 1\n')
+    code, out = loom_sim(capsys, "--config", str(path), "--profile", "storm", "--days", "10", "--seed", "1")
+    assert code == 1
+    assert f"config {path}" in out
+    assert "VIOLATION definitive_signal" in out and "the agent could hear" in out
+    assert f"replay: loom sim --profile storm --seed 1 --days 10 --config {path}" in out
+
+
+def test_a_bad_config_is_one_line_and_exit_2(tmp_path, capsys):
+    path = tmp_path / "loom.toml"
+    path.write_text('[canary]\nmisses_to_recycle = "two"\n')
+    args = parser().parse_args(["sim", "--config", str(path)])
+    with pytest.raises(ConfigError) as err:
+        args.func(args)
+    assert err.value.exit_code == 2
+    assert "canary.misses_to_recycle" in str(err.value) and "\n" not in str(err.value)
+    missing = parser().parse_args(["sim", "--config", str(tmp_path / "nope.toml")])
+    with pytest.raises(LoomError) as err:
+        missing.func(missing)
+    assert err.value.exit_code == 2 and "not found" in str(err.value)
+
+
+def test_the_error_reaches_the_terminal_as_loom_prints_it(tmp_path):
+    path = tmp_path / "loom.toml"
+    path.write_text("[canary]\nack_timeout = 5\n")
+    proc = subprocess.run([sys.executable, "-c", MAIN, "sim", "--config", str(path)], capture_output=True,
+                          text=True, env=clean_env(), timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("loom: ") and "canary.ack_timeout" in proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["--days", "0"], ["--days", "x"], ["--seeds", "0"], ["--seed", "1.5"],
+                                  ["--profile", "chaos"]])
+def test_bad_options_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        parser().parse_args(["sim", *argv])
+    assert exc.value.code == 2
+
+
+def test_percentile_is_nearest_rank():
+    assert percentile([], 50) == 0.0
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
+    assert percentile([float(i) for i in range(1, 101)], 100) == 100.0
