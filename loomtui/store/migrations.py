@@ -148,4 +148,15 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE scan_offsets ADD COLUMN prev_head BLOB
         """,
     ),
+    (
+        "0007_counters",
+        """
+        CREATE TABLE counters (
+            name TEXT NOT NULL,
+            labels TEXT NOT NULL,
+            value REAL NOT NULL DEFAULT 0,
+            PRIMARY KEY (name, labels)
+        ) WITHOUT ROWID
+        """,
+    ),
 ]

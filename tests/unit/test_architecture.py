@@ -13,8 +13,8 @@ import sys
 import pytest
 from conftest import REPO
 
-RULES = ["agent.policy", "agent.watchdog_rules", "canary.rules", "sentinel.queue_rules", "sentinel.logscan",
-         "sentinel.signature", "sentinel.schedule", "report.incidents", "durations", "states"]
+RULES = ["agent.policy", "agent.hold_rules", "agent.watchdog_rules", "canary.rules", "sentinel.queue_rules",
+         "sentinel.logscan", "sentinel.signature", "sentinel.schedule", "report.incidents", "durations", "states"]
 
 
 @pytest.mark.parametrize("name", RULES)

@@ -1,0 +1,89 @@
+"""What a hold is and what it refuses: pure rules over the hold's record and `now`.
+
+One mechanism for both kinds of hold. The ceiling places one when automatic relaunches run out
+(released by an operator's relaunch or `loom release`); an operator places one with a reason and
+maybe an end (`loom hold --for 30m`). While a hold is active, automatic destructive actions are
+refused with reason `hold`; observation, probes on request, recording and an operator's own
+actions go on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from loomtui.durations import format_duration
+
+By = Literal["ceiling", "operator"]
+# What a hold suspends: the actions Loom takes by itself that change the agent's pane or processes.
+Guarded = Literal["relaunch", "reap", "dismiss_modal", "nudge"]
+GUARDED: frozenset[str] = frozenset(("relaunch", "reap", "dismiss_modal", "nudge"))
+
+
+@dataclass(frozen=True)
+class Hold:
+    since: float
+    by: By
+    reason: str
+    until: float | None = None          # None: until released
+    cause: str = ""                    # the ceiling's last cause
+    refused: tuple[str, ...] = ()      # "action:cause" keys already recorded once for this hold
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Hold:
+        """A stored record; the ceiling's records from before operator holds have no `by`."""
+        by = record.get("by", "ceiling")
+        reasons = record.get("reasons") or []
+        reason = record.get("reason") or "; ".join(str(r) for r in reasons) or "held at the ceiling"
+        until = record.get("until")
+        return cls(float(record.get("ts", 0.0)), "operator" if by == "operator" else "ceiling", str(reason),
+                   float(until) if until is not None else None, str(record.get("cause") or ""),
+                   tuple(str(k) for k in record.get("refused", ())))
+
+    def record(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ts": self.since, "by": self.by, "reason": self.reason, "until": self.until,
+                               "cause": self.cause, "refused": list(self.refused)}
+        if self.by == "ceiling":
+            out["reasons"] = [self.reason]
+        return out
+
+
+def active(hold: Hold | None, now: float) -> bool:
+    """A timed hold ends by itself at `until`; an untimed one only when released."""
+    return hold is not None and (hold.until is None or now < hold.until)
+
+
+def expired(hold: Hold | None, now: float) -> bool:
+    return hold is not None and not active(hold, now)
+
+
+def remaining(hold: Hold, now: float) -> float | None:
+    """Seconds left, or None for a hold that lasts until released."""
+    return None if hold.until is None else max(0.0, hold.until - now)
+
+
+def refuses(hold: Hold | None, action: str, *, automatic: bool, now: float) -> bool:
+    """Automatic destructive actions are refused while the hold is active; an operator's never."""
+    if action not in GUARDED:
+        raise ValueError(f"not an action a hold guards: {action!r}")
+    return automatic and active(hold, now)
+
+
+def first_refusal(hold: Hold, action: str, cause: str) -> bool:
+    """Each kind of refusal is recorded once per hold (a tick every 2 s would flood the ledger);
+    every refusal is still counted in the metrics."""
+    return f"{action}:{cause}" not in hold.refused
+
+
+def noting(hold: Hold, action: str, cause: str) -> Hold:
+    key = f"{action}:{cause}"
+    return hold if key in hold.refused else Hold(hold.since, hold.by, hold.reason, hold.until, hold.cause,
+                                                   (*hold.refused, key))
+
+
+def describe(hold: Hold, now: float) -> str:
+    """One line for the header, `loom status` and Telegram: who, why, and how long is left."""
+    left = remaining(hold, now)
+    tail = "until released" if left is None else f"{format_duration(left)} left"
+    who = "by the operator" if hold.by == "operator" else "at the ceiling"
+    return f"held {who}: {hold.reason} ({tail})"

@@ -1,0 +1,133 @@
+"""The hold as stored: one record in the store's meta table, and its changes in the ledger.
+
+The rules (what is active, what is refused, how it reads) are in hold_rules; this module reads
+and writes the record. Every change is one write transaction with its ledger event.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from loomtui.agent.hold_rules import Hold, active, describe, expired, first_refusal, noting, remaining
+from loomtui.context import Context
+from loomtui.store import counters, ledger
+
+KEY = "hold"
+
+
+def _read_in(db: sqlite3.Connection) -> Hold | None:
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (KEY,)).fetchone()
+    return _parse(row[0]) if row else None
+
+
+def _parse(raw: str | None) -> Hold | None:
+    if not raw:
+        return None
+    try:
+        return Hold.from_record(json.loads(raw))
+    except (ValueError, TypeError, AttributeError):
+        # A record Loom cannot read still means someone meant to hold: hold, until released.
+        return Hold(0.0, "operator", "unreadable hold record (loom release clears it)")
+
+
+def _write_in(db: sqlite3.Connection, hold: Hold) -> None:
+    db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+               (KEY, json.dumps(hold.record(), sort_keys=True)))
+
+
+def stored(ctx: Context) -> Hold | None:
+    """The record as it is, active or not (a timed hold past its end until someone expires it)."""
+    return _parse(ctx.store.get_meta(KEY))
+
+
+def current(ctx: Context, now: float) -> Hold | None:
+    """The hold in force at `now`, or None. Read-only: a hold past its end reads as no hold."""
+    hold = stored(ctx)
+    return hold if active(hold, now) else None
+
+
+def place(ctx: Context, *, by: str, reason: str, until: float | None, source: str, now: float,
+          cause: str = "") -> Hold:
+    """Hold (or replace the hold in force); recorded as `hold_placed` with who and why."""
+    hold = Hold(now, "operator" if by == "operator" else "ceiling", reason, until, cause)
+    with ctx.store.write() as db:
+        before = _read_in(db)
+        _write_in(db, hold)
+        ledger.append_in(db, "hold_placed", source=source, cause=cause or None, ts=now, detail={
+            "by": hold.by, "reason": reason, "until": until,
+            **({"replaced": before.by} if before is not None and active(before, now) else {}),
+        })
+    return hold
+
+
+def place_if_free(ctx: Context, db: sqlite3.Connection, hold: Hold) -> bool:
+    """The ceiling's hold, in the caller's transaction: only when no hold is in force (once per hold)."""
+    before = _read_in(db)
+    if active(before, hold.since):
+        return False
+    _write_in(db, hold)
+    return True
+
+
+def release(ctx: Context, *, source: str, how: str, now: float, cause: str | None = None) -> Hold | None:
+    """End the hold (`how`: release, relaunch or expired). None when nothing was held."""
+    with ctx.store.write() as db:
+        hold = _read_in(db)
+        if hold is None:
+            return None
+        if how == "expired" and not expired(hold, now):
+            return None  # released or replaced meanwhile: nothing of ours to expire
+        db.execute("DELETE FROM meta WHERE key = ?", (KEY,))
+        ledger.append_in(db, "hold_cleared", source=source, cause=cause, ts=now,
+                         detail={"by": source, "how": how, "held_by": hold.by, "reason": hold.reason})
+    return hold
+
+
+def expire(ctx: Context, *, source: str, now: float) -> Hold | None:
+    """A timed hold past its end ends by itself, recorded once by whichever loop sees it first."""
+    hold = stored(ctx)
+    if not expired(hold, now):
+        return None
+    return release(ctx, source=source, how="expired", now=now)
+
+
+def refused(ctx: Context, *, action: str, cause: str, loop: str, source: str, now: float) -> None:
+    """Record that the hold refused `action`: counted every time, in the ledger once per kind."""
+    with ctx.store.write() as db:
+        counters.bump_in(db, "loom_admit_total", {"loop": loop, "decision": "refused", "reason": "hold"})
+        hold = _read_in(db)
+        if hold is None or not first_refusal(hold, action, cause):
+            return
+        _write_in(db, noting(hold, action, cause))
+        ledger.append_in(db, "refused", source=source, cause=cause or None, ts=now,
+                         detail={"action": action, "reason": "hold", "held_by": hold.by, "hold_reason": hold.reason})
+
+
+@dataclass(frozen=True)
+class HoldChange:
+    """What `loom hold` / `loom release` did, for the CLI, the console and Telegram."""
+
+    action: str                    # placed / released / none
+    hold: Hold | None
+    at: float
+
+    @property
+    def released(self) -> bool:
+        return self.action == "released"
+
+    def describe(self) -> str:
+        if self.hold is None:
+            return "nothing was held"
+        if self.action == "released":
+            who = "the operator's" if self.hold.by == "operator" else "the ceiling's"
+            return f"released {who} hold ({self.hold.reason}); automatic recovery is on again"
+        return describe(self.hold, self.at) + "; automatic relaunches, reaps, modal dismissals and nudges wait"
+
+    def as_json(self) -> dict[str, Any]:
+        hold = self.hold
+        return {"action": self.action, "hold": None if hold is None else {
+            "by": hold.by, "reason": hold.reason, "since": hold.since, "until": hold.until,
+            "remaining": remaining(hold, self.at)}}
