@@ -14,6 +14,7 @@ from prometheus_client.core import (
     CollectorRegistry,
     CounterMetricFamily,
     GaugeMetricFamily,
+    HistogramMetricFamily,
 )
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
@@ -22,6 +23,7 @@ from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.report import status as status_mod
+from loomtui.store import counters
 
 
 class StoreCollector(Collector):
@@ -89,6 +91,93 @@ class StoreCollector(Collector):
             errors.add_metric([name], stats.get("errors", 0))
         yield ticks
         yield errors
+        yield from kpis(self.ctx, now)
+
+
+# The loop KPIs counted in the store (store/counters.py): name → (help, labels, kind).
+COUNTED = {
+    "loom_fire_total": ("Triggers received per loop, by source (tick, tui, cli, telegram, cron)", ("loop", "source")),
+    "loom_admit_total": ("Actions admitted or refused per loop, and why", ("loop", "decision", "reason")),
+    "loom_run_total": ("Loop runs by outcome", ("loop", "status")),
+    "loom_notify_total": ("Messages to the operator: sent, failed attempts, given up, deduplicated",
+                          ("sink", "result")),
+}
+HISTOGRAMS = {"loom_tick_duration_seconds": ("Tick duration per loop", ("loop",))}
+
+
+def kpis(ctx: Context, now: float) -> Iterator[Any]:
+    """The loop KPIs: what ran, what was let through, what was proved, who was told, what is stuck."""
+    store = ctx.store
+    stored = counters.read(store, "loom_")
+    for name, (help_text, labels) in COUNTED.items():
+        family = CounterMetricFamily(name.removesuffix("_total"), help_text, labels=list(labels))
+        for c in stored:
+            if c.name == name:
+                family.add_metric([c.labels.get(k, "") for k in labels], c.value)
+        yield family
+    for name, (help_text, labels) in HISTOGRAMS.items():
+        yield _histogram(name, help_text, labels, [c for c in stored if c.name.startswith(name + "_")])
+
+    witness = GaugeMetricFamily("loom_witness_ratio", "Witnessed ÷ claimed: queue resolutions witnessed by a "
+                                "clean run; relaunches witnessed by a canary ack", labels=["what"])
+    for what, num, den in witness_counts(store):
+        witness.add_metric([what], num / den if den else float("nan"))
+    yield witness
+
+    drift = GaugeMetricFamily("loom_schedule_drift_seconds", "Last run's actual start minus its intended start",
+                              labels=["job"])
+    for job, seconds in schedule_drift(ctx):
+        drift.add_metric([job], seconds)
+    yield drift
+
+    stuck = GaugeMetricFamily("loom_stuck_age_seconds", "Age of the oldest open or claimed queue item",
+                              labels=["what"])
+    oldest = store.query_one("SELECT MIN(first_seen) FROM queue_items WHERE state IN ('open', 'claimed')")
+    stuck.add_metric(["queue_item"], now - oldest[0] if oldest and oldest[0] is not None else 0.0)
+    yield stuck
+
+
+def witness_counts(store: Any) -> list[tuple[str, int, int]]:
+    row = store.query_one("SELECT SUM(kind = 'queue_witness') AS w, SUM(kind = 'queue_claim') AS c FROM ledger "
+                          "WHERE kind IN ('queue_witness', 'queue_claim')")
+    return [("queue", int(row["w"] or 0), int(row["c"] or 0))]
+
+
+def schedule_drift(ctx: Context) -> list[tuple[str, float]]:
+    from loomtui.clock import local_zone
+    from loomtui.sentinel.schedule import drift
+
+    out = []
+    tz = local_zone()
+    for job in ctx.config.jobs:
+        if not job.schedule:
+            continue
+        rows = ctx.store.query("SELECT started FROM job_runs WHERE job = ? ORDER BY id DESC LIMIT 2", (job.name,))
+        if not rows:
+            continue
+        try:
+            late = drift(job.schedule, rows[0]["started"], rows[1]["started"] if len(rows) > 1 else None, tz=tz)
+        except (ValueError, KeyError):
+            continue  # a schedule the config check let through but croniter refuses: doctor says so
+        if late is not None:
+            out.append((job.name, late))
+    return out
+
+
+def _histogram(name: str, help_text: str, labels: tuple[str, ...], parts: list[counters.Counter]) -> Any:
+    family = HistogramMetricFamily(name, help_text, labels=list(labels))
+    series: dict[tuple[str, ...], dict[str, Any]] = {}
+    for c in parts:
+        key = tuple(c.labels.get(k, "") for k in labels)
+        entry = series.setdefault(key, {"buckets": {}, "sum": 0.0})
+        if c.name == name + "_bucket":
+            entry["buckets"][c.labels.get("le", "+Inf")] = c.value
+        elif c.name == name + "_sum":
+            entry["sum"] = c.value
+    for key, entry in sorted(series.items()):
+        buckets = sorted(entry["buckets"].items(), key=lambda kv: float(kv[0]))
+        family.add_metric(list(key), buckets, entry["sum"])
+    return family
 
 
 def parse_listen(listen: str) -> tuple[str, int]:

@@ -57,3 +57,22 @@ def missed(schedule: str, reference: float, now: float, grace: float, *,
             break
         last = nxt
     return first, last
+
+
+def drift(schedule: str, started: float, previous_start: float | None, *, tz: dt.tzinfo) -> float | None:
+    """How late a run started against its schedule (negative: early); None when unknowable.
+
+    Cron: against the last due time at or before the start. `every N`: against the run before
+    plus N (the first run of an `every` job has nothing to be late against).
+    """
+    text = schedule.strip()
+    if not text:
+        return None
+    every = period(text)
+    if every is not None:
+        return None if previous_start is None else started - (previous_start + every)
+    from croniter import croniter
+
+    # get_prev from a hair after the start counts a run that started exactly on time as on time.
+    start = dt.datetime.fromtimestamp(started + 1e-6, tz)
+    return started - float(croniter(text, start).get_prev(float))

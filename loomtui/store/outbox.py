@@ -18,10 +18,12 @@ from typing import Any
 
 from loomtui import redact
 from loomtui.errors import LoomError
-from loomtui.store import ledger
+from loomtui.store import counters, ledger
 from loomtui.store.db import Store
 
 PENDING, SENT, FAILED = "pending", "sent", "failed"
+# The loop KPI of the notify loop: messages sent, attempts failed, rows given up, duplicates dropped.
+NOTIFY, SINK = "loom_notify_total", "telegram"
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ def _enqueue_in(db: sqlite3.Connection, text: str, dedupe_key: str | None, chat_
     if dedupe_key is not None:
         row = db.execute("SELECT id FROM outbox WHERE dedupe_key = ?", (dedupe_key,)).fetchone()
         if row:
+            counters.bump_in(db, NOTIFY, {"sink": SINK, "result": "deduplicated"})
             return int(row[0])
     cur = db.execute(
         "INSERT INTO outbox(created, chat_id, text, dedupe_key) VALUES (?, ?, ?, ?)",
@@ -147,6 +150,7 @@ def mark_sent(store: Store, msg_id: int, *, message_id: int, chat_id: int, lengt
             return False
         detail = {"outbox_id": msg_id, "length": length, "message_id": message_id, "truncated": truncated}
         ledger.append_in(db, "telegram_sent", source="telegram", detail=detail, ts=when)
+        counters.bump_in(db, NOTIFY, {"sink": SINK, "result": "sent"})
     return True
 
 
@@ -160,6 +164,10 @@ def defer(store: Store, msg_id: int, *, until: float, error: str, fail: bool = F
             "state = CASE WHEN ? THEN 'failed' ELSE state END WHERE id = ? AND state = 'pending'",
             (until, error, fail, msg_id),
         )
+        # Every attempt that did not deliver; a row given up is counted once more as given_up.
+        counters.bump_in(db, NOTIFY, {"sink": SINK, "result": "failed"})
+        if fail:
+            counters.bump_in(db, NOTIFY, {"sink": SINK, "result": "given_up"})
         if event:
             ledger.append_in(db, event, source="telegram", detail={"outbox_id": msg_id, **(event_detail or {})})
 

@@ -1,0 +1,95 @@
+"""The loop KPIs as a scrape shows them, from a real store: counters kept across restarts, the
+witness ratio, schedule drift, stuck age, notify results and tick-duration histograms."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.core import CollectorRegistry
+from tui_state import NOW, write_config
+
+from loomtui.context import Context
+from loomtui.daemon.metrics import StoreCollector
+from loomtui.sentinel.schedule import drift
+from loomtui.store import counters, ledger, outbox
+
+
+def test_schedule_drift_is_lateness_against_the_intended_start():
+    utc = dt.timezone.utc
+    on_the_hour = dt.datetime(2026, 12, 1, 4, 0, tzinfo=utc).timestamp()
+    assert drift("0 * * * *", on_the_hour, None, tz=utc) == 0
+    assert drift("0 * * * *", on_the_hour + 42, None, tz=utc) == pytest.approx(42)
+    assert drift("0 * * * *", on_the_hour - 1, None, tz=utc) == pytest.approx(3599)  # the 03:00 run, very late
+    assert drift("every 10m", on_the_hour + 630, on_the_hour, tz=utc) == pytest.approx(30)
+    assert drift("every 10m", on_the_hour + 590, on_the_hour, tz=utc) == pytest.approx(-10)
+    assert drift("every 10m", on_the_hour, None, tz=utc) is None
+    assert drift("", on_the_hour, on_the_hour, tz=utc) is None
+
+
+def scrape(ctx: Context) -> dict[str, float]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(ctx, lambda: {}))
+    out = {}
+    for line in generate_latest(registry).decode().splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    config = write_config(tmp_path, socket=f"loomtest-kpi-{tmp_path.name[-6:]}", hostile_job=False)
+    c = Context.load(str(config), None, environ={})
+    yield c
+    c.close()
+
+
+def test_a_scrape_shows_the_loop_kpis_the_store_implies(ctx):
+    store = ctx.store
+    tally = counters.Tally()
+    tally.add("loom_fire_total", {"loop": "canary", "source": "tick"}, 5)
+    tally.add("loom_fire_total", {"loop": "canary", "source": "cli"})
+    tally.add("loom_run_total", {"loop": "canary", "status": "ok"}, 6)
+    for seconds in (0.002, 0.3):
+        tally.observe("loom_tick_duration_seconds", {"loop": "canary"}, seconds)
+    tally.flush(store)
+    with store.write() as db:
+        db.execute("INSERT INTO job_runs(job, started) VALUES ('newsletter', ?)", (NOW - 600,))
+        db.execute("INSERT INTO job_runs(job, started) VALUES ('newsletter', ?)", (NOW + 45,))  # 45 s late
+        db.execute("INSERT INTO queue_items(job, kind, signature, sample, log, first_seen, last_seen, state) "
+                   "VALUES ('newsletter', 'line', 's', 'x', 'l', ?, ?, 'claimed')", (NOW - 7200, NOW - 7200))
+    for kind in ("queue_claim", "queue_claim", "queue_witness"):
+        ledger.append(store, kind, source="sentinel", detail={})
+    first = outbox.enqueue(store, "hello", dedupe_key="k")
+    assert outbox.enqueue(store, "hello again", dedupe_key="k") == first
+    outbox.mark_sent(store, first, message_id=1, chat_id=1, length=5, truncated=False)
+    second = outbox.enqueue(store, "later")
+    outbox.defer(store, second, until=NOW, error="timeout")
+    outbox.defer(store, second, until=NOW, error="bad chat", fail=True)
+
+    got = scrape(ctx)
+    assert got['loom_fire_total{loop="canary",source="tick"}'] == 5
+    assert got['loom_fire_total{loop="canary",source="cli"}'] == 1
+    assert got['loom_run_total{loop="canary",status="ok"}'] == 6
+    assert got['loom_tick_duration_seconds_bucket{le="0.005",loop="canary"}'] == 1
+    assert got['loom_tick_duration_seconds_bucket{le="+Inf",loop="canary"}'] == 2
+    assert got['loom_tick_duration_seconds_count{loop="canary"}'] == 2
+    assert got['loom_witness_ratio{what="queue"}'] == 0.5
+    assert got['loom_schedule_drift_seconds{job="newsletter"}'] == pytest.approx(45)
+    assert got['loom_stuck_age_seconds{what="queue_item"}'] >= 7200
+    assert got['loom_notify_total{result="sent",sink="telegram"}'] == 1
+    assert got['loom_notify_total{result="deduplicated",sink="telegram"}'] == 1
+    assert got['loom_notify_total{result="failed",sink="telegram"}'] == 2
+    assert got['loom_notify_total{result="given_up",sink="telegram"}'] == 1
+
+
+def test_counters_survive_a_restart(ctx, tmp_path):
+    counters.bump(ctx.store, "loom_admit_total", {"loop": "watchdog", "decision": "refused", "reason": "hold"})
+    again = Context.load(str(ctx.config_path), None, environ={})
+    try:
+        assert scrape(again)['loom_admit_total{decision="refused",loop="watchdog",reason="hold"}'] == 1
+    finally:
+        again.close()
