@@ -1,33 +1,87 @@
-"""`loom`: the command line. Each subcommand lives in its own module and registers itself here."""
+"""`loom`: the command line. Each subcommand lives in its own module, listed here.
+
+Only the module of the command being run is imported: the agent runs `loom resolve` and the
+operator `loom status` often, and importing every command's dependencies (pydantic, libtmux,
+psutil, python-telegram-bot) for each would cost more than the work. The others get a stand-in
+parser with the same name and help line, which is all `loom --help` shows of them;
+tests/unit/test_cli_imports.py checks the stand-ins against what the modules register.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import traceback
 from collections.abc import Sequence
 
-from loomtui.cli import agent_cmds, canary_cmd, common, daemon, doctor, jobs, ledger_cmd, memory, status
+from loomtui.cli import common
 from loomtui.errors import LoomError
 
-# Order is the order of `loom --help`.
-COMMANDS = [status, doctor, ledger_cmd, agent_cmds, canary_cmd, daemon, memory, jobs]
+# Order is the order of `loom --help`: (module under loomtui.cli, ((command, help line), ...)).
+COMMANDS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
+    ("status", (("status", "show the agent, supervisor and store at a glance"),)),
+    ("doctor", (("doctor", "check tmux, config, state dir, store and ledger; non-zero if any fails"),)),
+    ("ledger_cmd", (("ledger", "read or verify the hash-chained event ledger"),)),
+    ("agent_cmds", (
+        ("inject", "type one line into the agent's pane (through the one injection path)"),
+        ("recycle", "relaunch the agent: resume the pinned session or start fresh"),
+    )),
+    ("canary_cmd", (("canary", "send a liveness probe now and wait for the ack (exit 0 on ack, 1 on miss)"),)),
+    ("daemon", (
+        ("supervise", "run the supervisor daemon (watchdog, canary, sentinel, notifications)"),
+        ("install-service", "write a systemd user unit or a launchd agent for `loom supervise`"),
+    )),
+    ("memory", (("memory", "list, search, lint or add to the agent's memory index"),)),
+    ("jobs", (
+        ("run-job", "run a configured job's command (no shell), append its output to the job log "
+                    "and record the run; exits with the command's status"),
+        ("queue", "list the sentinel queue: open, claimed and recently witnessed items"),
+        ("resolve", "claim a queue item as handled; it is witnessed by the job's next clean run"),
+        ("sentinel", "the sentinel by hand (the daemon runs it every sentinel.interval)"),
+    )),
+]
+
+# Options of `loom` itself that take a value: the command is the first word that is not one of these.
+_VALUED = ("--config", "--state-dir")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None, *, every: bool = False) -> argparse.ArgumentParser:
+    """The parser: the module of the command named in argv (of every command, with `every`)
+    registers its real subparsers; the others are stand-ins."""
+    chosen = command_in(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
         prog="loom",
         description="Loom: keep an AI agent CLI alive, reachable and honest.",
     )
     common.add_common_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in COMMANDS:
-        module.register(sub)
+    for module, commands in COMMANDS:
+        if every or any(name == chosen for name, _ in commands):
+            importlib.import_module(f"loomtui.cli.{module}").register(sub)
+        else:
+            for name, help_line in commands:
+                sub.add_parser(name, help=help_line, description=help_line)
     return parser
 
 
+def command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand word in argv: the first that is neither an option nor an option's value."""
+    args = iter(argv)
+    for arg in args:
+        if arg == "--":
+            return next(args, None)
+        if arg.startswith("-"):
+            # argparse takes an unambiguous prefix of a long option, and its value in the next word.
+            if "=" not in arg and len(arg) > 2 and any(o.startswith(arg) for o in _VALUED):
+                next(args, None)
+            continue
+        return arg
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:
         code = args.func(args)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from loomtui import actions
 from loomtui.cli.common import context, subcommand
 
 
@@ -22,6 +21,8 @@ def register(sub) -> None:
 
 
 def run_inject(args: argparse.Namespace) -> int:
+    from loomtui import actions
+
     result = actions.inject(context(args), " ".join(args.text), source="cli")
     if not result.ok:
         print(f"loom: inject failed: {result.error}", file=sys.stderr)
@@ -31,6 +32,8 @@ def run_inject(args: argparse.Namespace) -> int:
 
 
 def run_recycle(args: argparse.Namespace) -> int:
+    from loomtui import actions
+
     outcome = actions.recycle(context(args), args.mode, source="cli", reason=args.reason)
     print(outcome.describe(), file=sys.stdout if outcome.ok else sys.stderr)
     return 0 if outcome.ok else 1

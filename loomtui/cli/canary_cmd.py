@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from loomtui import actions
-from loomtui.canary import runs as canary
 from loomtui.cli.common import context, print_json, subcommand
 
 
@@ -17,6 +15,9 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from loomtui import actions
+    from loomtui.canary import runs as canary
+
     result = actions.canary_now(context(args), source="cli")
     if args.json:
         print_json(result.__dict__)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from loomtui.context import Context
+if TYPE_CHECKING:
+    from loomtui.context import Context
 
 
 def add_common_options(parser: argparse.ArgumentParser, top_level: bool = False) -> None:
@@ -29,6 +30,8 @@ def subcommand(sub: Any, name: str, help: str, **kwargs: Any) -> argparse.Argume
 def context(args: argparse.Namespace, *, prepare: bool = True) -> Context:
     ctx = getattr(args, "_context", None)
     if ctx is None:
+        from loomtui.context import Context  # pydantic: only for commands that read the config
+
         ctx = Context.load(args.config, args.state_dir, prepare=prepare)
         args._context = ctx
     return ctx

@@ -6,8 +6,6 @@ import argparse
 import sys
 
 from loomtui.cli.common import context, subcommand
-from loomtui.daemon import loops, service
-from loomtui.daemon.supervise import supervise
 
 
 def register(sub) -> None:
@@ -23,7 +21,9 @@ def register(sub) -> None:
 
 
 def run_supervise(args: argparse.Namespace) -> int:
+    from loomtui.daemon import loops
     from loomtui.daemon.logs import setup_logging
+    from loomtui.daemon.supervise import supervise
 
     setup_logging(args.log_level)
     ctx = context(args)
@@ -31,6 +31,8 @@ def run_supervise(args: argparse.Namespace) -> int:
 
 
 def run_install(args: argparse.Namespace) -> int:
+    from loomtui.daemon import service
+
     kind = args.kind or ("launchd" if sys.platform == "darwin" else "systemd")
     ctx = context(args)
     if args.print:

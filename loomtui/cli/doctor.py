@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from loomtui.cli.common import subcommand
-from loomtui.report.doctor import FAIL, run_checks
 
 
 def register(sub) -> None:
@@ -14,6 +13,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from loomtui.report.doctor import FAIL, run_checks
+
     checks = run_checks(args.config, args.state_dir)
     for check in checks:
         print(check.line())

@@ -6,11 +6,9 @@ import argparse
 import sys
 import time
 
-from loomtui import actions
 from loomtui import text as text_mod
 from loomtui.cli.common import context, print_json, subcommand
 from loomtui.durations import format_duration
-from loomtui.sentinel import jobrun, queue
 from loomtui.sentinel.queue_rules import CLAIMED, WITNESSED, Item
 
 
@@ -42,6 +40,8 @@ def printable(text: object) -> str:
 
 
 def run_job(args: argparse.Namespace) -> int:
+    from loomtui.sentinel import jobrun
+
     argv = list(args.cmd)
     if argv[:1] == ["--"]:
         argv = argv[1:]
@@ -52,6 +52,8 @@ def run_job(args: argparse.Namespace) -> int:
 
 
 def run_queue(args: argparse.Namespace) -> int:
+    from loomtui.sentinel import queue
+
     store = context(args).store
     items = queue.listing(store, include_witnessed=args.witnessed)
     if args.json:
@@ -89,6 +91,9 @@ def format_item(item: Item, now: float) -> list[str]:
 
 
 def run_resolve(args: argparse.Namespace) -> int:
+    from loomtui import actions
+    from loomtui.sentinel import queue
+
     item, changed = actions.resolve(context(args), args.id, args.note, source="cli",
                                     session_id=queue.claimer_session())
     if not changed:

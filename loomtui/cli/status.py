@@ -7,7 +7,6 @@ import argparse
 from loomtui.cli.common import context, print_json, subcommand
 from loomtui.cli.ledger_cmd import format_event
 from loomtui.durations import format_duration
-from loomtui.report import status as status_mod
 from loomtui.text import printable
 
 
@@ -18,6 +17,8 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from loomtui.report import status as status_mod
+
     status = status_mod.gather(context(args))
     if args.json:
         print_json(status.as_json())
