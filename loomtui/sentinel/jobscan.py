@@ -202,10 +202,19 @@ class Watch:
     missed_mark: float | None
 
 
+NO_WATCH = Watch(None, None, None)
+
+
 def load_watch(db: sqlite3.Connection, job: str) -> Watch:
     row = db.execute("SELECT * FROM scan_offsets WHERE job = ?", (job,)).fetchone()
-    if row is None:
-        return Watch(None, None, None)
+    return NO_WATCH if row is None else _watch(row)
+
+
+def load_watches(db: sqlite3.Connection) -> dict[str, Watch]:
+    return {row["job"]: _watch(row) for row in db.execute("SELECT * FROM scan_offsets")}
+
+
+def _watch(row: sqlite3.Row) -> Watch:
     carry = Carry(bytes(row["carry"]), row["carry_len"], bool(row["carry_skip"]))
     pos = Position(row["path"], row["dev"], row["inode"], row["offset"], carry, bytes(row["head"]),
                    row["mtime_ns"], row["prev_inode"], None if row["prev_head"] is None else bytes(row["prev_head"]))
