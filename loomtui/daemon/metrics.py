@@ -130,6 +130,37 @@ def kpis(ctx: Context, now: float) -> Iterator[Any]:
         drift.add_metric([job], seconds)
     yield drift
 
+    settings = GaugeMetricFamily("loom_setting_seconds", "The configured intervals alert rules compare with",
+                                 labels=["setting"])
+    cfg = ctx.config
+    for name, value in (("canary.interval", cfg.canary.interval), ("canary.ack_timeout", cfg.canary.ack_timeout),
+                        ("sentinel.backstop", cfg.sentinel.backstop), ("watchdog.interval", cfg.watchdog.interval),
+                        ("watchdog.ceiling_window", cfg.watchdog.ceiling_window)):
+        settings.add_metric([name], float(value))
+    yield settings
+    ceiling = GaugeMetricFamily("loom_setting_ceiling_count", "Automatic relaunches allowed in the ceiling window")
+    ceiling.add_metric([], float(cfg.watchdog.ceiling_count))
+    yield ceiling
+
+    from loomtui.agent import hold_rules, holds
+
+    hold = holds.current(ctx, now)
+    by = GaugeMetricFamily("loom_hold", "1 while a hold is in force, by who placed it (ceiling, operator)",
+                           labels=["by"])
+    for who in ("ceiling", "operator"):
+        by.add_metric([who], 1.0 if hold is not None and hold.by == who else 0.0)
+    yield by
+    left = GaugeMetricFamily("loom_hold_remaining_seconds", "Time left on a timed hold (NaN: none, or until released)")
+    remaining = hold_rules.remaining(hold, now) if hold is not None else None
+    left.add_metric([], remaining if remaining is not None else float("nan"))
+    yield left
+
+    backlog = GaugeMetricFamily("loom_outbox_oldest_pending_age_seconds",
+                                "Age of the oldest message still waiting to reach the operator (0: none)")
+    first = store.query_one("SELECT MIN(created) FROM outbox WHERE state = 'pending'")
+    backlog.add_metric([], now - first[0] if first and first[0] is not None else 0.0)
+    yield backlog
+
     stuck = GaugeMetricFamily("loom_stuck_age_seconds", "Age of the oldest open or claimed queue item",
                               labels=["what"])
     oldest = store.query_one("SELECT MIN(first_seen) FROM queue_items WHERE state IN ('open', 'claimed')")
