@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loomtui import clock
-from loomtui.agent import launch, policy, recovery
+from loomtui.agent import launch, launches, policy, recovery
 from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.inject import InjectResult
 from loomtui.agent.inject import inject as _type_text
@@ -65,11 +65,18 @@ def recover(
             outcome = launch.relaunch_locked(ctx, decision.mode, cause=cause, source=source,
                                              reason=reason or "; ".join(decision.reasons), evidence=evidence,
                                              driver=driver)
-            return Recovery("relaunched" if outcome.ok else "failed", decision, outcome)
-        if decision.action == policy.HOLD and decision.escalate:
+            result = Recovery("relaunched" if outcome.ok else "failed", decision, outcome)
+        elif decision.action == policy.HOLD and decision.escalate:
             recovery.escalate(ctx, cause, decision, source, at)
             return Recovery("held", decision, notes=["escalated to the operator"])
-        return Recovery("held" if decision.action == policy.HOLD else "waiting", decision)
+        else:
+            return Recovery("held" if decision.action == policy.HOLD else "waiting", decision)
+    if result.ok:
+        # A relaunch is a claim until a canary acks: wake the daemon's canary loop, now that the
+        # lock is free and a probe may be typed, and say plainly who will witness it.
+        launches.ring(ctx.state_dir, launches.RELAUNCHED)
+        result.notes.append(recovery.witness_note(ctx))
+    return result
 
 
 def recycle(ctx: Context, mode: str, *, source: str, reason: str | None = None) -> Recovery:

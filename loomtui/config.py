@@ -52,9 +52,18 @@ def _regex(value: str) -> str:
     return value
 
 
+def _screen_regex(value: str) -> str:
+    _regex(value)
+    if value and re.search(value, ""):
+        # It would say "ready" on the blank screen of an agent that has not drawn anything yet.
+        raise ValueError(f"{value!r} matches an empty screen; it must match something the ready agent shows")
+    return value
+
+
 Duration = Annotated[float, BeforeValidator(_duration)]
 Interval = Annotated[float, BeforeValidator(_duration), AfterValidator(_positive)]
 Regex = Annotated[str, AfterValidator(_regex)]
+ScreenRegex = Annotated[str, AfterValidator(_screen_regex)]
 
 
 def expand_path(value: str | os.PathLike[str], base: Path | None) -> Path:
@@ -98,7 +107,12 @@ class AgentConfig(_Section, _PathMixin):
     process_match: Regex = "claude"
     poller_match: Regex = ""
     boot_grace: Duration = 90.0
-    # How long a resumed agent is watched for "No conversation found" before the resume counts.
+    # A regex searched in the visible screen that says the agent is ready for input (its prompt,
+    # or Claude Code's footer). Seeing it ends the boot grace and the resume check, and the canary
+    # witnesses the relaunch at once; "" = the agent counts as ready when the boot grace ends.
+    ready_match: ScreenRegex = ""
+    # How long a resumed agent is watched for "No conversation found" before the resume counts
+    # (cut short once `ready_match` is seen).
     resume_check: Duration = 5.0
     resume_failed_match: Regex = "No conversation found"
     stop_grace: Duration = 3.0

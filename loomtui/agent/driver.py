@@ -152,8 +152,14 @@ class TmuxDriver:
         text = result.stdout[0].strip() if result.returncode == 0 and result.stdout else ""
         return int(text) if text.isdigit() else None
 
-    def launch(self, command: str, cwd: Path, env: dict[str, str]) -> PaneInfo:
+    def launch(self, command: str, cwd: Path, env: dict[str, str], exit_signal: Path | None = None) -> PaneInfo:
+        """Start `command` in the pane; with `exit_signal`, tmux writes that file when it exits."""
         self.pane.ensure_session(cwd)
+        if exit_signal is not None:
+            try:
+                self.pane.watch_exit(exit_signal)
+            except TmuxError:
+                pass  # the exit poll still notices; the hook only makes it sooner
         return self.pane.respawn(command, cwd, env)
 
     def attach_argv(self) -> list[str]:

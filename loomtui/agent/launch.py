@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from loomtui import clock
+from loomtui.agent import launches
 from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.launches import LAUNCH_KEY, record_processes, recorded_processes
 from loomtui.agent.policy import FRESH, RESUME
@@ -119,7 +120,7 @@ def relaunch_locked(
             stubborn = driver.stop(agent.stop_grace, recorded=recorded)
             if stubborn:
                 raise LoomError(f"processes {stubborn} of the old agent would not die")
-            info = driver.launch(command, agent.cwd, agent_env(ctx, new))
+            info = driver.launch(command, agent.cwd, agent_env(ctx, new), exit_signal=_exit_signal(ctx))
     except (TmuxError, LoomError, OSError) as exc:
         outcome.ok, outcome.error = False, str(exc)
         event = ledger.append(store, "relaunch_failed", source=source, cause=cause,
@@ -131,7 +132,7 @@ def relaunch_locked(
     except (TmuxError, LoomError) as exc:
         # The launch worked; the watchdog records the processes on its next look.
         log.warning("could not record the new agent's processes: %s", exc)
-    died = _watch_boot(ctx, driver, info.pane_id)
+    died = _watch_boot(ctx, driver, info.pane_id, new, now)
     if died is None:
         return outcome
     screen, status = died
@@ -154,8 +155,24 @@ def relaunch_locked(
     return outcome
 
 
-def _watch_boot(ctx: Context, driver: TmuxDriver, pane_id: str) -> tuple[str, int | None] | None:
-    """Watch a new agent for `agent.resume_check`: (its last screen, exit status) if it died, else None."""
+def _exit_signal(ctx: Context) -> Path | None:
+    directory = launches.signals_dir(ctx.state_dir)
+    try:
+        directory.mkdir(mode=0o700, exist_ok=True)
+    except OSError:
+        return None  # no hook: the exit poll alone notices
+    return directory / launches.PANE_DIED
+
+
+def _watch_boot(ctx: Context, driver: TmuxDriver, pane_id: str, session_id: str,
+                launched_ts: float) -> tuple[str, int | None] | None:
+    """Watch a new agent for `agent.resume_check`, or until it shows `agent.ready_match`:
+    (its last screen, exit status) if it died, else None.
+
+    A resume that fails says so and exits within moments; an agent showing its prompt has got
+    past that, so there is nothing left to wait for (and the canary can witness it at once).
+    """
+    ready_match = ctx.config.agent.ready_match
     deadline = time.monotonic() + ctx.config.agent.resume_check
     while time.monotonic() < deadline:
         try:
@@ -169,5 +186,13 @@ def _watch_boot(ctx: Context, driver: TmuxDriver, pane_id: str) -> tuple[str, in
                 return driver.screen(history=True), info.dead_status
             except TmuxError:
                 return "", info.dead_status
-        time.sleep(0.1)
+        if ready_match:
+            try:
+                screen = driver.screen(pane_id=pane_id)
+            except TmuxError:
+                screen = ""
+            if launches.looks_ready(ctx, screen):
+                launches.mark_ready(ctx, session_id, launched_ts)
+                return None
+        time.sleep(0.05)
     return None

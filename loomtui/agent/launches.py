@@ -1,9 +1,19 @@
-"""What the store says about the agent's launches: the last one, its boot grace, and which
-processes are ours. Read by every loop; written by a relaunch and by the watchdog's looks."""
+"""What the store says about the agent's launches: the last one, its boot grace, whether it was
+seen ready, and which processes are ours. Read by every loop; written by a relaunch and by the
+watchdog's and the canary's looks.
+
+Also the signal files (`<state>/signals/`) that wake the daemon's loops at once: tmux's
+pane-died hook writes one when the agent's process exits, a relaunch writes another once it has
+let go of recycle.lock. A signal only hurries a look the loops would take anyway; a lost one costs
+time, never a decision.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+from pathlib import Path
 from typing import Any
 
 from loomtui import clock
@@ -18,6 +28,10 @@ LAUNCH_KEY = "agent_launch"
 # The pane process and tmux server last seen running the agent (pid + start), kept apart from
 # LAUNCH_KEY so that a relaunch that fails half-way never forgets which processes are ours.
 PROCS_KEY = "agent_processes"
+
+SIGNALS_DIR = "signals"
+PANE_DIED = "pane-died"    # written by tmux itself (save-buffer of a fixed buffer: no shell, no pane text)
+RELAUNCHED = "relaunched"  # written by actions.recover once the new agent may be probed
 
 
 def last_launch(ctx: Context) -> dict[str, Any] | None:
@@ -66,5 +80,75 @@ def launch_age(launched: dict[str, Any] | None, at: Instant | None = None) -> fl
 
 
 def in_boot_grace(ctx: Context, at: Instant | None = None) -> bool:
-    elapsed = since_launch(ctx, at)
-    return elapsed is not None and elapsed < ctx.config.agent.boot_grace
+    """Booting: launched less than `boot_grace` ago and not yet seen ready (`agent.ready_match`)."""
+    launched = last_launch(ctx)
+    elapsed = launch_age(launched, at)
+    return elapsed is not None and elapsed < ctx.config.agent.boot_grace and not (launched or {}).get("ready")
+
+
+def looks_ready(ctx: Context, screen: str) -> bool:
+    """The screen shows `agent.ready_match`, and not the resume failure (which may share a prompt)."""
+    agent = ctx.config.agent
+    return bool(agent.ready_match) and re.search(agent.ready_match, screen) is not None \
+        and re.search(agent.resume_failed_match, screen) is None
+
+
+def mark_ready(ctx: Context, session_id: str, launched_ts: float, at: Instant | None = None) -> bool:
+    """Record that the launch made at `launched_ts` was seen ready: its boot grace is over.
+    False when a newer launch has replaced it meanwhile (that one has its own boot)."""
+    at = at or clock.now()
+    with ctx.store.write() as db:
+        launched = last_launch(ctx)
+        if not launched or launched.get("ts") != launched_ts or launched.get("session_id") != session_id:
+            return False
+        if not launched.get("ready"):
+            launched["ready"] = {"ts": at.wall, "mono": at.mono, "boot": at.boot}
+            ctx.store.set_meta(LAUNCH_KEY, json.dumps(launched), db)
+    return True
+
+
+def agent_ready(ctx: Context, driver: TmuxDriver) -> bool:
+    """Ready for a probe: seen ready before, past its boot grace, or showing `ready_match` now
+    (then recorded). One capture of the visible screen at most, and only while booting."""
+    launched = last_launch(ctx)
+    if not launched:
+        return True
+    if launched.get("ready"):
+        return True
+    elapsed = launch_age(launched)
+    if elapsed is None or elapsed >= ctx.config.agent.boot_grace:
+        return True
+    if not ctx.config.agent.ready_match:
+        return False
+    try:
+        info = driver.pane_info()
+        if info is None or info.dead:
+            return False
+        screen = driver.screen()
+    except TmuxError:
+        return False
+    if not looks_ready(ctx, screen):
+        return False
+    mark_ready(ctx, launched.get("session_id", ""), launched["ts"])
+    return True
+
+
+# -- signals ---------------------------------------------------------------------------------
+
+
+def signals_dir(state_dir: Path) -> Path:
+    return Path(state_dir) / SIGNALS_DIR
+
+
+def ring(state_dir: Path, name: str) -> None:
+    """Write the signal file `name`: a fixed byte, so a watcher of the directory sees a change."""
+    directory = signals_dir(state_dir)
+    try:
+        directory.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # the loops' own periodic looks still see whatever this would have hurried

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from loomtui import clock
 from loomtui.agent.policy import Decision, Instant, Relaunch, Situation
 from loomtui.context import Context
-from loomtui.store import ledger, outbox, session
+from loomtui.store import ledger, locks, outbox, session
 
 if TYPE_CHECKING:
     from loomtui.agent.launch import Outcome
@@ -39,7 +39,7 @@ class Recovery:
 
     def describe(self) -> str:
         if self.outcome is not None:
-            return self.outcome.describe()
+            return "; ".join([self.outcome.describe(), *self.notes])
         reasons = "; ".join(self.decision.reasons) if self.decision else "; ".join(self.notes)
         return f"{self.status}: {reasons}".rstrip(": ")
 
@@ -83,6 +83,13 @@ def clear_hold(ctx: Context, *, source: str, cause: str, at: Instant) -> bool:
         db.execute("DELETE FROM meta WHERE key = ?", (HOLD_KEY,))
         ledger.append_in(db, "hold_cleared", source=source, cause=cause, detail={"by": source}, ts=at.wall)
     return True
+
+
+def witness_note(ctx: Context) -> str:
+    """Who will witness a relaunch that just happened: a relaunch is a claim until a canary acks."""
+    if locks.is_held(ctx.state_dir, locks.SUPERVISOR):
+        return "unwitnessed until a canary acks (loom supervise probes it as soon as the agent is ready)"
+    return "unwitnessed: no loom supervise is running to probe it; `loom canary` witnesses it"
 
 
 def situation(ctx: Context, cause: str) -> Situation:

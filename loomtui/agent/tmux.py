@@ -12,6 +12,9 @@ tmux also has traps this module exists to keep in one place:
   named buffer from stdin and pasted; only named keys go through `send-keys`.
 - the output of an agent that prints and exits at once is pushed into the pane's history when
   the pane dies; history is cleared before each launch and captured with it afterwards.
+- tmux runs a hook's command through its own parser (and `run-shell` through a shell), so the
+  pane-died hook is one fixed string: it saves a fixed buffer to a path read from a window
+  option, which is set from an argv list and never parsed.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ import libtmux
 from loomtui.errors import LoomError
 
 DEFAULT_TIMEOUT = 5.0
+EXIT_BUFFER = "loom-pane-died"
+EXIT_OPTION = "@loom_pane_died"
+EXIT_HOOK = f'save-buffer -b {EXIT_BUFFER} "#{{{EXIT_OPTION}}}"'
 _GONE = re.compile(r"no server running|error connecting to|can't find (session|window|pane)|session not found")
 
 
@@ -209,6 +215,15 @@ class AgentPane:
                     "set-option history-limit")
         return True
 
+    def watch_exit(self, path: str | os.PathLike[str]) -> None:
+        """Have tmux write `path` the moment the pane's process exits (the `pane-died` hook)."""
+        window = f"={self.session}:0"
+        self._check(self.server.cmd(
+            "set-buffer", "-b", EXIT_BUFFER, "x", ";",
+            "set-option", "-w", "-t", window, EXIT_OPTION, os.fspath(path), ";",
+            "set-hook", "-w", "-t", window, "pane-died", EXIT_HOOK,
+        ), "set-hook pane-died")
+
     def respawn(self, command: str, cwd: str | os.PathLike[str], env: dict[str, str]) -> PaneInfo:
         """Replace whatever runs in the pane with `command` (run by tmux's shell)."""
         self._check(self.server.cmd("clear-history", target=self.target), "clear-history")
@@ -231,11 +246,22 @@ class AgentPane:
         return "\n".join(result.stdout)
 
     def paste(self, pane_id: str, text: str, buffer: str) -> None:
-        """Type `text` into exactly `pane_id` through a named buffer (never through send-keys)."""
-        self._check(self.server.cmd("load-buffer", "-b", buffer, "-", input=text), "load-buffer")
+        """Type `text` into exactly `pane_id` through a named buffer (never through send-keys).
+
+        tmux 3.3a crashes (the whole server, every pane with it) when pasting into a dead pane,
+        and an agent can die between any look and the paste. So the server itself checks and
+        pastes in one command sequence: a pane that died first gets nothing (the caller's next
+        look says so) and the server lives.
+        """
+        if not re.fullmatch(r"%\d+", pane_id) or not re.fullmatch(r"[A-Za-z0-9_-]+", buffer):
+            raise TmuxError(f"not a pane id and buffer name: {pane_id!r} {buffer!r}")
         try:
             # -d deletes the buffer once pasted; -p wraps in bracketed-paste only if the app asked for it.
-            self._check(self.server.cmd("paste-buffer", "-d", "-p", "-b", buffer, target=pane_id), "paste-buffer")
+            self._check(self.server.cmd(
+                "load-buffer", "-b", buffer, "-", ";",
+                "if-shell", "-F", "-t", pane_id, "#{pane_dead}",
+                f"delete-buffer -b {buffer}", f"paste-buffer -d -p -b {buffer} -t {pane_id}",
+                input=text), "paste-buffer")
         except TmuxError:
             self.server.cmd("delete-buffer", "-b", buffer)
             raise

@@ -1,4 +1,5 @@
-"""The canary loop's tick: scheduled probes and the decision that the agent is deaf.
+"""The canary loop's tick: scheduled probes, the probe that witnesses a relaunch, and the
+decision that the agent is deaf.
 
 Probes and recycles go through the actions module, like every other trigger's.
 """
@@ -12,17 +13,20 @@ import time
 
 from loomtui import actions
 from loomtui.agent import launches, recovery
-from loomtui.canary.rules import due_in, should_recycle
+from loomtui.agent.driver import TmuxDriver
+from loomtui.canary.rules import due_in, should_recycle, witness_due
 from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
 from loomtui.context import Context
+from loomtui.store import locks
 
 
 class CanaryLoop:
     """Scheduled probes and the decision to recycle, one tick at a time (the daemon's thread)."""
 
-    def __init__(self, ctx: Context, stop: threading.Event | None = None) -> None:
+    def __init__(self, ctx: Context, stop: threading.Event | None = None, driver: TmuxDriver | None = None) -> None:
         self.ctx = ctx
         self.stop = stop or threading.Event()
+        self.driver = driver or TmuxDriver(ctx.config)
         self.unrecorded_error = ""
 
     def tick(self) -> str:
@@ -53,13 +57,25 @@ class CanaryLoop:
             return f"canary_failed: {outcome.describe()}"
         if recovery.held(ctx) is not None:
             return ""
-        runs = recent_runs(ctx, 1)
+        runs = recent_runs(ctx)
+        seq = launch_seq(ctx)
+        if witness_due(runs, seq, ready=True):
+            # The last relaunch is still a claim: probe it the moment the agent is ready.
+            if locks.is_held(ctx.state_dir, locks.RECYCLE):
+                return ""
+            if not witness_due(runs, seq, ready=launches.agent_ready(ctx, self.driver)):
+                return ""
+            return self._probe(f"witnessing relaunch {seq}: ")
         if due_in(runs[-1] if runs else None, time.time(), cfg.interval, cfg.ack_timeout) > 0:
             return ""
         if launches.relaunch_under_way(ctx):
             return ""  # typed into a booting or replaced agent, a probe proves nothing
         if ctx.store.query_one("SELECT 1 FROM canary_runs WHERE result = ?", (PENDING,)):
             return ""
+        return self._probe("")
+
+    def _probe(self, label: str) -> str:
+        ctx, cfg = self.ctx, self.ctx.config.canary
         result = actions.canary_now(ctx, source="canary", stop=self.stop)
         if self.stop.is_set():
             return "stopping"  # the probe stays pending; the next daemon settles it from the ack file
@@ -67,6 +83,6 @@ class CanaryLoop:
             outcome = actions.recover(ctx, "canary_failed", source="canary",
                                       still_failing=self.misses_mean_deaf,
                                       evidence={"misses": cfg.misses_to_recycle})
-            return f"{result.describe()}; canary_failed: {outcome.describe()}"
+            return f"{label}{result.describe()}; canary_failed: {outcome.describe()}"
         sweep_acks(ctx)
-        return result.describe()
+        return label + result.describe()

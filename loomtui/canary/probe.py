@@ -27,6 +27,7 @@ from loomtui.canary.runs import (
     forget_ack,
     insert_run,
     instruction,
+    launch_seq,
     probe_from,
     settle_run,
     settle_stale,
@@ -48,8 +49,10 @@ def probe(ctx: Context, send: Send, *, source: str, join: bool = True,
     ack_timeout = ctx.config.canary.ack_timeout
     with locks.hold(ctx.state_dir, CANARY_LOCK, timeout=30):
         settle_stale(ctx)
-        pending = ctx.store.query_one("SELECT * FROM canary_runs WHERE result = ? ORDER BY id DESC LIMIT 1",
-                                      (PENDING,))
+        # Only a probe typed into this launch's agent is worth joining: one typed before the
+        # last relaunch went to an agent that is gone, and its miss says nothing about this one.
+        pending = ctx.store.query_one("SELECT * FROM canary_runs WHERE result = ? AND launch_seq = ? "
+                                      "ORDER BY id DESC LIMIT 1", (PENDING, launch_seq(ctx)))
         if pending is None or not join:
             run = _send(ctx, send, source, ack_timeout)
         else:

@@ -4,6 +4,10 @@ Only misses count toward a recycle: a probe we could not type (`inject_failed`),
 chose not to send (`skipped`) or one that failed on our side (`error`) says nothing about
 whether the agent hears. Misses are counted per launch (a relaunch starts the count again)
 and never during boot grace; an `ok` ends a run of misses.
+
+A relaunch is a claim until a probe of its own launch acks. Its first probe goes out as soon as
+the agent is ready, whatever the schedule; from then on the ordinary rules carry on (a miss
+re-probes at once and counts like any miss; an `ok` witnesses the relaunch).
 """
 
 from __future__ import annotations
@@ -51,3 +55,11 @@ def due_in(last: ProbeRun | None, now: float, interval: float, ack_timeout: floa
 
 def should_recycle(runs: list[ProbeRun], launch_seq: int, misses_to_recycle: int) -> bool:
     return consecutive_misses(runs, launch_seq) >= misses_to_recycle
+
+
+def witness_due(runs: list[ProbeRun], launch_seq: int, ready: bool) -> bool:
+    """A probe is due now to witness relaunch `launch_seq`: the agent is ready and nothing has
+    been sent to this launch yet (a probe we chose not to send, `skipped`, does not count)."""
+    if launch_seq <= 0 or not ready:
+        return False
+    return not any(run.launch_seq == launch_seq and run.result != SKIPPED for run in runs)

@@ -6,10 +6,15 @@ through actions.canary_now) types a self-contained instruction through the one i
 DIRECTORY (a watched file is lost to an atomic rename) for that nonce. One probe is in flight
 at a time; asking for another while one is out joins it. Whoever sees the result first
 records it; a probe whose prober died is settled by the next look from the ack file itself.
+
+A relaunch is a claim until a probe of its own launch acks: the first `ok` of a launch is
+recorded in the ledger with `witnessed` = the relaunch event's id (every canary event also names
+its `launch`), so the ledger alone says which relaunches were heard from again, and when.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sqlite3
@@ -102,28 +107,44 @@ def insert_run(ctx: Context, nonce: str, source: str, result: str, sent_at: floa
         )
         run_id = int(cur.lastrowid)
         if result != PENDING:
+            seq = db.execute("SELECT launch_seq FROM canary_runs WHERE id = ?", (run_id,)).fetchone()[0]
             ledger.append_in(db, "canary", source=source, cause=None if result == OK else result,
-                             detail={"run": run_id, "result": result, "why": why}, ts=sent_at)
+                             detail={"run": run_id, "result": result, "why": why, "launch": seq}, ts=sent_at)
     return run_id
 
 
 def settle_run(ctx: Context, run_id: int, result: str, *, ack_at: float | None = None, why: str = "") -> bool:
     """Record a pending run's result; False if someone else already did (first writer wins)."""
     with ctx.store.write() as db:
-        row = db.execute("SELECT sent_at, source FROM canary_runs WHERE id = ? AND result = ?",
+        row = db.execute("SELECT sent_at, source, launch_seq FROM canary_runs WHERE id = ? AND result = ?",
                          (run_id, PENDING)).fetchone()
         if row is None:
             return False
         latency = None if ack_at is None else max(0.0, ack_at - row["sent_at"])
+        seq = int(row["launch_seq"])
+        first_ok = result == OK and seq > 0 and db.execute(
+            "SELECT 1 FROM canary_runs WHERE launch_seq = ? AND result = ? LIMIT 1", (seq, OK)).fetchone() is None
         db.execute("UPDATE canary_runs SET result = ?, ack_at = ?, latency = ?, why = ? WHERE id = ?",
                    (result, ack_at, latency, why, run_id))
-        detail = {"run": run_id, "result": result}
+        detail: dict[str, object] = {"run": run_id, "result": result, "launch": seq}
         if latency is not None:
             detail["latency"] = round(latency, 3)
         if why:
             detail["why"] = why
+        if first_ok:
+            detail["witnessed"] = seq  # the relaunch event this ack proves heard
         ledger.append_in(db, "canary", source=row["source"], cause=None if result == OK else result, detail=detail)
     return True
+
+
+def witness_of(ctx: Context, relaunch_id: int) -> dict | None:
+    """The ledger's canary event that witnessed relaunch `relaunch_id` (id, ts, run), or None."""
+    row = ctx.store.query_one(
+        "SELECT id, ts, detail FROM ledger WHERE id > ? AND kind = 'canary' "
+        "AND json_extract(detail, '$.witnessed') = ? ORDER BY id LIMIT 1", (relaunch_id, relaunch_id))
+    if row is None:
+        return None
+    return {"event": row["id"], "ts": row["ts"], "run": json.loads(row["detail"]).get("run")}
 
 
 def ack_time(path: Path) -> float | None:

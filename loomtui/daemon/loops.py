@@ -7,17 +7,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+import watchfiles
+
+from loomtui.agent import launches
 from loomtui.agent.watchdog import Watchdog
 from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
-from loomtui.daemon.supervise import Service, TickLoop
+from loomtui.daemon.supervise import Doorbell, Service, TickLoop
 
 log = logging.getLogger("loom.loops")
 
 
 def watchdog_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
-    """Every `exit_check` a cheap dead-pane look; every `interval` the full watchdog tick."""
+    """Every `exit_check` (or at once when tmux's pane-died hook rings) a cheap dead-pane look;
+    every `interval` the full watchdog tick."""
     watchdog = Watchdog(ctx)
     interval = ctx.config.watchdog.interval
     last_full: list[float] = []
@@ -61,12 +66,44 @@ def sentinel_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
     return step
 
 
+def signal_watch(bells: dict[str, Doorbell]) -> Callable[[Context, threading.Event], Callable[[], object]]:
+    """A tick that watches the signals DIRECTORY until the daemon stops (a watched file is lost
+    to an atomic rename) and rings the loop each signal file is meant for."""
+
+    def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
+        directory = launches.signals_dir(ctx.state_dir)
+
+        def step() -> object:
+            directory.mkdir(mode=0o700, exist_ok=True)
+            watching = False
+            for changes in watchfiles.watch(directory, stop_event=halt, debounce=10, step=5, rust_timeout=1000,
+                                            yield_on_timeout=True, raise_interrupt=False):
+                if not watching:
+                    # The first yield comes once the watch is in place: what happened before it
+                    # was never seen, so every loop takes one look now.
+                    watching = True
+                    for bell in bells.values():
+                        bell.ring()
+                for name in {Path(path).name for _, path in changes}:
+                    bell = bells.get(name)
+                    if bell is not None:
+                        bell.ring()
+            return None
+
+        return step
+
+    return make
+
+
 def tick_loops(ctx: Context) -> list[TickLoop]:
     w, c = ctx.config.watchdog, ctx.config.canary
+    died, relaunched = Doorbell(), Doorbell()
     return [
-        TickLoop("watchdog", min(w.exit_check, w.interval), watchdog_tick),
-        TickLoop("canary", min(1.0, c.ack_timeout / 4), canary_tick),
+        # The exit poll stays as the safety net for a hook that never fired.
+        TickLoop("watchdog", min(w.exit_check, w.interval), watchdog_tick, wake=died),
+        TickLoop("canary", min(1.0, c.ack_timeout / 4), canary_tick, wake=relaunched),
         TickLoop("sentinel", ctx.config.sentinel.interval, sentinel_tick),
+        TickLoop("signals", 1.0, signal_watch({launches.PANE_DIED: died, launches.RELAUNCHED: relaunched})),
     ]
 
 

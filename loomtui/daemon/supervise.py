@@ -42,17 +42,52 @@ class LoopStats:
     last_error: str = ""
 
 
+class Doorbell:
+    """Ends a tick loop's sleep at once; rung from any thread (a file watcher, another loop).
+
+    A ring before the loop sleeps is kept, so the next sleep ends at once: an event is never lost
+    between a tick and the sleep after it.
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+        self._early = False
+
+    def bind(self) -> asyncio.Event:
+        """The event the running asyncio loop waits on (called from inside that loop)."""
+        with self._guard:
+            self._loop, self._event = asyncio.get_running_loop(), asyncio.Event()
+            if self._early:
+                self._event.set()
+            return self._event
+
+    def ring(self) -> None:
+        with self._guard:
+            loop, event = self._loop, self._event
+            if loop is None or event is None:
+                self._early = True
+                return
+        try:
+            loop.call_soon_threadsafe(event.set)
+        except RuntimeError:
+            pass  # the daemon's loop has closed: nobody is left to wake
+
+
 @dataclass
 class TickLoop:
     """A blocking tick run in a worker thread every `period` seconds; `make` builds a fresh tick.
 
     `make(ctx, halt)` gets a threading.Event set when the daemon stops, so a tick that waits
     (a canary probe waits up to its ack timeout) can give up instead of holding up SIGTERM.
+    A `wake` doorbell ends the sleep between ticks early (tmux said the pane died).
     """
 
     name: str
     period: float
     make: Callable[[Context, threading.Event], Callable[[], object]]
+    wake: Doorbell | None = None
 
 
 @dataclass
@@ -92,6 +127,21 @@ async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
         return stop.is_set()
 
 
+async def sleep_stop_or_wake(stop: asyncio.Event, wake: asyncio.Event | None, seconds: float) -> bool:
+    """Sleep up to `seconds`, less if `wake` is set (it is cleared); True if a stop was asked for."""
+    if wake is None:
+        return await sleep_or_stop(stop, seconds)
+    if not wake.is_set():
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(wake.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=max(seconds, 0.0), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+    wake.clear()
+    return stop.is_set()
+
+
 def _record_error(ctx: Context, name: str, exc: BaseException) -> None:
     try:
         ledger.append(ctx.store, "loop_error", source="supervisor",
@@ -105,6 +155,7 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
     stats = rt.stats.setdefault(spec.name, LoopStats())
     ctx = clone(rt.ctx)
     tick = spec.make(ctx, rt.halt)
+    wake = spec.wake.bind() if spec.wake is not None else None
     failures = 0
     try:
         while not stop.is_set():
@@ -128,7 +179,7 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 stats.ticks += 1
                 stats.last_duration = time.monotonic() - began
                 stats.last_tick = time.time()
-            if await sleep_or_stop(stop, spec.period - (time.monotonic() - began)):
+            if await sleep_stop_or_wake(stop, wake, spec.period - (time.monotonic() - began)):
                 break
     finally:
         ctx.close()

@@ -2,8 +2,10 @@
 
 An incident opens at the first sign of trouble (a canary miss, an automatic relaunch, a
 failed resume, an escalation) and closes at the first canary ack after it: until the
-canary proves the agent hears again, it is not recovered, however alive it looks. Pure:
-events in (oldest first), incidents out.
+canary proves the agent hears again, it is not recovered, however alive it looks. Once the
+incident has relaunched the agent, only an ack from that launch or a later one closes it
+(the ack that witnesses the relaunch): an ack from the agent that was replaced proves
+nothing about the new one. Pure: events in (oldest first), incidents out.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class Incident:
     misses: int = 0
     escalated: bool = False
     event_ids: list[int] = field(default_factory=list)
+    last_relaunch: int = 0               # event id of the incident's latest relaunch
+    witness: int | None = None           # event id of the ack that closed it
 
     def duration(self, now: float) -> float:
         return max(0.0, (self.end if self.end is not None else now) - self.start)
@@ -96,6 +100,7 @@ def _absorb(inc: Incident, e: TimelineEvent) -> None:
         inc.event_ids.append(e.id)
     if e.kind == "relaunch":
         inc.relaunches += 1
+        inc.last_relaunch = max(inc.last_relaunch, e.id)
         if e.cause and e.cause not in inc.causes:
             inc.causes.append(e.cause)
         mode = e.detail.get("mode")
@@ -129,15 +134,24 @@ def _title(inc: Incident) -> str:
     return "; ".join(bits)
 
 
+def heard_again(inc: Incident, e: TimelineEvent) -> bool:
+    """An ack that proves the agent of this incident hears: `ok`, and from the incident's latest
+    launch or a later one (events written before acks named their launch count as before)."""
+    if e.kind != "canary" or e.detail.get("result") != "ok":
+        return False
+    launch = e.detail.get("launch")
+    return not isinstance(launch, int) or launch >= inc.last_relaunch
+
+
 def group(events: list[TimelineEvent]) -> list[Incident]:
     """Incidents, oldest first. `events` must be oldest first."""
     out: list[Incident] = []
     current: Incident | None = None
     for e in events:
         if current is not None:
-            if e.kind == "canary" and e.detail.get("result") == "ok":
+            if heard_again(current, e):
                 current.event_ids.append(e.id)
-                current.end, current.status = e.ts, RECOVERED
+                current.end, current.status, current.witness = e.ts, RECOVERED, e.id
                 current.title = _title(current)
                 current = None
                 continue

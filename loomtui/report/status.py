@@ -7,8 +7,9 @@ and the metrics endpoint all read, so they can never disagree about the same mom
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loomtui.agent import launches, recovery
@@ -22,6 +23,38 @@ from loomtui.store.ledger import Event
 
 
 @dataclass(frozen=True)
+class RelaunchClaim:
+    """The last relaunch, and whether a canary ack has witnessed it: until one does, it is a claim."""
+
+    event: int                      # the relaunch's ledger event id
+    ts: float
+    cause: str
+    mode: str
+    source: str
+    witness: int | None = None      # the ledger event of the ack that witnessed it
+    witnessed_at: float | None = None
+    failed: bool = False            # the launch itself failed (relaunch_failed / launch_died)
+
+    @property
+    def witnessed(self) -> bool:
+        return self.witness is not None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"event": self.event, "ts": self.ts, "cause": self.cause, "mode": self.mode, "source": self.source,
+                "witnessed": self.witnessed, "witness_event": self.witness,
+                "witnessed_after": None if self.witnessed_at is None else round(self.witnessed_at - self.ts, 3),
+                "failed": self.failed}
+
+    def describe(self, now: float) -> str:
+        line = f"relaunched {format_duration(max(now - self.ts, 0))} ago ({self.cause}, {self.mode})"
+        if self.failed:
+            return line + ": the launch failed"
+        if self.witness is None:
+            return line + ": UNWITNESSED, no canary ack since"
+        return line + f", witnessed by a canary ack {max((self.witnessed_at or self.ts) - self.ts, 0):.1f}s later"
+
+
+@dataclass(frozen=True)
 class AgentLook:
     """One bounded look at the pane: tmux up/gone/unknown, and the agent and poller in its tree."""
 
@@ -29,6 +62,7 @@ class AgentLook:
     why: str = ""
     pane: dict[str, Any] | None = None   # pane_pid, dead, exit_status: when tmux showed a pane
     tree: dict[str, Any] | None = None   # process, pid, poller: when the tree could be walked
+    claim: str = ""                      # an unwitnessed last relaunch, said beside the process
 
     def as_json(self) -> dict[str, Any]:
         return {"tmux": self.tmux, "why": self.why, **(self.pane or {}), **(self.tree or {})}
@@ -42,7 +76,7 @@ class AgentLook:
         line = f"process {tree.get('process')}" + (f" (pid {tree['pid']})" if tree.get("pid") else "")
         if tree.get("poller") and tree["poller"] != "unknown":
             line += f", poller {tree['poller']}"
-        return line
+        return line + (f"; {self.claim}" if self.claim else "")
 
 
 @dataclass(frozen=True)
@@ -84,6 +118,12 @@ class Status:
     hold: dict[str, Any] | None
     last_launch: dict[str, Any] | None
     since_launch: float | None
+    relaunch: RelaunchClaim | None = None   # the last relaunch and its witness
+
+    @property
+    def unwitnessed(self) -> bool:
+        """The last relaunch launched but no canary has acked since: recovery is only claimed."""
+        return self.relaunch is not None and not self.relaunch.failed and not self.relaunch.witnessed
 
     @property
     def supervisor(self) -> Heartbeat | None:
@@ -114,6 +154,7 @@ class Status:
             "queue": self.queue,
             "hold": self.hold,
             "last_launch": self.last_launch,
+            "relaunch": self.relaunch.as_json() if self.relaunch else None,
         }
 
 
@@ -124,6 +165,10 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
     launched = launches.last_launch(ctx)
     settled = store.query_one("SELECT * FROM canary_runs WHERE result != ? ORDER BY id DESC LIMIT 1",
                               (canary.PENDING,))
+    claim = relaunch_claim(ctx)
+    look_now = agent(ctx) if look else None
+    if look_now is not None and claim is not None and not claim.failed and not claim.witnessed:
+        look_now = replace(look_now, claim=claim.describe(now))
     return Status(
         taken=now,
         state_dir=str(ctx.state_dir),
@@ -134,14 +179,32 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         last_events=ledger.tail(store, events) if events else [],
         outbox=outbox.summary(store, now),
         conflict=telegram_state.conflict(store),
-        agent=agent(ctx) if look else None,
+        agent=look_now,
         canary=_last(canary.last_probe(ctx), now),
         canary_settled=_last(canary.probe_from(settled), now) if settled else None,
         queue=sentinel_queue.counts(store),
         hold=recovery.held(ctx),
         last_launch=launched,
         since_launch=launches.launch_age(launched),
+        relaunch=claim,
     )
+
+
+def relaunch_claim(ctx: Context) -> RelaunchClaim | None:
+    """The last relaunch as the ledger tells it: witnessed by a canary ack, failed, or a claim."""
+    row = ctx.store.query_one("SELECT id, ts, cause, source, detail FROM ledger WHERE kind = 'relaunch' "
+                              "ORDER BY id DESC LIMIT 1")
+    if row is None:
+        return None
+    try:
+        mode = json.loads(row["detail"]).get("mode", "")
+    except ValueError:
+        mode = ""
+    failed = ctx.store.query_one("SELECT 1 FROM ledger WHERE id > ? AND kind IN ('relaunch_failed', 'launch_died') "
+                                 "LIMIT 1", (row["id"],)) is not None
+    ack = canary.witness_of(ctx, row["id"])
+    return RelaunchClaim(row["id"], row["ts"], row["cause"] or "", mode, row["source"] or "",
+                         ack["event"] if ack else None, ack["ts"] if ack else None, failed)
 
 
 def agent(ctx: Context) -> AgentLook:

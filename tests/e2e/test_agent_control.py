@@ -145,6 +145,22 @@ def test_pane_killed_during_injection_types_nowhere_else(harness):
     assert harness.loom("ledger", "verify").returncode == 0
 
 
+def test_a_paste_into_a_pane_that_died_types_nothing_and_the_server_lives(harness):
+    # tmux 3.3a's server crashes when pasting into a dead pane; the agent may die between any
+    # look and the paste (a probe typed the moment a new agent is ready meets this race).
+    from loomtui.agent.tmux import AgentPane
+
+    harness.start()
+    assert harness.loom("inject", "/exit0").returncode == 0
+    wait_for(lambda: harness.pane_pid() is None, what="the pane dead")
+    pane = AgentPane(harness.socket, "agent")
+    info = pane.info()
+    assert info is not None and info.dead
+    pane.paste(info.pane_id, "typed into nobody", "loom-test-buffer")
+    assert harness.server_pid() is not None and pane.info().dead
+    assert "loom-test-buffer" not in harness.tmux("list-buffers").stdout
+
+
 def test_missing_tmux_binary_is_a_clear_error(harness):
     bare_path = os.path.dirname(sys.executable)
     for args in (["inject", "hello"], ["recycle", "--fresh"]):

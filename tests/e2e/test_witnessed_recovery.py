@@ -1,0 +1,105 @@
+"""Witnessed recovery end to end: a killed agent is relaunched and then heard from again, with
+nobody asking; tmux's pane-died hook wakes the watchdog, and the exit poll still catches a pane
+whose hook never fired."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from harness import wait_for
+from test_supervise import Daemon, relaunches
+
+from loomtui.report import incidents
+from loomtui.report import status as status_mod
+from loomtui.store import ledger
+from loomtui.store.db import Store
+
+pytestmark = pytest.mark.e2e
+
+DEMO_READY = r"(?m)^> $"  # the demo agent's prompt on a line of its own (what the demo config says)
+
+
+def timeline(harness) -> list[incidents.Incident]:
+    with Store.in_dir(harness.state_dir) as store:
+        return incidents.group(ledger.tail(store, 100000, kinds=list(incidents.KINDS)))
+
+
+def witnessing(harness, relaunch: dict) -> list[dict]:
+    return [e for e in harness.events("canary") if e["detail"].get("witnessed") == relaunch["id"]]
+
+
+def witnessed_start(harness) -> None:
+    """The daemon has witnessed the operator's start (so no probe is being typed as we kill)."""
+    start = relaunches(harness)[-1]
+    wait_for(lambda: witnessing(harness, start), 60, what="the start witnessed")
+
+
+def kill_agent(harness) -> int:
+    pid = wait_for(harness.agent_pid, 30, what="the agent's pid")
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+@pytest.mark.incident("silent_deafness")
+def test_a_killed_agent_is_relaunched_and_witnessed_with_nobody_asking(make_harness):
+    harness = make_harness(sections={"agent": {"ready_match": DEMO_READY, "boot_grace": "30s"}})
+    session = harness.start()
+    daemon = Daemon(harness)
+    # The operator's start is witnessed too, by the daemon's canary, without a `loom canary`.
+    witnessed_start(harness)
+    kill_agent(harness)
+    relaunch = wait_for(lambda: relaunches(harness, "crash") + relaunches(harness, "exit"), 60,
+                        what="the relaunch")[0]
+    assert relaunch["source"] == "watchdog" and relaunch["detail"]["new_session"] == session
+    [ack] = wait_for(lambda: witnessing(harness, relaunch), 60, what="a canary ack witnessing the relaunch")
+    assert ack["detail"]["result"] == "ok" and ack["detail"]["launch"] == relaunch["id"]
+    assert ack["id"] > relaunch["id"]
+    # Nobody asked: every probe since the relaunch was the daemon's own.
+    assert {e["source"] for e in harness.events("canary_sent") if e["id"] > relaunch["id"]} == {"canary"}
+    # The incident's "took" runs to that ack.
+    [incident] = [i for i in timeline(harness) if relaunch["id"] in i.event_ids]
+    assert incident.status == incidents.RECOVERED
+    assert incident.witness == ack["id"] and incident.end == ack["ts"]
+    # And `loom status` calls the relaunch witnessed.
+    ctx = harness.ctx()
+    claim = status_mod.gather(ctx, look=False).relaunch
+    assert claim is not None and claim.event == relaunch["id"] and claim.witnessed
+    assert daemon.stop() == 0
+
+
+def test_the_pane_died_hook_wakes_the_watchdog(make_harness):
+    # Full ticks and exit polls an hour apart: only tmux's hook can bring the watchdog in time.
+    harness = make_harness(sections={"watchdog": {"interval": "1h", "exit_check": "1h"},
+                                     "agent": {"ready_match": DEMO_READY}})
+    harness.start()
+    daemon = Daemon(harness)
+    witnessed_start(harness)
+    kill_agent(harness)
+    wait_for(lambda: relaunches(harness, "crash") + relaunches(harness, "exit"), 60, what="a relaunch")
+    assert (harness.state_dir / "signals" / "pane-died").exists()
+    assert daemon.stop() == 0
+
+
+def test_a_pane_whose_hook_never_fires_is_still_caught_by_the_exit_poll(make_harness):
+    harness = make_harness(sections={"watchdog": {"interval": "1h", "exit_check": "300ms"},
+                                     "agent": {"ready_match": DEMO_READY}})
+    harness.start()
+    removed = harness.tmux("set-hook", "-u", "-w", "-t", "=agent:0", "pane-died")
+    assert removed.returncode == 0, removed.stderr
+    assert "pane-died" not in harness.tmux("show-hooks", "-w", "-t", "=agent:0").stdout
+    signal_file = harness.state_dir / "signals" / "pane-died"
+    signal_file.unlink(missing_ok=True)
+    daemon = Daemon(harness)
+    witnessed_start(harness)
+    kill_agent(harness)
+    try:
+        relaunch = wait_for(lambda: relaunches(harness, "crash") + relaunches(harness, "exit"), 60,
+                            what="a relaunch")[0]
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\ndaemon log:\n{daemon.output()[-3000:]}") from None
+    assert relaunch["source"] == "watchdog"
+    assert not signal_file.exists()  # the hook never fired: the poll alone saw it
+    wait_for(lambda: witnessing(harness, relaunch), 60, what="the relaunch witnessed")
+    assert daemon.stop() == 0
