@@ -35,6 +35,7 @@ JOBS = {
     "digest": ("45s", "print('digest: 3 sources, ERROR fetching [/feeds] (retrying) \\x1b[31mred\\x1b[0m')"),
 }
 CRASH_AFTER = 25.0
+DEMO_READY = r"(?m)^> $"  # the demo agent's prompt, alone on its line (resumed history lines carry text)
 
 MEMORY = {
     "MEMORY.md": "# Memory\n\n- [Operator](operator.md) — who runs this box and how to reach them\n"
@@ -98,6 +99,9 @@ class Demo:
             f"poller_match = {toml(poller_re)}",
             'boot_grace = "5s"',
             'resume_check = "2s"',
+            # The demo agent's prompt on a line of its own: seen, the agent is ready, and the
+            # canary witnesses a relaunch at once instead of after the boot grace.
+            f"ready_match = {toml(DEMO_READY)}",
             f"env = {toml({'LOOM_DEMO_DATA': str(self.root / 'agent-data'), 'LOOM_DEMO_BOT': bot})}",
             "[[agent.modals]]",
             'match = "Yes, I trust this folder"',

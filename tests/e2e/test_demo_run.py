@@ -79,6 +79,11 @@ def test_the_demo_crashes_its_agent_once_recovers_it_and_stops_cleanly(tmp_path)
         acked = wait_for(lambda: query("SELECT * FROM canary_runs WHERE result = 'ok' AND sent_at > ?",
                                        (crash["ts"],)), 180, what="a canary ok after the relaunch")
         assert acked[0]["session_id"] == pinned
+        # ...and the ledger ties that ack to the relaunch: witnessed, with nobody asking.
+        with Store.in_dir(state) as store:
+            canaries = [e.as_dict() for e in ledger.tail(store, 1000, kinds=["canary"])]
+        [witness] = [e for e in canaries if e["detail"].get("witnessed") == crash["id"]]
+        assert witness["detail"]["result"] == "ok" and witness["source"] == "canary" and witness["id"] > crash["id"]
 
         def newsletter_items():
             with Store.in_dir(state) as store:

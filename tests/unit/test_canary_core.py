@@ -9,11 +9,13 @@ from loomtui.canary.rules import (
     INJECT_FAILED,
     MISS,
     OK,
+    PENDING,
     SKIPPED,
     ProbeRun,
     consecutive_misses,
     due_in,
     should_recycle,
+    witness_due,
 )
 
 
@@ -73,3 +75,26 @@ def test_an_overdue_probe_is_due_now_not_later():
     assert due_in(ProbeRun(0.0, OK), 1000.0, 300, 60) == 0.0
     assert due_in(ProbeRun(0.0, ERROR), 1000.0, 300, 60) == 0.0
     assert due_in(ProbeRun(0.0, INJECT_FAILED), 30.0, 300, 60) == 30.0
+
+
+def test_a_relaunch_is_probed_once_the_agent_is_ready_then_the_schedule_carries_on():
+    assert witness_due([], 7, ready=True)
+    assert not witness_due([], 7, ready=False)            # still booting: a probe would prove nothing
+    assert not witness_due([], 0, ready=True)             # never relaunched by Loom: nothing to witness
+    assert witness_due(runs(OK, MISS, seq=6), 7, True)    # probes of the replaced agent do not witness this one
+    assert witness_due(runs(SKIPPED, seq=7), 7, True)     # not sent (a relaunch held the lock): try again
+    for result in (OK, MISS, PENDING, ERROR, INJECT_FAILED):
+        # Sent: its result decides (an ok witnesses; a miss re-probes by the schedule and counts).
+        assert not witness_due(runs(result, seq=7), 7, True)
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.sampled_from([OK, MISS, PENDING, ERROR, SKIPPED, INJECT_FAILED])),
+                max_size=20), st.integers(0, 4), st.booleans())
+def test_a_witness_probe_is_due_only_for_a_ready_launch_nothing_was_sent_to(sent, seq, ready):
+    history = [ProbeRun(float(i), result, launch) for i, (launch, result) in enumerate(sent)]
+    due = witness_due(history, seq, ready)
+    sent_to_this = any(launch == seq and result != SKIPPED for launch, result in sent)
+    assert due == (ready and seq > 0 and not sent_to_this)
+    # Whatever is sent to this launch ends the need; anything sent elsewhere or skipped does not.
+    assert not witness_due([*history, ProbeRun(99.0, MISS, seq)], seq, ready)
+    assert witness_due([*history, ProbeRun(99.0, SKIPPED, seq), ProbeRun(99.0, OK, seq + 1)], seq, ready) == due

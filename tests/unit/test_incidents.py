@@ -1,5 +1,8 @@
 """Grouping the ledger into incidents: from the first sign of trouble to the first ack after it."""
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from loomtui.report.incidents import HELD, NOTE, ONGOING, RECOVERED, group
 from loomtui.store.ledger import Event
 
@@ -144,3 +147,53 @@ def test_an_escalation_adds_its_cause_once():
     [inc] = group([ev(1, "relaunch", "crash", mode="resume"), ev(2, "escalation", "crash"),
                    ev(3, "escalation", "fuse")])
     assert inc.causes == ["crash", "fuse"] and inc.title == "crash, fuse; 1 relaunch (resume); escalated"
+
+
+def test_an_incident_that_relaunched_ends_at_the_ack_that_witnesses_the_relaunch():
+    events = [
+        ev(1, "relaunch", "crash", mode="resume", old_session="a", new_session="a"),
+        # An ack of the agent that was replaced, recorded after the relaunch: proves nothing new.
+        ev(2, "canary", result="ok", launch=0),
+        ev(3, "canary", result="ok", launch=1, witnessed=1),
+    ]
+    [inc] = group(events)
+    assert inc.status == RECOVERED and inc.witness == 3 and inc.end == events[2].ts
+    assert inc.duration(now=0) == 20 and 2 not in inc.event_ids
+    # Without the witness it is still a claim: ongoing, however alive the old acks look.
+    [inc] = group(events[:2])
+    assert inc.status == ONGOING and inc.witness is None
+    # A second relaunch in the same incident needs its own witness.
+    again = [*events[:1], ev(2, "relaunch", "crash", mode="fresh", old_session="a", new_session="b"),
+             ev(3, "canary", result="ok", launch=1, witnessed=1), ev(4, "canary", result="ok", launch=2, witnessed=2)]
+    [inc] = group(again)
+    assert inc.witness == 4 and inc.relaunches == 2
+
+
+def test_acks_recorded_before_acks_named_their_launch_still_close_an_incident():
+    [inc] = group([ev(1, "relaunch", "crash", mode="resume"), ev(2, "canary", result="ok")])
+    assert inc.status == RECOVERED and inc.witness == 2
+
+
+@given(st.lists(st.one_of(
+    st.tuples(st.just("relaunch"), st.sampled_from(["crash", "exit", "canary_failed"])),
+    st.tuples(st.just("ok"), st.integers(0, 30)),
+    st.tuples(st.just("miss"), st.integers(0, 30)),
+), max_size=30))
+def test_a_recovered_incident_is_closed_by_an_ack_of_its_last_relaunch_or_later(script):
+    events = []
+    for i, (kind, arg) in enumerate(script, start=1):
+        if kind == "relaunch":
+            events.append(ev(i, "relaunch", arg, mode="resume"))
+        else:
+            events.append(ev(i, "canary", None if kind == "ok" else "miss", result=kind, launch=arg))
+    by_id = {e.id: e for e in events}
+    for inc in group(events):
+        if inc.status != RECOVERED:
+            continue
+        ack = by_id[inc.witness]
+        assert ack.detail["result"] == "ok" and ack.ts == inc.end and ack.id == inc.event_ids[-1]
+        assert ack.detail["launch"] >= inc.last_relaunch
+        # No earlier event of the incident's own span could have closed it.
+        assert not any(e.kind == "canary" and e.detail["result"] == "ok" and e.detail["launch"] >= inc.last_relaunch
+                       and inc.last_relaunch and inc.first_id <= e.id < inc.witness and e.id > inc.last_relaunch
+                       for e in events)
