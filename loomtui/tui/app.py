@@ -19,7 +19,6 @@ from loomtui.tui.keymap import APP_KEYS
 from loomtui.tui.snapshot import Snapshot, Source
 
 REFRESH_EVERY = 1.5
-WIDE = 150
 
 
 def stylesheet() -> str:
@@ -55,9 +54,6 @@ class LoomApp(App):
     def on_mount(self) -> None:
         self.title = "Loom"
         self.sub_title = str(self.ctx.state_dir)
-
-    def on_resize(self) -> None:
-        self.set_class(self.size.width >= WIDE, "-wide")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

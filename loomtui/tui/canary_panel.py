@@ -32,7 +32,8 @@ class CanaryPanel(Widget):
 
     def compose(self) -> ComposeResult:
         yield KeyedTable([("id", "#", 5), ("sent", "sent", 14), ("result", "result", 13), ("latency", "latency", 8),
-                          ("source", "by", 8), ("why", "why", None)], id="canary-table")
+                          ("source", "by", 8), ("why", "why", None)], stretch="why",
+                         id="canary-table")
 
     def show(self, probes: list[Probe]) -> None:
         self.query_one(KeyedTable).sync(rows(probes))

@@ -1,4 +1,9 @@
-"""The console's main screen: the header, the tabbed panels, the side pane and every console key.
+"""The console's main screen: the summary, the tabbed panels, the side pane and every console key.
+
+Below 150 columns the summary sits above the tabs and tab 1 is the agent's pane. From 150
+columns on, the pane moves to the right and tab 1 becomes the overview (plots, latest incidents,
+the queue, the fleet), so nothing shows twice; a resize re-lays out the same widgets by a CSS
+class, no restart and no reload.
 
 The keys live on this screen, not on the app, so a dialog pushed on top blocks them by
 construction: Textual only consults the bindings of the active screen (and the app's), and a
@@ -18,12 +23,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import watchfiles
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult, SuspendNotSupported
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, TabbedContent, TabPane
+from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
 from loomtui import actions, redact
@@ -33,13 +38,19 @@ from loomtui.errors import LoomError
 from loomtui.tui.agent_panel import AgentPanel
 from loomtui.tui.canary_panel import CanaryPanel
 from loomtui.tui.fleet_panel import FleetPanel
+from loomtui.tui.footer import FittingFooter
 from loomtui.tui.header import StatusHeader
 from loomtui.tui.keymap import APP_KEYS, TABS
 from loomtui.tui.memory_panel import MemoryPanel
 from loomtui.tui.modals import HelpScreen, PromptScreen, RecycleScreen
+from loomtui.tui.overview_panel import OverviewPanel
+from loomtui.tui.plots import PlotNumbersScreen
 from loomtui.tui.queue_panel import QueuePanel
 from loomtui.tui.snapshot import Snapshot, Source
 from loomtui.tui.timeline_panel import TimelinePanel
+
+WIDE = 150
+OVERVIEW_TITLE = "Overview"
 
 
 class ConsoleScreen(Screen):
@@ -81,10 +92,12 @@ class ConsoleScreen(Screen):
             with TabbedContent(id="tabs", initial="agent"):
                 for n, (tab, title) in enumerate(TABS, start=1):
                     with TabPane(f"{title} {n}", id=tab):
+                        if tab == "agent":
+                            yield OverviewPanel(id="overview")
                         yield self._panel(tab)
             yield AgentPanel(id="side-agent")
         # The palette is on ctrl+p (and in help); its footer entry would cost the keys room at 80 columns.
-        yield Footer(compact=True, show_command_palette=False)
+        yield FittingFooter(compact=True, show_command_palette=False)
 
     def _panel(self, tab: str):
         if tab == "agent":
@@ -101,9 +114,23 @@ class ConsoleScreen(Screen):
         return TimelinePanel(self.source.store, self.app.now, id="timeline-panel")
 
     def on_mount(self) -> None:
+        self._lay_out(self.app.size.width)
         self.refresh_data()
         if self.watch_state:
             self._watch_state_dir()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._lay_out(event.size.width)
+
+    @property
+    def wide(self) -> bool:
+        return self.has_class("-wide")
+
+    def _lay_out(self, width: int) -> None:
+        wide = width >= WIDE
+        self.set_class(wide, "-wide")
+        first = TABS[0][1]
+        self.query_one(TabbedContent).get_tab("agent").label = f"{OVERVIEW_TITLE if wide else first} 1"
 
     def on_unmount(self) -> None:
         self._stop_watch.set()
@@ -129,6 +156,7 @@ class ConsoleScreen(Screen):
         self.query_one("#agent-panel", AgentPanel).show(snap.pane)
         self.query_one("#side-agent", AgentPanel).show(snap.pane)
         if not snap.store_error:
+            self.query_one(OverviewPanel).show(snap)
             self.query_one(CanaryPanel).show(snap.canary)
             self.query_one(QueuePanel).show(snap.queue)
             self.query_one(FleetPanel).show(snap.jobs, snap.taken)
@@ -231,8 +259,14 @@ class ConsoleScreen(Screen):
         self._done("inject", f"sent {result.length} characters" if result.ok else f"failed: {result.error}",
                    result.ok)
 
+    def action_plots(self) -> None:
+        if self.snapshot is None:
+            self.notify("nothing loaded yet", title="plots", markup=False)
+            return
+        self.app.push_screen(PlotNumbersScreen(self.snapshot))
+
     def action_resolve(self) -> None:
-        item = self.query_one(QueuePanel).selected
+        item = self.query_one(OverviewPanel).selected or self.query_one(QueuePanel).selected
         if item is None:
             self.notify("select a queue item first (panel 3)", title="resolve", severity="warning", markup=False)
             return

@@ -1,4 +1,5 @@
-"""The header: agent state, pinned session, last canary, supervisor heartbeat, open queue items."""
+"""The summary above the tabs: agent state, supervisor heartbeat, the canary and the last ack,
+open and claimed queue items, the hold and the last incident, three lines at any width."""
 
 from __future__ import annotations
 
@@ -11,32 +12,45 @@ LEVELS = {"ok": "bold green", "warn": "bold yellow", "bad": "bold red"}
 
 
 def render_header(h: Header) -> Text:
-    # Two lines that never wrap (a long state is cut, not pushed onto a third line).
+    # Lines that never wrap (a long state is cut, not pushed onto another line). The state text
+    # comes from the store and the pane's facts, never from the pane's text, but stays Text anyway.
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append("agent ", style="dim")
     out.append(h.agent, style=LEVELS.get(h.agent_level, ""))
     out.append("  session ", style="dim")
     out.append((h.pinned or "none")[:8])
+    if h.supervisor_level == "bad" and h.supervisor.startswith("store unavailable"):
+        out.append("\n")
+        out.append(h.supervisor, style=LEVELS["bad"])  # the reason first, before the line is cut
+        return out
+    out.append("  supervisor ", style="dim")
+    out.append(h.supervisor, style=LEVELS.get(h.supervisor_level, ""))
+    out.append("\n")
+    out.append("canary ", style="dim")
+    out.append(h.canary, style=LEVELS.get(h.canary_level, ""))
+    if h.canary_level != "ok":
+        # The last probe was not an ack: when did the agent last hear?
+        out.append("  last ack ", style="dim")
+        out.append(h.last_ack or "never", style=LEVELS.get(h.last_ack_level, ""))
+    out.append("  queue ", style="dim")
+    out.append(f"{h.queue_open} open", style="bold red" if h.queue_open else "green")
+    out.append(" · ", style="dim")
+    out.append(f"{h.queue_claimed} claimed", style="bold yellow" if h.queue_claimed else "green")
     if h.unsent:
         # Alerts and escalations wait in the outbox when Telegram is off or failing: say so here.
         out.append(f"  {h.unsent} message{'s' if h.unsent != 1 else ''} for you unsent (loom status)",
                    style="bold yellow")
     out.append("\n")
-    if h.supervisor_level == "bad" and h.supervisor.startswith("store unavailable"):
-        out.append(h.supervisor, style=LEVELS["bad"])  # the reason first, before the line is cut
-        return out
-    out.append("canary ", style="dim")
-    out.append(h.canary, style=LEVELS.get(h.canary_level, ""))
-    out.append("  queue ", style="dim")
-    out.append(f"{h.open_items} open", style="bold red" if h.open_items else "green")
-    out.append("  supervisor ", style="dim")
-    out.append(h.supervisor, style=LEVELS.get(h.supervisor_level, ""))
+    out.append("hold ", style="dim")
+    out.append(h.hold or "none", style=LEVELS["bad"] if h.hold else "green")
+    out.append("  last incident ", style="dim")
+    out.append(h.incident or "none lately", style=LEVELS.get(h.incident_level, ""))
     return out
 
 
 class StatusHeader(Static):
     DEFAULT_CSS = """
-    StatusHeader { height: 2; padding: 0 1; background: $boost; }
+    StatusHeader { height: 3; padding: 0 1; background: $boost; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def show(self, header: Header) -> None:

@@ -14,11 +14,14 @@ APP_KEYS: list[Binding] = [
     Binding("i", "inject", "Inject", id="loom.inject", tooltip="Type one line into the agent's pane"),
     Binding("d", "resolve", "Resolve", id="loom.resolve", tooltip="Resolve the selected queue item with a note"),
     Binding("a", "attach", "Attach", id="loom.attach", tooltip="Attach to the agent's tmux pane (detach to come back)"),
+    Binding("p", "plots", "Plots", id="loom.plots",
+            tooltip="The plots (canary latency, relaunches per hour, oldest queue item) and the numbers they draw"),
     Binding("slash", "filter", "Search", id="loom.filter",
             tooltip="Search: the memory when its panel is shown, else filter the timeline (kind:NAME text)"),
     Binding("question_mark", "help", "Help", id="loom.help", tooltip="Every key and what it does"),
     Binding("q", "app.quit", "Quit", id="loom.quit", tooltip="Quit the console (supervision keeps running)"),
 ] + [
-    Binding(str(n), f"show_tab('{tab}')", title, id=f"loom.tab.{tab}", show=False, tooltip=f"Jump to the {title} panel")
+    Binding(str(n), f"show_tab('{tab}')", title, id=f"loom.tab.{tab}", show=False,
+            tooltip=f"Jump to the {title} panel" + (" (the overview, at 150 columns and more)" if tab == "agent" else ""))
     for n, (tab, title) in enumerate(TABS, start=1)
 ]

@@ -57,7 +57,7 @@ class QueuePanel(Widget):
         with Vertical():
             yield KeyedTable([("id", "#", 4), ("state", "state", 9), ("job", "job", 14), ("kind", "kind", 8),
                               ("count", "×", 4), ("nudges", "nudged", 6), ("last", "last seen", 14),
-                              ("sample", "line", None)], id="queue-table")
+                              ("sample", "line", None)], stretch="sample", id="queue-table")
             yield Static(Text("no item selected", style="dim"), id="queue-detail", markup=False)
 
     def show(self, items: list[Any]) -> None:

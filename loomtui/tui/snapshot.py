@@ -20,11 +20,17 @@ from loomtui.canary import runs as canary
 from loomtui.canary.runs import Probe
 from loomtui.context import Context
 from loomtui.durations import format_duration
+from loomtui.report import incidents
 from loomtui.report import status as status_mod
 from loomtui.store import ledger
 from loomtui.store.db import DB_NAME, Store
 
 STORE_TIMEOUT = 2.0  # the console must say "store busy" promptly, not hang for the daemon's 10 s
+# The overview reads bounded pages only, so a refresh costs the same with a million ledger events.
+INCIDENT_EVENTS = 400     # the newest incident-kind events grouped for "last incident" and the latest list
+LATEST_INCIDENTS = 8
+RELAUNCH_EVENTS = 1000    # relaunches read for the per-hour plot (the ceiling keeps a day far below this)
+DAY = 86400.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,13 @@ class Header:
     open_items: int
     held: bool = False
     unsent: int = 0        # messages for the operator still in the outbox (Telegram off or failing)
+    last_ack: str = ""     # the last canary ack and its age
+    last_ack_level: str = "warn"
+    queue_open: int = 0
+    queue_claimed: int = 0
+    incident: str = ""     # the last incident, one line
+    incident_level: str = "ok"
+    hold: str = ""         # why automatic relaunching is held, "" when it is not
 
 
 @dataclass(frozen=True)
@@ -61,6 +74,15 @@ class JobRow:
 
 
 @dataclass(frozen=True)
+class Overview:
+    """What the overview's plots and latest-incidents list read, beyond the panels' own data."""
+
+    relaunches: list[tuple[float, str]] = field(default_factory=list)   # (ts, cause) over the last day
+    queue_spans: list[tuple[float, float | None]] = field(default_factory=list)  # (first seen, witnessed at)
+    incidents: list[incidents.Incident] = field(default_factory=list)  # newest first
+
+
+@dataclass(frozen=True)
 class Snapshot:
     taken: float
     header: Header
@@ -70,6 +92,7 @@ class Snapshot:
     jobs: list[JobRow] = field(default_factory=list)
     ledger_count: int = 0
     store_error: str = ""
+    overview: Overview = field(default_factory=Overview)
 
 
 class Source:
@@ -147,11 +170,63 @@ class Source:
         # The pane is looked at above (with its text); everything else is the one status model.
         status = status_mod.gather(ctx, events=0, now=now, look=False)
         queue = _queue(store)
-        return Snapshot(now, header_from(status, pane, ctx.config), pane, canary.history(ctx, 100), queue,
-                        _jobs(ctx, store, queue, now), status.ledger_events)
+        overview = Overview(_relaunches(store, now), _queue_spans(store, now),
+                            _latest_incidents(store))
+        header = header_from(status, pane, ctx.config, last_ack=_last_ack(store), incidents_=overview.incidents)
+        return Snapshot(now, header, pane, canary.history(ctx, 100), queue, _jobs(ctx, store, queue, now),
+                        status.ledger_events, overview=overview)
 
 
-def header_from(status: status_mod.Status, pane: PaneView, config: Any) -> Header:
+def _last_ack(store: Store) -> tuple[float, float | None] | None:
+    row = store.query_one("SELECT ack_at, sent_at, latency FROM canary_runs WHERE result = ? ORDER BY id DESC LIMIT 1",
+                          (canary.OK,))
+    return None if row is None else (row["ack_at"] or row["sent_at"], row["latency"])
+
+
+def _relaunches(store: Store, now: float) -> list[tuple[float, str]]:
+    rows = store.query("SELECT ts, cause FROM ledger WHERE kind = 'relaunch' ORDER BY id DESC LIMIT ?",
+                       (RELAUNCH_EVENTS,))
+    return [(r["ts"], r["cause"] or "") for r in rows if r["ts"] >= now - DAY]
+
+
+def _queue_spans(store: Store, now: float) -> list[tuple[float, float | None]]:
+    rows = store.query("SELECT first_seen, witnessed_at FROM queue_items WHERE state != 'witnessed' "
+                       "OR witnessed_at >= ?", (now - DAY,))
+    return [(r["first_seen"], r["witnessed_at"]) for r in rows]
+
+
+def _latest_incidents(store: Store) -> list[incidents.Incident]:
+    events = ledger.page(store, limit=INCIDENT_EVENTS, kinds=list(incidents.KINDS))
+    return list(reversed(incidents.group(list(reversed(events)))))[:LATEST_INCIDENTS]
+
+
+def hold_text(hold: dict[str, Any] | None, now: float) -> str:
+    """Why relaunching is held, from the hold record (the fields a later hold adds are read if there)."""
+    if hold is None:
+        return ""
+    bits = [f"no automatic relaunch for {format_duration(max(now - float(hold.get('ts') or now), 0))}"]
+    why = hold.get("reason") or "; ".join(str(r) for r in hold.get("reasons") or []) or hold.get("cause") or ""
+    if why:
+        bits.append(str(why))
+    until = hold.get("until")
+    if isinstance(until, (int, float)):
+        bits.append(f"{format_duration(max(until - now, 0))} left")
+    return ": ".join(bits[:2]) + "".join(f", {b}" for b in bits[2:])
+
+
+def incident_line(found: list[incidents.Incident], now: float) -> tuple[str, str]:
+    """The last incident that was trouble (not a note), one line, and how bad it is."""
+    for inc in found:
+        if inc.status != incidents.NOTE:
+            level = {incidents.RECOVERED: "ok", incidents.ONGOING: "bad", incidents.HELD: "bad"}.get(inc.status, "warn")
+            age = format_duration(max(now - inc.start, 0))
+            return f"{inc.status} {age} ago: {inc.title}", level
+    return "none lately", "ok"
+
+
+def header_from(status: status_mod.Status, pane: PaneView, config: Any, *,
+                last_ack: tuple[float, float | None] | None = None,
+                incidents_: list[incidents.Incident] | None = None) -> Header:
     held = status.hold is not None
     since = status.since_launch
     booting = since is not None and since < config.agent.boot_grace
@@ -174,13 +249,22 @@ def header_from(status: status_mod.Status, pane: PaneView, config: Any) -> Heade
     if status.probing:
         can = "probing… · " + can
     unsent = status.outbox.get("pending", 0) + status.outbox.get("failed", 0)
+    now = status.taken
+    if last_ack is None:
+        ack, ack_level = "never", "warn"
+    else:
+        ack = f"{format_duration(max(now - last_ack[0], 0))} ago"
+        ack += f" ({last_ack[1]:.2f}s)" if last_ack[1] is not None else ""
+        ack_level = "ok" if can_level == "ok" else "warn"
+    incident, incident_level = incident_line(incidents_ or [], now)
     return Header(agent, level, status.pinned_session, can, can_level, sup, sup_level, status.unresolved, held,
-                  unsent)
+                  unsent, ack, ack_level, status.queue.get("open", 0), status.queue.get("claimed", 0), incident,
+                  incident_level, hold_text(status.hold, now))
 
 
 def _agent_text(pane: PaneView, held: bool, booting_for: float | None) -> tuple[str, str]:
     if held:
-        return "HELD: no automatic relaunch until you act (r)", "bad"
+        return "HELD until you act (r)", "bad"  # why, and since when: the summary's hold line
     if pane.state == GONE:
         return "no tmux session", "bad"
     if pane.state == UNKNOWN:

@@ -1,4 +1,9 @@
-"""A DataTable keyed by id that changes only what changed (dolphie's way): no flicker, cursor kept."""
+"""A DataTable keyed by id that changes only what changed (dolphie's way): no flicker, cursor kept.
+
+One column may stretch: it takes whatever width the others leave, so a column of free text (the
+timeline's "what", the queue's "line") uses the screen instead of being cut at its first measure.
+Its cells are cut with an ellipsis there; the full text is in the panel's detail view.
+"""
 
 from __future__ import annotations
 
@@ -25,15 +30,41 @@ class KeyedTable(DataTable):
     KeyedTable { height: 1fr; }
     """
 
-    def __init__(self, columns: Sequence[tuple[str, str, int | None]], **kwargs) -> None:
+    MIN_STRETCH = 12
+
+    def __init__(self, columns: Sequence[tuple[str, str, int | None]], *, stretch: str | None = None,
+                 **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._columns = columns
+        self._stretch = stretch
         self._order: list[str] = []
         self._cells: dict[str, tuple[Text, ...]] = {}
 
     def on_mount(self) -> None:
         for key, label, width in self._columns:
-            self.add_column(label, key=key, width=width)
+            self.add_column(label, key=key, width=width if width is not None or key != self._stretch
+                            else self.MIN_STRETCH)
+        self.stretch()
+
+    def on_resize(self) -> None:
+        self.stretch()
+
+    def stretch(self) -> None:
+        """Give the stretching column the width the other columns leave (a vertical scrollbar's
+        room kept free, so rows appearing never push the table into a horizontal scroll)."""
+        if self._stretch is None or not self.size.width:
+            return
+        column = self.columns.get(self._stretch)  # type: ignore[call-overload]
+        if column is None:
+            return
+        others = sum(c.get_render_width(self) for key, c in self.columns.items() if key != self._stretch)
+        width = max(self.MIN_STRETCH, self.size.width - others - 2 * self.cell_padding
+                    - self.styles.scrollbar_size_vertical)
+        if column.width != width or column.auto_width:
+            column.width, column.auto_width = width, False
+            self._require_update_dimensions = True
+            self._clear_caches()
+            self.refresh()
 
     @property
     def selected_key(self) -> str | None:

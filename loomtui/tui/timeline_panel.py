@@ -146,7 +146,8 @@ class TimelinePanel(Widget):
         with Vertical():
             yield Static(Text(""), id="timeline-status", markup=False)
             yield KeyedTable([("when", "when", 14), ("status", "status", 10), ("took", "took", 7),
-                              ("sessions", "sessions", 17), ("what", "what", None)], id="timeline-table")
+                              ("sessions", "sessions", 17), ("what", "what", None)], stretch="what",
+                             id="timeline-table")
 
     def on_mount(self) -> None:
         self.reload()

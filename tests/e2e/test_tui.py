@@ -118,7 +118,7 @@ def test_panels_show_the_store_and_hostile_text_renders_literally(populated):
         async with app.run_test(size=(80, 24)) as pilot:
             await until(pilot, lambda: app.snapshot is not None, what="a first snapshot")
             header = screen_text(app)
-            assert "no tmux session" in header and "bbbbbbbb" in header and "2 open" in header
+            assert "no tmux session" in header and "bbbbbbbb" in header and "1 open · 1 claimed" in header
             await pilot.press("2")
             canary = cells(app, "canary-table")
             assert [c[2].plain for c in canary][:3] == ["ok", "error", "ok"]
