@@ -45,6 +45,7 @@ class OverviewPanel(Widget):
     OverviewPanel { layout: vertical; height: 1fr; }
     OverviewPanel > .section { border: round $primary 60%; border-title-color: $accent; padding: 0 1; }
     OverviewPanel > #overview-plots { height: auto; }
+    OverviewPanel #latency-spark, OverviewPanel #queue-spark { height: 2; }
     OverviewPanel > #overview-incidents { height: 1fr; min-height: 5; }
     OverviewPanel > #overview-queue { height: 1fr; min-height: 5; }
     OverviewPanel > #overview-fleet { height: auto; max-height: 10; }
@@ -56,18 +57,18 @@ class OverviewPanel(Widget):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="overview-plots", classes="section") as box:
-            box.border_title = "plots · p numbers"
+            box.border_title = "plots · p: their numbers"
             yield PlotsPanel()
         with Vertical(id="overview-incidents", classes="section") as box:
-            box.border_title = "latest incidents · 6 timeline"
+            box.border_title = "latest incidents · 6: timeline"
             yield KeyedTable([("when", "when", 14), ("status", "status", 10), ("took", "took", 7),
                               ("what", "what", None)], stretch="what", id="overview-incidents-table")
         with Vertical(id="overview-queue", classes="section") as box:
-            box.border_title = "waiting in the queue · 3 queue, d resolve"
+            box.border_title = "waiting in the queue · 3: queue · d: resolve"
             yield KeyedTable([("id", "#", 4), ("state", "state", 9), ("job", "job", 14), ("age", "age", 7),
                               ("sample", "line", None)], stretch="sample", id="overview-queue-table")
         with Vertical(id="overview-fleet", classes="section") as box:
-            box.border_title = "fleet · 4 jobs"
+            box.border_title = "fleet · 4: every job"
             yield KeyedTable([("job", "job", 18), ("status", "last", 10), ("start", "started", 14), ("open", "open", 4),
                               ("due", "next", None)], stretch="due", id="overview-fleet-table")
 

@@ -118,8 +118,11 @@ class PlotsPanel(Widget):
     def show(self, snap: Snapshot) -> None:
         lat = series.latency(snap.canary, PROBES)
         self.query_one("#latency-title", Static).update(latency_title(lat))
-        self.query_one("#latency-spark", Sparkline).data = lat.values
-        self.query_one("#latency-marks", MarkRow).show(lat.marks)
+        # Sparkline draws a single value as a full-width wall in its top colour: one probe is drawn
+        # as two equal ones, a flat line.
+        twice = 2 if len(lat.values) == 1 else 1
+        self.query_one("#latency-spark", Sparkline).data = lat.values * twice
+        self.query_one("#latency-marks", MarkRow).show(lat.marks * twice)
 
         by_cause = series.relaunches_by_hour(snap.overview.relaunches, snap.taken)
         self.query_one("#relaunch-title", Static).update(relaunch_title(by_cause))
