@@ -1,13 +1,19 @@
 """Screenshots of the real console on real demo states (run by `make screenshots`).
 
 Starts the built-in demo (demo agent in tmux, `loom supervise`, jobs through `loom run-job`),
-waits until it has canaries, a recovery and queue items to show, then saves every panel at
-80x24 and 160x48 as SVG next to this script. Nothing is staged by hand.
+waits until it has canaries, a recovery and queue items to show, then saves the first screen
+(the overview) and every panel at 80x24 and 160x48 as SVG next to this script, and the console
+served to headless Chromium (`loom-tui --serve`, Debian's chromium driven by Playwright) after a
+canary from the browser, as PNG. Nothing is staged by hand.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,6 +30,8 @@ from loomtui.tui.app import LoomApp  # noqa: E402
 from loomtui.tui.keymap import TABS  # noqa: E402
 
 SIZES = [(80, 24), (160, 48)]
+CHROMIUM = "/usr/bin/chromium"
+BROWSER_SIZE = {"width": 1700, "height": 1000}  # about 170 columns: the wide overview
 
 
 def ready(state_dir: Path) -> bool:
@@ -43,6 +51,10 @@ async def shoot(ctx: Context, out: Path) -> list[Path]:
             deadline = time.monotonic() + 20
             while app.snapshot is None and time.monotonic() < deadline:
                 await pilot.pause(0.2)
+            await pilot.pause(1.5)  # the overview's lists fill from the first snapshot
+            path = out / f"overview-{width}x{height}.svg"
+            app.save_screenshot(str(path))
+            saved.append(path)
             for n, (tab, _) in enumerate(TABS, start=1):
                 await pilot.press(str(n))
                 await pilot.pause(1.5)
@@ -55,6 +67,51 @@ async def shoot(ctx: Context, out: Path) -> list[Path]:
             app.save_screenshot(str(path))
             saved.append(path)
     return saved
+
+
+def browser_shot(config: Path, out: Path) -> Path:
+    """The console as a browser shows it: `loom-tui --serve`, a canary pressed in the page."""
+    from playwright.sync_api import sync_playwright
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "loomtui.tui.main", "--serve", "--port", str(port), "--config",
+                               str(config)], cwd=HERE.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("loom-tui --serve did not start listening")
+                time.sleep(0.2)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                         args=["--no-sandbox", "--disable-dev-shm-usage"])
+            try:
+                page = browser.new_page(viewport=BROWSER_SIZE)
+                page.goto(f"http://127.0.0.1:{port}/")
+                page.wait_for_selector("body.-first-byte", timeout=60_000)
+                page.wait_for_timeout(4000)  # the first snapshot and the overview's lists
+                page.locator(".xterm-helper-textarea").focus()
+                page.keyboard.press("c")
+                page.wait_for_timeout(6000)  # the demo agent acks within a second or two
+                path = out / "browser-overview.png"
+                page.screenshot(path=str(path))
+            finally:
+                browser.close()
+        return path
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(server.pid, sig)
+                server.wait(10)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
 
 
 def main() -> int:
@@ -71,6 +128,7 @@ def main() -> int:
             time.sleep(1)
         for path in asyncio.run(shoot(ctx, HERE)):
             print(path.relative_to(HERE.parent))
+        print(browser_shot(config, HERE).relative_to(HERE.parent))
         return 0
     finally:
         demo.stop()
