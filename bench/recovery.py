@@ -1,28 +1,44 @@
-"""Recovery speed on the real demo agent under `loom supervise` (figures the tests no longer assert).
+"""Recovery speed on the real demo agent under `loom supervise` (figures the tests never assert).
 
-- crash -> relaunch recorded: noticed by the exit watch (`watchdog.exit_check`, default 2 s);
-- relaunch -> first ack: `loom canary` asked again and again after the relaunch until it acks
-  (each crash on a fresh setup, so the relaunch backoff never applies);
+- kill -9 of the agent -> relaunch recorded (the ledger's `relaunch` event): tmux's pane-died hook
+  wakes the watchdog; the `exit_check` poll is only the safety net;
+- kill -9 -> the new agent ready (its prompt seen: `agent.ready_match`, the demo config's);
+- kill -9 -> witnessed: the ledger's canary `ok` tied to that relaunch, probed by the daemon
+  itself with nobody asking;
+- the same relaunch with the hook removed (the poll alone), to show what the hook is worth;
 - the poisoned-session incident: from the resumed session's wedge to an acking fresh agent,
   beside its bound (one canary interval + two ack timeouts + the relaunch itself).
 
-Anchor, measured in the same run: the demo agent's own cold start (a relaunch cannot beat it).
+Default settings (watchdog, canary, boot grace, resume check) with the demo config's ready_match;
+each kill on a fresh setup, so the relaunch backoff never applies. Anchor, measured in the same
+run: the demo agent's own cold start (a relaunch cannot beat it).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, summary
+from _common import ROOT, bound_line, summary
 from harness import AgentHarness, wait_for
 
+from loomtui.agent import launches
+from loomtui.demo.launcher import DEMO_READY
 from loomtui.store.db import Store
 
-ROUNDS = 5
+ROUNDS = 7
+POLL_ONLY_ROUNDS = 3
+RELAUNCHED_TARGET = 0.5
+WITNESSED_TARGET = 3.0
+# The harness shortens these for the tests; the bench puts the defaults back.
+DEFAULTS = {"boot_grace": "90s", "resume_check": "5s", "ready_match": DEMO_READY}
 
 
 def relaunches(harness: AgentHarness, cause: str) -> list[dict]:
@@ -34,6 +50,23 @@ def canary_runs(harness: AgentHarness) -> list[dict]:
         return [dict(r) for r in store.query("SELECT * FROM canary_runs ORDER BY id")]
 
 
+def witness(harness: AgentHarness, relaunch_id: int) -> list[dict]:
+    return [e for e in harness.events("canary") if e["detail"].get("witnessed") == relaunch_id]
+
+
+def ready_at(harness: AgentHarness) -> float | None:
+    with Store.in_dir(harness.state_dir) as store:
+        raw = store.get_meta(launches.LAUNCH_KEY)
+    ready = json.loads(raw).get("ready") if raw else None
+    return ready["ts"] if ready else None
+
+
+def watchdog_ticks(harness: AgentHarness) -> int:
+    with Store.in_dir(harness.state_dir) as store:
+        beat = store.heartbeats().get("supervisor")
+    return beat["detail"]["loops"].get("watchdog", {}).get("ticks", 0) if beat else 0
+
+
 def cold_start(root: Path) -> float:
     t0 = time.monotonic()
     subprocess.run([sys.executable, "-m", "loomtui.demo.agent", "--data-dir", str(root), "--bot", ""],
@@ -41,38 +74,55 @@ def cold_start(root: Path) -> float:
     return time.monotonic() - t0
 
 
-def crash_once() -> tuple[float, float]:
-    """One crash on a fresh setup: a second crash within the hour would be held back by the backoff."""
-    harness = AgentHarness(Path(tempfile.mkdtemp(prefix="loom-bench-recovery-")),
-                           sections={"canary": {"interval": "20m", "ack_timeout": "30s"}})
+def kill_once(hook: bool = True) -> tuple[float, float, float]:
+    """One kill -9 on a fresh setup: seconds to the relaunch recorded, the agent ready, the witness."""
+    harness = AgentHarness(Path(tempfile.mkdtemp(prefix="loom-bench-recovery-")), sections={"agent": DEFAULTS})
     try:
         harness.start()
+        if not hook:
+            harness.tmux("set-hook", "-u", "-w", "-t", "=agent:0", "pane-died")
         daemon = harness.popen("-m", "loomtui", "supervise", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(lambda: harness.events("supervisor_start"), what="the daemon up")
-        assert harness.loom("inject", "/crash").returncode == 0
-        sent = harness.events("inject")[-1]["ts"]
+        start = harness.events("relaunch")[-1]
+        # Killed once the daemon has witnessed the start (no probe is being typed at that moment)
+        # and has run a while (its watch on the signals directory is in place: steady state).
+        wait_for(lambda: witness(harness, start["id"]), 120, what="the start witnessed")
+        wait_for(lambda: watchdog_ticks(harness) >= 2, 60, what="the daemon settled")
+        pid = wait_for(harness.agent_pid, 30, what="the agent's pid")
+        killed = time.time()
+        os.kill(pid, signal.SIGKILL)
         event = wait_for(lambda: relaunches(harness, "crash") + relaunches(harness, "exit"), 60, what="a relaunch")[0]
-        # A probe during the relaunch's boot grace is skipped (it would prove nothing): ask again.
-        wait_for(lambda: harness.loom("canary").returncode == 0, 120, interval=0.2, what="an ack")
-        heard = canary_runs(harness)[-1]["ack_at"] - event["ts"]
+        ack = wait_for(lambda: witness(harness, event["id"]), 120, what="the witnessing ack")[0]
+        ready = ready_at(harness)
         daemon.terminate()
         daemon.wait(30)
-        return event["ts"] - sent, heard
+        return event["ts"] - killed, (ready - killed) if ready else float("nan"), ack["ts"] - killed
     finally:
         harness.cleanup()
 
 
-def crashes() -> None:
-    samples = [crash_once() for _ in range(ROUNDS)]
-    print(summary("crash -> relaunch recorded", [noticed for noticed, _ in samples]))
-    print(summary("relaunch -> first ack (on demand)", [heard for _, heard in samples]))
+def kills(anchor: float) -> None:
+    samples = [kill_once() for _ in range(ROUNDS)]
+    relaunched = [s[0] for s in samples]
+    ready = [s[1] for s in samples]
+    witnessed = [s[2] for s in samples]
+    cold = ("demo agent cold start", anchor)
+    print(bound_line("kill -9 -> relaunch recorded (p50)", statistics.median(relaunched), RELAUNCHED_TARGET,
+                     anchor=cold))
+    print(summary("  kill -9 -> relaunch recorded", relaunched))
+    print(summary("  kill -9 -> new agent ready (prompt seen)", ready))
+    print(bound_line("kill -9 -> witnessed by a canary ack (p50)", statistics.median(witnessed), WITNESSED_TARGET,
+                     anchor=cold))
+    print(summary("  kill -9 -> witnessed, nobody asking", witnessed))
+    poll = [kill_once(hook=False)[0] for _ in range(POLL_ONLY_ROUNDS)]
+    print(bound_line("kill -9 -> relaunch, hook removed (poll)", statistics.median(poll), RELAUNCHED_TARGET,
+                     anchor=cold))
 
 
 def incident() -> None:
     interval, ack = 3.0, 2.0
     harness = AgentHarness(Path(tempfile.mkdtemp(prefix="loom-bench-incident-")),
                            sections={"canary": {"interval": f"{interval:g}s", "ack_timeout": f"{ack:g}s"},
-                                     "agent": {"boot_grace": "2s"}})
+                                     "agent": {"boot_grace": "2s", "ready_match": DEMO_READY}})
     try:
         harness.start()
         harness.popen("-m", "loomtui", "supervise", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -81,21 +131,21 @@ def incident() -> None:
         fresh = wait_for(lambda: [e for e in relaunches(harness, "canary_failed") if e["detail"]["mode"] == "fresh"],
                          180, what="the fresh start")[0]
         resumed = relaunches(harness, "canary_failed")[0]
-        acked = wait_for(lambda: [r for r in canary_runs(harness) if r["result"] == "ok" and r["sent_at"] > fresh["ts"]],
-                         60, what="the fresh session acking")[0]
-        relaunch = acked["ack_at"] - fresh["ts"]
-        deaf = acked["ack_at"] - resumed["ts"]
+        acked = wait_for(lambda: witness(harness, fresh["id"]), 60, what="the fresh session witnessed")[0]
+        relaunch = acked["ts"] - fresh["ts"]
+        deaf = acked["ts"] - resumed["ts"]
         bound = interval + 2 * ack + relaunch
-        print(f"{'poisoned session: resumed -> heard again':<46} {deaf:8.2f} s    bound {bound:8.2f} s "
-              f"(interval {interval:g} + 2 x ack {ack:g} + relaunch {relaunch:.2f})")
+        print(f"{'poisoned session: resumed -> heard again':<44} {deaf:9.2f} s    bound {bound:8.2f} s "
+              f"(interval {interval:g} + 2 x ack {ack:g} + relaunch to witness {relaunch:.2f})")
     finally:
         harness.cleanup()
 
 
 def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="loom-bench-cold-"))
-    print(summary("anchor: demo agent cold start", [cold_start(root) for _ in range(5)]))
-    crashes()
+    cold = [cold_start(root) for _ in range(7)]
+    print(summary("anchor: demo agent cold start", cold))
+    kills(statistics.median(cold))
     incident()
     return 0
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -11,7 +13,9 @@ from pathlib import Path
 
 import watchfiles
 
-from loomtui.agent import launches
+from loomtui.agent import launches, proctree
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.tmux import TmuxError
 from loomtui.agent.watchdog import Watchdog
 from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
@@ -95,6 +99,76 @@ def signal_watch(bells: dict[str, Doorbell]) -> Callable[[Context, threading.Eve
     return make
 
 
+def exit_watch(bell: Doorbell) -> Callable[[Context, threading.Event], Callable[[], object]]:
+    """The kernel's own word that the pane's process exited (a Linux pidfd turns readable).
+
+    tmux's pane-died hook is not enough alone: tmux 3.3a skips it whenever it loses the exit
+    status (about half of the kill -9s here). A pidfd needs no polling; the pane process to watch
+    is the one the store recorded at launch (pid and start time, so a reused pid is never watched).
+    """
+
+    def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
+        watched: dict[str, object] = {"key": None, "fd": None}
+        driver = TmuxDriver(ctx.config)
+
+        def forget() -> None:
+            fd = watched["fd"]
+            if isinstance(fd, int):
+                os.close(fd)
+            watched["fd"] = None
+
+        def step() -> object:
+            recorded = launches.recorded_processes(ctx) or {}
+            key = (recorded.get("pane_pid"), recorded.get("pane_started"))
+            if key != watched["key"]:
+                forget()
+                watched["key"] = key
+                watched["fd"] = _open_pidfd(*key)
+                if watched["fd"] is None and key[0]:
+                    bell.ring()  # recorded but not running as recorded: have the watchdog look
+            fd = watched["fd"]
+            if not isinstance(fd, int):
+                halt.wait(1.0)
+                return None
+            if select.select([fd], [], [], 1.0)[0]:
+                forget()  # until a relaunch records another process
+                _until_tmux_sees_it(driver, halt)
+                bell.ring()
+            return None
+
+        return step
+
+    return make
+
+
+def _until_tmux_sees_it(driver: TmuxDriver, halt: threading.Event, limit: float = 1.0) -> None:
+    """The process is gone; tmux marks its pane dead when it reads the pty's end, a moment later.
+    Ringing before that would send the watchdog to look at a pane that still seems alive."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline and not halt.is_set():
+        try:
+            info = driver.pane_info()
+        except TmuxError:
+            return
+        if info is None or info.dead:
+            return
+        halt.wait(0.01)
+
+
+def _open_pidfd(pid: object, started: object) -> int | None:
+    if not hasattr(os, "pidfd_open") or not isinstance(pid, int) or not isinstance(started, (int, float)):
+        return None  # not Linux: the hook and the exit poll remain
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    # Opened, then checked: the fd now pins this pid, so a match means it is the recorded process.
+    if not proctree.alive_as(pid, started):
+        os.close(fd)
+        return None
+    return fd
+
+
 def tick_loops(ctx: Context) -> list[TickLoop]:
     w, c = ctx.config.watchdog, ctx.config.canary
     died, relaunched = Doorbell(), Doorbell()
@@ -104,6 +178,7 @@ def tick_loops(ctx: Context) -> list[TickLoop]:
         TickLoop("canary", min(1.0, c.ack_timeout / 4), canary_tick, wake=relaunched),
         TickLoop("sentinel", ctx.config.sentinel.interval, sentinel_tick),
         TickLoop("signals", 1.0, signal_watch({launches.PANE_DIED: died, launches.RELAUNCHED: relaunched})),
+        TickLoop("exit_watch", 1.0, exit_watch(died)),
     ]
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 
 import pytest
 from harness import wait_for
 from test_supervise import Daemon, relaunches
 
+from loomtui.agent.tmux import EXIT_HOOK, EXIT_OPTION
 from loomtui.report import incidents
 from loomtui.report import status as status_mod
 from loomtui.store import ledger
@@ -69,17 +71,26 @@ def test_a_killed_agent_is_relaunched_and_witnessed_with_nobody_asking(make_harn
     assert daemon.stop() == 0
 
 
-def test_the_pane_died_hook_wakes_the_watchdog(make_harness):
-    # Full ticks and exit polls an hour apart: only tmux's hook can bring the watchdog in time.
+def test_an_exit_is_acted_on_at_once_without_waiting_for_the_poll(make_harness):
+    # Full ticks and exit polls an hour apart: only the exit events (tmux's pane-died hook, the
+    # kernel's pidfd) can bring the watchdog in time.
     harness = make_harness(sections={"watchdog": {"interval": "1h", "exit_check": "1h"},
                                      "agent": {"ready_match": DEMO_READY}})
     harness.start()
     daemon = Daemon(harness)
     witnessed_start(harness)
     kill_agent(harness)
-    wait_for(lambda: relaunches(harness, "crash") + relaunches(harness, "exit"), 60, what="a relaunch")
-    assert (harness.state_dir / "signals" / "pane-died").exists()
+    relaunch = wait_for(lambda: relaunches(harness, "crash") + relaunches(harness, "exit"), 60, what="a relaunch")[0]
+    wait_for(lambda: witnessing(harness, relaunch), 60, what="the relaunch witnessed")
+    # The new pane has the hook again, pointing into this state dir.
+    assert EXIT_HOOK in harness.tmux("show-hooks", "-w", "-t", "=agent:0").stdout
+    option = harness.tmux("show-options", "-w", "-v", "-t", "=agent:0", EXIT_OPTION).stdout.strip()
+    assert option == str(harness.state_dir / "signals" / "pane-died")
     assert daemon.stop() == 0
+
+
+# The daemon as a machine without pidfds runs it (os.pidfd_open is Linux's): only the hook and the poll.
+NO_PIDFD = "import os, runpy; del os.pidfd_open; runpy.run_module('loomtui', run_name='__main__', alter_sys=True)"
 
 
 def test_a_pane_whose_hook_never_fires_is_still_caught_by_the_exit_poll(make_harness):
@@ -91,15 +102,19 @@ def test_a_pane_whose_hook_never_fires_is_still_caught_by_the_exit_poll(make_har
     assert "pane-died" not in harness.tmux("show-hooks", "-w", "-t", "=agent:0").stdout
     signal_file = harness.state_dir / "signals" / "pane-died"
     signal_file.unlink(missing_ok=True)
-    daemon = Daemon(harness)
+    log = open(harness.root / "supervise-no-pidfd.log", "w")
+    proc = harness.popen("-c", NO_PIDFD, "supervise", stdout=log, stderr=subprocess.STDOUT)
+    wait_for(lambda: harness.events("supervisor_start") or proc.poll() is not None, 30, what="the daemon up")
+    assert proc.poll() is None
     witnessed_start(harness)
     kill_agent(harness)
     try:
         relaunch = wait_for(lambda: relaunches(harness, "crash") + relaunches(harness, "exit"), 60,
                             what="a relaunch")[0]
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\ndaemon log:\n{daemon.output()[-3000:]}") from None
+        raise AssertionError(f"{exc}\ndaemon log:\n{open(log.name).read()[-3000:]}") from None
     assert relaunch["source"] == "watchdog"
     assert not signal_file.exists()  # the hook never fired: the poll alone saw it
     wait_for(lambda: witnessing(harness, relaunch), 60, what="the relaunch witnessed")
-    assert daemon.stop() == 0
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0
