@@ -4,6 +4,7 @@ whose hook never fired."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -118,3 +119,29 @@ def test_a_pane_whose_hook_never_fires_is_still_caught_by_the_exit_poll(make_har
     wait_for(lambda: witnessing(harness, relaunch), 60, what="the relaunch witnessed")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 0
+
+
+def test_an_operator_relaunch_says_who_will_witness_it_and_status_shows_the_claim(make_harness):
+    harness = make_harness(sections={"agent": {"ready_match": DEMO_READY}})
+    harness.start()
+    # No daemon: nobody will probe, and the operator is told so plainly.
+    result = harness.loom("recycle", "--resume")
+    assert result.returncode == 0, result.stderr
+    assert "unwitnessed: no loom supervise is running" in result.stdout and "loom canary" in result.stdout
+    status = json.loads(harness.loom("status", "--json").stdout)
+    relaunch = relaunches(harness)[-1]
+    assert status["relaunch"]["event"] == relaunch["id"] and status["relaunch"]["witnessed"] is False
+    assert "UNWITNESSED" in harness.loom("status").stdout
+    # An operator's probe witnesses it as well as the daemon's would.
+    assert harness.loom("canary").returncode == 0
+    [ack] = witnessing(harness, relaunch)
+    status = json.loads(harness.loom("status", "--json").stdout)
+    assert status["relaunch"]["witnessed"] is True and status["relaunch"]["witness_event"] == ack["id"]
+    assert "UNWITNESSED" not in harness.loom("status").stdout
+    # With the daemon running, the same command leaves the witnessing to it, and it happens.
+    daemon = Daemon(harness)
+    result = harness.loom("recycle", "--resume")
+    assert result.returncode == 0 and "loom supervise probes it" in result.stdout
+    relaunch = relaunches(harness)[-1]
+    wait_for(lambda: witnessing(harness, relaunch), 60, what="the daemon witnessing the operator's relaunch")
+    assert daemon.stop() == 0
