@@ -138,10 +138,12 @@ def settle_run(ctx: Context, run_id: int, result: str, *, ack_at: float | None =
 
 
 def witness_of(ctx: Context, relaunch_id: int) -> dict | None:
-    """The ledger's canary event that witnessed relaunch `relaunch_id` (id, ts, run), or None."""
+    """The ledger's canary event that witnessed relaunch `relaunch_id` (id, ts, run), or None.
+    An ack recorded before acks named their launch witnesses the relaunch before it, as it did."""
     row = ctx.store.query_one(
         "SELECT id, ts, detail FROM ledger WHERE id > ? AND kind = 'canary' "
-        "AND json_extract(detail, '$.witnessed') = ? ORDER BY id LIMIT 1", (relaunch_id, relaunch_id))
+        "AND (json_extract(detail, '$.witnessed') = ? OR (json_extract(detail, '$.result') = 'ok' "
+        "AND json_extract(detail, '$.launch') IS NULL)) ORDER BY id LIMIT 1", (relaunch_id, relaunch_id))
     if row is None:
         return None
     return {"event": row["id"], "ts": row["ts"], "run": json.loads(row["detail"]).get("run")}

@@ -59,7 +59,9 @@ def test_an_unwitnessed_relaunch_is_shown_as_such_until_an_ack_of_its_launch(tmp
     ctx = Context.load(str(config), None, environ={})
     try:
         populate(ctx)
-        # populate's acks carry no launch: the last relaunch there was never witnessed by one.
+        # populate's last relaunch was heard from again (an ack written before acks named their
+        # launch); this one, after every ack, is a claim.
+        assert status_mod.gather(ctx, now=NOW, look=False).relaunch.witnessed
         relaunch = ledger.append(ctx.store, "relaunch", source="watchdog", cause="crash",
                                  detail={"mode": "resume", "old_session": "s", "new_session": "s"}, ts=NOW - 5)
         status = status_mod.gather(ctx, now=NOW, look=False)
