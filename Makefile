@@ -47,8 +47,12 @@ mutants: $(STAMP)
 screenshots: $(STAMP)
 	$(VENV)/bin/python screenshots/make_screenshots.py
 
+# Every benchmark, each figure beside its anchor measured in the same run (bench/README.md);
+# bench/RESULTS.md records the last run. All run even when one fails; the exit status says so.
 bench: $(STAMP)
-	for b in bench/*.py; do $(VENV)/bin/python $$b || exit 1; done
+	@failed=""; for b in bench/[!_]*.py; do echo "== $$b"; \
+		PYTHONUNBUFFERED=1 $(VENV)/bin/python $$b || failed="$$failed $$b"; done; \
+	if [ -n "$$failed" ]; then echo "failed:$$failed"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -15,8 +15,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ROOT, summary  # noqa: F401
-from textual.widgets import DataTable
+from _common import ROOT, machine, median, ratio_line, summary, was_line  # noqa: F401
+from textual.app import App, ComposeResult
+from textual.widgets import DataTable, Static
 
 from loomtui.context import Context
 from loomtui.store import ledger
@@ -49,13 +50,29 @@ def build(state: Path) -> None:
     store.close()
 
 
+class Minimal(App):
+    def compose(self) -> ComposeResult:
+        yield Static("hello")
+
+
+async def minimal_first_screen() -> float:
+    t = time.perf_counter()
+    app = Minimal()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        return time.perf_counter() - t
+
+
 async def measure(ctx: Context) -> None:
+    anchor = median([await minimal_first_screen() for _ in range(5)])
     t = time.perf_counter()
     app = LoomApp(ctx, watch=False, refresh_every=3600)
     async with app.run_test(size=(160, 48)) as pilot:
         while app.snapshot is None:
             await pilot.pause(0.01)
-        print(f"start to first snapshot on screen: {(time.perf_counter() - t) * 1000:8.1f} ms")
+        first = time.perf_counter() - t
+        print(ratio_line("start to first snapshot on screen", first, "minimal Textual app", anchor))
+        print(was_line("  not to regress", first, 0.7))
         table = app.query_one("#timeline-table", DataTable)
         await pilot.press("6")
         t = time.perf_counter()
@@ -87,6 +104,7 @@ async def measure(ctx: Context) -> None:
 
 
 def main() -> int:
+    print(f"machine: {machine()}")
     # An existing state dir (argv[1]) is reused: building the million events takes a minute or more.
     state = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="loom-bench-console-")) / "state"
     if not (state / "loom.db").exists():

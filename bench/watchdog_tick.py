@@ -1,63 +1,117 @@
-"""Watchdog tick cost with thousands of other processes on the machine.
+"""Watchdog costs as the machine fills with processes: quiet, +200, +2,000, +20,000.
 
-The tick walks only the agent's own tree (from the pane's pid) and must not get slower as the
-machine gets busier; psutil's children(recursive=True) is shown beside it for scale, and the
-rarer machine-wide foreign-poller scan is timed too.
+At each level, beside its anchor measured at that level:
+- the foreign-poller scan (/proc cmdlines, needle prefilter) against one `ps -eo pid,ppid,args`;
+  target <= 0.5x. psutil's process_iter (what it replaced) is shown for scale;
+- the full watchdog observation (what every tick does) against its 2 ms target, flat across
+  the levels, with its parts: the tmux calls (list-panes, and capture-pane when modals are
+  configured), the tree walk with its cmdlines, and the store reads;
+- the tree walk beside psutil's children(recursive=True).
 """
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import psutil
-from _common import summary
+from _common import bound_line, exit_on_sigterm, machine, median, ratio_line, run_wall, timed
 from harness import AgentHarness, wait_for
 
-from loomtui.agent import proctree
+from loomtui.agent import launches, proctree
 from loomtui.agent.watchdog import Watchdog
 
-CROWD = 2000
+LEVELS = tuple(int(x) for x in os.environ.get("LOOM_BENCH_LEVELS", "0 200 2000 20000").split())
 
 
-def time_it(fn, n=50):
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
+def crowd(n: int) -> subprocess.Popen | None:
+    """n sleeping processes in one process group (one kill ends them all)."""
+    if not n:
+        return None
+    proc = subprocess.Popen(["bash", "-c", f"for i in $(seq {n}); do sleep 1800 & done; wait"], start_new_session=True)
+    try:
+        wait_for(lambda: len(proctree.children(proc.pid)) >= n, timeout=600, interval=0.5, what=f"{n} more processes")
+    except BaseException:
+        end_crowd(proc)
+        raise
+    return proc
+
+
+def end_crowd(proc: subprocess.Popen | None) -> None:
+    if proc is None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def level(watchdog: Watchdog, root: int, poller_match: str) -> None:
+    n = len(psutil.pids())
+    print(f"-- {n} processes on the machine")
+    ps = median(run_wall(["ps", "-eo", "pid,ppid,args"], 5))
+    ours = set(proctree.walk(root)[0])
+    scan = median(timed(lambda: proctree.foreign_pollers(poller_match, ours), 10))
+    print(ratio_line("  foreign-poller scan (/proc)", scan, "ps -eo pid,ppid,args", ps, target=0.5))
+    pattern = re.compile(poller_match)
+    old = median(timed(lambda: proctree._foreign_pollers_psutil(pattern, ours), 3))
+    print(ratio_line("    (psutil process_iter, what it replaced)", old, "ps -eo pid,ppid,args", ps))
+    tmux = median(timed(watchdog.driver.pane.info, 30))
+    print(ratio_line("    of which: list-panes (one tmux call)", tmux, "one tmux call", tmux))
+    observe = median(timed(watchdog.observe, 50))
+    print(bound_line("  full watchdog observation", observe, 0.002, anchor=("one tmux call", tmux)))
+    agent = watchdog.ctx.config.agent
+    inspect = median(timed(lambda: proctree.inspect(root, agent.process_match, agent.poller_match), 50))
+    print(ratio_line("    of which: tree walk + cmdlines", inspect, "one tmux call", tmux))
+    if agent.modals:
+        capture = median(timed(watchdog.driver.screen, 30))
+        print(ratio_line("    of which: capture-pane (modals set)", capture, "one tmux call", tmux))
+    pane = watchdog.driver.pane
+    both = median(timed(lambda: pane.server.cmd("list-panes", "-F", "#{pane_pid}", "-t", f"={pane.session}:0", ";",
+                                                "capture-pane", "-p", "-J", "-t", pane.target), 30))
+    print(ratio_line("    (both in one tmux call: what a merge saves)", both, "one tmux call", tmux))
+    store = median(timed(lambda: (launches.last_launch(watchdog.ctx), launches.since_launch(watchdog.ctx),
+                                  launches.recorded_processes(watchdog.ctx)), 50))
+    print(ratio_line("    of which: store reads", store, "one tmux call", tmux))
+    walk = median(timed(lambda: proctree.walk(root), 50))
+    kids = median(timed(lambda: psutil.Process(root).children(recursive=True), 5))
+    print(ratio_line("  tree walk (/proc children)", walk, "psutil children(recursive)", kids))
 
 
 def main() -> int:
+    exit_on_sigterm()
+    print(f"machine: {machine()}")
     harness = AgentHarness(Path(tempfile.mkdtemp(prefix="loom-bench-")))
-    crowd: list[subprocess.Popen] = []
     try:
         harness.start()
         ctx = harness.ctx()
         watchdog = Watchdog(ctx)
         root = wait_for(harness.pane_pid, what="the pane")
-        for label in ("quiet machine", f"{CROWD} more processes"):
-            if crowd == [] and label != "quiet machine":
-                crowd = [subprocess.Popen(["sleep", "600"]) for _ in range(CROWD)]
-            print(f"-- {label}: {len(psutil.pids())} processes")
-            print(summary("  walk the agent's tree (/proc children)", time_it(lambda: proctree.walk(root))))
-            print(summary("  psutil children(recursive=True)",
-                          time_it(lambda: psutil.Process(root).children(recursive=True))))
-            print(summary("  full watchdog observation", time_it(watchdog.observe)))
-            print(summary("  fast exit check (one tmux call)", time_it(watchdog.driver.pane.info)))
-            print(summary("  foreign-poller scan (whole machine)",
-                          time_it(lambda: proctree.foreign_pollers(ctx.config.agent.poller_match, set()), 10)))
+        wait_for(lambda: proctree.inspect(root, ctx.config.agent.process_match, ctx.config.agent.poller_match).poller
+                 == proctree.PRESENT, what="the agent and its poller")
+        crowds: list[subprocess.Popen | None] = []
+        try:
+            added = 0
+            for target in LEVELS:
+                crowds.append(crowd(target - added))  # the crowd only grows from level to level
+                added = target
+                level(watchdog, root, ctx.config.agent.poller_match)
+        finally:
+            for proc in crowds:
+                end_crowd(proc)
         return 0
     finally:
-        for proc in crowd:
-            proc.kill()
-        for proc in crowd:
-            proc.wait()
         harness.cleanup()
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    started = time.monotonic()
+    code = main()
+    print(f"({time.monotonic() - started:.0f} s)")
+    raise SystemExit(code)
