@@ -5,7 +5,8 @@
 - kill -9 -> the new agent ready (its prompt seen: `agent.ready_match`, the demo config's);
 - kill -9 -> witnessed: the ledger's canary `ok` tied to that relaunch, probed by the daemon
   itself with nobody asking;
-- the same relaunch with the hook removed (the poll alone), to show what the hook is worth;
+- the same relaunch with the hook removed (the pidfd alone), and with neither hook nor pidfd
+  (the exit poll alone: what a tmux that loses the hook on a machine without pidfds gets);
 - the poisoned-session incident: from the resumed session's wedge to an acking fresh agent,
   beside its bound (one canary interval + two ack timeouts + the relaunch itself).
 
@@ -34,7 +35,9 @@ from loomtui.demo.launcher import DEMO_READY
 from loomtui.store.db import Store
 
 ROUNDS = 7
-POLL_ONLY_ROUNDS = 3
+FALLBACK_ROUNDS = 3
+# The daemon as a machine without pidfds runs it.
+NO_PIDFD = "import os, runpy; del os.pidfd_open; runpy.run_module('loomtui', run_name='__main__', alter_sys=True)"
 RELAUNCHED_TARGET = 0.5
 WITNESSED_TARGET = 3.0
 # The harness shortens these for the tests; the bench puts the defaults back.
@@ -74,14 +77,15 @@ def cold_start(root: Path) -> float:
     return time.monotonic() - t0
 
 
-def kill_once(hook: bool = True) -> tuple[float, float, float]:
+def kill_once(hook: bool = True, pidfd: bool = True) -> tuple[float, float, float]:
     """One kill -9 on a fresh setup: seconds to the relaunch recorded, the agent ready, the witness."""
     harness = AgentHarness(Path(tempfile.mkdtemp(prefix="loom-bench-recovery-")), sections={"agent": DEFAULTS})
     try:
         harness.start()
         if not hook:
             harness.tmux("set-hook", "-u", "-w", "-t", "=agent:0", "pane-died")
-        daemon = harness.popen("-m", "loomtui", "supervise", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        daemon = harness.popen(*(["-m", "loomtui"] if pidfd else ["-c", NO_PIDFD]), "supervise",
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         start = harness.events("relaunch")[-1]
         # Killed once the daemon has witnessed the start (no probe is being typed at that moment)
         # and has run a while (its watch on the signals directory is in place: steady state).
@@ -113,8 +117,10 @@ def kills(anchor: float) -> None:
     print(bound_line("kill -9 -> witnessed by a canary ack (p50)", statistics.median(witnessed), WITNESSED_TARGET,
                      anchor=cold))
     print(summary("  kill -9 -> witnessed, nobody asking", witnessed))
-    poll = [kill_once(hook=False)[0] for _ in range(POLL_ONLY_ROUNDS)]
-    print(bound_line("kill -9 -> relaunch, hook removed (poll)", statistics.median(poll), RELAUNCHED_TARGET,
+    pidfd = [kill_once(hook=False)[0] for _ in range(FALLBACK_ROUNDS)]
+    print(bound_line("  same, hook removed (pidfd alone)", statistics.median(pidfd), RELAUNCHED_TARGET, anchor=cold))
+    poll = [kill_once(hook=False, pidfd=False)[0] for _ in range(FALLBACK_ROUNDS)]
+    print(bound_line("  same, no hook, no pidfd (exit poll alone)", statistics.median(poll), RELAUNCHED_TARGET,
                      anchor=cold))
 
 
