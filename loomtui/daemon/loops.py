@@ -11,8 +11,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import watchfiles
-
 from loomtui.agent import launches, proctree
 from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.tmux import TmuxError
@@ -78,6 +76,8 @@ def signal_watch(bells: dict[str, Doorbell]) -> Callable[[Context, threading.Eve
         directory = launches.signals_dir(ctx.state_dir)
 
         def step() -> object:
+            import watchfiles  # the daemon's alone: no other `loom` command pays for it
+
             directory.mkdir(mode=0o700, exist_ok=True)
             watching = False
             for changes in watchfiles.watch(directory, stop_event=halt, debounce=10, step=5, rust_timeout=1000,
