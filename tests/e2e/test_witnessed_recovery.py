@@ -145,3 +145,24 @@ def test_an_operator_relaunch_says_who_will_witness_it_and_status_shows_the_clai
     relaunch = relaunches(harness)[-1]
     wait_for(lambda: witnessing(harness, relaunch), 60, what="the daemon witnessing the operator's relaunch")
     assert daemon.stop() == 0
+
+
+@pytest.mark.incident("resuming_a_stranger")
+def test_a_ready_agent_ends_the_resume_check_and_a_failed_resume_still_goes_fresh(make_harness):
+    # A resume check far longer than any wait below: only the prompt can end it early.
+    harness = make_harness(sections={"agent": {"ready_match": DEMO_READY, "resume_check": "5m"}})
+    first = harness.start()
+    result = harness.loom("recycle", "--resume", timeout=120)
+    assert result.returncode == 0, result.stderr
+    with Store.in_dir(harness.state_dir) as store:
+        launched = json.loads(store.get_meta("agent_launch"))
+    assert launched["session_id"] == first and launched["ready"]["ts"] >= launched["ts"]
+    # The failure is printed, the agent exits, and no prompt ever shows: fresh, as before.
+    for path in (harness.data_dir / "sessions").iterdir():
+        path.unlink()
+    result = harness.loom("recycle", "--resume", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "after the resume failed" in result.stdout
+    assert [(e["cause"], e["detail"]["mode"]) for e in relaunches(harness)[-2:]] == [
+        ("operator_resume", "resume"), ("resume_failed", "fresh")]
+    assert harness.pinned() != first
