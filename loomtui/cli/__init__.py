@@ -56,10 +56,13 @@ def build_parser(argv: Sequence[str] | None = None, *, every: bool = False) -> a
     )
     common.add_common_options(parser, top_level=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    known = any(name == chosen for _, commands in COMMANDS for name, _ in commands)
     for module, commands in COMMANDS:
         if every or any(name == chosen for name, _ in commands):
             importlib.import_module(f"loomtui.cli.{module}").register(sub)
-        else:
+        elif not known:
+            # Only `loom --help` and a mistyped command show the others (argparse builds each
+            # stand-in for a millisecond, and the chosen command never needs them).
             for name, help_line in commands:
                 sub.add_parser(name, help=help_line, description=help_line)
     return parser

@@ -63,7 +63,10 @@ def test_the_chosen_command_gets_its_real_parser_and_the_others_stand_ins():
     parser = cli.build_parser(["resolve", "7", "--note", "fixed"])
     args = parser.parse_args(["resolve", "7", "--note", "fixed"])
     assert (args.id, args.note, args.func.__name__) == (7, "fixed", "run_resolve")
-    assert not hasattr(parser.parse_args(["status"]), "func")  # a stand-in: its module was not asked
+    assert [name for name, _ in subcommands(parser)] == ["run-job", "queue", "resolve", "sentinel"]  # its module's
+    parser = cli.build_parser(["reslove", "7"])  # a typo: every command is offered, none imported
+    assert [name for name, _ in subcommands(parser)] == ORDER
+    assert not hasattr(parser.parse_args(["status"]), "func")
 
 
 def test_help_imports_no_command_module(tmp_path):
