@@ -6,6 +6,10 @@ its imports is small (one store lookup for `resolve`, a tmux call that finds no 
 to reach its first line of work. Target: <= 7x `python -c pass` for status, resolve and canary.
 
 Then where the time goes: the import of each heavy dependency alone, beside the same anchor.
+
+Each figure is the best of N runs, interleaved with the anchor's runs: start-up time is a
+floor plus whatever else the machine is doing, and the best run is the floor (medians are
+printed too).
 """
 
 from __future__ import annotations
@@ -30,14 +34,22 @@ def main() -> int:
     py = sys.executable
     kwargs = {"env": env, "cwd": ROOT}
     run_wall([py, "-m", "loomtui", "status"], 1, **kwargs)  # the state dir made, the .pyc files written
-    anchor = median(run_wall([py, "-c", "pass"], N, **kwargs))
+
+    def paired(argv: list[str], n: int) -> tuple[list[float], list[float]]:
+        figure, anchor = [], []
+        for _ in range(n):
+            anchor += run_wall([py, "-c", "pass"], 1, **kwargs)
+            figure += run_wall(argv, 1, **kwargs)
+        return figure, anchor
+
     for command, target in COMMANDS:
-        took = median(run_wall([py, "-m", "loomtui", *command.split()], N, **kwargs))
-        print(ratio_line(f"loom {command}", took, "python -c pass", anchor, target=target))
+        figure, anchor = paired([py, "-m", "loomtui", *command.split()], N)
+        print(ratio_line(f"loom {command}", min(figure), "python -c pass", min(anchor), target=target)
+              + f"   (medians {median(figure) * 1000:.0f} / {median(anchor) * 1000:.0f} ms)")
     print("where the time goes (each import alone, interpreter start included):")
     for module in IMPORTS:
-        took = median(run_wall([py, "-c", f"import {module}"], 7, **kwargs))
-        print(ratio_line(f"  import {module}", took, "python -c pass", anchor))
+        figure, anchor = paired([py, "-c", f"import {module}"], 7)
+        print(ratio_line(f"  import {module}", min(figure), "python -c pass", min(anchor)))
     return 0
 
 
