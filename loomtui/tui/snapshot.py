@@ -27,7 +27,7 @@ from loomtui.store.db import DB_NAME, Store
 
 STORE_TIMEOUT = 2.0  # the console must say "store busy" promptly, not hang for the daemon's 10 s
 # The overview reads bounded pages only, so a refresh costs the same with a million ledger events.
-INCIDENT_EVENTS = 400     # the newest incident-kind events grouped for "last incident" and the latest list
+INCIDENT_EVENTS = 200     # the newest incident-kind events grouped for "last incident" and the latest list
 LATEST_INCIDENTS = 8
 RELAUNCH_EVENTS = 1000    # relaunches read for the per-hour plot (the ceiling keeps a day far below this)
 DAY = 86400.0
@@ -106,6 +106,7 @@ class Source:
         self._store: Store | None = None
         self._inode: int | None = None
         self._lock = threading.Lock()  # the refresh and the timeline workers share the connection
+        self._ledger_cache: tuple[int, list[tuple[float, str]], list[Any]] | None = None
 
     def store(self) -> Store:
         with self._lock:
@@ -123,6 +124,13 @@ class Source:
                 self._inode = path.stat().st_ino
             return self._store
 
+    def _from_ledger(self, store: Store, head: int, now: float) -> tuple[list[tuple[float, str]], list[Any]]:
+        """The overview's ledger reads, read again only when the ledger grew: most refreshes see
+        no new event, and then cost nothing here (the plots window the kept list by `now`)."""
+        if self._ledger_cache is None or self._ledger_cache[0] != head:
+            self._ledger_cache = (head, _relaunches(store, now), _latest_incidents(store))
+        return self._ledger_cache[1], self._ledger_cache[2]
+
     def drop_store(self) -> None:
         with self._lock:
             self._close()
@@ -135,6 +143,7 @@ class Source:
                 pass
         self._store = None
         self.ctx._store = None
+        self._ledger_cache = None  # a replaced store is another ledger
 
     def pane(self) -> PaneView:
         try:
@@ -170,8 +179,8 @@ class Source:
         # The pane is looked at above (with its text); everything else is the one status model.
         status = status_mod.gather(ctx, events=0, now=now, look=False)
         queue = _queue(store)
-        overview = Overview(_relaunches(store, now), _queue_spans(store, now),
-                            _latest_incidents(store))
+        relaunches, latest = self._from_ledger(store, status.ledger_events, now)
+        overview = Overview(relaunches, _queue_spans(store, now), latest)
         header = header_from(status, pane, ctx.config, last_ack=_last_ack(store), incidents_=overview.incidents)
         return Snapshot(now, header, pane, canary.history(ctx, 100), queue, _jobs(ctx, store, queue, now),
                         status.ledger_events, overview=overview)
@@ -184,9 +193,19 @@ def _last_ack(store: Store) -> tuple[float, float | None] | None:
 
 
 def _relaunches(store: Store, now: float) -> list[tuple[float, str]]:
-    rows = store.query("SELECT ts, cause FROM ledger WHERE kind = 'relaunch' ORDER BY id DESC LIMIT ?",
-                       (RELAUNCH_EVENTS,))
-    return [(r["ts"], r["cause"] or "") for r in rows if r["ts"] >= now - DAY]
+    """The last day's relaunches, newest first, read back through the kind index in small pages
+    until one reaches past the day (ts has no index; ids grow with time)."""
+    out: list[tuple[float, str]] = []
+    before = None
+    while len(out) < RELAUNCH_EVENTS:
+        rows = store.query("SELECT id, ts, cause FROM ledger WHERE kind = 'relaunch'"
+                           + (" AND id < ?" if before is not None else "") + " ORDER BY id DESC LIMIT 100",
+                           (before,) if before is not None else ())
+        out += [(r["ts"], r["cause"] or "") for r in rows if r["ts"] >= now - DAY]
+        if len(rows) < 100 or rows[-1]["ts"] < now - DAY:
+            break
+        before = rows[-1]["id"]
+    return out[:RELAUNCH_EVENTS]
 
 
 def _queue_spans(store: Store, now: float) -> list[tuple[float, float | None]]:
@@ -196,8 +215,14 @@ def _queue_spans(store: Store, now: float) -> list[tuple[float, float | None]]:
 
 
 def _latest_incidents(store: Store) -> list[incidents.Incident]:
-    events = ledger.page(store, limit=INCIDENT_EVENTS, kinds=list(incidents.KINDS))
-    return list(reversed(incidents.group(list(reversed(events)))))[:LATEST_INCIDENTS]
+    # One index range per kind (kind, id), merged: a single `kind IN (...)` query walks the whole
+    # table backwards past ordinary traffic when trouble is rare, which is exactly when it is.
+    ids: list[int] = []
+    for kind in incidents.KINDS:
+        ids += [r[0] for r in store.query("SELECT id FROM ledger WHERE kind = ? ORDER BY id DESC LIMIT ?",
+                                          (kind, INCIDENT_EVENTS))]
+    events = event_detail(store, sorted(ids)[-INCIDENT_EVENTS:])  # oldest first
+    return list(reversed(incidents.group(events)))[:LATEST_INCIDENTS]
 
 
 def hold_text(hold: dict[str, Any] | None, now: float) -> str:

@@ -227,3 +227,20 @@ def app_snapshot(ctx):
     from loomtui.tui.snapshot import Source
 
     return Source(ctx).load(NOW)
+
+
+def test_the_overview_follows_new_ledger_events_and_reads_them_once(ctx):
+    from loomtui.store import ledger
+    from loomtui.tui.snapshot import Source
+
+    source = Source(ctx)
+    first = source.load(NOW)
+    again = source.load(NOW + 1)
+    assert again.overview.incidents is first.overview.incidents  # no new event: nothing read again
+    ledger.append(ctx.store, "relaunch", source="watchdog", cause="crash",
+                  detail={"mode": "resume", "old_session": "s", "new_session": "s"}, ts=NOW + 2)
+    later = source.load(NOW + 3)
+    # The held incident (the state's last) now counts the relaunch.
+    assert first.overview.incidents[0].relaunches == 0 and later.overview.incidents[0].relaunches == 1
+    assert (NOW + 2, "crash") in later.overview.relaunches and (NOW + 2, "crash") not in first.overview.relaunches
+    assert "1 relaunch (resume)" in later.header.incident
