@@ -17,14 +17,17 @@ def render_header(h: Header) -> Text:
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append("agent ", style="dim")
     out.append(h.agent, style=LEVELS.get(h.agent_level, ""))
-    out.append("  session ", style="dim")
-    out.append((h.pinned or "none")[:8])
     if h.supervisor_level == "bad" and h.supervisor.startswith("store unavailable"):
+        out.append("  session ", style="dim")
+        out.append((h.pinned or "none")[:8])
         out.append("\n")
         out.append(h.supervisor, style=LEVELS["bad"])  # the reason first, before the line is cut
         return out
+    # The heartbeat before the session: at 80 columns the line's end is what gets cut.
     out.append("  supervisor ", style="dim")
     out.append(h.supervisor, style=LEVELS.get(h.supervisor_level, ""))
+    out.append("  session ", style="dim")
+    out.append((h.pinned or "none")[:8])
     out.append("\n")
     out.append("canary ", style="dim")
     out.append(h.canary, style=LEVELS.get(h.canary_level, ""))
@@ -32,6 +35,8 @@ def render_header(h: Header) -> Text:
         # The last probe was not an ack: when did the agent last hear?
         out.append("  last ack ", style="dim")
         out.append(h.last_ack or "never", style=LEVELS.get(h.last_ack_level, ""))
+    if h.claim:
+        out.append("  " + h.claim, style="bold yellow")
     out.append("  queue ", style="dim")
     out.append(f"{h.queue_open} open", style="bold red" if h.queue_open else "green")
     out.append(" · ", style="dim")

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from loomtui.agent import hold_rules
 from loomtui.agent.driver import GONE, UNKNOWN, UP, TmuxDriver
 from loomtui.agent.proctree import PRESENT
 from loomtui.agent.tmux import TmuxError
@@ -59,6 +60,7 @@ class Header:
     incident: str = ""     # the last incident, one line
     incident_level: str = "ok"
     hold: str = ""         # why automatic relaunching is held, "" when it is not
+    claim: str = ""        # the last relaunch while no canary has acked since, "" once one has
 
 
 @dataclass(frozen=True)
@@ -226,17 +228,12 @@ def _latest_incidents(store: Store) -> list[incidents.Incident]:
 
 
 def hold_text(hold: dict[str, Any] | None, now: float) -> str:
-    """Why relaunching is held, from the hold record (the fields a later hold adds are read if there)."""
+    """Who holds automatic recovery, why and for how long ("" when nothing holds it): the hold
+    rules' own line, so the summary says what `loom status` says."""
     if hold is None:
         return ""
-    bits = [f"no automatic relaunch for {format_duration(max(now - float(hold.get('ts') or now), 0))}"]
-    why = hold.get("reason") or "; ".join(str(r) for r in hold.get("reasons") or []) or hold.get("cause") or ""
-    if why:
-        bits.append(str(why))
-    until = hold.get("until")
-    if isinstance(until, (int, float)):
-        bits.append(f"{format_duration(max(until - now, 0))} left")
-    return ": ".join(bits[:2]) + "".join(f", {b}" for b in bits[2:])
+    held = hold_rules.Hold.from_record(hold)
+    return hold_rules.describe(held, now) if hold_rules.active(held, now) else ""
 
 
 def incident_line(found: list[incidents.Incident], now: float) -> tuple[str, str]:
@@ -252,10 +249,16 @@ def incident_line(found: list[incidents.Incident], now: float) -> tuple[str, str
 def header_from(status: status_mod.Status, pane: PaneView, config: Any, *,
                 last_ack: tuple[float, float | None] | None = None,
                 incidents_: list[incidents.Incident] | None = None) -> Header:
-    held = status.hold is not None
+    hold = hold_text(status.hold, status.taken)
+    held = bool(hold)
     since = status.since_launch
     booting = since is not None and since < config.agent.boot_grace
     agent, level = _agent_text(pane, held, since if booting else None)
+    claim = ""
+    if status.unwitnessed and status.relaunch is not None:
+        # Up is not heard: until a canary acks after the relaunch, recovery is only claimed.
+        claim = (f"relaunched {format_duration(max(status.taken - status.relaunch.ts, 0))} ago "
+                 f"({status.relaunch.cause}), unwitnessed: no canary ack since")
     stale_after = max(3 * min(config.watchdog.interval, 5.0), 15.0)
     beat = status.supervisor
     if beat is None:
@@ -284,12 +287,12 @@ def header_from(status: status_mod.Status, pane: PaneView, config: Any, *,
     incident, incident_level = incident_line(incidents_ or [], now)
     return Header(agent, level, status.pinned_session, can, can_level, sup, sup_level, status.unresolved, held,
                   unsent, ack, ack_level, status.queue.get("open", 0), status.queue.get("claimed", 0), incident,
-                  incident_level, hold_text(status.hold, now))
+                  incident_level, hold, claim)
 
 
 def _agent_text(pane: PaneView, held: bool, booting_for: float | None) -> tuple[str, str]:
     if held:
-        return "HELD until you act (r)", "bad"  # why, and since when: the summary's hold line
+        return "HELD: no automatic recovery", "bad"  # who, why and how long: the summary's hold line
     if pane.state == GONE:
         return "no tmux session", "bad"
     if pane.state == UNKNOWN:

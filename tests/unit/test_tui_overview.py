@@ -168,7 +168,7 @@ def test_the_overview_appears_at_150_columns_and_goes_away_without_a_restart(ctx
                 app.query_one("#side-agent")
             assert not screen.wide and pane.display and not overview.display and not side.display
             summary = "\n".join(screen_lines(app)[:3])
-            for bit in ("agent HELD", "supervisor heartbeat", "canary ok", "1 open · 1 claimed", "hold no automatic",
+            for bit in ("agent HELD", "supervisor heartbeat", "canary ok", "1 open · 1 claimed", "hold held at the ceiling",
                         "last incident held"):
                 assert bit in summary, bit
             assert str(tabs.get_tab("agent").label) == "Agent 1"
@@ -244,3 +244,35 @@ def test_the_overview_follows_new_ledger_events_and_reads_them_once(ctx):
     assert first.overview.incidents[0].relaunches == 0 and later.overview.incidents[0].relaunches == 1
     assert (NOW + 2, "crash") in later.overview.relaunches and (NOW + 2, "crash") not in first.overview.relaunches
     assert "1 relaunch (resume)" in later.header.incident
+
+
+def test_the_summary_says_who_holds_why_and_how_long_and_an_unwitnessed_relaunch(ctx):
+    import json
+
+    from loomtui.agent.recovery import HOLD_KEY
+    from loomtui.report import status as status_mod
+    from loomtui.store import ledger
+    from loomtui.tui.header import render_header
+    from loomtui.tui.snapshot import PaneView, header_from
+
+    now = time.time()  # the hold's end is judged on the wall clock by the status model
+
+    def header():
+        return header_from(status_mod.gather(ctx, events=0, now=now, look=False), PaneView("up", "", ""), ctx.config)
+
+    held = header()
+    assert held.agent_level == "bad" and held.hold.startswith("held at the ceiling: ceiling")
+    ctx.store.set_meta(HOLD_KEY, json.dumps({"ts": now - 60, "by": "operator", "reason": "moving the box",
+                                             "until": now + 3600}))
+    operator = header()
+    assert operator.hold.startswith("held by the operator: moving the box (") and operator.hold.endswith(" left)")
+    assert operator.agent_level == "bad"
+    ctx.store.set_meta(HOLD_KEY, json.dumps({"ts": now - 3600, "by": "operator", "reason": "done",
+                                             "until": now - 1}))
+    expired = header()
+    assert expired.hold == "" and expired.agent == "running"  # a timed hold ends by itself
+    ledger.append(ctx.store, "relaunch", source="watchdog", cause="crash",
+                  detail={"mode": "resume", "old_session": "s", "new_session": "s"}, ts=now - 5)
+    claimed = header()
+    assert claimed.claim == "relaunched 5s ago (crash), unwitnessed: no canary ack since"
+    assert "unwitnessed" in render_header(claimed).plain and not expired.claim
