@@ -7,12 +7,15 @@ the locks it needs and is recorded in the ledger with its source (who asked) and
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from loomtui import clock
-from loomtui.agent import launch, launches, policy, recovery
+from loomtui.agent import hold_rules, holds, launch, launches, policy, recovery
 from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.inject import InjectResult
 from loomtui.agent.inject import inject as _type_text
@@ -21,13 +24,74 @@ from loomtui.agent.policy import Instant
 from loomtui.agent.recovery import Recovery
 from loomtui.canary import probe
 from loomtui.context import Context
-from loomtui.errors import LockHeld
+from loomtui.errors import LockHeld, LoomError
 from loomtui.sentinel import claims
-from loomtui.store import locks
+from loomtui.store import counters, locks
 
 # An operator's relaunch waits this long for one already under way; an automatic one never waits
 # (the failure it saw may be handled by then, and its loop looks again next tick).
 OPERATOR_LOCK_WAIT = 120.0
+log = logging.getLogger("loom.actions")
+LOOPS = ("watchdog", "canary", "sentinel")
+
+
+def _loop(source: str) -> str:
+    """The loop a trigger belongs to, for the KPIs: a tick's own loop, else the operator."""
+    return source if source in LOOPS else "operator"
+
+
+def _fired(ctx: Context, loop: str, source: str) -> None:
+    """An operator's trigger of a loop's action, for the KPIs (the loops count their own ticks)."""
+    if _loop(source) == "operator":
+        _count(ctx, "loom_fire_total", {"loop": loop, "source": source})
+
+
+def _admitted(ctx: Context, source: str, decision: str, reason: str = "") -> None:
+    _count(ctx, "loom_admit_total", {"loop": _loop(source), "decision": decision, "reason": reason})
+
+
+def _count(ctx: Context, name: str, labels: dict[str, str]) -> None:
+    # A count must never stop the action it counts: a locked store loses one increment, not a relaunch.
+    try:
+        counters.bump(ctx.store, name, labels)
+    except (sqlite3.Error, LoomError) as exc:
+        log.warning("could not count %s %s: %s", name, labels, exc)
+
+
+def admit(ctx: Context, action: str, *, cause: str, source: str, now: float | None = None) -> hold_rules.Hold | None:
+    """May Loom's own hands do `action` now? None if so; the hold in force if it refuses it.
+
+    Only automatic actions are ever refused (an operator's source is never a loop). A refusal
+    is counted every time and written to the ledger once per kind per hold; a timed hold past
+    its end is recorded as expired here, by whichever loop asks first.
+    """
+    if _loop(source) == "operator":
+        return None
+    at = time.time() if now is None else now
+    holds.expire(ctx, source=source, now=at)
+    hold = holds.current(ctx, at)
+    if hold_rules.refuses(hold, action, automatic=True, now=at):
+        holds.refused(ctx, action=action, cause=cause, loop=_loop(source), source=source, now=at)
+        return hold
+    return None
+
+
+def hold(ctx: Context, reason: str, duration: float | None, *, source: str) -> holds.HoldChange:
+    """Suspend automatic relaunches, reaps, modal dismissals and nudges (an operator's hold)."""
+    at = time.time()
+    placed = holds.place(ctx, by="operator", reason=reason, until=None if duration is None else at + duration,
+                         source=source, now=at)
+    return holds.HoldChange("placed", placed, at)
+
+
+def release(ctx: Context, *, source: str) -> holds.HoldChange:
+    """End the hold in force, the operator's or the ceiling's; automatic recovery resumes."""
+    at = time.time()
+    holds.expire(ctx, source=source, now=at)
+    ended = holds.release(ctx, source=source, how="release", now=at)
+    if ended is not None:
+        launches.ring(ctx.state_dir, launches.PANE_DIED)  # the watchdog looks again now, not next tick
+    return holds.HoldChange("released" if ended is not None else "none", ended, at)
 
 
 def recover(
@@ -49,10 +113,15 @@ def recover(
     relaunching twice for one failure.
     """
     operator = cause in policy.OPERATOR
+    if not operator:
+        refused = admit(ctx, "relaunch", cause=cause, source=source, now=(now.wall if now else None))
+        if refused is not None:
+            return Recovery("held", notes=[hold_rules.describe(refused, now.wall if now else time.time())])
     wait = lock_wait if lock_wait is not None else (OPERATOR_LOCK_WAIT if operator else 0.0)
     try:
         lock = locks.hold(ctx.state_dir, locks.RECYCLE, timeout=wait)
     except LockHeld:
+        _admitted(ctx, source, "refused", "lock_busy")
         return Recovery("busy", notes=["another relaunch holds recycle.lock"])
     with lock:
         if still_failing is not None and not still_failing():
@@ -60,6 +129,7 @@ def recover(
         at = now or clock.now()
         decision = policy.decide(recovery.situation(ctx, cause), policy.limits_from(ctx.config), at)
         if decision.action == policy.RELAUNCH:
+            _admitted(ctx, source, "admitted")
             if operator:
                 recovery.clear_hold(ctx, source=source, cause=cause, at=at)
             outcome = launch.relaunch_locked(ctx, decision.mode, cause=cause, source=source,
@@ -67,9 +137,11 @@ def recover(
                                              driver=driver)
             result = Recovery("relaunched" if outcome.ok else "failed", decision, outcome)
         elif decision.action == policy.HOLD and decision.escalate:
+            _admitted(ctx, source, "refused", "ceiling")
             recovery.escalate(ctx, cause, decision, source, at)
             return Recovery("held", decision, notes=["escalated to the operator"])
         else:
+            _admitted(ctx, source, "refused", "hold" if decision.action == policy.HOLD else "backoff")
             return Recovery("held" if decision.action == policy.HOLD else "waiting", decision)
     if result.ok:
         # A relaunch is a claim until a canary acks: wake the daemon's canary loop, now that the
@@ -83,6 +155,7 @@ def recycle(ctx: Context, mode: str, *, source: str, reason: str | None = None) 
     """An operator's relaunch: `resume` the pinned session or start `fresh`; clears a hold."""
     if mode not in (policy.RESUME, policy.FRESH):
         raise ValueError(f"unknown relaunch mode {mode!r}: use resume or fresh")
+    _fired(ctx, "watchdog", source)
     return recover(ctx, f"operator_{mode}", source=source, reason=reason)
 
 
@@ -93,20 +166,30 @@ def inject(ctx: Context, text: str, *, source: str, kind: str = "inject",
 
 
 def nudge(ctx: Context, text: str, *, source: str, detail: dict[str, Any]) -> InjectResult:
-    """Tell the agent about a queue item."""
+    """Tell the agent about a queue item (refused while a hold is in force)."""
+    refused = admit(ctx, "nudge", cause="queue_item", source=source)
+    if refused is not None:
+        return InjectResult(False, 0, "", error=f"refused: {hold_rules.describe(refused, time.time())}",
+                            refused="hold")
     return _type_text(ctx, text, source=source, kind="queue_nudge", detail=detail)
 
 
 def dismiss_modal(ctx: Context, keys: list[str], *, source: str, detail: dict[str, Any]) -> InjectResult:
-    """Press the configured keys to close a known dialog."""
+    """Press the configured keys to close a known dialog (refused while a hold is in force)."""
+    refused = admit(ctx, "dismiss_modal", cause="modal", source=source)
+    if refused is not None:
+        return InjectResult(False, 0, "", error=f"refused: {hold_rules.describe(refused, time.time())}",
+                            refused="hold")
     return _press_keys(ctx, keys, source=source, kind="modal_dismissed", detail=detail)
 
 
 def canary_now(ctx: Context, *, source: str, stop: threading.Event | None = None):
     """Probe now, or join the probe in flight."""
+    _fired(ctx, "canary", source)
     return probe.probe(ctx, inject, source=source, stop=stop)
 
 
 def resolve(ctx: Context, item_id: int, note: str, *, source: str, session_id: str | None = None):
     """Claim a queue item as handled; only the job's next clean run witnesses it."""
+    _fired(ctx, "sentinel", source)
     return claims.resolve(ctx, item_id, note, source=source, session_id=session_id)

@@ -29,6 +29,7 @@ class InjectResult:
     digest: str
     error: str = ""
     event_id: int = 0
+    refused: str = ""   # why Loom did not try at all (a hold): not a failure of the pane
 
 
 def inject(

@@ -1,17 +1,20 @@
 """What a recovery decides from, and what it leaves: relaunch history, the hold, escalation.
 
 The decision itself is actions.recover, the one owner of recycle.lock; this module gathers its
-facts from the store (`situation`) and keeps the hold, which only `escalate` sets and only an
-operator's relaunch (`clear_hold`) clears.
+facts from the store (`situation`) and keeps the ceiling's hold (agent/holds.py stores every
+hold): `escalate` places it, an operator's relaunch (`clear_hold`) or `loom release` ends it.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from loomtui import clock
+from loomtui.agent import holds
+from loomtui.agent.hold_rules import Hold
 from loomtui.agent.policy import Decision, Instant, Relaunch, Situation
 from loomtui.context import Context
 from loomtui.store import ledger, locks, outbox, session
@@ -20,7 +23,7 @@ if TYPE_CHECKING:
     from loomtui.agent.launch import Outcome
 
 HISTORY_LIMIT = 500
-HOLD_KEY = "hold"
+HOLD_KEY = holds.KEY
 
 
 @dataclass
@@ -70,19 +73,20 @@ def canary_recycled(ctx: Context, pinned: str | None) -> frozenset[str]:
     return frozenset({pinned}) if row else frozenset()
 
 
-def held(ctx: Context) -> dict | None:
-    raw = ctx.store.get_meta(HOLD_KEY)
-    return json.loads(raw) if raw else None
+def held(ctx: Context, now: float | None = None) -> dict | None:
+    """The hold in force (its stored record: by, reason, until, ...), or None. A timed hold past
+    its end reads as no hold even before a loop records that it expired."""
+    hold = holds.current(ctx, time.time() if now is None else now)
+    return hold.record() if hold is not None else None
 
 
 def clear_hold(ctx: Context, *, source: str, cause: str, at: Instant) -> bool:
-    """An operator acted: automatic recovery may run again. False when nothing was held."""
-    with ctx.store.write() as db:
-        if ctx.store.get_meta(HOLD_KEY) is None:
-            return False
-        db.execute("DELETE FROM meta WHERE key = ?", (HOLD_KEY,))
-        ledger.append_in(db, "hold_cleared", source=source, cause=cause, detail={"by": source}, ts=at.wall)
-    return True
+    """An operator relaunched: the ceiling's hold ends (automatic recovery may run again). An
+    operator's own hold stays: it ends by `loom release` or its time. False when nothing ended."""
+    hold = holds.stored(ctx)
+    if hold is None or hold.by != "ceiling":
+        return False
+    return holds.release(ctx, source=source, how="relaunch", now=at.wall, cause=cause) is not None
 
 
 def witness_note(ctx: Context) -> str:
@@ -104,10 +108,8 @@ def escalate(ctx: Context, cause: str, decision: Decision, source: str, at: Inst
         f"Automatic recovery is on hold until you act (loom recycle --resume or --fresh)."
     )
     with ctx.store.write() as db:
-        if ctx.store.get_meta(HOLD_KEY) is not None:
+        if not holds.place_if_free(ctx, db, Hold(at.wall, "ceiling", "; ".join(decision.reasons), None, cause)):
             return
-        ctx.store.set_meta(HOLD_KEY, json.dumps({"ts": at.wall, "cause": cause,
-                                                       "reasons": list(decision.reasons)}), db)
         event = ledger.append_in(db, "escalation", source=source, cause=cause,
                                  detail={"reasons": list(decision.reasons), "held": True}, ts=at.wall)
         outbox.enqueue(db, text, dedupe_key=f"hold-{event.id}", now=at.wall)

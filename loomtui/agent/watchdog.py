@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from loomtui import actions
-from loomtui.agent import launches, proctree
+from loomtui.agent import holds, launches, proctree
 from loomtui.agent.driver import GONE, UP, TmuxDriver
 from loomtui.agent.proctree import MISSING, PRESENT, UNKNOWN
 from loomtui.agent.tmux import TmuxError
@@ -86,6 +86,8 @@ class Watchdog:
         return None
 
     def tick(self) -> WatchdogReport:
+        # A timed hold ends by itself: recorded here even when nothing asks to act meanwhile.
+        holds.expire(self.ctx, source="watchdog", now=time.time())
         obs, facts = self.observe()
         steps, self.memory = assess(obs, self.memory, self.settings, time.monotonic())
         report = WatchdogReport(obs, steps)
@@ -112,6 +114,8 @@ class Watchdog:
         if step.kind == "dismiss_modal":
             result = actions.dismiss_modal(self.ctx, list(step.keys), source="watchdog",
                                            detail={"match": step.note})
+            if result.refused:
+                return f"modal left on screen: {result.error}"
             return "modal dismissed" if result.ok else f"modal dismissal failed: {result.error}"
         assert step.kind == "recover" and step.cause
         evidence: dict[str, object] = {"note": step.note}
@@ -205,6 +209,9 @@ class Watchdog:
         results = []
         for pid, _line in proctree.foreign_pollers(self.ctx.config.agent.poller_match, ours):
             if not self._confirm_foreign(pid):
+                continue
+            if actions.admit(self.ctx, "reap", cause="foreign_poller", source="watchdog") is not None:
+                results.append(f"foreign poller {pid} left alone: a hold is in force")
                 continue
             name = _name(pid)
             left = proctree.end_processes([pid], grace=2.0)

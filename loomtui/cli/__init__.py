@@ -40,6 +40,14 @@ COMMANDS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
         ("resolve", "claim a queue item as handled; it is witnessed by the job's next clean run"),
         ("sentinel", "the sentinel by hand (the daemon runs it every sentinel.interval)"),
     )),
+    ("hold", (
+        ("hold", "suspend automatic relaunches, reaps, modal dismissals and nudges "
+                 "(observation, probes on request and recording go on)"),
+        ("release", "end the hold in force (the operator's or the ceiling's)"),
+    )),
+    ("tick", (("tick", "run exactly one tick of one loop, as `loom supervise` would "
+                       "(exit 0 ran, 1 failed, 75 another tick of that loop was running)"),)),
+    ("sim", (("sim", "simulate months of faults in seconds against Loom's real rules"),)),
 ]
 
 # Options of `loom` itself that take a value: the command is the first word that is not one of these.

@@ -26,8 +26,13 @@ def run(args: argparse.Namespace) -> int:
     sup = status.supervisor
     print(f"state dir       {status.state_dir}")
     print(f"config          {status.config or '(defaults)'}")
-    held = "HELD at the ceiling: automatic relaunching stopped until an operator acts (loom recycle)"
-    print(f"agent           {held if status.hold else status.agent.describe()}")
+    print(f"agent           {status.agent.describe()}")
+    if status.hold:
+        from loomtui.agent import hold_rules
+
+        hold = hold_rules.Hold.from_record(status.hold)
+        act = "loom release, or loom recycle" if hold.by == "ceiling" else "loom release"
+        print(f"hold            HELD: {hold_rules.describe(hold, status.taken)}; Loom's own hands wait ({act})")
     print(f"pinned session  {status.pinned_session or '(none)'}")
     print(f"canary          {status.canary.describe() if status.canary else 'no probe yet'}")
     queue = status.queue

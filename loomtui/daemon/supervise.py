@@ -22,8 +22,9 @@ from dataclasses import asdict, dataclass, field
 from loomtui import __version__
 from loomtui.agent.policy import backoff
 from loomtui.context import Context
-from loomtui.errors import LoomError
-from loomtui.store import ledger, locks
+from loomtui.daemon import oneshot
+from loomtui.errors import LockHeld, LoomError
+from loomtui.store import counters, ledger, locks
 
 log = logging.getLogger("loom.supervise")
 
@@ -104,6 +105,7 @@ class Runtime:
     loops: list[TickLoop]
     services: list[Service] = field(default_factory=list)
     stats: dict[str, LoopStats] = field(default_factory=dict)
+    tally: counters.Tally = field(default_factory=counters.Tally)   # the loop KPIs, flushed with the heartbeat
     started: float = field(default_factory=time.time)
     fatal: str = ""
     halt: threading.Event = field(default_factory=threading.Event)
@@ -160,10 +162,14 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
     try:
         while not stop.is_set():
             began = time.monotonic()
+            status = "ok"
             try:
-                await asyncio.to_thread(tick)
+                await asyncio.to_thread(tick if spec.name not in oneshot.LOOPS else locked(ctx, spec.name, tick))
                 failures = 0
+            except LockHeld:
+                status = "busy"  # a `loom tick` of this loop (cron, a timer) is running: it acts, we don't
             except Exception as exc:
+                status = "failed"
                 failures += 1
                 stats.errors += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
@@ -179,10 +185,29 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 stats.ticks += 1
                 stats.last_duration = time.monotonic() - began
                 stats.last_tick = time.time()
+                if spec.name in oneshot.LOOPS:
+                    count_tick(rt.tally, spec.name, status, stats.last_duration)
             if await sleep_stop_or_wake(stop, wake, spec.period - (time.monotonic() - began)):
                 break
     finally:
         ctx.close()
+
+
+def locked(ctx: Context, loop: str, tick: Callable[[], object]) -> Callable[[], object]:
+    """One tick under the loop's tick lock, the one `loom tick` takes: two never act at once."""
+
+    def run() -> object:
+        with locks.hold(ctx.state_dir, oneshot.lock_name(loop), timeout=0):
+            return tick()
+
+    return run
+
+
+def count_tick(tally: counters.Tally, loop: str, status: str, seconds: float) -> None:
+    tally.add("loom_fire_total", {"loop": loop, "source": "tick"})
+    tally.add("loom_run_total", {"loop": loop, "status": status})
+    if status != "busy":
+        tally.observe("loom_tick_duration_seconds", {"loop": loop}, seconds)
 
 
 async def run_service(rt: Runtime, service: Service, stop: asyncio.Event) -> None:
@@ -219,6 +244,7 @@ async def run_heartbeat(rt: Runtime, stop: asyncio.Event, period: float) -> None
             try:
                 await asyncio.to_thread(ctx.store.beat, HEARTBEAT, detail)
                 failures = 0
+                await asyncio.to_thread(rt.tally.flush, ctx.store)
             except Exception as exc:
                 failures += 1
                 log.error("heartbeat failed: %s", exc)
@@ -229,6 +255,10 @@ async def run_heartbeat(rt: Runtime, stop: asyncio.Event, period: float) -> None
             if await sleep_or_stop(stop, period):
                 break
     finally:
+        try:
+            rt.tally.flush(ctx.store)  # the last ticks' counts, before the store closes
+        except Exception as exc:
+            log.error("could not keep the loop counters: %s", exc)
         ctx.close()
 
 

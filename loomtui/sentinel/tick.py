@@ -63,6 +63,7 @@ class SentinelReport:
     nudged: list[int] = field(default_factory=list)
     nudge_failed: list[int] = field(default_factory=list)
     nudges_deferred: int = 0
+    nudges_held: list[int] = field(default_factory=list)
     relaunching: bool = False
     escalated: list[int] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -77,6 +78,8 @@ class SentinelReport:
                  f"nudged {self.nudged or '-'}", f"escalated {self.escalated or '-'}"]
         if self.nudge_failed:
             parts.append(f"nudge failed {self.nudge_failed}")
+        if self.nudges_held:
+            parts.append(f"nudges held by a hold {self.nudges_held}")
         if self.nudges_deferred:
             parts.append(f"{self.nudges_deferred} nudges deferred to the next tick")
         if self.relaunching:
@@ -283,6 +286,10 @@ def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: SentinelR
     try:
         result = actions.nudge(ctx, action.text, source=SOURCE, detail=detail)
         ok, error = result.ok, result.error
+        if result.refused:
+            # A hold: not tried, not counted; the backstop still reaches the human.
+            report.nudges_held.append(item.id)
+            return
     except LoomError as exc:
         ok, error = False, str(exc)
     if not ok:

@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("loomtui.telegram.commands")
 
-HELP = "Loom commands: /status, /canary, /recycle resume|fresh, /queue"
+HELP = "Loom commands: /status, /canary, /recycle resume|fresh, /queue, /hold [30m] REASON, /release"
+COMMANDS = ("status", "canary", "recycle", "queue", "hold", "release")
 MAX_COMMAND_AGE = 600.0  # a /recycle typed before an outage is not acted on when the outage ends
 CONFLICT_MESSAGE = (
     "Loom: another process is polling this bot's token (Telegram answers 409 Conflict), so Loom "
@@ -54,6 +55,8 @@ class Actions(Protocol):
     def canary(self) -> str: ...
     def recycle(self, mode: str) -> str: ...
     def queue(self) -> str: ...
+    def hold(self, reason: str, duration: float | None) -> str: ...
+    def release(self) -> str: ...
 
 
 class OperatorActions:
@@ -83,6 +86,34 @@ class OperatorActions:
 
         return queue_summary(sentinel_queue.open_items(self.ctx.store))
 
+    def hold(self, reason: str, duration: float | None) -> str:
+        from loomtui import actions
+
+        return actions.hold(self.ctx, reason, duration, source=self.source).describe()
+
+    def release(self) -> str:
+        from loomtui import actions
+
+        return actions.release(self.ctx, source=self.source).describe()
+
+
+def parse_hold(args: list[str]) -> tuple[str, float | None] | None:
+    """`/hold 30m deploying the new model` → ("deploying the new model", 1800.0); None without a reason."""
+    from loomtui.durations import parse_duration
+
+    duration = None
+    if args:
+        try:
+            duration = parse_duration(args[0])
+        except ValueError:
+            duration = None
+        else:
+            args = args[1:]
+    reason = " ".join(args)
+    if not reason or (duration is not None and duration <= 0):
+        return None
+    return reason, duration
+
 
 def queue_summary(items: list[Any], limit: int = 10) -> str:
     if not items:
@@ -99,8 +130,13 @@ def format_status(status: Status) -> str:
     from loomtui.durations import format_duration
 
     sup, last, look = status.supervisor, status.canary_settled, status.agent
-    agent = "HELD at the ceiling until you act (/recycle)" if status.hold else (
-        look.describe() if look else "not looked at")
+    agent = look.describe() if look else "not looked at"
+    if status.hold:
+        from loomtui.agent import hold_rules
+
+        hold = hold_rules.Hold.from_record(status.hold)
+        agent = f"HELD: {hold_rules.describe(hold, status.taken)} (/release" + \
+            (" or /recycle)" if hold.by == "ceiling" else ")") + f"; {agent}"
     lines = [
         "Loom status",
         f"agent: {agent}",
@@ -197,7 +233,7 @@ class Poller:
                                      detail={"chat_id": chat_id, "update_id": update.update_id})
             return
         parsed = rules.parse_command(msg.text)
-        name = parsed[0] if parsed and parsed[0] in ("status", "canary", "recycle", "queue") else "help"
+        name = parsed[0] if parsed and parsed[0] in COMMANDS else "help"
         with self.store.write() as db:
             state.set_offset_in(db, update.update_id + 1)
             ledger.append_in(db, "telegram_command", source="telegram",
@@ -210,15 +246,20 @@ class Poller:
     async def answer(self, name: str, args: list[str], age: float) -> str:
         if name == "help":
             return HELP
-        if age > MAX_COMMAND_AGE and name in ("canary", "recycle"):
+        if age > MAX_COMMAND_AGE and name in ("canary", "recycle", "hold", "release"):
             return f"/{name} not run: it was sent {int(age)}s ago, while Loom was not listening; send it again"
         if name == "recycle" and (len(args) != 1 or args[0] not in ("resume", "fresh")):
             return "usage: /recycle resume|fresh"
+        held = parse_hold(args) if name == "hold" else None
+        if name == "hold" and held is None:
+            return "usage: /hold [30m] REASON (a reason is required; the duration is optional)"
         call = {
             "status": self.actions.status,
             "canary": self.actions.canary,
             "queue": self.actions.queue,
             "recycle": lambda: self.actions.recycle(args[0]),
+            "hold": lambda: self.actions.hold(*held),
+            "release": self.actions.release,
         }[name]
         try:
             # Actions block (a canary waits for its ack); the loop must keep serving meanwhile.

@@ -59,6 +59,38 @@ async def run_sender(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM
                 await bot.shutdown()
 
 
+async def send_due(ctx: Context, *, clock: Clock = SYSTEM, bot: telegram.Bot | None = None,
+                   limit: int = 100) -> tuple[int, int]:
+    """One pass of the sender (`loom tick notify`): deliver what is due now, then return
+    (sent, still pending). Waits for nothing: a row that must wait is left for the next tick.
+    Raises LockHeld while the daemon's sender (or another tick) is delivering."""
+    cfg = ctx.config.telegram
+
+    def counts() -> tuple[int, int]:
+        summary = outbox.summary(ctx.store)
+        return summary[outbox.SENT], summary[outbox.PENDING]
+
+    if not cfg.chat_id:
+        return 0, counts()[1]
+    token = load_token(cfg)
+    lock = FileLock(ctx.state_dir, LOCK_NAME)
+    lock.acquire(timeout=0)
+    before = counts()[0]
+    try:
+        bot = bot or make_bot(token, cfg)
+        sender = Sender(ctx.store, cfg, bot, clock)
+        for _ in range(limit):
+            if outbox.head(ctx.store) is None or await sender.step() > 0:
+                break
+    finally:
+        lock.release()
+        if bot is not None:
+            with contextlib.suppress(Exception):
+                await bot.shutdown()
+    after, left = counts()
+    return after - before, left
+
+
 class Sender:
     def __init__(self, store: Store, cfg: TelegramConfig, bot: telegram.Bot, clock: Clock) -> None:
         self.store, self.cfg, self.bot, self.clock = store, cfg, bot, clock

@@ -88,7 +88,7 @@ def test_recycle_resume_relaunches_the_pinned_session_and_replies(make_harness, 
     daemon = Daemon(harness, env=ENV)
     fake.add_update(CHAT, "/recycle resume")
     reply = wait_for(lambda: [t for t in fake.texts(CHAT) if t.startswith("relaunch")], 60, what="the recycle reply")
-    assert reply == [f"relaunched resume: session {session}"]
+    assert reply == [f"relaunched resume: session {session}; unwitnessed until a canary acks (loom supervise probes it as soon as the agent is ready)"]
     event = harness.events("relaunch")[-1]
     assert (event["cause"], event["source"]) == ("operator_resume", "telegram")
     assert event["detail"]["mode"] == "resume" and event["detail"]["new_session"] == session
@@ -100,4 +100,26 @@ def test_recycle_resume_relaunches_the_pinned_session_and_replies(make_harness, 
     ack = wait_for(lambda: [t for t in fake.texts(CHAT) if t.startswith("canary")], 120, what="the canary reply")
     assert ack[0].startswith("canary ok: acked in"), ack
     assert [e["cause"] for e in harness.events("relaunch")] == ["operator_fresh", "operator_resume"]
+    assert daemon.stop() == 0
+
+
+def test_hold_and_release_over_telegram(make_harness, fake):
+    harness = make_harness(sections={**FAST, "canary": {"interval": "1h"}, "telegram": telegram(fake, commands=True)})
+    harness.start()
+    daemon = Daemon(harness, env=ENV)
+    fake.add_update(CHAT, "/hold")
+    usage = wait_for(lambda: [t for t in fake.texts(CHAT) if t.startswith("usage: /hold")], 60, what="the usage")
+    assert usage
+    fake.add_update(CHAT, "/hold 30m [b]rotating[/b] keys")  # markup-looking text stays text
+    reply = wait_for(lambda: [t for t in fake.texts(CHAT) if t.startswith("held by")], 60, what="the /hold reply")
+    assert reply[0].startswith("held by the operator: [b]rotating[/b] keys (30m left)")
+    placed = harness.events("hold_placed")[-1]
+    assert placed["source"] == "telegram" and placed["detail"]["reason"] == "[b]rotating[/b] keys"
+    fake.add_update(CHAT, "/status")
+    status = wait_for(lambda: [t for t in fake.texts(CHAT) if t.startswith("Loom status")], 60, what="/status")
+    assert "HELD: held by the operator: [b]rotating[/b] keys" in status[0]
+    fake.add_update(CHAT, "/release")
+    wait_for(lambda: [t for t in fake.texts(CHAT) if t.startswith("released the operator's hold")], 60,
+             what="the /release reply")
+    assert harness.events("hold_cleared")[-1]["source"] == "telegram"
     assert daemon.stop() == 0

@@ -115,3 +115,12 @@ def test_describe_is_one_scrubbed_line():
     redact.register(TOKEN)
     line = describe(ValueError(f"bad\nurl http://h/bot{TOKEN}/x"))
     assert line == "ValueError: bad url http://h/bot[redacted]/x"
+
+
+def test_parse_hold_takes_an_optional_duration_then_a_required_reason():
+    from loomtui.telegram.commands import parse_hold
+
+    assert parse_hold(["30m", "deploying", "it"]) == ("deploying it", 1800.0)
+    assert parse_hold(["deploying"]) == ("deploying", None)
+    assert parse_hold(["30m"]) is None and parse_hold([]) is None
+    assert parse_hold(["0s", "x"]) is None

@@ -1,0 +1,135 @@
+"""`loom tick LOOP`: exactly one tick of one loop, for setups where cron, launchd or a systemd
+timer fires the loops instead of `loom supervise`.
+
+The scheduler only fires. Locks, admission and recording are the daemon's: each tick of a loop
+runs under that loop's tick lock, taken without waiting, so two overlapping ticks of one loop
+never both act (the second says `busy` and exits 75); a relaunch still goes through the actions
+module under recycle.lock with its second look. What the watchdog remembers between ticks (how
+many looks saw the pane gone, a modal pressed) is kept in the store, since each tick is a new
+process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from loomtui.context import Context
+from loomtui.errors import LockHeld
+from loomtui.store import counters, ledger, locks
+
+LOOPS = ("watchdog", "canary", "sentinel", "notify")
+EXIT_RAN, EXIT_FAILED, EXIT_BUSY = 0, 1, 75  # 75: EX_TEMPFAIL, "try again later"
+LOOKS_KEY = "watchdog_looks"
+
+
+def lock_name(loop: str) -> str:
+    return f"tick-{loop}.lock"
+
+
+@dataclass(frozen=True)
+class TickOutcome:
+    loop: str
+    status: str          # ran / busy / failed
+    line: str
+    seconds: float
+
+    @property
+    def exit_code(self) -> int:
+        return {"ran": EXIT_RAN, "busy": EXIT_BUSY}.get(self.status, EXIT_FAILED)
+
+
+def record(ctx: Context, loop: str, source: str, status: str, seconds: float | None) -> None:
+    """The loop KPIs of one tick: the trigger, the run's outcome and how long it took."""
+    tally = counters.Tally()
+    tally.add("loom_fire_total", {"loop": loop, "source": source})
+    tally.add("loom_run_total", {"loop": loop, "status": status})
+    if seconds is not None:
+        tally.observe("loom_tick_duration_seconds", {"loop": loop}, seconds)
+    tally.flush(ctx.store)
+
+
+def tick_once(ctx: Context, loop: str, *, source: str = "cron") -> TickOutcome:
+    if loop not in LOOPS:
+        raise ValueError(f"unknown loop {loop!r}: one of {', '.join(LOOPS)}")
+    began = time.monotonic()
+    try:
+        lock = locks.hold(ctx.state_dir, lock_name(loop), timeout=0)
+    except LockHeld:
+        record(ctx, loop, source, "busy", None)
+        return TickOutcome(loop, "busy", f"another {loop} tick is running; this one did nothing", 0.0)
+    with lock:
+        try:
+            line = RUNNERS[loop](ctx)
+        except LockHeld as exc:  # the daemon's own sender is delivering: this tick has nothing to do
+            record(ctx, loop, source, "busy", None)
+            return TickOutcome(loop, "busy", str(exc), time.monotonic() - began)
+        except Exception as exc:
+            seconds = time.monotonic() - began
+            try:
+                ledger.append(ctx.store, "loop_error", source=source,
+                              detail={"loop": loop, "type": type(exc).__name__, "error": str(exc)[:500]})
+                record(ctx, loop, source, "failed", seconds)
+            except Exception:  # the store itself may be what failed; the exit status still says it
+                pass
+            return TickOutcome(loop, "failed", f"{type(exc).__name__}: {exc}", seconds)
+        seconds = time.monotonic() - began
+        record(ctx, loop, source, "ok", seconds)
+        return TickOutcome(loop, "ran", line, seconds)
+
+
+def _watchdog(ctx: Context) -> str:
+    from loomtui.agent.watchdog import Watchdog
+    from loomtui.agent.watchdog_rules import Looks
+
+    watchdog = Watchdog(ctx)
+    watchdog.memory = load_looks(ctx, Looks)
+    report = watchdog.tick()
+    ctx.store.set_meta(LOOKS_KEY, json.dumps(dump_looks(watchdog.memory)))
+    return "; ".join(report.results) if report.results else "nothing to do"
+
+
+def _canary(ctx: Context) -> str:
+    from loomtui.canary.loop import CanaryLoop
+
+    return CanaryLoop(ctx, threading.Event()).tick() or "nothing due"
+
+
+def _sentinel(ctx: Context) -> str:
+    from loomtui.sentinel.tick import sentinel_tick
+
+    return sentinel_tick(ctx).describe()
+
+
+def _notify(ctx: Context) -> str:
+    from loomtui.telegram.sender import send_due
+
+    sent, left = asyncio.run(send_due(ctx))
+    return f"sent {sent}, {left} still pending"
+
+
+RUNNERS = {"watchdog": _watchdog, "canary": _canary, "sentinel": _sentinel, "notify": _notify}
+
+
+def dump_looks(looks: Any) -> dict[str, Any]:
+    out = dataclasses.asdict(looks)
+    out["alerted"] = sorted(out.get("alerted") or ())
+    return out
+
+
+def load_looks(ctx: Context, cls: type) -> Any:
+    raw = ctx.store.get_meta(LOOKS_KEY)
+    try:
+        data = json.loads(raw) if raw else {}
+        names = {f.name for f in dataclasses.fields(cls)}
+        data = {k: v for k, v in data.items() if k in names}
+        if "alerted" in data:
+            data["alerted"] = frozenset(data["alerted"])
+        return cls(**data)
+    except (ValueError, TypeError):
+        return cls()  # what earlier ticks saw is lost: a trigger is only delayed, never invented
