@@ -91,7 +91,7 @@ class StoreCollector(Collector):
             errors.add_metric([name], stats.get("errors", 0))
         yield ticks
         yield errors
-        yield from kpis(self.ctx, now)
+        yield from kpis(self.ctx, now, status)
 
 
 # The loop KPIs counted in the store (store/counters.py): name → (help, labels, kind).
@@ -105,7 +105,7 @@ COUNTED = {
 HISTOGRAMS = {"loom_tick_duration_seconds": ("Tick duration per loop", ("loop",))}
 
 
-def kpis(ctx: Context, now: float) -> Iterator[Any]:
+def kpis(ctx: Context, now: float, status: status_mod.Status | None = None) -> Iterator[Any]:
     """The loop KPIs: what ran, what was let through, what was proved, who was told, what is stuck."""
     store = ctx.store
     stored = counters.read(store, "loom_")
@@ -161,17 +161,24 @@ def kpis(ctx: Context, now: float) -> Iterator[Any]:
     backlog.add_metric([], now - first[0] if first and first[0] is not None else 0.0)
     yield backlog
 
-    stuck = GaugeMetricFamily("loom_stuck_age_seconds", "Age of the oldest open or claimed queue item",
-                              labels=["what"])
+    stuck = GaugeMetricFamily("loom_stuck_age_seconds", "Age of the oldest open or claimed queue item, and of "
+                              "the last relaunch while no canary has witnessed it (0: nothing stuck)", labels=["what"])
     oldest = store.query_one("SELECT MIN(first_seen) FROM queue_items WHERE state IN ('open', 'claimed')")
     stuck.add_metric(["queue_item"], now - oldest[0] if oldest and oldest[0] is not None else 0.0)
+    claim = status.relaunch if status is not None else None
+    # Only the last relaunch can be unwitnessed: a later one supersedes the claim of an earlier.
+    stuck.add_metric(["relaunch"], now - claim.ts if claim is not None and status.unwitnessed else 0.0)
     yield stuck
 
 
 def witness_counts(store: Any) -> list[tuple[str, int, int]]:
     row = store.query_one("SELECT SUM(kind = 'queue_witness') AS w, SUM(kind = 'queue_claim') AS c FROM ledger "
                           "WHERE kind IN ('queue_witness', 'queue_claim')")
-    return [("queue", int(row["w"] or 0), int(row["c"] or 0))]
+    launched = store.query_one(
+        "SELECT COUNT(*) AS n, (SELECT COUNT(DISTINCT json_extract(detail, '$.witnessed')) FROM ledger "
+        "WHERE kind = 'canary' AND json_extract(detail, '$.witnessed') IS NOT NULL) AS w "
+        "FROM ledger WHERE kind = 'relaunch'")
+    return [("queue", int(row["w"] or 0), int(row["c"] or 0)), ("relaunch", int(launched["w"]), int(launched["n"]))]
 
 
 def schedule_drift(ctx: Context) -> list[tuple[str, float]]:

@@ -53,3 +53,92 @@ def test_a_port_in_use_is_a_named_fatal_error(make_harness):
         result = harness.loom("supervise", timeout=60)
     assert result.returncode != 0
     assert f"metrics.listen 127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_scrape_during_a_run_shows_every_loop_kpi(make_harness, tmp_path):
+    """A demo agent, a crash, a canary, a failing job, a claim later witnessed and a hold: one
+    scrape shows each KPI with the value that run implies."""
+    import json
+    import sys
+
+    from fakebot import FakeBot
+    from test_supervise_telegram import CHAT, ENV, TOKEN, telegram
+
+    port = free_port()
+    fake = FakeBot(TOKEN).start()
+    try:
+        harness = make_harness(
+            sections={**FAST, "metrics": {"listen": f"127.0.0.1:{port}"}, "sentinel": {"interval": "1s"},
+                      "agent": {"ready_match": "(?m)^> $"},
+                      "canary": {"interval": "1h", "ack_timeout": "20s"}, "telegram": telegram(fake, commands=True)},
+            jobs=[{"name": "nightly", "log": str(tmp_path / "nightly.log"), "schedule": "every 1h"}])
+        harness.start()  # loom recycle --fresh: the operator's relaunch, from the CLI
+        daemon = Daemon(harness, env={**ENV, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"})
+        assert harness.loom("canary").returncode == 0
+
+        assert harness.loom("inject", "/crash").returncode == 0  # the watchdog relaunches, the canary witnesses
+        crash = wait_for(lambda: harness.events("relaunch")[1:], 60, what="the crash relaunched")[0]
+        wait_for(lambda: [e for e in harness.events("canary") if e["detail"].get("witnessed") == crash["id"]], 60,
+                 what="the crash's relaunch witnessed by the daemon's canary")
+
+        failed = harness.loom("run-job", "nightly", "--", sys.executable, "-c", "raise SystemExit(3)")
+        assert failed.returncode == 3
+        item = wait_for(lambda: json.loads(harness.loom("queue", "--json").stdout)["items"], 60, what="a queue item")[0]
+        assert harness.loom("resolve", str(item["id"]), "--note", "fixed the script").returncode == 0
+        assert harness.loom("run-job", "nightly", "--", sys.executable, "-c", "pass").returncode == 0
+        wait_for(lambda: harness.events("queue_witness"), 60, what="the claim witnessed by the clean run")
+
+        assert harness.loom("hold", "--reason", "maintenance").returncode == 0
+        assert harness.loom("inject", "/crash").returncode == 0
+        wait_for(lambda: harness.events("refused"), 60, what="the relaunch refused for the hold")
+        assert harness.loom("release").returncode == 0
+        wait_for(lambda: len(harness.events("relaunch")) == 3, 60, what="the deferred relaunch")
+        fake.add_update(CHAT, "/status")
+        wait_for(lambda: [t for t in fake.texts(CHAT) if t.startswith("Loom status")], 60, what="the /status reply")
+
+        def values() -> dict[str, float]:
+            out = {}
+            for line in scrape(port).splitlines():
+                if line and not line.startswith("#"):
+                    name, _, value = line.rpartition(" ")
+                    out[name] = float(value)
+            return out
+
+        def settled(v: dict[str, float]) -> bool:
+            return (v.get('loom_witness_ratio{what="relaunch"}') == 1.0
+                    and v.get('loom_notify_total{result="sent",sink="telegram"}', 0) >= 1
+                    and v.get('loom_run_total{loop="sentinel",status="ok"}', 0) >= 1)
+
+        last: dict[str, float] = {}
+
+        def ready() -> dict[str, float] | None:
+            last.clear()
+            last.update(values())
+            return dict(last) if settled(last) else None
+
+        try:
+            got = wait_for(ready, 60, what="a scrape with every KPI settled")
+        except AssertionError:
+            raise AssertionError({k: v for k, v in last.items() if "loom_" in k and "created" not in k}) from None
+        assert got['loom_fire_total{loop="canary",source="cli"}'] == 1
+        assert got['loom_fire_total{loop="watchdog",source="cli"}'] == 1          # harness.start's recycle
+        assert got['loom_fire_total{loop="sentinel",source="cli"}'] == 1          # the resolve
+        assert got['loom_fire_total{loop="watchdog",source="tick"}'] > 0
+        assert got['loom_admit_total{decision="admitted",loop="watchdog",reason=""}'] == 2  # two crashes
+        assert got['loom_admit_total{decision="admitted",loop="operator",reason=""}'] == 1
+        assert got['loom_admit_total{decision="refused",loop="watchdog",reason="hold"}'] >= 1
+        assert got['loom_run_total{loop="canary",status="ok"}'] > 0
+        assert got['loom_tick_duration_seconds_count{loop="watchdog"}'] > 0
+        assert got['loom_tick_duration_seconds_bucket{le="+Inf",loop="watchdog"}'] == \
+            got['loom_tick_duration_seconds_count{loop="watchdog"}']
+        assert got['loom_witness_ratio{what="queue"}'] == 1.0                       # 1 claim, 1 witnessed
+        assert got['loom_witness_ratio{what="relaunch"}'] == 1.0                    # 3 relaunches, 3 acks
+        assert -3600 <= got['loom_schedule_drift_seconds{job="nightly"}'] < 0      # second run, well before due
+        assert got['loom_stuck_age_seconds{what="queue_item"}'] == 0
+        assert got['loom_stuck_age_seconds{what="relaunch"}'] == 0
+        assert got['loom_hold{by="operator"}'] == 0 and got["loom_held"] == 0
+        assert got['loom_canary_probes_total{result="ok"}'] >= 3
+        assert got['loom_relaunches_total{cause="operator_fresh",mode="fresh"}'] == 1
+        assert daemon.stop() == 0
+    finally:
+        fake.stop()
