@@ -22,7 +22,6 @@ from loomtui.agent.inject import inject as _type_text
 from loomtui.agent.inject import press as _press_keys
 from loomtui.agent.policy import Instant
 from loomtui.agent.recovery import Recovery
-from loomtui.canary import probe
 from loomtui.context import Context
 from loomtui.errors import LockHeld, LoomError
 from loomtui.sentinel import claims
@@ -186,6 +185,8 @@ def dismiss_modal(ctx: Context, keys: list[str], *, source: str, detail: dict[st
 def canary_now(ctx: Context, *, source: str, stop: threading.Event | None = None):
     """Probe now, or join the probe in flight."""
     _fired(ctx, "canary", source)
+    from loomtui.canary import probe  # watchfiles, imported for a probe only: `loom resolve` never needs it
+
     return probe.probe(ctx, inject, source=source, stop=stop)
 
 

@@ -183,7 +183,7 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         canary=_last(canary.last_probe(ctx), now),
         canary_settled=_last(canary.probe_from(settled), now) if settled else None,
         queue=sentinel_queue.counts(store),
-        hold=recovery.held(ctx),
+        hold=recovery.held(ctx, now),
         last_launch=launched,
         since_launch=launches.launch_age(launched),
         relaunch=claim,

@@ -60,8 +60,9 @@ class FileLock:
             raise
         self._fd = fd
         try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            # A fixed-width note overwrites the last one in place: no truncation, which is a
+            # journal transaction that waits behind other writers to the same disk.
+            os.pwrite(fd, f"{os.getpid():>10}\n".encode(), 0)
         except OSError:
             pass  # the pid note is a courtesy for error messages; the flock is what counts
 

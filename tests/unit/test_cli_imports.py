@@ -82,7 +82,5 @@ def test_status_imports_neither_telegram_nor_textual(tmp_path):
     assert not loaded_by(tmp_path, "status") & {"telegram", "textual", "psutil"}
 
 
-@pytest.mark.xfail(strict=True, reason="agent/tmux.py subclasses libtmux.Server: `loom status` asks tmux for the "
-                                       "pane through it (the change is in the integrator's hands)")
 def test_status_does_not_import_libtmux(tmp_path):
     assert "libtmux" not in loaded_by(tmp_path, "status")
