@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from loomtui.durations import format_duration
+from loomtui.durations import format_duration, parse_duration
 
 By = Literal["ceiling", "operator"]
 # What a hold suspends: the actions Loom takes by itself that change the agent's pane or processes.
@@ -87,3 +87,20 @@ def describe(hold: Hold, now: float) -> str:
     tail = "until released" if left is None else f"{format_duration(left)} left"
     who = "by the operator" if hold.by == "operator" else "at the ceiling"
     return f"held {who}: {hold.reason} ({tail})"
+
+
+def parse_request(words: list[str]) -> tuple[str, float | None] | None:
+    """`30m deploying the new model` → ("deploying the new model", 1800.0); a duration is
+    optional, a reason is not (None without one, or with a duration of zero)."""
+    duration = None
+    if words:
+        try:
+            duration = parse_duration(words[0])
+        except ValueError:
+            duration = None
+        else:
+            words = words[1:]
+    reason = " ".join(words)
+    if not reason or (duration is not None and duration <= 0):
+        return None
+    return reason, duration

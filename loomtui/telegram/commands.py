@@ -98,21 +98,9 @@ class OperatorActions:
 
 
 def parse_hold(args: list[str]) -> tuple[str, float | None] | None:
-    """`/hold 30m deploying the new model` → ("deploying the new model", 1800.0); None without a reason."""
-    from loomtui.durations import parse_duration
+    from loomtui.agent.hold_rules import parse_request
 
-    duration = None
-    if args:
-        try:
-            duration = parse_duration(args[0])
-        except ValueError:
-            duration = None
-        else:
-            args = args[1:]
-    reason = " ".join(args)
-    if not reason or (duration is not None and duration <= 0):
-        return None
-    return reason, duration
+    return parse_request(args)
 
 
 def queue_summary(items: list[Any], limit: int = 10) -> str:

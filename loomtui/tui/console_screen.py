@@ -32,6 +32,7 @@ from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
 from loomtui import actions, redact
+from loomtui.agent.hold_rules import parse_request as parse_hold
 from loomtui.agent.tmux import clean_env
 from loomtui.context import Context
 from loomtui.errors import LoomError
@@ -290,6 +291,40 @@ class ConsoleScreen(Screen):
             return
         self._done("resolve", f"#{item.id} {item.state}: waiting for the job's next clean run to witness it"
                    if changed else f"#{item.id} is already {item.state}", True)
+
+    def action_hold(self) -> None:
+        """One key both ways: with a hold in force it offers the release, else it asks why to hold."""
+        held = self.snapshot.header.hold if self.snapshot is not None else ""
+        if held:
+            def answered(word: str | None) -> None:
+                if word is not None and word.strip().lower() == "release":
+                    self._run_release()
+
+            self.app.push_screen(PromptScreen(f"{held}. Type release to end it", "release"), answered)
+            return
+
+        def submitted(raw: str | None) -> None:
+            parsed = parse_hold(raw.split()) if raw else None
+            if raw and parsed is None:
+                self.notify("a hold needs a reason, e.g. 30m swapping the model", title="hold", severity="warning",
+                            markup=False)
+            elif parsed is not None:
+                self._run_hold(*parsed)
+
+        self.app.push_screen(PromptScreen("Hold Loom's own hands: [duration] reason (relaunches, reaps, modals and "
+                                          "nudges wait; observation goes on)", "30m swapping the model"), submitted)
+
+    @work(thread=True, group="action-hold", exit_on_error=False)
+    def _run_hold(self, reason: str, duration: float | None) -> None:
+        with self._action_ctx() as ctx:
+            change = actions.hold(ctx, reason, duration, source="tui")
+        self._done("hold", change.describe(), True)
+
+    @work(thread=True, group="action-hold", exit_on_error=False)
+    def _run_release(self) -> None:
+        with self._action_ctx() as ctx:
+            change = actions.release(ctx, source="tui")
+        self._done("hold", change.describe(), change.released)
 
     def action_attach(self) -> None:
         try:

@@ -14,7 +14,7 @@ from textual.widgets._footer import FooterKey
 # Dropped last to first when the keys do not fit: a panel's own keys rank between these groups.
 KEEP_FIRST = ("loom.quit", "loom.help")
 KEEP_AFTER_PANEL = ("loom.canary", "loom.recycle", "loom.inject", "loom.filter", "loom.plots", "loom.resolve",
-                    "loom.attach")
+                    "loom.hold", "loom.attach")
 
 
 def rank(binding: Binding) -> int:

@@ -14,6 +14,8 @@ APP_KEYS: list[Binding] = [
     Binding("i", "inject", "Inject", id="loom.inject", tooltip="Type one line into the agent's pane"),
     Binding("d", "resolve", "Resolve", id="loom.resolve", tooltip="Resolve the selected queue item with a note"),
     Binding("a", "attach", "Attach", id="loom.attach", tooltip="Attach to the agent's tmux pane (detach to come back)"),
+    Binding("h", "hold", "Hold", id="loom.hold",
+            tooltip="Hold Loom's own hands (relaunch, reap, modal, nudge) with a reason, or release the hold"),
     Binding("p", "plots", "Plots", id="loom.plots",
             tooltip="The plots (canary latency, relaunches per hour, oldest queue item) and the numbers they draw"),
     Binding("slash", "filter", "Search", id="loom.filter",

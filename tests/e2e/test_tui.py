@@ -95,7 +95,7 @@ def test_every_binding_has_an_id_and_shows_in_help_and_palette(populated):
 
     async def run():
         app = LoomApp(populated, now=lambda: NOW, watch=False)
-        async with app.run_test(size=(100, 30)) as pilot:
+        async with app.run_test(size=(100, 40)) as pilot:
             await pilot.press("question_mark")
             await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="the help screen")
             text = screen_text(app)
