@@ -80,7 +80,7 @@ def signal_watch(bells: dict[str, Doorbell]) -> Callable[[Context, threading.Eve
 
             directory.mkdir(mode=0o700, exist_ok=True)
             watching = False
-            for changes in watchfiles.watch(directory, stop_event=halt, debounce=10, step=5, rust_timeout=1000,
+            for changes in watchfiles.watch(directory, stop_event=halt, debounce=10, step=50, rust_timeout=1000,
                                             yield_on_timeout=True, raise_interrupt=False):
                 if not watching:
                     # The first yield comes once the watch is in place: what happened before it
