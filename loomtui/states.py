@@ -1,9 +1,33 @@
 """What an observation can say, as plain strings: shared by the probes that look (tmux, the
-process tree) and the rules that decide (watchdog_core), so the rules need neither."""
+process tree) and the rules that decide (watchdog_core), so the rules need neither. And every
+kind of event the ledger records, one name each."""
 
 from __future__ import annotations
+
+from typing import Literal, get_args
 
 # tmux: the server and session answered (UP), said they are not there (GONE), or did not answer.
 UP, GONE, UNKNOWN = "up", "gone", "unknown"
 # A process in the pane's tree: found, definitely not there, or the walk could not tell.
 PRESENT, MISSING = "present", "missing"
+
+
+# Every kind of ledger event. The ledger refuses any other on write (a typo would be an event no
+# reader, rule or metric ever looks for); old ledgers with retired kinds still read and verify.
+EventKind = Literal[
+    # the agent: launches, relaunches and what decided them
+    "relaunch", "relaunch_failed", "resume_failed", "launch_died", "escalation",
+    "hold_placed", "hold_cleared", "refused",
+    # the watchdog's own looks and hands
+    "observation_ambiguous", "operator_alert", "tmux_socket_repair", "foreign_poller_reaped", "modal_dismissed",
+    # typing into the pane, and the canary
+    "inject", "keys", "canary_sent", "canary",
+    # the sentinel's queue
+    "queue_new", "queue_nudge", "queue_claim", "queue_witness", "queue_reopen", "queue_escalate",
+    # Telegram
+    "telegram_sent", "telegram_error", "telegram_failed", "telegram_retry_after", "telegram_command",
+    "telegram_ignored", "telegram_conflict", "telegram_conflict_cleared",
+    # the supervisor and the store
+    "supervisor_start", "supervisor_stop", "loop_error", "store_salvaged",
+]
+EVENT_KINDS: frozenset[str] = frozenset(get_args(EventKind))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loomtui import redact
+from loomtui.states import EVENT_KINDS, EventKind
 from loomtui.store.db import Store
 
 GENESIS = "0" * 64
@@ -65,7 +66,7 @@ class Event:
 
 def append_in(
     db: sqlite3.Connection,
-    kind: str,
+    kind: EventKind,
     *,
     source: str,
     cause: str | None = None,
@@ -73,6 +74,8 @@ def append_in(
     ts: float | None = None,
 ) -> Event:
     """Append inside an open write transaction (so an event commits with the state it describes)."""
+    if kind not in EVENT_KINDS:
+        raise ValueError(f"unknown ledger event kind {kind!r}: every kind is named in states.EventKind")
     detail_json = redact.scrub(canonical(detail or {}))
     head = db.execute("SELECT value FROM meta WHERE key = ?", (HEAD_KEY,)).fetchone()
     if head:
@@ -96,7 +99,7 @@ def append_in(
 
 def append(
     store: Store,
-    kind: str,
+    kind: EventKind,
     *,
     source: str,
     cause: str | None = None,

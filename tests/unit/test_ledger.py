@@ -20,7 +20,7 @@ from loomtui.store.db import Store
 from loomtui.store import ledger
 store = Store.in_dir(sys.argv[1])
 for i in range(int(sys.argv[2])):
-    ledger.append(store, "test", source=f"writer-{sys.argv[3]}", detail={"i": i, "text": "x" * (i % 50)})
+    ledger.append(store, "inject", source=f"writer-{sys.argv[3]}", detail={"i": i, "text": "x" * (i % 50)})
     if sys.argv[4:]:
         print(i, flush=True)
 """
@@ -41,7 +41,7 @@ def store(state_dir):
 
 def fill(store: Store, n: int) -> None:
     for i in range(n):
-        ledger.append(store, "test", source="t", cause="c" if i % 2 else None, detail={"i": i})
+        ledger.append(store, "inject", source="t", cause="c" if i % 2 else None, detail={"i": i})
 
 
 def test_four_processes_append_at_once(state_dir, loom):
@@ -85,7 +85,7 @@ def test_writer_killed_mid_append(state_dir, loom):
             assert verdict.ok, verdict.describe()
             assert verdict.count >= 200
             # The store still takes appends after the crash.
-            ledger.append(s, "after_crash", source="test")
+            ledger.append(s, "supervisor_start", source="test")
             assert ledger.verify(s).ok
     assert loom("ledger", "verify").returncode == 0
 
@@ -164,13 +164,13 @@ def test_swapping_contents_is_caught(store, state_dir):
 
 def test_tail_and_json(store, loom):
     fill(store, 25)
-    ledger.append(store, "weird", source="t", detail={"text": "[/bold] \x1b[31mred\x07"})
+    ledger.append(store, "operator_alert", source="t", detail={"text": "[/bold] \x1b[31mred\x07"})
     events = ledger.tail(store, 5)
     assert [e.id for e in events] == [22, 23, 24, 25, 26]
     result = loom("ledger", "tail", "-n", "3")
     assert result.returncode == 0
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 3 and "weird" in lines[-1]
+    assert len(lines) == 3 and "operator_alert" in lines[-1]
     assert "\x1b" not in result.stdout and "\x07" not in result.stdout
     result = loom("ledger", "tail", "-n", "2", "--json")
     import json
@@ -196,7 +196,7 @@ def test_secrets_never_reach_the_ledger(store):
     from loomtui import redact
 
     redact.register("123456:SECRET-token-value")
-    event = ledger.append(store, "oops", source="t", detail={"error": "bad token 123456:SECRET-token-value"})
+    event = ledger.append(store, "loop_error", source="t", detail={"error": "bad token 123456:SECRET-token-value"})
     assert "SECRET" not in str(event.detail)
     assert "SECRET" not in str(store.query("SELECT detail FROM ledger")[0][0])
     assert ledger.verify(store).ok
@@ -236,3 +236,12 @@ def test_truncated_store_is_detected(state_dir, loom):
     result = loom("doctor")
     assert result.returncode != 0
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_an_unknown_kind_is_refused_and_nothing_is_written(tmp_path):
+    with Store.in_dir(tmp_path) as store:
+        ledger.append(store, "inject", source="t")
+        with pytest.raises(ValueError, match="unknown ledger event kind 'relaunched'"):
+            ledger.append(store, "relaunched", source="t")  # a typo of "relaunch"
+        assert [e.kind for e in ledger.tail(store, 10)] == ["inject"]
+        assert ledger.verify(store).ok
