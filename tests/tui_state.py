@@ -7,7 +7,11 @@ kind (markup-looking brackets, ANSI escapes, control characters) that must rende
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
+
+import pytest
 
 from loomtui.agent.recovery import HOLD_KEY
 from loomtui.context import Context
@@ -102,3 +106,27 @@ def populate(ctx: Context, *, hostile_job: str = "news[/bold]letter", held: bool
             store.set_meta(HOLD_KEY, json.dumps({"ts": NOW - 60, "cause": "crash", "reasons": ["ceiling"]}), db)
             ledger.append_in(db, "escalation", source="watchdog", cause="crash", detail={"held": True}, ts=NOW - 60)
     store.beat("supervisor", {"pid": 1, "loops": {}}, now=NOW - 2)
+
+
+@pytest.fixture
+def utc():
+    """Console times rendered in UTC, whatever the machine's zone (snapshots compare exact text)."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+@pytest.fixture(name="ctx")
+def held_console_ctx(tmp_path, request):
+    """The console-worthy state, held at the ceiling, with a tmux socket that has no server."""
+    config = write_config(tmp_path, socket=f"loomtest-{request.module.__name__.rpartition('_')[2]}-absent")
+    context = Context.load(str(config), None, environ={})
+    populate(context, held=True)
+    yield context
+    context.close()

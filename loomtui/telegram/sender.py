@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 import logging
 
 import telegram
@@ -40,6 +41,18 @@ async def run_sender(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM
         log.info("telegram.chat_id is 0: Telegram is off; outbox messages stay pending")
         await stop.wait()
         return
+    async with _sending(ctx, bot, clock) as sender:
+        while not stop.is_set():
+            wait = await sender.step()
+            if wait > 0 and await clock.sleep(wait, stop):
+                break
+
+
+@contextlib.asynccontextmanager
+async def _sending(ctx: Context, bot: telegram.Bot | None, clock: Clock) -> AsyncIterator[Sender]:
+    """The one sender of this store (its lock, taken without waiting: LockHeld if another sends),
+    with a bot that is shut down however the sending ends."""
+    cfg = ctx.config.telegram
     token = load_token(cfg)
     lock = FileLock(ctx.state_dir, LOCK_NAME)
     try:
@@ -47,11 +60,7 @@ async def run_sender(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM
         # next attempt, which runs in this same process.
         lock.acquire(timeout=0)
         bot = bot or make_bot(token, cfg)
-        sender = Sender(ctx.store, cfg, bot, clock)
-        while not stop.is_set():
-            wait = await sender.step()
-            if wait > 0 and await clock.sleep(wait, stop):
-                break
+        yield Sender(ctx.store, cfg, bot, clock)
     finally:
         lock.release()
         if bot is not None:
@@ -72,21 +81,11 @@ async def send_due(ctx: Context, *, clock: Clock = SYSTEM, bot: telegram.Bot | N
 
     if not cfg.chat_id:
         return 0, counts()[1]
-    token = load_token(cfg)
-    lock = FileLock(ctx.state_dir, LOCK_NAME)
-    lock.acquire(timeout=0)
     before = counts()[0]
-    try:
-        bot = bot or make_bot(token, cfg)
-        sender = Sender(ctx.store, cfg, bot, clock)
+    async with _sending(ctx, bot, clock) as sender:
         for _ in range(limit):
             if outbox.head(ctx.store) is None or await sender.step() > 0:
                 break
-    finally:
-        lock.release()
-        if bot is not None:
-            with contextlib.suppress(Exception):
-                await bot.shutdown()
     after, left = counts()
     return after - before, left
 

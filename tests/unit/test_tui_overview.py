@@ -4,7 +4,6 @@ and every tab's footer at 80 columns (no tmux needed: the socket is absent on pu
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import pytest
@@ -12,9 +11,9 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable, Sparkline, TabbedContent
 from textual.widgets._footer import FooterKey
-from tui_state import HOSTILE, NOW, populate, write_config
+from tui_state import HOSTILE, NOW
+from tui_state import held_console_ctx, utc  # noqa: F401  (the fixtures ctx and utc)
 
-from loomtui.context import Context
 from loomtui.tui import series
 from loomtui.tui.agent_panel import AgentPanel
 from loomtui.tui.app import LoomApp
@@ -25,26 +24,7 @@ from loomtui.tui.overview_panel import OverviewPanel
 from loomtui.tui.plots import PlotNumbersScreen, PlotsPanel, numbers
 
 
-@pytest.fixture(autouse=True)
-def utc():
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if old is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
-
-
-@pytest.fixture
-def ctx(tmp_path):
-    config = write_config(tmp_path, socket="loomtest-overview-absent")
-    context = Context.load(str(config), None, environ={})
-    populate(context, held=True)
-    yield context
-    context.close()
+pytestmark = pytest.mark.usefixtures("utc")
 
 
 def screen_lines(app) -> list[str]:

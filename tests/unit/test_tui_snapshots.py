@@ -3,14 +3,13 @@ state and a frozen clock."""
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 from textual.widgets import DataTable, Static, TabbedContent
-from tui_state import NOW, populate, write_config
+from tui_state import NOW
+from tui_state import held_console_ctx, utc  # noqa: F401  (the fixtures ctx and utc)
 
-from loomtui.context import Context
 from loomtui.tui.agent_panel import AgentPanel
 from loomtui.tui.app import LoomApp
 from loomtui.tui.keymap import TABS
@@ -18,26 +17,7 @@ from loomtui.tui.memory_panel import MemoryPanel
 from loomtui.tui.plots import PlotNumbersScreen
 
 
-@pytest.fixture(autouse=True)
-def utc():
-    old = os.environ.get("TZ")
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    yield
-    if old is None:
-        del os.environ["TZ"]
-    else:
-        os.environ["TZ"] = old
-    time.tzset()
-
-
-@pytest.fixture
-def ctx(tmp_path):
-    config = write_config(tmp_path, socket="loomtest-snapshot-absent")
-    context = Context.load(str(config), None, environ={})
-    populate(context, held=True)
-    yield context
-    context.close()
+pytestmark = pytest.mark.usefixtures("utc")
 
 
 async def until(pilot, predicate, what: str, timeout: float = 60.0) -> None:
