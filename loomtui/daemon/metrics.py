@@ -145,10 +145,11 @@ def kpis(ctx: Context, now: float, status: status_mod.Status | None = None) -> I
     from loomtui.agent import hold_rules, holds
 
     hold = holds.current(ctx, now)
-    by = GaugeMetricFamily("loom_hold", "1 while a hold is in force, by who placed it (ceiling, operator)",
-                           labels=["by"])
+    by = GaugeMetricFamily("loom_hold", "1 while a hold is in force, by who placed it (ceiling, operator) and why",
+                           labels=["by", "reason"])
     for who in ("ceiling", "operator"):
-        by.add_metric([who], 1.0 if hold is not None and hold.by == who else 0.0)
+        mine = hold is not None and hold.by == who
+        by.add_metric([who, hold.reason if mine else ""], 1.0 if mine else 0.0)
     yield by
     left = GaugeMetricFamily("loom_hold_remaining_seconds", "Time left on a timed hold (NaN: none, or until released)")
     remaining = hold_rules.remaining(hold, now) if hold is not None else None

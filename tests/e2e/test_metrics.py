@@ -136,7 +136,7 @@ def test_a_scrape_during_a_run_shows_every_loop_kpi(make_harness, tmp_path):
         assert -3600 <= got['loom_schedule_drift_seconds{job="nightly"}'] < 0      # second run, well before due
         assert got['loom_stuck_age_seconds{what="queue_item"}'] == 0
         assert got['loom_stuck_age_seconds{what="relaunch"}'] == 0
-        assert got['loom_hold{by="operator"}'] == 0 and got["loom_held"] == 0
+        assert got['loom_hold{by="operator",reason=""}'] == 0 and got["loom_held"] == 0
         assert got['loom_canary_probes_total{result="ok"}'] >= 3
         assert got['loom_relaunches_total{cause="operator_fresh",mode="fresh"}'] == 1
         assert daemon.stop() == 0

@@ -86,6 +86,17 @@ def test_a_scrape_shows_the_loop_kpis_the_store_implies(ctx):
     assert got['loom_notify_total{result="given_up",sink="telegram"}'] == 1
 
 
+def test_the_hold_shows_who_why_and_time_left(ctx):
+    from loomtui.agent import holds
+
+    holds.place(ctx, by="operator", reason='swap "model" \\ now', until=NOW + 10**9, source="cli", now=NOW)
+    got = scrape(ctx)
+    assert got['loom_hold{by="operator",reason="swap \\"model\\" \\\\ now"}'] == 1
+    assert got['loom_hold{by="ceiling",reason=""}'] == 0
+    assert 0 < got["loom_hold_remaining_seconds"] <= 10**9
+    assert got["loom_held"] == 1
+
+
 def test_counters_survive_a_restart(ctx, tmp_path):
     counters.bump(ctx.store, "loom_admit_total", {"loop": "watchdog", "decision": "refused", "reason": "hold"})
     again = Context.load(str(ctx.config_path), None, environ={})
