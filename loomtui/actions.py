@@ -151,7 +151,8 @@ def recover(
 
 
 def recycle(ctx: Context, mode: str, *, source: str, reason: str | None = None) -> Recovery:
-    """An operator's relaunch: `resume` the pinned session or start `fresh`; clears a hold."""
+    """An operator's relaunch: `resume` the pinned session or start `fresh`; ends the ceiling's hold (an
+    operator's own hold stays until `release` or its end)."""
     if mode not in (policy.RESUME, policy.FRESH):
         raise ValueError(f"unknown relaunch mode {mode!r}: use resume or fresh")
     _fired(ctx, "watchdog", source)
