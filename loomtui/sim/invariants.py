@@ -8,6 +8,7 @@ machine under load): a probe that cannot be typed says nothing, and waiting is t
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from loomtui.sim.world import STOP_TIME
@@ -230,7 +231,8 @@ class Checker:
             else:
                 continue
             # A tick the locked store made fail is a whole interval lost, however short the lock.
-            missed = sum(1 for x in self.sentinel_failures if x >= start) * cfg.interval
+            failures = self.sentinel_failures  # appended in time order: the ones since `start` are a tail
+            missed = (len(failures) - bisect_left(failures, start)) * cfg.interval
             late = w.wall - start - window - cfg.interval - missed
             if self.late(late, 1.0, start - w.wall + w.t):
                 self.fail("queue_backstop", f"item {item_id} ({item.state}) has not reached the operator "

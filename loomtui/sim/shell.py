@@ -49,8 +49,29 @@ class Store:
     recycle_locked: bool = False
     lock_until: float = 0.0
     items: dict[int, queue_rules.Item] = field(default_factory=dict)
+    live: dict[int, None] = field(default_factory=dict)       # ids of items not yet witnessed, in id order
     item_ids: int = 0
     unreviewed: list = field(default_factory=list)
+    recent: tuple[policy.Relaunch, ...] | None = None          # history[-HISTORY_LIMIT:], kept till it changes
+
+    def recent_history(self) -> tuple[policy.Relaunch, ...]:
+        """What recovery.history reads: the last HISTORY_LIMIT relaunches. The same tuple until the
+        next relaunch (a held watchdog asks every tick; copying 500 entries each time was a cost)."""
+        if self.recent is None:
+            self.recent = tuple(self.history[-HISTORY_LIMIT:])
+        return self.recent
+
+    def put_item(self, item: queue_rules.Item) -> None:
+        """Store an item; a witnessed one leaves the live index for good (witnessed is final)."""
+        self.items[item.id] = item
+        if item.state == queue_rules.WITNESSED:
+            self.live.pop(item.id, None)
+        else:
+            self.live[item.id] = None
+
+    def live_items(self) -> list[queue_rules.Item]:
+        items = self.items
+        return [items[i] for i in self.live]
 
 
 class Recovery:
@@ -102,7 +123,7 @@ class Recovery:
         now = self.instant()
         pinned = st.pinned
         recycled = frozenset({pinned}) if pinned is not None and pinned in st.canary_recycled else frozenset()
-        situation = policy.Situation(cause, pinned, tuple(st.history[-HISTORY_LIMIT:]), st.hold is not None,
+        situation = policy.Situation(cause, pinned, st.recent_history(), st.hold is not None,
                                      recycled)
         decision = policy.decide(situation, policy.limits_from(sim.config), now)
         if decision.action == policy.RELAUNCH:
@@ -143,6 +164,7 @@ class Recovery:
         st.history.append(policy.Relaunch(self.instant(), cause, mode, old, new))
         if len(st.history) > 2 * HISTORY_LIMIT:
             del st.history[:HISTORY_LIMIT]
+        st.recent = None
         st.last_launch = (w.t, mode, new, cause)
         st.launch_ready = False
         if cause == "canary_failed" and old is not None:
@@ -461,8 +483,7 @@ class SentinelShell:
                                    f"run {run.id} exited {run.exit_code}", at=run.started)
 
     def live(self, job: str) -> dict[tuple[str, str], queue_rules.Item]:
-        return {(i.kind, i.signature): i for i in self.store.items.values()
-                if i.job == job and i.state != queue_rules.WITNESSED}
+        return {(i.kind, i.signature): i for i in self.store.live_items() if i.job == job}
 
     def merge(self, job: str, failures: list, runs: list, now: float) -> None:
         sim, st = self.sim, self.store
@@ -479,13 +500,13 @@ class SentinelShell:
                 item, events = queue_rules.absorb(item, failure, now)
                 for kind, _detail in events:
                     sim.event(kind, item=item.id, job=job)
-            st.items[item.id] = item
+            st.put_item(item)
             items[key] = item
         for run in runs:
             for key, item in list(items.items()):
                 item, events = queue_rules.review(item, run, now)
                 if events:
-                    st.items[item.id] = item
+                    st.put_item(item)
                     items[key] = item
                     for kind, _detail in events:
                         sim.event(kind, item=item.id, job=job, run=run.id)
@@ -501,12 +522,12 @@ class SentinelShell:
         sim, st = self.sim, self.store
         relaunching = sim.recovery.under_way()
         sent = 0
-        for item in [i for i in st.items.values() if i.state != queue_rules.WITNESSED]:
+        for item in st.live_items():
             for action in queue_rules.decide(item, sim.config.sentinel, now, relaunching=relaunching,
                                              witness_window=self.witness_window(item)):
                 if isinstance(action, queue_rules.Escalate):
                     if st.items[item.id].escalated_at is None:
-                        st.items[item.id] = replace(st.items[item.id], escalated_at=now)
+                        st.put_item(replace(st.items[item.id], escalated_at=now))
                         sim.event("queue_escalate", item=item.id, job=item.job, state=item.state)
                         sim.notify("queue", item=item.id)
                 elif sent >= MAX_NUDGES_PER_TICK:
@@ -519,7 +540,7 @@ class SentinelShell:
                         continue
                     sim.typed("nudge")
                     cur = st.items[item.id]
-                    st.items[item.id] = replace(cur, nudges=cur.nudges + 1, last_nudge_at=now)
+                    st.put_item(replace(cur, nudges=cur.nudges + 1, last_nudge_at=now))
                     sim.event("queue_nudge", item=item.id, nudge=cur.nudges + 1)
                     sim.nudged(item.id)
 
@@ -529,7 +550,7 @@ class SentinelShell:
         item = st.items.get(item_id)
         if item is None or item.state == queue_rules.WITNESSED or sim.world.store_locked():
             return False
-        st.items[item_id] = replace(item, state=queue_rules.CLAIMED, claimed_at=sim.world.wall, claimed_by=by,
-                                    note=f"fixed by {by}")
+        st.put_item(replace(item, state=queue_rules.CLAIMED, claimed_at=sim.world.wall, claimed_by=by,
+                            note=f"fixed by {by}"))
         sim.event("queue_claim", item=item_id, by=by)
         return True

@@ -127,6 +127,8 @@ class World:
         return f"sess-{self.sessions:05d}-{self.rng.getrandbits(32):08x}"
 
     def running_agents(self) -> int:
+        if not self.stray:
+            return 1 if self.agent is not None and self.agent.alive else 0
         return sum(1 for a in [self.agent, *self.stray] if a is not None and a.alive)
 
     def kill(self, agent: Agent, *, status: int | None, signal: int | None, screen: str = "") -> None:
