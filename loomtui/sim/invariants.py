@@ -174,12 +174,13 @@ class Checker:
     def after_step(self) -> None:
         sim, w = self.sim, self.sim.world
         t = w.t
-        if w.running_agents() > 1:
-            self.fail("one_agent", f"{w.running_agents()} agents running")
         a = w.agent
+        alive = a is not None and a.alive
+        if w.stray and w.running_agents() > 1:
+            self.fail("one_agent", f"{w.running_agents()} agents running")
         held = sim.store.hold is not None
-        trouble = a is None or not a.hearing() or a.modal or not w.tmux_session or w.socket_lost
-        if trouble and self.trouble_since is None:
+        tmux_seen = w.tmux_session and not w.socket_lost
+        if self.trouble_since is None and (not alive or a.deaf_since is not None or a.modal or not tmux_seen):
             self.trouble_since = t
         if held:
             return
@@ -188,7 +189,7 @@ class Checker:
             if self.late(t - quiet_since, self.silent_bound, quiet_since):
                 self.fail("never_silent", f"in trouble since {self.trouble_since:.0f}s; no relaunch and no word to "
                                           f"the operator for {t - quiet_since:.0f}s")
-        if a is not None and a.alive and a.deaf_since is not None:
+        if alive and a.deaf_since is not None:
             since = max(a.deaf_since, sim.hold_released_at)
             if self.late(t - since, self.deaf_bound, since):
                 self.fail("deaf_bound", f"deaf for {t - since:.0f}s (bound {self.deaf_bound:.0f}s)")
@@ -197,22 +198,22 @@ class Checker:
             if self.late(t - at, self.witness_bound, at):
                 self.fail("relaunch_witnessed", f"relaunch {seq} at {at:.0f}s neither witnessed by an ack nor "
                                                 f"followed by a relaunch or an escalation")
-        stable = (a is not None and a.alive and w.tmux_session and not w.socket_lost and not w.tmux_hangs()
-                  and not sim.recovery.under_way())
+        stable = alive and tmux_seen and t >= w.tmux_hang_until and not sim.recovery.under_way()
         if not stable:
             self.stable_since = None
         elif self.stable_since is None:
             self.stable_since = t
-        if self.stable_since is not None and w.foreign_poller_since is not None:
-            since = max(w.foreign_poller_since, self.stable_since)
-            if self.late(t - since, self.foreign_bound, since):
-                self.fail("foreign_poller_reaped", f"a foreign poller has run for {t - since:.0f}s "
-                                                   f"beside an agent plainly seen")
-        if self.stable_since is not None and w.poller_lost_at is not None:
-            since = max(w.poller_lost_at, self.stable_since)
-            if self.late(t - since, self.poller_bound, since):
-                self.fail("poller_restored", f"the poller has been missing for {t - since:.0f}s "
-                                             f"from an agent plainly seen")
+        if self.stable_since is not None:
+            if w.foreign_poller_since is not None:
+                since = max(w.foreign_poller_since, self.stable_since)
+                if self.late(t - since, self.foreign_bound, since):
+                    self.fail("foreign_poller_reaped", f"a foreign poller has run for {t - since:.0f}s "
+                                                       f"beside an agent plainly seen")
+            if w.poller_lost_at is not None:
+                since = max(w.poller_lost_at, self.stable_since)
+                if self.late(t - since, self.poller_bound, since):
+                    self.fail("poller_restored", f"the poller has been missing for {t - since:.0f}s "
+                                                 f"from an agent plainly seen")
         if self.unresolved:
             self.check_queue()
 

@@ -206,35 +206,39 @@ class WatchdogShell:
         self.settings = watchdog_rules.settings_from(sim.config)
         self.memory = watchdog_rules.Looks()
         self.last_foreign_scan: float | None = None
+        self.modals = bool(sim.config.agent.modals)
 
     def observe(self) -> watchdog_rules.Observation:
         sim, w = self.sim, self.sim.world
-        rec = sim.recovery
         last = sim.store.last_launch
-        common = dict(poller_configured=w.poller_configured, since_launch=rec.since_launch(),
-                      last_mode=last[1] if last else None)
+        since = None if last is None else max(0.0, w.t - last[0])  # Recovery.since_launch, inlined: every tick
+        mode = last[1] if last else None
+        Observation = watchdog_rules.Observation
         if w.tmux_hangs():
-            return watchdog_rules.Observation(tmux=states.UNKNOWN, why="tmux did not answer within 5s", **common)
+            return Observation(tmux=states.UNKNOWN, why="tmux did not answer within 5s",
+                               poller_configured=w.poller_configured, since_launch=since, last_mode=mode)
         if not w.tmux_session or w.socket_lost:
-            return watchdog_rules.Observation(tmux=states.GONE, socket_lost=w.socket_lost, **common)
+            return Observation(tmux=states.GONE, socket_lost=w.socket_lost,
+                               poller_configured=w.poller_configured, since_launch=since, last_mode=mode)
         a = w.agent
         assert a is not None
         if not a.alive:
             # tmux 3.3a sometimes loses the exit status in a race: the rules must cope without it.
             status = None if w.rng.random() < 0.1 else a.exit_status
-            return watchdog_rules.Observation(tmux=states.UP, pane_dead=True, dead_status=status,
-                                              dead_signal=a.exit_signal, screen=a.screen_tail, **common)
-        loaded = w.loaded()
+            return Observation(tmux=states.UP, pane_dead=True, dead_status=status, dead_signal=a.exit_signal,
+                               screen=a.screen_tail, poller_configured=w.poller_configured, since_launch=since,
+                               last_mode=mode)
         agent = states.PRESENT
         poller = states.PRESENT if a.poller else states.MISSING
         why = ""
-        if loaded and w.rng.random() < 0.15:
-            agent, why = states.UNKNOWN, "the process tree walk timed out under load"
-        if loaded and w.rng.random() < 0.3:
-            poller, why = states.UNKNOWN, "the poller could not be told under load"
-        screen = w.screen() if sim.config.agent.modals and agent == states.PRESENT else None
-        return watchdog_rules.Observation(tmux=states.UP, agent=agent, poller=poller, screen=screen, why=why,
-                                          **common)
+        if w.loaded():
+            if w.rng.random() < 0.15:
+                agent, why = states.UNKNOWN, "the process tree walk timed out under load"
+            if w.rng.random() < 0.3:
+                poller, why = states.UNKNOWN, "the poller could not be told under load"
+        screen = w.screen() if self.modals and agent == states.PRESENT else None
+        return Observation(tmux=states.UP, agent=agent, poller=poller, screen=screen, why=why,
+                           poller_configured=w.poller_configured, since_launch=since, last_mode=mode)
 
     def fast_tick(self) -> None:
         """Every exit_check: one cheap look; a dead pane gets the full tick at once."""
