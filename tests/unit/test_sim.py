@@ -110,6 +110,31 @@ def test_a_storm_leaves_every_invariant_standing():
     assert sum(r["foreign_pollers_reaped"] for r in runs) > 0
 
 
+# The must-show: 20 seeds x 30 simulated days of storm. In four parts of five seeds, so
+# that xdist spreads them and no one part nears the per-test timeout on a loaded machine; each
+# part is long enough (150 seed-days) to hit every recovery path on its own.
+STORM_SEEDS = range(1, 21)
+STORM_PARTS = [tuple(STORM_SEEDS[i:i + 5]) for i in range(0, len(STORM_SEEDS), 5)]
+
+
+@pytest.mark.parametrize("seeds", STORM_PARTS, ids=[f"seeds{p[0]}-{p[-1]}" for p in STORM_PARTS])
+def test_twenty_seeds_of_thirty_storm_days_break_no_invariant(seeds):
+    runs = [simulate(seed, 30, "storm") for seed in seeds]
+    broken = [(r["seed"], r["violation"]["invariant"], r["violation"]["message"]) for r in runs if r["violation"]]
+    assert broken == []
+    assert [r["simulated_seconds"] for r in runs] == [30 * 86400.0] * len(seeds)  # every seed ran to its end
+    relaunched = {cause for r in runs for cause in r["relaunches"]}
+    assert {"crash", "exit", "canary_failed", "poller_missing", "tmux_gone", "resume_failed",
+            "operator_fresh", "operator_resume"} <= relaunched
+    assert sum(r["resume_failed_fallbacks"] for r in runs) > 0
+    assert all(r["escalations"] > 0 and r["recoveries"] > 0 for r in runs)
+    assert sum(r["operator_alerts"] for r in runs) > 0 and sum(r["resolved_on_second_look"] for r in runs) > 0
+    assert sum(r["queue"]["witnessed"] for r in runs) > 0 and sum(r["queue"]["reopened"] for r in runs) > 0
+    assert sum(r["queue"]["escalated"] for r in runs) > 0
+    assert sum(r["foreign_pollers_reaped"] for r in runs) > 0
+    assert all(r["false_recycles"] == 0 for r in runs)
+
+
 def test_the_incident_profile_ends_each_incident_as_the_design_says(capsys):
     code, out = loom_sim(capsys, "--profile", "incident")
     assert code == 0, out
