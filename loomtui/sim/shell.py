@@ -80,6 +80,7 @@ class Recovery:
     def __init__(self, sim: Sim) -> None:
         self.sim = sim
         self.store = sim.store
+        self.boot_grace = sim.config.agent.boot_grace  # asked after every step: read once
 
     def instant(self) -> policy.Instant:
         w = self.sim.world
@@ -90,8 +91,9 @@ class Recovery:
         return None if last is None else max(0.0, self.sim.world.t - last[0])
 
     def in_boot_grace(self) -> bool:
-        since = self.since_launch()
-        return since is not None and since < self.sim.config.agent.boot_grace and not self.store.launch_ready
+        st = self.store
+        last = st.last_launch
+        return last is not None and max(0.0, self.sim.world.t - last[0]) < self.boot_grace and not st.launch_ready
 
     def agent_ready(self) -> bool:
         """launches.agent_ready: seen ready before, past its boot grace, or showing ready_match now."""
