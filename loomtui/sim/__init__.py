@@ -8,6 +8,8 @@ here, beside the simulator, never inside the rules.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from loomtui.sim.engine import Sim
@@ -18,3 +20,15 @@ def simulate(seed: int, days: float, profile: str = "storm", config: Any = None)
     """One seed's run, as the JSON-ready dict report.Collector.as_json gives."""
     cfg = config if config is not None else default_config()
     return Sim(cfg, PROFILES[profile], seed, days).run().report.as_json()
+
+
+def simulate_many(seeds: list[int], days: float, profile: str = "storm", config: Any = None,
+                  workers: int | None = None) -> list[dict[str, Any]]:
+    """simulate() for each seed, in seed order, spread over `workers` processes (default: the
+    cores, at most one per seed). Seeds share nothing, so the runs are the same as one by one."""
+    workers = min(len(seeds), workers or os.cpu_count() or 1)
+    if workers <= 1:
+        return [simulate(seed, days, profile, config) for seed in seeds]
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(simulate, seeds, [days] * len(seeds), [profile] * len(seeds),
+                             [config] * len(seeds)))

@@ -15,7 +15,7 @@ from conftest import REPO
 from loomtui.cli import common
 from loomtui.cli import sim as sim_cmd
 from loomtui.errors import ConfigError, LoomError
-from loomtui.sim import simulate
+from loomtui.sim import simulate, simulate_many
 from loomtui.sim.report import percentile
 from loomtui.sim.scenarios import SCENARIOS
 
@@ -133,6 +133,11 @@ def test_twenty_seeds_of_thirty_storm_days_break_no_invariant(seeds):
     assert sum(r["queue"]["escalated"] for r in runs) > 0
     assert sum(r["foreign_pollers_reaped"] for r in runs) > 0
     assert all(r["false_recycles"] == 0 for r in runs)
+
+
+def test_seeds_spread_over_processes_run_as_they_do_one_by_one():
+    seeds = [4, 5, 6]
+    assert simulate_many(seeds, 1, "storm", workers=2) == [simulate(seed, 1, "storm") for seed in seeds]
 
 
 def test_the_incident_profile_ends_each_incident_as_the_design_says(capsys):
