@@ -106,11 +106,12 @@ def backoff(attempts: int, base: float, cap: float) -> float:
 def counted(history: tuple[Relaunch, ...], window: float, now: Instant) -> list[Relaunch]:
     """Automatic relaunches inside `window` and after the last operator action."""
     out: list[Relaunch] = []
-    for r in sorted(history, key=lambda r: age(r.at, now), reverse=True):
+    # Each age once (a storm's history holds hundreds); the sort is stable, so ties keep their order.
+    for a, r in sorted(((age(r.at, now), r) for r in history), key=lambda pair: pair[0], reverse=True):
         if not r.automatic:
             out.clear()  # an operator action starts a new budget
             continue
-        if age(r.at, now) < window:
+        if a < window:
             out.append(r)
     return out
 

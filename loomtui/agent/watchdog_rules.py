@@ -56,6 +56,14 @@ class Looks:
     alerted: frozenset[str] = frozenset()       # operator alerts already sent for the current runs
 
 
+def _with(mem: Looks, **changes: object) -> Looks:
+    """`replace`, but the same Looks when nothing changes: a healthy tick builds nothing new."""
+    for name, value in changes.items():
+        if getattr(mem, name) != value:
+            return replace(mem, **changes)  # type: ignore[arg-type]
+    return mem
+
+
 @dataclass(frozen=True)
 class Settings:
     boot_grace: float
@@ -101,16 +109,16 @@ def _unclear(mem: Looks, mono: float, why: str, s: Settings) -> tuple[list[Step]
     and the operator told once if it lasts: giving up, even on seeing, is never silent."""
     steps = [] if mem.ambiguous else [Step("ambiguous", note=why)]
     since = mem.ambiguous_since if mem.ambiguous_since is not None else mono
-    mem = replace(mem, gone=0, agent_missing=0, poller_missing=0, poller_missing_since=None,
+    mem = _with(mem, gone=0, agent_missing=0, poller_missing=0, poller_missing_since=None,
                   ambiguous=True, ambiguous_since=since)
     if mono - since >= s.ambiguous_alert and "ambiguous" not in mem.alerted:
         steps.append(Step("alert", note=f"Loom cannot see the agent clearly for {mono - since:.0f}s: {why}"))
-        mem = replace(mem, alerted=mem.alerted | {"ambiguous"})
+        mem = _with(mem, alerted=mem.alerted | {"ambiguous"})
     return steps, mem
 
 
 def _clear(mem: Looks) -> Looks:
-    return replace(mem, ambiguous=False, ambiguous_since=None, alerted=mem.alerted - {"ambiguous"})
+    return _with(mem, ambiguous=False, ambiguous_since=None, alerted=mem.alerted - {"ambiguous"})
 
 
 def assess(obs: Observation, mem: Looks, s: Settings, mono: float) -> tuple[list[Step], Looks]:
@@ -139,12 +147,12 @@ def assess(obs: Observation, mem: Looks, s: Settings, mono: float) -> tuple[list
         return _unclear(mem, mono, obs.why or "the process tree could not be read", s)
 
     if obs.agent == MISSING:
-        mem = replace(_clear(mem), gone=0)
+        mem = _with(_clear(mem), gone=0)
         missing = mem.agent_missing + 1
         if missing >= 2:
             return [Step("recover", "exit", note="no agent process in the pane's tree on two looks")], \
                 Looks(alerted=mem.alerted)
-        return [], replace(mem, agent_missing=missing)
+        return [], _with(mem, agent_missing=missing)
 
     steps: list[Step] = []
     booting = obs.since_launch is not None and obs.since_launch < s.boot_grace
@@ -152,14 +160,14 @@ def assess(obs: Observation, mem: Looks, s: Settings, mono: float) -> tuple[list
         # The agent is seen but its poller cannot be told: no progress toward poller_missing.
         steps, mem = _unclear(mem, mono, obs.why or "the poller could not be told from the tree", s)
     else:
-        mem = replace(_clear(mem), gone=0, agent_missing=0)
+        mem = _with(_clear(mem), gone=0, agent_missing=0)
         if obs.poller_configured:
             if obs.poller == PRESENT or booting:
-                mem = replace(mem, poller_missing=0, poller_missing_since=None)
+                mem = _with(mem, poller_missing=0, poller_missing_since=None)
             else:  # MISSING
                 since = mono if mem.poller_missing_since is None else mem.poller_missing_since
                 count = mem.poller_missing + 1
-                mem = replace(mem, poller_missing=count, poller_missing_since=since)
+                mem = _with(mem, poller_missing=count, poller_missing_since=since)
                 if count >= 2 and mono - since >= s.poller_grace:
                     return [Step("recover", "poller_missing",
                                  note=f"poller missing for {mono - since:.0f}s on {count} looks")], \
@@ -168,16 +176,16 @@ def assess(obs: Observation, mem: Looks, s: Settings, mono: float) -> tuple[list
     if obs.screen:
         matched = next(((p, k) for p, k in s.modals if re.search(p, obs.screen)), None)
         if matched is None:
-            mem = replace(mem, modal_presses=0, alerted=mem.alerted - {"modal"})
+            mem = _with(mem, modal_presses=0, alerted=mem.alerted - {"modal"})
         else:
             pattern, keys = matched
             cooling = mem.last_modal_at is not None and mono - mem.last_modal_at < MODAL_COOLDOWN
             if mem.modal_presses < MODAL_PRESSES and not cooling:
                 steps.append(Step("dismiss_modal", keys=keys, note=pattern))
-                mem = replace(mem, last_modal_at=mono, modal_presses=mem.modal_presses + 1)
+                mem = _with(mem, last_modal_at=mono, modal_presses=mem.modal_presses + 1)
             elif mem.modal_presses >= MODAL_PRESSES and not cooling and "modal" not in mem.alerted:
                 # Pressing on would type into whatever is there; a human has to look.
                 steps.append(Step("alert", note=f"a dialog matching {pattern!r} is still on screen after "
                                                 f"{MODAL_PRESSES} presses; Loom stopped pressing"))
-                mem = replace(mem, alerted=mem.alerted | {"modal"})
+                mem = _with(mem, alerted=mem.alerted | {"modal"})
     return steps, mem

@@ -71,10 +71,10 @@ def run(args: argparse.Namespace) -> int:
     config, source = config_for(args)
     if args.profile == "incident":
         return _incident(args, source)
-    from loomtui.sim import simulate
+    from loomtui.sim import simulate_many
 
     seeds = list(range(args.seed, args.seed + args.seeds))
-    runs = [simulate(seed, args.days, args.profile, config) for seed in seeds]
+    runs = simulate_many(seeds, args.days, args.profile, config)
     failed = [r["seed"] for r in runs if r["violation"] is not None]
     if args.json:
         print_json({"schema": report.SCHEMA, "profile": args.profile, "days": args.days, "config": source,
