@@ -121,7 +121,17 @@ def compiles(p: str) -> bool:
         return False
 
 
-PATTERN = patterns_strategy().filter(compiles)
+# At most one repetition that is not `?`: two (`(?:\w+)+?`, `(?:\w+){1,2}`, `\d+x*`) can make
+# Python's re take minutes on a 4 KB line (catastrophic backtracking). The old scan and the new
+# would agree, slowly: what is tested is which lines are judged, not how re backtracks.
+REPEATS = re.compile(r"(?<!\\)(?:[*+]|\{1,2\})")
+
+
+def tame(p: str) -> bool:
+    return len(REPEATS.findall(p)) <= 1
+
+
+PATTERN = patterns_strategy().filter(compiles).filter(tame)
 FINDERS = {"bytes.find": None, "hyperscan": literal_search.finder}
 
 
