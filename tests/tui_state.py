@@ -108,6 +108,15 @@ def populate(ctx: Context, *, hostile_job: str = "news[/bold]letter", held: bool
     store.beat("supervisor", {"pid": 1, "loops": {}}, now=NOW - 2)
 
 
+async def until(pilot, predicate, what: str, timeout: float = 60.0) -> None:
+    """Poll a console under test for a state, up to a generous deadline (never a bare sleep)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
 @pytest.fixture
 def utc():
     """Console times rendered in UTC, whatever the machine's zone (snapshots compare exact text)."""

@@ -11,8 +11,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable, Sparkline, TabbedContent
 from textual.widgets._footer import FooterKey
-from tui_state import HOSTILE, NOW
-from tui_state import held_console_ctx, utc  # noqa: F401  (the fixtures ctx and utc)
+from tui_state import HOSTILE, NOW, held_console_ctx, until, utc  # noqa: F401  (the fixtures ctx and utc)
 
 from loomtui.tui import series
 from loomtui.tui.agent_panel import AgentPanel
@@ -23,20 +22,11 @@ from loomtui.tui.modals import HelpScreen
 from loomtui.tui.overview_panel import OverviewPanel
 from loomtui.tui.plots import PlotNumbersScreen, PlotsPanel, numbers
 
-
 pytestmark = pytest.mark.usefixtures("utc")
 
 
 def screen_lines(app) -> list[str]:
     return [strip.text for strip in app.screen._compositor.render_strips()]
-
-
-async def until(pilot, predicate, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
 
 
 # -- the numbers behind the plots ---------------------------------------------------------------

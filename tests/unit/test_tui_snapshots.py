@@ -3,12 +3,9 @@ state and a frozen clock."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from textual.widgets import DataTable, Static, TabbedContent
-from tui_state import NOW
-from tui_state import held_console_ctx, utc  # noqa: F401  (the fixtures ctx and utc)
+from tui_state import NOW, held_console_ctx, until, utc  # noqa: F401  (the fixtures ctx and utc)
 
 from loomtui.tui.agent_panel import AgentPanel
 from loomtui.tui.app import LoomApp
@@ -16,16 +13,7 @@ from loomtui.tui.keymap import TABS
 from loomtui.tui.memory_panel import MemoryPanel
 from loomtui.tui.plots import PlotNumbersScreen
 
-
 pytestmark = pytest.mark.usefixtures("utc")
-
-
-async def until(pilot, predicate, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
 
 
 def loaded(app, tab: str) -> bool:
