@@ -28,6 +28,10 @@ EXIT_RAN, EXIT_FAILED, EXIT_BUSY = 0, 1, 75  # 75: EX_TEMPFAIL, "try again later
 LOOKS_KEY = "watchdog_looks"
 
 
+class SenderBusy(Exception):
+    """The outbox's one sender (the daemon's, or another tick) is delivering."""
+
+
 def lock_name(loop: str) -> str:
     return f"tick-{loop}.lock"
 
@@ -66,7 +70,7 @@ def tick_once(ctx: Context, loop: str, *, source: str = "cron") -> TickOutcome:
     with lock:
         try:
             line = RUNNERS[loop](ctx)
-        except LockHeld as exc:  # the daemon's own sender is delivering: this tick has nothing to do
+        except SenderBusy as exc:  # the daemon's own sender is delivering: this tick has nothing to do
             record(ctx, loop, source, "busy", None)
             return TickOutcome(loop, "busy", str(exc), time.monotonic() - began)
         except Exception as exc:
@@ -109,7 +113,10 @@ def _sentinel(ctx: Context) -> str:
 def _notify(ctx: Context) -> str:
     from loomtui.telegram.sender import send_due
 
-    sent, left = asyncio.run(send_due(ctx))
+    try:
+        sent, left = asyncio.run(send_due(ctx))
+    except LockHeld as exc:
+        raise SenderBusy(str(exc)) from None
     return f"sent {sent}, {left} still pending"
 
 

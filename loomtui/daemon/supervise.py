@@ -164,10 +164,11 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
             began = time.monotonic()
             status = "ok"
             try:
-                await asyncio.to_thread(tick if spec.name not in oneshot.LOOPS else locked(ctx, spec.name, tick))
+                run = locked(ctx, spec.name, tick) if spec.name in oneshot.LOOPS else tick
+                result = await asyncio.to_thread(run)
+                if result is BUSY:
+                    status = "busy"  # a `loom tick` of this loop (cron, a timer) is running: it acts, we don't
                 failures = 0
-            except LockHeld:
-                status = "busy"  # a `loom tick` of this loop (cron, a timer) is running: it acts, we don't
             except Exception as exc:
                 status = "failed"
                 failures += 1
@@ -193,11 +194,18 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
         ctx.close()
 
 
+BUSY = object()  # what a tick returns when another tick of its loop holds the lock
+
+
 def locked(ctx: Context, loop: str, tick: Callable[[], object]) -> Callable[[], object]:
     """One tick under the loop's tick lock, the one `loom tick` takes: two never act at once."""
 
     def run() -> object:
-        with locks.hold(ctx.state_dir, oneshot.lock_name(loop), timeout=0):
+        try:
+            lock = locks.hold(ctx.state_dir, oneshot.lock_name(loop), timeout=0)
+        except LockHeld:
+            return BUSY  # only this lock: a lock the tick itself waits for and misses is its error
+        with lock:
             return tick()
 
     return run
