@@ -105,7 +105,10 @@ def test_a_scrape_during_a_run_shows_every_loop_kpi(make_harness, tmp_path):
             return out
 
         def settled(v: dict[str, float]) -> bool:
+            # The status model and the ledger counts are read one after the other in a scrape: a
+            # witness landing between them shows in one and not yet in the other, until the next.
             return (v.get('loom_witness_ratio{what="relaunch"}') == 1.0
+                    and v.get('loom_stuck_age_seconds{what="relaunch"}') == 0
                     and v.get('loom_notify_total{result="sent",sink="telegram"}', 0) >= 1
                     and v.get('loom_run_total{loop="sentinel",status="ok"}', 0) >= 1)
 
