@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,6 +18,13 @@ import psutil
 from conftest import REPO, loom_env
 
 from loomtui.context import Context
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now (for a server a test starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.05, what: str = "") -> Any:

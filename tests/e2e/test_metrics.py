@@ -6,16 +6,10 @@ import socket
 import urllib.request
 
 import pytest
-from harness import wait_for
+from harness import free_port, wait_for
 from test_supervise import FAST, Daemon
 
 pytestmark = pytest.mark.e2e
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def scrape(port: int) -> str:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from harness import wait_for
+from harness import free_port, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -45,12 +45,6 @@ RECORD_SCREEN = """
   window.WebSocket = Recording;
 })();
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def listening(port: int) -> bool:
