@@ -63,7 +63,7 @@ def place(ctx: Context, *, by: str, reason: str, until: float | None, source: st
     return hold
 
 
-def place_if_free(ctx: Context, db: sqlite3.Connection, hold: Hold) -> bool:
+def place_if_free(db: sqlite3.Connection, hold: Hold) -> bool:
     """The ceiling's hold, in the caller's transaction: only when no hold is in force (once per hold)."""
     before = _read_in(db)
     if active(before, hold.since):

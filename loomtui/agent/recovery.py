@@ -108,7 +108,7 @@ def escalate(ctx: Context, cause: str, decision: Decision, source: str, at: Inst
         f"Automatic recovery is on hold until you act (loom recycle --resume or --fresh)."
     )
     with ctx.store.write() as db:
-        if not holds.place_if_free(ctx, db, Hold(at.wall, "ceiling", "; ".join(decision.reasons), None, cause)):
+        if not holds.place_if_free(db, Hold(at.wall, "ceiling", "; ".join(decision.reasons), None, cause)):
             return
         event = ledger.append_in(db, "escalation", source=source, cause=cause,
                                  detail={"reasons": list(decision.reasons), "held": True}, ts=at.wall)

@@ -21,6 +21,7 @@ import telegram
 from telegram.error import Conflict, TelegramError
 
 from loomtui import redact
+from loomtui.agent.hold_rules import parse_request
 from loomtui.agent.policy import backoff
 from loomtui.config import TelegramConfig
 from loomtui.context import Context
@@ -96,11 +97,6 @@ class OperatorActions:
 
         return actions.release(self.ctx, source=self.source).describe()
 
-
-def parse_hold(args: list[str]) -> tuple[str, float | None] | None:
-    from loomtui.agent.hold_rules import parse_request
-
-    return parse_request(args)
 
 
 def queue_summary(items: list[Any], limit: int = 10) -> str:
@@ -238,7 +234,7 @@ class Poller:
             return f"/{name} not run: it was sent {int(age)}s ago, while Loom was not listening; send it again"
         if name == "recycle" and (len(args) != 1 or args[0] not in ("resume", "fresh")):
             return "usage: /recycle resume|fresh"
-        held = parse_hold(args) if name == "hold" else None
+        held = parse_request(args) if name == "hold" else None
         if name == "hold" and held is None:
             return "usage: /hold [30m] REASON (a reason is required; the duration is optional)"
         call = {

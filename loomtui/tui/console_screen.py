@@ -32,7 +32,7 @@ from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
 from loomtui import actions, redact
-from loomtui.agent.hold_rules import parse_request as parse_hold
+from loomtui.agent.hold_rules import parse_request
 from loomtui.agent.tmux import clean_env
 from loomtui.context import Context
 from loomtui.errors import LoomError
@@ -304,7 +304,7 @@ class ConsoleScreen(Screen):
             return
 
         def submitted(raw: str | None) -> None:
-            parsed = parse_hold(raw.split()) if raw else None
+            parsed = parse_request(raw.split()) if raw else None
             if raw and parsed is None:
                 self.notify("a hold needs a reason, e.g. 30m swapping the model", title="hold", severity="warning",
                             markup=False)

@@ -118,7 +118,7 @@ def test_describe_is_one_scrubbed_line():
 
 
 def test_parse_hold_takes_an_optional_duration_then_a_required_reason():
-    from loomtui.telegram.commands import parse_hold
+    from loomtui.agent.hold_rules import parse_request as parse_hold
 
     assert parse_hold(["30m", "deploying", "it"]) == ("deploying it", 1800.0)
     assert parse_hold(["deploying"]) == ("deploying", None)
