@@ -11,7 +11,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import platformdirs
 from pydantic import (
@@ -120,6 +120,9 @@ class AgentConfig(_Section, _PathMixin):
     modals: list[Modal] = Field(default_factory=lambda: list(DEFAULT_MODALS))
     width: int = Field(200, ge=40, le=1000)
     height: int = Field(50, ge=10, le=500)
+    # "tmux": the CLI is an interactive screen in the pane (typed into, scraped). "stream-json":
+    # `loom pump` runs in the pane and owns the CLI's stdin and stdout (docs/STREAM.md).
+    driver: Literal["tmux", "stream-json"] = "tmux"
 
     @field_validator("cwd", mode="before")
     @classmethod
@@ -235,6 +238,9 @@ class TelegramConfig(_Section, _PathMixin):
     backoff_base: Interval = 1.0
     backoff_max: Interval = 300.0
     long_poll: Interval = 30.0  # getUpdates timeout in command mode
+    # Loom is the bot's only poller and relays the operator's chat to the agent and the answers
+    # back (stream-json driver only: the turns that answer a message are known for sure there).
+    bridge: bool = False
 
     @field_validator("token_file", mode="before")
     @classmethod
@@ -286,6 +292,14 @@ class Config(_Section, _PathMixin):
             if job.name in seen:
                 raise ValueError(f"jobs: duplicate job name {job.name!r}")
             seen.add(job.name)
+        return self
+
+    @model_validator(mode="after")
+    def _bridge_needs_pump(self) -> Config:
+        if self.telegram.bridge and self.agent.driver != "stream-json":
+            raise ValueError('telegram.bridge: needs agent.driver = "stream-json"')
+        if self.telegram.bridge and not self.telegram.chat_id:
+            raise ValueError("telegram.bridge: needs telegram.chat_id (the operator's chat)")
         return self
 
     def job(self, name: str) -> JobConfig | None:

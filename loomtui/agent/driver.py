@@ -164,3 +164,8 @@ class TmuxDriver:
 
     def attach_argv(self) -> list[str]:
         return self.pane.attach_argv()
+
+
+def make_driver(config: Config) -> TmuxDriver:
+    """The driver `agent.driver` names; every part of Loom gets its driver here."""
+    return TmuxDriver(config)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.driver import TmuxDriver, make_driver
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context
 from loomtui.errors import LockHeld, LoomError
@@ -48,7 +48,7 @@ def inject(
     if len(clean) > MAX_LENGTH:
         raise LoomError(f"text too long to inject: {len(clean)} characters (limit {MAX_LENGTH})")
     info = {"length": len(clean), "digest": digest(clean), **(detail or {})}
-    driver = driver or TmuxDriver(ctx.config)
+    driver = driver or make_driver(ctx.config)
     # The agent as it is now: if a relaunch replaces it while we wait for inject.lock, the text
     # is not typed into the new one (it was meant for this one, and that one may be booting).
     expect = driver.pane_pid()
@@ -83,7 +83,7 @@ def press(
     driver: TmuxDriver | None = None,
 ) -> InjectResult:
     """Named keys (e.g. Enter to dismiss a dialog) through the same lock and ledger as text."""
-    driver = driver or TmuxDriver(ctx.config)
+    driver = driver or make_driver(ctx.config)
     expect = driver.pane_pid()
     error, event_id = _typed(ctx, lambda: driver.send_keys(keys, expect), kind, source,
                              {"keys": keys, **(detail or {})}, lock_timeout)

@@ -20,7 +20,7 @@ from typing import Any
 
 from loomtui import clock
 from loomtui.agent import launches
-from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.driver import TmuxDriver, make_driver
 from loomtui.agent.launches import LAUNCH_KEY, record_processes, recorded_processes
 from loomtui.agent.policy import FRESH, RESUME
 from loomtui.agent.tmux import TmuxError
@@ -86,7 +86,7 @@ def relaunch_locked(
     if mode not in (RESUME, FRESH):
         raise LoomError(f"unknown relaunch mode {mode!r}: use resume or fresh")
     agent = ctx.config.agent
-    driver = driver or TmuxDriver(ctx.config)
+    driver = driver or make_driver(ctx.config)
     store = ctx.store
     old = session.pinned(store)
     if mode == RESUME and old is None:

@@ -12,7 +12,7 @@ import psutil
 
 from loomtui import actions
 from loomtui.agent import holds, launches, proctree
-from loomtui.agent.driver import GONE, UP, TmuxDriver
+from loomtui.agent.driver import GONE, UP, TmuxDriver, make_driver
 from loomtui.agent.proctree import MISSING, PRESENT, UNKNOWN
 from loomtui.agent.tmux import TmuxError
 from loomtui.agent.watchdog_rules import Looks, Observation, Step, assess, settings_from
@@ -31,7 +31,7 @@ class WatchdogReport:
 class Watchdog:
     def __init__(self, ctx: Context, driver: TmuxDriver | None = None) -> None:
         self.ctx = ctx
-        self.driver = driver or TmuxDriver(ctx.config)
+        self.driver = driver or make_driver(ctx.config)
         self.settings = settings_from(ctx.config)
         self.memory = Looks()
         self.last_foreign_scan: float | None = None

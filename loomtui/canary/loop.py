@@ -13,7 +13,7 @@ import time
 
 from loomtui import actions
 from loomtui.agent import launches, recovery
-from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.driver import TmuxDriver, make_driver
 from loomtui.canary.rules import due_in, should_recycle, witness_due
 from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
 from loomtui.context import Context
@@ -26,7 +26,7 @@ class CanaryLoop:
     def __init__(self, ctx: Context, stop: threading.Event | None = None, driver: TmuxDriver | None = None) -> None:
         self.ctx = ctx
         self.stop = stop or threading.Event()
-        self.driver = driver or TmuxDriver(ctx.config)
+        self.driver = driver or make_driver(ctx.config)
         self.unrecorded_error = ""
 
     def tick(self) -> str:

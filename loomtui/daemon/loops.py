@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loomtui.agent import launches, proctree
-from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.driver import TmuxDriver, make_driver
 from loomtui.agent.tmux import TmuxError
 from loomtui.agent.watchdog import Watchdog
 from loomtui.canary.loop import CanaryLoop
@@ -109,7 +109,7 @@ def exit_watch(bell: Doorbell) -> Callable[[Context, threading.Event], Callable[
 
     def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
         watched: dict[str, object] = {"key": None, "fd": None}
-        driver = TmuxDriver(ctx.config)
+        driver = make_driver(ctx.config)
 
         def forget() -> None:
             fd = watched["fd"]

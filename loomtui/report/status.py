@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loomtui.agent import launches, recovery
-from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.driver import make_driver
 from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.durations import format_duration
@@ -208,7 +208,7 @@ def relaunch_claim(ctx: Context) -> RelaunchClaim | None:
 
 
 def agent(ctx: Context) -> AgentLook:
-    facts = TmuxDriver(ctx.config).observe()
+    facts = make_driver(ctx.config).observe()
     pane = tree = None
     if facts.pane is not None:
         pane = {"pane_pid": facts.pane.pane_pid, "dead": facts.pane.dead, "exit_status": facts.pane.dead_status}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loomtui.agent import hold_rules
-from loomtui.agent.driver import GONE, UNKNOWN, UP, TmuxDriver
+from loomtui.agent.driver import GONE, UNKNOWN, UP, make_driver
 from loomtui.agent.proctree import PRESENT
 from loomtui.agent.tmux import TmuxError
 from loomtui.canary import runs as canary
@@ -104,7 +104,7 @@ class Source:
         # A context of its own: dropping a broken connection here never pulls one out from
         # under an action that is running in another worker.
         self.ctx = ctx.clone()
-        self.driver = TmuxDriver(ctx.config)
+        self.driver = make_driver(ctx.config)
         self._store: Store | None = None
         self._inode: int | None = None
         self._lock = threading.Lock()  # the refresh and the timeline workers share the connection

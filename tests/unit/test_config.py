@@ -84,6 +84,9 @@ BAD = [
     ('[[jobs]]\nname = "x"\nschedule = "every 10m"\n', "jobs[0].log"),
     ('[[jobs]]\nname = "x"\nlog = "a"\n[[jobs]]\nname = "x"\nlog = "b"\n', "jobs"),
     ('[metrics]\nlisten = "nonsense"\n', "metrics.listen"),
+    ('[agent]\ndriver = "pipes"\n', "agent.driver"),
+    ('[telegram]\nchat_id = 5\nbridge = true\n', "telegram.bridge"),
+    ('[agent]\ndriver = "stream-json"\n[telegram]\nbridge = true\n', "telegram.bridge"),
     ('[canary\ninterval = "1m"\n', "TOML syntax error"),
 ]
 

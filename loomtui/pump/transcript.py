@@ -1,0 +1,92 @@
+"""The pump's transcript: one JSON object per line, appended; read from a byte offset.
+
+Written by the pump only; read by the driver, the console and the Telegram bridge, which keep
+their own offsets. A line cut short by a crash mid-write is skipped, not fatal, and a reader
+never passes a line that has no newline yet (it is still being written).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+NAME = "transcript.jsonl"
+IN, OUT, ERR, PUMP = "in", "out", "err", "pump"
+
+
+def path_in(state_dir: Path) -> Path:
+    return Path(state_dir) / NAME
+
+
+@dataclass(frozen=True)
+class Record:
+    offset: int          # where the line starts
+    end: int             # where the next one starts: the offset to read from next
+    ts: float
+    dir: str
+    data: dict[str, Any]
+
+    @property
+    def event(self) -> dict[str, Any]:
+        """The CLI's event of an `out` record ({} for the others and for a line that was not JSON)."""
+        value = self.data.get("event")
+        return value if isinstance(value, dict) else {}
+
+
+class Writer:
+    """Appends records; one write per line, so a reader never sees two lines interleaved."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def append(self, dir: str, ts: float | None = None, **data: Any) -> None:
+        line = json.dumps({"ts": time.time() if ts is None else ts, "dir": dir, **data},
+                          ensure_ascii=False, separators=(",", ":")) + "\n"
+        os.write(self._fd, line.encode("utf-8"))
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def read(path: Path, offset: int = 0, limit_bytes: int = 4 << 20) -> Iterator[Record]:
+    """Complete records from `offset` on (at most about `limit_bytes` of them per call)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            chunk = fh.read(limit_bytes)
+    except FileNotFoundError:
+        return
+    pos = offset
+    for raw in chunk.splitlines(keepends=True):
+        if not raw.endswith(b"\n"):
+            return
+        start, pos = pos, pos + len(raw)
+        try:
+            obj = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("dir"), str):
+            continue
+        ts = obj.pop("ts", 0.0)
+        kind = obj.pop("dir")
+        yield Record(start, pos, float(ts) if isinstance(ts, (int, float)) else 0.0, kind, obj)
+
+
+def tail_offset(path: Path, keep_bytes: int) -> int:
+    """An offset about `keep_bytes` before the end, at a line start (0 for a short file)."""
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        return 0
+    if size <= keep_bytes:
+        return 0
+    with open(path, "rb") as fh:
+        fh.seek(size - keep_bytes)
+        fh.readline()
+        return fh.tell()
