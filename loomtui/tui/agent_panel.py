@@ -1,4 +1,5 @@
-"""The agent's pane, as tmux shows it: ANSI colours kept, never parsed as markup."""
+"""The agent's pane, as tmux shows it (ANSI colours kept, never parsed as markup), or with the
+stream-json driver the conversation itself, from the pump's transcript."""
 
 from __future__ import annotations
 
@@ -8,18 +9,25 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
+from loomtui.tui import transcript_view
 from loomtui.tui.snapshot import PaneView
 
 MAX_LINES = 400
 
 
 def render_pane(view: PaneView) -> Text:
-    if view.state in ("gone", "unknown") and not view.text:
+    if view.conversation is not None:
+        body = transcript_view.render(list(view.conversation))
+        if view.state in ("gone", "unknown"):
+            body.append(f"\n\n— no agent pane: {view.why or view.state} —", style="yellow")
+            return body
+    elif view.state in ("gone", "unknown") and not view.text:
         return Text(f"no agent pane: {view.why or view.state}", style="italic")
-    lines = view.text.splitlines()[-MAX_LINES:]
-    while lines and not lines[-1].strip():
-        lines.pop()
-    body = Text.from_ansi("\n".join(lines)) if lines else Text("(empty screen)", style="dim")
+    else:
+        lines = view.text.splitlines()[-MAX_LINES:]
+        while lines and not lines[-1].strip():
+            lines.pop()
+        body = Text.from_ansi("\n".join(lines)) if lines else Text("(empty screen)", style="dim")
     if view.state == "dead":
         body.append("\n\n— the agent's process has exited —", style="bold red")
     elif view.why:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loomtui.agent import hold_rules
@@ -21,10 +21,12 @@ from loomtui.canary import runs as canary
 from loomtui.canary.runs import Probe
 from loomtui.context import Context
 from loomtui.durations import format_duration
+from loomtui.pump import transcript
 from loomtui.report import incidents
 from loomtui.report import status as status_mod
 from loomtui.store import ledger
 from loomtui.store.db import DB_NAME, Store
+from loomtui.tui.transcript_view import Entry, Follower
 
 STORE_TIMEOUT = 2.0  # the console must say "store busy" promptly, not hang for the daemon's 10 s
 # The overview reads bounded pages only, so a refresh costs the same with a million ledger events.
@@ -39,6 +41,8 @@ class PaneView:
     state: str            # up / gone / unknown / dead
     text: str = ""        # the captured screen, with its ANSI escapes
     why: str = ""
+    # With the stream-json driver, the conversation from the pump's transcript (None: show the screen).
+    conversation: tuple[Entry, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,8 @@ class Source:
         # under an action that is running in another worker.
         self.ctx = ctx.clone()
         self.driver = make_driver(ctx.config)
+        self._conversation = (Follower(transcript.path_in(self.ctx.state_dir))
+                              if ctx.config.agent.driver == "stream-json" else None)
         self._store: Store | None = None
         self._inode: int | None = None
         self._lock = threading.Lock()  # the refresh and the timeline workers share the connection
@@ -148,6 +154,16 @@ class Source:
         self._ledger_cache = None  # a replaced store is another ledger
 
     def pane(self) -> PaneView:
+        view = self._screen()
+        if self._conversation is None:
+            return view
+        try:
+            conversation = self._conversation.look()
+        except OSError as exc:
+            return replace(view, why=f"transcript unreadable: {exc}")
+        return replace(view, text="", conversation=conversation)
+
+    def _screen(self) -> PaneView:
         try:
             facts = self.driver.observe()
         except TmuxError as exc:
