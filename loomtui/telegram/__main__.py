@@ -1,4 +1,4 @@
-"""`python -m loomtui.telegram`: the sender (and the command poller, when enabled) until SIGTERM.
+"""`python -m loomtui.telegram`: the sender (and the command poller and the bridge, when enabled) until SIGTERM.
 
 A stand-in for `loom supervise`, which runs the same two coroutines as tasks of its own; this
 runner exists so the loops can be run, killed and restarted as real processes.
@@ -48,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def _run(ctx: Context) -> int:
     # Imported here so a config error is reported before python-telegram-bot is even loaded.
+    from loomtui.telegram.bridge import run_bridge
     from loomtui.telegram.commands import OperatorActions, run_commands
     from loomtui.telegram.sender import run_sender
 
@@ -56,8 +57,10 @@ async def _run(ctx: Context) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     tasks = [asyncio.create_task(run_sender(ctx, stop), name="telegram-sender")]
-    if ctx.config.telegram.commands:
+    if ctx.config.telegram.commands or ctx.config.telegram.bridge:
         tasks.append(asyncio.create_task(run_commands(ctx, OperatorActions(ctx), stop), name="telegram-commands"))
+    if ctx.config.telegram.bridge:
+        tasks.append(asyncio.create_task(run_bridge(ctx, stop), name="telegram-bridge"))
     logging.getLogger("loomtui.telegram").info("telegram runner started: %s", ", ".join(t.get_name() for t in tasks))
     await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     stop.set()

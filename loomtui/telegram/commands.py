@@ -6,6 +6,11 @@ is therefore recorded, shown by `loom status`, told to the operator, and backed 
 
 Each update's offset is committed before its command runs: a crash mid-command loses that
 command (the operator can send it again) instead of re-running a recycle on every restart.
+
+With `telegram.bridge` this loop is also the bridge's poller, and so the bot's only one: any
+other text from the operator's chat goes to the agent through the one injection path (the same
+offset rule: a crash mid-relay loses that message, never types it twice), and bridge.py sends
+the answer back. Commands work beside it.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("loomtui.telegram.commands")
 
 HELP = "Loom commands: /status, /canary, /recycle resume|fresh, /queue, /hold [30m] REASON, /release"
+BRIDGE_HELP = "; any other text goes to the agent, and its answer comes back here"
 COMMANDS = ("status", "canary", "recycle", "queue", "hold", "release")
 MAX_COMMAND_AGE = 600.0  # a /recycle typed before an outage is not acted on when the outage ends
 CONFLICT_MESSAGE = (
@@ -58,6 +64,7 @@ class Actions(Protocol):
     def queue(self) -> str: ...
     def hold(self, reason: str, duration: float | None) -> str: ...
     def release(self) -> str: ...
+    def relay(self, text: str, ref: str) -> str: ...
 
 
 class OperatorActions:
@@ -97,6 +104,13 @@ class OperatorActions:
 
         return actions.release(self.ctx, source=self.source).describe()
 
+    def relay(self, text: str, ref: str) -> str:
+        """The operator's words to the agent: "" once the pump has them, else why not."""
+        from loomtui import actions
+
+        # The ledger gets inject's length and digest and this ref; the text goes to the agent only.
+        result = actions.inject(self.ctx, text, source=self.source, detail={"ref": ref})
+        return "" if result.ok else f"not passed to the agent: {result.error}"
 
 
 def queue_summary(items: list[Any], limit: int = 10) -> str:
@@ -138,9 +152,10 @@ def format_status(status: Status) -> str:
 
 async def run_commands(ctx: Context, actions: Actions, stop: asyncio.Event, *, clock: Clock = SYSTEM,
                        bot: telegram.Bot | None = None) -> None:
-    """Poll and answer operator commands until `stop` is set; returns at once when command mode is off."""
+    """Poll and answer operator commands (and relay the operator's messages, with the bridge on)
+    until `stop` is set; only waits for `stop` when neither is on."""
     cfg = ctx.config.telegram
-    if not cfg.commands:
+    if not (cfg.commands or cfg.bridge):
         await stop.wait()
         return
     token = load_token(cfg)
@@ -217,6 +232,9 @@ class Poller:
                                      detail={"chat_id": chat_id, "update_id": update.update_id})
             return
         parsed = rules.parse_command(msg.text)
+        if parsed is None and self.cfg.bridge:
+            await self.relay(update, msg)
+            return
         name = parsed[0] if parsed and parsed[0] in COMMANDS else "help"
         with self.store.write() as db:
             state.set_offset_in(db, update.update_id + 1)
@@ -227,9 +245,30 @@ class Poller:
         outbox.enqueue(self.store, redact.scrub(reply), chat_id=chat_id,
                        dedupe_key=f"telegram_reply:{chat_id}:{msg.message_id}:{update.update_id}")
 
+    async def relay(self, update: telegram.Update, msg: telegram.Message) -> None:
+        with self.store.write() as db:
+            state.set_offset_in(db, update.update_id + 1)
+        age = self.clock.time() - msg.date.timestamp()
+        if not msg.text:
+            reply = "not passed to the agent: the bridge passes text messages only"
+        elif age > MAX_COMMAND_AGE:
+            reply = f"not passed to the agent: it was sent {int(age)}s ago, while Loom was not listening; send it again"
+        else:
+            try:
+                reply = await asyncio.to_thread(self.actions.relay, msg.text, f"tg-{msg.message_id}")
+            except LoomError as exc:
+                reply = f"not passed to the agent: {exc}"
+            except Exception as exc:
+                # The type only: an exception's message might quote the operator's text.
+                log.error("telegram: relaying update %d failed: %s", update.update_id, type(exc).__name__)
+                reply = f"not passed to the agent: {describe(exc)}"
+        if reply:
+            outbox.enqueue(self.store, redact.scrub(reply), chat_id=msg.chat.id,
+                           dedupe_key=f"telegram_reply:{msg.chat.id}:{msg.message_id}:{update.update_id}")
+
     async def answer(self, name: str, args: list[str], age: float) -> str:
         if name == "help":
-            return HELP
+            return HELP + (BRIDGE_HELP if self.cfg.bridge else "")
         if age > MAX_COMMAND_AGE and name in ("canary", "recycle", "hold", "release"):
             return f"/{name} not run: it was sent {int(age)}s ago, while Loom was not listening; send it again"
         if name == "recycle" and (len(args) != 1 or args[0] not in ("resume", "fresh")):

@@ -1,0 +1,236 @@
+"""The bridge's reply side: the answer to each operator message goes back to the operator's chat.
+
+The command loop is the bot's one poller: it passes the operator's text to the agent through
+`actions.inject` (commands.py), and the pump writes it to the transcript as an `in` record with
+origin "telegram". This loop follows the transcript and, for every turn whose input came from
+Telegram, puts the turn's final text in the outbox; the sender delivers it. Canary probes and
+nudges are turns with other origins and are never echoed.
+
+Where it got to (offset, which file, the inputs whose turn has not ended) is kept in the store's
+meta table, written in the same transaction as the outbox rows it caused, so a restart resumes
+where it was. The outbox's dedupe key is the input's seq and timestamp: a transcript read again
+(replaced, truncated, or a cursor lost) never sends an answer twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from loomtui import redact
+from loomtui.context import Context
+from loomtui.pump import transcript
+from loomtui.store import outbox
+from loomtui.store.db import Store
+from loomtui.telegram import rules
+from loomtui.telegram.clock import SYSTEM, Clock
+
+log = logging.getLogger("loomtui.telegram.bridge")
+
+CURSOR_KEY = "bridge_offset"
+TELEGRAM = "telegram"  # the `in` origin of a message the bridge passed on
+MAX_OPEN = 64  # inputs waiting for their result: more means results stopped coming, keep the newest
+READ_BYTES = 4 << 20
+MAX_LINE_BYTES = 64 << 20  # a transcript line longer than this is skipped, not waited on forever
+NO_TEXT = "(the agent's turn ended without a text answer)"
+LOST = ("Loom: the agent's CLI stopped before answering your message; Loom relaunches it. "
+        "Send the message again if it still matters.")
+
+
+# -- the pure part: turns matched to their inputs ----------------------------------------
+
+
+@dataclass(frozen=True)
+class Input:
+    """A line written to the CLI, as the transcript's `in` record says (never its text)."""
+
+    seq: int | None
+    origin: str
+    ts: float
+
+    @property
+    def key(self) -> str:
+        # seq alone would do if every pump numbers on from the last; the record's own timestamp
+        # keeps two pumps' seq 1 apart whatever they do.
+        return f"telegram_bridge:{self.seq}:{self.ts!r}"
+
+
+@dataclass(frozen=True)
+class Cursor:
+    offset: int = 0
+    file: str = ""  # the transcript's identity (its first line): another file is read from its start
+    open: tuple[Input, ...] = ()
+
+    def dumps(self) -> str:
+        return json.dumps({"offset": self.offset, "file": self.file,
+                           "open": [[i.seq, i.origin, i.ts] for i in self.open]})
+
+    @classmethod
+    def loads(cls, value: str | None) -> Cursor:
+        if not value:
+            return cls()
+        try:
+            data = json.loads(value)
+            return cls(int(data["offset"]), str(data["file"]),
+                       tuple(Input(seq, str(origin), float(ts)) for seq, origin, ts in data["open"]))
+        except (ValueError, KeyError, TypeError):
+            log.warning("bridge: the stored cursor is unreadable; reading the transcript from its start")
+            return cls()
+
+
+@dataclass(frozen=True)
+class Answer:
+    key: str
+    text: str
+    what: str  # "answer", "error", "lost": for the log, which never gets the text
+
+
+@dataclass
+class _Turns:
+    open: list[Input] = field(default_factory=list)
+    answers: list[Answer] = field(default_factory=list)
+
+
+def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Cursor, list[Answer]]:
+    """The cursor after `records`, and the answers due to Telegram for the turns they ended.
+
+    A `result` ends the oldest open input's turn (the pump writes one input per turn); a CLI
+    that exits or a pump that starts again ends every open turn, unanswered.
+    """
+    turns = _Turns(list(cursor.open))
+    offset = cursor.offset
+    for rec in records:
+        offset = rec.end
+        if rec.dir == transcript.IN:
+            _opened(turns, rec)
+        elif rec.dir == transcript.OUT and rec.event.get("type") == "result":
+            if turns.open:
+                turn = turns.open.pop(0)
+                if turn.origin == TELEGRAM:
+                    turns.answers.append(answer_for(turn, rec.event))
+        elif rec.dir == transcript.PUMP and rec.data.get("what") in ("cli_exit", "started"):
+            turns.answers += [Answer(t.key, LOST, "lost") for t in turns.open if t.origin == TELEGRAM]
+            turns.open.clear()
+    return replace(cursor, offset=offset, open=tuple(turns.open)), turns.answers
+
+
+def _opened(turns: _Turns, rec: transcript.Record) -> None:
+    seq = rec.data.get("seq")
+    origin = rec.data.get("origin")
+    turns.open.append(Input(seq if isinstance(seq, int) else None, origin if isinstance(origin, str) else "", rec.ts))
+    del turns.open[:-MAX_OPEN]
+
+
+def answer_for(turn: Input, event: dict[str, Any]) -> Answer:
+    """What the operator reads for one ended turn: its final text, or a short note on an error."""
+    result = event.get("result")
+    text = result.strip() if isinstance(result, str) else ""
+    if event.get("is_error"):
+        subtype = event.get("subtype")
+        why = " ".join(text.split())[:300]
+        note = f"Loom: the agent's turn ended in an error ({subtype if isinstance(subtype, str) else 'unknown'})"
+        return Answer(turn.key, note + (f": {why}" if why else ""), "error")
+    return Answer(turn.key, text or NO_TEXT, "answer")
+
+
+# -- the shell: the file, the store, the loop --------------------------------------------
+
+
+def identity(path: Path) -> tuple[str, int] | None:
+    """(an id for this file, its size), None when there is no transcript yet.
+
+    The id is the first line's digest: the pump's first record carries its start time, so a
+    replaced file or one truncated and written again differs there, whatever its length.
+    """
+    try:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            first = fh.readline(64 << 10)
+    except FileNotFoundError:
+        return None
+    return (hashlib.sha256(first).hexdigest()[:16] if first.endswith(b"\n") else ""), size
+
+
+class Bridge:
+    def __init__(self, store: Store, state_dir: Path, chat_id: int) -> None:
+        self.store, self.path, self.chat_id = store, transcript.path_in(state_dir), chat_id
+
+    def cursor(self) -> Cursor:
+        return Cursor.loads(self.store.get_meta(CURSOR_KEY))
+
+    def step(self) -> int:
+        """Read what the transcript gained since the last step; the number of answers put in the outbox."""
+        found = identity(self.path)
+        if found is None:
+            return 0
+        file, size = found
+        cursor = self.cursor()
+        if cursor.file != file or cursor.offset > size:
+            if cursor.file:
+                log.info("bridge: the transcript was replaced or truncated; reading the new one from its start")
+            cursor = Cursor(file=file)
+            self._save(cursor, [])
+        queued = 0
+        while True:
+            records = self._read(cursor.offset, size)
+            if not records:
+                return queued
+            moved, answers = advance(cursor, records)
+            queued += self._save(moved, answers)
+            cursor = moved
+
+    def _read(self, offset: int, size: int) -> list[transcript.Record]:
+        records = list(transcript.read(self.path, offset, READ_BYTES))
+        if records or size - offset <= READ_BYTES:
+            return records
+        # One line longer than a read: read that far once, or step over a line past all reason.
+        records = list(transcript.read(self.path, offset, min(size - offset, MAX_LINE_BYTES)))
+        if records or size - offset <= MAX_LINE_BYTES:
+            return records
+        end = _next_line(self.path, offset)
+        log.warning("bridge: skipped a transcript line of %d bytes at offset %d", end - offset, offset)
+        return [transcript.Record(offset, end, 0.0, "skipped", {})]
+
+    def _save(self, cursor: Cursor, answers: list[Answer]) -> int:
+        queued = 0
+        with self.store.write() as db:
+            for answer in answers:
+                text, _ = rules.truncate(redact.scrub(answer.text))
+                fresh = db.execute("SELECT 1 FROM outbox WHERE dedupe_key = ?", (answer.key,)).fetchone() is None
+                outbox.enqueue(db, text, dedupe_key=answer.key, chat_id=self.chat_id)
+                queued += int(fresh)
+                # Lengths only: the agent's words and the operator's stay out of the log.
+                log.info("bridge: %s for input %s (%d characters)%s", answer.what, answer.key, len(text),
+                         "" if fresh else ", already in the outbox")
+            self.store.set_meta(CURSOR_KEY, cursor.dumps(), db=db)
+        return queued
+
+
+def _next_line(path: Path, offset: int) -> int:
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        while chunk := fh.read(1 << 20):
+            cut = chunk.find(b"\n")
+            if cut >= 0:
+                return fh.tell() - len(chunk) + cut + 1
+    return offset
+
+
+async def run_bridge(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM) -> None:
+    """Follow the transcript until `stop` is set (with the bridge off, only wait for `stop`)."""
+    cfg = ctx.config.telegram
+    if not cfg.bridge:
+        await stop.wait()
+        return
+    bridge = Bridge(ctx.store, ctx.state_dir, cfg.chat_id)
+    while not stop.is_set():
+        await asyncio.to_thread(bridge.step)
+        if await clock.sleep(cfg.poll_interval, stop):
+            break

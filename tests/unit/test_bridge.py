@@ -1,0 +1,309 @@
+"""The bridge's reply side against hand-written transcripts: real files, a real SQLite store."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from loomtui import redact
+from loomtui.pump import transcript
+from loomtui.store import outbox
+from loomtui.store.db import Store
+from loomtui.telegram import bridge
+from loomtui.telegram.bridge import LOST, NO_TEXT, Bridge, Cursor, advance
+
+CHAT = 5151
+
+
+class Script:
+    """Writes a transcript the way the pump does: `in` records, the CLI's events, the pump's own."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+        self.writer = transcript.Writer(path)
+        self.seq = 0
+        self.ts = 1_764_576_000.0
+
+    def _tick(self) -> float:
+        self.ts += 1.25
+        return self.ts
+
+    def started(self) -> None:
+        self.writer.append(transcript.PUMP, ts=self._tick(), what="started", pid=123)
+
+    def send(self, origin: str, text: str = "hello agent") -> int:
+        self.seq += 1
+        self.writer.append(transcript.IN, ts=self._tick(), seq=self.seq, origin=origin, ref=None, text=text)
+        return self.seq
+
+    def assistant(self, text: str) -> None:
+        event = {"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": text}]}}
+        self.writer.append(transcript.OUT, ts=self._tick(), event=event)
+
+    def result(self, text: str | None, *, is_error: bool = False, subtype: str = "success") -> None:
+        event = {"type": "result", "subtype": subtype, "is_error": is_error, "session_id": "s-1"}
+        if text is not None:
+            event["result"] = text
+        self.writer.append(transcript.OUT, ts=self._tick(), event=event)
+
+    def turn(self, origin: str, answer: str, text: str = "hello agent") -> int:
+        seq = self.send(origin, text)
+        self.assistant(answer)
+        self.result(answer)
+        return seq
+
+    def cli_exit(self) -> None:
+        self.writer.append(transcript.PUMP, ts=self._tick(), what="cli_exit", status=1, signal=None)
+
+    def raw(self, data: bytes) -> None:
+        with open(self.path, "ab") as fh:
+            fh.write(data)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store.in_dir(tmp_path) as s:
+        yield s
+
+
+@pytest.fixture
+def script(tmp_path):
+    s = Script(transcript.path_in(tmp_path))
+    s.started()
+    yield s
+    s.close()
+
+
+def sent(store: Store) -> list[tuple[int | None, str]]:
+    return [(m.chat_id, m.text) for m in reversed(outbox.recent(store, 1000))]
+
+
+def records(path, offset=0):
+    return list(transcript.read(path, offset))
+
+
+# -- the pure matching --------------------------------------------------------------------
+
+
+def test_only_the_turns_that_answer_telegram_are_echoed(script):
+    script.turn("canary", "touched the file")
+    script.turn("telegram", "the build is green")
+    script.turn("sentinel", "looking at the nightly job")
+    script.turn("operator", "done")
+    script.turn("telegram", "second answer")
+    cursor, answers = advance(Cursor(), records(script.path))
+    assert [a.text for a in answers] == ["the build is green", "second answer"]
+    assert [a.what for a in answers] == ["answer", "answer"]
+    assert cursor.open == () and cursor.offset == os.path.getsize(script.path)
+    assert len({a.key for a in answers}) == 2
+
+
+def test_an_error_result_is_a_short_note_and_an_empty_one_says_so(script):
+    script.send("telegram")
+    script.result("API Error: 529\n   overloaded", is_error=True, subtype="error_during_execution")
+    script.send("telegram")
+    script.result(None, is_error=True, subtype="error_max_turns")
+    script.send("telegram")
+    script.result("   ")
+    _, answers = advance(Cursor(), records(script.path))
+    assert [a.text for a in answers] == [
+        "Loom: the agent's turn ended in an error (error_during_execution): API Error: 529 overloaded",
+        "Loom: the agent's turn ended in an error (error_max_turns)",
+        NO_TEXT,
+    ]
+    assert [a.what for a in answers] == ["error", "error", "answer"]
+
+
+def test_a_turn_split_over_two_reads_is_answered_once_it_ends(script):
+    script.send("telegram")
+    script.assistant("thinking")
+    first, answers = advance(Cursor(), records(script.path))
+    assert answers == [] and [t.origin for t in first.open] == ["telegram"]
+    script.result("the answer")
+    second, answers = advance(first, records(script.path, first.offset))
+    assert [a.text for a in answers] == ["the answer"] and second.open == ()
+    # The cursor survives the store as text.
+    assert Cursor.loads(first.dumps()) == first
+
+
+def test_a_cli_that_exits_mid_turn_gets_the_lost_note_once(script):
+    script.send("canary")
+    script.result("ok")
+    script.send("telegram")
+    script.assistant("half an answer")
+    script.cli_exit()
+    script.started()
+    script.turn("telegram", "after the relaunch")
+    _, answers = advance(Cursor(), records(script.path))
+    assert [a.text for a in answers] == [LOST, "after the relaunch"]
+
+
+def test_a_result_with_no_input_seen_is_not_anyones_answer(script):
+    script.result("a turn that began before the bridge looked")
+    seq = script.turn("telegram", "mine")
+    _, answers = advance(Cursor(), records(script.path))
+    assert [a.text for a in answers] == ["mine"] and answers[0].key.startswith(f"telegram_bridge:{seq}:")
+
+
+def test_inputs_never_answered_are_capped(script):
+    for _ in range(bridge.MAX_OPEN + 10):
+        script.send("canary")
+    cursor, _ = advance(Cursor(), records(script.path))
+    assert len(cursor.open) == bridge.MAX_OPEN
+
+
+def test_an_unreadable_cursor_starts_over():
+    assert Cursor.loads("{not json") == Cursor()
+    assert Cursor.loads('{"offset": "x"}') == Cursor()
+    assert Cursor.loads(None) == Cursor()
+
+
+# -- the shell: files, store, restarts ----------------------------------------------------
+
+
+def test_answers_go_to_the_operators_chat_once_and_a_restart_resumes(tmp_path, store, script):
+    script.turn("telegram", "first")
+    script.turn("canary", "probe acked")
+    b = Bridge(store, tmp_path, CHAT)
+    assert b.step() == 1
+    assert sent(store) == [(CHAT, "first")]
+    assert b.step() == 0
+    script.turn("telegram", "second")
+    # A new process: its own store connection, the cursor read back from the meta table.
+    with Store.in_dir(tmp_path) as again:
+        assert Bridge(again, tmp_path, CHAT).step() == 1
+    assert sent(store) == [(CHAT, "first"), (CHAT, "second")]
+    assert Bridge(store, tmp_path, CHAT).step() == 0
+
+
+def test_a_line_still_being_written_waits_for_its_newline(tmp_path, store, script):
+    script.send("telegram")
+    script.raw(b'{"ts":1.0,"dir":"out","event":{"type":"result","is_error":false,"result":"par')
+    b = Bridge(store, tmp_path, CHAT)
+    assert b.step() == 0
+    script.raw(b'tial"}}\n')
+    assert b.step() == 1
+    assert sent(store) == [(CHAT, "partial")]
+
+
+def test_a_lost_cursor_sends_nothing_twice(tmp_path, store, script):
+    script.turn("telegram", "only once")
+    b = Bridge(store, tmp_path, CHAT)
+    assert b.step() == 1
+    with store.write() as db:
+        db.execute("DELETE FROM meta WHERE key = ?", (bridge.CURSOR_KEY,))
+    assert b.step() == 0
+    assert sent(store) == [(CHAT, "only once")]
+
+
+def test_a_truncated_transcript_is_read_from_its_start_without_resending(tmp_path, store, script):
+    script.turn("telegram", "before the truncation")
+    b = Bridge(store, tmp_path, CHAT)
+    assert b.step() == 1
+    # Cut back to its first line: the same file, only shorter than where the bridge got to.
+    os.truncate(script.path, len(script.path.read_bytes().splitlines(keepends=True)[0]))
+    script.turn("telegram", "after the truncation")
+    assert os.path.getsize(script.path) < Cursor.loads(store.get_meta(bridge.CURSOR_KEY)).offset
+    assert b.step() == 1
+    assert sent(store) == [(CHAT, "before the truncation"), (CHAT, "after the truncation")]
+
+
+def test_a_replaced_transcript_longer_than_the_offset_is_read_from_its_start(tmp_path, store, script):
+    script.turn("telegram", "old file")
+    b = Bridge(store, tmp_path, CHAT)
+    assert b.step() == 1
+    old_size = os.path.getsize(script.path)
+    script.close()
+    os.replace(script.path, tmp_path / "transcript.old")
+    new = Script(script.path)
+    new.ts = script.ts + 100
+    new.started()
+    new.turn("telegram", "new file")
+    for i in range(4):  # longer than the old file, so the offset alone would not tell
+        new.turn("canary", f"probe {i}")
+    assert os.path.getsize(new.path) > old_size
+    try:
+        assert b.step() == 1
+    finally:
+        new.close()
+    assert sent(store) == [(CHAT, "old file"), (CHAT, "new file")]
+
+
+def test_a_transcript_truncated_and_regrown_past_the_offset_is_read_from_its_start(tmp_path, store, script):
+    # The same file (the same inode), longer than before: only its first line tells it is new.
+    script.turn("telegram", "first life")
+    b = Bridge(store, tmp_path, CHAT)
+    assert b.step() == 1
+    old_size = os.path.getsize(script.path)
+    os.truncate(script.path, 0)
+    script.ts += 100
+    script.started()
+    script.turn("telegram", "second life")
+    for i in range(4):
+        script.turn("canary", f"probe {i}")
+    assert os.path.getsize(script.path) > old_size
+    assert b.step() == 1
+    assert sent(store) == [(CHAT, "first life"), (CHAT, "second life")]
+
+
+def test_a_transcript_rewritten_with_the_same_turns_is_not_sent_again(tmp_path, store, script):
+    script.turn("telegram", "once")
+    b = Bridge(store, tmp_path, CHAT)
+    assert b.step() == 1
+    data = script.path.read_bytes()
+    script.path.write_bytes(b"")
+    script.path.write_bytes(data)  # the same records, the same keys
+    with store.write() as db:
+        db.execute("DELETE FROM meta WHERE key = ?", (bridge.CURSOR_KEY,))
+    assert b.step() == 0
+    assert sent(store) == [(CHAT, "once")]
+
+
+def test_no_transcript_yet_is_nothing_to_do(tmp_path, store):
+    assert Bridge(store, tmp_path, CHAT).step() == 0
+    assert store.get_meta(bridge.CURSOR_KEY) is None
+
+
+def test_long_answers_are_truncated_like_every_telegram_message(tmp_path, store, script):
+    script.turn("telegram", "🙂" * 3000)
+    assert Bridge(store, tmp_path, CHAT).step() == 1
+    [(_, text)] = sent(store)
+    assert text.endswith("[truncated]") and len(text.encode("utf-16-le")) // 2 <= 4096
+
+
+def test_a_secret_in_an_answer_is_scrubbed(tmp_path, store, script):
+    secret = "9191919191:bridge-secret-token-abcdefgh"
+    redact.register(secret)
+    script.turn("telegram", f"the token is {secret}")
+    assert Bridge(store, tmp_path, CHAT).step() == 1
+    [(_, text)] = sent(store)
+    assert secret not in text and text.startswith("the token is ")
+
+
+def test_neither_side_of_the_conversation_reaches_the_log(tmp_path, store, script, caplog):
+    script.turn("telegram", "the agent's private answer", text="the operator's private question")
+    caplog.set_level(logging.DEBUG, logger="loomtui.telegram.bridge")
+    assert Bridge(store, tmp_path, CHAT).step() == 1
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "answer for input" in logged
+    assert "private" not in logged
+
+
+def test_a_line_longer_than_any_read_is_stepped_over(tmp_path, store, script, monkeypatch):
+    monkeypatch.setattr(bridge, "READ_BYTES", 256)
+    monkeypatch.setattr(bridge, "MAX_LINE_BYTES", 1024)
+    script.send("telegram")
+    script.assistant("x" * 600)  # longer than a read: read once at its length
+    script.result("answered")
+    script.send("telegram")
+    script.assistant("y" * 4000)  # longer than any read: skipped
+    script.result("also answered")
+    assert Bridge(store, tmp_path, CHAT).step() == 2
+    assert sent(store) == [(CHAT, "answered"), (CHAT, "also answered")]

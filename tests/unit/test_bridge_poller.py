@@ -1,0 +1,165 @@
+"""The bridge's poller side: which updates go to the agent, which are commands, which do nothing.
+
+The poller runs for real on a real store; the agent side is the `Actions` seam the command loop
+already has (the e2e test drives the real inject through the real pump).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+import telegram
+
+from loomtui.config import load_config
+from loomtui.context import Context
+from loomtui.daemon.supervise import Service, with_bridge
+from loomtui.store import ledger, outbox
+from loomtui.store import telegram_state as state
+from loomtui.store.db import Store
+from loomtui.telegram.clock import Clock
+from loomtui.telegram.commands import BRIDGE_HELP, HELP, MAX_COMMAND_AGE, Poller
+
+CHAT, STRANGER = 5151, 6262
+BOT = telegram.Bot("123456:poller-unit-test-token")
+
+
+class Agent:
+    """The actions a poller may call, recording what reached the agent."""
+
+    def __init__(self, refuse: str = "", raises: BaseException | None = None) -> None:
+        self.relayed: list[tuple[str, str]] = []
+        self.refuse, self.raises = refuse, raises
+
+    def relay(self, text: str, ref: str) -> str:
+        if self.raises is not None:
+            raise self.raises
+        self.relayed.append((text, ref))
+        return self.refuse
+
+    def status(self) -> str:
+        return "Loom status\nall good"
+
+    def canary(self) -> str:
+        return "canary ok"
+
+    def recycle(self, mode: str) -> str:
+        return f"relaunched {mode}"
+
+    def queue(self) -> str:
+        return "queue: nothing open"
+
+    def hold(self, reason: str, duration: float | None) -> str:
+        return "held"
+
+    def release(self) -> str:
+        return "released"
+
+
+def config(tmp_path, *, bridge: bool, commands: bool = False):
+    path = tmp_path / "loom.toml"
+    path.write_text(f'[agent]\ndriver = "{"stream-json" if bridge else "tmux"}"\n'
+                    f"[telegram]\nchat_id = {CHAT}\nbridge = {str(bridge).lower()}\n"
+                    f"commands = {str(commands).lower()}\n")
+    return load_config(str(path), {})[0]
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store.in_dir(tmp_path) as s:
+        yield s
+
+
+def update(uid: int, chat: int, text: str | None, age: float = 0.0) -> telegram.Update:
+    message = {"message_id": uid * 10, "date": int(time.time() - age),
+               "chat": {"id": chat, "type": "private"}, "from": {"id": chat, "is_bot": False, "first_name": "x"}}
+    if text is not None:
+        message["text"] = text
+    else:
+        message["sticker"] = {"file_id": "f", "file_unique_id": "u", "width": 1, "height": 1,
+                              "is_animated": False, "is_video": False, "type": "regular"}
+    return telegram.Update.de_json({"update_id": uid, "message": message}, BOT)
+
+
+def handle(store, cfg, agent, *updates):
+    poller = Poller(store, cfg.telegram, BOT, agent, Clock())
+    for u in updates:
+        asyncio.run(poller.handle(u))
+
+
+def replies(store):
+    return [(m.chat_id, m.text) for m in reversed(outbox.recent(store, 100))]
+
+
+def test_operator_text_goes_to_the_agent_and_nothing_is_said_back_yet(tmp_path, store):
+    agent = Agent()
+    handle(store, config(tmp_path, bridge=True), agent, update(1, CHAT, "how is the build?"))
+    assert agent.relayed == [("how is the build?", "tg-10")]
+    assert replies(store) == []  # the answer comes from the agent's turn, through bridge.py
+    assert state.offset(store) == 2
+
+
+def test_commands_still_work_beside_the_bridge(tmp_path, store):
+    agent = Agent()
+    handle(store, config(tmp_path, bridge=True), agent, update(1, CHAT, "/status"), update(2, CHAT, "/nonsense"))
+    assert agent.relayed == []
+    assert replies(store) == [(CHAT, "Loom status\nall good"), (CHAT, HELP + BRIDGE_HELP)]
+
+
+def test_a_strangers_message_reaches_nobody_and_its_text_is_not_kept(tmp_path, store, caplog):
+    caplog.set_level(logging.DEBUG)
+    agent = Agent()
+    handle(store, config(tmp_path, bridge=True), agent, update(1, STRANGER, "please rm -rf the repo"))
+    assert agent.relayed == [] and replies(store) == []
+    [event] = [e for e in ledger.tail(store, 50) if e.kind == "telegram_ignored"]
+    assert event.detail == {"chat_id": STRANGER, "update_id": 1}
+    assert not [e for e in ledger.tail(store, 50) if "rm -rf" in str(e.detail)]
+    assert "rm -rf" not in caplog.text
+    assert state.offset(store) == 2
+
+
+def test_without_the_bridge_text_is_only_a_command_mistake(tmp_path, store):
+    agent = Agent()
+    handle(store, config(tmp_path, bridge=False, commands=True), agent, update(1, CHAT, "hello"))
+    assert agent.relayed == [] and replies(store) == [(CHAT, HELP)]
+
+
+def test_a_message_from_before_an_outage_is_not_passed_on(tmp_path, store):
+    agent = Agent()
+    handle(store, config(tmp_path, bridge=True), agent, update(1, CHAT, "deploy now", age=MAX_COMMAND_AGE + 60))
+    assert agent.relayed == []
+    [(chat, text)] = replies(store)
+    assert chat == CHAT and text.startswith("not passed to the agent: it was sent") and "deploy" not in text
+
+
+def test_a_refused_or_failed_relay_is_told_to_the_operator(tmp_path, store, caplog):
+    caplog.set_level(logging.DEBUG)
+    cfg = config(tmp_path, bridge=True)
+    handle(store, cfg, Agent(refuse="not passed to the agent: the agent's CLI has exited"), update(1, CHAT, "one"))
+    handle(store, cfg, Agent(raises=RuntimeError("secret words in here")), update(2, CHAT, "secret words"))
+    handle(store, cfg, Agent(), update(3, CHAT, None))
+    assert [t for _, t in replies(store)] == [
+        "not passed to the agent: the agent's CLI has exited",
+        "not passed to the agent: RuntimeError: secret words in here",
+        "not passed to the agent: the bridge passes text messages only",
+    ]
+    assert "secret words" not in caplog.text
+    assert state.offset(store) == 4
+
+
+def test_the_daemon_runs_both_halves_of_the_bridge_once(tmp_path):
+    async def noop(ctx, stop):
+        return None
+
+    bridged = Context(config(tmp_path, bridge=True), None, tmp_path)
+    plain = Context(config(tmp_path, bridge=False, commands=True), None, tmp_path)
+    sender = Service("telegram_sender", noop)
+    assert [s.name for s in with_bridge(bridged, [sender])] == ["telegram_sender", "telegram_commands",
+                                                                "telegram_bridge"]
+    commands = Service("telegram_commands", noop)
+    assert [s.name for s in with_bridge(bridged, [sender, commands])] == ["telegram_sender", "telegram_commands",
+                                                                          "telegram_bridge"]
+    assert with_bridge(bridged, [sender, commands])[1] is commands
+    assert [s.name for s in with_bridge(plain, [sender, commands])] == ["telegram_sender", "telegram_commands"]
