@@ -1,7 +1,9 @@
 """The ledger: append-only, hash-chained events. Every action, every acting decision.
 
 Each event's hash is sha256(previous hash + canonical JSON of its own fields, id included),
-so an edit, a deletion or a reordering breaks the chain at a nameable event. The head
+so an edit, a deletion or a reordering breaks the chain at a nameable event. An event of the
+agent `main` hashes as events did before agents had names (so an old chain still verifies);
+any other agent's name is hashed with its event. The head
 (last id and hash) is kept beside the chain, written in the same transaction, so losing
 events from the end is caught too.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -21,14 +24,20 @@ from loomtui.store.db import Store
 
 GENESIS = "0" * 64
 HEAD_KEY = "ledger_head"
+MAIN = "main"  # the agent of a single-agent setup, and of every event written before names
+AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 
 
 def canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def event_hash(prev_hash: str, id: int, ts: float, kind: str, source: str, cause: str | None, detail: str) -> str:
-    body = canonical({"id": id, "ts": ts, "kind": kind, "source": source, "cause": cause, "detail": detail})
+def event_hash(prev_hash: str, id: int, ts: float, kind: str, source: str, cause: str | None, detail: str,
+               agent: str = MAIN) -> str:
+    fields = {"id": id, "ts": ts, "kind": kind, "source": source, "cause": cause, "detail": detail}
+    if agent != MAIN:
+        fields["agent"] = agent
+    body = canonical(fields)
     return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()
 
 
@@ -41,6 +50,7 @@ class Event:
     cause: str | None
     detail: dict[str, Any] = field(default_factory=dict)
     hash: str = ""
+    agent: str = MAIN
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Event:
@@ -50,7 +60,8 @@ class Event:
             detail = {"unparsed": str(row["detail"])}
         if not isinstance(detail, dict):
             detail = {"value": detail}
-        return cls(row["id"], row["ts"], row["kind"], row["source"], row["cause"], detail, row["hash"])
+        return cls(row["id"], row["ts"], row["kind"], row["source"], row["cause"], detail, row["hash"],
+                   row["agent"])
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +72,7 @@ class Event:
             "cause": self.cause,
             "detail": self.detail,
             "hash": self.hash,
+            "agent": self.agent,
         }
 
 
@@ -72,10 +84,13 @@ def append_in(
     cause: str | None = None,
     detail: dict[str, Any] | None = None,
     ts: float | None = None,
+    agent: str = MAIN,
 ) -> Event:
     """Append inside an open write transaction (so an event commits with the state it describes)."""
     if kind not in EVENT_KINDS:
         raise ValueError(f"unknown ledger event kind {kind!r}: every kind is named in states.EventKind")
+    if not AGENT_NAME.fullmatch(agent):
+        raise ValueError(f"bad agent name {agent!r}: expected [a-z0-9][a-z0-9-]{{0,31}}")
     detail_json = redact.scrub(canonical(detail or {}))
     head = db.execute("SELECT value FROM meta WHERE key = ?", (HEAD_KEY,)).fetchone()
     if head:
@@ -85,16 +100,17 @@ def append_in(
         prev_id, prev_hash = 0, GENESIS
     new_id = prev_id + 1
     when = time.time() if ts is None else float(ts)
-    digest = event_hash(prev_hash, new_id, when, kind, source, cause, detail_json)
+    digest = event_hash(prev_hash, new_id, when, kind, source, cause, detail_json, agent)
     db.execute(
-        "INSERT INTO ledger(id, ts, kind, source, cause, detail, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (new_id, when, kind, source, cause, detail_json, prev_hash, digest),
+        "INSERT INTO ledger(id, ts, kind, source, cause, detail, prev_hash, hash, agent)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (new_id, when, kind, source, cause, detail_json, prev_hash, digest, agent),
     )
     db.execute(
         "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
         (HEAD_KEY, canonical({"id": new_id, "hash": digest})),
     )
-    return Event(new_id, when, kind, source, cause, json.loads(detail_json), digest)
+    return Event(new_id, when, kind, source, cause, json.loads(detail_json), digest, agent)
 
 
 def append(
@@ -105,9 +121,10 @@ def append(
     cause: str | None = None,
     detail: dict[str, Any] | None = None,
     ts: float | None = None,
+    agent: str = MAIN,
 ) -> Event:
     with store.write() as db:
-        return append_in(db, kind, source=source, cause=cause, detail=detail, ts=ts)
+        return append_in(db, kind, source=source, cause=cause, detail=detail, ts=ts, agent=agent)
 
 
 @dataclass(frozen=True)
@@ -130,7 +147,7 @@ def verify(store: Store, batch: int = 5000) -> Verdict:
     count = 0
     with store.read() as db:
         head_row = db.execute("SELECT value FROM meta WHERE key = ?", (HEAD_KEY,)).fetchone()
-        cursor = db.execute("SELECT id, ts, kind, source, cause, detail, prev_hash, hash FROM ledger ORDER BY id")
+        cursor = db.execute("SELECT id, ts, kind, source, cause, detail, prev_hash, hash, agent FROM ledger ORDER BY id")
         while rows := cursor.fetchmany(batch):
             for r in rows:
                 rid = r["id"]
@@ -142,9 +159,11 @@ def verify(store: Store, batch: int = 5000) -> Verdict:
                     return Verdict(
                         False, count, rid, "does not follow the event before it: an event was deleted or reordered"
                     )
-                if not isinstance(r["ts"], float | int) or not isinstance(r["detail"], str):
+                if (not isinstance(r["ts"], float | int) or not isinstance(r["detail"], str)
+                        or not isinstance(r["agent"], str)):
                     return Verdict(False, count, rid, "a field has the wrong type: edited")
-                digest = event_hash(prev_hash, rid, float(r["ts"]), r["kind"], r["source"], r["cause"], r["detail"])
+                digest = event_hash(prev_hash, rid, float(r["ts"]), r["kind"], r["source"], r["cause"], r["detail"],
+                                    r["agent"])
                 if digest != r["hash"]:
                     return Verdict(False, count, rid, "contents do not match its hash: edited")
                 prev_hash = r["hash"]
@@ -184,9 +203,13 @@ def page(
     limit: int = 200,
     kinds: list[str] | None = None,
     text: str | None = None,
+    agent: str | None = None,
 ) -> list[Event]:
     """Newest first, `limit` events older than `before_id`: one index range scan, whatever the size."""
     where, params = [], []
+    if agent is not None:
+        where.append("agent = ?")
+        params.append(agent)
     if before_id is not None:
         where.append("id < ?")
         params.append(before_id)

@@ -159,4 +159,15 @@ MIGRATIONS: list[tuple[str, str]] = [
         ) WITHOUT ROWID
         """,
     ),
+    (
+        "0008_agents",
+        # Several agents share one store: every per-agent row says whose it is. What was written
+        # before agents had names belonged to the one agent there was, `main`.
+        """
+        ALTER TABLE ledger ADD COLUMN agent TEXT NOT NULL DEFAULT 'main';
+        CREATE INDEX ledger_agent ON ledger(agent, id);
+        ALTER TABLE canary_runs ADD COLUMN agent TEXT NOT NULL DEFAULT 'main';
+        ALTER TABLE queue_items ADD COLUMN agent TEXT NOT NULL DEFAULT 'main'
+        """,
+    ),
 ]

@@ -1,0 +1,85 @@
+"""Agents have names in the store: the upgrade of a store made before that keeps its history."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from loomtui.store import ledger, session
+from loomtui.store.db import DB_NAME, Store
+
+OLD = Path(__file__).parent / "data" / "state-0007"  # made by the code at ec23f5f (see make.py there)
+
+
+@pytest.fixture
+def old_state(tmp_path):
+    state = tmp_path / "state"
+    shutil.copytree(OLD, state, ignore=shutil.ignore_patterns("*.py"))
+    (state / DB_NAME).chmod(0o600)
+    return state
+
+
+def test_the_old_store_is_what_it_says(old_state):
+    con = sqlite3.connect(old_state / DB_NAME)
+    names = [r[0] for r in con.execute("SELECT name FROM schema_migrations ORDER BY name")]
+    columns = {r[1] for r in con.execute("PRAGMA table_info(ledger)")}
+    con.close()
+    assert names[-1] == "0007_counters" and "agent" not in columns
+
+
+def test_an_old_store_upgrades_with_its_history_and_its_chain(old_state):
+    store = Store.in_dir(old_state)
+    try:
+        assert "0008_agents" in {r[0] for r in store.query("SELECT name FROM schema_migrations")}
+        assert ledger.verify(store).ok and ledger.verify(store).count == 3
+        events = ledger.tail(store, 10)
+        assert [(e.kind, e.agent) for e in events] == [
+            ("supervisor_start", "main"), ("relaunch", "main"), ("canary", "main")]
+        assert events[1].cause == "crash" and events[1].detail["mode"] == "resume"
+        assert [r["agent"] for r in store.query("SELECT agent FROM canary_runs")] == ["main"]
+        assert [(r["job"], r["agent"]) for r in store.query("SELECT job, agent FROM queue_items")] == [("backup", "main")]
+        assert session.pinned(store) == "aaaaaaaa-1111-4111-8111-111111111111"
+        # The chain goes on from the old head, for `main` and for a named agent alike.
+        ledger.append(store, "canary", source="canary", detail={"result": "ok"})
+        ledger.append(store, "relaunch", source="watchdog", cause="crash", agent="scout")
+        verdict = ledger.verify(store)
+        assert verdict.ok and verdict.count == 5
+        assert [e.agent for e in ledger.page(store, agent="scout")] == ["scout"]
+        assert len(ledger.page(store, agent="main")) == 4
+    finally:
+        store.close()
+
+
+def test_a_main_event_hashes_as_before_names_and_a_named_one_with_its_name():
+    args = (ledger.GENESIS, 1, 1.5, "relaunch", "watchdog", "crash", "{}")
+    assert ledger.event_hash(*args) == ledger.event_hash(*args, "main")
+    assert ledger.event_hash(*args, "scout") != ledger.event_hash(*args)
+
+
+@pytest.mark.parametrize("was,now", [("scout", "main"), ("main", "scout"), ("scout", "scout2")])
+def test_moving_an_event_to_another_agent_is_caught(tmp_path, was, now):
+    store = Store.in_dir(tmp_path)
+    try:
+        ledger.append(store, "supervisor_start", source="supervisor")
+        ledger.append(store, "relaunch", source="watchdog", cause="crash", agent=was)
+        ledger.append(store, "canary", source="canary")
+        with store.write() as db:
+            db.execute("UPDATE ledger SET agent = ? WHERE id = 2", (now,))
+        verdict = ledger.verify(store)
+        assert not verdict.ok and verdict.bad_id == 2 and "edited" in verdict.reason
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("name", ["", "Main", "-x", "a" * 33, "a b", "a/b", "ä"])
+def test_a_bad_agent_name_is_refused_and_nothing_is_written(tmp_path, name):
+    store = Store.in_dir(tmp_path)
+    try:
+        with pytest.raises(ValueError, match="bad agent name"):
+            ledger.append(store, "canary", source="canary", agent=name)
+        assert ledger.count(store) == 0
+    finally:
+        store.close()
