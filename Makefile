@@ -15,14 +15,25 @@ $(STAMP): pyproject.toml constraints.txt
 	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
-venv: $(STAMP)
+# The real Claude Code CLI the stream-json tests run (tests/claude: its version pinned by the lock),
+# installed with npm ci beside the venv and again only when its package files change. Its
+# postinstall puts the native binary in place; --version proves it did.
+CLAUDE_DIR := tests/claude
+CLAUDE_STAMP := $(CLAUDE_DIR)/node_modules/.installed
+$(CLAUDE_STAMP): $(CLAUDE_DIR)/package.json $(CLAUDE_DIR)/package-lock.json
+	@command -v npm >/dev/null || { echo "make: npm is required to install the Claude Code CLI the tests run" >&2; exit 1; }
+	cd $(CLAUDE_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	$(CLAUDE_DIR)/node_modules/.bin/claude --version
+	touch $(CLAUDE_STAMP)
+
+venv: $(STAMP) $(CLAUDE_STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/loom-tui --demo
 
 # Tests run in random order (pytest-randomly prints the seed; replay with PYTEST_ARGS=-p randomly
 # --randomly-seed=N).
-test: $(STAMP)
+test: $(STAMP) $(CLAUDE_STAMP)
 	$(VENV)/bin/python -m pytest -n 4 $(PYTEST_ARGS)
 
 # The architecture contracts in pyproject.toml (sealed core, layers, one control path).
@@ -30,7 +41,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 # The same suite on a busy machine: one CPU-bound process per core runs beside it.
-test-stress: $(STAMP)
+test-stress: $(STAMP) $(CLAUDE_STAMP)
 	$(VENV)/bin/python tools/stress.py -- $(VENV)/bin/python -m pytest -n 4 $(PYTEST_ARGS)
 
 # Mutation testing of the pure decision modules against their fast unit tests (not in CI; a few
