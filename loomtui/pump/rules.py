@@ -1,0 +1,214 @@
+"""The pump's turns and queue: pure functions of (state, event) -> (new state, what to do).
+
+A message is written to the CLI only between turns: Claude Code answers a line written during a
+running turn but does not persist it (anthropics/claude-code#41230), so a later `--resume` would
+lose it. While a turn runs, accepted messages wait in order and are written one per turn, as each
+turn ends with the CLI's `result` event. After the CLI has exited, or once its stdin is broken,
+nothing more is accepted. The state only grows by events; `now` is an argument.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Union
+
+IDLE, RUNNING = "idle", "running"
+EXITED = "the agent's CLI has exited"
+INPUT_CLOSED = "the agent's CLI no longer reads its input"
+
+
+@dataclass(frozen=True)
+class LastResult:
+    ts: float
+    is_error: bool
+    subtype: str
+    seq: int | None             # the input whose turn it ended (None: a result outside a turn of ours)
+    denials: tuple[str, ...]    # the tools the CLI's permissions refused in that turn
+
+    def record(self) -> dict[str, Any]:
+        return {"ts": self.ts, "is_error": self.is_error, "subtype": self.subtype, "seq": self.seq,
+                "denials": list(self.denials)}
+
+
+@dataclass(frozen=True)
+class CliExit:
+    ts: float
+    status: int | None          # the exit status, or None when a signal ended it
+    signal: int | None
+
+    def record(self) -> dict[str, Any]:
+        return {"ts": self.ts, "status": self.status, "signal": self.signal}
+
+
+@dataclass(frozen=True)
+class State:
+    ready: bool = False                 # the CLI is running and its stdin takes writes
+    turn_seq: int | None = None         # the input whose turn is running; None between turns
+    turn_started: float | None = None
+    queue: tuple[int, ...] = ()         # accepted, waiting for the turn to end, in order
+    next_seq: int = 1
+    turns: int = 0                      # turns ended since the pump started
+    session_id: str | None = None
+    last_result: LastResult | None = None
+    cli_exit: CliExit | None = None
+    input_closed: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.turn_seq is not None
+
+
+# Events.
+
+@dataclass(frozen=True)
+class Send:
+    now: float
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The CLI was started; what is written now waits in its stdin until it reads."""
+    now: float
+
+
+@dataclass(frozen=True)
+class Output:
+    now: float
+    event: dict[str, Any]               # one event from the CLI's stdout ({} for a line that was not JSON)
+
+
+@dataclass(frozen=True)
+class InputClosed:
+    """A write to the CLI's stdin failed (broken pipe): that message was not delivered."""
+    now: float
+    seq: int
+
+
+@dataclass(frozen=True)
+class Exited:
+    now: float
+    status: int | None
+    signal: int | None = None
+
+
+Event = Union[Send, Ready, Output, InputClosed, Exited]
+
+
+# What to do.
+
+@dataclass(frozen=True)
+class Write:
+    """Write message `seq` to the CLI's stdin now."""
+    seq: int
+
+
+@dataclass(frozen=True)
+class Queued:
+    """Message `seq` waits; `position` 1 is written next."""
+    seq: int
+    position: int
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: str
+
+
+Action = Union[Write, Queued, Refused]
+
+
+def start(pending: tuple[int, ...] = (), next_seq: int = 1) -> State:
+    """A new pump: `pending` are the messages an earlier pump accepted and never wrote, in order."""
+    ordered = tuple(sorted(set(pending)))
+    return State(queue=ordered, next_seq=max((next_seq, *(s + 1 for s in ordered))))
+
+
+def step(state: State, event: Event) -> tuple[State, tuple[Action, ...]]:
+    if isinstance(event, Send):
+        return _send(state, event.now)
+    if isinstance(event, Ready):
+        if state.cli_exit is not None or state.input_closed:
+            return state, ()
+        return _next_turn(replace(state, ready=True), event.now)
+    if isinstance(event, Output):
+        return _output(state, event)
+    if isinstance(event, InputClosed):
+        # The line never reached the CLI, so no turn runs for it, and no later line can be written.
+        ended = state.turn_seq == event.seq
+        return replace(state, input_closed=True, turn_seq=None if ended else state.turn_seq,
+                       turn_started=None if ended else state.turn_started), ()
+    if isinstance(event, Exited):
+        return replace(state, ready=False, turn_seq=None, turn_started=None,
+                       cli_exit=CliExit(event.now, event.status, event.signal)), ()
+    raise TypeError(f"not a pump event: {event!r}")
+
+
+def _send(state: State, now: float) -> tuple[State, tuple[Action, ...]]:
+    if state.cli_exit is not None:
+        return state, (Refused(EXITED),)
+    if state.input_closed:
+        return state, (Refused(INPUT_CLOSED),)
+    seq = state.next_seq
+    state = replace(state, next_seq=seq + 1)
+    if state.ready and not state.running and not state.queue:
+        return _begin(state, seq, now), (Write(seq),)
+    queue = state.queue + (seq,)
+    return replace(state, queue=queue), (Queued(seq, len(queue)),)
+
+
+def _output(state: State, event: Output) -> tuple[State, tuple[Action, ...]]:
+    kind = event.event.get("type")
+    if kind == "system" and event.event.get("subtype") == "init":
+        session = event.event.get("session_id")
+        if isinstance(session, str) and session:
+            state = replace(state, session_id=session)
+        return state, ()
+    if kind != "result":
+        return state, ()
+    result = LastResult(event.now, event.event.get("is_error") is True, _text(event.event.get("subtype")),
+                        state.turn_seq, denials(event.event))
+    state = replace(state, last_result=result)
+    if not state.running:
+        return state, ()
+    state = replace(state, turn_seq=None, turn_started=None, turns=state.turns + 1)
+    return _next_turn(state, event.now)
+
+
+def _next_turn(state: State, now: float) -> tuple[State, tuple[Action, ...]]:
+    if not state.ready or state.running or not state.queue:
+        return state, ()
+    seq, rest = state.queue[0], state.queue[1:]
+    return _begin(replace(state, queue=rest), seq, now), (Write(seq),)
+
+
+def _begin(state: State, seq: int, now: float) -> State:
+    return replace(state, turn_seq=seq, turn_started=now)
+
+
+def denials(result: dict[str, Any]) -> tuple[str, ...]:
+    """The tool names in a result's `permission_denials` (objects with `tool_name`, or bare names)."""
+    found = []
+    items = result.get("permission_denials")
+    for item in items if isinstance(items, list) else ():
+        name = item.get("tool_name") if isinstance(item, dict) else item
+        if isinstance(name, str) and name:
+            found.append(name[:100])
+    return tuple(found)
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def status(state: State) -> dict[str, Any]:
+    """The turn and queue fields of pump.json (docs/STREAM.md)."""
+    return {
+        "session_id": state.session_id,
+        "turn": RUNNING if state.running else IDLE,
+        "turn_started": state.turn_started,
+        "turn_seq": state.turn_seq,
+        "queue": len(state.queue),
+        "turns": state.turns,
+        "last_result": state.last_result.record() if state.last_result else None,
+        "cli_exit": state.cli_exit.record() if state.cli_exit else None,
+    }
