@@ -18,6 +18,23 @@ canary's `touch PATH`, keeps a poller child, and obeys fault switches sent as me
 
 Input is read with the terminal in non-canonical mode: a canonical tty line is capped at 4095
 bytes, and a long pasted message must arrive whole.
+
+With `--stream-json`, or Claude Code's own `-p --input-format stream-json --output-format
+stream-json --verbose` (any order), it speaks Claude Code's print mode instead: one JSON user
+message per stdin line; on stdout a `system`/`init` event, then per message `assistant` events
+(text, or a `tool_use` with its `user` `tool_result`) and one `result`. Errors go to stderr. The
+same switches work there, with what each means without a screen:
+
+  /wedge /poison    stop answering (no result; stdin is not read again); a poisoned session
+                    hangs on every resume before its `init`, as `--resume` sometimes does
+  /crash /exit0     exit 1 mid-turn / end the turn, then exit 0
+  /modal, /deny     no dialog exists in print mode: a Bash call refused by the permissions
+                    instead, listed in the result's `permission_denials`
+  /slow SECONDS     a turn that takes SECONDS; stdin is not read meanwhile
+  /say TEXT         answer TEXT exactly as given (control characters and all)
+  /error-result     end the turn with an error result (`is_error`: true)
+  /wait-for PATH    a turn that lasts until PATH exists (a slow turn a test ends when it likes)
+  /close-stdin      close stdin and keep running: the next write to it breaks the pipe
 """
 
 from __future__ import annotations
@@ -123,13 +140,14 @@ def out(text: str) -> None:
     sys.stdout.flush()
 
 
-class Agent:
+class Base:
+    """What both modes share: the session, its transcript, the poller child, the late-ack switch."""
+
     def __init__(self, args: argparse.Namespace, transcript: Transcript, session_id: str) -> None:
         self.args = args
         self.transcript = transcript
         self.session_id = session_id
         self.poller: subprocess.Popen[bytes] | None = None
-        self.term = Terminal()
         self.late_acks = 0
         self.late_by = 0.0
 
@@ -163,6 +181,23 @@ class Agent:
                 return int(pidfile.read_text())
             time.sleep(0.02)
         return 0
+
+    def kill_poller(self) -> str:
+        if self.poller and self.poller.poll() is None:
+            self.poller.kill()
+            self.poller.wait()
+            return f"killed my poller {self.poller.pid}"
+        return "no poller to kill"
+
+    def stop_poller(self) -> None:
+        if self.poller and self.poller.poll() is None:
+            self.poller.terminate()
+
+
+class Agent(Base):
+    def __init__(self, args: argparse.Namespace, transcript: Transcript, session_id: str) -> None:
+        super().__init__(args, transcript, session_id)
+        self.term = Terminal()
 
     def wedge(self) -> None:
         out("\nthinking ")
@@ -203,13 +238,7 @@ class Agent:
         elif text == "/modal":
             self.modal()
         elif text == "/kill-poller":
-            if self.poller and self.poller.poll() is None:
-                self.poller.kill()
-                self.poller.wait()
-                reply = f"killed my poller {self.poller.pid}"
-            else:
-                reply = "no poller to kill"
-            self.reply(reply)
+            self.reply(self.kill_poller())
         elif text == "/foreign-poller":
             self.reply(f"started a foreign poller {self.foreign_poller()}")
         elif text.startswith("/slow"):
@@ -283,8 +312,203 @@ class Agent:
                     self.handle(line)
         finally:
             self.term.restore()
-            if self.poller and self.poller.poll() is None:
-                self.poller.terminate()
+            self.stop_poller()
+
+
+class StreamAgent(Base):
+    """Claude Code's print mode with stream-json input and output, driven by the same switches."""
+
+    def __init__(self, args: argparse.Namespace, transcript: Transcript, session_id: str) -> None:
+        super().__init__(args, transcript, session_id)
+        self.turn_started = 0.0
+        self.final = ""
+        self.tool_ids = 0
+        self.stdin_closed = False
+
+    def emit(self, event: dict) -> None:
+        data = (json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(1, view):]
+
+    def assistant(self, *blocks: dict) -> None:
+        self.emit({"type": "assistant", "message": {"id": f"msg_{uuid.uuid4().hex[:20]}", "type": "message",
+                                                    "role": "assistant", "model": "demo", "content": list(blocks)},
+                   "parent_tool_use_id": None, "session_id": self.session_id})
+
+    def say(self, text: str) -> None:
+        self.transcript.add("agent", text)
+        self.final = text
+        self.assistant({"type": "text", "text": text})
+
+    def tool(self, command: str) -> str:
+        self.tool_ids += 1
+        tool_id = f"toolu_demo{os.getpid()}_{self.tool_ids}"
+        self.assistant({"type": "tool_use", "id": tool_id, "name": "Bash", "input": {"command": command}})
+        return tool_id
+
+    def tool_result(self, tool_id: str, content: str, is_error: bool = False) -> None:
+        self.emit({"type": "user", "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": tool_id, "content": content, "is_error": is_error}]},
+            "parent_tool_use_id": None, "session_id": self.session_id})
+
+    def result(self, *, is_error: bool = False, subtype: str = "success", denials: list[dict] | None = None) -> None:
+        self.emit({"type": "result", "subtype": subtype, "is_error": is_error, "result": self.final,
+                   "session_id": self.session_id, "duration_ms": int((time.monotonic() - self.turn_started) * 1000),
+                   "duration_api_ms": 0, "num_turns": 1, "total_cost_usd": 0, "permission_denials": denials or []})
+
+    def init(self) -> None:
+        self.emit({"type": "system", "subtype": "init", "session_id": self.session_id, "cwd": os.getcwd(),
+                   "tools": ["Bash"], "model": "demo", "permissionMode": "default", "apiKeySource": "none",
+                   "claude_code_version": "demo"})
+
+    def wedge(self) -> None:
+        # A model gone silent: no more events, and stdin is not read again.
+        while True:
+            time.sleep(3600)
+
+    def handle(self, line: str) -> None:
+        text = line.strip()
+        self.transcript.add("user", line)
+        self.turn_started, self.final = time.monotonic(), ""
+        if text == "/wedge":
+            self.wedge()
+        elif text == "/poison":
+            self.transcript.add("fault", "poison")
+            self.wedge()
+        elif text == "/crash":
+            err("Error: simulated crash")
+            raise SystemExit(1)
+        elif text == "/exit0":
+            self.say("bye")
+            self.result()
+            raise SystemExit(0)
+        elif text in ("/modal", "/deny"):
+            self.deny()
+            return
+        elif text == "/error-result":
+            self.transcript.add("fault", "error result")
+            self.final = "simulated error during execution"
+            self.result(is_error=True, subtype="error_during_execution")
+            return
+        elif text == "/say" or text.startswith("/say "):
+            self.say(line.lstrip()[len("/say "):])
+        elif text == "/kill-poller":
+            self.say(self.kill_poller())
+        elif text == "/foreign-poller":
+            self.say(f"started a foreign poller {self.foreign_poller()}")
+        elif text.startswith("/slow"):
+            try:
+                seconds = float(text.split()[1])
+            except (IndexError, ValueError):
+                self.say("usage: /slow SECONDS")
+            else:
+                self.assistant({"type": "text", "text": f"working for {seconds:g}s ..."})
+                time.sleep(seconds)
+                self.say(f"done after {seconds:g}s")
+        elif text.startswith("/wait-for "):
+            target = Path(text.split(None, 1)[1])
+            self.assistant({"type": "text", "text": f"waiting for {target} ..."})
+            while not target.exists():
+                time.sleep(0.05)
+            self.say(f"{target} is there")
+        elif text == "/close-stdin":
+            os.close(0)
+            self.stdin_closed = True
+            self.say("closed my stdin")
+        elif text.startswith("/late-acks"):
+            try:
+                count, seconds = int(text.split()[1]), float(text.split()[2])
+            except (IndexError, ValueError):
+                self.say("usage: /late-acks N SECONDS")
+            else:
+                self.late_acks, self.late_by = count, seconds
+                self.say(f"the next {count} acks will be {seconds:g}s late")
+        elif (match := TOUCH.search(text)) is not None:
+            self.touch(match.group(1))
+        else:
+            self.say(f"heard you ({len(line)} characters)")
+        self.result()
+
+    def touch(self, words_text: str) -> None:
+        tool_id = self.tool(f"touch {words_text}")
+        try:
+            words = shlex.split(words_text)
+        except ValueError as exc:
+            words, problem = [], str(exc)
+        else:
+            problem = "" if words else "no path"
+        if problem:
+            self.tool_result(tool_id, f"touch: {problem}", is_error=True)
+            self.say(f"touch failed: {problem}")
+            return
+        if self.late_acks > 0:
+            self.late_acks -= 1
+            self.transcript.add("fault", f"late ack by {self.late_by:g}s")
+            time.sleep(self.late_by)
+        try:
+            Path(words[0]).touch()
+        except OSError as exc:
+            self.tool_result(tool_id, f"touch: {exc}", is_error=True)
+            self.say(f"touch failed: {exc}")
+            return
+        self.transcript.add("tool", f"touch {words[0]}")
+        self.tool_result(tool_id, "")
+
+    def deny(self) -> None:
+        self.transcript.add("fault", "denied")
+        command = "curl -fsSL https://example.com/install.sh"
+        tool_id = self.tool(command)
+        self.tool_result(tool_id, "Claude requested permissions to use Bash, but you haven't granted it yet.",
+                         is_error=True)
+        self.say("I was not allowed to run that command.")
+        self.result(denials=[{"tool_name": "Bash", "tool_use_id": tool_id, "tool_input": {"command": command}}])
+
+    def run(self, resumed: bool) -> int:
+        self.start_poller()
+        try:
+            if resumed and self.transcript.poisoned():
+                # `--resume` that hangs without a word (anthropics/claude-code#55241).
+                self.transcript.add("fault", "hung on resume")
+                self.wedge()
+            self.init()
+            stdin = sys.stdin.buffer
+            while True:
+                if self.stdin_closed:
+                    self.wedge()    # alive, but nothing can reach it any more
+                raw = stdin.readline()
+                if not raw:
+                    return 0
+                text = user_text(raw)
+                if text is None:
+                    err(f"Error parsing stream-json input: {raw[:200].decode('utf-8', 'replace').strip()!r}")
+                elif text.strip():
+                    self.handle(text)
+        except BrokenPipeError:
+            return 1    # the reader of our stdout is gone
+        finally:
+            self.stop_poller()
+
+
+def user_text(raw: bytes) -> str | None:
+    """The text of one stream-json user message; None for a line that is not one."""
+    try:
+        event = json.loads(raw)
+    except ValueError:
+        return None
+    message = event.get("message") if isinstance(event, dict) and event.get("type") == "user" else None
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b["text"] for b in content
+                         if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
+    return None
+
+
+def err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def _terminated(signum: int, frame: object) -> None:
@@ -298,14 +522,27 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--resume", metavar="ID", help="continue the conversation with this id")
     parser.add_argument("--data-dir", default=os.environ.get("LOOM_DEMO_DATA", "~/.local/share/loom-demo"))
     parser.add_argument("--bot", default=os.environ.get("LOOM_DEMO_BOT", ""), help="poller identity; '' = no poller")
+    parser.add_argument("--stream-json", action="store_true", help="speak Claude Code's stream-json print mode")
+    # Claude Code's own flags for that mode, which Loom's stream-json driver appends.
+    parser.add_argument("-p", "--print", action="store_true", help="print mode (needs the stream-json formats)")
+    parser.add_argument("--input-format", choices=("text", "stream-json"), default="text")
+    parser.add_argument("--output-format", choices=("text", "json", "stream-json"), default="text")
+    parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
+    stream = args.stream_json or args.input_format == "stream-json"
+    problem = flag_problem(args)
+    if problem:
+        err(f"Error: {problem}")
+        return 1
     args.data_dir = os.path.expanduser(args.data_dir)
     sessions = Path(args.data_dir) / "sessions"
     sessions.mkdir(parents=True, exist_ok=True)
+    # Print mode says what went wrong on stderr, as Claude Code does; the screen shows it otherwise.
+    say = err if stream else (lambda text: out(text + "\n"))
     if args.resume:
         transcript = Transcript(sessions / f"{args.resume}.jsonl")
         if not transcript.exists():
-            out(f"No conversation found with session ID: {args.resume}\n")
+            say(f"No conversation found with session ID: {args.resume}")
             return 1
         session_id, resumed = args.resume, True
         transcript.add("meta", "resume")
@@ -313,12 +550,27 @@ def main(argv: list[str] | None = None) -> int:
         session_id = args.session_id or str(uuid.uuid4())
         transcript = Transcript(sessions / f"{session_id}.jsonl")
         if transcript.exists():
-            out(f"Error: Session ID {session_id} is already in use.\n")
+            say(f"Error: Session ID {session_id} is already in use.")
             return 1
         transcript.add("meta", "start")
         resumed = False
     signal.signal(signal.SIGTERM, _terminated)
+    if stream:
+        signal.signal(signal.SIGINT, _terminated)
+        signal.signal(signal.SIGHUP, _terminated)
+        return StreamAgent(args, transcript, session_id).run(resumed)
     return Agent(args, transcript, session_id).run(resumed)
+
+
+def flag_problem(args: argparse.Namespace) -> str:
+    """Claude Code's own refusals of an incomplete set of print-mode flags ('' when they fit)."""
+    if args.input_format == "stream-json" and args.output_format != "stream-json":
+        return "--input-format=stream-json requires output-format=stream-json."
+    if args.print and args.output_format == "stream-json" and not args.verbose:
+        return "When using --print, --output-format=stream-json requires --verbose"
+    if (args.print or args.output_format != "text") and not (args.stream_json or args.input_format == "stream-json"):
+        return "the demo agent's print mode needs --input-format stream-json --output-format stream-json"
+    return ""
 
 
 if __name__ == "__main__":
