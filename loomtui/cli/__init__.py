@@ -48,6 +48,7 @@ COMMANDS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
     ("tick", (("tick", "run exactly one tick of one loop, as `loom supervise` would "
                        "(exit 0 ran, 1 failed, 75 another tick of that loop was running)"),)),
     ("sim", (("sim", "simulate months of faults in seconds against Loom's real rules"),)),
+    ("pump", (("pump", "run a stream-json agent CLI in this pane: its transcript, queue and injection socket"),)),
 ]
 
 # Options of `loom` itself that take a value: the command is the first word that is not one of these.

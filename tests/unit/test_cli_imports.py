@@ -17,7 +17,7 @@ from loomtui import cli
 
 # The order and names of `loom --help`; a new command is added here and to cli.COMMANDS.
 ORDER = ["status", "doctor", "ledger", "inject", "recycle", "canary", "supervise", "install-service", "memory",
-         "run-job", "queue", "resolve", "sentinel", "hold", "release", "tick", "sim"]
+         "run-job", "queue", "resolve", "sentinel", "hold", "release", "tick", "sim", "pump"]
 HEAVY = {"telegram", "textual", "libtmux"}
 
 LOADED = ("import json, runpy, sys\n"

@@ -1,0 +1,152 @@
+"""The pump's pane: each transcript record as a few readable lines for `tmux attach`.
+
+Everything shown comes from the CLI, its stderr or a sender, so every piece goes through
+`text.sanitize` (no control character, hence no escape sequence, reaches the terminal) and long
+texts are cut.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from loomtui.text import sanitize
+
+LINE_MAX = 400          # characters per shown line
+LINES_MAX = 40          # lines shown of one text block
+INDENT = "  "
+
+
+def lines(dir: str, data: dict[str, Any]) -> list[str]:
+    if dir == "in":
+        origin = _short(data.get("origin"))
+        who = "you" if origin in ("", "operator") else origin
+        return _block(f"{who} › ", data.get("text"))
+    if dir == "err":
+        return ["stderr: " + _one(data.get("line"))]
+    if dir == "pump":
+        return _pump(data)
+    if dir == "out":
+        event = data.get("event")
+        if isinstance(event, dict):
+            return event_lines(event)
+        return ["? " + _one(data.get("raw"))]
+    return []
+
+
+def event_lines(event: dict[str, Any]) -> list[str]:
+    kind = event.get("type")
+    if kind == "system":
+        if event.get("subtype") == "init":
+            model = _short(event.get("model"))
+            return [f"session {_short(event.get('session_id'))}" + (f" · {model}" if model else "")]
+        return []
+    if kind == "assistant":
+        out: list[str] = []
+        for block in _content(event):
+            if block.get("type") == "text":
+                out += _block("assistant › ", block.get("text"))
+            elif block.get("type") == "tool_use":
+                out.append("tool: " + tool_call(block))
+        return out
+    if kind == "user":
+        out = []
+        for block in _content(event):
+            if block.get("type") == "tool_result":
+                text = _tool_result_text(block.get("content"))
+                label = "tool error" if block.get("is_error") is True else "tool result"
+                out += _block(f"{INDENT}{label}: ", text, limit=5) if text else [f"{INDENT}{label}"]
+        return out
+    if kind == "result":
+        return _result(event)
+    return []
+
+
+def tool_call(block: dict[str, Any]) -> str:
+    """`Bash(touch /tmp/x)`: the tool's name and its command, or its input in short."""
+    name = _short(block.get("name")) or "?"
+    args = block.get("input")
+    if isinstance(args, dict) and isinstance(args.get("command"), str):
+        shown = args["command"]
+    else:
+        shown = json.dumps(args, ensure_ascii=False, sort_keys=True)
+    return f"{name}({_one(shown, 200)})"
+
+
+def _result(event: dict[str, Any]) -> list[str]:
+    subtype = _short(event.get("subtype"))
+    seconds = event.get("duration_ms")
+    took = f" ({seconds / 1000:.1f}s)" if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else ""
+    if event.get("is_error") is True:
+        head = f"result error: {subtype or 'unknown'}{took}"
+        detail = event.get("result") or event.get("error")
+        out = [head] + (_block(INDENT, detail, limit=5) if isinstance(detail, str) and detail else [])
+    else:
+        out = [f"result ok{took}"]
+    names = []
+    for item in event.get("permission_denials") or []:
+        name = item.get("tool_name") if isinstance(item, dict) else item
+        if isinstance(name, str):
+            names.append(_short(name))
+    if names:
+        out.append(f"{INDENT}denied: " + ", ".join(names))
+    return out
+
+
+def _pump(data: dict[str, Any]) -> list[str]:
+    what = data.get("what")
+    if what == "started":
+        argv = data.get("argv") or []
+        shown = " ".join(str(a) for a in argv) if isinstance(argv, list) else ""
+        return [f"— loom pump {data.get('pid')}: started {_one(shown, 200)} (pid {data.get('cli_pid')})"]
+    if what == "queued":
+        return [f"— queued #{data.get('seq')} (position {data.get('position')}, from {_short(data.get('origin'))})"]
+    if what == "pending":
+        return [f"— {len(data.get('seqs') or [])} queued message(s) left by an earlier pump"]
+    if what == "cli_exit":
+        if data.get("signal"):
+            return [f"— the CLI was killed by signal {data.get('signal')}"]
+        return [f"— the CLI exited with status {data.get('status')}"]
+    if what == "write_failed":
+        return [f"— could not write #{data.get('seq')} to the CLI: {_one(data.get('error'))}"]
+    if what == "signal":
+        return [f"— loom pump got signal {data.get('signal')}: stopping the CLI"]
+    if what == "spawn_failed":
+        return [f"— could not start the CLI: {_one(data.get('error'))}"]
+    if what == "bad_queue_file":
+        return [f"— skipped an unreadable queue file {_one(data.get('name'))}"]
+    return []
+
+
+def _content(event: dict[str, Any]) -> list[dict[str, Any]]:
+    message = event.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+
+
+def _tool_result_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(b.get("text", "") for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
+    return ""
+
+
+def _block(head: str, text: object, limit: int = LINES_MAX) -> list[str]:
+    """A multi-line text under a head: its lines each made safe, the first beside the head."""
+    parts = str(text if text is not None else "").split("\n")
+    shown = [sanitize(p)[:LINE_MAX] for p in parts[:limit]]
+    if len(parts) > limit:
+        shown.append(f"… {len(parts) - limit} more lines")
+    pad = " " * len(head)
+    return [(head if i == 0 else pad) + line for i, line in enumerate(shown)]
+
+
+def _one(text: object, limit: int = LINE_MAX) -> str:
+    return sanitize(str(text if text is not None else ""))[:limit]
+
+
+def _short(text: object) -> str:
+    return sanitize(text)[:80] if isinstance(text, str) else ""

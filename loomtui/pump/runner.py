@@ -1,0 +1,553 @@
+"""`loom pump`: the process in the agent's pane that owns a stream-json CLI's stdin and stdout.
+
+One main thread applies `pump.rules` to events in the order they happen; small threads only
+read (the CLI's stdout and stderr, the socket), wait (for the CLI's exit) or write (the CLI's
+stdin, so a CLI that stops reading cannot stall the pump's answers or its signals). Every event
+goes to the transcript, pump.json is replaced on every change, and the pane shows it all as
+safe text. This process imports no store, no config models and no actions: it must start fast
+and outlive the supervisor's restarts (docs/STREAM.md).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from loomtui.errors import LoomError
+from loomtui.pump import render, rules, transcript
+from loomtui.pump.client import MAX_REQUEST, queue_dir, socket_path, status_path, unix_address
+
+STOP_GRACE = 5.0        # after forwarding a signal, how long the CLI has to exit before SIGKILL
+DRAIN = 5.0             # after the CLI's exit, how long its last output may take to arrive
+LOCK_WAIT = 15.0        # a previous pump of this state dir may still be stopping its CLI
+SEND_WAIT = 30.0        # how long a send may wait for its write to the CLI
+READ_TIMEOUT = 5.0      # a client has this long to send its request line
+ORIGIN = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+QUEUE_FILE = re.compile(r"(\d{1,18})\.json")
+SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+@dataclass
+class Message:
+    seq: int
+    text: str
+    origin: str
+    ref: str
+    persisted: bool = False
+
+
+@dataclass
+class Pending:
+    """A client's send, waiting in its connection's thread for the main loop's answer."""
+    text: str
+    origin: str
+    ref: str
+    done: threading.Event = field(default_factory=threading.Event)
+    answer: dict[str, Any] | None = None
+
+    def reply(self, answer: dict[str, Any]) -> None:
+        if self.answer is None:
+            self.answer = answer
+            self.done.set()
+
+
+def user_line(text: str) -> bytes:
+    """One user message as Claude Code's stream-json input takes it: one JSON line, ASCII only so
+    no byte of the text can end the line early."""
+    message = {"type": "user", "message": {"role": "user", "content": [{"type": "text", "text": text}]}}
+    return json.dumps(message, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+
+
+def exit_code(returncode: int) -> int:
+    """The shell's convention: killed by signal N -> 128+N."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+class Pump:
+    def __init__(self, state_dir: Path, argv: Sequence[str], show: Callable[[str], None] | None = None) -> None:
+        if not argv:
+            raise LoomError("loom pump: no command to run (loom pump [--state-dir DIR] -- CMD ARGS...)", 2)
+        self.state_dir = Path(state_dir)
+        self.argv = list(argv)
+        self.show_line = show or _show
+        # SimpleQueue: its put() may be called from a signal handler.
+        self.events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.writes: queue.Queue[tuple[int, bytes] | None] = queue.Queue()
+        self.messages: dict[int, Message] = {}
+        self.waiting: dict[int, Pending] = {}
+        self.state = rules.State()
+        self.started = time.time()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.listener: socket.socket | None = None
+        self.snapshot: dict[str, Any] = {}
+        self.written_status: dict[str, Any] | None = None
+        self.stop_deadline: float | None = None
+        self.stop_signal: int | None = None
+        self.readers: list[threading.Thread] = []
+        self.serving: set[threading.Thread] = set()
+        self.log: transcript.Writer | None = None
+        self._lock_fd: int | None = None
+
+    # The run.
+
+    def run(self) -> int:
+        self._prepare()
+        assert self.log is not None
+        try:
+            pending = self._load_queue()
+            self.state = rules.start(tuple(pending), self._next_seq(pending))
+            self._listen()
+            for signum in SIGNALS:
+                signal.signal(signum, self._on_signal)
+            code = self._spawn()
+            if code is not None:
+                return code
+            return self._loop()
+        finally:
+            self._close_listener()
+            self.log.close()
+
+    def _prepare(self) -> None:
+        try:
+            self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            queue_dir(self.state_dir).mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise LoomError(f"state dir {self.state_dir} is not usable: {exc.strerror or exc}") from None
+        self._lock_fd = os.open(queue_dir(self.state_dir), os.O_RDONLY | os.O_DIRECTORY)
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                # Two pumps on one queue would deliver its messages twice.
+                if time.monotonic() > deadline:
+                    raise LoomError(f"another loom pump still runs on {self.state_dir} "
+                                    f"(it holds {queue_dir(self.state_dir)})") from None
+                time.sleep(0.1)
+        self.log = transcript.Writer(transcript.path_in(self.state_dir))
+
+    def _spawn(self) -> int | None:
+        try:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, bufsize=0)
+        except OSError as exc:
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            self._record(transcript.PUMP, what="spawn_failed", argv=self.argv, error=exc.strerror or str(exc))
+            self.state, _ = rules.step(self.state, rules.Exited(time.time(), code))
+            self._record(transcript.PUMP, what="cli_exit", status=code, signal=None, exit=code)
+            self._publish()
+            return code
+        self._record(transcript.PUMP, what="started", pid=os.getpid(), cli_pid=self.proc.pid, argv=self.argv)
+        if self.state.queue:
+            self._record(transcript.PUMP, what="pending", seqs=list(self.state.queue))
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.readers = [_thread(self._read, "out", self.proc.stdout), _thread(self._read, "err", self.proc.stderr)]
+        _thread(self._wait_exit)
+        _thread(self._write_loop)
+        _thread(self._accept)
+        self._apply(rules.Ready(time.time()))
+        self._publish()
+        return None
+
+    def _loop(self) -> int:
+        while True:
+            try:
+                item = self.events.get(timeout=0.25)
+            except queue.Empty:
+                self._check_stop()
+                continue
+            if item[0] == "exit":
+                return self._finish(item[1])
+            self._handle(item)
+            self._check_stop()
+
+    def _handle(self, item: tuple[Any, ...]) -> None:
+        kind = item[0]
+        if kind == "out":
+            self._on_output(item[1])
+        elif kind == "err":
+            line = _decode(item[1])
+            self._record(transcript.ERR, line=line)
+        elif kind == "send":
+            self._on_send(item[1])
+        elif kind == "written":
+            self._on_written(item[1], item[2])
+        elif kind == "signal":
+            self._on_stop(item[1])
+        self._publish()
+
+    # Events.
+
+    def _on_output(self, raw: bytes) -> None:
+        line = _decode(raw)
+        try:
+            event = json.loads(line)
+        except ValueError:
+            event = None
+        if isinstance(event, dict):
+            self._record(transcript.OUT, event=event)
+            self._apply(rules.Output(time.time(), event))
+        elif line.strip():
+            self._record(transcript.OUT, raw=line)
+
+    def _on_send(self, pending: Pending) -> None:
+        before = self.state
+        self.state, actions = rules.step(self.state, rules.Send(time.time()))
+        for action in actions:
+            if isinstance(action, rules.Refused):
+                pending.reply({"ok": False, "error": action.reason})
+            elif isinstance(action, rules.Queued):
+                message = Message(action.seq, pending.text, pending.origin, pending.ref)
+                try:
+                    self._persist(message)
+                except OSError as exc:
+                    self.state = before     # not kept, so not accepted: the sender is told
+                    pending.reply({"ok": False, "error": f"could not keep the message: {exc.strerror or exc}"})
+                    return
+                self.messages[action.seq] = message
+                self._record(transcript.PUMP, what="queued", seq=action.seq, position=action.position,
+                             origin=pending.origin, ref=pending.ref)
+                pending.reply({"ok": True, "state": "queued", "seq": action.seq, "position": action.position})
+            elif isinstance(action, rules.Write):
+                self.messages[action.seq] = Message(action.seq, pending.text, pending.origin, pending.ref)
+                self.waiting[action.seq] = pending
+                self._write(action.seq)
+
+    def _on_written(self, seq: int, error: str | None) -> None:
+        message = self.messages.pop(seq, None)
+        pending = self.waiting.pop(seq, None)
+        if error is not None:
+            self._record(transcript.PUMP, what="write_failed", seq=seq, error=error)
+            self._apply(rules.InputClosed(time.time(), seq))
+            if pending is not None:
+                pending.reply({"ok": False, "error": f"could not write to the agent's CLI: {error}"})
+            return
+        if message is not None and message.persisted:
+            try:
+                os.unlink(self._queue_file(seq))
+            except FileNotFoundError:
+                pass
+        if pending is not None:
+            pending.reply({"ok": True, "state": "delivered", "seq": seq})
+
+    def _on_stop(self, signum: int) -> None:
+        self._record(transcript.PUMP, what="signal", signal=signum)
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        if self.stop_deadline is not None:
+            self.proc.kill()    # asked twice: no more grace
+            return
+        self.stop_signal = signum
+        self.stop_deadline = time.monotonic() + STOP_GRACE
+        try:
+            os.kill(self.proc.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def _check_stop(self) -> None:
+        if self.stop_deadline is not None and time.monotonic() > self.stop_deadline and self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.stop_deadline = float("inf")
+
+    def _finish(self, returncode: int) -> int:
+        """The CLI has exited: take in what it wrote last, record the exit, answer who still waits."""
+        deadline = time.monotonic() + DRAIN
+        for reader in self.readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+        later = []
+        while True:
+            try:
+                item = self.events.get_nowait()
+            except queue.Empty:
+                break
+            if item[0] in ("out", "err"):
+                self._handle(item)
+            else:
+                later.append(item)
+        code = exit_code(returncode)
+        status, signum = (returncode, None) if returncode >= 0 else (None, -returncode)
+        self.state, _ = rules.step(self.state, rules.Exited(time.time(), status, signum))
+        for item in later:
+            self._handle(item)
+        self._record(transcript.PUMP, what="cli_exit", status=status, signal=signum, exit=code)
+        self._publish()
+        for pending in self.waiting.values():
+            pending.reply({"ok": False, "error": rules.EXITED})
+        self._close_listener()
+        # Sends that reached the socket after this are refused too, by a closed socket.
+        while True:
+            try:
+                item = self.events.get_nowait()
+            except queue.Empty:
+                break
+            if item[0] == "send":
+                item[1].reply({"ok": False, "error": rules.EXITED})
+        deadline = time.monotonic() + 2.0
+        for thread in list(self.serving):
+            thread.join(max(0.0, deadline - time.monotonic()))    # their answers are on their way
+        return code
+
+    def _apply(self, event: rules.Event) -> None:
+        self.state, actions = rules.step(self.state, event)
+        for action in actions:
+            if isinstance(action, rules.Write):
+                self._write(action.seq)
+
+    def _write(self, seq: int) -> None:
+        message = self.messages[seq]
+        # Recorded before the bytes go: the CLI's answer must never come before its question
+        # in the transcript. A failed write follows as a `write_failed` record of the same seq.
+        self._record(transcript.IN, seq=seq, origin=message.origin, ref=message.ref, text=message.text)
+        self.writes.put((seq, user_line(message.text)))
+
+    # Files.
+
+    def _record(self, dir: str, **data: Any) -> None:
+        assert self.log is not None
+        try:
+            self.log.append(dir, **data)
+        except OSError as exc:
+            self._show(f"— could not append to the transcript: {exc.strerror or exc}")
+        for line in render.lines(dir, data):
+            self._show(line)
+
+    def _show(self, line: str) -> None:
+        try:
+            self.show_line(line)
+        except (OSError, ValueError):
+            pass    # the pane is gone (SIGHUP follows): the CLI must not die of it
+
+    def _publish(self) -> None:
+        """pump.json, replaced whole, when it changed; the socket's `status` answers the same."""
+        status = {"pid": os.getpid(), "cli_pid": self.proc.pid if self.proc else None, "started": self.started,
+                  "argv0": os.path.basename(self.argv[0]), **rules.status(self.state)}
+        self.snapshot = status
+        if status == self.written_status:
+            return
+        try:
+            _replace(status_path(self.state_dir), json.dumps(status, ensure_ascii=False, indent=1).encode())
+            self.written_status = status
+        except OSError as exc:
+            self._show(f"— could not write pump.json: {exc.strerror or exc}")
+
+    def _queue_file(self, seq: int) -> Path:
+        return queue_dir(self.state_dir) / f"{seq}.json"
+
+    def _persist(self, message: Message) -> None:
+        data = {"seq": message.seq, "ts": time.time(), "origin": message.origin, "ref": message.ref,
+                "text": message.text}
+        _replace(self._queue_file(message.seq), json.dumps(data, ensure_ascii=False).encode(), sync=True)
+        message.persisted = True
+
+    def _load_queue(self) -> list[int]:
+        found = []
+        folder = queue_dir(self.state_dir)
+        for name in sorted(os.listdir(folder)):
+            path = folder / name
+            match = QUEUE_FILE.fullmatch(name)
+            if match is None:
+                if name.startswith(".") and name.endswith(".tmp"):
+                    path.unlink(missing_ok=True)    # cut short before its `queued` answer: never accepted
+                continue
+            seq = int(match.group(1))
+            try:
+                data = json.loads(path.read_bytes())
+                text, origin, ref = data["text"], data["origin"], data.get("ref", "")
+                if not (isinstance(text, str) and isinstance(origin, str) and isinstance(ref, str)):
+                    raise ValueError("not a message")
+            except (OSError, ValueError, KeyError, TypeError):
+                self._record(transcript.PUMP, what="bad_queue_file", name=name)
+                try:
+                    path.rename(path.with_name(name + ".bad"))
+                except OSError:
+                    pass
+                continue
+            self.messages[seq] = Message(seq, text, origin, ref, persisted=True)
+            found.append(seq)
+        return sorted(found)
+
+    def _next_seq(self, pending: list[int]) -> int:
+        """Seqs go on from the last pump's, so one seq names one message in the whole transcript."""
+        path = transcript.path_in(self.state_dir)
+        highest = max(pending, default=0)
+        for record in transcript.read(path, transcript.tail_offset(path, 1 << 20)):
+            seq = record.data.get("seq")
+            if isinstance(seq, int) and not isinstance(seq, bool):
+                highest = max(highest, seq)
+        return highest + 1
+
+    # The socket.
+
+    def _listen(self) -> None:
+        path = socket_path(self.state_dir)
+        try:
+            path.unlink()       # a dead pump's; the live one would hold the queue's lock
+        except FileNotFoundError:
+            pass
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)   # 0600 from the start: no moment in which another user may connect
+        try:
+            with unix_address(path) as address:
+                listener.bind(address)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        listener.listen(16)
+        self.listener = listener
+
+    def _close_listener(self) -> None:
+        if self.listener is None:
+            return
+        try:
+            self.listener.close()
+        finally:
+            self.listener = None
+            try:
+                socket_path(self.state_dir).unlink()
+            except FileNotFoundError:
+                pass
+
+    def _accept(self) -> None:
+        listener = self.listener
+        while listener is not None:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return      # closed: the pump is ending
+            thread = _thread(self._serve, conn)
+            self.serving.add(thread)
+            self.serving = {t for t in self.serving if t.is_alive()}
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.settimeout(READ_TIMEOUT)
+                answer = self._answer(conn)
+                conn.settimeout(READ_TIMEOUT)
+                conn.sendall(json.dumps(answer, ensure_ascii=True, separators=(",", ":")).encode() + b"\n")
+            except OSError:
+                pass
+
+    def _answer(self, conn: socket.socket) -> dict[str, Any]:
+        if not _same_user(conn):
+            return {"ok": False, "error": "not the pump's user"}
+        data = b""
+        while b"\n" not in data and len(data) <= MAX_REQUEST:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        try:
+            request = json.loads(data.split(b"\n", 1)[0])
+        except ValueError:
+            return {"ok": False, "error": "the request is not one line of JSON"}
+        if not isinstance(request, dict):
+            return {"ok": False, "error": "the request is not a JSON object"}
+        if request.get("op") == "status":
+            return dict(self.snapshot)
+        if request.get("op") != "send":
+            return {"ok": False, "error": "unknown op (send or status)"}
+        text, origin, ref = request.get("text"), request.get("origin"), request.get("ref", "")
+        if not isinstance(text, str) or not text.strip():
+            return {"ok": False, "error": "send needs a non-empty text"}
+        if not isinstance(origin, str) or not ORIGIN.fullmatch(origin):
+            return {"ok": False, "error": "send needs an origin (operator, telegram, canary, sentinel)"}
+        if not isinstance(ref, str) or len(ref) > 200:
+            return {"ok": False, "error": "ref must be a string of at most 200 characters"}
+        if self.state.cli_exit is not None:
+            return {"ok": False, "error": rules.EXITED}
+        pending = Pending(text, origin, ref)
+        self.events.put(("send", pending))
+        if not pending.done.wait(SEND_WAIT):
+            return {"ok": False, "error": f"the pump could not write the message within {SEND_WAIT:g}s"}
+        assert pending.answer is not None
+        return pending.answer
+
+    # Threads.
+
+    def _read(self, kind: str, stream: BinaryIO) -> None:
+        for line in iter(stream.readline, b""):
+            self.events.put((kind, line))
+
+    def _wait_exit(self) -> None:
+        assert self.proc is not None
+        self.events.put(("exit", self.proc.wait()))
+
+    def _write_loop(self) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        stdin = self.proc.stdin
+        while True:
+            item = self.writes.get()
+            if item is None:
+                return
+            seq, data = item
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[stdin.write(view) or 0:]
+                error = None
+            except OSError as exc:
+                error = exc.strerror or type(exc).__name__
+            self.events.put(("written", seq, error))
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.events.put(("signal", signum))
+
+
+def _thread(target: Callable[..., None], *args: Any) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    return thread
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace").rstrip("\r\n")
+
+
+def _show(line: str) -> None:
+    os.write(1, (line + "\n").encode("utf-8", "replace"))
+
+
+def _replace(path: Path, data: bytes, sync: bool = False) -> None:
+    """Write a sibling temp file (0600) and rename it over `path`: a reader sees the old or the new."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _same_user(conn: socket.socket) -> bool:
+    """The socket is 0600 already; on Linux the peer's uid is checked as well."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return True
+    try:
+        _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i")))
+    except OSError:
+        return False
+    return uid in (os.getuid(), 0)
+
+
+def main(state_dir: Path, argv: Sequence[str]) -> int:
+    return Pump(state_dir, argv).run()
+

@@ -1,0 +1,114 @@
+"""The pump's small parts: the client's errors and status file, the line it writes, the pane's lines."""
+
+from __future__ import annotations
+
+import json
+import socket
+import unicodedata
+
+import pytest
+
+from loomtui.pump import client, render, runner
+
+EVIL = "\x1b]0;owned\x07\x1b[31mred\x1b[2J\x9b31m\rover\x08\x00\u2028end"
+
+
+def test_status_is_none_for_a_missing_half_written_or_odd_file(tmp_path):
+    assert client.status(tmp_path) is None
+    path = client.status_path(tmp_path)
+    path.write_text('{"pid": 12, "turn": "id')
+    assert client.status(tmp_path) is None
+    path.write_text("[1, 2]")
+    assert client.status(tmp_path) is None
+    path.write_text('{"pid": 12, "turn": "idle"}')
+    assert client.status(tmp_path) == {"pid": 12, "turn": "idle"}
+
+
+def test_send_without_a_pump_is_a_one_line_error(tmp_path):
+    with pytest.raises(client.PumpError, match="no pump is running: .*pump.sock does not exist"):
+        client.send(tmp_path, "hello", origin="operator")
+
+
+def test_a_socket_nobody_listens_on_is_named(tmp_path):
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(client.socket_path(tmp_path)))
+    stale.close()       # the file stays, as a killed pump's does
+    with pytest.raises(client.PumpError, match="no pump is listening on"):
+        client.send(tmp_path, "hello", origin="operator")
+
+
+def test_a_pump_that_never_answers_times_out(tmp_path):
+    mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    mute.bind(str(client.socket_path(tmp_path)))
+    mute.listen(1)      # connections wait in the backlog, and no answer ever comes
+    try:
+        with pytest.raises(client.PumpError, match="did not answer within 0.2s"):
+            client.send(tmp_path, "hello", origin="operator", timeout=0.2)
+    finally:
+        mute.close()
+
+
+def test_a_message_longer_than_a_request_may_be_is_refused_before_sending(tmp_path):
+    with pytest.raises(client.PumpError, match="message too long"):
+        client.send(tmp_path, "x" * client.MAX_REQUEST, origin="operator")
+
+
+def test_the_line_written_to_the_cli_is_one_ascii_json_line_of_claude_codes_input_shape():
+    text = "line one\nline two \u2028 \x1b[31m é 🙂 \"quoted\""
+    line = runner.user_line(text)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1 and line.isascii()
+    assert json.loads(line) == {"type": "user", "message": {"role": "user", "content": [
+        {"type": "text", "text": text}]}}
+
+
+@pytest.mark.parametrize("returncode, code", [(0, 0), (1, 1), (4, 4), (-9, 137), (-15, 143), (-1, 129)])
+def test_exit_status_follows_the_shells_convention(returncode, code):
+    assert runner.exit_code(returncode) == code
+
+
+def _safe(lines):
+    for line in lines:
+        assert not any(unicodedata.category(c) == "Cc" for c in line), repr(line)
+    return lines
+
+
+def test_every_piece_of_untrusted_text_is_made_safe_for_the_pane():
+    shown = []
+    shown += render.lines("in", {"seq": 1, "origin": EVIL, "ref": "", "text": EVIL})
+    shown += render.lines("err", {"line": EVIL})
+    shown += render.lines("out", {"raw": EVIL})
+    shown += render.lines("out", {"event": {"type": "system", "subtype": "init", "session_id": EVIL, "model": EVIL}})
+    shown += render.lines("out", {"event": {"type": "assistant", "message": {"content": [
+        {"type": "text", "text": EVIL}, {"type": "tool_use", "name": EVIL, "input": {"command": EVIL}},
+        {"type": "tool_use", "name": "Edit", "input": {"path": EVIL}}]}}})
+    shown += render.lines("out", {"event": {"type": "user", "message": {"content": [
+        {"type": "tool_result", "content": EVIL, "is_error": True},
+        {"type": "tool_result", "content": [{"type": "text", "text": EVIL}]}]}}})
+    shown += render.lines("out", {"event": {"type": "result", "is_error": True, "subtype": EVIL, "result": EVIL,
+                                            "permission_denials": [{"tool_name": EVIL}, EVIL]}})
+    shown += render.lines("pump", {"what": "started", "pid": 1, "cli_pid": 2, "argv": [EVIL]})
+    shown += render.lines("pump", {"what": "write_failed", "seq": 3, "error": EVIL})
+    shown += render.lines("pump", {"what": "queued", "seq": 3, "position": 1, "origin": EVIL})
+    assert len(_safe(shown)) == 15
+    assert any("]0;owned[31mred[2J31m over" in line for line in shown)
+
+
+def test_the_pane_lines_read_like_a_conversation():
+    assert render.lines("in", {"origin": "operator", "text": "hi\nthere"}) == ["you › hi", "      there"]
+    assert render.lines("in", {"origin": "telegram", "text": "yo"}) == ["telegram › yo"]
+    assert render.lines("out", {"event": {"type": "assistant", "message": {"content": [
+        {"type": "text", "text": "ok"}, {"type": "tool_use", "name": "Bash", "input": {"command": "touch /tmp/a"}},
+        {"type": "tool_use", "name": "Read", "input": {"file_path": "/x"}}]}}}) == [
+        "assistant › ok", "tool: Bash(touch /tmp/a)", 'tool: Read({"file_path": "/x"})']
+    assert render.lines("out", {"event": {"type": "result", "subtype": "success", "is_error": False,
+                                          "duration_ms": 1500, "permission_denials": [{"tool_name": "Bash"}]}}) == [
+        "result ok (1.5s)", "  denied: Bash"]
+    assert render.lines("out", {"event": {"type": "result", "subtype": "error_during_execution", "is_error": True,
+                                          "result": "boom"}}) == ["result error: error_during_execution", "  boom"]
+    assert render.lines("pump", {"what": "cli_exit", "status": 1, "signal": None}) == [
+        "— the CLI exited with status 1"]
+    long = "\n".join(str(i) for i in range(100))
+    block = render.lines("out", {"event": {"type": "assistant", "message": {"content": [
+        {"type": "text", "text": long}]}}})
+    assert len(block) == render.LINES_MAX + 1 and block[-1].endswith("… 60 more lines")
+    assert render.lines("out", {"event": {"type": "stream_event"}}) == []
