@@ -128,12 +128,16 @@ class Pump:
             raise LoomError(f"state dir {self.state_dir} is not usable: {exc.strerror or exc}") from None
         self._lock_fd = os.open(queue_dir(self.state_dir), os.O_RDONLY | os.O_DIRECTORY)
         deadline = time.monotonic() + LOCK_WAIT
+        waiting = False
         while True:
             try:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 # Two pumps on one queue would deliver its messages twice.
+                if not waiting:
+                    self._show("— another loom pump still runs on this state dir: waiting for it to end")
+                    waiting = True
                 if time.monotonic() > deadline:
                     raise LoomError(f"another loom pump still runs on {self.state_dir} "
                                     f"(it holds {queue_dir(self.state_dir)})") from None
@@ -158,9 +162,9 @@ class Pump:
         self.readers = [_thread(self._read, "out", self.proc.stdout), _thread(self._read, "err", self.proc.stderr)]
         _thread(self._wait_exit)
         _thread(self._write_loop)
-        _thread(self._accept)
         self._apply(rules.Ready(time.time()))
         self._publish()
+        _thread(self._accept)       # only now: a send must find the CLI ready, not a queue for no turn
         return None
 
     def _loop(self) -> int:

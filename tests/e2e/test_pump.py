@@ -341,3 +341,29 @@ def test_loom_pump_refuses_a_missing_command_or_state_dir(tmp_path, args, messag
     result = subprocess.run([sys.executable, "-m", "loomtui", "pump", *args], capture_output=True, text=True,
                             env=loom_env(), cwd=REPO, timeout=60)
     assert result.returncode == 2 and message in result.stderr
+
+
+def test_a_cli_that_ignores_the_signal_is_killed_after_the_grace(pumps):
+    run = pumps()
+    script = ("import json, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              "print(json.dumps({'type': 'system', 'subtype': 'init', 'session_id': 'stubborn'}), flush=True)\n"
+              "time.sleep(600)\n")
+    proc = run.start(cmd=[sys.executable, "-c", script])
+    run.wait_init(proc)
+    proc.send_signal(signal.SIGTERM)
+    assert run.wait_exit(proc) == 137
+    assert client.status(run.state)["cli_exit"]["signal"] == 9
+
+
+def test_a_second_pump_on_the_same_state_dir_waits_for_the_first_to_end(pumps):
+    run = pumps()
+    first, sid = run.fresh()
+    second = run.start("--resume", sid)
+    wait_for(lambda: "waiting for it to end" in run.pane.read_text(), 60, what="the second pump waiting")
+    assert run.send("still the first's").state == "delivered"
+    first.send_signal(signal.SIGTERM)
+    assert run.wait_exit(first) == 143
+    run.wait_init(second)
+    assert run.send("hello").seq == 2
+    started = [(r.data["what"], r.data.get("pid")) for r in run.records("pump") if r.data["what"] != "signal"]
+    assert started == [("started", first.pid), ("cli_exit", None), ("started", second.pid)]

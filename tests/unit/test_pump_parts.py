@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import unicodedata
 
 import pytest
+from conftest import REPO, loom_env
 
 from loomtui.pump import client, render, runner
 
@@ -112,3 +115,23 @@ def test_the_pane_lines_read_like_a_conversation():
         {"type": "text", "text": long}]}}})
     assert len(block) == render.LINES_MAX + 1 and block[-1].endswith("… 60 more lines")
     assert render.lines("out", {"event": {"type": "stream_event"}}) == []
+
+
+def test_loom_pump_loads_no_config_models_store_or_heavy_libraries(tmp_path):
+    """The pump starts in every relaunch and must outlive the supervisor: it stands on the stdlib."""
+    code = ("import json, runpy, sys\n"
+            "sys.argv = ['loom', 'pump', '--state-dir', sys.argv[1], '--', sys.executable, '-c', 'pass']\n"
+            "try:\n"
+            "    runpy.run_module('loomtui', run_name='__main__', alter_sys=True)\n"
+            "except SystemExit as exc:\n"
+            "    code = exc.code\n"
+            "print(json.dumps([code, sorted(sys.modules)]), file=sys.stderr)\n")
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "state")], capture_output=True, text=True,
+                            env=loom_env(), cwd=REPO, timeout=120)
+    code, modules = json.loads(result.stderr.strip().splitlines()[-1])
+    assert code == 0
+    tops = {m.split(".")[0] for m in modules}
+    assert not tops & {"pydantic", "watchfiles", "libtmux", "psutil", "textual", "rich", "telegram",
+                       "platformdirs", "httpx"}
+    assert not {m for m in modules if m.startswith(("loomtui.store", "loomtui.actions", "loomtui.daemon",
+                                                      "loomtui.config", "loomtui.context", "loomtui.agent"))}
