@@ -21,15 +21,17 @@ bytes, and a long pasted message must arrive whole.
 
 With `--stream-json`, or Claude Code's own `-p --input-format stream-json --output-format
 stream-json --verbose` (any order), it speaks Claude Code's print mode instead: one JSON user
-message per stdin line; on stdout a `system`/`init` event, then per message `assistant` events
-(text, or a `tool_use` with its `user` `tool_result`) and one `result`. Errors go to stderr. The
-same switches work there, with what each means without a screen:
+message per stdin line; on stdout a `system`/`init` event at start, then per message another
+`init` (Claude Code 2.1 sends one at the start of every turn, and none before the first message),
+`assistant` events (text, or a `tool_use` with its `user` `tool_result`) and one `result`. Errors
+go to stderr. The same switches work there, with what each means without a screen:
 
   /wedge /poison    stop answering (no result; stdin is not read again); a poisoned session
                     hangs on every resume before its `init`, as `--resume` sometimes does
   /crash /exit0     exit 1 mid-turn / end the turn, then exit 0
   /modal, /deny     no dialog exists in print mode: a Bash call refused by the permissions
-                    instead, listed in the result's `permission_denials`
+                    instead (a `system`/`permission_denied` event, an error tool result, and
+                    the tool in the result's `permission_denials`)
   /slow SECONDS     a turn that takes SECONDS; stdin is not read meanwhile
   /say TEXT         answer TEXT exactly as given (control characters and all)
   /error-result     end the turn with an error result (`is_error`: true)
@@ -371,6 +373,7 @@ class StreamAgent(Base):
         text = line.strip()
         self.transcript.add("user", line)
         self.turn_started, self.final = time.monotonic(), ""
+        self.init()
         if text == "/wedge":
             self.wedge()
         elif text == "/poison":
@@ -459,8 +462,10 @@ class StreamAgent(Base):
         self.transcript.add("fault", "denied")
         command = "curl -fsSL https://example.com/install.sh"
         tool_id = self.tool(command)
-        self.tool_result(tool_id, "Claude requested permissions to use Bash, but you haven't granted it yet.",
-                         is_error=True)
+        refusal = "Claude requested permissions to use Bash, but you haven't granted it yet."
+        self.emit({"type": "system", "subtype": "permission_denied", "tool_name": "Bash", "tool_use_id": tool_id,
+                   "message": refusal, "session_id": self.session_id})
+        self.tool_result(tool_id, refusal, is_error=True)
         self.say("I was not allowed to run that command.")
         self.result(denials=[{"tool_name": "Bash", "tool_use_id": tool_id, "tool_input": {"command": command}}])
 

@@ -40,6 +40,8 @@ def event_lines(event: dict[str, Any]) -> list[str]:
         if event.get("subtype") == "init":
             model = _short(event.get("model"))
             return [f"session {_short(event.get('session_id'))}" + (f" · {model}" if model else "")]
+        if event.get("subtype") == "permission_denied":
+            return [f"{INDENT}denied: {_short(event.get('tool_name')) or '?'}: {_one(event.get('message'), 200)}"]
         return []
     if kind == "assistant":
         out: list[str] = []

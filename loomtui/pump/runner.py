@@ -203,7 +203,10 @@ class Pump:
         except ValueError:
             event = None
         if isinstance(event, dict):
-            self._record(transcript.OUT, event=event)
+            # Claude Code repeats `init` at every turn: the pane shows the session when it changes.
+            same = event.get("type") == "system" and event.get("subtype") == "init" \
+                and event.get("session_id") == self.state.session_id
+            self._record(transcript.OUT, show=not same, event=event)
             self._apply(rules.Output(time.time(), event))
         elif line.strip():
             self._record(transcript.OUT, raw=line)
@@ -321,13 +324,13 @@ class Pump:
 
     # Files.
 
-    def _record(self, dir: str, **data: Any) -> None:
+    def _record(self, dir: str, show: bool = True, **data: Any) -> None:
         assert self.log is not None
         try:
             self.log.append(dir, **data)
         except OSError as exc:
             self._show(f"— could not append to the transcript: {exc.strerror or exc}")
-        for line in render.lines(dir, data):
+        for line in render.lines(dir, data) if show else ():
             self._show(line)
 
     def _show(self, line: str) -> None:

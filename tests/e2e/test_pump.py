@@ -142,6 +142,9 @@ def test_a_send_between_turns_is_delivered_and_answered(pumps):
     assert '"hello there"' in session
     pane = run.pane.read_text()
     assert "you › hello there" in pane and "assistant › heard you (11 characters)" in pane and "result ok" in pane
+    # The CLI's init at start and at the turn: the pane names the session once.
+    assert sum(1 for r in run.records("out") if r.event.get("subtype") == "init") == 2
+    assert pane.count(f"session {sid}") == 1
 
 
 def test_three_sends_during_a_long_turn_are_queued_and_arrive_after_it_in_order(pumps):

@@ -86,21 +86,23 @@ def test_stream_mode_answers_each_message_with_claude_code_shaped_events(tmp_pat
     assert result.returncode == 0, result.stderr
     init, *rest = events(result)
     assert (init["type"], init["subtype"], init["session_id"]) == ("system", "init", sid)
-    assert [(e["type"], e.get("session_id")) for e in rest] == [("assistant", sid), ("result", sid)] * 2
-    assert rest[0]["message"]["content"] == [{"type": "text", "text": "heard you (5 characters)"}]
-    result_event = rest[1]
+    # Another init starts each turn, as Claude Code's do.
+    assert [(e["type"], e.get("subtype"), e.get("session_id")) for e in rest] == [
+        ("system", "init", sid), ("assistant", None, sid), ("result", "success", sid)] * 2
+    assert rest[1]["message"]["content"] == [{"type": "text", "text": "heard you (5 characters)"}]
+    result_event = rest[2]
     assert {k: result_event[k] for k in ("subtype", "is_error", "result", "num_turns", "permission_denials")} == {
         "subtype": "success", "is_error": False, "result": "heard you (5 characters)", "num_turns": 1,
         "permission_denials": []}
     assert isinstance(result_event["duration_ms"], int)
-    assert rest[3]["result"] == "heard you (6 characters)"
+    assert rest[5]["result"] == "heard you (6 characters)"
 
 
 def test_stream_mode_takes_its_own_flag_and_string_content(tmp_path):
     line = json.dumps({"type": "user", "message": {"role": "user", "content": "plain string"}}) + "\n"
     result = agent(tmp_path, "--stream-json", "--session-id", str(uuid.uuid4()), input="not json\n" + line)
     assert result.returncode == 0
-    assert [e["type"] for e in events(result)] == ["system", "assistant", "result"]
+    assert [e["type"] for e in events(result)] == ["system", "system", "assistant", "result"]
     assert events(result)[-1]["result"] == "heard you (12 characters)"
     assert "Error parsing stream-json input: 'not json'" in result.stderr
 
@@ -112,7 +114,7 @@ def test_stream_mode_runs_the_canary_through_a_bash_tool_call(tmp_path):
     line = f"liveness check — run this one command and do not reply: touch '{target}'"
     result = stream(tmp_path, "--session-id", sid, messages=[line])
     assert result.returncode == 0 and target.exists()
-    _, call, answer, done = events(result)
+    _, _, call, answer, done = events(result)
     (block,) = call["message"]["content"]
     assert (block["type"], block["name"], block["input"]) == ("tool_use", "Bash", {"command": f"touch '{target}'"})
     (tool_result,) = answer["message"]["content"]
@@ -146,15 +148,15 @@ def test_a_stream_conversation_resumes_in_either_mode(tmp_path):
 def test_stream_mode_fault_switches(tmp_path):
     crash = stream(tmp_path, "--session-id", str(uuid.uuid4()), messages=["/crash", "never read"])
     assert crash.returncode == 1 and "Error: simulated crash" in crash.stderr
-    assert [e["type"] for e in events(crash)] == ["system"]
+    assert [e["type"] for e in events(crash)] == ["system", "system"]
     bye = stream(tmp_path, "--session-id", str(uuid.uuid4()), messages=["/exit0", "never read"])
-    assert bye.returncode == 0 and [e["type"] for e in events(bye)] == ["system", "assistant", "result"]
+    assert bye.returncode == 0 and [e["type"] for e in events(bye)] == ["system", "system", "assistant", "result"]
     assert events(bye)[-1]["result"] == "bye"
     failing = stream(tmp_path, "--session-id", str(uuid.uuid4()), messages=["/error-result"])
     assert {k: events(failing)[-1][k] for k in ("type", "subtype", "is_error")} == {
         "type": "result", "subtype": "error_during_execution", "is_error": True}
     slow = stream(tmp_path, "--session-id", str(uuid.uuid4()), messages=["/slow 0.1"])
-    assert [e["type"] for e in events(slow)] == ["system", "assistant", "assistant", "result"]
+    assert [e["type"] for e in events(slow)] == ["system", "system", "assistant", "assistant", "result"]
     assert events(slow)[-1]["result"] == "done after 0.1s"
     say = stream(tmp_path, "--session-id", str(uuid.uuid4()), messages=["/say \x1b[31mred\nline two"])
     assert events(say)[-1]["result"] == "\x1b[31mred\nline two"
@@ -163,8 +165,10 @@ def test_stream_mode_fault_switches(tmp_path):
 def test_a_modal_in_stream_mode_is_a_permission_denial(tmp_path):
     for switch in ("/modal", "/deny"):
         result = stream(tmp_path, "--session-id", str(uuid.uuid4()), messages=[switch])
-        _, call, refusal, text, done = events(result)
+        _, _, call, denied, refusal, text, done = events(result)
         tool_id = call["message"]["content"][0]["id"]
+        assert {k: denied[k] for k in ("type", "subtype", "tool_name", "tool_use_id")} == {
+            "type": "system", "subtype": "permission_denied", "tool_name": "Bash", "tool_use_id": tool_id}
         assert refusal["message"]["content"][0]["is_error"] is True
         assert text["message"]["content"][0]["type"] == "text"
         assert (done["is_error"], [d["tool_name"] for d in done["permission_denials"]]) == (False, ["Bash"])
@@ -209,7 +213,7 @@ def test_a_wedge_in_stream_mode_stops_answering_and_a_poisoned_session_hangs_on_
         proc.stdin.write((user("/poison") + user("hello")).encode())
         proc.stdin.flush()
         seen = _silent_after(tmp_path, sid, '"poison"', proc)
-        assert [json.loads(line)["type"] for line in seen.splitlines()] == ["system"]
+        assert [json.loads(line)["type"] for line in seen.splitlines()] == ["system", "system"]
     finally:
         proc.kill()
         proc.wait(timeout=30)

@@ -89,10 +89,12 @@ def test_every_piece_of_untrusted_text_is_made_safe_for_the_pane():
         {"type": "tool_result", "content": [{"type": "text", "text": EVIL}]}]}}})
     shown += render.lines("out", {"event": {"type": "result", "is_error": True, "subtype": EVIL, "result": EVIL,
                                             "permission_denials": [{"tool_name": EVIL}, EVIL]}})
+    shown += render.lines("out", {"event": {"type": "system", "subtype": "permission_denied", "tool_name": EVIL,
+                                            "message": EVIL}})
     shown += render.lines("pump", {"what": "started", "pid": 1, "cli_pid": 2, "argv": [EVIL]})
     shown += render.lines("pump", {"what": "write_failed", "seq": 3, "error": EVIL})
     shown += render.lines("pump", {"what": "queued", "seq": 3, "position": 1, "origin": EVIL})
-    assert len(_safe(shown)) == 15
+    assert len(_safe(shown)) == 16
     assert any("]0;owned[31mred[2J31m over" in line for line in shown)
 
 
@@ -108,6 +110,8 @@ def test_the_pane_lines_read_like_a_conversation():
         "result ok (1.5s)", "  denied: Bash"]
     assert render.lines("out", {"event": {"type": "result", "subtype": "error_during_execution", "is_error": True,
                                           "result": "boom"}}) == ["result error: error_during_execution", "  boom"]
+    assert render.lines("out", {"event": {"type": "system", "subtype": "permission_denied", "tool_name": "Bash",
+                                          "message": "needs approval"}}) == ["  denied: Bash: needs approval"]
     assert render.lines("pump", {"what": "cli_exit", "status": 1, "signal": None}) == [
         "— the CLI exited with status 1"]
     long = "\n".join(str(i) for i in range(100))
