@@ -23,6 +23,7 @@ import os
 import re
 import secrets
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -156,6 +157,15 @@ def whole_message(blocks: list[dict], model: str) -> dict:
             "content": blocks, "stop_reason": stop_reason(blocks), "stop_sequence": None, "usage": usage(5)}
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A CLI killed mid-request resets its connection: expected here, not worth a traceback.
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 class FakeAnthropic:
     """The fake, on 127.0.0.1 and a free port, served by a thread; use as a context manager."""
 
@@ -167,8 +177,7 @@ class FakeAnthropic:
         self._changed = threading.Condition()
         self._closing = False
         self._held = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), _handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-anthropic", daemon=True)
 
     @property
@@ -361,13 +370,14 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
                 self.wfile.flush()
                 if n == 0 and request.is_main and fake.slow:
-                    self._linger(fake.slow)
+                    self._linger()
 
-        def _linger(self, seconds: float) -> None:
-            """A slow model: pings, a second apart, for `seconds`, so the stream stays open."""
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+        def _linger(self) -> None:
+            """A slow model: pings, a second apart, while the request is younger than `slow`
+            (read each time, so lowering it ends a long turn early); the stream stays open."""
+            start = time.monotonic()
+            while (left := fake.slow - (time.monotonic() - start)) > 0:
+                time.sleep(min(1.0, left))
                 self.wfile.write(b'event: ping\ndata: {"type": "ping"}\n\n')
                 self.wfile.flush()
 
@@ -376,8 +386,6 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
 
 if __name__ == "__main__":
     # For looking at the CLI by hand: serve until interrupted, logging requests to the named file.
-    import sys
-
     with FakeAnthropic(Path(sys.argv[1]) if len(sys.argv) > 1 else None) as served:
         print(served.url, flush=True)
         try:
