@@ -102,7 +102,8 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
     """The cursor after `records`, and the answers due to Telegram for the turns they ended.
 
     A `result` ends the oldest open input's turn (the pump writes one input per turn); a CLI
-    that exits or a pump that starts again ends every open turn, unanswered.
+    that exits or a pump that starts again ends every open turn unanswered, and an input whose
+    write failed never had one.
     """
     turns = _Turns(list(cursor.open))
     offset = cursor.offset
@@ -118,6 +119,11 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
         elif rec.dir == transcript.PUMP and rec.data.get("what") in ("cli_exit", "started"):
             turns.answers += [Answer(t.key, LOST, "lost") for t in turns.open if t.origin == TELEGRAM]
             turns.open.clear()
+        elif rec.dir == transcript.PUMP and rec.data.get("what") == "write_failed":
+            # Its `in` was recorded before the write: no turn follows it, and none may take its place.
+            failed = [t for t in turns.open if t.seq is not None and t.seq == rec.data.get("seq")]
+            turns.answers += [Answer(t.key, LOST, "lost") for t in failed if t.origin == TELEGRAM]
+            turns.open = [t for t in turns.open if t not in failed]
     return replace(cursor, offset=offset, open=tuple(turns.open)), turns.answers
 
 

@@ -145,6 +145,14 @@ def test_a_cli_that_exits_mid_turn_gets_the_lost_note_once(script):
     assert [a.text for a in answers] == [LOST, "after the relaunch"]
 
 
+def test_an_input_whose_write_failed_takes_no_later_answer(script):
+    seq = script.send("telegram")
+    script.writer.append(transcript.PUMP, ts=script._tick(), what="write_failed", seq=seq, error="Broken pipe")
+    script.turn("canary", "a later turn's answer")
+    _, answers = advance(Cursor(), records(script.path))
+    assert [a.text for a in answers] == [LOST]
+
+
 def test_a_result_with_no_input_seen_is_not_anyones_answer(script):
     script.result("a turn that began before the bridge looked")
     seq = script.turn("telegram", "mine")
