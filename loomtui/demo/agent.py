@@ -548,6 +548,12 @@ def main(argv: list[str] | None = None) -> int:
         transcript = Transcript(sessions / f"{args.resume}.jsonl")
         if not transcript.exists():
             say(f"No conversation found with session ID: {args.resume}")
+            if stream:
+                # Claude Code 2.1 ends that attempt with an error result too, before its exit 1.
+                sys.stdout.write(json.dumps({
+                    "type": "result", "subtype": "error_during_execution", "is_error": True, "duration_ms": 0,
+                    "num_turns": 0, "session_id": args.resume, "permission_denials": [],
+                    "errors": [f"No conversation found with session ID: {args.resume}"]}) + "\n")
             return 1
         session_id, resumed = args.resume, True
         transcript.add("meta", "resume")

@@ -81,7 +81,9 @@ def _result(event: dict[str, Any]) -> list[str]:
     took = f" ({seconds / 1000:.1f}s)" if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else ""
     if event.get("is_error") is True:
         head = f"result error: {subtype or 'unknown'}{took}"
-        detail = event.get("result") or event.get("error")
+        errors = event.get("errors")
+        detail = event.get("result") or event.get("error") or (
+            "; ".join(e for e in errors if isinstance(e, str)) if isinstance(errors, list) else "")
         out = [head] + (_block(INDENT, detail, limit=5) if isinstance(detail, str) and detail else [])
     else:
         out = [f"result ok{took}"]

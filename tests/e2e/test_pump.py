@@ -230,7 +230,10 @@ def test_the_cli_exit_status_is_the_pumps_and_a_resume_of_an_unknown_session_is_
     assert errors == [f"No conversation found with session ID: {unknown}"]
     status = client.status(run.state)
     assert status["cli_exit"]["status"] == 1 and status["session_id"] is None
-    assert f"stderr: No conversation found with session ID: {unknown}" in run.pane.read_text()
+    assert status["last_result"]["is_error"] is True and status["last_result"]["seq"] is None
+    pane = run.pane.read_text()
+    assert f"stderr: No conversation found with session ID: {unknown}" in pane
+    assert "result error: error_during_execution (0.0s)\n  No conversation found with session ID: " in pane
 
 
 def test_the_socket_is_the_users_alone(pumps):

@@ -128,8 +128,13 @@ def test_stream_mode_runs_the_canary_through_a_bash_tool_call(tmp_path):
 def test_stream_mode_session_rules_print_to_stderr(tmp_path):
     unknown = str(uuid.uuid4())
     result = stream(tmp_path, "--resume", unknown)
-    assert (result.returncode, result.stdout) == (1, "")
+    assert result.returncode == 1
     assert result.stderr.strip() == f"No conversation found with session ID: {unknown}"
+    # And an error result, as Claude Code 2.1 writes before it exits.
+    (failed,) = events(result)
+    assert {k: failed[k] for k in ("type", "subtype", "is_error", "session_id", "errors")} == {
+        "type": "result", "subtype": "error_during_execution", "is_error": True, "session_id": unknown,
+        "errors": [f"No conversation found with session ID: {unknown}"]}
     sid = str(uuid.uuid4())
     assert stream(tmp_path, "--session-id", sid, messages=["hello"]).returncode == 0
     again = stream(tmp_path, "--session-id", sid)

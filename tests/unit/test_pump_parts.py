@@ -110,6 +110,9 @@ def test_the_pane_lines_read_like_a_conversation():
         "result ok (1.5s)", "  denied: Bash"]
     assert render.lines("out", {"event": {"type": "result", "subtype": "error_during_execution", "is_error": True,
                                           "result": "boom"}}) == ["result error: error_during_execution", "  boom"]
+    assert render.lines("out", {"event": {"type": "result", "subtype": "error_during_execution", "is_error": True,
+                                          "errors": ["No conversation", 3, "found"]}}) == [
+        "result error: error_during_execution", "  No conversation; found"]
     assert render.lines("out", {"event": {"type": "system", "subtype": "permission_denied", "tool_name": "Bash",
                                           "message": "needs approval"}}) == ["  denied: Bash: needs approval"]
     assert render.lines("pump", {"what": "cli_exit", "status": 1, "signal": None}) == [
