@@ -486,8 +486,10 @@ class StreamAgent(Base):
                     return 0
                 text = user_text(raw)
                 if text is None:
-                    err(f"Error parsing stream-json input: {raw[:200].decode('utf-8', 'replace').strip()!r}")
-                elif text.strip():
+                    # As Claude Code 2.1: a line it cannot parse ends the process.
+                    err(f"Error parsing streaming input line: {raw[:200].decode('utf-8', 'replace').strip()!r}")
+                    return 1
+                if text.strip():
                     self.handle(text)
         except BrokenPipeError:
             return 1    # the reader of our stdout is gone
@@ -496,7 +498,8 @@ class StreamAgent(Base):
 
 
 def user_text(raw: bytes) -> str | None:
-    """The text of one stream-json user message; None for a line that is not one."""
+    """The text of one stream-json user message ("" for another kind of line); None for a line
+    that is not JSON."""
     try:
         event = json.loads(raw)
     except ValueError:
@@ -508,7 +511,7 @@ def user_text(raw: bytes) -> str | None:
     if isinstance(content, list):
         return "\n".join(b["text"] for b in content
                          if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
-    return None
+    return ""
 
 
 def err(text: str) -> None:

@@ -100,11 +100,17 @@ def test_stream_mode_answers_each_message_with_claude_code_shaped_events(tmp_pat
 
 def test_stream_mode_takes_its_own_flag_and_string_content(tmp_path):
     line = json.dumps({"type": "user", "message": {"role": "user", "content": "plain string"}}) + "\n"
-    result = agent(tmp_path, "--stream-json", "--session-id", str(uuid.uuid4()), input="not json\n" + line)
+    other = json.dumps({"type": "control_response", "response": {}}) + "\n"
+    result = agent(tmp_path, "--stream-json", "--session-id", str(uuid.uuid4()), input=other + line)
     assert result.returncode == 0
     assert [e["type"] for e in events(result)] == ["system", "system", "assistant", "result"]
     assert events(result)[-1]["result"] == "heard you (12 characters)"
-    assert "Error parsing stream-json input: 'not json'" in result.stderr
+
+
+def test_a_line_that_is_not_json_ends_stream_mode_with_status_1(tmp_path):
+    result = agent(tmp_path, "--session-id", str(uuid.uuid4()), *STREAM, input="not json\n" + user("never"))
+    assert result.returncode == 1 and [e["type"] for e in events(result)] == ["system"]
+    assert "Error parsing streaming input line: 'not json'" in result.stderr
 
 
 def test_stream_mode_runs_the_canary_through_a_bash_tool_call(tmp_path):
