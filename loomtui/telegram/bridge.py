@@ -101,9 +101,10 @@ class _Turns:
 def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Cursor, list[Answer]]:
     """The cursor after `records`, and the answers due to Telegram for the turns they ended.
 
-    A `result` ends the oldest open input's turn (the pump writes one input per turn); a CLI
-    that exits or a pump that starts again ends every open turn unanswered, and an input whose
-    write failed never had one.
+    A `result` ends the turn of every input written since the last one: the pump writes one per
+    turn, and lines that reached the CLI together are one turn to Claude Code, answered once. A
+    CLI that exits or a pump that starts again ends them unanswered, and an input whose write
+    failed never had a turn.
     """
     turns = _Turns(list(cursor.open))
     offset = cursor.offset
@@ -112,10 +113,10 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
         if rec.dir == transcript.IN:
             _opened(turns, rec)
         elif rec.dir == transcript.OUT and rec.event.get("type") == "result":
-            if turns.open:
-                turn = turns.open.pop(0)
-                if turn.origin == TELEGRAM:
-                    turns.answers.append(answer_for(turn, rec.event))
+            asked = [t for t in turns.open if t.origin == TELEGRAM]
+            if asked:
+                turns.answers.append(answer_for(asked[0], rec.event))
+            turns.open.clear()
         elif rec.dir == transcript.PUMP and rec.data.get("what") in ("cli_exit", "started"):
             turns.answers += [Answer(t.key, LOST, "lost") for t in turns.open if t.origin == TELEGRAM]
             turns.open.clear()

@@ -145,6 +145,18 @@ def test_a_cli_that_exits_mid_turn_gets_the_lost_note_once(script):
     assert [a.text for a in answers] == [LOST, "after the relaunch"]
 
 
+def test_lines_merged_into_one_turn_get_one_answer_and_the_next_turn_its_own(script):
+    first = script.send("canary")
+    script.send("telegram")
+    script.send("telegram")
+    script.result("one turn for all three")
+    nxt = script.turn("telegram", "the next answer")
+    cursor, answers = advance(Cursor(), records(script.path))
+    assert [a.text for a in answers] == ["one turn for all three", "the next answer"]
+    assert answers[0].key.startswith(f"telegram_bridge:{first + 1}:")
+    assert answers[1].key.startswith(f"telegram_bridge:{nxt}:") and cursor.open == ()
+
+
 def test_an_input_whose_write_failed_takes_no_later_answer(script):
     seq = script.send("telegram")
     script.writer.append(transcript.PUMP, ts=script._tick(), what="write_failed", seq=seq, error="Broken pipe")
