@@ -22,6 +22,8 @@ EventKind = Literal[
     "observation_ambiguous", "operator_alert", "tmux_socket_repair", "foreign_poller_reaped", "modal_dismissed",
     # typing into the pane, and the canary
     "inject", "keys", "canary_sent", "canary",
+    # the stream-json driver: a tool call the CLI's permissions refused (once per result)
+    "permission_denied",
     # the sentinel's queue
     "queue_new", "queue_nudge", "queue_claim", "queue_witness", "queue_reopen", "queue_escalate",
     # Telegram

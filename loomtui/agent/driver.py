@@ -1,7 +1,9 @@
 """The agent behind a driver interface: launch, type, observe, stop.
 
-This driver wraps an interactive CLI in a tmux pane; all tmux specifics stay inside it. A later
-driver can own the message pump through stream-json without the rest of Loom changing.
+`TmuxDriver` wraps an interactive CLI in a tmux pane; all tmux specifics stay inside it.
+`StreamJsonDriver` (agent/stream_driver.py) runs `loom pump` in the same pane and owns the CLI's
+message pump instead; `make_driver` picks one from `agent.driver`, and the rest of Loom never asks
+which.
 """
 
 from __future__ import annotations
@@ -20,6 +22,58 @@ from loomtui.states import GONE, UNKNOWN, UP  # noqa: F401  (re-exported: caller
 
 
 @dataclass(frozen=True)
+class TurnResult:
+    """The CLI's last `result` event, as the pump recorded it."""
+
+    ts: float
+    is_error: bool
+    subtype: str
+    seq: int | None = None
+    denials: tuple[str, ...] = ()     # tool names only: a denied call's input may hold anything
+
+
+@dataclass(frozen=True)
+class StreamFacts:
+    """What the pump knows for sure (pump.json): facts about the CLI, never proof that it is alive
+    (stdout can stop while the session goes on; the canary stays the authority)."""
+
+    pump_pid: int
+    current: bool                     # written by the pump running in the pane now (not a dead one's)
+    cli_pid: int | None = None
+    started: float | None = None
+    session_id: str | None = None     # from the CLI's system/init event; None until it came
+    turn: str = "idle"                # idle / running
+    turn_started: float | None = None
+    turn_seq: int | None = None
+    queue: int = 0                    # messages waiting for the turn to end
+    turns: int = 0                    # turns ended since this pump started
+    last_result: TurnResult | None = None
+    cli_exit: dict | None = None      # {"ts", "status", "signal"} once the CLI exited
+
+    @property
+    def running(self) -> bool:
+        return self.turn == "running"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """The pump's receipt for a line: delivered (written to the CLI's stdin) or queued (behind a
+    running turn). A line typed into a screen has no receipt: the tmux driver returns None."""
+
+    state: str                        # delivered / queued
+    seq: int | None = None
+    position: int | None = None       # place in the queue, when queued
+
+    def as_detail(self) -> dict[str, object]:
+        detail: dict[str, object] = {"delivery": self.state}
+        if self.seq is not None:
+            detail["seq"] = self.seq
+        if self.position is not None:
+            detail["position"] = self.position
+        return detail
+
+
+@dataclass(frozen=True)
 class AgentFacts:
     """One bounded-cost look at the agent. tmux is UP, GONE or UNKNOWN (no answer)."""
 
@@ -27,9 +81,12 @@ class AgentFacts:
     pane: PaneInfo | None = None
     tree: Tree | None = None
     why: str = ""
+    stream: StreamFacts | None = None  # stream-json driver only: the pump's own account
 
 
 class TmuxDriver:
+    name = "tmux"
+
     def __init__(self, config: Config) -> None:
         self.agent: AgentConfig = config.agent
         token_env = config.telegram.token_env
@@ -72,6 +129,10 @@ class TmuxDriver:
             info = again
         return info
 
+    def stream_facts(self, pane_pid: int | None) -> StreamFacts | None:
+        """What a pump knows about the CLI: nothing here, a screen has no pump."""
+        return None
+
     def screen(self, history: bool = False, *, ansi: bool = False, pane_id: str | None = None) -> str:
         return self.pane.capture(history=history, ansi=ansi, pane_id=pane_id)
 
@@ -98,8 +159,10 @@ class TmuxDriver:
             raise TmuxGone("the agent was relaunched while this waited for its turn; not typed")
         return info
 
-    def type_line(self, text: str, expect_pane_pid: int | None = None) -> None:
-        """Paste `text` and press Enter in the live pane; raises TmuxError if it is not there throughout."""
+    def type_line(self, text: str, expect_pane_pid: int | None = None, *, origin: str = "operator",
+                  ref: str = "") -> Delivery | None:
+        """Paste `text` and press Enter in the live pane; raises TmuxError if it is not there throughout.
+        (`origin` and `ref` matter to the pump only: a screen cannot tell whose line it was.)"""
         before = self._live(expect_pane_pid)
         buffer = f"loom-{os.getpid()}-{secrets.token_hex(4)}"
         self.pane.paste(before.pane_id, text, buffer)
@@ -166,6 +229,14 @@ class TmuxDriver:
         return self.pane.attach_argv()
 
 
-def make_driver(config: Config) -> TmuxDriver:
-    """The driver `agent.driver` names; every part of Loom gets its driver here."""
+def make_driver(config: Config, state_dir: Path | None = None) -> TmuxDriver:
+    """The driver `agent.driver` names; every part of Loom gets its driver here.
+
+    The stream-json driver reaches its pump through files in the state dir: without `state_dir`
+    it still watches the pane, but reports no pump facts and refuses to deliver.
+    """
+    if config.agent.driver == "stream-json":
+        from loomtui.agent.stream_driver import StreamJsonDriver  # it builds on this module
+
+        return StreamJsonDriver(config, state_dir)
     return TmuxDriver(config)

@@ -1,9 +1,11 @@
 """The one function that types into the agent's pane; callers reach it through the actions module.
 
-Under inject.lock: check the pane, paste the text through a named tmux buffer, press Enter
-separately, release. Control characters are stripped and newlines become spaces, so a message
-is always exactly one line. Each injection is a ledger event with its source, length and
-digest, never its text (operator messages are private).
+Under inject.lock: check the pane, hand the line to the driver (the tmux driver pastes it through
+a named buffer and presses Enter separately; the stream-json driver gives it to the pump, which
+writes it between turns or queues it), release. Control characters are stripped and newlines
+become spaces, so a message is always exactly one line. Each injection is a ledger event with its
+source, length and digest, never its text (operator messages are private), and with the pump,
+whether it was delivered or queued.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loomtui.agent.driver import TmuxDriver, make_driver
+from loomtui.agent.driver import Delivery, TmuxDriver, make_driver
+from loomtui.agent.stream_driver import origin_of
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context
 from loomtui.errors import LockHeld, LoomError
@@ -30,6 +33,8 @@ class InjectResult:
     error: str = ""
     event_id: int = 0
     refused: str = ""   # why Loom did not try at all (a hold): not a failure of the pane
+    delivery: str = ""  # with the pump: delivered (reached the CLI) or queued (behind a running turn)
+    position: int | None = None
 
 
 def inject(
@@ -41,35 +46,44 @@ def inject(
     detail: dict[str, Any] | None = None,
     lock_timeout: float = 30.0,
     driver: TmuxDriver | None = None,
+    origin: str | None = None,
+    ref: str = "",
 ) -> InjectResult:
+    """`origin` is whose line it is for the pump (operator, telegram, canary, sentinel; by default
+    told from `kind` and `source`); `ref` is the asker's own id. The tmux driver ignores both."""
     clean = sanitize(text)
     if not clean.strip():
         raise LoomError("nothing to inject: the text is empty once control characters are removed")
     if len(clean) > MAX_LENGTH:
         raise LoomError(f"text too long to inject: {len(clean)} characters (limit {MAX_LENGTH})")
     info = {"length": len(clean), "digest": digest(clean), **(detail or {})}
-    driver = driver or make_driver(ctx.config)
+    driver = driver or make_driver(ctx.config, ctx.state_dir)
     # The agent as it is now: if a relaunch replaces it while we wait for inject.lock, the text
     # is not typed into the new one (it was meant for this one, and that one may be booting).
     expect = driver.pane_pid()
-    error, event_id = _typed(ctx, lambda: driver.type_line(clean, expect), kind, source, info, lock_timeout)
-    return InjectResult(not error, len(clean), info["digest"], error, event_id)
+    who = origin or origin_of(kind, source)
+    error, event_id, delivery = _typed(ctx, lambda: driver.type_line(clean, expect, origin=who, ref=ref),
+                                       kind, source, info, lock_timeout)
+    return InjectResult(not error, len(clean), info["digest"], error, event_id,
+                        delivery=delivery.state if delivery else "", position=delivery.position if delivery else None)
 
 
-def _typed(ctx: Context, typing: Callable[[], None], kind: str, source: str, detail: dict[str, Any],
-           lock_timeout: float) -> tuple[str, int]:
-    """Run `typing` under inject.lock and record it, ok or not: (error or "", ledger event id)."""
+def _typed(ctx: Context, typing: Callable[[], Delivery | None], kind: str, source: str, detail: dict[str, Any],
+           lock_timeout: float) -> tuple[str, int, Delivery | None]:
+    """Run `typing` under inject.lock and record it, ok or not: (error or "", ledger event id, delivery)."""
     error = ""
+    delivery = None
     try:
         with locks.hold(ctx.state_dir, locks.INJECT, timeout=lock_timeout):
-            typing()
+            delivery = typing()
     except (TmuxError, LockHeld) as exc:
         error = str(exc)
     event = ledger.append(
         ctx.store, kind, source=source, cause=None if not error else "inject_failed",
-        detail={**detail, "ok": not error, **({"error": error} if error else {})},
+        detail={**detail, "ok": not error, **({"error": error} if error else {}),
+                **(delivery.as_detail() if delivery else {})},
     )
-    return error, event.id
+    return error, event.id, delivery
 
 
 def press(
@@ -83,8 +97,8 @@ def press(
     driver: TmuxDriver | None = None,
 ) -> InjectResult:
     """Named keys (e.g. Enter to dismiss a dialog) through the same lock and ledger as text."""
-    driver = driver or make_driver(ctx.config)
+    driver = driver or make_driver(ctx.config, ctx.state_dir)
     expect = driver.pane_pid()
-    error, event_id = _typed(ctx, lambda: driver.send_keys(keys, expect), kind, source,
-                             {"keys": keys, **(detail or {})}, lock_timeout)
+    error, event_id, _ = _typed(ctx, lambda: driver.send_keys(keys, expect), kind, source,
+                                {"keys": keys, **(detail or {})}, lock_timeout)
     return InjectResult(not error, 0, "", error, event_id)

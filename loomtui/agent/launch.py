@@ -3,7 +3,10 @@
 Resume only ever continues the pinned id ("most recent" once resumed a stranger's
 conversation), and a fresh id is never passed together with a resume flag. A resume whose
 agent exits at once saying it found no conversation is a `resume_failed`, and its fallback
-is a fresh session. Only the actions module calls this, holding recycle.lock (actions.recover).
+is a fresh session. With the stream-json driver the pump tells more (watchdog_rules.
+stream_boot_verdict): within `agent.resume_check` the CLI exiting, the resume failure on the
+pane, or an error `result` before any turn succeeded each fail the resume the same way. Only the
+actions module calls this, holding recycle.lock (actions.recover).
 """
 
 from __future__ import annotations
@@ -23,13 +26,22 @@ from loomtui.agent import launches
 from loomtui.agent.driver import TmuxDriver, make_driver
 from loomtui.agent.launches import LAUNCH_KEY, record_processes, recorded_processes
 from loomtui.agent.policy import FRESH, RESUME
-from loomtui.agent.tmux import TmuxError
+from loomtui.agent.stream_driver import StreamJsonDriver
+from loomtui.agent.tmux import PaneInfo, TmuxError
+from loomtui.agent.watchdog_rules import FAILED, READY, BootLook, stream_boot_verdict
 from loomtui.context import Context
 from loomtui.errors import LoomError
+from loomtui.pump import transcript
 from loomtui.store import ledger, locks, session
 
 log = logging.getLogger("loom.launch")
 
+# Stream-json: a resume that brings no `init` within `agent.resume_check` is `resume_failed`
+# (`--resume` can hang without a word, anthropics/claude-code#55241). Right only for a CLI that
+# emits init at start rather than with its first turn; off until the real CLI is shown to, so a
+# silent-but-fine resume is never thrown away for a fresh session (a hung one still misses the
+# canary's probes and is recycled by them).
+RESUME_NEEDS_INIT = False
 
 
 @dataclass
@@ -86,7 +98,7 @@ def relaunch_locked(
     if mode not in (RESUME, FRESH):
         raise LoomError(f"unknown relaunch mode {mode!r}: use resume or fresh")
     agent = ctx.config.agent
-    driver = driver or make_driver(ctx.config)
+    driver = driver or make_driver(ctx.config, ctx.state_dir)
     store = ctx.store
     old = session.pinned(store)
     if mode == RESUME and old is None:
@@ -120,6 +132,7 @@ def relaunch_locked(
             stubborn = driver.stop(agent.stop_grace, recorded=recorded)
             if stubborn:
                 raise LoomError(f"processes {stubborn} of the old agent would not die")
+            mark = _transcript_mark(ctx.state_dir)
             info = driver.launch(command, agent.cwd, agent_env(ctx, new), exit_signal=_exit_signal(ctx))
     except (TmuxError, LoomError, OSError) as exc:
         outcome.ok, outcome.error = False, str(exc)
@@ -132,16 +145,29 @@ def relaunch_locked(
     except (TmuxError, LoomError) as exc:
         # The launch worked; the watchdog records the processes on its next look.
         log.warning("could not record the new agent's processes: %s", exc)
-    died = _watch_boot(ctx, driver, info.pane_id, new, now)
-    if died is None:
-        return outcome
-    screen, status = died
-    if mode == RESUME and not fallback and re.search(agent.resume_failed_match, screen):
-        event = ledger.append(store, "resume_failed", source=source, cause="resume_failed",
-                              detail={"session": new, "pane_pid": info.pane_pid})
+    resuming = mode == RESUME and not fallback
+    why = ""
+    if isinstance(driver, StreamJsonDriver):
+        failed = _watch_stream_boot(ctx, driver, info, new, now, resuming, mark)
+        if failed is None:
+            return outcome
+        why, screen, status = failed
+        resume_failed = resuming
+    else:
+        died = _watch_boot(ctx, driver, info.pane_id, new, now)
+        if died is None:
+            return outcome
+        screen, status = died
+        resume_failed = resuming and re.search(agent.resume_failed_match, screen) is not None
+    if resume_failed:
+        detail: dict[str, Any] = {"session": new, "pane_pid": info.pane_pid}
+        if why:
+            detail["why"] = why
+        event = ledger.append(store, "resume_failed", source=source, cause="resume_failed", detail=detail)
         outcome.events.append(event.id)
         fresh = relaunch_locked(ctx, FRESH, cause="resume_failed", source=source,
-                                reason=f"resume of {new} found no conversation", driver=driver, fallback=True)
+                                reason=f"resume of {new} " + (f"failed: {why}" if why else "found no conversation"),
+                                driver=driver, fallback=True)
         fresh.events[:0] = outcome.events
         fresh.old_session_id = old
         return fresh
@@ -162,6 +188,94 @@ def _exit_signal(ctx: Context) -> Path | None:
     except OSError:
         return None  # no hook: the exit poll alone notices
     return directory / launches.PANE_DIED
+
+
+def _transcript_mark(state_dir: Path) -> tuple[int, int] | None:
+    """Where the pump's transcript ends before a launch (inode, size): the new pump's records follow."""
+    try:
+        st = transcript.path_in(state_dir).stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size
+
+
+class _SinceLaunch:
+    """The transcript's records since the launch, read on: init seen, the first result, a CLI exit."""
+
+    def __init__(self, state_dir: Path, mark: tuple[int, int] | None) -> None:
+        self.path = transcript.path_in(state_dir)
+        self.mark = mark
+        self.offset: int | None = None
+        self.init = False
+        self.first_error: bool | None = None
+        self.exit_status: int | None = None
+        self.exited = False
+
+    def advance(self) -> None:
+        if self.offset is None:
+            try:
+                st = self.path.stat()
+            except OSError:
+                return
+            # The same file, not shorter: read on from the mark. A new or truncated one is all new.
+            same = self.mark is not None and st.st_ino == self.mark[0] and st.st_size >= self.mark[1]
+            self.offset = self.mark[1] if same and self.mark else 0
+        for record in transcript.read(self.path, self.offset):
+            self.offset = record.end
+            event = record.event
+            if record.dir == transcript.OUT and event.get("type") == "system" and event.get("subtype") == "init":
+                self.init = True
+            elif record.dir == transcript.OUT and event.get("type") == "result" and self.first_error is None:
+                self.first_error = bool(event.get("is_error"))
+            elif record.dir == transcript.PUMP and record.data.get("what") == "cli_exit":
+                self.exited = True
+                status = record.data.get("status")
+                self.exit_status = status if isinstance(status, int) else None
+
+
+def _watch_stream_boot(ctx: Context, driver: StreamJsonDriver, launched: PaneInfo, session_id: str,
+                       launched_ts: float, resuming: bool,
+                       mark: tuple[int, int] | None) -> tuple[str, str, int | None] | None:
+    """Watch a stream-json launch for `agent.resume_check` (or until it is plainly fine):
+    (why it failed, its last screen, exit status), or None."""
+    agent = ctx.config.agent
+    since = _SinceLaunch(ctx.state_dir, mark)
+    start = time.monotonic()
+    while True:
+        elapsed = time.monotonic() - start
+        try:
+            info = driver.pane_info()
+        except TmuxError:
+            return None  # tmux does not answer: the watchdog's to tell, not a failed launch
+        if info is None or info.pane_id != launched.pane_id:
+            return None
+        since.advance()
+        facts = driver.stream_facts(None if info.dead else info.pane_pid)
+        current = facts is not None and facts.current
+        screen_failed = False
+        if resuming and not info.dead:
+            try:
+                screen_failed = re.search(agent.resume_failed_match, driver.screen(pane_id=info.pane_id)) is not None
+            except TmuxError:
+                pass
+        status = info.dead_status if info.dead_status is not None else since.exit_status
+        look = BootLook(elapsed=elapsed, exited=info.dead or since.exited, exit_status=status,
+                        screen_failed=screen_failed, pump_up=current, init_seen=since.init,
+                        first_result_error=since.first_error,
+                        busy=bool(current and facts and (facts.running or facts.queue)))
+        verdict, why = stream_boot_verdict(look, resume=resuming, resume_check=agent.resume_check,
+                                           needs_init=RESUME_NEEDS_INIT)
+        if verdict == READY:
+            if current:
+                launches.mark_ready(ctx, session_id, launched_ts)
+            return None
+        if verdict == FAILED:
+            try:
+                screen = driver.screen(history=True)
+            except TmuxError:
+                screen = ""
+            return why, screen, status
+        time.sleep(0.1)
 
 
 def _watch_boot(ctx: Context, driver: TmuxDriver, pane_id: str, session_id: str,

@@ -20,6 +20,7 @@ from loomtui import clock
 from loomtui.agent import proctree
 from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.policy import Instant, age
+from loomtui.agent.stream_driver import StreamJsonDriver, read_facts
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context
 from loomtui.store import locks
@@ -118,6 +119,8 @@ def agent_ready(ctx: Context, driver: TmuxDriver) -> bool:
     elapsed = launch_age(launched)
     if elapsed is None or elapsed >= ctx.config.agent.boot_grace:
         return True
+    if isinstance(driver, StreamJsonDriver):
+        return _pump_ready(ctx, driver, launched)
     if not ctx.config.agent.ready_match:
         return False
     try:
@@ -128,6 +131,23 @@ def agent_ready(ctx: Context, driver: TmuxDriver) -> bool:
     except TmuxError:
         return False
     if not looks_ready(ctx, screen):
+        return False
+    mark_ready(ctx, launched.get("session_id", ""), launched["ts"])
+    return True
+
+
+def _pump_ready(ctx: Context, driver: TmuxDriver, launched: dict[str, Any]) -> bool:
+    """Stream-json: the pane's own pump is up and its CLI has not exited. A line handed to it
+    then is never lost (written to the CLI's stdin, or queued behind a turn), so a probe may go."""
+    try:
+        info = driver.pane_info()
+    except TmuxError:
+        return False
+    if info is None or info.dead:
+        return False
+    # Read from the context's state dir, not the driver's: a driver made without one still works here.
+    facts = read_facts(ctx.state_dir, info.pane_pid)
+    if facts is None or not facts.current or facts.cli_exit is not None:
         return False
     mark_ready(ctx, launched.get("session_id", ""), launched["ts"])
     return True

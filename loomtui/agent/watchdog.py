@@ -1,12 +1,21 @@
-"""The watchdog tick: observe at bounded cost, let watchdog_core decide, act through the actions module."""
+"""The watchdog tick: observe at bounded cost, let watchdog_core decide, act through the actions module.
+
+With the stream-json driver it also records what the pump saw that a human should know of: each
+`result` whose tool calls the CLI's permissions denied, once (a denied `touch` is a canary that
+can never ack).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import signal
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -14,11 +23,14 @@ from loomtui import actions
 from loomtui.agent import holds, launches, proctree
 from loomtui.agent.driver import GONE, UP, TmuxDriver, make_driver
 from loomtui.agent.proctree import MISSING, PRESENT, UNKNOWN
+from loomtui.agent.stream_driver import StreamJsonDriver
 from loomtui.agent.tmux import TmuxError
 from loomtui.agent.watchdog_rules import Looks, Observation, Step, assess, settings_from
 from loomtui.context import Context
 from loomtui.errors import LoomError
+from loomtui.pump import transcript
 from loomtui.store import ledger, outbox
+from loomtui.text import printable
 
 
 @dataclass
@@ -31,7 +43,7 @@ class WatchdogReport:
 class Watchdog:
     def __init__(self, ctx: Context, driver: TmuxDriver | None = None) -> None:
         self.ctx = ctx
-        self.driver = driver or make_driver(ctx.config)
+        self.driver = driver or make_driver(ctx.config, ctx.state_dir)
         self.settings = settings_from(ctx.config)
         self.memory = Looks()
         self.last_foreign_scan: float | None = None
@@ -49,7 +61,7 @@ class Watchdog:
             try:
                 if pane.dead:
                     screen = self.driver.screen(history=True)
-                elif agent.modals and facts.tree is not None and facts.tree.agent == PRESENT:
+                elif self.settings.modals and facts.tree is not None and facts.tree.agent == PRESENT:
                     screen = self.driver.screen()
             except TmuxError:
                 screen = None
@@ -96,6 +108,8 @@ class Watchdog:
         # After a relaunch the facts are stale: the new agent's poller would look foreign.
         if not any(step.kind == "recover" for step in steps) and self.due_foreign_scan():
             report.results.extend(self.reap_foreign())
+        if isinstance(self.driver, StreamJsonDriver):
+            report.results.extend(record_denials(self.ctx))
         return report
 
     # -- act -------------------------------------------------------------------------------
@@ -242,6 +256,76 @@ class Watchdog:
         if not re.search(self.ctx.config.agent.poller_match, line):
             return False
         return pane_pid not in ancestors
+
+
+# How far the watchdog has read the pump's transcript for denials: {"ino", "offset"}.
+DENIALS_READ_KEY = "stream_denials_read"
+MAX_TOOL_NAME = 80
+
+
+def record_denials(ctx: Context) -> list[str]:
+    """A `permission_denied` event for each result in the pump's transcript, since the last read,
+    that carries permission denials: tool names and the turn's origin, never the call's input.
+    The events and the new read offset commit together, so each result is recorded once."""
+    path = transcript.path_in(ctx.state_dir)
+    try:
+        st = path.stat()
+    except OSError:
+        return []
+    raw = ctx.store.get_meta(DENIALS_READ_KEY)
+    mark = json.loads(raw) if raw else {}
+    head = _head(path)
+    # The same file read on; a new one (another inode, or a reused inode whose first line differs)
+    # or a truncated one is read from its start.
+    same = mark.get("ino") == st.st_ino and mark.get("head") == head and mark.get("offset", 0) <= st.st_size
+    offset = mark.get("offset", 0) if same else 0
+    if offset == st.st_size:
+        return []
+    found: list[dict[str, Any]] = []
+    origin: str | None = None
+    seq: int | None = None
+    end = offset
+    for record in transcript.read(path, offset):
+        end = record.end
+        if record.dir == transcript.IN:
+            origin = record.data.get("origin") if isinstance(record.data.get("origin"), str) else None
+            seq = record.data.get("seq") if isinstance(record.data.get("seq"), int) else None
+            continue
+        event = record.event
+        if record.dir != transcript.OUT or event.get("type") != "result":
+            continue
+        tools = _denied_tools(event.get("permission_denials"))
+        if tools:
+            found.append({"tools": tools, "count": len(event["permission_denials"]), "seq": seq, "origin": origin,
+                          "subtype": printable(str(event.get("subtype") or ""))[:40], "ts": record.ts})
+    if end == offset:
+        return []
+    with ctx.store.write() as db:
+        for detail in found:
+            ledger.append_in(db, "permission_denied", source="watchdog", detail=detail)
+        ctx.store.set_meta(DENIALS_READ_KEY, json.dumps({"ino": st.st_ino, "head": head, "offset": end}), db)
+    return [f"permission denied to {', '.join(d['tools'])}" for d in found]
+
+
+def _head(path: Path) -> str:
+    """A digest of the file's first line: tells a new transcript from the one read before."""
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.sha256(fh.readline(4096)).hexdigest()[:16]
+    except OSError:
+        return ""
+
+
+def _denied_tools(denials: object) -> list[str]:
+    if not isinstance(denials, list):
+        return []
+    names = []
+    for denial in denials:
+        name = denial.get("tool_name") if isinstance(denial, dict) else denial
+        text = printable(str(name or "?"))[:MAX_TOOL_NAME]
+        if text not in names:
+            names.append(text)
+    return names
 
 
 def _name(pid: int) -> str:

@@ -83,11 +83,14 @@ class Step:
 
 def settings_from(config: object) -> Settings:
     agent = config.agent  # type: ignore[attr-defined]
+    # With the stream-json driver the pane shows the assistant's own text, which may quote a
+    # dialog's words: no dialog exists in that mode, so none is ever looked for.
+    dialogs = agent.driver != "stream-json"
     return Settings(
         boot_grace=agent.boot_grace,
         poller_grace=config.watchdog.poller_grace,  # type: ignore[attr-defined]
         resume_failed_match=agent.resume_failed_match,
-        modals=tuple((m.match, tuple(m.keys)) for m in agent.modals),
+        modals=tuple((m.match, tuple(m.keys)) for m in agent.modals) if dialogs else (),
         ambiguous_alert=config.watchdog.ambiguous_alert,  # type: ignore[attr-defined]
     )
 
@@ -189,3 +192,50 @@ def assess(obs: Observation, mem: Looks, s: Settings, mono: float) -> tuple[list
                                                 f"{MODAL_PRESSES} presses; Loom stopped pressing"))
                 mem = _with(mem, alerted=mem.alerted | {"modal"})
     return steps, mem
+
+
+# -- the stream-json driver's resume check ---------------------------------------------------
+
+WAIT, READY, FAILED = "wait", "ready", "failed"
+
+
+@dataclass(frozen=True)
+class BootLook:
+    """One look at a stream-json agent during its launch check (what the pump and pane said since
+    the launch: first `init`, first `result`, an exit)."""
+
+    elapsed: float                       # seconds since the launch
+    exited: bool = False                 # the CLI exited (the pane died, or the pump recorded it)
+    exit_status: int | None = None
+    screen_failed: bool = False          # the pane shows `agent.resume_failed_match`
+    pump_up: bool = False                # the new pump has written its status file
+    init_seen: bool = False              # the CLI's system/init event came
+    first_result_error: bool | None = None   # the first `result` since the launch: error or not; None = none yet
+    busy: bool = False                   # a turn running, or messages queued (a new pump delivers leftovers)
+
+
+def stream_boot_verdict(look: BootLook, *, resume: bool, resume_check: float, needs_init: bool) -> tuple[str, str]:
+    """(WAIT | READY | FAILED, why) for a stream-json launch watched for `resume_check` seconds.
+
+    A resume fails when, within the check, the CLI exits, the pane shows the resume failure, an
+    error `result` comes before any turn succeeded, or (`needs_init`: only where the CLI is known
+    to emit init at start) no init came. A fresh launch only fails by exiting (the caller calls
+    that launch_died). READY early once nothing more can come: a successful first turn, or init
+    with nothing pending; else READY when the check ends. Never proof of liveness: the canary's
+    witness probe follows.
+    """
+    if look.exited:
+        return FAILED, f"the CLI exited during the {'resume' if resume else 'launch'} check (status {look.exit_status})"
+    if resume and look.screen_failed:
+        return FAILED, "the pane shows the resume failure"
+    if resume and look.first_result_error:
+        return FAILED, "the CLI answered with an error result before any turn succeeded"
+    if look.first_result_error is False:
+        return READY, "a turn succeeded"
+    if look.init_seen and look.pump_up and not look.busy:
+        return READY, "init came and nothing is pending"
+    if look.elapsed < resume_check:
+        return WAIT, ""
+    if resume and needs_init and not look.init_seen:
+        return FAILED, f"no init from the CLI within the resume check ({resume_check:g}s)"
+    return READY, "the check passed"

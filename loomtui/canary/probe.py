@@ -1,11 +1,14 @@
 """A canary probe: record it, type its instruction, watch the acks directory for its nonce.
 
 Only the actions module calls `probe` (actions.canary_now), for every trigger, and hands it
-the one injection path to type the instruction with.
+the one injection path to type the instruction with. With the stream-json driver a miss also
+says what the pump knows of it (queued behind a turn, and whether it ever reached the CLI): a
+fact for the operator, never a verdict; only the missing ack counts.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
 import time
@@ -33,6 +36,7 @@ from loomtui.canary.runs import (
     settle_stale,
 )
 from loomtui.context import Context
+from loomtui.pump import transcript
 from loomtui.store import locks
 
 if TYPE_CHECKING:
@@ -117,7 +121,7 @@ def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe
     if outcome is None:
         outcome = look()
     if outcome is None and time.monotonic() >= end:
-        outcome = MISS, None, ""
+        outcome = MISS, None, _queued_note(ctx, run.id)
     if outcome is not None:
         result, ack_at, why = outcome
         if result == OK and ack_at is not None and ack_at > run.deadline:
@@ -127,6 +131,27 @@ def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe
             forget_ack(path)
     row = ctx.store.query_one("SELECT * FROM canary_runs WHERE id = ?", (run.id,))
     return probe_from(row, joined=run.joined)
+
+
+def _queued_note(ctx: Context, run_id: int) -> str:
+    """For a missed probe the pump queued: whether it ever reached the CLI ("" when not queued)."""
+    if ctx.config.agent.driver != "stream-json":
+        return ""
+    row = ctx.store.query_one("SELECT detail FROM ledger WHERE kind = 'canary_sent' AND id > "
+                              "(SELECT COALESCE(MAX(id), 0) - 1000 FROM ledger) AND json_extract(detail, '$.run') = ? "
+                              "ORDER BY id DESC LIMIT 1", (run_id,))
+    try:
+        sent = json.loads(row[0]) if row else {}
+    except ValueError:
+        return ""
+    if sent.get("delivery") != "queued" or not isinstance(sent.get("seq"), int):
+        return ""
+    path = transcript.path_in(ctx.state_dir)
+    written = any(r.dir == transcript.IN and r.data.get("seq") == sent["seq"]
+                  for r in transcript.read(path, transcript.tail_offset(path, 1 << 20)))
+    if written:
+        return "queued behind a running turn; it reached the agent when that turn ended"
+    return "queued behind a running turn that has not ended: it never reached the agent"
 
 
 def _settled_elsewhere(ctx: Context, run_id: int) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -45,6 +46,8 @@ _CLAUDE = re.compile(r"(^|[/\s])claude(\s|$)")
 
 def check_canary_permissions(config: Config, state_dir: Path) -> Check:
     """Claude Code asks before running a command; a permission prompt would eat every canary."""
+    if config.agent.driver == "stream-json":
+        return check_stream_permissions(config, state_dir)
     acks = state_dir / "acks"
     missing = []
     for key in ("fresh_command", "resume_command"):
@@ -59,6 +62,94 @@ def check_canary_permissions(config: Config, state_dir: Path) -> Check:
         return Check(FAIL, "canary", "; ".join(missing) + ": add --add-dir {state_dir}/acks "
                      "--allowedTools 'Bash(touch:*)' or a permission prompt eats every canary")
     return Check(OK, "canary", f"the agent may touch files in {acks} without asking")
+
+
+# -- the stream-json driver -------------------------------------------------------------------
+
+_ALLOWED_TOOLS = ("--allowedTools", "--allowed-tools")
+_TOUCH_RULES = ("Bash(touch:*)", "Bash(touch *)", "Bash")
+# Permission modes under which print mode runs a Bash command without asking (there is nobody to ask).
+_PERMITTING_MODES = ("bypassPermissions",)
+# Flags whose value print mode with stream-json cannot take: Loom appends the right ones, and a
+# command that says otherwise would start a CLI that reads or writes something else.
+_STREAM_VALUES = {"--input-format": "stream-json", "--output-format": "stream-json"}
+# Flags that open an interactive picker when given no value: there is no screen to pick on.
+_NEEDS_VALUE = ("--resume", "-r")
+
+
+def _argv(command: str) -> list[str] | None:
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return None
+
+
+def _values(argv: list[str], names: tuple[str, ...]) -> list[str]:
+    """Every value given to the flags `names`: `--flag=v`, or the words after `--flag` up to the next flag."""
+    found = []
+    for i, word in enumerate(argv):
+        for name in names:
+            if word.startswith(name + "="):
+                found.append(word.split("=", 1)[1])
+            elif word == name:
+                for value in argv[i + 1:]:
+                    if value.startswith("-"):
+                        break
+                    found.append(value)
+    return found
+
+
+def permits_touch(argv: list[str]) -> bool:
+    """Print mode never asks: the canary's `touch` runs only if the flags allow it beforehand."""
+    if "--dangerously-skip-permissions" in argv:
+        return True
+    if any(mode in _PERMITTING_MODES for mode in _values(argv, ("--permission-mode",))):
+        return True
+    # Rules are split by commas or spaces, but not inside a rule's parentheses: "Bash(touch *)".
+    rules = [rule for value in _values(argv, _ALLOWED_TOOLS) for rule in re.findall(r"[^\s,()]+(?:\([^)]*\))?", value)]
+    return any(rule in _TOUCH_RULES for rule in rules)
+
+
+def check_stream_permissions(config: Config, state_dir: Path) -> Check:
+    acks = state_dir / "acks"
+    missing = []
+    for key in ("fresh_command", "resume_command"):
+        command = getattr(config.agent, key)
+        argv = _argv(command)
+        if argv is None or not _CLAUDE.search(command):
+            continue  # an unsplittable command is the stream-json check's to name
+        lacks = []
+        if not permits_touch(argv):
+            lacks.append("--allowedTools 'Bash(touch:*)' (or a --permission-mode that permits it)")
+        if not _values(argv, ("--add-dir",)) or "acks" not in " ".join(_values(argv, ("--add-dir",))):
+            lacks.append("--add-dir {state_dir}/acks")
+        if lacks:
+            missing.append(f"agent.{key} lacks {' and '.join(lacks)}")
+    if missing:
+        return Check(FAIL, "canary", "; ".join(missing) + ": in print mode a tool call that is not allowed "
+                     "beforehand is denied, and every canary with it")
+    return Check(OK, "canary", f"the agent may touch files in {acks} without asking (print mode)")
+
+
+def check_stream_flags(config: Config) -> Check:
+    """The commands can run in print mode with stream-json: what Loom appends is not contradicted."""
+    problems = []
+    for key in ("fresh_command", "resume_command"):
+        argv = _argv(getattr(config.agent, key))
+        if argv is None:
+            problems.append(f"agent.{key} cannot be split into words (unbalanced quotes)")
+            continue
+        for flag, wanted in _STREAM_VALUES.items():
+            wrong = [v for v in _values(argv, (flag,)) if v != wanted]
+            if wrong:
+                problems.append(f"agent.{key} has {flag} {wrong[0]} (print mode here needs {wanted})")
+        for flag in _NEEDS_VALUE:
+            if flag in argv and (argv.index(flag) + 1 >= len(argv) or argv[argv.index(flag) + 1].startswith("-")):
+                problems.append(f"agent.{key} has {flag} without a session id (an interactive picker)")
+    if problems:
+        return Check(FAIL, "stream-json", "; ".join(problems))
+    return Check(OK, "stream-json", "the commands run in print mode; Loom appends -p --input-format stream-json "
+                 "--output-format stream-json --verbose where missing")
 
 
 def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[str, str] | None = None,
@@ -96,6 +187,8 @@ def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[
         verdict = ledger.verify(store)
         checks.append(Check(OK if verdict.ok else FAIL, "ledger", verdict.describe()))
         checks.append(check_canary_permissions(config, state_dir))
+        if config.agent.driver == "stream-json":
+            checks.append(check_stream_flags(config))
         for more in extra or ():
             checks.extend(more(config, state_dir, store))
     return checks

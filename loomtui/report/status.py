@@ -13,13 +13,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loomtui.agent import launches, recovery
-from loomtui.agent.driver import make_driver
+from loomtui.agent.driver import StreamFacts, make_driver
 from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.durations import format_duration
 from loomtui.sentinel import queue as sentinel_queue
 from loomtui.store import ledger, outbox, session, telegram_state
 from loomtui.store.ledger import Event
+from loomtui.text import printable
 
 
 @dataclass(frozen=True)
@@ -56,27 +57,55 @@ class RelaunchClaim:
 
 @dataclass(frozen=True)
 class AgentLook:
-    """One bounded look at the pane: tmux up/gone/unknown, and the agent and poller in its tree."""
+    """One bounded look at the pane: tmux up/gone/unknown, and the agent and poller in its tree;
+    with the stream-json driver, the pump's facts too (turn, queue, last result)."""
 
     tmux: str
     why: str = ""
     pane: dict[str, Any] | None = None   # pane_pid, dead, exit_status: when tmux showed a pane
     tree: dict[str, Any] | None = None   # process, pid, poller: when the tree could be walked
     claim: str = ""                      # an unwitnessed last relaunch, said beside the process
+    driver: str = "tmux"
+    stream: dict[str, Any] | None = None  # the current pump's facts (stream-json only)
+    taken: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
-        return {"tmux": self.tmux, "why": self.why, **(self.pane or {}), **(self.tree or {})}
+        out = {"tmux": self.tmux, "why": self.why, **(self.pane or {}), **(self.tree or {}), "driver": self.driver}
+        if self.driver == "stream-json":
+            out["stream"] = self.stream
+        return out
 
     def describe(self) -> str:
         if self.tmux != "up":
             return f"tmux {self.tmux}: {self.why}"
         pane, tree = self.pane or {}, self.tree or {}
         if pane.get("dead"):
-            return f"exited (status {pane.get('exit_status')})"
+            return f"exited (status {pane.get('exit_status')})" + self._stream_note()
         line = f"process {tree.get('process')}" + (f" (pid {tree['pid']})" if tree.get("pid") else "")
         if tree.get("poller") and tree["poller"] != "unknown":
             line += f", poller {tree['poller']}"
-        return line + (f"; {self.claim}" if self.claim else "")
+        return line + self._stream_note() + (f"; {self.claim}" if self.claim else "")
+
+    def _stream_note(self) -> str:
+        if self.driver != "stream-json":
+            return ""
+        stream = self.stream
+        if stream is None:
+            return "; stream-json: no word from the pump"
+        if stream.get("turn") == "running":
+            since = stream.get("turn_started")
+            turn = "turn running" + (f" {format_duration(max(self.taken - since, 0))}" if since else "")
+        else:
+            turn = "idle"
+        note = f"; stream-json: {turn}, {stream.get('queue', 0)} queued"
+        last = stream.get("last_result") or {}
+        if last.get("is_error"):
+            note += f", last turn failed ({last.get('subtype') or 'error'})"
+        if last.get("denials"):
+            note += f", last turn denied {', '.join(printable(str(d)) for d in last['denials'])}"
+        if stream.get("cli_exit"):
+            note += f", CLI exited (status {stream['cli_exit'].get('status')})"
+        return note
 
 
 @dataclass(frozen=True)
@@ -166,7 +195,7 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
     settled = store.query_one("SELECT * FROM canary_runs WHERE result != ? ORDER BY id DESC LIMIT 1",
                               (canary.PENDING,))
     claim = relaunch_claim(ctx)
-    look_now = agent(ctx) if look else None
+    look_now = agent(ctx, now) if look else None
     if look_now is not None and claim is not None and not claim.failed and not claim.witnessed:
         look_now = replace(look_now, claim=claim.describe(now))
     return Status(
@@ -207,14 +236,31 @@ def relaunch_claim(ctx: Context) -> RelaunchClaim | None:
                          ack["event"] if ack else None, ack["ts"] if ack else None, failed)
 
 
-def agent(ctx: Context) -> AgentLook:
-    facts = make_driver(ctx.config).observe()
+def agent(ctx: Context, now: float | None = None) -> AgentLook:
+    driver = make_driver(ctx.config, ctx.state_dir)
+    facts = driver.observe()
     pane = tree = None
     if facts.pane is not None:
         pane = {"pane_pid": facts.pane.pane_pid, "dead": facts.pane.dead, "exit_status": facts.pane.dead_status}
     if facts.tree is not None:
         tree = {"process": facts.tree.agent, "pid": facts.tree.agent_pid, "poller": facts.tree.poller}
-    return AgentLook(facts.tmux, facts.why, pane, tree)
+    return AgentLook(facts.tmux, facts.why, pane, tree, driver=driver.name, stream=stream_json(facts.stream),
+                     taken=time.time() if now is None else now)
+
+
+def stream_json(facts: StreamFacts | None) -> dict[str, Any] | None:
+    """The pump's facts as `loom status --json` prints them (None: no pump of this pane has written)."""
+    if facts is None:
+        return None
+    last = facts.last_result
+    return {
+        "current": facts.current, "pump_pid": facts.pump_pid, "cli_pid": facts.cli_pid,
+        "session_id": facts.session_id, "turn": facts.turn, "turn_started": facts.turn_started,
+        "turn_seq": facts.turn_seq, "queue": facts.queue, "turns": facts.turns,
+        "last_result": None if last is None else {"ts": last.ts, "is_error": last.is_error, "subtype": last.subtype,
+                                                  "seq": last.seq, "denials": list(last.denials)},
+        "cli_exit": facts.cli_exit,
+    }
 
 
 def _last(probe: canary.Probe | None, now: float) -> CanaryLast | None:

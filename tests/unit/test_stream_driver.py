@@ -1,0 +1,392 @@
+"""The stream-json driver's parts that need no tmux: the command it launches, the facts it reads,
+the resume rule, whose line an injection is, the ledger's record of delivery and of denials, and
+what `loom status` and `loom doctor` say in this mode."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loomtui.agent import inject as inject_mod
+from loomtui.agent.driver import Delivery, TmuxDriver, make_driver
+from loomtui.agent.stream_driver import (
+    PumpRefused,
+    StreamJsonDriver,
+    facts_from,
+    origin_of,
+    pump_command,
+    stream_argv,
+)
+from loomtui.agent.tmux import TmuxError
+from loomtui.agent.watchdog import record_denials
+from loomtui.agent.watchdog_rules import FAILED, READY, WAIT, BootLook, settings_from, stream_boot_verdict
+from loomtui.config import parse_config
+from loomtui.context import Context
+from loomtui.pump import transcript
+from loomtui.report import doctor
+from loomtui.report.status import AgentLook
+from loomtui.store import ledger
+
+FLAGS = ["-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"]
+
+
+def config(**agent):
+    return parse_config({"agent": {"driver": "stream-json", **agent}}, "test", None)
+
+
+# -- the command in the pane -------------------------------------------------------------------
+
+
+def test_the_stream_flags_are_appended_when_missing():
+    assert stream_argv("claude --session-id abc") == ["claude", "--session-id", "abc", *FLAGS]
+
+
+@pytest.mark.parametrize("command", [
+    "claude -p --input-format stream-json --output-format stream-json --verbose --resume abc",
+    "claude --print --input-format=stream-json --output-format=stream-json --verbose --resume abc",
+])
+def test_flags_already_there_are_not_repeated(command):
+    assert stream_argv(command) == shlex.split(command)
+
+
+def test_only_the_missing_ones_are_added_and_quoting_survives():
+    argv = stream_argv("claude --verbose --add-dir '/tmp/a dir/acks' --allowedTools 'Bash(touch:*)'")
+    assert argv == ["claude", "--verbose", "--add-dir", "/tmp/a dir/acks", "--allowedTools", "Bash(touch:*)",
+                    "-p", "--input-format", "stream-json", "--output-format", "stream-json"]
+
+
+def test_an_unsplittable_command_is_a_clear_error():
+    with pytest.raises(TmuxError, match="cannot be split"):
+        stream_argv("claude --add-dir 'unbalanced")
+
+
+def test_the_pane_runs_the_pump_exec_d_from_this_python(tmp_path):
+    state = tmp_path / "state dir; rm -rf ~"
+    line = pump_command(state, "claude --session-id abc")
+    assert line.startswith("exec ")
+    argv = shlex.split(line)[1:]
+    assert argv[:6] == [sys.executable, "-m", "loomtui", "pump", "--state-dir", str(state)]
+    assert argv[6] == "--" and argv[7:] == ["claude", "--session-id", "abc", *FLAGS]
+
+
+# -- the driver ------------------------------------------------------------------------------
+
+
+def test_make_driver_follows_agent_driver(tmp_path):
+    stream = make_driver(config(), tmp_path)
+    assert isinstance(stream, StreamJsonDriver) and stream.name == "stream-json" and stream.state_dir == tmp_path
+    plain = make_driver(parse_config({}, "test", None), tmp_path)
+    assert type(plain) is TmuxDriver and plain.name == "tmux"
+    assert type(make_driver(parse_config({}, "test", None))) is TmuxDriver  # the old call still works
+
+
+def test_keys_are_refused_and_a_driver_without_a_state_dir_delivers_nothing():
+    driver = StreamJsonDriver(config(), None)
+    with pytest.raises(PumpRefused, match="no keys"):
+        driver.send_keys(["Enter"])
+    with pytest.raises(PumpRefused, match="without the state dir"):
+        driver.type_line("hello")
+    assert issubclass(PumpRefused, TmuxError)  # inject.py's one error path takes it
+    assert driver.stream_facts(123) is None
+
+
+@pytest.mark.parametrize("kind, source, origin", [
+    ("canary_sent", "canary", "canary"), ("canary_sent", "cli", "canary"), ("canary_sent", "telegram", "canary"),
+    ("queue_nudge", "sentinel", "sentinel"), ("queue_nudge", "tui", "sentinel"),
+    ("inject", "telegram", "telegram"), ("inject", "cli", "operator"), ("inject", "tui", "operator"),
+    ("inject", "demo", "operator"),
+])
+def test_whose_line_it_is(kind, source, origin):
+    assert origin_of(kind, source) == origin
+
+
+# -- facts from pump.json --------------------------------------------------------------------
+
+
+PUMP_JSON = {"pid": 123, "cli_pid": 124, "started": 1764576000.0, "argv0": "claude", "session_id": "s-1",
+             "turn": "running", "turn_started": 1764576010.5, "turn_seq": 7, "queue": 2, "turns": 5,
+             "last_result": {"ts": 1764576009.0, "is_error": True, "subtype": "error_during_execution", "seq": 6,
+                             "denials": ["Bash", "Write"]},
+             "cli_exit": None}
+
+
+def test_pump_json_as_facts():
+    facts = facts_from(PUMP_JSON, pane_pid=123)
+    assert facts is not None and facts.current and facts.running
+    assert (facts.pump_pid, facts.cli_pid, facts.session_id, facts.queue, facts.turns) == (123, 124, "s-1", 2, 5)
+    assert (facts.turn_started, facts.turn_seq) == (1764576010.5, 7)
+    last = facts.last_result
+    assert last is not None and last.is_error and last.subtype == "error_during_execution" and last.seq == 6
+    assert last.denials == ("Bash", "Write")
+
+
+def test_a_dead_or_replaced_pumps_file_is_not_current():
+    assert not facts_from(PUMP_JSON, pane_pid=999).current
+    assert not facts_from(PUMP_JSON, pane_pid=None).current
+
+
+@pytest.mark.parametrize("doc", [{}, {"pid": "123"}, {"pid": None}])
+def test_a_file_without_a_pid_is_no_facts(doc):
+    assert facts_from(doc, 123) is None
+
+
+def test_wrong_types_are_read_as_nothing_not_trusted():
+    doc = {"pid": 5, "turn": "weird", "queue": "3", "session_id": 7, "last_result": {"denials": "Bash"},
+           "cli_exit": "yes", "started": True}
+    facts = facts_from(doc, 5)
+    assert facts.turn == "idle" and facts.queue == 0 and facts.session_id is None and facts.started is None
+    assert facts.last_result is not None and facts.last_result.denials == () and facts.cli_exit is None
+
+
+def test_read_facts_goes_through_the_pumps_own_status_reader(tmp_path):
+    from loomtui.agent.stream_driver import read_facts
+
+    assert read_facts(tmp_path, 123) is None
+    (tmp_path / "pump.json").write_text(json.dumps(PUMP_JSON))
+    facts = read_facts(tmp_path, 123)
+    assert facts is not None and facts.current and facts.queue == 2
+
+
+# -- the resume rule ---------------------------------------------------------------------------
+
+
+def verdict(resume=True, needs_init=False, check=5.0, **look):
+    return stream_boot_verdict(BootLook(**{"elapsed": 0.0, **look}), resume=resume, resume_check=check,
+                               needs_init=needs_init)[0]
+
+
+def test_a_resume_fails_on_exit_screen_or_an_error_first_result():
+    assert verdict(exited=True, exit_status=0) == FAILED
+    assert verdict(exited=True, exit_status=1, init_seen=True, pump_up=True) == FAILED
+    assert verdict(screen_failed=True, pump_up=True) == FAILED
+    assert verdict(first_result_error=True, init_seen=True, pump_up=True) == FAILED
+
+
+def test_a_resume_is_ready_early_once_nothing_more_can_come():
+    assert verdict(first_result_error=False, pump_up=True, init_seen=True) == READY
+    assert verdict(init_seen=True, pump_up=True) == READY
+    assert verdict(init_seen=True, pump_up=True, busy=True) == WAIT   # leftovers being delivered: wait for their result
+    assert verdict(pump_up=True) == WAIT                               # no init yet: the check goes on
+
+
+def test_no_init_within_the_check_fails_only_where_init_is_known_to_come_at_start():
+    assert verdict(pump_up=True, elapsed=5.0, needs_init=True) == FAILED
+    assert verdict(pump_up=True, elapsed=5.0, needs_init=False) == READY
+    assert verdict(pump_up=True, elapsed=4.9, needs_init=True) == WAIT
+    assert verdict(pump_up=True, init_seen=True, busy=True, elapsed=5.0, needs_init=True) == READY
+
+
+def test_a_fresh_launch_fails_only_by_exiting():
+    assert verdict(resume=False, exited=True) == FAILED
+    assert verdict(resume=False, screen_failed=True, pump_up=True, elapsed=9.0) == READY
+    assert verdict(resume=False, first_result_error=True, pump_up=True) == WAIT
+    assert verdict(resume=False, first_result_error=True, pump_up=True, elapsed=9.0) == READY
+    assert verdict(resume=False, pump_up=True, elapsed=9.0, needs_init=True) == READY
+
+
+looks = st.builds(BootLook, elapsed=st.floats(0, 100), exited=st.booleans(), exit_status=st.none() | st.integers(0, 3),
+                  screen_failed=st.booleans(), pump_up=st.booleans(), init_seen=st.booleans(),
+                  first_result_error=st.none() | st.booleans(), busy=st.booleans())
+
+
+@given(looks, st.booleans(), st.booleans(), st.floats(0.1, 60))
+def test_the_verdict_invariants(look, resume, needs_init, check):
+    result, why = stream_boot_verdict(look, resume=resume, resume_check=check, needs_init=needs_init)
+    if look.exited:
+        assert result == FAILED and "exited" in why
+    if result == FAILED and not look.exited:
+        assert resume  # a fresh launch fails only by exiting
+    if look.elapsed >= check:
+        assert result != WAIT  # the check always ends
+    if result == WAIT:
+        assert look.elapsed < check
+
+
+def test_the_watchdog_never_looks_for_dialogs_in_stream_mode():
+    assert settings_from(config()).modals == ()
+    assert settings_from(parse_config({}, "test", None)).modals != ()
+
+
+# -- through the store -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text(f'state_dir = "{tmp_path / "state"}"\n[agent]\ndriver = "stream-json"\n'
+                    f'tmux_socket = "loomtest-unit-{tmp_path.name[-8:].replace(".", "")}"\n')
+    context = Context.load(str(path), None, environ={})
+    yield context
+    context.close()
+
+
+class Recorder(TmuxDriver):
+    """A driver that takes the line and says what a pump would: the wiring of inject.py, not the pump."""
+
+    def __init__(self, delivery: Delivery | None) -> None:
+        self.delivery = delivery
+        self.calls: list[tuple[str, str, str]] = []
+
+    def pane_pid(self):
+        return 42
+
+    def type_line(self, text, expect_pane_pid=None, *, origin="operator", ref=""):
+        self.calls.append((text, origin, ref))
+        return self.delivery
+
+
+def test_the_ledger_says_queued_with_its_place_and_the_origin_reaches_the_driver(ctx):
+    driver = Recorder(Delivery("queued", seq=8, position=2))
+    result = inject_mod.inject(ctx, "touch /x", source="cli", kind="canary_sent", driver=driver)
+    assert result.ok and result.delivery == "queued" and result.position == 2
+    assert driver.calls == [("touch /x", "canary", "")]
+    [event] = ledger.tail(ctx.store, 10, kinds=["canary_sent"])
+    assert event.detail["delivery"] == "queued" and event.detail["seq"] == 8 and event.detail["position"] == 2
+    assert "touch /x" not in json.dumps(event.as_dict())
+
+
+def test_delivered_and_an_explicit_origin_and_ref(ctx):
+    driver = Recorder(Delivery("delivered", seq=3))
+    result = inject_mod.inject(ctx, "hi", source="telegram", driver=driver, origin="telegram", ref="tg-9")
+    assert result.delivery == "delivered" and result.position is None
+    assert driver.calls == [("hi", "telegram", "tg-9")]
+    [event] = ledger.tail(ctx.store, 10, kinds=["inject"])
+    assert event.detail["delivery"] == "delivered" and "position" not in event.detail
+
+
+def test_the_tmux_drivers_events_stay_as_they_were(ctx):
+    inject_mod.inject(ctx, "hi", source="cli", driver=Recorder(None))
+    [event] = ledger.tail(ctx.store, 10, kinds=["inject"])
+    assert set(event.detail) == {"length", "digest", "ok"}
+
+
+def write_transcript(state_dir: Path, records: list[tuple[str, dict]]) -> None:
+    writer = transcript.Writer(transcript.path_in(state_dir))
+    try:
+        for direction, data in records:
+            writer.append(direction, **data)
+    finally:
+        writer.close()
+
+
+def result_event(denials):
+    return {"event": {"type": "result", "subtype": "success", "is_error": False, "permission_denials": denials}}
+
+
+def test_each_denial_is_recorded_once_with_names_only(ctx):
+    secret_input = {"command": "touch /secret/path-with-token-abc"}
+    write_transcript(ctx.state_dir, [
+        ("in", {"seq": 1, "origin": "canary", "ref": "", "text": "touch /acks/n1"}),
+        ("out", {"event": {"type": "system", "subtype": "init", "session_id": "s"}}),
+        ("out", result_event([{"tool_name": "Bash", "tool_use_id": "t1", "tool_input": secret_input},
+                              {"tool_name": "Bash", "tool_use_id": "t2", "tool_input": secret_input}])),
+        ("in", {"seq": 2, "origin": "operator", "ref": "", "text": "hello"}),
+        ("out", result_event([])),
+    ])
+    assert record_denials(ctx) == ["permission denied to Bash"]
+    [event] = ledger.tail(ctx.store, 10, kinds=["permission_denied"])
+    assert event.detail["tools"] == ["Bash"] and event.detail["count"] == 2
+    assert event.detail["seq"] == 1 and event.detail["origin"] == "canary"
+    assert "secret" not in json.dumps(event.as_dict()) and "acks" not in json.dumps(event.as_dict())
+    assert record_denials(ctx) == []   # read once: nothing new
+    write_transcript(ctx.state_dir, [
+        ("in", {"seq": 3, "origin": "telegram", "ref": "", "text": "write it"}),
+        ("out", result_event([{"tool_name": "Write\x1b[31m", "tool_input": {}}])),
+    ])
+    assert record_denials(ctx) == ["permission denied to Write␛[31m"]
+    assert [e.detail["origin"] for e in ledger.tail(ctx.store, 10, kinds=["permission_denied"])] == ["canary",
+                                                                                                     "telegram"]
+
+
+def test_a_new_transcript_is_read_from_its_start(ctx):
+    write_transcript(ctx.state_dir, [("out", result_event([{"tool_name": "Bash"}]))])
+    assert len(record_denials(ctx)) == 1
+    path = transcript.path_in(ctx.state_dir)
+    path.unlink()
+    write_transcript(ctx.state_dir, [("out", result_event([{"tool_name": "Edit"}]))])
+    assert record_denials(ctx) == ["permission denied to Edit"]
+
+
+def test_no_transcript_records_nothing(ctx):
+    assert record_denials(ctx) == []
+
+
+# -- loom status -------------------------------------------------------------------------------
+
+
+def test_status_shows_the_turn_the_queue_and_the_last_turns_denials():
+    stream = {"turn": "running", "turn_started": 100.0, "queue": 2,
+              "last_result": {"is_error": False, "subtype": "success", "denials": ["Bash"]}, "cli_exit": None}
+    look = AgentLook("up", pane={"pane_pid": 5, "dead": False}, tree={"process": "present", "pid": 6},
+                     driver="stream-json", stream=stream, taken=112.0)
+    line = look.describe()
+    assert "stream-json: turn running 12s, 2 queued" in line and "last turn denied Bash" in line
+    data = look.as_json()
+    assert data["driver"] == "stream-json" and data["stream"]["queue"] == 2 and data["stream"]["turn"] == "running"
+    idle = AgentLook("up", pane={"pane_pid": 5, "dead": False}, tree={"process": "present"}, driver="stream-json",
+                     stream={"turn": "idle", "queue": 0, "last_result": None})
+    assert "stream-json: idle, 0 queued" in idle.describe()
+    assert "no word from the pump" in AgentLook("up", tree={"process": "present"}, driver="stream-json").describe()
+    tmux = AgentLook("up", tree={"process": "present"})
+    assert "stream" not in tmux.describe() and "stream" not in tmux.as_json() and tmux.as_json()["driver"] == "tmux"
+
+
+# -- loom doctor -------------------------------------------------------------------------------
+
+
+GOOD = "claude --add-dir {state_dir}/acks --allowedTools 'Bash(touch:*)' "
+
+
+@pytest.mark.parametrize("flags, ok", [
+    ("--allowedTools 'Bash(touch:*)'", True), ("--allowed-tools=Read,Bash(touch:*)", True),
+    ("--allowedTools Read 'Bash(touch *)'", True), ("--allowedTools Bash", True),
+    ("--permission-mode bypassPermissions", True), ("--dangerously-skip-permissions", True),
+    ("--allowedTools Read", False), ("--allowedTools 'Bash(git:*)'", False), ("--permission-mode acceptEdits", False),
+    ("", False), ("--add-dir Bash(touch:*)", False),
+])
+def test_what_permits_the_canarys_touch(flags, ok):
+    assert doctor.permits_touch(shlex.split("claude " + flags)) is ok
+
+
+def test_doctor_passes_a_good_stream_setup_and_names_the_failing_check(tmp_path):
+    good = config(fresh_command=GOOD + "--session-id {session_id}", resume_command=GOOD + "--resume {session_id}")
+    assert doctor.check_canary_permissions(good, tmp_path).status == doctor.OK
+    assert doctor.check_stream_flags(good).status == doctor.OK
+    bare = config(fresh_command="claude --add-dir {state_dir}/acks --session-id {session_id}")
+    check = doctor.check_canary_permissions(bare, tmp_path)
+    assert check.status == doctor.FAIL and check.name == "canary"
+    assert "agent.fresh_command lacks --allowedTools 'Bash(touch:*)'" in check.detail
+    assert "agent.resume_command lacks" in check.detail  # the default resume command has neither
+
+
+@pytest.mark.parametrize("command, says", [
+    (GOOD + "--output-format text --session-id {session_id}", "--output-format text"),
+    (GOOD + "--input-format=text --session-id {session_id}", "--input-format text"),
+    (GOOD + "--session-id {session_id} --resume", "--resume without a session id"),
+    (GOOD + "--session-id {session_id} 'unbalanced", "cannot be split"),
+])
+def test_doctor_names_flags_print_mode_cannot_take(command, says):
+    check = doctor.check_stream_flags(config(fresh_command=command))
+    assert check.status == doctor.FAIL and check.name == "stream-json" and says in check.detail
+    assert "agent.fresh_command" in check.detail and "agent.resume_command" not in check.detail
+
+
+def test_the_demo_takes_the_driver_from_its_caller_and_refuses_an_unknown_one(tmp_path, monkeypatch):
+    from loomtui.demo.launcher import Demo
+    from loomtui.errors import LoomError
+
+    demo = Demo(tmp_path / "demo", driver="stream-json")
+    assert 'driver = "stream-json"' in demo.write().read_text()
+    assert parse_config({"agent": {"driver": "stream-json"}}, "t", None).agent.driver == "stream-json"
+    monkeypatch.setenv("LOOM_DEMO_DRIVER", "stream-json")
+    assert Demo.for_this_install().driver == "stream-json"
+    monkeypatch.delenv("LOOM_DEMO_DRIVER")
+    assert Demo.for_this_install().driver == "tmux"
+    with pytest.raises(LoomError, match="LOOM_DEMO_DRIVER"):
+        Demo(tmp_path / "other", driver="screen")
