@@ -5,6 +5,9 @@ It writes a config and a state directory, starts the demo agent in a private tmu
 `loom run-job`; about 25 seconds in it crashes the agent once, so a recovery shows up too.
 Quitting the console stops all of it. Nothing here is a mock: these are the same commands an
 operator runs.
+
+`LOOM_DEMO_DRIVER=stream-json make demo` runs the same demo with the stream-json driver: the
+demo agent in print mode behind `loom pump`, the console showing the conversation.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ JOBS = {
     "digest": ("45s", "print('digest: 3 sources, ERROR fetching [/feeds] (retrying) \\x1b[31mred\\x1b[0m')"),
 }
 CRASH_AFTER = 25.0
+DRIVERS = ("tmux", "stream-json")
 DEMO_READY = r"(?m)^> $"  # the demo agent's prompt, alone on its line (resumed history lines carry text)
 
 MEMORY = {
@@ -60,9 +64,12 @@ def toml(value: object) -> str:
 
 
 class Demo:
-    def __init__(self, root: Path, crash_after: float = CRASH_AFTER) -> None:
+    def __init__(self, root: Path, crash_after: float = CRASH_AFTER, driver: str = "tmux") -> None:
+        if driver not in DRIVERS:
+            raise LoomError(f"LOOM_DEMO_DRIVER={driver!r}: use one of {', '.join(DRIVERS)}")
         self.root = root
         self.crash_after = crash_after  # seconds from the job runner's start to the agent's one crash
+        self.driver = driver
         self.config_path = root / "config.toml"
         self.procs: list[subprocess.Popen] = []
         # Stable across processes (str hashes are salted per process): a later run must find this one.
@@ -71,7 +78,7 @@ class Demo:
     @classmethod
     def for_this_install(cls) -> Demo:
         base = checkout_state_dir() or Path(platformdirs.user_state_dir("loom"))
-        return cls(base / "demo")
+        return cls(base / "demo", driver=os.environ.get("LOOM_DEMO_DRIVER") or "tmux")
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -103,6 +110,7 @@ class Demo:
             # canary witnesses a relaunch at once instead of after the boot grace.
             f"ready_match = {toml(DEMO_READY)}",
             f"env = {toml({'LOOM_DEMO_DATA': str(self.root / 'agent-data'), 'LOOM_DEMO_BOT': bot})}",
+            f"driver = {toml(self.driver)}",
             "[[agent.modals]]",
             'match = "Yes, I trust this folder"',
             'keys = ["Enter"]',
