@@ -38,9 +38,9 @@ log = logging.getLogger("loom.launch")
 
 # Stream-json: a resume that brings no `init` within `agent.resume_check` is `resume_failed`
 # (`--resume` can hang without a word, anthropics/claude-code#55241). Right only for a CLI that
-# emits init at start rather than with its first turn; off until the real CLI is shown to, so a
-# silent-but-fine resume is never thrown away for a fresh session (a hung one still misses the
-# canary's probes and is recycled by them).
+# emits init at start; Claude Code (2.1.332) emits it with each turn and says nothing before the
+# first message (tests/e2e/test_claude_code_cli.py), so this stays off: a silent-but-fine resume
+# is never thrown away for a fresh session, and a hung one misses the canary and is recycled.
 RESUME_NEEDS_INIT = False
 
 
