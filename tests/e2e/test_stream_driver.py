@@ -14,8 +14,11 @@ import json
 import os
 import signal
 import sqlite3
+import sys
+import uuid
 
 import pytest
+from conftest import REPO
 from harness import AgentHarness, wait_for
 from test_canary import FAST_WATCH, runs
 from test_supervise import FAST, Daemon, relaunches
@@ -311,6 +314,49 @@ def test_an_injection_during_a_turn_is_queued_and_reaches_the_agent_after_it(mak
     wait_for(lambda: harness.pump().get("queue") == 0 and harness.pump().get("turn") == "idle", 30,
              what="the queue drained")
     verified(harness)
+
+
+@pytest.mark.incident("garbled_replay")
+def test_a_line_waiting_through_a_relaunch_is_not_handed_to_the_new_pump(make_stream):
+    import threading
+
+    from loomtui.agent.inject import inject
+    from loomtui.agent.stream_driver import StreamJsonDriver, pump_command
+    from loomtui.store import locks
+
+    harness = make_stream()
+    harness.start()
+    ctx = harness.ctx()
+    driver = StreamJsonDriver(ctx.config, ctx.state_dir)
+    looked, pane_pid = threading.Event(), driver.pane_pid
+
+    def pane_pid_seen():
+        pid = pane_pid()
+        looked.set()
+        return pid
+
+    driver.pane_pid = pane_pid_seen
+    results = []
+    lock = locks.hold(harness.state_dir, locks.INJECT, timeout=5)  # as a relaunch holds it
+    try:
+        waiting = threading.Thread(target=lambda: results.append(
+            inject(ctx, "meant for the old one", source="test", driver=driver)))
+        waiting.start()
+        assert looked.wait(60), "the injection never looked at the pane"
+        old = harness.pane_pid()
+        # A new pump, on the same socket path, takes the pane while the line waits (what a
+        # relaunch does under the lock): its socket would take the line, were it handed over.
+        command = pump_command(harness.state_dir, f"{sys.executable} -m loomtui.demo.agent --session-id {uuid.uuid4()}")
+        swapped = harness.tmux("respawn-pane", "-k", "-e", f"LOOM_DEMO_DATA={harness.data_dir}",
+                               "-e", f"PYTHONPATH={REPO}", "-t", "=agent:0.0", command)
+        assert swapped.returncode == 0, swapped.stderr
+        wait_for(lambda: harness.pane_pid() not in (None, old) and harness.pump_up(), 60, what="a new pump up")
+    finally:
+        lock.release()
+    waiting.join(60)
+    [result] = results
+    assert not result.ok and "relaunched while this waited" in result.error
+    assert not [r for r in harness.records("in") if r.data.get("text") == "meant for the old one"]
 
 
 def test_a_probe_is_a_canary_turn_and_a_denial_is_recorded_once(make_stream):
