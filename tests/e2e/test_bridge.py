@@ -69,6 +69,7 @@ def answers(fake) -> list[str]:
     return [t for t in fake.texts(CHAT) if t.startswith("heard you")]
 
 
+@pytest.mark.incident("one_bot_one_poller")  # the agent polls no bot: Loom's one poller serves chat and commands
 def test_the_operators_chat_talks_to_the_agent_and_nothing_else_does(bridged, fake):
     harness = bridged
     harness.start()
