@@ -14,7 +14,8 @@ import pytest
 from conftest import REPO
 
 RULES = ["agent.policy", "agent.hold_rules", "agent.watchdog_rules", "canary.rules", "sentinel.queue_rules",
-         "sentinel.logscan", "sentinel.signature", "sentinel.schedule", "report.incidents", "durations", "states"]
+         "sentinel.logscan", "sentinel.signature", "sentinel.schedule", "report.incidents", "durations", "states",
+         "pump.rules"]
 
 
 @pytest.mark.parametrize("name", RULES)
