@@ -160,9 +160,10 @@ def recycle(ctx: Context, mode: str, *, source: str, reason: str | None = None) 
 
 
 def inject(ctx: Context, text: str, *, source: str, kind: str = "inject",
-           detail: dict[str, Any] | None = None) -> InjectResult:
-    """Type one line into the agent's pane (the probe's instruction and the nudges too)."""
-    return _type_text(ctx, text, source=source, kind=kind, detail=detail)
+           detail: dict[str, Any] | None = None, ref: str = "") -> InjectResult:
+    """Type one line into the agent's pane (the probe's instruction and the nudges too); `ref` is the
+    asker's own id for it (a Telegram message), kept with the line by the stream-json pump."""
+    return _type_text(ctx, text, source=source, kind=kind, detail=detail, ref=ref)
 
 
 def nudge(ctx: Context, text: str, *, source: str, detail: dict[str, Any]) -> InjectResult:

@@ -109,7 +109,7 @@ class OperatorActions:
         from loomtui import actions
 
         # The ledger gets inject's length and digest and this ref; the text goes to the agent only.
-        result = actions.inject(self.ctx, text, source=self.source, detail={"ref": ref})
+        result = actions.inject(self.ctx, text, source=self.source, detail={"ref": ref}, ref=ref)
         return "" if result.ok else f"not passed to the agent: {result.error}"
 
 
