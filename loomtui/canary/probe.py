@@ -115,7 +115,7 @@ def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe
                 if _settled_elsewhere(ctx, run.id):
                     break
         except (OSError, RuntimeError) as exc:
-            outcome = ERROR, None, f"watching {ctx.acks_dir} failed: {exc}"
+            outcome = ERROR, None, f"acks dir {ctx.acks_dir} could not be watched: {exc}"
         finally:
             watch_stop.set()
     if outcome is None:

@@ -106,7 +106,6 @@ def test_a_crash_is_resumed_and_witnessed(make_stream):
     old_agent = harness.agent_pid()
     assert harness.loom("inject", "/crash").returncode == 0
     sent = harness.events("inject")[-1]
-    assert sent["detail"]["delivery"] == "delivered"
     event = wait_for(lambda: relaunches(harness, "crash") + relaunches(harness, "exit"), 60, what="a relaunch")[0]
     assert event["source"] == "watchdog" and event["ts"] > sent["ts"]
     assert event["detail"]["mode"] == "resume" and event["detail"]["new_session"] == session
@@ -225,7 +224,9 @@ def test_a_resume_that_finds_no_conversation_goes_fresh(make_stream):
     assert result.returncode == 0, result.stderr
     assert "after the resume failed" in result.stdout
     [failed] = harness.events("resume_failed")
-    assert failed["detail"]["session"] == first and "exited" in failed["detail"]["why"]
+    # The pane shows the CLI's stderr a moment before the pump records its exit: either is seen first.
+    assert failed["detail"]["session"] == first
+    assert "exited" in failed["detail"]["why"] or "shows the resume failure" in failed["detail"]["why"]
     assert [(e["cause"], e["detail"]["mode"]) for e in relaunches(harness)[-2:]] == [
         ("operator_resume", "resume"), ("resume_failed", "fresh")]
     third = harness.pinned()
@@ -409,7 +410,8 @@ def test_the_stream_json_demo_crashes_once_recovers_and_stops_cleanly(tmp_path):
         assert crash["detail"]["mode"] == "resume" and crash["source"] == "watchdog"
         wait_for(lambda: [e for e in events("canary") if e["detail"].get("witnessed") == crash["id"]], 180,
                  what="the relaunch witnessed")
-        assert [e["detail"]["delivery"] for e in events("inject")] == ["delivered"]  # the demo's /crash
+        [crash_line] = events("inject")  # the demo's /crash, through the pump
+        assert crash_line["detail"]["ok"] and crash_line["detail"]["delivery"] in ("delivered", "queued")
         seen |= demo_processes(demo)
     finally:
         seen |= demo_processes(demo)
