@@ -108,7 +108,8 @@ def installed(tmp_path_factory, worker_id) -> Installed:
             # build/lib (say, a module since moved) would be packed into the next wheel.
             source = target / "source"
             shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-                ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "mutants", ".hypothesis", "state"))
+                ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "mutants", ".hypothesis", "state",
+                "node_modules"))
             run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(source))
             run(sys.executable, "-m", "venv", str(venv))
             wheel = next(dist.glob("loomtui-*.whl"))

@@ -1,8 +1,9 @@
 """The pump's turns and queue: pure functions of (state, event) -> (new state, what to do).
 
-A message is written to the CLI only between turns: Claude Code answers a line written during a
-running turn but does not persist it (anthropics/claude-code#41230), so a later `--resume` would
-lose it. While a turn runs, accepted messages wait in order and are written one per turn, as each
+A message is written to the CLI only between turns: Claude Code merges lines written during a
+running turn into one later turn (and older versions did not keep them at all,
+anthropics/claude-code#41230), so one line per turn is what pairs each message with its answer.
+While a turn runs, accepted messages wait in order and are written one per turn, as each
 turn ends with the CLI's `result` event. After the CLI has exited, or once its stdin is broken,
 nothing more is accepted. The state only grows by events; `now` is an argument.
 """

@@ -36,6 +36,7 @@ LOCK_WAIT = 15.0        # a previous pump of this state dir may still be stoppin
 SEND_WAIT = 30.0        # how long a send may wait for its write to the CLI
 READ_TIMEOUT = 5.0      # a client has this long to send its request line
 ORIGIN = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+STALE_ORIGIN = "canary"  # a queued line of this origin is not carried over to the next launch
 QUEUE_FILE = re.compile(r"(\d{1,18})\.json")
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
@@ -383,6 +384,13 @@ class Pump:
                     path.rename(path.with_name(name + ".bad"))
                 except OSError:
                     pass
+                continue
+            if origin == STALE_ORIGIN:
+                # A probe belongs to the launch it was sent to, and the canary has settled it as
+                # missed by now: delivered to this one it would cost a turn and leave an ack for a
+                # run that is over. The canary probes this launch itself.
+                self._record(transcript.PUMP, what="dropped_probe", seq=seq)
+                path.unlink(missing_ok=True)
                 continue
             self.messages[seq] = Message(seq, text, origin, ref, persisted=True)
             found.append(seq)

@@ -183,12 +183,13 @@ def test_a_queued_message_survives_the_pump_and_the_cli_killed_and_the_next_pump
     cli_pid = client.status(run.state)["cli_pid"]
     assert run.send(f"/wait-for {run.root / 'never'}").state == "delivered"
     assert [run.send(f"survivor {i}").state for i in range(2)] == ["queued", "queued"]
+    assert run.send("touch the stale probe's ack", origin="canary").state == "queued"
     os.kill(proc.pid, signal.SIGKILL)
     os.kill(cli_pid, signal.SIGKILL)
     proc.wait(timeout=30)
     wait_for(lambda: not psutil.pid_exists(cli_pid) or psutil.Process(cli_pid).status() == psutil.STATUS_ZOMBIE,
              30, what="the CLI gone")
-    assert run.queue_files() == ["2.json", "3.json"]
+    assert run.queue_files() == ["2.json", "3.json", "4.json"]
     again = run.start("--resume", sid)
     run.wait_init(again)
     wait_for(lambda: run.results() == 2, 60, what="the survivors' results")
@@ -196,13 +197,14 @@ def test_a_queued_message_survives_the_pump_and_the_cli_killed_and_the_next_pump
                            ("in", "survivor 0"), ("result", "heard you (10 characters)"),
                            ("in", "survivor 1"), ("result", "heard you (10 characters)")]
     assert [r.data["seq"] for r in run.records("in")] == [1, 2, 3]
-    pending = [r.data for r in run.records("pump") if r.data["what"] == "pending"]
-    assert pending == [{"what": "pending", "seqs": [2, 3]}]
+    pending = [r.data for r in run.records("pump") if r.data["what"] in ("pending", "dropped_probe")]
+    # The probe was the old launch's: dropped, not delivered to the new one.
+    assert pending == [{"what": "dropped_probe", "seq": 4}, {"what": "pending", "seqs": [2, 3]}]
     wait_for(lambda: run.queue_files() == [], 30, what="the delivered files removed")
     # The resumed conversation holds them, and the new pump numbers on from the last.
     session = [json.loads(line) for line in (run.data / "sessions" / f"{sid}.jsonl").read_text().splitlines()]
     assert [t["text"] for t in session if t["role"] == "user"][-2:] == ["survivor 0", "survivor 1"]
-    assert run.send("next").seq == 4
+    assert run.send("next").seq == 5
 
 
 def test_the_clis_kill_9_ends_the_pump_with_137_and_cli_exit_recorded(pumps):
