@@ -26,7 +26,7 @@ class CanaryLoop:
     def __init__(self, ctx: Context, stop: threading.Event | None = None, driver: TmuxDriver | None = None) -> None:
         self.ctx = ctx
         self.stop = stop or threading.Event()
-        self.driver = driver or make_driver(ctx.config)
+        self.driver = driver or make_driver(ctx.config, ctx.state_dir)
         self.unrecorded_error = ""
 
     def tick(self) -> str:

@@ -109,7 +109,7 @@ def exit_watch(bell: Doorbell) -> Callable[[Context, threading.Event], Callable[
 
     def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
         watched: dict[str, object] = {"key": None, "fd": None}
-        driver = make_driver(ctx.config)
+        driver = make_driver(ctx.config, ctx.state_dir)
 
         def forget() -> None:
             fd = watched["fd"]

@@ -108,7 +108,7 @@ class Source:
         # A context of its own: dropping a broken connection here never pulls one out from
         # under an action that is running in another worker.
         self.ctx = ctx.clone()
-        self.driver = make_driver(ctx.config)
+        self.driver = make_driver(ctx.config, ctx.state_dir)
         self._conversation = (Follower(transcript.path_in(self.ctx.state_dir))
                               if ctx.config.agent.driver == "stream-json" else None)
         self._store: Store | None = None
