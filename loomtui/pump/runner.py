@@ -229,6 +229,7 @@ class Pump:
                 self.messages[action.seq] = message
                 self._record(transcript.PUMP, what="queued", seq=action.seq, position=action.position,
                              origin=pending.origin, ref=pending.ref)
+                self._publish()     # pump.json says so before the sender hears it: one story, in order
                 pending.reply({"ok": True, "state": "queued", "seq": action.seq, "position": action.position})
             elif isinstance(action, rules.Write):
                 self.messages[action.seq] = Message(action.seq, pending.text, pending.origin, pending.ref)
@@ -250,6 +251,7 @@ class Pump:
             except FileNotFoundError:
                 pass
         if pending is not None:
+            self._publish()
             pending.reply({"ok": True, "state": "delivered", "seq": seq})
 
     def _on_stop(self, signum: int) -> None:
