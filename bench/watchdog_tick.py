@@ -4,13 +4,16 @@ At each level, beside its anchor measured at that level:
 - the foreign-poller scan (/proc cmdlines, needle prefilter) against one `ps -eo pid,ppid,args`;
   target <= 0.5x. psutil's process_iter (what it replaced) is shown for scale;
 - the full watchdog observation (what every tick does) against its 2 ms target, flat across
-  the levels, with its parts: the tmux calls (list-panes, and capture-pane when modals are
-  configured), the tree walk with its cmdlines, and the store reads;
+  the levels, both ways tmux can be asked: through the control-mode client (the default from
+  tmux 3.7; LOOM_TMUX_CONTROL=1 before) and one tmux process per query (the default before 3.7),
+  with its parts: list-panes, capture-pane when modals are configured, the tree walk with its
+  cmdlines, and the store reads; one tmux process as the anchor;
 - the tree walk beside psutil's children(recursive=True).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -24,6 +27,7 @@ from _common import bound_line, exit_on_sigterm, machine, median, ratio_line, ru
 from harness import AgentHarness, wait_for
 
 from loomtui.agent import launches, proctree
+from loomtui.agent.tmux import CONTROL_ENV, CONTROL_SAFE_FROM, control_mode_safe, tmux_binary
 from loomtui.agent.watchdog import Watchdog
 
 LEVELS = tuple(int(x) for x in os.environ.get("LOOM_BENCH_LEVELS", "0 200 2000 20000").split())
@@ -52,6 +56,16 @@ def end_crowd(proc: subprocess.Popen | None) -> None:
     proc.wait()
 
 
+@contextlib.contextmanager
+def tmux_path(mode: str):
+    """Queries one tmux process each ("0") or through the control-mode client ("1") while inside."""
+    os.environ[CONTROL_ENV] = mode
+    try:
+        yield
+    finally:
+        del os.environ[CONTROL_ENV]
+
+
 def level(watchdog: Watchdog, root: int, poller_match: str) -> None:
     n = len(psutil.pids())
     print(f"-- {n} processes on the machine")
@@ -62,20 +76,26 @@ def level(watchdog: Watchdog, root: int, poller_match: str) -> None:
     pattern = re.compile(poller_match)
     old = median(timed(lambda: proctree._foreign_pollers_psutil(pattern, ours), 3))
     print(ratio_line("    (psutil process_iter, what it replaced)", old, "ps -eo pid,ppid,args", ps))
-    tmux = median(timed(watchdog.driver.pane.info, 30))
-    print(ratio_line("    of which: list-panes (one tmux call)", tmux, "one tmux call", tmux))
-    observe = median(timed(watchdog.observe, 50))
-    print(bound_line("  full watchdog observation", observe, 0.002, anchor=("one tmux call", tmux)))
+    pane = watchdog.driver.pane
+    with tmux_path("0"):
+        tmux = median(timed(pane.info, 30))
+        plain_observe = median(timed(watchdog.observe, 30))
+    with tmux_path("1"):
+        pane.info()
+        assert pane.server.control_client(), "no control-mode client: the figures below would be the plain path's"
+        observe = median(timed(watchdog.observe, 100))
+        queried = median(timed(pane.info, 100))
+    print(bound_line("  full watchdog observation, control mode", observe, 0.002, anchor=("one tmux call", tmux)))
+    print(bound_line("  full watchdog observation, process per query", plain_observe, 0.002,
+                     anchor=("one tmux call", tmux)))
+    print(ratio_line("    of which: list-panes (control mode)", queried, "one tmux call", tmux))
     agent = watchdog.ctx.config.agent
     inspect = median(timed(lambda: proctree.inspect(root, agent.process_match, agent.poller_match), 50))
     print(ratio_line("    of which: tree walk + cmdlines", inspect, "one tmux call", tmux))
     if agent.modals:
-        capture = median(timed(watchdog.driver.screen, 30))
+        with tmux_path("1"):
+            capture = median(timed(watchdog.driver.screen, 100))
         print(ratio_line("    of which: capture-pane (modals set)", capture, "one tmux call", tmux))
-    pane = watchdog.driver.pane
-    both = median(timed(lambda: pane.server.cmd("list-panes", "-F", "#{pane_pid}", "-t", f"={pane.session}:0", ";",
-                                                "capture-pane", "-p", "-J", "-t", pane.target), 30))
-    print(ratio_line("    (both in one tmux call: what a merge saves)", both, "one tmux call", tmux))
     store = median(timed(lambda: (launches.last_launch(watchdog.ctx), launches.since_launch(watchdog.ctx),
                                   launches.recorded_processes(watchdog.ctx)), 50))
     print(ratio_line("    of which: store reads", store, "one tmux call", tmux))
@@ -87,6 +107,10 @@ def level(watchdog: Watchdog, root: int, poller_match: str) -> None:
 def main() -> int:
     exit_on_sigterm()
     print(f"machine: {machine()}")
+    safe = control_mode_safe(tmux_binary())
+    print(f"{subprocess.run([tmux_binary(), '-V'], capture_output=True, text=True).stdout.strip()}: the daemon's "
+          f"default is {'control mode' if safe else 'one tmux process per query'} (control mode by default from "
+          f"tmux {'.'.join(map(str, CONTROL_SAFE_FROM))}: loomtui/agent/tmux.py)")
     harness = AgentHarness(Path(tempfile.mkdtemp(prefix="loom-bench-")))
     try:
         harness.start()

@@ -4,6 +4,14 @@ A tmux server that stops answering must read as "unknown", never as "gone" (a hu
 not a dead agent). So every command goes through `TimedServer.cmd`, with a deadline. (libtmux
 is not used: it runs tmux without a timeout, and importing it cost `loom status` ~60 ms.)
 
+A look at the agent is a few tmux queries every couple of seconds; one `tmux` process per query
+costs 3-5 ms (fork, exec, connect), most of a watchdog tick. A process that keeps asking (the
+daemon, the console) can put its queries through one `tmux -C` control-mode client instead: a
+line written to a pipe, a `%begin`/`%end` block read back, well under a millisecond. Only the
+read-only queries go that way (`_CONTROL_COMMANDS`); typing, keys and every change to the pane
+keep their one process per command. By default only on a tmux where connecting such a client
+cannot crash the server (CONTROL_SAFE_FROM); `ControlClient` says what it must never do.
+
 tmux also has traps this module exists to keep in one place:
 - `display-message -t` with a target that does not exist prints an empty line and exits 0;
   existence is checked with `list-panes`, which fails properly.
@@ -18,10 +26,15 @@ tmux also has traps this module exists to keep in one place:
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import select
 import shutil
 import subprocess
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from loomtui.errors import LoomError
@@ -31,6 +44,30 @@ EXIT_BUFFER = "loom-pane-died"
 EXIT_OPTION = "@loom_pane_died"
 EXIT_HOOK = f'save-buffer -b {EXIT_BUFFER} "#{{{EXIT_OPTION}}}"'
 _GONE = re.compile(r"no server running|error connecting to|can't find (session|window|pane)|session not found")
+
+# LOOM_TMUX_CONTROL=0: never a control client (one process per command, as before). =1: one from
+# the first query, whatever the tmux version (see CONTROL_SAFE_FROM: the operator takes that risk).
+# Unset: on a tmux that is safe, from the third query a process makes of the same server and
+# session, so a one-shot command that asks once or twice pays no client's start-up for nothing.
+CONTROL_ENV = "LOOM_TMUX_CONTROL"
+CONTROL_AFTER = 2
+# Before tmux 3.7 the server crashes (SIGSEGV: the agent dies with it) when a notification (a
+# session created or closed, a client detached, a pane entering copy mode ...) reaches a control
+# client that is still connecting: it writes to the client's control state before there is one
+# (tmux GitHub issue 4980, fixed by commit e5a2a25 in 3.7). With 3.3a here, connecting clients
+# while sessions were created and closed crashed the server within 1-21 connects. So by default a
+# control client is started only on a tmux that has the fix.
+CONTROL_SAFE_FROM = (3, 7)
+# Read-only queries: answered alike by either path, and safe to ask again the plain way when the
+# control client is lost in the middle of one (a key or a paste would not be).
+_CONTROL_COMMANDS = frozenset({"list-panes", "capture-pane", "display-message", "list-sessions"})
+# A client that could not start (no session yet, a server that does not answer): the plain way
+# meanwhile, trying again after 1 s, then 2, 4 ... 30 s, and after 1 s again once one started.
+RETRY_FIRST, RETRY_MAX = 1.0, 30.0
+# What tmux's parser reads inside single quotes exactly as the same argv element: no quote, no
+# newline or other control character but tab, and no ';' (an argv element ending in ';' ends a
+# command there; inside quotes it would not).
+_QUOTABLE = re.compile(r"[^'\x00-\x08\x0a-\x1f\x7f;]*")
 
 
 class TmuxError(LoomError):
@@ -49,6 +86,14 @@ class TmuxGone(TmuxError):
     """The server, session or pane does not exist (a definitive answer from tmux)."""
 
 
+class ControlLost(Exception):
+    """The control client ended or fell out of step: the plain way answers instead."""
+
+
+class ControlNoAnswer(Exception):
+    """No reply from the control client by the deadline."""
+
+
 @dataclass
 class Result:
     cmd: list[str]
@@ -57,11 +102,41 @@ class Result:
     stderr: list[str]
 
 
+_which: dict[str | None, str] = {}
+
+
 def tmux_binary() -> str:
-    binary = shutil.which("tmux")
-    if not binary:
-        raise TmuxNotFound("tmux binary not found on PATH: install tmux (Loom runs the agent in a tmux pane)")
+    # Looked up once per PATH: `shutil.which` walks PATH, a cost on every call of a hot path.
+    path = os.environ.get("PATH")
+    binary = _which.get(path)
+    if binary is None:
+        binary = shutil.which("tmux")
+        if not binary:
+            raise TmuxNotFound("tmux binary not found on PATH: install tmux (Loom runs the agent in a tmux pane)")
+        _which[path] = binary
     return binary
+
+
+_safe: dict[str, bool] = {}
+
+
+def control_mode_safe(binary: str) -> bool:
+    """Whether this tmux can take a control client connecting while notifications happen."""
+    if binary not in _safe:
+        try:
+            version = subprocess.run([binary, "-V"], capture_output=True, text=True, timeout=5,
+                                     stdin=subprocess.DEVNULL).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            version = ""
+        _safe[binary] = version_has_fix(version)
+    return _safe[binary]
+
+
+def version_has_fix(version: str) -> bool:
+    """`tmux -V` says CONTROL_SAFE_FROM or later ("tmux 3.7", "tmux 3.7b", "tmux next-3.8").
+    Anything else ("tmux master", "tmux openbsd-7.4") is taken as without the fix."""
+    found = re.match(r"tmux (?:next-)?(\d+)\.(\d+)", version)  # not "tmux openbsd-7.4": OpenBSD's numbering
+    return found is not None and (int(found[1]), int(found[2])) >= CONTROL_SAFE_FROM
 
 
 def clean_env(drop: tuple[str, ...] = ()) -> dict[str, str]:
@@ -70,14 +145,238 @@ def clean_env(drop: tuple[str, ...] = ()) -> dict[str, str]:
     return env
 
 
-class TimedServer:
-    """Loom's private tmux server: every command has a deadline and can take stdin."""
+def output_lines(raw: bytes) -> list[str]:
+    """tmux's output as lines, read the way `subprocess.run(text=True)` reads it (universal
+    newlines), without the trailing empty ones: both paths give the same lines."""
+    out = raw.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    while out and out[-1] == "":
+        out.pop()
+    return out
 
-    def __init__(self, socket_name: str, timeout: float = DEFAULT_TIMEOUT, env_drop: tuple[str, ...] = ()) -> None:
+
+def read_block(next_line: Callable[[], bytes],
+               notice: Callable[[bytes], object] | None = None) -> tuple[bool, list[bytes]]:
+    """One command's reply from a control-mode stream: (succeeded, its output lines).
+
+    Notifications (`%sessions-changed`, `%window-renamed @1 x`, ...) come only between blocks and
+    are skipped. Inside a block only the guard with its `%begin`'s time, number and flags ends
+    it: a pane line that looks like a guard is output. `%exit`, or text outside a block (the
+    stream is out of step), raises ControlLost.
+    """
+    begin: bytes | None = None
+    out: list[bytes] = []
+    while True:
+        line = next_line()
+        if begin is None:
+            if line.startswith(b"%begin "):
+                begin = line[len(b"%begin "):]
+            elif line == b"%exit" or line.startswith(b"%exit "):
+                raise ControlLost(line.decode("utf-8", "replace"))
+            elif not line.startswith(b"%"):
+                raise ControlLost("control mode out of step: text outside a reply")
+            elif notice is not None:
+                notice(line)
+            continue
+        if line == b"%end " + begin:
+            return True, out
+        if line == b"%error " + begin:
+            return False, out
+        out.append(line)
+
+
+def _file_id(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def socket_path(name: str, env: dict[str, str]) -> str:
+    """Where `tmux -L name` finds its server (tmux's own rule: $TMUX_TMPDIR or /tmp, tmux-UID)."""
+    return os.path.join(os.path.realpath(env.get("TMUX_TMPDIR") or "/tmp"), f"tmux-{os.getuid()}", name)
+
+
+def quote_words(words: list[str]) -> str | None:
+    """One control-mode command line meaning exactly this argv, or None if it cannot say it."""
+    if not all(_QUOTABLE.fullmatch(word) for word in words):
+        return None
+    return " ".join(words[:1] + [f"'{word}'" for word in words[1:]])
+
+
+class ControlClient:
+    """One `tmux -C` client attached to the agent's session; one command at a time (its
+    `_Channel` lets one thread ask).
+
+    What it must not do to the agent or the server:
+    - take the pane's output or resize it: it attaches with `-f no-output,ignore-size`. Without
+      no-output, tmux would keep every byte the agent writes until this client read it (it reads
+      replies only), queue each reply behind them, and drop the client after five minutes as
+      too far behind. A control client that never sets its size (this one never does) is left
+      out of the window's size, and ignore-size keeps it out;
+    - change the session: `-E`, the session's environment is not updated from ours;
+    - start a server: `-N`. With no server there is nothing to attach to, and the plain path
+      says so the way it always did.
+    It is an attached client: `list-clients` shows it (flags control-mode,no-output,ignore-size)
+    and `#{session_attached}` counts it; nothing in Loom reads either. It runs queries only
+    (`_CONTROL_COMMANDS`): nothing is typed through it.
+    """
+
+    def __init__(self, argv: list[str], env: dict[str, str], deadline: float, socket: str) -> None:
+        self.socket = socket
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, env=env)
+        except FileNotFoundError:
+            raise TmuxNotFound("tmux binary not found on PATH: install tmux") from None
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._in, self._out = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        # A server that stops reading must cost us a timeout, never a write blocked forever.
+        os.set_blocking(self._in, False)
+        self._writable, self._readable = select.poll(), select.poll()
+        self._writable.register(self._in, select.POLLOUT)
+        self._readable.register(self._out, select.POLLIN)
+        self._buf = b""
+        self._pos = 0
+        self.notices = 0  # notifications skipped between replies
+        try:
+            # The first reply is attach-session's own.
+            attached, _ = read_block(lambda: self._line(deadline), self._notice)
+            if not attached:
+                raise ControlLost("attach-session failed")
+            try:
+                self._socket_id = _file_id(socket)
+            except OSError as exc:
+                raise ControlLost(f"{socket}: {exc.strerror}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def socket_unchanged(self) -> bool:
+        """The socket it connected through is still there. A client once connected never looks at
+        the path again, but every other tmux command does: a socket deleted (a /tmp cleaner) or
+        replaced must read as it does to them, so the watchdog sees it and repairs it."""
+        try:
+            return _file_id(self.socket) == self._socket_id
+        except OSError:
+            return False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def ask(self, line: str, deadline: float) -> tuple[bool, list[bytes]]:
+        self._write(line.encode("utf-8") + b"\n", deadline)
+        return read_block(lambda: self._line(deadline), self._notice)
+
+    def _notice(self, line: bytes) -> None:
+        self.notices += 1
+
+    def _write(self, data: bytes, deadline: float) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self._in, view):]
+            except BlockingIOError:
+                self._wait(self._writable, deadline)
+            except OSError as exc:  # the client and the server are both gone (EPIPE)
+                raise ControlLost(str(exc)) from None
+
+    def _line(self, deadline: float) -> bytes:
+        while True:
+            end = self._buf.find(b"\n", self._pos)
+            if end >= 0:
+                line = self._buf[self._pos:end]
+                self._pos = end + 1
+                return line
+            self._wait(self._readable, deadline)
+            try:
+                chunk = os.read(self._out, 1 << 16)
+            except OSError as exc:
+                raise ControlLost(str(exc)) from None
+            if not chunk:
+                raise ControlLost("the control client ended")
+            self._buf = self._buf[self._pos:] + chunk
+            self._pos = 0
+
+    @staticmethod
+    def _wait(poller: select.poll, deadline: float) -> None:
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(math.ceil(left * 1000)):
+            raise ControlNoAnswer()
+
+    def close(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                pipe.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()  # a hung server would never tell it to go
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class _Channel:
+    """This process's control client for one server and session, shared by every pane object
+    (the daemon's loops each build a driver; one client serves them)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.client: ControlClient | None = None
+        self.queries = 0
+        self.retry_at = 0.0
+        self.retry = RETRY_FIRST
+        self.pid = os.getpid()
+
+    def failed(self) -> None:
+        self.retry_at = time.monotonic() + self.retry
+        self.retry = min(self.retry * 2, RETRY_MAX)
+
+    def drop(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
+_channels: dict[tuple[object, ...], _Channel] = {}
+_channels_guard = threading.Lock()
+
+
+def _channel(key: tuple[object, ...]) -> _Channel:
+    with _channels_guard:
+        channel = _channels.get(key)
+        if channel is None or channel.pid != os.getpid():  # a forked child never shares its parent's
+            channel = _channels[key] = _Channel()
+        return channel
+
+
+def close_control_clients() -> None:
+    """End this process's control clients (they come back on the next queries)."""
+    with _channels_guard:
+        channels = list(_channels.values())
+    for channel in channels:
+        with channel.lock:
+            channel.drop()
+
+
+class TimedServer:
+    """Loom's private tmux server: every command has a deadline and can take stdin.
+
+    With a `session`, queries may go through a control-mode client attached to it (module
+    docstring); without one, or whenever that client is busy, starting or gone, one `tmux`
+    process per command, as always.
+    """
+
+    def __init__(self, socket_name: str, timeout: float = DEFAULT_TIMEOUT, env_drop: tuple[str, ...] = (),
+                 session: str | None = None) -> None:
         # -f /dev/null: the operator's ~/.tmux.conf must not change base-index or hooks under us.
         self.socket_name = socket_name
         self.config_file = "/dev/null"
         self.timeout = timeout
+        self.session = session
         self._env_drop = env_drop
 
     def cmd(  # type: ignore[override]
@@ -88,6 +387,20 @@ class TimedServer:
         input: str | None = None,
         timeout: float | None = None,
     ) -> Result:
+        limit = self.timeout if timeout is None else timeout
+        if input is None and self.session is not None and cmd in _CONTROL_COMMANDS:
+            deadline = time.monotonic() + limit
+            result = self._by_control(cmd, args, target, deadline)
+            if result is not None:
+                return result
+            limit = max(deadline - time.monotonic(), 0.01)
+        return self._by_process(cmd, args, target, input, limit)
+
+    def _timeout(self, cmd: str) -> TmuxTimeout:
+        return TmuxTimeout(f"tmux -L {self.socket_name} {cmd} did not answer within {self.timeout:g}s")
+
+    def _by_process(self, cmd: str, args: tuple[object, ...], target: str | int | None, input: str | None,
+                    limit: float) -> Result:
         argv = [tmux_binary(), f"-L{self.socket_name}", f"-f{self.config_file}", cmd]
         if target is not None:
             argv += ["-t", str(target)]
@@ -100,18 +413,83 @@ class TimedServer:
                 text=True,
                 encoding="utf-8",
                 errors="replace",
-                timeout=self.timeout if timeout is None else timeout,
+                timeout=limit,
                 env=clean_env(self._env_drop),
                 stdin=None if input is not None else subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:
-            raise TmuxTimeout(f"tmux -L {self.socket_name} {cmd} did not answer within {self.timeout:g}s") from None
+            raise self._timeout(cmd) from None
         except FileNotFoundError:
             raise TmuxNotFound("tmux binary not found on PATH: install tmux") from None
         out = proc.stdout.split("\n")
         while out and out[-1] == "":
             out.pop()
         return Result(argv, proc.returncode, out, [line for line in proc.stderr.split("\n") if line])
+
+    # -- the control-mode path --------------------------------------------------------------
+
+    def _channel(self) -> _Channel:
+        return _channel((self.socket_name, self.config_file, self.session, self._env_drop))
+
+    def control_client(self) -> ControlClient | None:
+        """This process's control client of this server and session, while one runs."""
+        client = self._channel().client
+        return client if client is not None and client.proc.poll() is None else None
+
+    def _control_argv(self) -> list[str]:
+        return [tmux_binary(), f"-L{self.socket_name}", f"-f{self.config_file}", "-N", "-C",
+                "attach-session", "-E", "-f", "no-output,ignore-size", "-t", f"={self.session}"]
+
+    def _by_control(self, cmd: str, args: tuple[object, ...], target: str | int | None,
+                    deadline: float) -> Result | None:
+        """The reply through the control client, or None: ask the plain way."""
+        channel = self._channel()
+        channel.queries += 1  # every query counts, whichever way it goes (a race only miscounts one)
+        mode = os.environ.get(CONTROL_ENV, "")
+        if mode == "0" or (target is None and cmd != "list-sessions"):
+            return None  # untargeted, a command would default to the client's session, not tmux's pick
+        words = [cmd, *(["-t", str(target)] if target is not None else []), *(str(a) for a in args)]
+        line = quote_words(words)
+        if line is None:
+            return None
+        if not channel.lock.acquire(blocking=False):
+            return None  # another thread's query is in flight: this one goes the plain way
+        try:
+            if channel.client is None:
+                if mode != "1" and (channel.queries <= CONTROL_AFTER or not control_mode_safe(tmux_binary())):
+                    return None
+                if time.monotonic() < channel.retry_at:
+                    return None
+                env = clean_env(self._env_drop)
+                try:
+                    channel.client = ControlClient(self._control_argv(), env, deadline,
+                                                   socket_path(self.socket_name, env))
+                except ControlNoAnswer:
+                    channel.failed()
+                    raise self._timeout(cmd) from None
+                except ControlLost:
+                    channel.failed()  # no server or no session yet: the plain way says which
+                    return None
+                channel.retry = RETRY_FIRST
+            elif not channel.client.socket_unchanged():
+                channel.drop()  # the plain way meets the missing socket, as the watchdog must
+                return None
+            try:
+                ok, out = channel.client.ask(line, deadline)
+            except ControlNoAnswer:
+                channel.drop()  # its reply may still come: the stream is out of step
+                channel.failed()
+                raise self._timeout(cmd) from None
+            except ControlLost:
+                channel.drop()  # the server, the session or the client went: the plain way says which
+                return None
+        finally:
+            channel.lock.release()
+        argv = ["tmux", f"-L{self.socket_name}", "-C", line]
+        lines = output_lines(b"\n".join(out))
+        if ok:
+            return Result(argv, 0, lines, [])
+        return Result(argv, 1, [], [text for text in lines if text])
 
 
 @dataclass(frozen=True)
@@ -147,7 +525,7 @@ class AgentPane:
         timeout: float = DEFAULT_TIMEOUT,
         env_drop: tuple[str, ...] = (),
     ) -> None:
-        self.server = TimedServer(socket, timeout, env_drop)
+        self.server = TimedServer(socket, timeout, env_drop, session=session)
         self.socket = socket
         self.session = session
         self.width = width
