@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.errors import LoomError
+from loomtui.pump import client as pump_client
 from loomtui.report import status as status_mod
 from loomtui.store import counters
 
@@ -80,6 +81,8 @@ class StoreCollector(Collector):
         held.add_metric([], 1.0 if status.hold is not None else 0.0)
         yield held
 
+        yield from pump_metrics(self.ctx, store, now)
+
         events = CounterMetricFamily("loom_ledger_events", "Events in the ledger")
         events.add_metric([], status.ledger_events)
         yield events
@@ -92,6 +95,30 @@ class StoreCollector(Collector):
         yield ticks
         yield errors
         yield from kpis(self.ctx, now, status)
+
+
+def pump_metrics(ctx: Context, store: Any, now: float) -> Iterator[Any]:
+    """The stream-json pump as its status file says now (that driver only): what waits, whether a
+    turn runs and for how long (a turn that never ends is what a wedge looks like from outside)."""
+    if ctx.config.agent.driver != "stream-json":
+        return
+    doc = pump_client.status(ctx.state_dir) or {}
+    exited = bool(doc.get("cli_exit"))
+    waiting = GaugeMetricFamily("loom_pump_queue", "Messages the pump holds until the running turn ends")
+    waiting.add_metric([], float(doc["queue"]) if isinstance(doc.get("queue"), int) and not exited else 0.0)
+    yield waiting
+    running = doc.get("turn") == "running" and not exited
+    turn = GaugeMetricFamily("loom_pump_turn_running", "1 while the agent's CLI is in a turn")
+    turn.add_metric([], 1.0 if running else 0.0)
+    yield turn
+    age = GaugeMetricFamily("loom_pump_turn_age_seconds", "How long the running turn has run (0: none)")
+    started = doc.get("turn_started")
+    age.add_metric([], max(0.0, now - started) if running and isinstance(started, (int, float)) else 0.0)
+    yield age
+    denied = CounterMetricFamily("loom_permission_denied", "Tool calls the agent's CLI was refused (ledger)")
+    row = store.query_one("SELECT COUNT(*) AS n FROM ledger WHERE kind = 'permission_denied'")
+    denied.add_metric([], row["n"] if row else 0)
+    yield denied
 
 
 # The loop KPIs counted in the store (store/counters.py): name → (help, labels, kind).

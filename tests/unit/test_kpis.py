@@ -104,3 +104,33 @@ def test_counters_survive_a_restart(ctx, tmp_path):
         assert scrape(again)['loom_admit_total{decision="refused",loop="watchdog",reason="hold"}'] == 1
     finally:
         again.close()
+
+
+def test_the_pump_is_scraped_with_the_stream_json_driver_only(tmp_path):
+    import json
+    import time
+
+    config = write_config(tmp_path, socket=f"loomtest-kpi-{tmp_path.name[-6:]}", hostile_job=False)
+    c = Context.load(str(config), None, environ={})
+    try:
+        assert not any(name.startswith("loom_pump_") for name in scrape(c))  # the tmux driver has no pump
+    finally:
+        c.close()
+    config.write_text(config.read_text().replace("[agent]\n", '[agent]\ndriver = "stream-json"\n', 1))
+    c = Context.load(str(config), None, environ={})
+    try:
+        got = scrape(c)
+        assert (got["loom_pump_queue"], got["loom_pump_turn_running"], got["loom_pump_turn_age_seconds"]) == (0, 0, 0)
+        (c.state_dir / "pump.json").write_text(json.dumps(
+            {"pid": 1, "turn": "running", "turn_started": time.time() - 120, "queue": 3, "cli_exit": None}))
+        ledger.append(c.store, "permission_denied", source="watchdog", detail={"tools": ["Bash"]})
+        got = scrape(c)
+        assert (got["loom_pump_queue"], got["loom_pump_turn_running"]) == (3, 1)
+        assert 120 <= got["loom_pump_turn_age_seconds"] < 3600
+        assert got["loom_permission_denied_total"] == 1
+        (c.state_dir / "pump.json").write_text(json.dumps(
+            {"pid": 1, "turn": "running", "turn_started": 1.0, "queue": 3, "cli_exit": {"status": 137}}))
+        got = scrape(c)  # a pump whose CLI exited holds nothing and runs no turn
+        assert (got["loom_pump_queue"], got["loom_pump_turn_running"], got["loom_pump_turn_age_seconds"]) == (0, 0, 0)
+    finally:
+        c.close()
