@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -39,6 +40,8 @@ FALLBACK_ROUNDS = 3
 # The daemon as a machine without pidfds runs it.
 NO_PIDFD = "import os, runpy; del os.pidfd_open; runpy.run_module('loomtui', run_name='__main__', alter_sys=True)"
 RELAUNCHED_TARGET = 0.5
+EXIT_CHECK = 2.0  # watchdog.exit_check's default
+PHASE = random.Random(14)
 WITNESSED_TARGET = 3.0
 # The harness shortens these for the tests; the bench puts the defaults back.
 DEFAULTS = {"boot_grace": "90s", "resume_check": "5s", "ready_match": DEMO_READY}
@@ -92,6 +95,9 @@ def kill_once(hook: bool = True, pidfd: bool = True) -> tuple[float, float, floa
         wait_for(lambda: witness(harness, start["id"]), 120, what="the start witnessed")
         wait_for(lambda: watchdog_ticks(harness) >= 2, 60, what="the daemon settled")
         pid = wait_for(harness.agent_pid, 30, what="the agent's pid")
+        # At a random moment of the exit poll's period: "the daemon settled" is read from its
+        # heartbeat, which keeps step with the poll, and would otherwise kill just after a poll.
+        time.sleep(PHASE.uniform(0, EXIT_CHECK))
         killed = time.time()
         os.kill(pid, signal.SIGKILL)
         event = wait_for(lambda: relaunches(harness, "crash") + relaunches(harness, "exit"), 60, what="a relaunch")[0]

@@ -28,8 +28,15 @@ class CanaryLoop:
         self.stop = stop or threading.Event()
         self.driver = driver or make_driver(ctx.config, ctx.state_dir)
         self.unrecorded_error = ""
+        # Seconds until this loop has something to look at that no doorbell will announce (a probe
+        # coming due, a witness waiting for the agent to be ready); None: nothing before its period.
+        self.next_look: float | None = None
+        # While something is pending (a witness, a probe of another process, a relaunch under way),
+        # the loop looks this often, as it once did at every tick.
+        self.waiting = min(1.0, ctx.config.canary.ack_timeout / 4)
 
     def tick(self) -> str:
+        self.next_look = None
         try:
             if self.unrecorded_error:
                 now = time.time()
@@ -41,6 +48,7 @@ class CanaryLoop:
             # here (not raised, which would restart the loop and forget it) and recorded as an
             # `error` run once the store takes writes again.
             self.unrecorded_error = f"store unavailable during the probe: {exc}"
+            self.next_look = self.waiting
             return self.unrecorded_error
 
     def misses_mean_deaf(self) -> bool:
@@ -61,13 +69,17 @@ class CanaryLoop:
         seq = launch_seq(ctx)
         if witness_due(runs, seq, ready=True):
             # The last relaunch is still a claim: probe it the moment the agent is ready.
+            self.next_look = self.waiting
             if locks.is_held(ctx.state_dir, locks.RECYCLE):
                 return ""
             if not witness_due(runs, seq, ready=launches.agent_ready(ctx, self.driver)):
                 return ""
             return self._probe(f"witnessing relaunch {seq}: ")
-        if due_in(runs[-1] if runs else None, time.time(), cfg.interval, cfg.ack_timeout) > 0:
+        due = due_in(runs[-1] if runs else None, time.time(), cfg.interval, cfg.ack_timeout)
+        if due > 0:
+            self.next_look = due
             return ""
+        self.next_look = self.waiting
         if launches.relaunch_under_way(ctx):
             return ""  # typed into a booting or replaced agent, a probe proves nothing
         if ctx.store.query_one("SELECT 1 FROM canary_runs WHERE result = ?", (PENDING,)):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import os
 import select
+import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from loomtui.agent import launches, proctree
@@ -20,6 +22,66 @@ from loomtui.context import Context
 from loomtui.daemon.supervise import Doorbell, Service, TickLoop
 
 log = logging.getLogger("loom.loops")
+
+# How often a thread blocked on its own events (a pidfd, inotify) looks at the daemon's halt: a stop
+# takes at most this long to reach it, and the look costs microseconds, not a tick.
+HALT_CHECK = 1.0
+# The exit watch reads the recorded pane process when a relaunch rings, and at least this often
+# (a record made without a ring, e.g. the watchdog's after an upgrade).
+EXIT_WATCH_RECHECK = 30.0
+# The canary's look when nothing is due: a scheduled probe, a witness waiting for the agent to be
+# ready and a pending probe each ask for their own earlier look (CanaryLoop.next_look).
+CANARY_PERIOD = 10.0
+
+
+class Bells:
+    """Several doorbells rung as one (a signal meant for more than one loop)."""
+
+    def __init__(self, *bells: object) -> None:
+        self.bells = bells
+
+    def ring(self) -> None:
+        for bell in self.bells:
+            bell.ring()  # type: ignore[attr-defined]
+
+
+class Waker:
+    """A pipe a thread blocked in select() also waits on, so another thread can end the wait.
+    Lives as long as the daemon's loops (a ring must never reach a reused descriptor)."""
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+
+    def fileno(self) -> int:
+        return self._r
+
+    def ring(self) -> None:
+        try:
+            os.write(self._w, b"!")
+        except BlockingIOError:
+            pass  # already rung and not yet read: once is enough
+
+    def drain(self) -> None:
+        try:
+            while os.read(self._r, 512):
+                pass
+        except BlockingIOError:
+            pass
+
+
+def _wait(fds: list[object], halt: threading.Event, limit: float) -> list[object]:
+    """What of `fds` turns readable within `limit` seconds; [] on the halt or at the limit."""
+    deadline = time.monotonic() + limit
+    while not halt.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return []
+        ready = select.select(fds, [], [], min(HALT_CHECK, left))[0]
+        if ready:
+            return ready
+    return []
 
 
 def watchdog_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
@@ -43,16 +105,32 @@ def watchdog_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
     return step
 
 
-def canary_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
-    loop = CanaryLoop(ctx, halt)
+def canary_tick(bell: object | None = None) -> Callable[[Context, threading.Event], Callable[[], object]]:
+    """The canary's tick. The loop looks every CANARY_PERIOD; a tick that has something to look at
+    sooner (CanaryLoop.next_look) has `bell` rung then, so an idle daemon does not wake each second."""
 
-    def step() -> object:
-        line = loop.tick()
-        if line:
-            log.info("canary: %s", line)
-        return line
+    def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
+        loop = CanaryLoop(ctx, halt)
+        timer: list[threading.Timer] = []
 
-    return step
+        def step() -> object:
+            for pending in timer:
+                pending.cancel()  # this tick looks now; it asks for its own next look below
+            timer.clear()
+            line = loop.tick()
+            if line:
+                log.info("canary: %s", line)
+            soon = loop.next_look
+            if bell is not None and soon is not None and soon < CANARY_PERIOD:
+                later = threading.Timer(soon, bell.ring)  # type: ignore[attr-defined]
+                later.daemon = True
+                later.start()
+                timer.append(later)
+            return line
+
+        return step
+
+    return make
 
 
 def sentinel_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
@@ -68,17 +146,88 @@ def sentinel_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
     return step
 
 
-def signal_watch(bells: dict[str, Doorbell]) -> Callable[[Context, threading.Event], Callable[[], object]]:
+IN_CLOSE_WRITE, IN_MOVED_TO = 0x8, 0x80
+IN_Q_OVERFLOW, IN_IGNORED = 0x4000, 0x8000
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
+
+
+def inotify_watch(directory: Path) -> int | None:
+    """A non-blocking inotify descriptor told of every file written (closed after writing) or moved
+    into `directory`; None where there is no inotify (not Linux) or it cannot be had."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        init1, add_watch = libc.inotify_init1, libc.inotify_add_watch
+    except (OSError, AttributeError):
+        return None
+    add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    fd = init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    if fd < 0:
+        return None
+    if add_watch(fd, os.fsencode(directory), IN_CLOSE_WRITE | IN_MOVED_TO) < 0:
+        os.close(fd)
+        return None
+    return fd
+
+
+def inotify_names(data: bytes) -> tuple[set[str], bool, bool]:
+    """(names of the files in these events, whether events were lost, whether the watch ended)."""
+    names: set[str] = set()
+    lost = ended = False
+    offset = 0
+    while offset + _EVENT.size <= len(data):
+        _, mask, _, length = _EVENT.unpack_from(data, offset)
+        name = data[offset + _EVENT.size:offset + _EVENT.size + length].split(b"\0", 1)[0]
+        offset += _EVENT.size + length
+        lost |= bool(mask & IN_Q_OVERFLOW)
+        ended |= bool(mask & IN_IGNORED)
+        if name:
+            names.add(os.fsdecode(name))
+    return names, lost, ended
+
+
+def signal_watch(bells: dict[str, object]) -> Callable[[Context, threading.Event], Callable[[], object]]:
     """A tick that watches the signals DIRECTORY until the daemon stops (a watched file is lost
-    to an atomic rename) and rings the loop each signal file is meant for."""
+    to an atomic rename) and rings the loop each signal file is meant for.
+
+    On Linux the kernel's inotify says when, and the thread sleeps in between (watchfiles wakes
+    every `step` to look, 20 times a second at 50 ms: most of an idle daemon's CPU); elsewhere,
+    watchfiles."""
 
     def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
         directory = launches.signals_dir(ctx.state_dir)
 
+        def ring(names: Iterable[str]) -> None:
+            for name in names:
+                bell = bells.get(name)
+                if bell is not None:
+                    bell.ring()  # type: ignore[attr-defined]
+
+        def by_inotify(fd: int) -> None:
+            # The watch is in place: what happened before it was never seen, so every loop looks now.
+            ring(bells)
+            while not halt.is_set():
+                if not select.select([fd], [], [], HALT_CHECK)[0]:
+                    continue
+                try:
+                    data = os.read(fd, 65536)
+                except BlockingIOError:
+                    continue
+                names, lost, ended = inotify_names(data)
+                ring(bells if lost else names)
+                if ended:
+                    return  # the directory went: the next step makes it and watches again
+
         def step() -> object:
+            directory.mkdir(mode=0o700, exist_ok=True)
+            fd = inotify_watch(directory)
+            if fd is not None:
+                try:
+                    by_inotify(fd)
+                finally:
+                    os.close(fd)
+                return None
             import watchfiles  # the daemon's alone: no other `loom` command pays for it
 
-            directory.mkdir(mode=0o700, exist_ok=True)
             watching = False
             for changes in watchfiles.watch(directory, stop_event=halt, debounce=10, step=50, rust_timeout=1000,
                                             yield_on_timeout=True, raise_interrupt=False):
@@ -86,12 +235,8 @@ def signal_watch(bells: dict[str, Doorbell]) -> Callable[[Context, threading.Eve
                     # The first yield comes once the watch is in place: what happened before it
                     # was never seen, so every loop takes one look now.
                     watching = True
-                    for bell in bells.values():
-                        bell.ring()
-                for name in {Path(path).name for _, path in changes}:
-                    bell = bells.get(name)
-                    if bell is not None:
-                        bell.ring()
+                    ring(bells)
+                ring({Path(path).name for _, path in changes})
             return None
 
         return step
@@ -99,17 +244,19 @@ def signal_watch(bells: dict[str, Doorbell]) -> Callable[[Context, threading.Eve
     return make
 
 
-def exit_watch(bell: Doorbell) -> Callable[[Context, threading.Event], Callable[[], object]]:
+def exit_watch(bell: Doorbell, wake: Waker | None = None) -> Callable[[Context, threading.Event], Callable[[], object]]:
     """The kernel's own word that the pane's process exited (a Linux pidfd turns readable).
 
     tmux's pane-died hook is not enough alone: tmux 3.3a skips it whenever it loses the exit
     status (about half of the kill -9s here). A pidfd needs no polling; the pane process to watch
     is the one the store recorded at launch (pid and start time, so a reused pid is never watched).
+    The record is read again when `wake` rings (a relaunch) and every EXIT_WATCH_RECHECK.
     """
 
     def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
         watched: dict[str, object] = {"key": None, "fd": None}
         driver = make_driver(ctx.config, ctx.state_dir)
+        relaunched = wake or Waker()
 
         def forget() -> None:
             fd = watched["fd"]
@@ -118,22 +265,24 @@ def exit_watch(bell: Doorbell) -> Callable[[Context, threading.Event], Callable[
             watched["fd"] = None
 
         def step() -> object:
-            recorded = launches.recorded_processes(ctx) or {}
-            key = (recorded.get("pane_pid"), recorded.get("pane_started"))
-            if key != watched["key"]:
-                forget()
-                watched["key"] = key
-                watched["fd"] = _open_pidfd(*key)
-                if watched["fd"] is None and key[0]:
-                    bell.ring()  # recorded but not running as recorded: have the watchdog look
-            fd = watched["fd"]
-            if not isinstance(fd, int):
-                halt.wait(1.0)
-                return None
-            if select.select([fd], [], [], 1.0)[0]:
-                forget()  # until a relaunch records another process
-                _until_tmux_sees_it(driver, halt)
-                bell.ring()
+            while not halt.is_set():
+                recorded = launches.recorded_processes(ctx) or {}
+                key = (recorded.get("pane_pid"), recorded.get("pane_started"))
+                if key != watched["key"]:
+                    forget()
+                    watched["key"] = key
+                    watched["fd"] = _open_pidfd(*key)
+                    if watched["fd"] is None and key[0]:
+                        bell.ring()  # recorded but not running as recorded: have the watchdog look
+                        return None  # nothing to watch until a relaunch records another process
+                fd = watched["fd"]
+                ready = _wait([relaunched, fd] if isinstance(fd, int) else [relaunched], halt, EXIT_WATCH_RECHECK)
+                if fd in ready:
+                    forget()  # until a relaunch records another process
+                    _until_tmux_sees_it(driver, halt)
+                    bell.ring()
+                if relaunched in ready:
+                    relaunched.drain()  # and the record is read again
             return None
 
         return step
@@ -170,15 +319,17 @@ def _open_pidfd(pid: object, started: object) -> int | None:
 
 
 def tick_loops(ctx: Context) -> list[TickLoop]:
-    w, c = ctx.config.watchdog, ctx.config.canary
-    died, relaunched = Doorbell(), Doorbell()
+    w = ctx.config.watchdog
+    died, relaunched, recheck = Doorbell(), Doorbell(), Waker()
     return [
         # The exit poll stays as the safety net for a hook that never fired.
         TickLoop("watchdog", min(w.exit_check, w.interval), watchdog_tick, wake=died),
-        TickLoop("canary", min(1.0, c.ack_timeout / 4), canary_tick, wake=relaunched),
+        TickLoop("canary", CANARY_PERIOD, canary_tick(relaunched), wake=relaunched),
         TickLoop("sentinel", ctx.config.sentinel.interval, sentinel_tick),
-        TickLoop("signals", 1.0, signal_watch({launches.PANE_DIED: died, launches.RELAUNCHED: relaunched})),
-        TickLoop("exit_watch", 1.0, exit_watch(died)),
+        # Its steps run until the daemon stops; the period is only the pause before a restart.
+        TickLoop("signals", 5.0, signal_watch({launches.PANE_DIED: died,
+                                               launches.RELAUNCHED: Bells(relaunched, recheck)})),
+        TickLoop("exit_watch", 5.0, exit_watch(died, recheck)),
     ]
 
 
