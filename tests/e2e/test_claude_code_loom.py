@@ -147,6 +147,8 @@ def test_a_canary_is_acked_through_a_real_bash_tool_call(make_claude, fake):
     # The probe went to the CLI as the canary's turn...
     [sent] = [r for r in harness.records(pump_transcript.IN) if probe["nonce"] in r.data.get("text", "")]
     assert sent.data["origin"] == "canary"
+    # The ack is the touch itself; the turn's tool result and its end come after it.
+    wait_for(lambda: harness.turn_ended(sent.data["seq"]), LONG, what="the canary's turn ended")
     # ... the model asked for Bash `touch ACK`, the CLI ran it and said so, and the turn succeeded.
     events = [r.event for r in harness.records(pump_transcript.OUT) if r.offset > sent.offset]
     calls = [b for e in events if e.get("type") == "assistant" for b in e["message"]["content"]
