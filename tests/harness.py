@@ -179,6 +179,17 @@ class AgentHarness:
         out = self.tmux("display-message", "-p", "#{pid}").stdout.strip()
         return int(out) if out.isdigit() else None
 
+    def server_pids(self) -> set[int]:
+        """Every tmux server of this test's socket, by pid: asked through the socket, and found by
+        its command line too, for a test that deleted the socket (then nobody can ask)."""
+        found = {pid for pid in [self.server_pid()] if pid}
+        for proc in psutil.process_iter(["cmdline"]):
+            argv = proc.info["cmdline"] or []
+            if argv and os.path.basename(argv[0]) == "tmux" and (
+                    f"-L{self.socket}" in argv or any(a == "-L" and b == self.socket for a, b in zip(argv, argv[1:]))):
+                found.add(proc.pid)
+        return found
+
     def cleanup(self) -> None:
         for ctx in self._contexts:
             ctx.close()
@@ -191,8 +202,7 @@ class AgentHarness:
                     proc.kill()
                     proc.wait()
         victims: set[int] = set()
-        server = self.server_pid()
-        if server:
+        for server in self.server_pids():
             try:
                 victims.update(p.pid for p in psutil.Process(server).children(recursive=True))
                 victims.add(server)
