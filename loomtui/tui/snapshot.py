@@ -154,16 +154,17 @@ class Source:
         self._ledger_cache = None  # a replaced store is another ledger
 
     def pane(self) -> PaneView:
-        view = self._screen()
+        # With the conversation to show, the pane's screen is not captured: it would be thrown away.
+        view = self._screen(capture=self._conversation is None)
         if self._conversation is None:
             return view
         try:
             conversation = self._conversation.look()
         except OSError as exc:
             return replace(view, why=f"transcript unreadable: {exc}")
-        return replace(view, text="", conversation=conversation)
+        return replace(view, conversation=conversation)
 
-    def _screen(self) -> PaneView:
+    def _screen(self, capture: bool = True) -> PaneView:
         try:
             facts = self.driver.observe()
         except TmuxError as exc:
@@ -171,7 +172,7 @@ class Source:
         if facts.tmux != UP or facts.pane is None:
             return PaneView(facts.tmux, why=facts.why or "no tmux session")
         try:
-            screen = self.driver.screen(ansi=True, pane_id=facts.pane.pane_id)
+            screen = self.driver.screen(ansi=True, pane_id=facts.pane.pane_id) if capture else ""
         except TmuxError as exc:
             return PaneView(UNKNOWN, why=str(exc))
         if facts.pane.dead:
