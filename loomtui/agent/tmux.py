@@ -43,7 +43,12 @@ DEFAULT_TIMEOUT = 5.0
 EXIT_BUFFER = "loom-pane-died"
 EXIT_OPTION = "@loom_pane_died"
 EXIT_HOOK = f'save-buffer -b {EXIT_BUFFER} "#{{{EXIT_OPTION}}}"'
-_GONE = re.compile(r"no server running|error connecting to|can't find (session|window|pane)|session not found")
+# "server exited unexpectedly" and "lost server": the client reached a server that was exiting,
+# which is a server that is gone, not a fault to report.
+_GONE = re.compile(
+    r"no server running|error connecting to|can't find (session|window|pane)|session not found"
+    r"|server exited|lost server"
+)
 
 # LOOM_TMUX_CONTROL=0: never a control client (one process per command, as before). =1: one from
 # the first query, whatever the tmux version (see CONTROL_SAFE_FROM: the operator takes that risk).

@@ -7,7 +7,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loomtui.agent.tmux import ControlLost, output_lines, quote_words, read_block, version_has_fix
+from loomtui.agent.tmux import (
+    AgentPane,
+    ControlLost,
+    Result,
+    TmuxError,
+    TmuxGone,
+    output_lines,
+    quote_words,
+    read_block,
+    version_has_fix,
+)
 
 
 def reader(*lines: bytes):
@@ -89,3 +99,22 @@ def test_output_lines_read_like_text_mode_subprocess_output():
 def test_control_mode_only_on_a_tmux_with_the_fix(version, fixed):
     # tmux < 3.7 crashes when a notification reaches a control client still connecting (issue 4980).
     assert version_has_fix(version) is fixed
+
+
+@pytest.mark.parametrize("message", [
+    "no server running on /tmp/tmux-0/x", "error connecting to /tmp/tmux-0/x (No such file or directory)",
+    "can't find session: agent", "can't find pane: %3", "session not found: agent",
+    # A client that reached a server while it was exiting (seen under load in CI).
+    "server exited unexpectedly", "lost server",
+])
+def test_what_tmux_says_of_a_server_or_pane_that_is_not_there_is_gone(message):
+    pane = AgentPane("nowhere-socket", "agent")
+    with pytest.raises(TmuxGone):
+        pane._check(Result(["tmux"], 1, [], [message]), "list-panes")
+
+
+def test_any_other_tmux_failure_is_an_error_not_gone():
+    pane = AgentPane("nowhere-socket", "agent")
+    with pytest.raises(TmuxError) as raised:
+        pane._check(Result(["tmux"], 1, [], ["unknown option -- Q"]), "list-panes")
+    assert not isinstance(raised.value, TmuxGone)
