@@ -30,7 +30,7 @@ def subcommand(sub: Any, name: str, help: str, **kwargs: Any) -> argparse.Argume
 def context(args: argparse.Namespace, *, prepare: bool = True) -> Context:
     ctx = getattr(args, "_context", None)
     if ctx is None:
-        from loomtui.context import Context  # pydantic: only for commands that read the config
+        from loomtui.context import Context  # only for commands that read the config
 
         ctx = Context.load(args.config, args.state_dir, prepare=prepare)
         args._context = ctx

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, loom_env
 
-from loomtui.config import Config
+from loomtui.config import parse_config
 from loomtui.memory import index as memory
 
 # -- parsing ------------------------------------------------------------------------------------
@@ -79,9 +79,9 @@ def test_slug():
 
 
 def test_memory_index_path_fills_the_launch_placeholder(tmp_path):
-    config = Config.model_validate({"memory": {"dir": str(tmp_path), "index": "IDX.md"}}, context={"base": None})
+    config = parse_config({"memory": {"dir": str(tmp_path), "index": "IDX.md"}}, "c.toml", None)
     assert memory.memory_index_path(config) == tmp_path / "IDX.md"
-    default = Config.model_validate({}, context={"base": None})
+    default = parse_config({}, "c.toml", None)
     assert memory.memory_index_path(default) == Path("~/.claude/memory/MEMORY.md").expanduser()
 
 

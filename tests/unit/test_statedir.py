@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import REPO, loom_env, run_loom
 
-from loomtui.config import Config
+from loomtui.config import Config, parse_config
 from loomtui.errors import StateDirError
 from loomtui.store.statedir import prepare_state_dir, resolve_state_dir
 
@@ -24,7 +24,7 @@ def test_created_private_with_acks(tmp_path):
 
 
 def test_resolution_order(tmp_path):
-    config = Config.model_validate({"state_dir": str(tmp_path / "cfg")}, context={"base": None})
+    config = parse_config({"state_dir": str(tmp_path / "cfg")}, "c.toml", None)
     env = {"LOOM_STATE_DIR": str(tmp_path / "env")}
     assert resolve_state_dir(str(tmp_path / "cli"), config, env) == tmp_path / "cli"
     assert resolve_state_dir(None, config, env) == tmp_path / "env"
