@@ -7,7 +7,10 @@ At each level, beside its anchor measured at that level:
   the levels, both ways tmux can be asked: through the control-mode client (the default from
   tmux 3.7; LOOM_TMUX_CONTROL=1 before) and one tmux process per query (the default before 3.7),
   with its parts: list-panes, capture-pane when modals are configured, the tree walk with its
-  cmdlines, and the store reads; one tmux process as the anchor;
+  cmdlines, and the store reads; one tmux process as the anchor. Without a control client a
+  look can carry list-panes and capture-pane in one tmux process (`AgentPane.look`, asked by
+  `driver.observe(with_screen=True)`): measured on its own as well, with the floor of any
+  process (spawning /bin/true) beside it;
 - the tree walk beside psutil's children(recursive=True).
 """
 
@@ -66,6 +69,16 @@ def tmux_path(mode: str):
         del os.environ[CONTROL_ENV]
 
 
+def observe_in_one_look(watchdog: Watchdog) -> None:
+    """Watchdog.observe's work with the screen asked for with the pane (one tmux process per look
+    without a control client): the driver's look, the tree walk, the store reads. Watchdog.observe
+    itself does this once it passes `with_screen` (agent/watchdog.py)."""
+    ctx = watchdog.ctx
+    facts = watchdog.driver.observe(with_screen=bool(watchdog.settings.modals))
+    assert facts.screen is not None or not watchdog.settings.modals, "the look brought no screen"
+    launches.last_launch(ctx), launches.since_launch(ctx), launches.recorded_processes(ctx)
+
+
 def level(watchdog: Watchdog, root: int, poller_match: str) -> None:
     n = len(psutil.pids())
     print(f"-- {n} processes on the machine")
@@ -80,6 +93,8 @@ def level(watchdog: Watchdog, root: int, poller_match: str) -> None:
     with tmux_path("0"):
         tmux = median(timed(pane.info, 30))
         plain_observe = median(timed(watchdog.observe, 30))
+        one_look = median(timed(lambda: observe_in_one_look(watchdog), 30))
+        spawn = median(run_wall(["/bin/true"], 30))
     with tmux_path("1"):
         pane.info()
         assert pane.server.control_client(), "no control-mode client: the figures below would be the plain path's"
@@ -88,6 +103,9 @@ def level(watchdog: Watchdog, root: int, poller_match: str) -> None:
     print(bound_line("  full watchdog observation, control mode", observe, 0.002, anchor=("one tmux call", tmux)))
     print(bound_line("  full watchdog observation, process per query", plain_observe, 0.002,
                      anchor=("one tmux call", tmux)))
+    print(bound_line("  full observation, one tmux process per look", one_look, 0.002,
+                     anchor=("one tmux call", tmux)))
+    print(ratio_line("    (the floor of any process: /bin/true)", spawn, "one tmux call", tmux))
     print(ratio_line("    of which: list-panes (control mode)", queried, "one tmux call", tmux))
     agent = watchdog.ctx.config.agent
     inspect = median(timed(lambda: proctree.inspect(root, agent.process_match, agent.poller_match), 50))

@@ -82,6 +82,7 @@ class AgentFacts:
     tree: Tree | None = None
     why: str = ""
     stream: StreamFacts | None = None  # stream-json driver only: the pump's own account
+    screen: str | None = None          # the live pane's visible screen, asked with the pane (observe(with_screen=True))
 
 
 class TmuxDriver:
@@ -98,9 +99,11 @@ class TmuxDriver:
             env_drop=(token_env,) if token_env else (),
         )
 
-    def observe(self) -> AgentFacts:
+    def observe(self, *, with_screen: bool = False) -> AgentFacts:
+        """One look. `with_screen`: the live pane's visible screen too (what `screen()` gives), in the
+        same tmux call: where each call is a process, a look that reads the screen costs one, not two."""
         try:
-            info = self.pane.info()
+            info, screen = self.pane.look() if with_screen else (self.pane.info(), None)
         except TmuxTimeout as exc:
             return AgentFacts(UNKNOWN, why=str(exc))
         except TmuxError as exc:
@@ -112,7 +115,7 @@ class TmuxDriver:
             how = f"signal {info.dead_signal}" if info.dead_signal else f"status {info.dead_status}"
             return AgentFacts(UP, info, None, why=f"the pane's process exited ({how})")
         tree = proctree.inspect(info.pane_pid, self.agent.process_match, self.agent.poller_match)
-        return AgentFacts(UP, info, tree, tree.why)
+        return AgentFacts(UP, info, tree, tree.why, screen=screen)
 
     def _settled(self, info: PaneInfo, wait: float = 0.3) -> PaneInfo:
         # tmux marks a pane dead when its pty closes and learns the exit status when it reaps

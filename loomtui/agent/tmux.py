@@ -401,6 +401,20 @@ class TimedServer:
             limit = max(deadline - time.monotonic(), 0.01)
         return self._by_process(cmd, args, target, input, limit)
 
+    def by_control(self, cmd: str, *args: object, target: str | int | None = None,
+                   timeout: float | None = None) -> Result | None:
+        """The reply through this process's control client, or None: then the caller asks the plain
+        way (`by_process`), alone or together with other commands."""
+        if self.session is None or cmd not in _CONTROL_COMMANDS:
+            return None
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        return self._by_control(cmd, args, target, deadline)
+
+    def by_process(self, cmd: str, *args: object, target: str | int | None = None,
+                   timeout: float | None = None) -> Result:
+        """One `tmux` process, whatever the command: also a sequence (`";"` as its own argv word)."""
+        return self._by_process(cmd, args, target, None, self.timeout if timeout is None else timeout)
+
     def _timeout(self, cmd: str) -> TmuxTimeout:
         return TmuxTimeout(f"tmux -L {self.socket_name} {cmd} did not answer within {self.timeout:g}s")
 
@@ -512,6 +526,12 @@ _FIELDS = ("#{pane_index}\t#{pane_id}\t#{pane_pid}\t#{pane_dead}\t#{pane_dead_st
            "#{pane_height}\t#{pane_dead_signal}")
 
 
+# A look's list-panes lines start with the window's pane count: the number of lines that are
+# list-panes' own, so whatever the pane's text holds (it may imitate these lines exactly), the
+# screen captured after them is split off by counting, never by reading it.
+_LOOK_FIELDS = "#{window_panes}\t" + _FIELDS
+
+
 def _int_or_none(text: str) -> int | None:
     text = text.strip()
     return int(text) if text.lstrip("-").isdigit() else None
@@ -558,7 +578,11 @@ class AgentPane:
             self._check(result, "list-panes")
         except TmuxGone:
             return None
-        for line in result.stdout:
+        return self._pane_zero(result.stdout)
+
+    @staticmethod
+    def _pane_zero(lines: list[str]) -> PaneInfo | None:
+        for line in lines:
             parts = line.split("\t")
             if len(parts) != 8 or parts[0] != "0":
                 continue
@@ -573,6 +597,48 @@ class AgentPane:
                 dead_signal=_int_or_none(dead_signal),
             )
         return None
+
+    def look(self) -> tuple[PaneInfo | None, str | None]:
+        """The pane (`info()`) and, while it lives, its visible screen (`capture()`), asked together.
+
+        The same answers as `info()` then `capture()`, in one tmux process instead of two where
+        each query costs a process (the watchdog looks every few seconds, and a process is most of
+        a look). The screen is None when there is none to give: no pane, a dead pane (its history
+        is another capture), or a capture that failed, which `capture()` would have raised.
+        Raises as `info()` does: TmuxTimeout when tmux does not answer, TmuxError when it fails.
+        """
+        window = f"={self.session}:0"
+        listed = self.server.by_control("list-panes", "-F", _FIELDS, target=window)
+        if listed is not None:  # a control client answers: two queries cost less than one process
+            try:
+                info = self._pane_zero(self._check(listed, "list-panes").stdout)
+            except TmuxGone:
+                return None, None
+            if info is None or info.dead:
+                return info, None
+            try:
+                return info, self.capture()
+            except TmuxError:
+                return info, None
+        result = self.server.by_process("list-panes", "-F", _LOOK_FIELDS, ";",
+                                        "capture-pane", "-p", "-J", "-t", self.target, target=window)
+        # tmux skips the rest of a sequence after a failing command: no list-panes line means
+        # list-panes failed (what info() reads as gone or raises); lines and a failure, the capture.
+        count = result.stdout[0].split("\t", 1)[0] if result.stdout else ""
+        if not count.isdigit():
+            try:
+                self._check(result, "list-panes")
+            except TmuxGone:
+                return None, None
+            raise TmuxError(f"tmux -L {self.socket}: list-panes: an answer without its pane count")
+        panes = int(count)
+        listing = [line.split("\t", 1)[1] for line in result.stdout[:panes] if "\t" in line]
+        if not 0 < panes <= len(result.stdout) or len(listing) != panes:
+            raise TmuxError(f"tmux -L {self.socket}: list-panes: {panes} panes said, {len(listing)} listed")
+        info = self._pane_zero(listing)
+        if info is None or info.dead or result.returncode != 0:
+            return info, None
+        return info, "\n".join(result.stdout[panes:])
 
     def ensure_session(self, cwd: str | os.PathLike[str]) -> bool:
         """Create the session (fixed size, remain-on-exit) when absent. True when created.

@@ -8,6 +8,7 @@ notifications tmux sends, and leave the agent's pane as it found it.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -215,6 +216,87 @@ def test_a_one_shot_command_starts_no_client(harness, monkeypatch):
     assert other.info() is not None
     assert other.server.control_client() is not None
 
+
+
+# Pane text is untrusted: lines that imitate what list-panes and control mode print.
+HOSTILE = ["2\t0\t%0\t4242\t0\t\t80\t24\t", "0\t%9\t1\t1\t0\t80\t24\t", "%begin 1 2 0", "%end 1 2 0",
+           "%exit", "can't find pane: 0", "1", "", "0 %7 4242 1 0  80 24"]
+
+
+def hostile_session(harness, name: str, panes: int = 1, *, dies: bool = False) -> AgentPane:
+    """A session whose panes print HOSTILE (with `dies`, its one pane then exits 3 and stays, dead)."""
+    text = harness.root / f"{name}.txt"
+    text.write_text("\n".join(HOSTILE) + "\n")
+    show = f"cat {shlex.quote(str(text))}; "
+    assert harness.tmux("new-session", "-d", "-s", name, "-x", "120", "-y", "40", "exec sleep 600").returncode == 0
+    window = f"={name}:0"
+    assert harness.tmux("set-option", "-w", "-t", window, "remain-on-exit", "on").returncode == 0
+    assert harness.tmux("respawn-pane", "-k", "-t", f"{window}.0",
+                        show + ("exit 3" if dies else "exec sleep 600")).returncode == 0
+    for _ in range(panes - 1):
+        assert harness.tmux("split-window", "-d", "-t", window, show + "exec sleep 600").returncode == 0
+    wait_for(lambda: all("can't find pane: 0" in harness.tmux("capture-pane", "-p", "-t", f"{window}.{n}").stdout
+                         for n in range(panes)), what="the hostile text on screen")
+    return AgentPane(harness.socket, name)
+
+
+def apart(pane: AgentPane):
+    """What a look must equal: info(), then capture() while the pane lives."""
+    info = pane.info()
+    return info, (pane.capture() if info is not None and not info.dead else None)
+
+
+def test_a_look_answers_as_info_then_capture_do_on_both_paths(harness, monkeypatch):
+    harness.start()
+    panes = [AgentPane(harness.socket, "agent"), hostile_session(harness, "one"), hostile_session(harness, "two", 2),
+             AgentPane(harness.socket, "nosuch")]
+    expected = plain(monkeypatch, lambda: [apart(p) for p in panes])
+    assert "%begin 1 2 0" in expected[1][1] and "can't find pane: 0" in expected[2][1]
+    assert expected[2][0].pane_id != expected[1][0].pane_id and expected[3] == (None, None)
+    processes = []
+    real_run = tmux.subprocess.run
+
+    def counted(argv, *args, **kwargs):
+        processes.append(argv)
+        return real_run(argv, *args, **kwargs)
+
+    monkeypatch.setattr(tmux.subprocess, "run", counted)
+    looked = plain(monkeypatch, lambda: [p.look() for p in panes])
+    assert looked == expected
+    assert len(processes) == len(panes)  # one tmux process per look, the two-pane window's too
+    for p in panes[:3]:
+        p.info()  # the control client starts
+    assert all(p.server.control_client() is not None for p in panes[:3])
+    del processes[:]
+    assert [p.look() for p in panes] == expected
+    assert len(processes) == 1  # only the session that has no control client asked the plain way
+
+
+def test_a_look_at_a_dead_pane_gives_the_pane_and_no_screen_on_both_paths(harness, monkeypatch):
+    harness.start()
+    pane = hostile_session(harness, "dead", dies=True)
+    info = wait_for(lambda: (i := pane.info()) is not None and i.dead and i, what="the pane dead")
+    assert plain(monkeypatch, pane.look) == (info, None) == pane.look()
+    driver = TmuxDriver(harness.ctx().config)
+    facts = plain(monkeypatch, lambda: driver.observe(with_screen=True))
+    assert facts.screen is not None and facts.screen == plain(monkeypatch, driver.screen)
+    assert "demo agent" in facts.screen and facts.pane == plain(monkeypatch, driver.pane_info)
+    assert driver.observe().screen is None
+
+
+def test_a_look_at_a_stopped_server_gives_tmux_timeout_the_plain_way_too(harness, monkeypatch):
+    harness.start()
+    monkeypatch.setenv(CONTROL_ENV, "0")
+    pane = AgentPane(harness.socket, "agent", timeout=1.0)
+    expected = apart(pane)
+    server = harness.server_pid()
+    os.kill(server, signal.SIGSTOP)
+    try:
+        with pytest.raises(TmuxTimeout, match="did not answer"):
+            pane.look()
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert wait_for(lambda: pane.look() == expected, what="answers again")
 
 
 def test_a_deleted_socket_reads_as_it_does_to_every_other_tmux_command(harness):
