@@ -42,10 +42,11 @@ from loomtui.config_schema import (
 )
 from loomtui.durations import parse_duration
 from loomtui.errors import ConfigError
+from loomtui.states import AGENT_NAME_PATTERN, MAIN_AGENT
 
 APP_NAME = "loom"
-MAIN = "main"  # the agent a single [agent] table describes
-AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
+MAIN = MAIN_AGENT  # the agent a single [agent] table describes
+AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
 
 __all__ = ["APP_NAME", "AgentConfig", "AgentSpec", "CanaryConfig", "Config", "JobConfig", "MemoryConfig",
            "MetricsConfig", "Modal", "SentinelConfig", "TelegramConfig", "WatchdogConfig", "expand_path",

@@ -1,4 +1,10 @@
-"""What every command starts from: the validated config, the state directory, the store."""
+"""What every command starts from: the validated config, the state directory, the store.
+
+A Context is one agent's: its config view (`config.agent`, `.watchdog`, `.canary`, `.memory` are
+that agent's), its directory for the files that are its own (acks, locks, the pump, the pinned
+session's sidecar: the state dir itself for `main`, `agents/NAME/` under it for another) and a
+store whose writes are filed under its name. The store itself is one, shared by every agent.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from pathlib import Path
 
 from loomtui.config import Config, load_config
 from loomtui.store.db import Store
-from loomtui.store.statedir import prepare_state_dir, resolve_state_dir
+from loomtui.store.statedir import agent_dir, prepare_agent_dir, prepare_state_dir, resolve_state_dir
 
 
 @dataclass
@@ -17,6 +23,25 @@ class Context:
     config_path: Path | None
     state_dir: Path
     _store: Store | None = field(default=None, repr=False)
+
+    @property
+    def agent(self) -> str:
+        return self.config.agent_name
+
+    @property
+    def agent_dir(self) -> Path:
+        return agent_dir(self.state_dir, self.agent)
+
+    def for_agent(self, name: str) -> Context:
+        """The context of agent `name` (KeyError when the config has no such agent), with its own
+        store connection; its directory is made when first asked for, private like the state dir."""
+        ctx = Context(self.config.for_agent(name), self.config_path, self.state_dir)
+        if ctx.agent_dir != self.state_dir:
+            prepare_agent_dir(ctx.agent_dir)
+        return ctx
+
+    def agents(self) -> list[Context]:
+        return [self.for_agent(name) for name in self.config.agent_names]
 
     @classmethod
     def load(
@@ -33,12 +58,15 @@ class Context:
         state_dir = resolve_state_dir(state_dir_arg, config, env)
         if prepare:
             prepare_state_dir(state_dir)
-        return cls(config, path, state_dir)
+        ctx = cls(config, path, state_dir)
+        if prepare and ctx.agent_dir != state_dir:
+            prepare_agent_dir(ctx.agent_dir)
+        return ctx
 
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = Store.in_dir(self.state_dir)
+            self._store = Store.in_dir(self.state_dir, agent=self.agent, agent_dir=self.agent_dir)
         return self._store
 
     def clone(self) -> Context:
@@ -47,7 +75,7 @@ class Context:
 
     @property
     def acks_dir(self) -> Path:
-        return self.state_dir / "acks"
+        return self.agent_dir / "acks"
 
     def close(self) -> None:
         if self._store is not None:

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+# Agents: the one agent of a single [agent] table (and of every row written before agents had
+# names), and the names [[agents]] may take (they appear in tmux session names and paths).
+MAIN_AGENT = "main"
+AGENT_NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,31}"
+
 # tmux: the server and session answered (UP), said they are not there (GONE), or did not answer.
 UP, GONE, UNKNOWN = "up", "gone", "unknown"
 # A process in the pane's tree: found, definitely not there, or the walk could not tell.

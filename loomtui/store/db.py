@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from loomtui.errors import StoreError, StoreUnavailable
+from loomtui.states import MAIN_AGENT
 from loomtui.store.migrations import MIGRATIONS
 from loomtui.store.statedir import create_private_file
 
@@ -25,15 +26,30 @@ DB_NAME = "loom.db"
 BUSY_TIMEOUT = 10.0
 
 
+class AgentConnection(sqlite3.Connection):
+    """A connection that knows whose rows it writes when a caller does not say: the agent of the
+    context that opened the store (so every event of agent B's loops is B's without each call
+    site naming it), and that agent's own directory (its sidecar files)."""
+
+    agent: str = MAIN_AGENT
+    agent_dir: Path | None = None
+
+
 class Store:
-    def __init__(self, path: Path, *, timeout: float = BUSY_TIMEOUT, migrate: bool = True) -> None:
+    def __init__(self, path: Path, *, timeout: float = BUSY_TIMEOUT, migrate: bool = True,
+                 agent: str = MAIN_AGENT, agent_dir: Path | None = None) -> None:
         self.path = Path(path)
+        self.agent = agent
+        self.agent_dir = Path(agent_dir) if agent_dir is not None else self.path.parent
         self._lock = threading.RLock()
         try:
             create_private_file(self.path)
             self.conn = sqlite3.connect(
-                self.path, timeout=timeout, isolation_level=None, check_same_thread=False
+                self.path, timeout=timeout, isolation_level=None, check_same_thread=False,
+                factory=AgentConnection,
             )
+            self.conn.agent = agent
+            self.conn.agent_dir = self.agent_dir
         except OSError as exc:
             raise StoreError(f"store {self.path} cannot be opened: {exc.strerror or exc}") from None
         except sqlite3.Error as exc:
@@ -151,6 +167,10 @@ class Store:
 
     # -- small shared tables --------------------------------------------------------------
 
+    def agent_key(self, key: str) -> str:
+        """A meta key of this store's agent: as it always was for `main`, `key@name` for another."""
+        return agent_key(key, self.agent)
+
     def get_meta(self, key: str, default: str | None = None) -> str | None:
         row = self.query_one("SELECT value FROM meta WHERE key = ?", (key,))
         return row[0] if row else default
@@ -176,6 +196,10 @@ class Store:
         for row in self.query("SELECT name, ts, pid, detail FROM heartbeats"):
             out[row["name"]] = {"ts": row["ts"], "pid": row["pid"], "detail": json.loads(row["detail"])}
         return out
+
+
+def agent_key(key: str, agent: str) -> str:
+    return key if agent == MAIN_AGENT else f"{key}@{agent}"
 
 
 def _statements(sql: str) -> list[str]:

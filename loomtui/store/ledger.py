@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from loomtui import redact
-from loomtui.states import EVENT_KINDS, EventKind
+from loomtui.states import AGENT_NAME_PATTERN, EVENT_KINDS, MAIN_AGENT, EventKind
 from loomtui.store.db import Store
 
 GENESIS = "0" * 64
 HEAD_KEY = "ledger_head"
-MAIN = "main"  # the agent of a single-agent setup, and of every event written before names
-AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
+MAIN = MAIN_AGENT  # the agent of a single-agent setup, and of every event written before names
+AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
 
 
 def canonical(obj: Any) -> str:
@@ -84,9 +84,12 @@ def append_in(
     cause: str | None = None,
     detail: dict[str, Any] | None = None,
     ts: float | None = None,
-    agent: str = MAIN,
+    agent: str | None = None,
 ) -> Event:
-    """Append inside an open write transaction (so an event commits with the state it describes)."""
+    """Append inside an open write transaction (so an event commits with the state it describes).
+
+    The event belongs to `agent`, or to the agent whose store the connection came from."""
+    agent = getattr(db, "agent", MAIN) if agent is None else agent
     if kind not in EVENT_KINDS:
         raise ValueError(f"unknown ledger event kind {kind!r}: every kind is named in states.EventKind")
     if not AGENT_NAME.fullmatch(agent):
@@ -121,7 +124,7 @@ def append(
     cause: str | None = None,
     detail: dict[str, Any] | None = None,
     ts: float | None = None,
-    agent: str = MAIN,
+    agent: str | None = None,
 ) -> Event:
     with store.write() as db:
         return append_in(db, kind, source=source, cause=cause, detail=detail, ts=ts, agent=agent)

@@ -15,7 +15,8 @@ import sqlite3
 import uuid
 from pathlib import Path
 
-from loomtui.store.db import Store
+from loomtui.states import MAIN_AGENT
+from loomtui.store.db import Store, agent_key
 
 KEY = "pinned_session"
 SIDECAR = "pinned-session"
@@ -24,15 +25,16 @@ log = logging.getLogger(__name__)
 
 
 def pinned(store: Store) -> str | None:
-    return store.get_meta(KEY)
+    return store.get_meta(store.agent_key(KEY))
 
 
 def pin_in(db: sqlite3.Connection, session_id: str) -> None:
+    """Pin the session of the agent whose store `db` came from (each agent has its own)."""
     db.execute(
         "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (KEY, session_id),
+        (agent_key(KEY, getattr(db, "agent", MAIN_AGENT)), session_id),
     )
-    state_dir = _state_dir(db)
+    state_dir = getattr(db, "agent_dir", None) or _state_dir(db)
     if state_dir is not None:
         try:
             write_sidecar(state_dir, session_id)
@@ -81,9 +83,9 @@ def sync_sidecar(store: Store) -> None:
 
     Runs under the store's write lock, as every pin does, so a pin cannot slip in between.
     """
-    state_dir = store.path.parent
+    state_dir = store.agent_dir
     with store.write() as db:
-        row = db.execute("SELECT value FROM meta WHERE key = ?", (KEY,)).fetchone()
+        row = db.execute("SELECT value FROM meta WHERE key = ?", (store.agent_key(KEY),)).fetchone()
         current = row[0] if row else None
         try:
             if current is None:

@@ -10,6 +10,7 @@ import platformdirs
 
 from loomtui.config import APP_NAME, Config, expand_path
 from loomtui.errors import StateDirError
+from loomtui.states import MAIN_AGENT
 
 SUBDIRS = ("acks",)
 
@@ -66,6 +67,23 @@ def prepare_state_dir(path: Path) -> Path:
             (path / name).mkdir(mode=0o700, exist_ok=True)
         except OSError as exc:
             raise _fail(path / name, "cannot create directory", exc) from None
+    return path
+
+
+def agent_dir(state_dir: Path, agent: str) -> Path:
+    """Where an agent's own files live: the state dir itself for `main` (as before agents had
+    names, so an old state dir keeps its acks, locks and sidecar), `agents/NAME/` for another."""
+    return Path(state_dir) if agent == MAIN_AGENT else Path(state_dir) / "agents" / agent
+
+
+def prepare_agent_dir(path: Path) -> Path:
+    try:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
+        for name in SUBDIRS:
+            (path / name).mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise _fail(path, "cannot create directory", exc) from None
     return path
 
 

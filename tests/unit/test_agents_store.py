@@ -83,3 +83,43 @@ def test_a_bad_agent_name_is_refused_and_nothing_is_written(tmp_path, name):
         assert ledger.count(store) == 0
     finally:
         store.close()
+
+
+TWO_AGENTS = """
+[[agents]]
+name = "main"
+[[agents]]
+name = "beta"
+"""
+
+
+def test_an_agents_context_files_its_events_session_and_files_under_its_name(tmp_path):
+    from loomtui.context import Context
+
+    config = tmp_path / "config.toml"
+    config.write_text(TWO_AGENTS)
+    state = tmp_path / "state"
+    main = Context.load(str(config), str(state), {})
+    beta = main.for_agent("beta")
+    try:
+        assert (main.agent, beta.agent) == ("main", "beta")
+        assert main.agent_dir == state and beta.agent_dir == state / "agents" / "beta"
+        assert beta.acks_dir.is_dir() and oct(beta.agent_dir.stat().st_mode & 0o777) == "0o700"
+        ledger.append(beta.store, "supervisor_start", source="test")
+        ledger.append(main.store, "supervisor_start", source="test")
+        ledger.append(beta.store, "supervisor_start", source="test", agent="main")  # said outright: it wins
+        assert [e.agent for e in ledger.tail(main.store, 10)] == ["beta", "main", "main"]
+        assert ledger.verify(main.store).ok
+        # One store, one pinned session per agent, each with its sidecar in its own directory.
+        with beta.store.write() as db:
+            session.pin_in(db, "11111111-1111-1111-1111-111111111111")
+        with main.store.write() as db:
+            session.pin_in(db, "22222222-2222-2222-2222-222222222222")
+        assert session.pinned(beta.store) == "11111111-1111-1111-1111-111111111111"
+        assert session.pinned(main.store) == "22222222-2222-2222-2222-222222222222"
+        assert session.read_sidecar(beta.agent_dir) == "11111111-1111-1111-1111-111111111111"
+        assert session.read_sidecar(state) == "22222222-2222-2222-2222-222222222222"
+        assert main.store.get_meta(session.KEY) == "22222222-2222-2222-2222-222222222222"  # main's key as before
+    finally:
+        main.close()
+        beta.close()
