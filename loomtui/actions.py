@@ -89,7 +89,7 @@ def release(ctx: Context, *, source: str) -> holds.HoldChange:
     holds.expire(ctx, source=source, now=at)
     ended = holds.release(ctx, source=source, how="release", now=at)
     if ended is not None:
-        launches.ring(ctx.state_dir, launches.PANE_DIED)  # the watchdog looks again now, not next tick
+        launches.ring(ctx.agent_dir, launches.PANE_DIED)  # the watchdog looks again now, not next tick
     return holds.HoldChange("released" if ended is not None else "none", ended, at)
 
 
@@ -118,7 +118,7 @@ def recover(
             return Recovery("held", notes=[hold_rules.describe(refused, now.wall if now else time.time())])
     wait = lock_wait if lock_wait is not None else (OPERATOR_LOCK_WAIT if operator else 0.0)
     try:
-        lock = locks.hold(ctx.state_dir, locks.RECYCLE, timeout=wait)
+        lock = locks.hold(ctx.agent_dir, locks.RECYCLE, timeout=wait)
     except LockHeld:
         _admitted(ctx, source, "refused", "lock_busy")
         return Recovery("busy", notes=["another relaunch holds recycle.lock"])
@@ -145,7 +145,7 @@ def recover(
     if result.ok:
         # A relaunch is a claim until a canary acks: wake the daemon's canary loop, now that the
         # lock is free and a probe may be typed, and say plainly who will witness it.
-        launches.ring(ctx.state_dir, launches.RELAUNCHED)
+        launches.ring(ctx.agent_dir, launches.RELAUNCHED)
         result.notes.append(recovery.witness_note(ctx))
     return result
 

@@ -13,13 +13,20 @@ from typing import Any
 
 from loomtui.agent.hold_rules import Hold, active, describe, expired, first_refusal, noting, remaining
 from loomtui.context import Context
+from loomtui.states import MAIN_AGENT
 from loomtui.store import counters, ledger
+from loomtui.store.db import agent_key
 
 KEY = "hold"
 
 
+def _key(db: sqlite3.Connection) -> str:
+    # Each agent has its own hold: the one of the agent whose store the connection came from.
+    return agent_key(KEY, getattr(db, "agent", MAIN_AGENT))
+
+
 def _read_in(db: sqlite3.Connection) -> Hold | None:
-    row = db.execute("SELECT value FROM meta WHERE key = ?", (KEY,)).fetchone()
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (_key(db),)).fetchone()
     return _parse(row[0]) if row else None
 
 
@@ -35,12 +42,12 @@ def _parse(raw: str | None) -> Hold | None:
 
 def _write_in(db: sqlite3.Connection, hold: Hold) -> None:
     db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-               (KEY, json.dumps(hold.record(), sort_keys=True)))
+               (_key(db), json.dumps(hold.record(), sort_keys=True)))
 
 
 def stored(ctx: Context) -> Hold | None:
     """The record as it is, active or not (a timed hold past its end until someone expires it)."""
-    return _parse(ctx.store.get_meta(KEY))
+    return _parse(ctx.store.get_meta(ctx.store.agent_key(KEY)))
 
 
 def current(ctx: Context, now: float) -> Hold | None:
@@ -80,7 +87,7 @@ def release(ctx: Context, *, source: str, how: str, now: float, cause: str | Non
             return None
         if how == "expired" and not expired(hold, now):
             return None  # released or replaced meanwhile: nothing of ours to expire
-        db.execute("DELETE FROM meta WHERE key = ?", (KEY,))
+        db.execute("DELETE FROM meta WHERE key = ?", (_key(db),))
         ledger.append_in(db, "hold_cleared", source=source, cause=cause, ts=now,
                          detail={"by": source, "how": how, "held_by": hold.by, "reason": hold.reason})
     return hold

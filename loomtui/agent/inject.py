@@ -57,7 +57,7 @@ def inject(
     if len(clean) > MAX_LENGTH:
         raise LoomError(f"text too long to inject: {len(clean)} characters (limit {MAX_LENGTH})")
     info = {"length": len(clean), "digest": digest(clean), **(detail or {})}
-    driver = driver or make_driver(ctx.config, ctx.state_dir)
+    driver = driver or make_driver(ctx.config, ctx.agent_dir)
     # The agent as it is now: if a relaunch replaces it while we wait for inject.lock, the text
     # is not typed into the new one (it was meant for this one, and that one may be booting).
     expect = driver.pane_pid()
@@ -74,7 +74,7 @@ def _typed(ctx: Context, typing: Callable[[], Delivery | None], kind: str, sourc
     error = ""
     delivery = None
     try:
-        with locks.hold(ctx.state_dir, locks.INJECT, timeout=lock_timeout):
+        with locks.hold(ctx.agent_dir, locks.INJECT, timeout=lock_timeout):
             delivery = typing()
     except (TmuxError, LockHeld) as exc:
         error = str(exc)
@@ -97,7 +97,7 @@ def press(
     driver: TmuxDriver | None = None,
 ) -> InjectResult:
     """Named keys (e.g. Enter to dismiss a dialog) through the same lock and ledger as text."""
-    driver = driver or make_driver(ctx.config, ctx.state_dir)
+    driver = driver or make_driver(ctx.config, ctx.agent_dir)
     expect = driver.pane_pid()
     error, event_id, _ = _typed(ctx, lambda: driver.send_keys(keys, expect), kind, source,
                                 {"keys": keys, **(detail or {})}, lock_timeout)

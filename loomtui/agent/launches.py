@@ -36,12 +36,12 @@ RELAUNCHED = "relaunched"  # written by actions.recover once the new agent may b
 
 
 def last_launch(ctx: Context) -> dict[str, Any] | None:
-    raw = ctx.store.get_meta(LAUNCH_KEY)
+    raw = ctx.store.get_meta(ctx.store.agent_key(LAUNCH_KEY))
     return json.loads(raw) if raw else None
 
 
 def recorded_processes(ctx: Context) -> dict[str, Any] | None:
-    raw = ctx.store.get_meta(PROCS_KEY)
+    raw = ctx.store.get_meta(ctx.store.agent_key(PROCS_KEY))
     return json.loads(raw) if raw else None
 
 
@@ -52,7 +52,7 @@ def record_processes(ctx: Context, driver: TmuxDriver, pane_pid: int) -> None:
         server = driver.server_pid()
     except TmuxError:
         server = None
-    ctx.store.set_meta(PROCS_KEY, json.dumps({
+    ctx.store.set_meta(ctx.store.agent_key(PROCS_KEY), json.dumps({
         "pane_pid": pane_pid, "pane_started": proctree.start_time(pane_pid),
         "server_pid": server, "server_started": proctree.start_time(server) if server else None,
     }))
@@ -63,7 +63,7 @@ def relaunch_under_way(ctx: Context, now: float | None = None) -> bool:
 
     Typing into an agent that is being replaced, or has not finished booting, loses the text.
     """
-    if locks.is_held(ctx.state_dir, locks.RECYCLE):
+    if locks.is_held(ctx.agent_dir, locks.RECYCLE):
         return True
     return in_boot_grace(ctx, None if now is None else Instant(now))
 
@@ -104,7 +104,7 @@ def mark_ready(ctx: Context, session_id: str, launched_ts: float, at: Instant | 
             return False
         if not launched.get("ready"):
             launched["ready"] = {"ts": at.wall, "mono": at.mono, "boot": at.boot}
-            ctx.store.set_meta(LAUNCH_KEY, json.dumps(launched), db)
+            ctx.store.set_meta(ctx.store.agent_key(LAUNCH_KEY), json.dumps(launched), db)
     return True
 
 
@@ -146,7 +146,7 @@ def _pump_ready(ctx: Context, driver: TmuxDriver, launched: dict[str, Any]) -> b
     if info is None or info.dead:
         return False
     # Read from the context's state dir, not the driver's: a driver made without one still works here.
-    facts = read_facts(ctx.state_dir, info.pane_pid)
+    facts = read_facts(ctx.agent_dir, info.pane_pid)
     if facts is None or not facts.current or facts.cli_exit is not None:
         return False
     mark_ready(ctx, launched.get("session_id", ""), launched["ts"])

@@ -49,7 +49,8 @@ class Recovery:
 
 def history(ctx: Context) -> tuple[Relaunch, ...]:
     rows = ctx.store.query(
-        "SELECT ts, cause, detail FROM ledger WHERE kind = 'relaunch' ORDER BY id DESC LIMIT ?", (HISTORY_LIMIT,)
+        "SELECT ts, cause, detail FROM ledger WHERE agent = ? AND kind = 'relaunch' ORDER BY id DESC LIMIT ?",
+        (ctx.agent, HISTORY_LIMIT),
     )
     out = []
     for row in reversed(rows):
@@ -66,9 +67,9 @@ def canary_recycled(ctx: Context, pinned: str | None) -> frozenset[str]:
     if pinned is None:
         return frozenset()
     row = ctx.store.query_one(
-        "SELECT 1 FROM ledger WHERE kind = 'relaunch' AND cause = 'canary_failed' "
+        "SELECT 1 FROM ledger WHERE agent = ? AND kind = 'relaunch' AND cause = 'canary_failed' "
         "AND json_extract(detail, '$.old_session') = ? LIMIT 1",
-        (pinned,),
+        (ctx.agent, pinned),
     )
     return frozenset({pinned}) if row else frozenset()
 

@@ -43,7 +43,7 @@ class WatchdogReport:
 class Watchdog:
     def __init__(self, ctx: Context, driver: TmuxDriver | None = None) -> None:
         self.ctx = ctx
-        self.driver = driver or make_driver(ctx.config, ctx.state_dir)
+        self.driver = driver or make_driver(ctx.config, ctx.agent_dir)
         self.settings = settings_from(ctx.config)
         self.memory = Looks()
         self.last_foreign_scan: float | None = None
@@ -267,12 +267,12 @@ def record_denials(ctx: Context) -> list[str]:
     """A `permission_denied` event for each result in the pump's transcript, since the last read,
     that carries permission denials: tool names and the turn's origin, never the call's input.
     The events and the new read offset commit together, so each result is recorded once."""
-    path = transcript.path_in(ctx.state_dir)
+    path = transcript.path_in(ctx.agent_dir)
     try:
         st = path.stat()
     except OSError:
         return []
-    raw = ctx.store.get_meta(DENIALS_READ_KEY)
+    raw = ctx.store.get_meta(ctx.store.agent_key(DENIALS_READ_KEY))
     mark = json.loads(raw) if raw else {}
     head = _head(path)
     # The same file read on; a new one (another inode, or a reused inode whose first line differs)
@@ -303,7 +303,7 @@ def record_denials(ctx: Context) -> list[str]:
     with ctx.store.write() as db:
         for detail in found:
             ledger.append_in(db, "permission_denied", source="watchdog", detail=detail)
-        ctx.store.set_meta(DENIALS_READ_KEY, json.dumps({"ino": st.st_ino, "head": head, "offset": end}), db)
+        ctx.store.set_meta(ctx.store.agent_key(DENIALS_READ_KEY), json.dumps({"ino": st.st_ino, "head": head, "offset": end}), db)
     return [f"permission denied to {', '.join(d['tools'])}" for d in found]
 
 

@@ -189,14 +189,9 @@ def count(store: Store) -> int:
     return int(json.loads(row[0])["id"]) if row else 0
 
 
-def tail(store: Store, n: int = 20, kinds: list[str] | None = None) -> list[Event]:
-    """The last `n` events, oldest first."""
-    if kinds:
-        marks = ",".join("?" * len(kinds))
-        rows = store.query(f"SELECT * FROM ledger WHERE kind IN ({marks}) ORDER BY id DESC LIMIT ?", (*kinds, n))
-    else:
-        rows = store.query("SELECT * FROM ledger ORDER BY id DESC LIMIT ?", (n,))
-    return [Event.from_row(r) for r in reversed(rows)]
+def tail(store: Store, n: int = 20, kinds: list[str] | None = None, agent: str | None = None) -> list[Event]:
+    """The last `n` events (of `agent`, when named), oldest first."""
+    return list(reversed(page(store, limit=n, kinds=kinds, agent=agent)))
 
 
 def page(
