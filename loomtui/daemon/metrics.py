@@ -2,10 +2,17 @@
 
 Values come from the store on each scrape rather than from counters kept in memory, so they
 are true across daemon restarts and agree with `loom status` and the console.
+
+Every series about one agent carries an `agent` label, even when there is only `main`: a second
+agent added later then adds series beside the old ones instead of renaming them, and the alert
+rules in contrib/ match per agent from the start. What belongs to the host (the supervisor's
+heartbeat, the outbox, the ledger as a whole, the process's loops and their KPIs, job schedules)
+has no such label.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,65 +33,51 @@ from loomtui.pump import client as pump_client
 from loomtui.report import status as status_mod
 from loomtui.store import counters
 
+AGENT = "agent"
+
 
 class StoreCollector(Collector):
     def __init__(self, ctx: Context, loop_stats: Callable[[], dict[str, Any]]) -> None:
         self.ctx = ctx
         self.loop_stats = loop_stats
+        self._agents: list[Context] | None = None
+        self._lock = threading.Lock()  # scrapes are served on threads of their own
+
+    def agents(self) -> list[Context]:
+        """One context per agent, each with its own store connection, made once and kept."""
+        with self._lock:
+            if self._agents is None:
+                self._agents = [self.ctx if name == self.ctx.agent else self.ctx.for_agent(name)
+                                for name in self.ctx.config.agent_names]
+            return self._agents
+
+    def close(self) -> None:
+        """Close the other agents' store connections (the one given stays its owner's)."""
+        with self._lock:
+            for actx in self._agents or []:
+                if actx is not self.ctx:
+                    actx.close()
+            self._agents = None
 
     def collect(self) -> Iterator[Any]:
-        store = self.ctx.store
         now = time.time()
-        # The same status model `loom status` and the console read; the counters below are the
-        # metrics' own (totals by label), read from the store at the same moment.
-        status = status_mod.gather(self.ctx, events=0, now=now, look=False)
-        beat = status.supervisor
+        # The same status model `loom status` and the console read, one per agent; the counters
+        # below are the metrics' own (totals by label), read from the store at the same moment.
+        statuses = [(actx, status_mod.gather(actx, events=0, now=now, look=False)) for actx in self.agents()]
+        host = statuses[0][1]
+        beat = host.supervisor
         age = GaugeMetricFamily("loom_supervisor_heartbeat_age_seconds", "Seconds since the supervisor's heartbeat")
         age.add_metric([], max(0.0, beat.age) if beat else float("nan"))
         yield age
 
-        relaunches = CounterMetricFamily("loom_relaunches", "Agent relaunches recorded in the ledger",
-                                         labels=["cause", "mode"])
-        for row in store.query(
-            "SELECT cause, json_extract(detail, '$.mode') AS mode, COUNT(*) AS n FROM ledger "
-            "WHERE kind = 'relaunch' GROUP BY cause, mode"
-        ):
-            relaunches.add_metric([row["cause"] or "", row["mode"] or ""], row["n"])
-        yield relaunches
-
-        results = CounterMetricFamily("loom_canary_probes", "Canary probes by result", labels=["result"])
-        for row in store.query("SELECT result, COUNT(*) AS n FROM canary_runs GROUP BY result"):
-            results.add_metric([row["result"]], row["n"])
-        yield results
-        latency = GaugeMetricFamily("loom_canary_last_latency_seconds", "Latency of the last acked probe")
-        last_ok = store.query_one("SELECT latency, sent_at FROM canary_runs WHERE result = 'ok' ORDER BY id DESC LIMIT 1")
-        latency.add_metric([], last_ok["latency"] if last_ok else float("nan"))
-        yield latency
-        ok_age = GaugeMetricFamily("loom_canary_last_ok_age_seconds", "Seconds since the last acked probe was sent")
-        ok_age.add_metric([], now - last_ok["sent_at"] if last_ok else float("nan"))
-        yield ok_age
-        last_miss = GaugeMetricFamily("loom_canary_last_missed", "1 if the last settled probe was a miss")
-        last = status.canary_settled
-        last_miss.add_metric([], 1.0 if last is not None and last.result == canary.MISS else 0.0)
-        yield last_miss
-
-        queue = GaugeMetricFamily("loom_queue_items", "Sentinel queue items by state", labels=["state"])
-        for state, n in status.queue.items():
-            queue.add_metric([state], n)
-        yield queue
+        yield from agent_metrics(statuses, now)
 
         pending = GaugeMetricFamily("loom_outbox_pending", "Messages waiting to go to the operator")
-        pending.add_metric([], status.outbox["pending"])
+        pending.add_metric([], host.outbox["pending"])
         yield pending
 
-        held = GaugeMetricFamily("loom_held", "1 while automatic relaunching is held at the ceiling")
-        held.add_metric([], 1.0 if status.hold is not None else 0.0)
-        yield held
-
-        yield from pump_metrics(self.ctx, store, now)
-
         events = CounterMetricFamily("loom_ledger_events", "Events in the ledger")
-        events.add_metric([], status.ledger_events)
+        events.add_metric([], host.ledger_events)
         yield events
 
         ticks = CounterMetricFamily("loom_loop_ticks", "Ticks per supervisor loop (this process)", labels=["loop"])
@@ -94,31 +87,70 @@ class StoreCollector(Collector):
             errors.add_metric([name], stats.get("errors", 0))
         yield ticks
         yield errors
-        yield from kpis(self.ctx, now, status)
+        yield from kpis(self.ctx, now, statuses)
 
 
-def pump_metrics(ctx: Context, store: Any, now: float) -> Iterator[Any]:
-    """The stream-json pump as its status file says now (that driver only): what waits, whether a
-    turn runs and for how long (a turn that never ends is what a wedge looks like from outside)."""
-    if ctx.config.agent.driver != "stream-json":
+def agent_metrics(statuses: list[tuple[Context, status_mod.Status]], now: float) -> Iterator[Any]:
+    """What the ledger and the canary say of each agent, one series per agent (label `agent`)."""
+    relaunches = CounterMetricFamily("loom_relaunches", "Agent relaunches recorded in the ledger",
+                                     labels=[AGENT, "cause", "mode"])
+    results = CounterMetricFamily("loom_canary_probes", "Canary probes by result", labels=[AGENT, "result"])
+    latency = GaugeMetricFamily("loom_canary_last_latency_seconds", "Latency of the last acked probe", labels=[AGENT])
+    ok_age = GaugeMetricFamily("loom_canary_last_ok_age_seconds", "Seconds since the last acked probe was sent",
+                               labels=[AGENT])
+    last_miss = GaugeMetricFamily("loom_canary_last_missed", "1 if the last settled probe was a miss", labels=[AGENT])
+    queue = GaugeMetricFamily("loom_queue_items", "Sentinel queue items by state", labels=[AGENT, "state"])
+    held = GaugeMetricFamily("loom_held", "1 while automatic relaunching is held at the ceiling", labels=[AGENT])
+    for actx, status in statuses:
+        name, store = actx.agent, actx.store
+        for row in store.query(
+            "SELECT cause, json_extract(detail, '$.mode') AS mode, COUNT(*) AS n FROM ledger "
+            "WHERE agent = ? AND kind = 'relaunch' GROUP BY cause, mode", (name,)
+        ):
+            relaunches.add_metric([name, row["cause"] or "", row["mode"] or ""], row["n"])
+        for row in store.query("SELECT result, COUNT(*) AS n FROM canary_runs WHERE agent = ? GROUP BY result",
+                               (name,)):
+            results.add_metric([name, row["result"]], row["n"])
+        last_ok = store.query_one("SELECT latency, sent_at FROM canary_runs WHERE agent = ? AND result = 'ok' "
+                                  "ORDER BY id DESC LIMIT 1", (name,))
+        latency.add_metric([name], last_ok["latency"] if last_ok else float("nan"))
+        ok_age.add_metric([name], now - last_ok["sent_at"] if last_ok else float("nan"))
+        last = status.canary_settled
+        last_miss.add_metric([name], 1.0 if last is not None and last.result == canary.MISS else 0.0)
+        for state, n in status.queue.items():
+            queue.add_metric([name, state], n)
+        held.add_metric([name], 1.0 if status.hold is not None else 0.0)
+    yield from (relaunches, results, latency, ok_age, last_miss, queue, held)
+    yield from pump_metrics([actx for actx, _ in statuses], now)
+
+
+def pump_metrics(agents: list[Context], now: float) -> Iterator[Any]:
+    """The stream-json pump of each agent that has one, as its status file says now: what waits,
+    whether a turn runs and for how long (a turn that never ends is what a wedge looks like from
+    outside). No family at all when no agent runs the stream-json driver."""
+    pumped = [actx for actx in agents if actx.config.agent.driver == "stream-json"]
+    if not pumped:
         return
-    doc = pump_client.status(ctx.state_dir) or {}
-    exited = bool(doc.get("cli_exit"))
-    waiting = GaugeMetricFamily("loom_pump_queue", "Messages the pump holds until the running turn ends")
-    waiting.add_metric([], float(doc["queue"]) if isinstance(doc.get("queue"), int) and not exited else 0.0)
-    yield waiting
-    running = doc.get("turn") == "running" and not exited
-    turn = GaugeMetricFamily("loom_pump_turn_running", "1 while the agent's CLI is in a turn")
-    turn.add_metric([], 1.0 if running else 0.0)
-    yield turn
-    age = GaugeMetricFamily("loom_pump_turn_age_seconds", "How long the running turn has run (0: none)")
-    started = doc.get("turn_started")
-    age.add_metric([], max(0.0, now - started) if running and isinstance(started, (int, float)) else 0.0)
-    yield age
-    denied = CounterMetricFamily("loom_permission_denied", "Tool calls the agent's CLI was refused (ledger)")
-    row = store.query_one("SELECT COUNT(*) AS n FROM ledger WHERE kind = 'permission_denied'")
-    denied.add_metric([], row["n"] if row else 0)
-    yield denied
+    waiting = GaugeMetricFamily("loom_pump_queue", "Messages the pump holds until the running turn ends",
+                                labels=[AGENT])
+    turn = GaugeMetricFamily("loom_pump_turn_running", "1 while the agent's CLI is in a turn", labels=[AGENT])
+    age = GaugeMetricFamily("loom_pump_turn_age_seconds", "How long the running turn has run (0: none)",
+                            labels=[AGENT])
+    denied = CounterMetricFamily("loom_permission_denied", "Tool calls the agent's CLI was refused (ledger)",
+                                 labels=[AGENT])
+    for actx in pumped:
+        name = actx.agent
+        doc = pump_client.status(actx.agent_dir) or {}
+        exited = bool(doc.get("cli_exit"))
+        waiting.add_metric([name], float(doc["queue"]) if isinstance(doc.get("queue"), int) and not exited else 0.0)
+        running = doc.get("turn") == "running" and not exited
+        turn.add_metric([name], 1.0 if running else 0.0)
+        started = doc.get("turn_started")
+        age.add_metric([name], max(0.0, now - started) if running and isinstance(started, (int, float)) else 0.0)
+        row = actx.store.query_one("SELECT COUNT(*) AS n FROM ledger WHERE agent = ? AND kind = 'permission_denied'",
+                                   (name,))
+        denied.add_metric([name], row["n"] if row else 0)
+    yield from (waiting, turn, age, denied)
 
 
 # The loop KPIs counted in the store (store/counters.py): name → (help, labels, kind).
@@ -130,10 +162,16 @@ COUNTED = {
                           ("sink", "result")),
 }
 HISTOGRAMS = {"loom_tick_duration_seconds": ("Tick duration per loop", ("loop",))}
+# The intervals alert rules compare with, each agent's own (sentinel.backstop is the host's, repeated
+# per agent so a rule can compare an agent's queue with it label for label).
+SETTINGS = ("canary.interval", "canary.ack_timeout", "sentinel.backstop", "watchdog.interval",
+            "watchdog.ceiling_window")
 
 
-def kpis(ctx: Context, now: float, status: status_mod.Status | None = None) -> Iterator[Any]:
+def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Status]] | None = None) -> Iterator[Any]:
     """The loop KPIs: what ran, what was let through, what was proved, who was told, what is stuck."""
+    if statuses is None:
+        statuses = [(ctx, status_mod.gather(ctx, events=0, now=now, look=False))]
     store = ctx.store
     stored = counters.read(store, "loom_")
     for name, (help_text, labels) in COUNTED.items():
@@ -146,9 +184,10 @@ def kpis(ctx: Context, now: float, status: status_mod.Status | None = None) -> I
         yield _histogram(name, help_text, labels, [c for c in stored if c.name.startswith(name + "_")])
 
     witness = GaugeMetricFamily("loom_witness_ratio", "Witnessed ÷ claimed: queue resolutions witnessed by a "
-                                "clean run; relaunches witnessed by a canary ack", labels=["what"])
-    for what, num, den in witness_counts(store):
-        witness.add_metric([what], num / den if den else float("nan"))
+                                "clean run; relaunches witnessed by a canary ack", labels=[AGENT, "what"])
+    for actx, _ in statuses:
+        for what, num, den in witness_counts(actx.store, actx.agent):
+            witness.add_metric([actx.agent, what], num / den if den else float("nan"))
     yield witness
 
     drift = GaugeMetricFamily("loom_schedule_drift_seconds", "Last run's actual start minus its intended start",
@@ -158,29 +197,34 @@ def kpis(ctx: Context, now: float, status: status_mod.Status | None = None) -> I
     yield drift
 
     settings = GaugeMetricFamily("loom_setting_seconds", "The configured intervals alert rules compare with",
-                                 labels=["setting"])
-    cfg = ctx.config
-    for name, value in (("canary.interval", cfg.canary.interval), ("canary.ack_timeout", cfg.canary.ack_timeout),
-                        ("sentinel.backstop", cfg.sentinel.backstop), ("watchdog.interval", cfg.watchdog.interval),
-                        ("watchdog.ceiling_window", cfg.watchdog.ceiling_window)):
-        settings.add_metric([name], float(value))
+                                 labels=[AGENT, "setting"])
+    ceiling = GaugeMetricFamily("loom_setting_ceiling_count", "Automatic relaunches allowed in the ceiling window",
+                                labels=[AGENT])
+    for actx, _ in statuses:
+        cfg = actx.config
+        values = {"canary.interval": cfg.canary.interval, "canary.ack_timeout": cfg.canary.ack_timeout,
+                  "sentinel.backstop": cfg.sentinel.backstop, "watchdog.interval": cfg.watchdog.interval,
+                  "watchdog.ceiling_window": cfg.watchdog.ceiling_window}
+        for name in SETTINGS:
+            settings.add_metric([actx.agent, name], float(values[name]))
+        ceiling.add_metric([actx.agent], float(cfg.watchdog.ceiling_count))
     yield settings
-    ceiling = GaugeMetricFamily("loom_setting_ceiling_count", "Automatic relaunches allowed in the ceiling window")
-    ceiling.add_metric([], float(cfg.watchdog.ceiling_count))
     yield ceiling
 
     from loomtui.agent import hold_rules, holds
 
-    hold = holds.current(ctx, now)
     by = GaugeMetricFamily("loom_hold", "1 while a hold is in force, by who placed it (ceiling, operator) and why",
-                           labels=["by", "reason"])
-    for who in ("ceiling", "operator"):
-        mine = hold is not None and hold.by == who
-        by.add_metric([who, hold.reason if mine else ""], 1.0 if mine else 0.0)
+                           labels=[AGENT, "by", "reason"])
+    left = GaugeMetricFamily("loom_hold_remaining_seconds", "Time left on a timed hold (NaN: none, or until released)",
+                             labels=[AGENT])
+    for actx, _ in statuses:
+        hold = holds.current(actx, now)
+        for who in ("ceiling", "operator"):
+            mine = hold is not None and hold.by == who
+            by.add_metric([actx.agent, who, hold.reason if mine else ""], 1.0 if mine else 0.0)
+        remaining = hold_rules.remaining(hold, now) if hold is not None else None
+        left.add_metric([actx.agent], remaining if remaining is not None else float("nan"))
     yield by
-    left = GaugeMetricFamily("loom_hold_remaining_seconds", "Time left on a timed hold (NaN: none, or until released)")
-    remaining = hold_rules.remaining(hold, now) if hold is not None else None
-    left.add_metric([], remaining if remaining is not None else float("nan"))
     yield left
 
     backlog = GaugeMetricFamily("loom_outbox_oldest_pending_age_seconds",
@@ -190,22 +234,25 @@ def kpis(ctx: Context, now: float, status: status_mod.Status | None = None) -> I
     yield backlog
 
     stuck = GaugeMetricFamily("loom_stuck_age_seconds", "Age of the oldest open or claimed queue item, and of "
-                              "the last relaunch while no canary has witnessed it (0: nothing stuck)", labels=["what"])
-    oldest = store.query_one("SELECT MIN(first_seen) FROM queue_items WHERE state IN ('open', 'claimed')")
-    stuck.add_metric(["queue_item"], now - oldest[0] if oldest and oldest[0] is not None else 0.0)
-    claim = status.relaunch if status is not None else None
-    # Only the last relaunch can be unwitnessed: a later one supersedes the claim of an earlier.
-    stuck.add_metric(["relaunch"], now - claim.ts if claim is not None and status.unwitnessed else 0.0)
+                              "the last relaunch while no canary has witnessed it (0: nothing stuck)",
+                              labels=[AGENT, "what"])
+    for actx, status in statuses:
+        oldest = actx.store.query_one("SELECT MIN(first_seen) FROM queue_items WHERE agent = ? AND "
+                                      "state IN ('open', 'claimed')", (actx.agent,))
+        stuck.add_metric([actx.agent, "queue_item"], now - oldest[0] if oldest and oldest[0] is not None else 0.0)
+        claim = status.relaunch
+        # Only the last relaunch can be unwitnessed: a later one supersedes the claim of an earlier.
+        stuck.add_metric([actx.agent, "relaunch"], now - claim.ts if claim is not None and status.unwitnessed else 0.0)
     yield stuck
 
 
-def witness_counts(store: Any) -> list[tuple[str, int, int]]:
+def witness_counts(store: Any, agent: str) -> list[tuple[str, int, int]]:
     row = store.query_one("SELECT SUM(kind = 'queue_witness') AS w, SUM(kind = 'queue_claim') AS c FROM ledger "
-                          "WHERE kind IN ('queue_witness', 'queue_claim')")
+                          "WHERE agent = ? AND kind IN ('queue_witness', 'queue_claim')", (agent,))
     launched = store.query_one(
         "SELECT COUNT(*) AS n, (SELECT COUNT(DISTINCT json_extract(detail, '$.witnessed')) FROM ledger "
-        "WHERE kind = 'canary' AND json_extract(detail, '$.witnessed') IS NOT NULL) AS w "
-        "FROM ledger WHERE kind = 'relaunch'")
+        "WHERE agent = ?1 AND kind = 'canary' AND json_extract(detail, '$.witnessed') IS NOT NULL) AS w "
+        "FROM ledger WHERE agent = ?1 AND kind = 'relaunch'", (agent,))
     return [("queue", int(row["w"] or 0), int(row["c"] or 0)), ("relaunch", int(launched["w"]), int(launched["n"]))]
 
 

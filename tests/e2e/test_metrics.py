@@ -29,11 +29,11 @@ def test_metrics_reflect_the_store(make_harness):
     assert harness.loom("canary").returncode == 0
     assert harness.loom("inject", "/crash").returncode == 0
     wait_for(lambda: len(harness.events("relaunch")) == 2, 30, what="the crash relaunched")
-    text = wait_for(lambda: (t := scrape(port)) and 'loom_canary_probes_total{result="ok"}' in t and t, 30,
+    text = wait_for(lambda: (t := scrape(port)) and 'loom_canary_probes_total{agent="main",result="ok"}' in t and t, 30,
                     what="a scrape with the probe")
-    assert 'loom_relaunches_total{cause="operator_fresh",mode="fresh"} 1.0' in text
+    assert 'loom_relaunches_total{agent="main",cause="operator_fresh",mode="fresh"} 1.0' in text
     assert 'mode="resume"} 1.0' in text  # the crash (or exit: tmux may not report the status)
-    assert "loom_held 0.0" in text and "loom_supervisor_heartbeat_age_seconds" in text
+    assert 'loom_held{agent="main"} 0.0' in text and "loom_supervisor_heartbeat_age_seconds" in text
     assert 'loom_loop_ticks_total{loop="watchdog"}' in text
     assert daemon.stop() == 0
 
@@ -101,8 +101,8 @@ def test_a_scrape_during_a_run_shows_every_loop_kpi(make_harness, tmp_path):
         def settled(v: dict[str, float]) -> bool:
             # The status model and the ledger counts are read one after the other in a scrape: a
             # witness landing between them shows in one and not yet in the other, until the next.
-            return (v.get('loom_witness_ratio{what="relaunch"}') == 1.0
-                    and v.get('loom_stuck_age_seconds{what="relaunch"}') == 0
+            return (v.get('loom_witness_ratio{agent="main",what="relaunch"}') == 1.0
+                    and v.get('loom_stuck_age_seconds{agent="main",what="relaunch"}') == 0
                     and v.get('loom_notify_total{result="sent",sink="telegram"}', 0) >= 1
                     and v.get('loom_run_total{loop="sentinel",status="ok"}', 0) >= 1)
 
@@ -128,14 +128,14 @@ def test_a_scrape_during_a_run_shows_every_loop_kpi(make_harness, tmp_path):
         assert got['loom_tick_duration_seconds_count{loop="watchdog"}'] > 0
         assert got['loom_tick_duration_seconds_bucket{le="+Inf",loop="watchdog"}'] == \
             got['loom_tick_duration_seconds_count{loop="watchdog"}']
-        assert got['loom_witness_ratio{what="queue"}'] == 1.0                       # 1 claim, 1 witnessed
-        assert got['loom_witness_ratio{what="relaunch"}'] == 1.0                    # 3 relaunches, 3 acks
+        assert got['loom_witness_ratio{agent="main",what="queue"}'] == 1.0                       # 1 claim, 1 witnessed
+        assert got['loom_witness_ratio{agent="main",what="relaunch"}'] == 1.0                    # 3 relaunches, 3 acks
         assert -3600 <= got['loom_schedule_drift_seconds{job="nightly"}'] < 0      # second run, well before due
-        assert got['loom_stuck_age_seconds{what="queue_item"}'] == 0
-        assert got['loom_stuck_age_seconds{what="relaunch"}'] == 0
-        assert got['loom_hold{by="operator",reason=""}'] == 0 and got["loom_held"] == 0
-        assert got['loom_canary_probes_total{result="ok"}'] >= 3
-        assert got['loom_relaunches_total{cause="operator_fresh",mode="fresh"}'] == 1
+        assert got['loom_stuck_age_seconds{agent="main",what="queue_item"}'] == 0
+        assert got['loom_stuck_age_seconds{agent="main",what="relaunch"}'] == 0
+        assert got['loom_hold{agent="main",by="operator",reason=""}'] == 0 and got['loom_held{agent="main"}'] == 0
+        assert got['loom_canary_probes_total{agent="main",result="ok"}'] >= 3
+        assert got['loom_relaunches_total{agent="main",cause="operator_fresh",mode="fresh"}'] == 1
         assert daemon.stop() == 0
     finally:
         fake.stop()

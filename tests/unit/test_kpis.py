@@ -77,9 +77,9 @@ def test_a_scrape_shows_the_loop_kpis_the_store_implies(ctx):
     assert got['loom_tick_duration_seconds_bucket{le="0.005",loop="canary"}'] == 1
     assert got['loom_tick_duration_seconds_bucket{le="+Inf",loop="canary"}'] == 2
     assert got['loom_tick_duration_seconds_count{loop="canary"}'] == 2
-    assert got['loom_witness_ratio{what="queue"}'] == 0.5
+    assert got['loom_witness_ratio{agent="main",what="queue"}'] == 0.5
     assert got['loom_schedule_drift_seconds{job="newsletter"}'] == pytest.approx(45)
-    assert got['loom_stuck_age_seconds{what="queue_item"}'] >= 7200
+    assert got['loom_stuck_age_seconds{agent="main",what="queue_item"}'] >= 7200
     assert got['loom_notify_total{result="sent",sink="telegram"}'] == 1
     assert got['loom_notify_total{result="deduplicated",sink="telegram"}'] == 1
     assert got['loom_notify_total{result="failed",sink="telegram"}'] == 2
@@ -91,10 +91,10 @@ def test_the_hold_shows_who_why_and_time_left(ctx):
 
     holds.place(ctx, by="operator", reason='swap "model" \\ now', until=NOW + 10**9, source="cli", now=NOW)
     got = scrape(ctx)
-    assert got['loom_hold{by="operator",reason="swap \\"model\\" \\\\ now"}'] == 1
-    assert got['loom_hold{by="ceiling",reason=""}'] == 0
-    assert 0 < got["loom_hold_remaining_seconds"] <= 10**9
-    assert got["loom_held"] == 1
+    assert got['loom_hold{agent="main",by="operator",reason="swap \\"model\\" \\\\ now"}'] == 1
+    assert got['loom_hold{agent="main",by="ceiling",reason=""}'] == 0
+    assert 0 < got['loom_hold_remaining_seconds{agent="main"}'] <= 10**9
+    assert got['loom_held{agent="main"}'] == 1
 
 
 def test_counters_survive_a_restart(ctx, tmp_path):
@@ -120,17 +120,17 @@ def test_the_pump_is_scraped_with_the_stream_json_driver_only(tmp_path):
     c = Context.load(str(config), None, environ={})
     try:
         got = scrape(c)
-        assert (got["loom_pump_queue"], got["loom_pump_turn_running"], got["loom_pump_turn_age_seconds"]) == (0, 0, 0)
+        assert (got['loom_pump_queue{agent="main"}'], got['loom_pump_turn_running{agent="main"}'], got['loom_pump_turn_age_seconds{agent="main"}']) == (0, 0, 0)
         (c.state_dir / "pump.json").write_text(json.dumps(
             {"pid": 1, "turn": "running", "turn_started": time.time() - 120, "queue": 3, "cli_exit": None}))
         ledger.append(c.store, "permission_denied", source="watchdog", detail={"tools": ["Bash"]})
         got = scrape(c)
-        assert (got["loom_pump_queue"], got["loom_pump_turn_running"]) == (3, 1)
-        assert 120 <= got["loom_pump_turn_age_seconds"] < 3600
-        assert got["loom_permission_denied_total"] == 1
+        assert (got['loom_pump_queue{agent="main"}'], got['loom_pump_turn_running{agent="main"}']) == (3, 1)
+        assert 120 <= got['loom_pump_turn_age_seconds{agent="main"}'] < 3600
+        assert got['loom_permission_denied_total{agent="main"}'] == 1
         (c.state_dir / "pump.json").write_text(json.dumps(
             {"pid": 1, "turn": "running", "turn_started": 1.0, "queue": 3, "cli_exit": {"status": 137}}))
         got = scrape(c)  # a pump whose CLI exited holds nothing and runs no turn
-        assert (got["loom_pump_queue"], got["loom_pump_turn_running"], got["loom_pump_turn_age_seconds"]) == (0, 0, 0)
+        assert (got['loom_pump_queue{agent="main"}'], got['loom_pump_turn_running{agent="main"}'], got['loom_pump_turn_age_seconds{agent="main"}']) == (0, 0, 0)
     finally:
         c.close()

@@ -1,0 +1,139 @@
+"""A scrape with two agents: every per-agent series carries its agent and only that agent's facts;
+what belongs to the host (heartbeat, outbox, ledger size, job schedules) carries no agent."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.core import CollectorRegistry
+
+from loomtui.agent import holds
+from loomtui.context import Context
+from loomtui.daemon.metrics import StoreCollector
+from loomtui.store import ledger, outbox
+
+HOST_WIDE = ("loom_supervisor_heartbeat_age_seconds", "loom_outbox_pending", "loom_ledger_events",
+             "loom_outbox_oldest_pending_age_seconds", "loom_schedule_drift_seconds", "loom_loop_ticks",
+             "loom_loop_errors", "loom_fire", "loom_admit", "loom_run", "loom_notify", "loom_tick_duration_seconds")
+
+
+def scrape(ctx: Context) -> dict[str, float]:
+    collector = StoreCollector(ctx, lambda: {"watchdog": {"ticks": 3, "errors": 0}})
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    try:
+        text = generate_latest(registry).decode()
+    finally:
+        collector.close()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def probe(ctx: Context, nonce: str, result: str, sent: float, latency: float | None = None) -> None:
+    with ctx.store.write() as db:
+        db.execute("INSERT INTO canary_runs(nonce, source, session_id, launch_seq, sent_at, deadline, ack_at, latency, "
+                   "result, why, agent) VALUES (?, 'canary', 's', 1, ?, ?, ?, ?, ?, '', ?)",
+                   (nonce, sent, sent + 180, sent + latency if latency else None, latency, result, ctx.agent))
+
+
+@pytest.fixture
+def two(tmp_path):
+    config = tmp_path / "loom.toml"
+    config.write_text(f"""state_dir = "{tmp_path / 'state'}"
+[canary]
+interval = "10m"
+[[agents]]
+name = "alpha"
+tmux_socket = "loomtest-metrics-{tmp_path.name[-6:]}"
+[[agents]]
+name = "beta"
+tmux_socket = "loomtest-metrics-{tmp_path.name[-6:]}"
+driver = "stream-json"
+[agents.canary]
+interval = "3m"
+[agents.watchdog]
+ceiling_count = 4
+""")
+    ctx = Context.load(str(config), None, environ={})
+    beta = ctx.for_agent("beta")
+    yield ctx, beta
+    beta.close()
+    ctx.close()
+
+
+def test_each_agent_has_its_own_series_and_the_host_has_one(two):
+    alpha, beta = two
+    now = time.time()
+    ledger.append(alpha.store, "relaunch", source="watchdog", cause="crash", detail={"mode": "resume"})
+    for _ in range(2):
+        ledger.append(beta.store, "relaunch", source="canary", cause="canary_failed", detail={"mode": "fresh"})
+    ledger.append(beta.store, "permission_denied", source="watchdog", detail={"tools": ["Bash"]})
+    probe(alpha, "a1", "ok", now - 100, 0.5)
+    probe(beta, "b1", "ok", now - 900, 2.0)
+    probe(beta, "b2", "miss", now - 300)
+    with beta.store.write() as db:
+        db.execute("INSERT INTO queue_items(job, kind, signature, sample, log, first_seen, last_seen, count, state, "
+                   "nudges, agent) VALUES ('j', 'line', 's', 'x', '/l', ?, ?, 1, 'open', 0, 'beta')", (now - 7200, now))
+    holds.place(beta, by="operator", reason="upgrading", until=None, source="cli", now=now)
+    outbox.enqueue(alpha.store, "hello")
+    alpha.store.beat("supervisor", {"pid": 1, "loops": {}}, now=now - 2)
+
+    got = scrape(alpha)
+
+    assert got['loom_relaunches_total{agent="alpha",cause="crash",mode="resume"}'] == 1
+    assert got['loom_relaunches_total{agent="beta",cause="canary_failed",mode="fresh"}'] == 2
+    assert 'loom_relaunches_total{agent="alpha",cause="canary_failed",mode="fresh"}' not in got
+    assert got['loom_canary_probes_total{agent="alpha",result="ok"}'] == 1
+    assert got['loom_canary_probes_total{agent="beta",result="miss"}'] == 1
+    assert got['loom_canary_last_latency_seconds{agent="alpha"}'] == 0.5
+    assert got['loom_canary_last_latency_seconds{agent="beta"}'] == 2.0
+    assert 90 <= got['loom_canary_last_ok_age_seconds{agent="alpha"}'] < 900
+    assert got['loom_canary_last_ok_age_seconds{agent="beta"}'] >= 900
+    assert (got['loom_canary_last_missed{agent="alpha"}'], got['loom_canary_last_missed{agent="beta"}']) == (0, 1)
+    assert got['loom_queue_items{agent="beta",state="open"}'] == 1
+    assert got['loom_queue_items{agent="alpha",state="open"}'] == 0
+    assert got['loom_stuck_age_seconds{agent="beta",what="queue_item"}'] >= 7200
+    assert got['loom_stuck_age_seconds{agent="alpha",what="queue_item"}'] == 0
+    assert got['loom_hold{agent="beta",by="operator",reason="upgrading"}'] == 1
+    assert got['loom_hold{agent="alpha",by="operator",reason=""}'] == 0
+    # Each agent's own settings (beta's overrides), the shared backstop repeated for each.
+    assert got['loom_setting_seconds{agent="alpha",setting="canary.interval"}'] == 600
+    assert got['loom_setting_seconds{agent="beta",setting="canary.interval"}'] == 180
+    assert got['loom_setting_ceiling_count{agent="beta"}'] == 4
+    assert got['loom_setting_seconds{agent="alpha",setting="sentinel.backstop"}'] == \
+        got['loom_setting_seconds{agent="beta",setting="sentinel.backstop"}']
+    assert got['loom_witness_ratio{agent="beta",what="relaunch"}'] == 0
+    # The pump: beta runs the stream-json driver, alpha does not.
+    assert got['loom_pump_queue{agent="beta"}'] == 0 and 'loom_pump_queue{agent="alpha"}' not in got
+    assert got['loom_permission_denied_total{agent="beta"}'] == 1
+
+    # The host's series: one each, no agent.
+    assert got["loom_outbox_pending"] == 1 and got["loom_ledger_events_total"] == ledger.count(alpha.store) == 5
+    assert 0 < got["loom_supervisor_heartbeat_age_seconds"] < 3600
+    assert got['loom_loop_ticks_total{loop="watchdog"}'] == 3
+    for series in got:
+        family = series.split("{")[0]
+        if any(family.startswith(h) for h in HOST_WIDE):
+            assert "agent=" not in series, series
+        elif family.startswith("loom_"):
+            assert 'agent="' in series, series
+
+
+def test_a_single_agent_is_labelled_main(tmp_path):
+    config = tmp_path / "loom.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n[agent]\ntmux_socket = "loomtest-m1-{tmp_path.name[-6:]}"\n')
+    ctx = Context.load(str(config), None, environ={})
+    try:
+        ledger.append(ctx.store, "relaunch", source="cli", cause="operator_fresh", detail={"mode": "fresh"})
+        got = scrape(ctx)
+    finally:
+        ctx.close()
+    assert got['loom_relaunches_total{agent="main",cause="operator_fresh",mode="fresh"}'] == 1
+    assert got['loom_held{agent="main"}'] == 0
+    assert not [s for s in got if 'agent="' in s and 'agent="main"' not in s]
