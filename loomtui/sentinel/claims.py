@@ -50,7 +50,7 @@ def resolve(ctx: Context, item_id: int, note: str, *, source: str, session_id: s
             item, state=CLAIMED, claimed_at=now, claimed_by=source, claimed_session=session_id,
             claim_dev=dev, claim_inode=inode, claim_offset=size, note=clean)
         save(db, claimed)
-        ledger.append_in(db, "queue_claim", source=source, ts=now, detail={
+        ledger.append_in(db, "queue_claim", source=source, ts=now, agent=item.agent, detail={
             "item": item.id, "job": item.job, "session": session_id, "again": item.state == CLAIMED,
             "note_length": len(clean), "note_digest": digest(clean)})
     return claimed, True

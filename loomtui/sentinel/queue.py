@@ -12,12 +12,13 @@ import sqlite3
 from typing import Any
 
 from loomtui.sentinel.queue_rules import CLAIMED, OPEN, WITNESSED, Failure, Item
+from loomtui.states import MAIN_AGENT
 from loomtui.store import ledger
 from loomtui.store.db import Store
 
 MAX_NOTE = 2000
 _FIELDS = [f.name for f in dataclasses.fields(Item)]
-_MUTABLE = [f for f in _FIELDS if f not in ("id", "job", "kind", "signature", "first_seen")]
+_MUTABLE = [f for f in _FIELDS if f not in ("id", "job", "kind", "signature", "first_seen", "agent")]
 
 
 def from_row(row: sqlite3.Row) -> Item:
@@ -34,14 +35,16 @@ def live(db: sqlite3.Connection, job: str) -> dict[tuple[str, str], Item]:
     return {(r["kind"], r["signature"]): from_row(r) for r in rows}
 
 
-def insert(db: sqlite3.Connection, failure: Failure, log: str, now: float, *, source: str = "sentinel") -> Item:
+def insert(db: sqlite3.Connection, failure: Failure, log: str, now: float, *, source: str = "sentinel",
+           agent: str = MAIN_AGENT) -> Item:
+    """A new item for `agent`, the agent the failing job hands its failures to."""
     cur = db.execute(
-        "INSERT INTO queue_items(job, kind, signature, sample, log, first_seen, last_seen, count) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (failure.job, failure.kind, failure.signature, failure.sample, log, now, now, failure.count),
+        "INSERT INTO queue_items(job, kind, signature, sample, log, first_seen, last_seen, count, agent) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (failure.job, failure.kind, failure.signature, failure.sample, log, now, now, failure.count, agent),
     )
     item = from_row(db.execute("SELECT * FROM queue_items WHERE id = ?", (cur.lastrowid,)).fetchone())
-    ledger.append_in(db, "queue_new", source=source, ts=now,
+    ledger.append_in(db, "queue_new", source=source, ts=now, agent=agent,
                      detail={"item": item.id, "job": item.job, "kind": item.kind, "count": item.count})
     return item
 

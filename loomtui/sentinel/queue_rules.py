@@ -51,6 +51,7 @@ class Item:
     note: str | None = None
     witnessed_at: float | None = None
     witness_run: int | None = None
+    agent: str = "main"  # the agent its nudges go to (the job's)
 
 
 @dataclass(frozen=True)

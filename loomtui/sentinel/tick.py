@@ -225,7 +225,7 @@ def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs:
         key = (failure.kind, failure.signature)
         item = items.get(key)
         if item is None:
-            item = queue.insert(db, failure, str(job.log), now)
+            item = queue.insert(db, failure, str(job.log), now, agent=job.agent)
             report.new_items.append(item.id)
         else:
             before = item.state
@@ -245,7 +245,7 @@ def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs:
     for item in touched.values():
         queue.save(db, item)
     for kind, detail in events:
-        ledger.append_in(db, kind, source=SOURCE, ts=now, detail=detail)
+        ledger.append_in(db, kind, source=SOURCE, ts=now, detail=detail, agent=job.agent)
 
 
 # -- nudges and the backstop -------------------------------------------------------------
@@ -255,17 +255,30 @@ def send_due(ctx: Context, now: float, report: SentinelReport) -> None:
     items = queue.unresolved_items(ctx.store)
     if not items:
         return
-    report.relaunching = launches.relaunch_under_way(ctx)  # boot grace on the monotonic clock, not `now`
     cfg = ctx.config.sentinel
-    for item in items:
-        for action in decide(item, cfg, now, relaunching=report.relaunching,
-                             witness_window=witness_window(ctx, item)):
-            if isinstance(action, Escalate):
-                escalate(ctx, item, action, now, report)
-            elif len(report.nudged) + len(report.nudge_failed) >= MAX_NUDGES_PER_TICK:
-                report.nudges_deferred += 1
-            else:
-                nudge(ctx, item, action, now, report)
+    agents: dict[str, Context] = {}
+    relaunching: dict[str, bool] = {}
+    try:
+        for item in items:
+            # An item's nudges go to its job's agent; one whose agent left the config, to the first.
+            name = item.agent if item.agent in ctx.config.agent_names else ctx.agent
+            if name not in agents:
+                agents[name] = ctx if name == ctx.agent else ctx.for_agent(name)
+                # boot grace on the monotonic clock, not `now`
+                relaunching[name] = launches.relaunch_under_way(agents[name])
+            report.relaunching = report.relaunching or relaunching[name]
+            for action in decide(item, cfg, now, relaunching=relaunching[name],
+                                 witness_window=witness_window(ctx, item)):
+                if isinstance(action, Escalate):
+                    escalate(ctx, item, action, now, report)
+                elif len(report.nudged) + len(report.nudge_failed) >= MAX_NUDGES_PER_TICK:
+                    report.nudges_deferred += 1
+                else:
+                    nudge(agents[name], item, action, now, report)
+    finally:
+        for other in agents.values():
+            if other is not ctx:
+                other.close()
 
 
 def witness_window(ctx: Context, item: Item) -> float | None:
@@ -307,8 +320,10 @@ def escalate(ctx: Context, item: Item, action: Escalate, now: float, report: Sen
         row = db.execute("SELECT escalated_at FROM queue_items WHERE id = ?", (item.id,)).fetchone()
         if row is None or row[0] is not None:
             return
-        message_id = outbox.enqueue(db, redact.scrub(action.text), dedupe_key=action.dedupe_key, now=now)
+        # With several agents the human is told whose it was.
+        text = action.text if len(ctx.config.agents) == 1 else f"[{item.agent}] {action.text}"
+        message_id = outbox.enqueue(db, redact.scrub(text), dedupe_key=action.dedupe_key, now=now)
         db.execute("UPDATE queue_items SET escalated_at = ? WHERE id = ?", (now, item.id))
-        ledger.append_in(db, "queue_escalate", source=SOURCE, ts=now,
+        ledger.append_in(db, "queue_escalate", source=SOURCE, ts=now, agent=item.agent,
                          detail={"item": item.id, "job": item.job, "outbox": message_id})
     report.escalated.append(item.id)
