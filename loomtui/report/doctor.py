@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -15,7 +16,7 @@ from loomtui.config import Config, load_config
 from loomtui.errors import LoomError
 from loomtui.store import ledger
 from loomtui.store.db import DB_NAME, Store
-from loomtui.store.statedir import prepare_state_dir, resolve_state_dir
+from loomtui.store.statedir import agent_dir, prepare_state_dir, resolve_state_dir
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -186,9 +187,14 @@ def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[
             checks.append(Check(FAIL, "store", f"{state_dir / DB_NAME} integrity check: {integrity}"))
         verdict = ledger.verify(store)
         checks.append(Check(OK if verdict.ok else FAIL, "ledger", verdict.describe()))
-        checks.append(check_canary_permissions(config, state_dir))
-        if config.agent.driver == "stream-json":
-            checks.append(check_stream_flags(config))
+        for name in config.agent_names:
+            view = config.for_agent(name)
+            own = [check_canary_permissions(view, agent_dir(state_dir, name))]
+            if view.agent.driver == "stream-json":
+                own.append(check_stream_flags(view))
+            # With several agents each line says whose it is.
+            checks.extend(own if len(config.agents) == 1 else [dataclasses.replace(c, name=f"{c.name} {name}")
+                                                                for c in own])
         for more in extra or ():
             checks.extend(more(config, state_dir, store))
     return checks
