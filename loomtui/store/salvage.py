@@ -49,13 +49,17 @@ class Salvage:
     ledger_events: int = 0
     ledger_head: str | None = None
     pinned_from: str | None = None  # "store", "sidecar", or None: the next relaunch starts fresh
+    agents_pinned_from: dict[str, str | None] = field(default_factory=dict)  # the named agents', the same way
 
     def summary(self) -> str:
         kept = ", ".join(f"{n} {t}" for t, n in self.copied.items() if n) or "nothing"
         pin = (f"The pinned session was kept (from the {self.pinned_from})." if self.pinned_from
                else "No pinned session could be read; the next relaunch starts fresh.")
+        others = "".join(f" Agent {name}: " + (f"pinned session kept (from the {where})." if where
+                                                 else "no pinned session; its next relaunch starts fresh.")
+                         for name, where in sorted(self.agents_pinned_from.items()))
         return (f"Loom found its store damaged and started a new one. The old file is kept at {self.moved_to}. "
-                f"Carried over: {kept}. {pin} The old ledger could be read for {self.ledger_events} events.")
+                f"Carried over: {kept}. {pin}{others} The old ledger could be read for {self.ledger_events} events.")
 
 
 def is_damage(exc: BaseException) -> bool:
@@ -101,12 +105,19 @@ def open_or_salvage(state_dir: Path) -> tuple[Store, Salvage | None]:
     salvage = _move_aside(state_dir)
     store = Store.in_dir(state_dir)
     _carry_over(salvage, store)
-    _carry_pin(salvage, store, state_dir)
+    salvage.pinned_from = _carry_pin(store, state_dir)
+    for name, directory in _agent_dirs(state_dir):
+        own = Store(store.path, migrate=False, agent=name, agent_dir=directory)
+        try:
+            salvage.agents_pinned_from[name] = _carry_pin(own, directory)
+        finally:
+            own.close()
     with store.write() as db:
         ledger.append_in(db, "store_salvaged", source="supervisor", cause="store_damaged", detail={
             "moved_to": str(salvage.moved_to), "damage": damage, "copied": salvage.copied,
             "unreadable": salvage.unreadable, "pinned_from": salvage.pinned_from,
             "old_ledger_events": salvage.ledger_events, "old_ledger_head": salvage.ledger_head,
+            **({"agents_pinned_from": salvage.agents_pinned_from} if salvage.agents_pinned_from else {}),
         })
         outbox.enqueue(db, salvage.summary(), dedupe_key=f"salvage-{salvage.moved_to.name}")
     return store, salvage
@@ -119,21 +130,35 @@ def _emptied(state_dir: Path) -> bool:
     except FileNotFoundError:
         return False  # no store yet, or the operator removed it: a fresh start, nothing to keep
     wal = state_dir / f"{DB_NAME}-wal"
-    return (state_dir / session.SIDECAR).exists() or (wal.exists() and wal.stat().st_size > 0)
+    pinned = [state_dir, *(d for _, d in _agent_dirs(state_dir))]
+    return any((d / session.SIDECAR).exists() for d in pinned) or (wal.exists() and wal.stat().st_size > 0)
 
 
-def _carry_pin(salvage: Salvage, store: Store, state_dir: Path) -> None:
+def _agent_dirs(state_dir: Path) -> list[tuple[str, Path]]:
+    """The named agents' directories (agents/NAME/), whatever the config says now: a pin is kept
+    for every agent that had one."""
+    try:
+        entries = sorted(os.scandir(state_dir / "agents"), key=lambda e: e.name)
+    except OSError:
+        return []
+    return [(e.name, Path(e.path)) for e in entries if e.is_dir() and ledger.AGENT_NAME.fullmatch(e.name)]
+
+
+def _carry_pin(store: Store, agent_dir: Path) -> str | None:
+    """Where the agent's pin came from ("store", "sidecar"), or None: its next relaunch starts fresh."""
     # The old store's pin, if its page read, is newer than or equal to the sidecar's (see session.py).
     carried = session.pinned(store)
+    where = None
     if carried is not None and session.is_session_id(carried):
-        salvage.pinned_from = "store"
+        where = "store"
     else:
-        sid = session.read_sidecar(state_dir)
+        sid = session.read_sidecar(agent_dir)
         if sid is not None:
             with store.write() as db:
                 session.pin_in(db, sid)
-            salvage.pinned_from = "sidecar"
+            where = "sidecar"
     session.sync_sidecar(store)
+    return where
 
 
 def _move_aside(state_dir: Path) -> Salvage:

@@ -289,3 +289,28 @@ def test_the_daemon_salvages_instead_of_crash_looping(tmp_path, state_dir):
         event = first_event(store)
         assert event.kind == "store_salvaged" and event.detail["moved_to"].startswith(str(state_dir / DB_NAME))
         assert session.pinned(store) == SID  # from the sidecar: the header was unreadable
+
+
+@pytest.mark.parametrize("how", ["header", "ledger_garbled"])
+def test_every_named_agents_pin_is_carried_too(state_dir, how):
+    layout = seed(state_dir)
+    beta_dir = state_dir / "agents" / "beta"
+    beta_dir.mkdir(parents=True, mode=0o700)
+    with Store.in_dir(state_dir, agent="beta", agent_dir=beta_dir) as beta:
+        with beta.write() as db:
+            session.pin_in(db, OTHER)
+        beta.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    damage(state_dir / DB_NAME, how, layout)
+    store, salvaged = open_or_salvage(state_dir)
+    try:
+        where = "sidecar" if how == "header" else "store"
+        assert salvaged is not None and salvaged.agents_pinned_from == {"beta": where}
+        assert session.pinned(store) == SID
+        with Store.in_dir(state_dir, agent="beta", agent_dir=beta_dir) as beta:
+            assert session.pinned(beta) == OTHER
+        assert session.read_sidecar(beta_dir) == OTHER and session.read_sidecar(state_dir) == SID
+        assert first_event(store).detail["agents_pinned_from"] == {"beta": where}
+        [told] = [m for m in outbox.pending(store) if m.dedupe_key == f"salvage-{salvaged.moved_to.name}"]
+        assert f"Agent beta: pinned session kept (from the {where})" in told.text
+    finally:
+        store.close()
