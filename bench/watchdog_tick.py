@@ -69,6 +69,15 @@ def tmux_path(mode: str):
         del os.environ[CONTROL_ENV]
 
 
+def interleaved(fns: list, n: int) -> list[list[float]]:
+    """n wall-clock samples of each of fns, one of each in turn."""
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(n):
+        for fn, into in zip(fns, samples):
+            into.extend(timed(fn, 1))
+    return samples
+
+
 def observe_in_one_look(watchdog: Watchdog) -> None:
     """Watchdog.observe's work with the screen asked for with the pane (one tmux process per look
     without a control client): the driver's look, the tree walk, the store reads. Watchdog.observe
@@ -91,10 +100,10 @@ def level(watchdog: Watchdog, root: int, poller_match: str) -> None:
     print(ratio_line("    (psutil process_iter, what it replaced)", old, "ps -eo pid,ppid,args", ps))
     pane = watchdog.driver.pane
     with tmux_path("0"):
-        tmux = median(timed(pane.info, 30))
-        plain_observe = median(timed(watchdog.observe, 30))
-        one_look = median(timed(lambda: observe_in_one_look(watchdog), 30))
-        spawn = median(run_wall(["/bin/true"], 30))
+        # Taken in turns, so a load that comes and goes (a shared machine) weighs on each alike.
+        tmux, plain_observe, one_look, spawn = (median(samples) for samples in interleaved(
+            [pane.info, watchdog.observe, lambda: observe_in_one_look(watchdog),
+             lambda: subprocess.run(["/bin/true"])], 60))
     with tmux_path("1"):
         pane.info()
         assert pane.server.control_client(), "no control-mode client: the figures below would be the plain path's"
