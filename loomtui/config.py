@@ -256,8 +256,11 @@ def _agents(data: dict[str, Any], base: Path | None) -> tuple[AgentSpec, ...]:
         if any(s.name == name for s in specs):
             raise Bad((*loc, "name"), f"duplicate agent name {name!r}")
         keys = {k: v for k, v in entry.items() if k != "name" and k not in _OVERRIDES}
-        # Two agents on one tmux server need two sessions: each named agent gets its own by default.
-        keys.setdefault("session", name)
+        # Each agent gets a tmux server of its own by default (docs/DESIGN.md, "Several agents"):
+        # a server that hangs, is stopped or crashes then takes one agent down, not all of them.
+        # `main` keeps the single-agent names, so moving [agent] into [[agents]] changes nothing.
+        keys.setdefault("tmux_socket", "loom" if name == MAIN else f"loom-{name}")
+        keys.setdefault("session", "agent" if name == MAIN else name)
         agent = AgentConfig.build(keys, loc, base)
         for other in specs:
             if (other.agent.tmux_socket, other.agent.session) == (agent.tmux_socket, agent.session):

@@ -103,7 +103,8 @@ BAD = [
     ('[[agents]]\nname = "a"\nbogus = 1\n', "agents[0].bogus"),
     ('[[agents]]\nname = "a"\n[agents.watchdog]\nfuse_count = 0\n', "agents[0].watchdog.fuse_count"),
     ('[[agents]]\nname = "a"\n[agents.canary]\nintervl = "1m"\n', "agents[0].canary.intervl"),
-    ('[[agents]]\nname = "a"\nsession = "s"\n[[agents]]\nname = "b"\nsession = "s"\n', "agents[1].session"),
+    ('[[agents]]\nname = "a"\ntmux_socket = "t"\nsession = "s"\n[[agents]]\nname = "b"\ntmux_socket = "t"\n'
+     'session = "s"\n', "agents[1].session"),
     ('[[agents]]\nname = "a"\n[[jobs]]\nname = "j"\nlog = "x"\nagent = "b"\n', "jobs[0].agent"),
 ]
 
@@ -204,7 +205,7 @@ agent = "beta-2"
     config, _ = load_config(str(path), {})
     assert config.agent_names == ["alpha", "beta-2"]
     # The config as loaded is the first agent's view; the top level stands where it has no override.
-    assert config.agent_name == "alpha" and config.agent.session == "alpha"
+    assert config.agent_name == "alpha" and (config.agent.tmux_socket, config.agent.session) == ("loom-alpha", "alpha")
     assert config.watchdog.fuse_count == 5 and config.canary.interval == 1200
     beta = config.for_agent("beta-2")
     assert beta.agent_name == "beta-2"
@@ -229,3 +230,9 @@ def test_sections_built_in_code_are_checked_too():
     assert SentinelConfig(renudge="20m").renudge == 1200
     with pytest.raises(ValueError, match="renudge"):
         SentinelConfig(renudge="soon")
+
+
+def test_an_agent_named_main_keeps_the_single_agent_server_and_session():
+    config = parse_config({"agents": [{"name": "main"}, {"name": "b"}]}, "c.toml", None)
+    assert (config.agent.tmux_socket, config.agent.session) == ("loom", "agent")
+    assert (config.for_agent("b").agent.tmux_socket, config.for_agent("b").agent.session) == ("loom-b", "b")
