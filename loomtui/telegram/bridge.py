@@ -1,5 +1,10 @@
 """The bridge's reply side: the answer to each operator message goes back to the operator's chat.
 
+The bridge talks to the first agent of the config, and to it only: the operator's chat is one
+conversation, so with several agents the command loop relays plain text to the first (its
+OperatorActions.relay) and this loop follows the first agent's transcript, in that agent's
+directory, with that agent's Context. The other agents are reached with commands (/canary NAME...).
+
 The command loop is the bot's one poller: it passes the operator's text to the agent through
 `actions.inject` (commands.py), and the pump writes it to the transcript as an `in` record with
 origin "telegram". This loop follows the transcript and, for every turn whose input came from
@@ -7,7 +12,7 @@ Telegram, puts the turn's final text in the outbox; the sender delivers it. Cana
 nudges are turns with other origins and are never echoed.
 
 Where it got to (offset, which file, the inputs whose turn has not ended) is kept in the store's
-meta table, written in the same transaction as the outbox rows it caused, so a restart resumes
+meta table under the agent's key, written in the same transaction as the outbox rows it caused, so a restart resumes
 where it was. The outbox's dedupe key is the input's seq and timestamp: a transcript read again
 (replaced, truncated, or a cursor lost) never sends an answer twice.
 """
@@ -166,11 +171,13 @@ def identity(path: Path) -> tuple[str, int] | None:
 
 
 class Bridge:
-    def __init__(self, store: Store, state_dir: Path, chat_id: int) -> None:
-        self.store, self.path, self.chat_id = store, transcript.path_in(state_dir), chat_id
+    def __init__(self, store: Store, agent_dir: Path, chat_id: int) -> None:
+        """`store` opened as the agent (its cursor is that agent's), `agent_dir` where its pump writes."""
+        self.store, self.path, self.chat_id = store, transcript.path_in(agent_dir), chat_id
+        self.cursor_key = store.agent_key(CURSOR_KEY)
 
     def cursor(self) -> Cursor:
-        return Cursor.loads(self.store.get_meta(CURSOR_KEY))
+        return Cursor.loads(self.store.get_meta(self.cursor_key))
 
     def step(self) -> int:
         """Read what the transcript gained since the last step; the number of answers put in the outbox."""
@@ -216,7 +223,7 @@ class Bridge:
                 # Lengths only: the agent's words and the operator's stay out of the log.
                 log.info("bridge: %s for input %s (%d characters)%s", answer.what, answer.key, len(text),
                          "" if fresh else ", already in the outbox")
-            self.store.set_meta(CURSOR_KEY, cursor.dumps(), db=db)
+            self.store.set_meta(self.cursor_key, cursor.dumps(), db=db)
         return queued
 
 
@@ -230,14 +237,25 @@ def _next_line(path: Path, offset: int) -> int:
     return offset
 
 
+def first_agent(ctx: Context) -> Context:
+    """The Context of the config's first agent, the one the bridge talks to (`ctx` itself when it is)."""
+    first = ctx.config.agent_names[0]
+    return ctx if ctx.agent == first else ctx.for_agent(first)
+
+
 async def run_bridge(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM) -> None:
-    """Follow the transcript until `stop` is set (with the bridge off, only wait for `stop`)."""
+    """Follow the first agent's transcript until `stop` is set (with the bridge off, only wait for `stop`)."""
     cfg = ctx.config.telegram
     if not cfg.bridge:
         await stop.wait()
         return
-    bridge = Bridge(ctx.store, ctx.state_dir, cfg.chat_id)
-    while not stop.is_set():
-        await asyncio.to_thread(bridge.step)
-        if await clock.sleep(cfg.poll_interval, stop):
-            break
+    first = first_agent(ctx)
+    try:
+        bridge = Bridge(first.store, first.agent_dir, cfg.chat_id)
+        while not stop.is_set():
+            await asyncio.to_thread(bridge.step)
+            if await clock.sleep(cfg.poll_interval, stop):
+                break
+    finally:
+        if first is not ctx:
+            first.close()

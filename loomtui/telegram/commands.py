@@ -10,7 +10,11 @@ command (the operator can send it again) instead of re-running a recycle on ever
 With `telegram.bridge` this loop is also the bridge's poller, and so the bot's only one: any
 other text from the operator's chat goes to the agent through the one injection path (the same
 offset rule: a crash mid-relay loses that message, never types it twice), and bridge.py sends
-the answer back. Commands work beside it.
+the answer back. Commands work beside it. The bridge talks to the first agent of the config only.
+
+With several agents, `/status` has a line for each, and the commands that act on one agent take
+its name first (`/canary beta`, `/recycle beta fresh`, `/hold beta 30m REASON`, `/release beta`);
+with one agent the name may be left out, as before. Each runs with that agent's own Context.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable
+import threading
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import telegram
@@ -45,8 +50,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("loomtui.telegram.commands")
 
 HELP = "Loom commands: /status, /canary, /recycle resume|fresh, /queue, /hold [30m] REASON, /release"
+AGENTS_HELP = ("Loom commands: /status [NAME], /canary NAME, /recycle NAME resume|fresh, /queue, "
+               "/hold NAME [30m] REASON, /release NAME")
 BRIDGE_HELP = "; any other text goes to the agent, and its answer comes back here"
+AGENTS_BRIDGE_HELP = "; any other text goes to agent {first}, and its answer comes back here"
 COMMANDS = ("status", "canary", "recycle", "queue", "hold", "release")
+MODES = ("resume", "fresh")
+USAGE = {"canary": "", "recycle": "resume|fresh", "hold": "[30m] REASON", "release": ""}
 MAX_COMMAND_AGE = 600.0  # a /recycle typed before an outage is not acted on when the outage ends
 CONFLICT_MESSAGE = (
     "Loom: another process is polling this bot's token (Telegram answers 409 Conflict), so Loom "
@@ -58,86 +68,117 @@ T = TypeVar("T")
 
 
 class Actions(Protocol):
-    def status(self) -> str: ...
-    def canary(self) -> str: ...
-    def recycle(self, mode: str) -> str: ...
+    agents: tuple[str, ...]  # the agents' names, in the config's order
+
+    def status(self, agent: str | None) -> str: ...
+    def canary(self, agent: str) -> str: ...
+    def recycle(self, agent: str, mode: str) -> str: ...
     def queue(self) -> str: ...
-    def hold(self, reason: str, duration: float | None) -> str: ...
-    def release(self) -> str: ...
+    def hold(self, agent: str, reason: str, duration: float | None) -> str: ...
+    def release(self, agent: str) -> str: ...
     def relay(self, text: str, ref: str) -> str: ...
+    def close(self) -> None: ...
 
 
 class OperatorActions:
-    """What the command mode may do: the operator's actions, through the one actions module."""
+    """What the command mode may do: the operator's actions, through the one actions module, each
+    with the Context of the agent it names (`ctx.for_agent`); the bridge's relay goes to the first."""
 
     def __init__(self, ctx: Context, source: str = "telegram") -> None:
         self.ctx = ctx
         self.source = source
+        self.agents = tuple(ctx.config.agent_names)
+        self._contexts: dict[str, Context] = {}
+        self._lock = threading.Lock()  # actions run on worker threads, several at once
 
-    def status(self) -> str:
+    def of(self, agent: str) -> Context:
+        """The agent's Context, made once (KeyError for a name the config does not have)."""
+        with self._lock:
+            if agent not in self._contexts:
+                self._contexts[agent] = self.ctx if agent == self.ctx.agent else self.ctx.for_agent(agent)
+            return self._contexts[agent]
+
+    def close(self) -> None:
+        with self._lock:
+            for ctx in self._contexts.values():
+                if ctx is not self.ctx:
+                    ctx.close()
+            self._contexts.clear()
+
+    def _named(self, agent: str, reply: str) -> str:
+        return reply if len(self.agents) == 1 else f"{agent}: {reply}"
+
+    def status(self, agent: str | None = None) -> str:
         from loomtui.report import status as status_mod
 
-        return format_status(status_mod.gather(self.ctx, events=0))
+        if agent is None and len(self.agents) > 1:
+            return format_agents(status_mod.gather_all(self.ctx, events=0))
+        named = agent if len(self.agents) > 1 else None
+        return format_status(status_mod.gather(self.of(agent or self.agents[0]), events=0), agent=named)
 
-    def canary(self) -> str:
+    def canary(self, agent: str) -> str:
         from loomtui import actions
 
-        return "canary " + actions.canary_now(self.ctx, source=self.source).describe()
+        return self._named(agent, "canary " + actions.canary_now(self.of(agent), source=self.source).describe())
 
-    def recycle(self, mode: str) -> str:
+    def recycle(self, agent: str, mode: str) -> str:
         from loomtui import actions
 
-        return actions.recycle(self.ctx, mode, source=self.source, reason="asked over Telegram").describe()
+        result = actions.recycle(self.of(agent), mode, source=self.source, reason="asked over Telegram")
+        return self._named(agent, result.describe())
 
     def queue(self) -> str:
         from loomtui.sentinel import queue as sentinel_queue
 
-        return queue_summary(sentinel_queue.open_items(self.ctx.store))
+        return queue_summary(sentinel_queue.open_items(self.ctx.store), with_agent=len(self.agents) > 1)
 
-    def hold(self, reason: str, duration: float | None) -> str:
+    def hold(self, agent: str, reason: str, duration: float | None) -> str:
         from loomtui import actions
 
-        return actions.hold(self.ctx, reason, duration, source=self.source).describe()
+        return self._named(agent, actions.hold(self.of(agent), reason, duration, source=self.source).describe())
 
-    def release(self) -> str:
+    def release(self, agent: str) -> str:
         from loomtui import actions
 
-        return actions.release(self.ctx, source=self.source).describe()
+        return self._named(agent, actions.release(self.of(agent), source=self.source).describe())
 
     def relay(self, text: str, ref: str) -> str:
-        """The operator's words to the agent: "" once the pump has them, else why not."""
+        """The operator's words to the first agent (the bridge's, see bridge.py): "" once its pump
+        has them, else why not."""
         from loomtui import actions
 
         # The ledger gets inject's length and digest and this ref; the text goes to the agent only.
-        result = actions.inject(self.ctx, text, source=self.source, detail={"ref": ref}, ref=ref)
+        result = actions.inject(self.of(self.agents[0]), text, source=self.source, detail={"ref": ref}, ref=ref)
         return "" if result.ok else f"not passed to the agent: {result.error}"
 
 
-def queue_summary(items: list[Any], limit: int = 10) -> str:
+def queue_summary(items: list[Any], limit: int = 10, *, with_agent: bool = False) -> str:
     if not items:
         return "queue: nothing open"
     lines = [f"queue: {len(items)} open"]
     for item in items[:limit]:
-        lines.append(f"#{item.id} {item.job} [{item.state}] x{item.count}")
+        whose = f" ({item.agent})" if with_agent else ""
+        lines.append(f"#{item.id} {item.job}{whose} [{item.state}] x{item.count}")
     if len(items) > limit:
         lines.append(f"… and {len(items) - limit} more")
     return "\n".join(lines)
 
 
-def format_status(status: Status) -> str:
+def format_status(status: Status, agent: str | None = None) -> str:
+    """One agent's status in full (with the host's lines); `agent` names it in the title."""
     from loomtui.durations import format_duration
 
     sup, last, look = status.supervisor, status.canary_settled, status.agent
-    agent = look.describe() if look else "not looked at"
+    describe_agent = look.describe() if look else "not looked at"
     if status.hold:
         from loomtui.agent import hold_rules
 
         hold = hold_rules.Hold.from_record(status.hold)
-        agent = f"HELD: {hold_rules.describe(hold, status.taken)} (/release" + \
-            (" or /recycle)" if hold.by == "ceiling" else ")") + f"; {agent}"
+        describe_agent = f"HELD: {hold_rules.describe(hold, status.taken)} (/release" + \
+            (" or /recycle)" if hold.by == "ceiling" else ")") + f"; {describe_agent}"
     lines = [
-        "Loom status",
-        f"agent: {agent}",
+        "Loom status" + (f" of agent {agent}" if agent else ""),
+        f"agent: {describe_agent}",
         f"pinned session: {status.pinned_session or '(none)'}",
         f"canary: {last.describe() if last else 'no probe yet'}",
         f"queue: {status.queue.get('open', 0)} open, {status.queue.get('claimed', 0)} claimed",
@@ -147,6 +188,39 @@ def format_status(status: Status) -> str:
     ]
     if status.conflict:
         lines.append(f"telegram: {status.conflict['note']}")
+    return "\n".join(lines)
+
+
+def agent_line(status: Status) -> str:
+    """One agent in one short line: its name, state, last canary and hold."""
+    from loomtui.agent import hold_rules
+    from loomtui.durations import format_duration
+    from loomtui.text import printable
+
+    last = status.canary_settled
+    canary = f"canary {last.result} {format_duration(max(last.age, 0))} ago" if last else "no canary yet"
+    if status.hold:
+        hold = printable(hold_rules.describe(hold_rules.Hold.from_record(status.hold), status.taken))[:120]
+    else:
+        hold = "not held"
+    return f"{status.name}: {status.state}; {canary}; {hold}"
+
+
+def format_agents(statuses: list[Status]) -> str:
+    """Every agent at a glance, a line each, then what the host shares (from the first's status)."""
+    from loomtui.durations import format_duration
+
+    host = statuses[0]
+    sup = host.supervisor
+    queue = {k: sum(s.queue.get(k, 0) for s in statuses) for k in ("open", "claimed")}
+    lines = [f"Loom status: {len(statuses)} agents", *(agent_line(s) for s in statuses),
+             f"queue: {queue['open']} open, {queue['claimed']} claimed",
+             f"supervisor: {'no heartbeat' if sup is None else 'heartbeat ' + format_duration(sup.age) + ' ago'}",
+             f"ledger: {host.ledger_events} events",
+             f"outbox: {host.outbox['pending']} pending, {host.outbox['failed']} failed"]
+    if host.conflict:
+        lines.append(f"telegram: {host.conflict['note']}")
+    lines.append("/status NAME for one agent in full")
     return "\n".join(lines)
 
 
@@ -167,6 +241,7 @@ async def run_commands(ctx: Context, actions: Actions, stop: asyncio.Event, *, c
             if wait > 0 and await clock.sleep(wait, stop):
                 break
     finally:
+        actions.close()
         with contextlib.suppress(Exception):
             await bot.shutdown()
 
@@ -266,24 +341,54 @@ class Poller:
             outbox.enqueue(self.store, redact.scrub(reply), chat_id=msg.chat.id,
                            dedupe_key=f"telegram_reply:{msg.chat.id}:{msg.message_id}:{update.update_id}")
 
+    def help(self) -> str:
+        names = self.actions.agents
+        if len(names) == 1:
+            return HELP + (BRIDGE_HELP if self.cfg.bridge else "")
+        return AGENTS_HELP + (AGENTS_BRIDGE_HELP.format(first=names[0]) if self.cfg.bridge else "")
+
+    def call_for(self, name: str, args: list[str]) -> Callable[[], str] | str:
+        """What `/name args` runs, or the answer that says why nothing runs."""
+        names = self.actions.agents
+        if name == "queue":
+            return self.actions.queue
+        if name == "status":
+            if not args:
+                return lambda: self.actions.status(None)
+            agent, rest = rules.pick_agent(args, names)
+            if agent is None or rest:
+                return rules.which_agent(name, names, unknown=True)
+            return lambda: self.actions.status(agent)
+        agent, rest = rules.pick_agent(args, names)
+        usage = USAGE[name]
+        arity = 1 if name == "recycle" else None if name == "hold" else 0
+        if agent is None:
+            unknown = arity is not None and rules.names_an_unknown_agent(rest, arity)
+            return rules.which_agent(name, names, usage, unknown=unknown)
+        if name == "recycle":
+            if len(rest) == 1 and rest[0] in MODES:
+                return lambda: self.actions.recycle(agent, rest[0])
+            if len(rest) == 2 and rest[1] in MODES:
+                return rules.which_agent(name, names, unknown=True)
+            return f"usage: /recycle {'' if len(names) == 1 else 'NAME '}resume|fresh"
+        if name == "hold":
+            held = parse_request(rest)
+            if held is None:
+                return (f"usage: /hold {'' if len(names) == 1 else 'NAME '}[30m] REASON "
+                        "(a reason is required; the duration is optional)")
+            return lambda: self.actions.hold(agent, *held)
+        if rest:
+            return rules.which_agent(name, names, unknown=True)
+        return (lambda: self.actions.canary(agent)) if name == "canary" else (lambda: self.actions.release(agent))
+
     async def answer(self, name: str, args: list[str], age: float) -> str:
         if name == "help":
-            return HELP + (BRIDGE_HELP if self.cfg.bridge else "")
+            return self.help()
         if age > MAX_COMMAND_AGE and name in ("canary", "recycle", "hold", "release"):
             return f"/{name} not run: it was sent {int(age)}s ago, while Loom was not listening; send it again"
-        if name == "recycle" and (len(args) != 1 or args[0] not in ("resume", "fresh")):
-            return "usage: /recycle resume|fresh"
-        held = parse_request(args) if name == "hold" else None
-        if name == "hold" and held is None:
-            return "usage: /hold [30m] REASON (a reason is required; the duration is optional)"
-        call = {
-            "status": self.actions.status,
-            "canary": self.actions.canary,
-            "queue": self.actions.queue,
-            "recycle": lambda: self.actions.recycle(args[0]),
-            "hold": lambda: self.actions.hold(*held),
-            "release": self.actions.release,
-        }[name]
+        call = self.call_for(name, args)
+        if isinstance(call, str):
+            return call
         try:
             # Actions block (a canary waits for its ack); the loop must keep serving meanwhile.
             return str(await asyncio.to_thread(call))

@@ -46,3 +46,31 @@ def parse_command(text: str | None) -> tuple[str, list[str]] | None:
     if not name:
         return None
     return name, words[1:]
+
+
+def pick_agent(args: list[str], names: list[str] | tuple[str, ...]) -> tuple[str | None, list[str]]:
+    """The agent a command names and the words after it: `/recycle beta fresh` → ("beta", ["fresh"]).
+
+    The name is the first word when it is one of `names`; with a single agent it may be left
+    out (today's `/recycle fresh`). None when it cannot be told: several agents and none named.
+    """
+    if args and args[0].lower() in names:
+        return args[0].lower(), args[1:]
+    if len(names) == 1:
+        return names[0], args
+    return None, args
+
+
+def names_an_unknown_agent(rest: list[str], arity: int) -> bool:
+    """Whether the words left after `pick_agent` hold one word too many in front: the operator
+    named an agent that does not exist (`/canary gamma`, `/recycle gamma fresh`)."""
+    return len(rest) == arity + 1
+
+
+def which_agent(command: str, names: list[str] | tuple[str, ...], usage: str = "", *, unknown: bool = False) -> str:
+    """The answer to a command that named no agent where it must, or one that does not exist.
+    The word the operator typed is not echoed back: the list of names says enough."""
+    listed = ", ".join(names)
+    if unknown:
+        return f"/{command}: no agent by that name (agents: {listed})"
+    return f"/{command} needs an agent: /{command} NAME{' ' + usage if usage else ''} (agents: {listed})"

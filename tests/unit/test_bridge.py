@@ -327,3 +327,35 @@ def test_a_line_longer_than_any_read_is_stepped_over(tmp_path, store, script, mo
     script.result("also answered")
     assert Bridge(store, tmp_path, CHAT).step() == 2
     assert sent(store) == [(CHAT, "answered"), (CHAT, "also answered")]
+
+
+def test_with_two_agents_the_bridge_follows_the_first_agents_transcript_only(tmp_path):
+    import asyncio
+
+    from loomtui.context import Context
+    from loomtui.telegram.bridge import first_agent, run_bridge
+    from loomtui.telegram.clock import Clock
+
+    config = tmp_path / "loom.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n[telegram]\nchat_id = {CHAT}\nbridge = true\n'
+                      '[[agents]]\nname = "beta"\ndriver = "stream-json"\n'
+                      '[[agents]]\nname = "alpha"\ndriver = "stream-json"\n')
+    # Loaded as the second agent: the bridge still takes the first of the config.
+    ctx = Context.load(str(config), None, environ={}).for_agent("alpha")
+    first = first_agent(ctx)
+    try:
+        assert first.agent == "beta" and first.agent_dir == tmp_path / "state" / "agents" / "beta"
+        Script(transcript.path_in(first.agent_dir)).turn("telegram", "from beta")
+        Script(transcript.path_in(ctx.agent_dir)).turn("telegram", "from alpha")
+
+        class Once(Clock):
+            async def sleep(self, seconds, stop):
+                stop.set()
+                return True
+
+        asyncio.run(run_bridge(ctx, asyncio.Event(), clock=Once()))
+        assert sent(ctx.store) == [(CHAT, "from beta")]
+        assert first.store.get_meta("bridge_offset@beta") and ctx.store.get_meta("bridge_offset") is None
+    finally:
+        first.close()
+        ctx.close()

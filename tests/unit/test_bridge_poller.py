@@ -29,6 +29,8 @@ BOT = telegram.Bot("123456:poller-unit-test-token")
 class Agent:
     """The actions a poller may call, recording what reached the agent."""
 
+    agents = ("main",)
+
     def __init__(self, refuse: str = "", raises: BaseException | None = None) -> None:
         self.relayed: list[tuple[str, str]] = []
         self.refuse, self.raises = refuse, raises
@@ -39,23 +41,26 @@ class Agent:
         self.relayed.append((text, ref))
         return self.refuse
 
-    def status(self) -> str:
+    def status(self, agent: str | None) -> str:
         return "Loom status\nall good"
 
-    def canary(self) -> str:
+    def canary(self, agent: str) -> str:
         return "canary ok"
 
-    def recycle(self, mode: str) -> str:
+    def recycle(self, agent: str, mode: str) -> str:
         return f"relaunched {mode}"
 
     def queue(self) -> str:
         return "queue: nothing open"
 
-    def hold(self, reason: str, duration: float | None) -> str:
+    def hold(self, agent: str, reason: str, duration: float | None) -> str:
         return "held"
 
-    def release(self) -> str:
+    def release(self, agent: str) -> str:
         return "released"
+
+    def close(self) -> None:
+        pass
 
 
 def config(tmp_path, *, bridge: bool, commands: bool = False):
