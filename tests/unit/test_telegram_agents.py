@@ -187,3 +187,14 @@ def test_status_of_several_agents_is_a_line_each_then_the_host(two):
     assert "\x1b" not in text
     assert [line.split(":")[0] for line in lines[3:]] == ["queue", "supervisor", "ledger", "outbox",
                                                           "/status NAME for one agent in full"]
+
+
+def test_the_queue_says_whose_each_item_is_when_there_are_several(two):
+    with two.store.write() as db:
+        db.execute("INSERT INTO queue_items(job, kind, signature, sample, log, first_seen, last_seen, count, state, "
+                   "nudges, agent) VALUES ('nightly', 'line', 's', 'x', '/l', 1, 1, 2, 'open', 0, 'beta')")
+    actions = OperatorActions(two)
+    try:
+        assert actions.queue() == "queue: 1 open\n#1 nightly (beta) [open] x2"
+    finally:
+        actions.close()
