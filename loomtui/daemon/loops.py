@@ -1,4 +1,4 @@
-"""The loops `loom supervise` runs, built from the config."""
+"""The loops `loom supervise` runs, built from the config: every agent's own, and the host's."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from loomtui.agent.tmux import TmuxError
 from loomtui.agent.watchdog import Watchdog
 from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
-from loomtui.daemon.supervise import Doorbell, Service, TickLoop
+from loomtui.daemon.supervise import Doorbell, Service, TickLoop, loop_name
 
 log = logging.getLogger("loom.loops")
 
@@ -99,7 +99,7 @@ def watchdog_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
         else:
             report = watchdog.fast_tick()
         for line in report.results if report else ():
-            log.info("watchdog: %s", line)
+            log.info("%s: %s", loop_name("watchdog", ctx.agent), line)
         return report
 
     return step
@@ -119,7 +119,7 @@ def canary_tick(bell: object | None = None) -> Callable[[Context, threading.Even
             timer.clear()
             line = loop.tick()
             if line:
-                log.info("canary: %s", line)
+                log.info("%s: %s", loop_name("canary", ctx.agent), line)
             soon = loop.next_look
             if bell is not None and soon is not None and soon < CANARY_PERIOD:
                 later = threading.Timer(soon, bell.ring)  # type: ignore[attr-defined]
@@ -194,7 +194,7 @@ def signal_watch(bells: dict[str, object]) -> Callable[[Context, threading.Event
     watchfiles."""
 
     def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
-        directory = launches.signals_dir(ctx.state_dir)
+        directory = launches.signals_dir(ctx.agent_dir)  # each agent's own: its tmux hook writes there
 
         def ring(names: Iterable[str]) -> None:
             for name in names:
@@ -255,7 +255,7 @@ def exit_watch(bell: Doorbell, wake: Waker | None = None) -> Callable[[Context, 
 
     def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
         watched: dict[str, object] = {"key": None, "fd": None}
-        driver = make_driver(ctx.config, ctx.state_dir)
+        driver = make_driver(ctx.config, ctx.agent_dir)
         relaunched = wake or Waker()
 
         def forget() -> None:
@@ -318,19 +318,29 @@ def _open_pidfd(pid: object, started: object) -> int | None:
     return fd
 
 
-def tick_loops(ctx: Context) -> list[TickLoop]:
-    w = ctx.config.watchdog
+def agent_loops(ctx: Context) -> list[TickLoop]:
+    """One agent's loops (`ctx` is that agent's): its doorbells, its signals dir, its pane's pidfd.
+    Nothing in them is shared with another agent's, so one agent's trouble stays its own."""
+    w, agent = ctx.config.watchdog, ctx.agent
     died, relaunched, recheck = Doorbell(), Doorbell(), Waker()
+
+    def loop(base: str, period: float, make, wake: Doorbell | None = None) -> TickLoop:
+        return TickLoop(loop_name(base, agent), period, make, wake=wake, agent=agent, loop=base)
+
     return [
         # The exit poll stays as the safety net for a hook that never fired.
-        TickLoop("watchdog", min(w.exit_check, w.interval), watchdog_tick, wake=died),
-        TickLoop("canary", CANARY_PERIOD, canary_tick(relaunched), wake=relaunched),
-        TickLoop("sentinel", ctx.config.sentinel.interval, sentinel_tick),
+        loop("watchdog", min(w.exit_check, w.interval), watchdog_tick, wake=died),
+        loop("canary", CANARY_PERIOD, canary_tick(relaunched), wake=relaunched),
         # Its steps run until the daemon stops; the period is only the pause before a restart.
-        TickLoop("signals", 5.0, signal_watch({launches.PANE_DIED: died,
-                                               launches.RELAUNCHED: Bells(relaunched, recheck)})),
-        TickLoop("exit_watch", 5.0, exit_watch(died, recheck)),
+        loop("signals", 5.0, signal_watch({launches.PANE_DIED: died, launches.RELAUNCHED: Bells(relaunched, recheck)})),
+        loop("exit_watch", 5.0, exit_watch(died, recheck)),
     ]
+
+
+def tick_loops(ctx: Context) -> list[TickLoop]:
+    """Every agent's loops, then the host's: the sentinel scans every job once, whichever agent it nudges."""
+    out = [spec for name in ctx.config.agent_names for spec in agent_loops(ctx.for_agent(name))]
+    return out + [TickLoop("sentinel", ctx.config.sentinel.interval, sentinel_tick)]
 
 
 async def _sender(ctx: Context, stop: asyncio.Event) -> None:

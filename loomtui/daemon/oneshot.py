@@ -17,6 +17,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from loomtui.context import Context
@@ -24,6 +25,7 @@ from loomtui.errors import LockHeld
 from loomtui.store import counters, ledger, locks
 
 LOOPS = ("watchdog", "canary", "sentinel", "notify")
+AGENT_LOOPS = ("watchdog", "canary")  # one per agent; the sentinel and the sender serve every agent
 EXIT_RAN, EXIT_FAILED, EXIT_BUSY = 0, 1, 75  # 75: EX_TEMPFAIL, "try again later"
 LOOKS_KEY = "watchdog_looks"
 
@@ -34,6 +36,18 @@ class SenderBusy(Exception):
 
 def lock_name(loop: str) -> str:
     return f"tick-{loop}.lock"
+
+
+def lock_dir(ctx: Context, loop: str) -> Path:
+    """An agent's loop locks in that agent's directory (two agents' watchdogs never wait for each
+    other); a host-wide loop in the state dir. The daemon's ticks take the same locks."""
+    return ctx.agent_dir if loop in AGENT_LOOPS else ctx.state_dir
+
+
+def loop_labels(loop: str, agent: str | None) -> dict[str, str]:
+    """The loop KPIs' labels: an agent other than `main` is named, so `main`'s counters stay the
+    series they were before there were several agents."""
+    return {"loop": loop} if agent in (None, "main") else {"loop": loop, "agent": agent}
 
 
 @dataclass(frozen=True)
@@ -50,12 +64,19 @@ class TickOutcome:
 
 def record(ctx: Context, loop: str, source: str, status: str, seconds: float | None) -> None:
     """The loop KPIs of one tick: the trigger, the run's outcome and how long it took."""
+    labels = loop_labels(loop, ctx.agent if loop in AGENT_LOOPS else None)
     tally = counters.Tally()
-    tally.add("loom_fire_total", {"loop": loop, "source": source})
-    tally.add("loom_run_total", {"loop": loop, "status": status})
+    tally.add("loom_fire_total", {**labels, "source": source})
+    tally.add("loom_run_total", {**labels, "status": status})
     if seconds is not None:
-        tally.observe("loom_tick_duration_seconds", {"loop": loop}, seconds)
+        tally.observe("loom_tick_duration_seconds", labels, seconds)
     tally.flush(ctx.store)
+
+
+def loop_name(loop: str, agent: str | None) -> str:
+    """A loop's name in logs, heartbeats and loop_error events: `watchdog:beta` for agent beta;
+    `main`'s loops keep their names from before there were several agents (as its meta keys do)."""
+    return loop if agent in (None, "main") else f"{loop}:{agent}"
 
 
 def tick_once(ctx: Context, loop: str, *, source: str = "cron") -> TickOutcome:
@@ -63,7 +84,7 @@ def tick_once(ctx: Context, loop: str, *, source: str = "cron") -> TickOutcome:
         raise ValueError(f"unknown loop {loop!r}: one of {', '.join(LOOPS)}")
     began = time.monotonic()
     try:
-        lock = locks.hold(ctx.state_dir, lock_name(loop), timeout=0)
+        lock = locks.hold(lock_dir(ctx, loop), lock_name(loop), timeout=0)
     except LockHeld:
         record(ctx, loop, source, "busy", None)
         return TickOutcome(loop, "busy", f"another {loop} tick is running; this one did nothing", 0.0)
@@ -76,8 +97,9 @@ def tick_once(ctx: Context, loop: str, *, source: str = "cron") -> TickOutcome:
         except Exception as exc:
             seconds = time.monotonic() - began
             try:
+                name = loop_name(loop, ctx.agent if loop in AGENT_LOOPS else None)
                 ledger.append(ctx.store, "loop_error", source=source,
-                              detail={"loop": loop, "type": type(exc).__name__, "error": str(exc)[:500]})
+                              detail={"loop": name, "type": type(exc).__name__, "error": str(exc)[:500]})
                 record(ctx, loop, source, "failed", seconds)
             except Exception:  # the store itself may be what failed; the exit status still says it
                 pass
@@ -94,7 +116,7 @@ def _watchdog(ctx: Context) -> str:
     watchdog = Watchdog(ctx)
     watchdog.memory = load_looks(ctx, Looks)
     report = watchdog.tick()
-    ctx.store.set_meta(LOOKS_KEY, json.dumps(dump_looks(watchdog.memory)))
+    ctx.store.set_meta(ctx.store.agent_key(LOOKS_KEY), json.dumps(dump_looks(watchdog.memory)))
     return "; ".join(report.results) if report.results else "nothing to do"
 
 
@@ -130,7 +152,7 @@ def dump_looks(looks: Any) -> dict[str, Any]:
 
 
 def load_looks(ctx: Context, cls: type) -> Any:
-    raw = ctx.store.get_meta(LOOKS_KEY)
+    raw = ctx.store.get_meta(ctx.store.agent_key(LOOKS_KEY))
     try:
         data = json.loads(raw) if raw else {}
         names = {f.name for f in dataclasses.fields(cls)}

@@ -1,5 +1,10 @@
 """`loom supervise`: the daemon. An asyncio runtime running each loop as its own task.
 
+One daemon runs every agent's loops: each agent's loops are its own (their own Context from
+`ctx.for_agent`, their own thread each, their own tick locks in the agent's directory), so a tmux
+call that hangs on one agent's server, a crash loop or a hold never delays another agent's ticks.
+The host-wide loops (sentinel, Telegram, metrics) run once.
+
 Start-up order matters (an earlier daemon swallowed a failed lock write and exited 0, so its
 supervisor never restarted it): prove the state directory writable, then take
 supervisor.lock, then work. A loop that raises is recorded and restarted with capped backoff;
@@ -17,7 +22,9 @@ import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from loomtui import __version__
 from loomtui.agent.policy import backoff
@@ -83,12 +90,25 @@ class TickLoop:
     `make(ctx, halt)` gets a threading.Event set when the daemon stops, so a tick that waits
     (a canary probe waits up to its ack timeout) can give up instead of holding up SIGTERM.
     A `wake` doorbell ends the sleep between ticks early (tmux said the pane died).
+
+    `agent` names the agent whose loop it is (its Context is `ctx.for_agent(agent)`, its tick lock
+    in that agent's directory); None for a host-wide loop. `loop` is what it is a tick of (the
+    `loom tick` loop its lock and counts share); `name` says which, for logs and heartbeats.
     """
 
     name: str
     period: float
     make: Callable[[Context, threading.Event], Callable[[], object]]
     wake: Doorbell | None = None
+    agent: str | None = None
+    loop: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.loop:
+            self.loop = self.name
+
+
+loop_name = oneshot.loop_name
 
 
 @dataclass
@@ -111,9 +131,9 @@ class Runtime:
     halt: threading.Event = field(default_factory=threading.Event)
 
 
-def clone(ctx: Context) -> Context:
+def clone(ctx: Context, agent: str | None = None) -> Context:
     # One SQLite connection per loop: a slow query in one loop never blocks another's writes.
-    return ctx.clone()
+    return ctx.clone() if agent is None else ctx.for_agent(agent)
 
 
 def _pause(stop: asyncio.Event, seconds: float) -> Awaitable[object]:
@@ -155,17 +175,22 @@ def _record_error(ctx: Context, name: str, exc: BaseException) -> None:
 
 async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> None:
     stats = rt.stats.setdefault(spec.name, LoopStats())
-    ctx = clone(rt.ctx)
+    ctx = clone(rt.ctx, spec.agent)
     tick = spec.make(ctx, rt.halt)
     wake = spec.wake.bind() if spec.wake is not None else None
     failures = 0
+    # A thread of its own, not the shared pool: the signals and exit watches hold theirs for good,
+    # and a tick stuck on one agent's stopped tmux server must never leave another agent's loops
+    # waiting for a free worker.
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"loom-{spec.name}")
+    running = asyncio.get_running_loop()
     try:
         while not stop.is_set():
             began = time.monotonic()
             status = "ok"
             try:
-                run = locked(ctx, spec.name, tick) if spec.name in oneshot.LOOPS else tick
-                result = await asyncio.to_thread(run)
+                run = locked(ctx, spec.loop, tick, lock_dir(ctx, spec)) if spec.loop in oneshot.LOOPS else tick
+                result = await running.run_in_executor(worker, run)
                 if result is BUSY:
                     status = "busy"  # a `loom tick` of this loop (cron, a timer) is running: it acts, we don't
                 failures = 0
@@ -178,7 +203,7 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 if await sleep_or_stop(stop, backoff(failures, 2.0, MAX_LOOP_BACKOFF)):
                     break
                 ctx.close()
-                ctx = clone(rt.ctx)
+                ctx = clone(rt.ctx, spec.agent)
                 tick = spec.make(ctx, rt.halt)
                 stats.restarts += 1
                 continue
@@ -186,23 +211,30 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 stats.ticks += 1
                 stats.last_duration = time.monotonic() - began
                 stats.last_tick = time.time()
-                if spec.name in oneshot.LOOPS:
-                    count_tick(rt.tally, spec.name, status, stats.last_duration)
+                if spec.loop in oneshot.LOOPS:
+                    count_tick(rt.tally, spec.loop, status, stats.last_duration, spec.agent)
             if await sleep_stop_or_wake(stop, wake, spec.period - (time.monotonic() - began)):
                 break
     finally:
+        worker.shutdown(wait=False, cancel_futures=True)
         ctx.close()
+
+
+def lock_dir(ctx: Context, spec: TickLoop) -> Path:
+    """Where the loop's tick lock lives: an agent's loop in that agent's directory (the same lock
+    `loom tick LOOP --agent NAME` takes), a host-wide one in the state dir."""
+    return ctx.state_dir if spec.agent is None else oneshot.lock_dir(ctx, spec.loop)
 
 
 BUSY = object()  # what a tick returns when another tick of its loop holds the lock
 
 
-def locked(ctx: Context, loop: str, tick: Callable[[], object]) -> Callable[[], object]:
+def locked(ctx: Context, loop: str, tick: Callable[[], object], where: Path | None = None) -> Callable[[], object]:
     """One tick under the loop's tick lock, the one `loom tick` takes: two never act at once."""
 
     def run() -> object:
         try:
-            lock = locks.hold(ctx.state_dir, oneshot.lock_name(loop), timeout=0)
+            lock = locks.hold(ctx.state_dir if where is None else where, oneshot.lock_name(loop), timeout=0)
         except LockHeld:
             return BUSY  # only this lock: a lock the tick itself waits for and misses is its error
         with lock:
@@ -211,11 +243,12 @@ def locked(ctx: Context, loop: str, tick: Callable[[], object]) -> Callable[[], 
     return run
 
 
-def count_tick(tally: counters.Tally, loop: str, status: str, seconds: float) -> None:
-    tally.add("loom_fire_total", {"loop": loop, "source": "tick"})
-    tally.add("loom_run_total", {"loop": loop, "status": status})
+def count_tick(tally: counters.Tally, loop: str, status: str, seconds: float, agent: str | None = None) -> None:
+    labels = oneshot.loop_labels(loop, agent)
+    tally.add("loom_fire_total", {**labels, "source": "tick"})
+    tally.add("loom_run_total", {**labels, "status": status})
     if status != "busy":
-        tally.observe("loom_tick_duration_seconds", {"loop": loop}, seconds)
+        tally.observe("loom_tick_duration_seconds", labels, seconds)
 
 
 async def run_service(rt: Runtime, service: Service, stop: asyncio.Event) -> None:
