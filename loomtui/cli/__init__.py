@@ -108,9 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         code = 1
     finally:
-        ctx = getattr(args, "_context", None)
-        if ctx is not None:
-            ctx.close()
+        common.close_contexts(args)
     return int(code or 0)
 
 

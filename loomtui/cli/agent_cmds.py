@@ -9,10 +9,12 @@ from loomtui.cli.common import context, subcommand
 
 
 def register(sub) -> None:
-    inject = subcommand(sub, "inject", "type one line into the agent's pane (through the one injection path)")
+    inject = subcommand(sub, "inject", "type one line into the agent's pane (through the one injection path)",
+                        agent=True)
     inject.add_argument("text", nargs="+", help="the message; several words are joined by spaces")
     inject.set_defaults(func=run_inject)
-    recycle = subcommand(sub, "recycle", "relaunch the agent: resume the pinned session or start fresh")
+    recycle = subcommand(sub, "recycle", "relaunch the agent: resume the pinned session or start fresh",
+                         agent=True)
     mode = recycle.add_mutually_exclusive_group(required=True)
     mode.add_argument("--resume", dest="mode", action="store_const", const="resume")
     mode.add_argument("--fresh", dest="mode", action="store_const", const="fresh")

@@ -9,7 +9,8 @@ from loomtui.cli.common import context, print_json, subcommand
 
 
 def register(sub) -> None:
-    parser = subcommand(sub, "canary", "send a liveness probe now and wait for the ack (exit 0 on ack, 1 on miss)")
+    parser = subcommand(sub, "canary", "send a liveness probe now and wait for the ack (exit 0 on ack, 1 on miss)",
+                        agent=True)
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=run)
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from loomtui.errors import LoomError
 
 if TYPE_CHECKING:
     from loomtui.context import Context
@@ -21,20 +25,80 @@ def add_common_options(parser: argparse.ArgumentParser, top_level: bool = False)
     )
 
 
-def subcommand(sub: Any, name: str, help: str, **kwargs: Any) -> argparse.ArgumentParser:
+AGENT_ENV = "LOOM_AGENT"  # set by Loom in each agent's pane: a command run there means that agent
+
+
+def subcommand(sub: Any, name: str, help: str, *, agent: bool = False, **kwargs: Any) -> argparse.ArgumentParser:
+    """A subcommand with the common options; `agent=True` for one that acts on one agent (--agent)."""
     parser = sub.add_parser(name, help=help, description=help, **kwargs)
     add_common_options(parser)
+    if agent:
+        add_agent_option(parser)
     return parser
 
 
-def context(args: argparse.Namespace, *, prepare: bool = True) -> Context:
-    ctx = getattr(args, "_context", None)
+def add_agent_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+    parser.add_argument("--agent", metavar="NAME", default=None,
+                        help=help or f"which agent (default: the only one, or {AGENT_ENV})")
+
+
+def choose_agent(names: Sequence[str], named: str | None, environ: Mapping[str, str] | None = None, *,
+                 required: bool = True) -> str | None:
+    """The agent a command acts on: --agent, else LOOM_AGENT, else the only one. With several and
+    none named: exit 2 naming them (None instead when not `required`: the command means them all)."""
+    env = os.environ if environ is None else environ
+    name = named or env.get(AGENT_ENV) or None
+    listed = ", ".join(names)
+    if name is not None:
+        if name not in names:
+            raise LoomError(f"no agent named {name!r} (agents: {listed})", exit_code=2)
+        return name
+    if len(names) == 1:
+        return names[0]
+    if not required:
+        return None
+    raise LoomError(f"several agents ({listed}): name one with --agent NAME", exit_code=2)
+
+
+def base_context(args: argparse.Namespace, *, prepare: bool = True) -> Context:
+    """The context as loaded (the first agent's view), whatever --agent says: for what is the host's."""
+    ctx = getattr(args, "_base_context", None)
     if ctx is None:
         from loomtui.context import Context  # only for commands that read the config
 
         ctx = Context.load(args.config, args.state_dir, prepare=prepare)
+        args._base_context = ctx
+    return ctx
+
+
+def context(args: argparse.Namespace, *, prepare: bool = True) -> Context:
+    """The context of the agent the command acts on (`choose_agent`), for a command with --agent;
+    the loaded one otherwise."""
+    ctx = getattr(args, "_context", None)
+    if ctx is None:
+        ctx = base_context(args, prepare=prepare)
+        if hasattr(args, "agent"):
+            name = choose_agent(ctx.config.agent_names, args.agent)
+            if name != ctx.agent:
+                ctx = agent_context(ctx, name, prepare=prepare)
         args._context = ctx
     return ctx
+
+
+def agent_context(ctx: Context, name: str, *, prepare: bool = True) -> Context:
+    """`ctx` seen as agent `name` (a known one); without `prepare`, nothing is made on disk."""
+    if prepare:
+        return ctx.for_agent(name)
+    return type(ctx)(ctx.config.for_agent(name), ctx.config_path, ctx.state_dir)
+
+
+def close_contexts(args: argparse.Namespace) -> None:
+    seen: set[int] = set()
+    for ctx in (getattr(args, "_context", None), getattr(args, "_base_context", None),
+                *getattr(args, "_more_contexts", ())):
+        if ctx is not None and id(ctx) not in seen:
+            seen.add(id(ctx))
+            ctx.close()
 
 
 def print_json(data: Any) -> None:

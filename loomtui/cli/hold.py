@@ -22,13 +22,13 @@ def _duration(text: str) -> float:
 
 def register(sub) -> None:
     hold = subcommand(sub, "hold", "suspend automatic relaunches, reaps, modal dismissals and nudges "
-                                   "(observation, probes on request and recording go on)")
+                                   "(observation, probes on request and recording go on)", agent=True)
     hold.add_argument("--for", dest="duration", type=_duration, metavar="DURATION",
                       help="end the hold by itself after this long (30m, 2h); default: until `loom release`")
     hold.add_argument("--reason", required=True, help="why (shown in the header, `loom status` and the ledger)")
     hold.add_argument("--json", action="store_true")
     hold.set_defaults(func=run_hold)
-    release = subcommand(sub, "release", "end the hold in force (the operator's or the ceiling's)")
+    release = subcommand(sub, "release", "end the hold in force (the operator's or the ceiling's)", agent=True)
     release.add_argument("--json", action="store_true")
     release.set_defaults(func=run_release)
 

@@ -6,7 +6,7 @@ import argparse
 import datetime as dt
 import sys
 
-from loomtui.cli.common import context, subcommand
+from loomtui.cli.common import choose_agent, context, subcommand
 from loomtui.store import ledger
 from loomtui.store.ledger import Event
 from loomtui.text import printable
@@ -19,29 +19,35 @@ def register(sub) -> None:
     tail.add_argument("-n", type=int, default=20, metavar="N", help="how many events (default 20)")
     tail.add_argument("--kind", action="append", help="only events of this kind (repeatable)")
     tail.add_argument("--json", action="store_true", help="JSON lines")
+    # Not the usual --agent: the ledger is every agent's, and without it tail shows them all.
+    tail.add_argument("--agent", dest="only_agent", metavar="NAME", help="only this agent's events")
     tail.set_defaults(func=run_tail)
     verify = subcommand(inner, "verify", "check the hash chain; non-zero naming the first bad event")
     verify.set_defaults(func=run_verify)
 
 
-def format_event(event: Event) -> str:
+def format_event(event: Event, with_agent: bool = False) -> str:
+    """One event on one line; `with_agent` adds whose it is (where several agents share the ledger)."""
     when = dt.datetime.fromtimestamp(event.ts).strftime("%Y-%m-%d %H:%M:%S")
     cause = f" cause={event.cause}" if event.cause else ""
     detail = " ".join(f"{k}={v}" for k, v in sorted(event.detail.items()))
-    line = f"{event.id:>7} {when} {event.kind:<18} {event.source:<10}{cause} {detail}".rstrip()
+    who = f" {event.agent:<10}" if with_agent else ""
+    line = f"{event.id:>7} {when}{who} {event.kind:<18} {event.source:<10}{cause} {detail}".rstrip()
     # The ledger holds untrusted text (pane lines, job names): keep control characters off the terminal.
     return printable(line)
 
 
 def run_tail(args: argparse.Namespace) -> int:
-    store = context(args).store
-    events = ledger.tail(store, max(args.n, 0), kinds=args.kind)
+    ctx = context(args)
+    names = ctx.config.agent_names
+    only = choose_agent(names, args.only_agent, {}) if args.only_agent else None
+    events = ledger.tail(ctx.store, max(args.n, 0), kinds=args.kind, agent=only)
     if args.json:
         for e in events:
             sys.stdout.write(ledger.canonical(e.as_dict()) + "\n")
     else:
         for e in events:
-            print(format_event(e))
+            print(format_event(e, with_agent=len(names) > 1 and only is None))
     return 0
 
 

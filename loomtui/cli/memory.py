@@ -8,29 +8,39 @@ from __future__ import annotations
 import argparse
 import sys
 
-from loomtui.cli.common import context, subcommand
+from loomtui.cli.common import base_context, context, subcommand
+from loomtui.errors import LoomError
 from loomtui.memory import index as memory
 
 
 def register(sub) -> None:
-    parser = subcommand(sub, "memory", "list, search, lint or add to the agent's memory index")
+    parser = subcommand(sub, "memory", "list, search, lint or add to the agent's memory index", agent=True)
     parser.set_defaults(func=run_list)
     inner = parser.add_subparsers(dest="memory_command", metavar="search|lint|add")
     search = subcommand(inner, "search", "case-insensitive search of titles, hooks and file bodies; 1 if none")
     search.add_argument("term", metavar="TERM")
+    _agent_here(search)
     search.set_defaults(func=run_search)
     lint = subcommand(
         inner, "lint",
         f"report broken links, unindexed, duplicate and empty files, index lines over {memory.LINE_LIMIT} "
         "characters and lines that are not entries; 1 if any",
     )
+    _agent_here(lint)
     lint.set_defaults(func=run_lint)
     add = subcommand(inner, "add", "create a memory file and append its index line (never overwrites)")
     add.add_argument("title", metavar="TITLE")
     add.add_argument("--hook", required=True, metavar="TEXT", help="the one-line hook after the link")
     add.add_argument("--file", metavar="NAME", help="file name inside the memory dir (default: a slug of TITLE)")
     add.add_argument("--body", metavar="TEXT", help="file content (default: the title and the hook)")
+    _agent_here(add)
     add.set_defaults(func=run_add)
+
+
+def _agent_here(parser: argparse.ArgumentParser) -> None:
+    # `loom memory search X --agent beta` as well as `loom memory --agent beta search X`: SUPPRESS,
+    # so the inner parser's default never undoes the outer one's value.
+    parser.add_argument("--agent", metavar="NAME", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 def _say(text: str, stream=None) -> None:
@@ -38,7 +48,15 @@ def _say(text: str, stream=None) -> None:
 
 
 def _where(args: argparse.Namespace):
-    cfg = context(args, prepare=False).config.memory
+    try:
+        cfg = context(args, prepare=False).config.memory
+    except LoomError:
+        # Several agents and none named: no question which memory when they all share one.
+        config = base_context(args, prepare=False).config
+        places = {(m.dir, m.index) for m in (config.for_agent(n).memory for n in config.agent_names)}
+        if len(places) != 1:
+            raise
+        cfg = config.memory
     return cfg.dir, cfg.index
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from loomtui.cli.common import context, print_json, subcommand
+from loomtui.cli.common import add_agent_option, base_context, context, print_json, subcommand
 
 LOOPS = ("watchdog", "canary", "sentinel", "notify")
+AGENT_LOOPS = ("watchdog", "canary")  # the sentinel and the sender serve every agent at once
 
 
 def register(sub) -> None:
@@ -17,13 +18,15 @@ def register(sub) -> None:
     parser.add_argument("--source", default="cron", choices=("cron", "cli"),
                         help="who fired it, for the loop KPIs (default: cron)")
     parser.add_argument("--json", action="store_true")
+    add_agent_option(parser, "whose watchdog or canary (default: the only agent, or LOOM_AGENT)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from loomtui.daemon.oneshot import tick_once
 
-    outcome = tick_once(context(args), args.loop, source=args.source)
+    ctx = context(args) if args.loop in AGENT_LOOPS else base_context(args)
+    outcome = tick_once(ctx, args.loop, source=args.source)
     if args.json:
         print_json({"loop": outcome.loop, "status": outcome.status, "line": outcome.line,
                     "seconds": round(outcome.seconds, 3), "exit_code": outcome.exit_code})

@@ -1,7 +1,9 @@
 """One typed status model: what `loom status [--json]`, the console header, Telegram's /status
 and the metrics endpoint all read, so they can never disagree about the same moment.
 
-`gather` reads the store (and, unless told not to, takes one bounded look at the pane);
+`gather` reads the store (and, unless told not to, takes one bounded look at the pane) for one
+agent: the Context's; `gather_all` does it for every agent at once, each in its own thread with
+its own Context, so one agent's stopped tmux server costs the others nothing.
 `Status.as_json()` keeps the JSON keys `loom status --json` has always printed.
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -148,6 +151,25 @@ class Status:
     last_launch: dict[str, Any] | None
     since_launch: float | None
     relaunch: RelaunchClaim | None = None   # the last relaunch and its witness
+    name: str = "main"                      # the agent's name
+    relaunches_last_hour: int = 0
+
+    @property
+    def state(self) -> str:
+        """The agent in a word or two, for a line per agent: what the look saw, then a hold, then
+        a relaunch nobody has witnessed yet."""
+        look = self.agent
+        if look is None:
+            return "not looked at"
+        if look.tmux != "up":
+            return f"tmux {look.tmux}"
+        if (look.pane or {}).get("dead"):
+            return "exited"
+        if self.hold:
+            return "held"
+        if self.unwitnessed:
+            return "unwitnessed"
+        return "running" if (look.tree or {}).get("pid") else "no agent process"
 
     @property
     def unwitnessed(self) -> bool:
@@ -186,14 +208,21 @@ class Status:
             "relaunch": self.relaunch.as_json() if self.relaunch else None,
         }
 
+    def as_agent_json(self) -> dict[str, Any]:
+        """`as_json` with whose it is, where several agents are shown: a single-agent setup's
+        `loom status --json` keeps exactly the keys it always had."""
+        return {"name": self.name, "state": self.state, "relaunches_last_hour": self.relaunches_last_hour,
+                **self.as_json()}
+
 
 def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: bool = True) -> Status:
+    """The status of `ctx`'s agent (with what is the host's: heartbeats, outbox, ledger size)."""
     now = time.time() if now is None else now
     store = ctx.store
     beats = store.heartbeats()
     launched = launches.last_launch(ctx)
-    settled = store.query_one("SELECT * FROM canary_runs WHERE result != ? ORDER BY id DESC LIMIT 1",
-                              (canary.PENDING,))
+    settled = store.query_one("SELECT * FROM canary_runs WHERE agent = ? AND result != ? ORDER BY id DESC LIMIT 1",
+                              (ctx.agent, canary.PENDING))
     claim = relaunch_claim(ctx)
     look_now = agent(ctx, now) if look else None
     if look_now is not None and claim is not None and not claim.failed and not claim.witnessed:
@@ -205,39 +234,76 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         pinned_session=session.pinned(store),
         ledger_events=ledger.count(store),
         heartbeats={name: Heartbeat(now - b["ts"], b["pid"]) for name, b in beats.items()},
-        last_events=ledger.tail(store, events) if events else [],
+        last_events=ledger.tail(store, events, agent=ctx.agent) if events else [],
         outbox=outbox.summary(store, now),
         conflict=telegram_state.conflict(store),
         agent=look_now,
         canary=_last(canary.last_probe(ctx), now),
         canary_settled=_last(canary.probe_from(settled), now) if settled else None,
-        queue=sentinel_queue.counts(store),
+        queue=queue_counts(ctx),
         hold=recovery.held(ctx, now),
         last_launch=launched,
         since_launch=launches.launch_age(launched),
         relaunch=claim,
+        name=ctx.agent,
+        relaunches_last_hour=relaunches_since(ctx, now - 3600),
     )
+
+
+def gather_all(ctx: Context, *, events: int = 5, now: float | None = None, look: bool = True) -> list[Status]:
+    """Every agent's status, in the config's order; the looks run at once, each bounded by tmux's
+    own timeout, so a hung server delays the answer by one timeout, never by one per agent."""
+    now = time.time() if now is None else now
+    names = ctx.config.agent_names
+    if len(names) == 1:
+        return [gather(ctx if ctx.agent == names[0] else ctx.for_agent(names[0]), events=events, now=now, look=look)]
+
+    def one(name: str) -> Status:
+        own = ctx.for_agent(name)  # a store connection of its own: the threads never share one
+        try:
+            return gather(own, events=events, now=now, look=look)
+        finally:
+            own.close()
+
+    with ThreadPoolExecutor(max_workers=min(len(names), 8), thread_name_prefix="loom-status") as pool:
+        return list(pool.map(one, names))
+
+
+def queue_counts(ctx: Context) -> dict[str, int]:
+    """The agent's queue items by state (the items whose nudges go to it)."""
+    out = dict.fromkeys((sentinel_queue.OPEN, sentinel_queue.CLAIMED, sentinel_queue.WITNESSED), 0)
+    for row in ctx.store.query("SELECT state, COUNT(*) FROM queue_items WHERE agent = ? GROUP BY state",
+                               (ctx.agent,)):
+        out[row[0]] = row[1]
+    return out
+
+
+def relaunches_since(ctx: Context, since: float) -> int:
+    row = ctx.store.query_one("SELECT COUNT(*) FROM ledger WHERE agent = ? AND kind = 'relaunch' AND ts >= ?",
+                              (ctx.agent, since))
+    return int(row[0]) if row else 0
 
 
 def relaunch_claim(ctx: Context) -> RelaunchClaim | None:
     """The last relaunch as the ledger tells it: witnessed by a canary ack, failed, or a claim."""
-    row = ctx.store.query_one("SELECT id, ts, cause, source, detail FROM ledger WHERE kind = 'relaunch' "
-                              "ORDER BY id DESC LIMIT 1")
+    row = ctx.store.query_one("SELECT id, ts, cause, source, detail FROM ledger WHERE agent = ? AND kind = 'relaunch' "
+                              "ORDER BY id DESC LIMIT 1", (ctx.agent,))
     if row is None:
         return None
     try:
         mode = json.loads(row["detail"]).get("mode", "")
     except ValueError:
         mode = ""
-    failed = ctx.store.query_one("SELECT 1 FROM ledger WHERE id > ? AND kind IN ('relaunch_failed', 'launch_died') "
-                                 "LIMIT 1", (row["id"],)) is not None
+    failed = ctx.store.query_one("SELECT 1 FROM ledger WHERE id > ? AND agent = ? "
+                                 "AND kind IN ('relaunch_failed', 'launch_died') LIMIT 1",
+                                 (row["id"], ctx.agent)) is not None
     ack = canary.witness_of(ctx, row["id"])
     return RelaunchClaim(row["id"], row["ts"], row["cause"] or "", mode, row["source"] or "",
                          ack["event"] if ack else None, ack["ts"] if ack else None, failed)
 
 
 def agent(ctx: Context, now: float | None = None) -> AgentLook:
-    driver = make_driver(ctx.config, ctx.state_dir)
+    driver = make_driver(ctx.config, ctx.agent_dir)
     facts = driver.observe()
     pane = tree = None
     if facts.pane is not None:
