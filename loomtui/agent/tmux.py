@@ -11,6 +11,8 @@ line written to a pipe, a `%begin`/`%end` block read back, well under a millisec
 read-only queries go that way (`_CONTROL_COMMANDS`); typing, keys and every change to the pane
 keep their one process per command. By default only on a tmux where connecting such a client
 cannot crash the server (CONTROL_SAFE_FROM); `ControlClient` says what it must never do.
+Without one, a look that wants the screen too (`AgentPane.look`) asks list-panes and
+capture-pane in one process, not two.
 
 tmux also has traps this module exists to keep in one place:
 - `display-message -t` with a target that does not exist prints an empty line and exits 0;
