@@ -104,9 +104,12 @@ def situation(ctx: Context, cause: str) -> Situation:
 
 def escalate(ctx: Context, cause: str, decision: Decision, source: str, at: Instant) -> None:
     """Stop relaunching and tell the human, exactly once per hold."""
+    # With several agents the human is told whose it is, and the command names it.
+    several = len(ctx.config.agent_names) > 1
     text = (
-        f"Loom stopped relaunching the agent: {'; '.join(decision.reasons)}. Last cause: {cause}. "
-        f"Automatic recovery is on hold until you act (loom recycle --resume or --fresh)."
+        f"{f'[{ctx.agent}] ' if several else ''}Loom stopped relaunching the agent: {'; '.join(decision.reasons)}. "
+        f"Last cause: {cause}. Automatic recovery is on hold until you act "
+        f"(loom recycle{f' --agent {ctx.agent}' if several else ''} --resume or --fresh)."
     )
     with ctx.store.write() as db:
         if not holds.place_if_free(db, Hold(at.wall, "ceiling", "; ".join(decision.reasons), None, cause)):

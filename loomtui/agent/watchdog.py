@@ -121,7 +121,9 @@ class Watchdog:
         if step.kind == "alert":
             with self.ctx.store.write() as db:
                 event = ledger.append_in(db, "operator_alert", source="watchdog", detail={"note": step.note})
-                outbox.enqueue(db, f"Loom: {step.note}", dedupe_key=f"alert-{event.id}")
+                # With several agents the human is told whose it is (as the sentinel's escalations are).
+                whose = "" if len(self.ctx.config.agent_names) == 1 else f"[{self.ctx.agent}] "
+                outbox.enqueue(db, f"{whose}Loom: {step.note}", dedupe_key=f"alert-{event.id}")
             return f"operator alerted: {step.note}"
         if step.kind == "repair_socket":
             return self.repair_socket()

@@ -123,3 +123,44 @@ def test_an_agents_context_files_its_events_session_and_files_under_its_name(tmp
     finally:
         main.close()
         beta.close()
+
+
+def test_escalations_name_their_agent_when_there_are_several(tmp_path):
+    from loomtui.agent import recovery
+    from loomtui.agent.policy import Decision, Instant
+    from loomtui.agent.watchdog import Watchdog
+    from loomtui.agent.watchdog_rules import Step
+    from loomtui.context import Context
+    from loomtui.store import outbox
+
+    config = tmp_path / "config.toml"
+    config.write_text(TWO_AGENTS)
+    main = Context.load(str(config), str(tmp_path / "state"), {})
+    beta = main.for_agent("beta")
+    try:
+        Watchdog(beta).act(Step("alert", note="tmux socket gone"), None, None)
+        recovery.escalate(beta, "crash", Decision("hold", escalate=True, reasons=("ceiling reached",)), "watchdog",
+                          Instant(1000.0))
+        texts = [m.text for m in outbox.pending(main.store)]
+        assert texts[0] == "[beta] Loom: tmux socket gone"
+        assert texts[1].startswith("[beta] Loom stopped relaunching") and "loom recycle --agent beta" in texts[1]
+        assert [e.agent for e in ledger.tail(main.store, 5, kinds=["operator_alert", "escalation"])] == ["beta"] * 2
+    finally:
+        main.close()
+        beta.close()
+
+
+def test_one_agents_escalations_read_as_before(tmp_path):
+    from loomtui.agent import recovery
+    from loomtui.agent.policy import Decision, Instant
+    from loomtui.context import Context
+    from loomtui.store import outbox
+
+    ctx = Context.load(None, str(tmp_path / "state"), {"XDG_CONFIG_HOME": str(tmp_path)})
+    try:
+        recovery.escalate(ctx, "crash", Decision("hold", escalate=True, reasons=("ceiling reached",)), "watchdog",
+                          Instant(1000.0))
+        [message] = outbox.pending(ctx.store)
+        assert message.text.startswith("Loom stopped relaunching") and "(loom recycle --resume or --fresh)" in message.text
+    finally:
+        ctx.close()
