@@ -230,3 +230,100 @@ def _zombie(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.Error:
         return True
+
+
+class AgentsHarness:
+    """Several demo agents under one config, one state dir and one supervisor, each agent on a tmux
+    socket of its own (so one agent's server can be stopped while the others run on).
+
+    Each agent is an AgentHarness of its own (its socket, bot, data dir, and its cleanup by pid);
+    its `[agent]` table becomes one `[[agents]]` entry here. Its own loom()/events() read its own
+    unused state dir: use this harness's, which take the agent's name.
+    """
+
+    def __init__(self, root: Path, names: list[str], sections: dict[str, dict[str, Any]] | None = None) -> None:
+        import tomllib
+
+        self.root = root
+        self.members = {name: AgentHarness(root / name) for name in names}
+        self.state_dir = root / "state"
+        self.config_path = root / "config.toml"
+        lines = [f"state_dir = {toml_value(str(self.state_dir))}"]
+        for section, values in (sections or {}).items():
+            lines.append(f"[{section}]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in values.items()]
+        for name, member in self.members.items():
+            agent = tomllib.loads(member.config_path.read_text())["agent"]
+            modals = agent.pop("modals", [])
+            agent["session"] = "agent"  # each on its own socket: the member's own look at its pane holds
+            lines += ["[[agents]]", f"name = {toml_value(name)}"]
+            lines += [f"{k} = {toml_value(v)}" for k, v in agent.items()]
+            for modal in modals:
+                lines.append("[[agents.modals]]")
+                lines += [f"{k} = {toml_value(v)}" for k, v in modal.items()]
+        self.config_path.write_text("\n".join(lines) + "\n")
+        self._procs: list[subprocess.Popen] = []
+        self._stopped: set[int] = set()
+
+    def stop_server(self, name: str) -> int:
+        """SIGSTOP agent `name`'s tmux server (a hung server: it takes connections, answers nothing)."""
+        pid = self.members[name].server_pid()
+        assert pid, f"agent {name}'s tmux server"
+        self._stopped.add(pid)
+        os.kill(pid, signal.SIGSTOP)
+        return pid
+
+    def resume_servers(self) -> None:
+        for pid in self._stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self._stopped.clear()
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return loom_env({"LOOM_CONFIG": str(self.config_path), **(extra or {})})
+
+    def loom(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "loomtui", *args], capture_output=True, text=True,
+                              env=self.env(env), timeout=timeout, cwd=REPO)
+
+    def popen(self, *args: str, **kwargs: Any) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, *args], env=self.env(kwargs.pop("env", None)), cwd=REPO, **kwargs)
+        self._procs.append(proc)
+        return proc
+
+    def start(self, name: str) -> str:
+        result = self.loom("recycle", "--agent", name, "--fresh", "--reason", "test start")
+        assert result.returncode == 0, result.stderr
+        member = self.members[name]
+        wait_for(lambda: "> " in member.screen(), 30, what=f"agent {name}'s prompt")
+        return self.pinned(name)
+
+    def pinned(self, name: str) -> str:
+        from loomtui.store import session
+        from loomtui.store.db import Store
+
+        with Store.in_dir(self.state_dir, agent=name) as store:
+            return session.pinned(store)
+
+    def events(self, kind: str | None = None, agent: str | None = None) -> list[dict]:
+        from loomtui.store import ledger
+        from loomtui.store.db import Store
+
+        with Store.in_dir(self.state_dir) as store:
+            rows = ledger.tail(store, 100000, kinds=[kind] if kind else None, agent=agent)
+        return [e.as_dict() for e in rows]
+
+    def cleanup(self) -> None:
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.resume_servers()  # a stopped server would not answer the cleanup's questions
+        for member in self.members.values():
+            member.cleanup()

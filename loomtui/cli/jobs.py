@@ -7,9 +7,9 @@ import sys
 import time
 
 from loomtui import text as text_mod
-from loomtui.cli.common import context, print_json, subcommand
+from loomtui.cli.common import choose_agent, context, print_json, subcommand
 from loomtui.durations import format_duration
-from loomtui.sentinel.queue_rules import CLAIMED, WITNESSED, Item
+from loomtui.sentinel.queue_rules import CLAIMED, OPEN, WITNESSED, Item
 
 
 def register(sub) -> None:
@@ -21,6 +21,8 @@ def register(sub) -> None:
     q = subcommand(sub, "queue", "list the sentinel queue: open, claimed and recently witnessed items")
     q.add_argument("--json", action="store_true", help="machine-readable output")
     q.add_argument("--witnessed", type=int, default=10, metavar="N", help="how many witnessed items to show (10)")
+    # The queue is every agent's: without --agent, all of it, each item with its agent's name.
+    q.add_argument("--agent", dest="only_agent", metavar="NAME", help="only the items of this agent's jobs")
     q.set_defaults(func=run_queue)
     res = subcommand(sub, "resolve", "claim a queue item as handled; it is witnessed by the job's next clean run")
     res.add_argument("id", type=int, help="the queue item's id")
@@ -54,24 +56,36 @@ def run_job(args: argparse.Namespace) -> int:
 def run_queue(args: argparse.Namespace) -> int:
     from loomtui.sentinel import queue
 
-    store = context(args).store
-    items = queue.listing(store, include_witnessed=args.witnessed)
+    ctx = context(args)
+    store = ctx.store
+    only = choose_agent(ctx.config.agent_names, args.only_agent, {}) if args.only_agent else None
+    if only is None:
+        items = queue.listing(store, include_witnessed=args.witnessed)
+        counts = queue.counts(store)
+    else:
+        items = [i for i in queue.listing(store, include_witnessed=1 << 30) if i.agent == only]
+        done = [i for i in items if i.state == WITNESSED]
+        items = [i for i in items if i.state != WITNESSED] + done[max(0, len(done) - max(0, args.witnessed)):]
+        counts = {OPEN: 0, CLAIMED: 0, WITNESSED: 0}
+        for row in store.query("SELECT state, COUNT(*) FROM queue_items WHERE agent = ? GROUP BY state", (only,)):
+            counts[row[0]] = row[1]
     if args.json:
-        print_json({"counts": queue.counts(store), "items": [queue.as_dict(i) for i in items]})
+        print_json({"counts": counts, "items": [queue.as_dict(i) for i in items]})
         return 0
-    counts = queue.counts(store)
     print(f"queue: {counts['open']} open, {counts['claimed']} claimed (awaiting a clean run), "
           f"{counts[WITNESSED]} witnessed")
     now = time.time()
+    named = len(ctx.config.agent_names) > 1 and only is None
     for item in items:
-        for line in format_item(item, now):
+        for line in format_item(item, now, with_agent=named):
             print(printable(line))
     return 0
 
 
-def format_item(item: Item, now: float) -> list[str]:
+def format_item(item: Item, now: float, with_agent: bool = False) -> list[str]:
     age = format_duration(max(0.0, now - item.first_seen))
-    head = (f"{item.id:>5}  {item.state:<9}  {item.job[:24]:<24}  {age:>6}  seen {item.count}x  "
+    who = f"{item.agent[:12]:<12}  " if with_agent else ""
+    head = (f"{item.id:>5}  {item.state:<9}  {who}{item.job[:24]:<24}  {age:>6}  seen {item.count}x  "
             f"nudged {item.nudges}x  {item.kind}: {item.signature[:80]}")
     lines = [head]
     if item.state in (CLAIMED, WITNESSED) or item.reopens:

@@ -356,9 +356,16 @@ def supervise(ctx: Context, loops: list[TickLoop], services: list[Service] | Non
     try:
         from loomtui.store.salvage import open_or_salvage
 
-        ctx._store, salvaged = open_or_salvage(ctx.state_dir)
+        checked, salvaged = open_or_salvage(ctx.state_dir)
         if salvaged is not None:
             log.error("%s", salvaged.summary())
+        if ctx.agent == checked.agent:
+            ctx.close()
+            ctx._store = checked
+        else:
+            # The daemon's own events (start, stop) are filed like every host-wide one: under the
+            # first agent, whose view the loaded config is.
+            checked.close()
         if ctx.config.metrics.listen:
             from loomtui.daemon import metrics
 

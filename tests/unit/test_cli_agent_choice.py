@@ -152,3 +152,37 @@ def test_a_single_agent_setup_needs_no_name_and_keeps_its_status_object(loom):
     assert isinstance(data, dict) and data["hold"] and "name" not in data
     assert loom("release", "--agent", "main").returncode == 0
     assert loom("release", "--agent", "beta").returncode == 2
+
+
+def test_queue_shows_whose_items_and_filters_by_agent(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    config = tmp_path / "config.toml"
+    config.write_text(f"""
+state_dir = "{tmp_path / 'state'}"
+[[agents]]
+name = "alpha"
+tmux_socket = "loomtest-none-q-{secrets.token_hex(4)}"
+[[agents]]
+name = "beta"
+tmux_socket = "loomtest-none-q-{secrets.token_hex(4)}"
+[[jobs]]
+name = "backup"
+log = "{logs / 'backup.log'}"
+[[jobs]]
+name = "report"
+log = "{logs / 'report.log'}"
+agent = "beta"
+""")
+    (logs / "backup.log").write_text("ERROR disk full\n")
+    (logs / "report.log").write_text("Traceback (most recent call last)\nERROR report failed\n")
+    env = {"LOOM_CONFIG": str(config)}
+    assert run_loom("sentinel", "scan", "--no-nudge", env=env).returncode == 0
+    beta = json.loads(run_loom("queue", "--agent", "beta", "--json", env=env).stdout)
+    assert beta["items"] and {i["job"] for i in beta["items"]} == {"report"}
+    assert beta["counts"]["open"] == len(beta["items"])
+    every = json.loads(run_loom("queue", "--json", env=env).stdout)
+    assert {i["agent"] for i in every["items"]} == {"alpha", "beta"}
+    lines = run_loom("queue", env=env).stdout.splitlines()[1:]
+    assert {line.split()[2] for line in lines if line.strip()[:1].isdigit()} == {"alpha", "beta"}
+    assert run_loom("queue", "--agent", "gamma", env=env).returncode == 2

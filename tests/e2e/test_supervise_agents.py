@@ -1,0 +1,157 @@
+"""Two agents under one `loom supervise`: each agent's loops are its own, so one agent's hung tmux
+server never holds up the other's recovery, and the ledger says whose every event is.
+
+Real parts: two demo agents, each on a private tmux socket of its own, the daemon as a subprocess,
+one store. Outcomes and their order only, never timing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import psutil
+import pytest
+from harness import AgentsHarness, wait_for
+
+from loomtui.store.db import Store
+
+pytestmark = pytest.mark.e2e
+
+FAST = {
+    "watchdog": {
+        "interval": "1s", "exit_check": "300ms", "poller_grace": "2s", "foreign_scan": "1s",
+        "backoff_base": "300ms", "backoff_max": "1s",
+    },
+}
+
+
+@pytest.fixture
+def two(tmp_path):
+    harness = AgentsHarness(tmp_path, ["alpha", "beta"], sections=FAST)
+    try:
+        yield harness
+    finally:
+        harness.cleanup()
+
+
+class Daemon:
+    def __init__(self, harness: AgentsHarness) -> None:
+        self.harness = harness
+        self.log = open(harness.root / f"supervise-{time.monotonic_ns()}.log", "w")
+        self.proc = harness.popen("-m", "loomtui", "supervise", stdout=self.log, stderr=subprocess.STDOUT)
+
+    def loops(self) -> dict:
+        try:
+            with Store.in_dir(self.harness.state_dir) as store:
+                beat = store.heartbeats().get("supervisor")
+        except Exception:
+            return {}
+        return beat["detail"]["loops"] if beat and beat["pid"] == self.proc.pid else {}
+
+    def ticks(self, loop: str) -> int:
+        return self.loops().get(loop, {}).get("ticks", 0)
+
+    def output(self) -> str:
+        self.log.flush()
+        return open(self.log.name).read()
+
+
+def witnessed(harness: AgentsHarness, relaunch: dict) -> list[dict]:
+    return [e for e in harness.events("canary", agent=relaunch["agent"])
+            if e["detail"].get("witnessed") == relaunch["id"]]
+
+
+def test_one_supervisor_names_each_agents_loops_and_runs_them_all(two):
+    for name in two.members:
+        two.start(name)
+    daemon = Daemon(two)
+    wait_for(lambda: daemon.ticks("watchdog:alpha") >= 3 and daemon.ticks("watchdog:beta") >= 3, 60,
+             what="both agents' watchdogs ticking")
+    names = set(daemon.loops())
+    assert {f"{loop}:{agent}" for loop in ("watchdog", "canary", "signals", "exit_watch")
+            for agent in ("alpha", "beta")} <= names
+    assert "sentinel" in names and not any(n.startswith("sentinel:") for n in names)
+    assert daemon.proc.poll() is None, daemon.output()
+
+
+@pytest.mark.incident("confident_false_detector")
+def test_a_hung_agent_is_unclear_and_left_alone_while_the_other_is_recovered(two):
+    for name in two.members:
+        two.start(name)
+    starts = {name: two.events("relaunch", agent=name) for name in two.members}
+    assert all(len(events) == 1 for events in starts.values()), starts
+    daemon = Daemon(two)
+    # Both operator starts acked by the daemon's canary: nothing of either is pending when alpha hangs.
+    for name in starts:
+        wait_for(lambda name=name: [e for e in two.events("canary", agent=name) if e["detail"].get("result") == "ok"],
+                 90, what=f"agent {name}'s start acked")
+    beta_session = two.pinned("beta")
+
+    server = two.stop_server("alpha")
+    assert two.loom("inject", "--agent", "beta", "/crash").returncode == 0
+    relaunch = wait_for(lambda: [e for e in two.events("relaunch", agent="beta") if e["cause"] in ("crash", "exit")],
+                        90, what="beta relaunched")[0]
+    assert relaunch["detail"]["mode"] == "resume" and two.pinned("beta") == beta_session
+    wait_for(lambda: witnessed(two, relaunch), 90, what="beta's relaunch witnessed by a canary ack")
+    wait_for(lambda: two.events("observation_ambiguous", agent="alpha"), 90, what="alpha reported unclear")
+    # All of it while alpha's server was still stopped: beta never waited for it.
+    assert psutil.Process(server).status() == psutil.STATUS_STOPPED
+
+    assert two.events("relaunch", agent="alpha") == starts["alpha"]  # alpha: seen unclear, not acted on
+    assert not two.events("observation_ambiguous", agent="beta")
+    assert all(e["agent"] == "beta" for e in witnessed(two, relaunch))
+    every = two.events()
+    assert {e["agent"] for e in every} <= {"alpha", "beta"}
+    assert {e["agent"] for e in every if e["kind"] == "relaunch" and e["id"] > starts["beta"][0]["id"]} == {"beta"}
+    two.resume_servers()
+    daemon.proc.terminate()
+    assert daemon.proc.wait(30) == 0, daemon.output()
+    assert two.loom("ledger", "verify").returncode == 0
+
+
+STUCK = """
+import sys
+from loomtui.context import Context
+from loomtui.daemon.supervise import TickLoop, supervise
+
+def stuck(ctx, halt):
+    return lambda: halt.wait()  # a tick that never ends until the daemon stops: a hung call, a watcher
+
+def alive(ctx, halt):
+    return lambda: None
+
+ctx = Context.load(None, sys.argv[1])
+# More stuck loops than any shared thread pool holds (asyncio's default is at most 32 workers).
+loops = [TickLoop(f"stuck{i}", 1.0, stuck) for i in range(40)] + [TickLoop("alive", 0.05, alive)]
+sys.exit(supervise(ctx, loops))
+"""
+
+
+def test_stuck_ticks_never_starve_another_loop_of_a_thread(tmp_path):
+    """Twenty agents' signals and exit watches hold a thread each for good, and a hung tmux call
+    holds one for its timeout: a loop that needs a thread always has its own."""
+    import signal
+    import sys
+
+    from conftest import REPO, loom_env
+
+    state = tmp_path / "state"
+    proc = subprocess.Popen([sys.executable, "-c", STUCK, str(state)], env=loom_env(), cwd=REPO,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        def ticks():
+            try:
+                with Store.in_dir(state) as store:
+                    beat = store.heartbeats().get("supervisor")
+            except Exception:
+                return 0
+            return beat["detail"]["loops"].get("alive", {}).get("ticks", 0) if beat else 0
+
+        wait_for(lambda: ticks() >= 5, 60, what="the free loop ticking beside 40 stuck ones")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
