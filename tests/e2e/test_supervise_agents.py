@@ -7,6 +7,7 @@ one store. Outcomes and their order only, never timing.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 
@@ -95,6 +96,10 @@ def test_a_hung_agent_is_unclear_and_left_alone_while_the_other_is_recovered(two
     assert relaunch["detail"]["mode"] == "resume" and two.pinned("beta") == beta_session
     wait_for(lambda: witnessed(two, relaunch), 90, what="beta's relaunch witnessed by a canary ack")
     wait_for(lambda: two.events("observation_ambiguous", agent="alpha"), 90, what="alpha reported unclear")
+    # `loom status` says so, both agents at once: alpha unclear (not gone), beta running.
+    status = two.loom("status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert {a["name"]: a["state"] for a in json.loads(status.stdout)} == {"alpha": "tmux unknown", "beta": "running"}
     # All of it while alpha's server was still stopped: beta never waited for it.
     assert psutil.Process(server).status() == psutil.STATUS_STOPPED
 

@@ -4,8 +4,10 @@ an agent's own pane, and with several agents and none named a one-line error nam
 from __future__ import annotations
 
 import json
+import os
 import secrets
 
+import psutil
 import pytest
 from conftest import run_loom
 
@@ -63,7 +65,12 @@ tmux_socket = "loomtest-none-b-{tag}"
         return run_loom(*args, env={**env, **extra})
 
     loom.state_dir = tmp_path / "state"
-    return loom
+    yield loom
+    # A broken agent choice would launch an agent on these sockets: no server outlives the test.
+    for proc in psutil.process_iter(["cmdline"]):
+        argv = proc.info["cmdline"] or []
+        if argv and os.path.basename(argv[0]) == "tmux" and any(tag in a for a in argv):
+            proc.kill()
 
 
 def agent_of(state_dir, kind: str) -> list[str]:
@@ -186,3 +193,15 @@ agent = "beta"
     lines = run_loom("queue", env=env).stdout.splitlines()[1:]
     assert {line.split()[2] for line in lines if line.strip()[:1].isdigit()} == {"alpha", "beta"}
     assert run_loom("queue", "--agent", "gamma", env=env).returncode == 2
+
+
+def test_loom_tick_of_one_agent_keeps_its_lock_and_looks_as_that_agents(two):
+    # Held: a look that finds no tmux server must not start the agent (this test runs no tmux).
+    assert two("hold", "--agent", "beta", "--reason", "no tmux here").returncode == 0
+    ticked = two("tick", "watchdog", "--agent", "beta", "--json")
+    assert ticked.returncode == 0, ticked.stderr
+    assert (two.state_dir / "agents" / "beta" / "tick-watchdog.lock").exists()
+    assert not (two.state_dir / "tick-watchdog.lock").exists()
+    with Store.in_dir(two.state_dir) as store:
+        assert store.get_meta("watchdog_looks@beta") is not None and store.get_meta("watchdog_looks") is None
+    assert two("tick", "sentinel").returncode == 0 and (two.state_dir / "tick-sentinel.lock").exists()
