@@ -139,3 +139,54 @@ def held_console_ctx(tmp_path, request):
     populate(context, held=True)
     yield context
     context.close()
+
+
+def write_agents_config(root: Path, *, socket: str, names: tuple[str, ...] = ("alpha", "beta")) -> Path:
+    """Several agents on one (absent) tmux server, one job each, one shared memory directory."""
+    memory = root / "memory"
+    memory.mkdir(parents=True, exist_ok=True)
+    (memory / "MEMORY.md").write_text("# Memory\n\n- [Operator](operator.md) — who runs this box\n")
+    (memory / "operator.md").write_text("# Operator\n\nPrefers short messages.\n")
+    lines = [f'state_dir = "{root / "state"}"', "[memory]", f'dir = "{memory}"']
+    for name in names:
+        lines += ["[[agents]]", f'name = "{name}"', f'tmux_socket = "{socket}"', f'cwd = "{root}"']
+    for name in names:
+        lines += ["[[jobs]]", f'name = "{name}-job"', f'log = "{root / "logs" / name}.log"', 'schedule = "every 10m"',
+                  f'agent = "{name}"']
+    config = root / "config.toml"
+    config.write_text("\n".join(lines) + "\n")
+    return config
+
+
+def populate_agents(ctx: Context) -> None:
+    """Two agents' rows in one store, told apart: alpha acked and is idle; beta missed, was
+    relaunched twice in the last hour, has a failing job's open item and an operator's hold."""
+    store: Store = ctx.store
+    store.beat("supervisor", {"pid": 1, "loops": {}}, now=NOW - 2)
+    rows = [("alpha", NOW - 600, "ok", 0.7), ("beta", NOW - 900, "ok", 1.1), ("beta", NOW - 300, "miss", None)]
+    for n, (agent, sent, result, latency) in enumerate(rows, start=1):
+        with store.write() as db:
+            db.execute(
+                "INSERT INTO canary_runs(nonce, source, session_id, launch_seq, sent_at, deadline, ack_at, latency, "
+                "result, why, agent) VALUES (?, 'canary', ?, 1, ?, ?, ?, ?, ?, '', ?)",
+                (f"n{n}", SESSION_A, sent, sent + 180, sent + latency if latency else None, latency, result, agent))
+            ledger.append_in(db, "canary", source="canary", cause=None if result == "ok" else result,
+                             detail={"run": n, "result": result}, ts=sent + 1, agent=agent)
+    for ts in (NOW - 2000, NOW - 200):
+        ledger.append(store, "relaunch", source="canary", cause="canary_failed", agent="beta",
+                      detail={"mode": "resume", "old_session": SESSION_B, "new_session": SESSION_B}, ts=ts)
+    ledger.append(store, "relaunch", source="cli", cause="operator_fresh", agent="alpha",
+                  detail={"mode": "fresh", "old_session": None, "new_session": SESSION_A}, ts=NOW - 3 * 3600)
+    with store.write() as db:
+        db.execute(
+            "INSERT INTO queue_items(job, kind, signature, sample, log, first_seen, last_seen, count, state, nudges, "
+            "agent) VALUES ('beta-job', 'line', 'sig1', ?, '/var/log/beta.log', ?, ?, 2, 'open', 1, 'beta')",
+            (f"Traceback {HOSTILE}", NOW - 1200, NOW - 100))
+    beta = ctx.for_agent("beta")
+    try:
+        with beta.store.write() as db:
+            beta.store.set_meta(beta.store.agent_key(HOLD_KEY),
+                                json.dumps({"by": "operator", "reason": "swapping [b]model[/b]", "ts": NOW - 60,
+                                            "until": NOW + 1740}), db)
+    finally:
+        beta.close()

@@ -34,9 +34,12 @@ class LoomApp(App):
                  watch: bool = True) -> None:
         super().__init__()
         self.ctx = ctx
-        self.source = Source(ctx)
+        # One Context per agent, made here (before the app runs, so no handler makes a directory).
+        agents = {name: ctx if name == ctx.agent else ctx.for_agent(name) for name in ctx.config.agent_names}
+        self.source = Source(ctx, several=len(agents) > 1)
         self.now = now
-        self.console_screen = ConsoleScreen(ctx, self.source, refresh_every=refresh_every, watch=watch)
+        self.console_screen = ConsoleScreen(ctx, self.source, refresh_every=refresh_every, watch=watch,
+                                            agents=agents)
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -58,7 +61,7 @@ class LoomApp(App):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for binding in APP_KEYS:
-            if binding.action == "app.quit":
+            if binding.action == "app.quit" or not self.console_screen.check_action(binding.action, ()):
                 continue
             yield SystemCommand(binding.description, binding.tooltip,
                                 lambda action=binding.action: self.run_action(action, self.console_screen))

@@ -12,6 +12,10 @@ that post typed messages back; handlers and timers only start workers. A refresh
 the previous one: the handler that receives a snapshot re-arms the next one, and a change seen
 meanwhile (watchfiles on the state directory) only marks the data dirty. Every action key runs
 the same actions module the ticks use and shows its outcome.
+
+With several agents, one is selected at a time (`g` opens the agents view, `n` goes to the next):
+every panel shows the selected agent's rows and every key acts on it, through that agent's own
+Context; the summary names it. With one agent nothing of this shows.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import watchfiles
 from textual import events, on, work
@@ -37,6 +42,7 @@ from loomtui.agent.tmux import clean_env
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.tui.agent_panel import AgentPanel
+from loomtui.tui.agents_view import AgentsScreen
 from loomtui.tui.canary_panel import CanaryPanel
 from loomtui.tui.fleet_panel import FleetPanel
 from loomtui.tui.footer import FittingFooter
@@ -51,6 +57,7 @@ from loomtui.tui.snapshot import Snapshot, Source
 from loomtui.tui.timeline_panel import TimelinePanel
 
 WIDE = 150
+AGENT_ACTIONS = ("agents", "next_agent")  # the keys that choose an agent: only with several
 OVERVIEW_TITLE = "Overview"
 
 
@@ -70,11 +77,17 @@ class ConsoleScreen(Screen):
         action: str
         text: str
         ok: bool
+        agent: str = ""
 
-    def __init__(self, ctx: Context, source: Source, *, refresh_every: float, watch: bool) -> None:
+    def __init__(self, ctx: Context, source: Source, *, refresh_every: float, watch: bool,
+                 agents: dict[str, Context] | None = None) -> None:
         super().__init__(id="console")
         self.ctx = ctx
         self.source = source
+        # Every agent's Context (made before the app runs: a new agent's directory is made then),
+        # and each one's Source once it was selected (its store connection kept for coming back).
+        self.agents: dict[str, Context] = agents or {ctx.agent: ctx}
+        self._sources: dict[str, Source] = {ctx.agent: source}
         self.refresh_every = refresh_every
         self.watch_state = watch
         self.snapshot: Snapshot | None = None
@@ -83,7 +96,7 @@ class ConsoleScreen(Screen):
         self._dirty = False
         self._timer = None
         self._stop_watch = threading.Event()
-        self._recycling = False
+        self._recycling: set[str] = set()  # the agents a relaunch from this console is running for
 
     # -- layout ------------------------------------------------------------------------------
 
@@ -112,7 +125,7 @@ class ConsoleScreen(Screen):
         if tab == "memory":
             memory = self.ctx.config.memory
             return MemoryPanel(memory.dir, memory.index, id="memory-panel")
-        return TimelinePanel(self.source.store, self.app.now, id="timeline-panel")
+        return TimelinePanel(self.source.store, self.app.now, self.ctx.agent, id="timeline-panel")
 
     def on_mount(self) -> None:
         self._lay_out(self.app.size.width)
@@ -152,6 +165,18 @@ class ConsoleScreen(Screen):
     @on(Refreshed)
     def _refreshed(self, message: Refreshed) -> None:
         snap = message.snapshot
+        if snap.agent == self.ctx.agent:  # else the agent selected before: its snapshot is stale news
+            self._show(snap)
+        self._refreshing = False
+        if self._dirty:
+            self._dirty = False
+            self.refresh_data()
+        else:
+            if self._timer is not None:
+                self._timer.stop()
+            self._timer = self.set_timer(self.refresh_every, self.refresh_data)
+
+    def _show(self, snap: Snapshot) -> None:
         self.snapshot = snap
         self.query_one(StatusHeader).show(snap.header)
         self.query_one("#agent-panel", AgentPanel).show(snap.pane)
@@ -162,14 +187,6 @@ class ConsoleScreen(Screen):
             self.query_one(QueuePanel).show(snap.queue)
             self.query_one(FleetPanel).show(snap.jobs, snap.taken)
             self.query_one(TimelinePanel).ledger_changed(snap.ledger_count)
-        self._refreshing = False
-        if self._dirty:
-            self._dirty = False
-            self.refresh_data()
-        else:
-            if self._timer is not None:
-                self._timer.stop()
-            self._timer = self.set_timer(self.refresh_every, self.refresh_data)
 
     @work(thread=True, group="watch", exit_on_error=False)
     def _watch_state_dir(self) -> None:
@@ -181,6 +198,52 @@ class ConsoleScreen(Screen):
     @on(StateChanged)
     def _state_changed(self) -> None:
         self.refresh_data()
+
+    # -- the selected agent ------------------------------------------------------------------
+
+    @property
+    def several(self) -> bool:
+        return len(self.agents) > 1
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # With one agent there is nothing to switch to: the keys are neither shown nor run.
+        return self.several or action not in AGENT_ACTIONS
+
+    def action_agents(self) -> None:
+        def chosen(name: str | None) -> None:
+            if name:
+                self.select_agent(name)
+
+        self.app.push_screen(AgentsScreen(self.agents[self.ctx.agent], self.ctx.agent, now=self.app.now,
+                                          refresh_every=self.refresh_every), chosen)
+
+    def action_next_agent(self) -> None:
+        names = list(self.agents)
+        self.select_agent(names[(names.index(self.ctx.agent) + 1) % len(names)])
+
+    def select_agent(self, name: str) -> None:
+        """Every panel and every key from now on is agent `name`'s."""
+        if name not in self.agents or name == self.ctx.agent:
+            return
+        self.ctx = self.agents[name]
+        if name not in self._sources:
+            self._sources[name] = Source(self.ctx, several=self.several)
+        self.source = self._sources[name]
+        self.snapshot = None  # the old agent's: no key may read it as this one's
+        self.query_one(StatusHeader).show_loading(name)
+        self.query_one(TimelinePanel).show_agent(self.source.store, name)
+        self._swap_memory()
+        self.notify(f"agent {name} selected", title="agents", markup=False, timeout=3)
+        self.refresh_data()
+
+    def _swap_memory(self) -> None:
+        memory = self.ctx.config.memory
+        panel = self.query_one(MemoryPanel)
+        if (panel.memory_dir, panel.index_name) == (Path(memory.dir), memory.index):
+            return  # shared by the agents: the panel stays as it is
+        pane = self.query_one("#memory", TabPane)
+        panel.remove()
+        pane.mount(MemoryPanel(memory.dir, memory.index, id="memory-panel"))
 
     # -- the one error handler for every worker ------------------------------------------------
 
@@ -194,71 +257,84 @@ class ConsoleScreen(Screen):
 
     # -- actions -----------------------------------------------------------------------------
 
-    def _done(self, action: str, text: str, ok: bool) -> None:
-        self.post_message(self.ActionDone(action, redact.scrub(text), ok))
+    def _done(self, action: str, text: str, ok: bool, agent: str = "") -> None:
+        self.post_message(self.ActionDone(action, redact.scrub(text), ok, agent))
 
     @on(ActionDone)
     def _action_done(self, message: ActionDone) -> None:
         self.outcomes.append((message.action, message.text, message.ok))
-        self.notify(message.text, title=message.action, severity="information" if message.ok else "error",
+        title = f"{message.action} · {message.agent}" if message.agent and self.several else message.action
+        self.notify(message.text, title=title, severity="information" if message.ok else "error",
                     markup=False, timeout=8)
         self.refresh_data()
 
+    def _whose(self, what: str) -> str:
+        """`what` ("the agent", "the agent's pane"), naming the selected agent when there are several."""
+        return what.replace("the agent", f"agent {self.ctx.agent}", 1) if self.several else what
+
+    def _title(self, action: str, joint: str = " · ") -> str:
+        return f"{action}{joint}{self.ctx.agent}" if self.several else action
+
     @contextmanager
-    def _action_ctx(self) -> Iterator[Context]:
-        """Each action worker gets its own store connection, closed when it is done."""
-        ctx = self.ctx.clone()
+    def _action_ctx(self, agent: Context) -> Iterator[Context]:
+        """Each action worker gets its own store connection, closed when it is done. The agent is
+        the one selected when the key was pressed (or its dialog opened), whatever is selected since."""
+        ctx = agent.clone()
         try:
             yield ctx
         finally:
             ctx.close()
 
     def action_canary(self) -> None:
-        self.notify("probing…", title="canary", markup=False, timeout=3)
-        self._run_canary()
+        self.notify("probing…", title=self._title("canary"), markup=False, timeout=3)
+        self._run_canary(self.ctx)
 
     @work(thread=True, group="action-canary", exit_on_error=False)
-    def _run_canary(self) -> None:
-        with self._action_ctx() as ctx:
+    def _run_canary(self, agent: Context) -> None:
+        with self._action_ctx(agent) as ctx:
             probe = actions.canary_now(ctx, source="tui")
-        self._done("canary", probe.describe(), probe.result == "ok")
+        self._done("canary", probe.describe(), probe.result == "ok", agent.agent)
 
     def action_recycle(self) -> None:
-        if self._recycling:
+        agent = self.ctx
+        if agent.agent in self._recycling:
             self.notify("a relaunch from this console is still running", title="recycle", markup=False)
             return
 
         def chosen(mode: str | None) -> None:
-            if mode and not self._recycling:
-                self._recycling = True
-                self.notify(f"relaunching ({mode})…", title="recycle", markup=False, timeout=3)
-                self._run_recycle(mode)
+            if mode and agent.agent not in self._recycling:
+                self._recycling.add(agent.agent)
+                self.notify(f"relaunching ({mode})…", title=self._title("recycle"), markup=False, timeout=3)
+                self._run_recycle(agent, mode)
 
-        self.app.push_screen(RecycleScreen(), chosen)
+        self.app.push_screen(RecycleScreen(agent.agent if self.several else ""), chosen)
 
     @work(thread=True, group="action-recycle", exit_on_error=False)
-    def _run_recycle(self, mode: str) -> None:
+    def _run_recycle(self, agent: Context, mode: str) -> None:
         try:
-            with self._action_ctx() as ctx:
+            with self._action_ctx(agent) as ctx:
                 outcome = actions.recycle(ctx, mode, source="tui", reason="from the console")
         finally:
-            self._recycling = False
+            self._recycling.discard(agent.agent)
         # After the flag: once the outcome shows, `r` opens the dialog again.
-        self._done("recycle", outcome.describe(), outcome.ok)
+        self._done("recycle", outcome.describe(), outcome.ok, agent.agent)
 
     def action_inject(self) -> None:
+        agent = self.ctx
+
         def submitted(text: str | None) -> None:
             if text:
-                self._run_inject(text)
+                self._run_inject(agent, text)
 
-        self.app.push_screen(PromptScreen("Type into the agent's pane", "one line; Enter sends it"), submitted)
+        self.app.push_screen(PromptScreen(f"Type into {self._whose('the agent')}'s pane", "one line; Enter sends it"),
+                             submitted)
 
     @work(thread=True, group="action-inject", exit_on_error=False)
-    def _run_inject(self, text: str) -> None:
-        with self._action_ctx() as ctx:
+    def _run_inject(self, agent: Context, text: str) -> None:
+        with self._action_ctx(agent) as ctx:
             result = actions.inject(ctx, text, source="tui")
         self._done("inject", f"sent {result.length} characters" if result.ok else f"failed: {result.error}",
-                   result.ok)
+                   result.ok, agent.agent)
 
     def action_plots(self) -> None:
         if self.snapshot is None:
@@ -275,32 +351,36 @@ class ConsoleScreen(Screen):
             self.notify(f"#{item.id} is already witnessed fixed", title="resolve", markup=False)
             return
 
+        agent = self.ctx
+
         def submitted(note: str | None) -> None:
             if note:
-                self._run_resolve(item.id, note)
+                self._run_resolve(agent, item.id, note)
 
         self.app.push_screen(PromptScreen(f"Resolve #{item.id} ({item.job}): what did you find and do?"), submitted)
 
     @work(thread=True, group="action-resolve", exit_on_error=False)
-    def _run_resolve(self, item_id: int, note: str) -> None:
+    def _run_resolve(self, agent: Context, item_id: int, note: str) -> None:
         try:
-            with self._action_ctx() as ctx:
+            with self._action_ctx(agent) as ctx:
                 item, changed = actions.resolve(ctx, item_id, note, source="tui")
         except LoomError as exc:
-            self._done("resolve", str(exc), False)
+            self._done("resolve", str(exc), False, agent.agent)
             return
         self._done("resolve", f"#{item.id} {item.state}: waiting for the job's next clean run to witness it"
-                   if changed else f"#{item.id} is already {item.state}", True)
+                   if changed else f"#{item.id} is already {item.state}", True, agent.agent)
 
     def action_hold(self) -> None:
         """One key both ways: with a hold in force it offers the release, else it asks why to hold."""
+        agent = self.ctx
         held = self.snapshot.header.hold if self.snapshot is not None else ""
         if held:
             def answered(word: str | None) -> None:
                 if word is not None and word.strip().lower() == "release":
-                    self._run_release()
+                    self._run_release(agent)
 
-            self.app.push_screen(PromptScreen(f"{held}. Type release to end it", "release"), answered)
+            whose = self._title("", " for agent ")
+            self.app.push_screen(PromptScreen(f"{held}{whose}. Type release to end it", "release"), answered)
             return
 
         def submitted(raw: str | None) -> None:
@@ -309,22 +389,24 @@ class ConsoleScreen(Screen):
                 self.notify("a hold needs a reason, e.g. 30m swapping the model", title="hold", severity="warning",
                             markup=False)
             elif parsed is not None:
-                self._run_hold(*parsed)
+                self._run_hold(agent, *parsed)
 
-        self.app.push_screen(PromptScreen("Hold Loom's own hands: [duration] reason (relaunches, reaps, modals and "
-                                          "nudges wait; observation goes on)", "30m swapping the model"), submitted)
+        whose = self._title("", " for agent ")
+        self.app.push_screen(PromptScreen(f"Hold Loom's own hands{whose}: [duration] reason (relaunches, reaps, "
+                                          "modals and nudges wait; observation goes on)", "30m swapping the model"),
+                             submitted)
 
     @work(thread=True, group="action-hold", exit_on_error=False)
-    def _run_hold(self, reason: str, duration: float | None) -> None:
-        with self._action_ctx() as ctx:
+    def _run_hold(self, agent: Context, reason: str, duration: float | None) -> None:
+        with self._action_ctx(agent) as ctx:
             change = actions.hold(ctx, reason, duration, source="tui")
-        self._done("hold", change.describe(), True)
+        self._done("hold", change.describe(), True, agent.agent)
 
     @work(thread=True, group="action-hold", exit_on_error=False)
-    def _run_release(self) -> None:
-        with self._action_ctx() as ctx:
+    def _run_release(self, agent: Context) -> None:
+        with self._action_ctx(agent) as ctx:
             change = actions.release(ctx, source="tui")
-        self._done("hold", change.describe(), change.released)
+        self._done("hold", change.describe(), change.released, agent.agent)
 
     def action_attach(self) -> None:
         try:

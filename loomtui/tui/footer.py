@@ -13,8 +13,9 @@ from textual.widgets._footer import FooterKey
 
 # Dropped last to first when the keys do not fit: a panel's own keys rank between these groups.
 KEEP_FIRST = ("loom.quit", "loom.help")
-KEEP_AFTER_PANEL = ("loom.canary", "loom.recycle", "loom.inject", "loom.filter", "loom.plots", "loom.resolve",
-                    "loom.hold", "loom.attach")
+# With several agents the agents view ranks first after quit and help: it is how one is chosen.
+KEEP_AFTER_PANEL = ("loom.agents", "loom.canary", "loom.recycle", "loom.inject", "loom.filter", "loom.plots",
+                    "loom.resolve", "loom.hold", "loom.attach", "loom.next_agent")
 
 
 def rank(binding: Binding) -> int:

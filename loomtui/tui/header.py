@@ -16,6 +16,10 @@ def render_header(h: Header) -> Text:
     # comes from the store and the pane's facts, never from the pane's text, but stays Text anyway.
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append("agent ", style="dim")
+    if h.name:
+        # Several agents: which one every panel and key is about, before anything else.
+        out.append(f" {h.name} ", style="bold reverse")
+        out.append(" ")
     out.append(h.agent, style=LEVELS.get(h.agent_level, ""))
     if h.supervisor_level == "bad" and h.supervisor.startswith("store unavailable"):
         out.append("  session ", style="dim")
@@ -60,3 +64,10 @@ class StatusHeader(Static):
 
     def show(self, header: Header) -> None:
         self.update(render_header(header))
+
+    def show_loading(self, name: str) -> None:
+        out = Text(no_wrap=True, overflow="ellipsis")
+        out.append("agent ", style="dim")
+        out.append(f" {name} ", style="bold reverse")
+        out.append(" loading…", style="dim")
+        self.update(out)

@@ -20,6 +20,10 @@ APP_KEYS: list[Binding] = [
             tooltip="The plots (canary latency, relaunches per hour, oldest queue item) and the numbers they draw"),
     Binding("slash", "filter", "Search", id="loom.filter",
             tooltip="Search: the memory when its panel is shown, else filter the timeline (kind:NAME text)"),
+    Binding("g", "agents", "Agents", id="loom.agents",
+            tooltip="The agents view: every agent at a glance; Enter selects one for every panel and key"),
+    Binding("n", "next_agent", "Next agent", id="loom.next_agent",
+            tooltip="Select the next agent: every panel and key is then about it"),
     Binding("question_mark", "help", "Help", id="loom.help", tooltip="Every key and what it does"),
     Binding("q", "app.quit", "Quit", id="loom.quit", tooltip="Quit the console (supervision keeps running)"),
 ] + [

@@ -23,9 +23,14 @@ class RecycleScreen(ModalScreen[str | None]):
         Binding("escape", "choose(None)", "Cancel", id="recycle.cancel"),
     ]
 
+    def __init__(self, agent: str = "") -> None:
+        super().__init__()
+        self.agent = agent  # named when there are several: the dialog says which one it relaunches
+
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label("Relaunch the agent?", classes="dialog-title")
+            yield Label(Text(f"Relaunch agent {self.agent}?" if self.agent else "Relaunch the agent?"),
+                        classes="dialog-title")
             yield Static(Text("Resume keeps the pinned conversation; fresh starts a new session.\n"
                               "Either clears a hold at the ceiling."), markup=False)
             with Horizontal(classes="dialog-buttons"):

@@ -47,7 +47,7 @@ class PaneView:
 
 @dataclass(frozen=True)
 class Header:
-    agent: str
+    agent: str             # the agent's state, one phrase
     agent_level: str      # ok / warn / bad
     pinned: str | None
     canary: str
@@ -65,6 +65,7 @@ class Header:
     incident_level: str = "ok"
     hold: str = ""         # why automatic relaunching is held, "" when it is not
     claim: str = ""        # the last relaunch while no canary has acked since, "" once one has
+    name: str = ""         # the selected agent's name, with several agents ("" with one: nothing to tell apart)
 
 
 @dataclass(frozen=True)
@@ -99,17 +100,21 @@ class Snapshot:
     ledger_count: int = 0
     store_error: str = ""
     overview: Overview = field(default_factory=Overview)
+    agent: str = ledger.MAIN   # whose snapshot: a late one of the agent selected before is not shown
 
 
 class Source:
-    """Owns the console's store connection (opened lazily, reopened after a failure) and driver."""
+    """One agent's view for the console: its store connection (opened lazily as that agent,
+    reopened after a failure) and its driver. Every read is of that agent's rows only."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, *, several: bool = False) -> None:
         # A context of its own: dropping a broken connection here never pulls one out from
         # under an action that is running in another worker.
         self.ctx = ctx.clone()
+        self.agent = ctx.agent
+        self.several = several  # the header names the agent only when there is another to tell it from
         self.driver = make_driver(ctx.config, ctx.state_dir)
-        self._conversation = (Follower(transcript.path_in(self.ctx.state_dir))
+        self._conversation = (Follower(transcript.path_in(self.ctx.agent_dir))
                               if ctx.config.agent.driver == "stream-json" else None)
         self._store: Store | None = None
         self._inode: int | None = None
@@ -127,7 +132,8 @@ class Source:
                 # The daemon replaced a damaged store: follow it to the new file.
                 self._close()
             if self._store is None:
-                self._store = Store.in_dir(self.ctx.state_dir, timeout=STORE_TIMEOUT)
+                self._store = Store.in_dir(self.ctx.state_dir, timeout=STORE_TIMEOUT, agent=self.agent,
+                                           agent_dir=self.ctx.agent_dir)
                 self.ctx._store = self._store
                 self._inode = path.stat().st_ino
             return self._store
@@ -136,7 +142,7 @@ class Source:
         """The overview's ledger reads, read again only when the ledger grew: most refreshes see
         no new event, and then cost nothing here (the plots window the kept list by `now`)."""
         if self._ledger_cache is None or self._ledger_cache[0] != head:
-            self._ledger_cache = (head, _relaunches(store, now), _latest_incidents(store))
+            self._ledger_cache = (head, _relaunches(store, self.agent, now), _latest_incidents(store, self.agent))
         return self._ledger_cache[1], self._ledger_cache[2]
 
     def drop_store(self) -> None:
@@ -190,36 +196,45 @@ class Source:
             self.drop_store()
             message = " ".join(str(exc).split()) or type(exc).__name__
             header = Header(_agent_text(pane, False, None)[0], _agent_text(pane, False, None)[1], None,
-                            "unknown", "warn", f"store unavailable: {message}", "bad", 0)
-            return Snapshot(now, header, pane, store_error=message)
+                            "unknown", "warn", f"store unavailable: {message}", "bad", 0,
+                            name=self.agent if self.several else "")
+            return Snapshot(now, header, pane, store_error=message, agent=self.agent)
 
     def _from_store(self, store: Store, pane: PaneView, now: float) -> Snapshot:
         ctx = self.ctx
         # The pane is looked at above (with its text); everything else is the one status model.
         status = status_mod.gather(ctx, events=0, now=now, look=False)
-        queue = _queue(store)
+        queue = _queue(store, self.agent)
         relaunches, latest = self._from_ledger(store, status.ledger_events, now)
-        overview = Overview(relaunches, _queue_spans(store, now), latest)
-        header = header_from(status, pane, ctx.config, last_ack=_last_ack(store), incidents_=overview.incidents)
-        return Snapshot(now, header, pane, canary.history(ctx, 100), queue, _jobs(ctx, store, queue, now),
-                        status.ledger_events, overview=overview)
+        overview = Overview(relaunches, _queue_spans(store, self.agent, now), latest)
+        header = header_from(status, pane, ctx.config, last_ack=_last_ack(store, self.agent),
+                             incidents_=overview.incidents)
+        if self.several:
+            header = replace(header, name=self.agent)
+        return Snapshot(now, header, pane, _probes(store, self.agent), queue, _jobs(ctx, store, queue, now),
+                        status.ledger_events, overview=overview, agent=self.agent)
 
 
-def _last_ack(store: Store) -> tuple[float, float | None] | None:
-    row = store.query_one("SELECT ack_at, sent_at, latency FROM canary_runs WHERE result = ? ORDER BY id DESC LIMIT 1",
-                          (canary.OK,))
+def _probes(store: Store, agent: str, limit: int = 100) -> list[Probe]:
+    return [canary.probe_from(r) for r in store.query("SELECT * FROM canary_runs WHERE agent = ? ORDER BY id DESC "
+                                                      "LIMIT ?", (agent, limit))]
+
+
+def _last_ack(store: Store, agent: str) -> tuple[float, float | None] | None:
+    row = store.query_one("SELECT ack_at, sent_at, latency FROM canary_runs WHERE result = ? AND agent = ? "
+                          "ORDER BY id DESC LIMIT 1", (canary.OK, agent))
     return None if row is None else (row["ack_at"] or row["sent_at"], row["latency"])
 
 
-def _relaunches(store: Store, now: float) -> list[tuple[float, str]]:
-    """The last day's relaunches, newest first, read back through the kind index in small pages
-    until one reaches past the day (ts has no index; ids grow with time)."""
+def _relaunches(store: Store, agent: str, now: float) -> list[tuple[float, str]]:
+    """The agent's last day's relaunches, newest first, read back through the kind index in small
+    pages until one reaches past the day (ts has no index; ids grow with time)."""
     out: list[tuple[float, str]] = []
     before = None
     while len(out) < RELAUNCH_EVENTS:
-        rows = store.query("SELECT id, ts, cause FROM ledger WHERE kind = 'relaunch'"
+        rows = store.query("SELECT id, ts, cause FROM ledger WHERE kind = 'relaunch' AND agent = ?"
                            + (" AND id < ?" if before is not None else "") + " ORDER BY id DESC LIMIT 100",
-                           (before,) if before is not None else ())
+                           (agent, before) if before is not None else (agent,))
         out += [(r["ts"], r["cause"] or "") for r in rows if r["ts"] >= now - DAY]
         if len(rows) < 100 or rows[-1]["ts"] < now - DAY:
             break
@@ -227,19 +242,19 @@ def _relaunches(store: Store, now: float) -> list[tuple[float, str]]:
     return out[:RELAUNCH_EVENTS]
 
 
-def _queue_spans(store: Store, now: float) -> list[tuple[float, float | None]]:
-    rows = store.query("SELECT first_seen, witnessed_at FROM queue_items WHERE state != 'witnessed' "
-                       "OR witnessed_at >= ?", (now - DAY,))
+def _queue_spans(store: Store, agent: str, now: float) -> list[tuple[float, float | None]]:
+    rows = store.query("SELECT first_seen, witnessed_at FROM queue_items WHERE agent = ? AND (state != 'witnessed' "
+                       "OR witnessed_at >= ?)", (agent, now - DAY))
     return [(r["first_seen"], r["witnessed_at"]) for r in rows]
 
 
-def _latest_incidents(store: Store) -> list[incidents.Incident]:
+def _latest_incidents(store: Store, agent: str) -> list[incidents.Incident]:
     # One index range per kind (kind, id), merged: a single `kind IN (...)` query walks the whole
     # table backwards past ordinary traffic when trouble is rare, which is exactly when it is.
     ids: list[int] = []
     for kind in incidents.KINDS:
-        ids += [r[0] for r in store.query("SELECT id FROM ledger WHERE kind = ? ORDER BY id DESC LIMIT ?",
-                                          (kind, INCIDENT_EVENTS))]
+        ids += [r[0] for r in store.query("SELECT id FROM ledger WHERE kind = ? AND agent = ? ORDER BY id DESC LIMIT ?",
+                                          (kind, agent, INCIDENT_EVENTS))]
     events = event_detail(store, sorted(ids)[-INCIDENT_EVENTS:])  # oldest first
     return list(reversed(incidents.group(events)))[:LATEST_INCIDENTS]
 
@@ -323,10 +338,16 @@ def _agent_text(pane: PaneView, held: bool, booting_for: float | None) -> tuple[
     return "running", "ok"
 
 
-def _queue(store: Store) -> list[Any]:
+def _queue(store: Store, agent: str) -> list[Any]:
+    """The agent's items: open and claimed oldest first, then the ten most recently witnessed
+    (the sentinel's own listing, for one agent's rows)."""
     from loomtui.sentinel import queue as sentinel_queue
 
-    return sentinel_queue.listing(store)
+    live = store.query("SELECT * FROM queue_items WHERE agent = ? AND state != ? ORDER BY id",
+                       (agent, sentinel_queue.WITNESSED))
+    done = store.query("SELECT * FROM queue_items WHERE agent = ? AND state = ? ORDER BY witnessed_at DESC, id DESC "
+                       "LIMIT 10", (agent, sentinel_queue.WITNESSED))
+    return [sentinel_queue.from_row(r) for r in live] + [sentinel_queue.from_row(r) for r in reversed(done)]
 
 
 def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobRow]:
@@ -341,6 +362,8 @@ def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobR
             open_by_job[item.job] = open_by_job.get(item.job, 0) + 1
     out = []
     for job in ctx.config.jobs:
+        if job.agent and job.agent != ctx.agent:
+            continue  # another agent's job: its failures are that agent's to hear
         row = rows.get(job.name)
         due = None
         if job.schedule:

@@ -79,14 +79,16 @@ def event_rows(events: list[ledger.Event]) -> list[tuple[str, list]]:
     return rows
 
 
-def load_page(store: Store, mode: str, flt: Filter, before_id: int | None, now: float) -> tuple[list, int | None]:
-    """(rows, oldest id on the page). Runs in a worker thread."""
+def load_page(store: Store, mode: str, flt: Filter, before_id: int | None, now: float,
+              agent: str | None = None) -> tuple[list, int | None]:
+    """(rows, oldest id on the page): the events of `agent` (every agent's with None). Runs in a
+    worker thread."""
     if mode == "events":
         events = ledger.page(store, before_id=before_id, limit=EVENT_PAGE, kinds=list(flt.kinds) or None,
-                             text=flt.text or None)
+                             text=flt.text or None, agent=agent)
         return event_rows(events), (events[-1].id if events else None)
     kinds = [k for k in incidents.KINDS if not flt.kinds or k in flt.kinds]
-    events = ledger.page(store, before_id=before_id, limit=INCIDENT_PAGE, kinds=kinds)
+    events = ledger.page(store, before_id=before_id, limit=INCIDENT_PAGE, kinds=kinds, agent=agent)
     oldest = events[-1].id if events else None
     found = incidents.group(list(reversed(events)))
     if flt.text:
@@ -130,9 +132,11 @@ class TimelinePanel(Widget):
         title: str
         body: Any
 
-    def __init__(self, store: Callable[[], Store], now: Callable[[], float] = time.time, **kwargs) -> None:
+    def __init__(self, store: Callable[[], Store], now: Callable[[], float] = time.time, agent: str | None = None,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
         self._store = store
+        self.agent = agent
         self._now = now
         self.mode = "incidents"
         self.filter = Filter()
@@ -156,12 +160,21 @@ class TimelinePanel(Widget):
 
     def reload(self) -> None:
         self.generation += 1
-        self._load(self.generation, self.mode, self.filter, self.pages[-1])
+        self._load(self.generation, self.mode, self.filter, self.pages[-1], self._store, self.agent)
+
+    def show_agent(self, store: Callable[[], Store], agent: str) -> None:
+        """Another agent was selected: its events from the newest page, the filter and mode kept."""
+        self._store = store
+        self.agent = agent
+        self.pages = [None]
+        self.seen_count = -1
+        self.reload()
 
     @work(thread=True, exclusive=True, group="timeline", exit_on_error=False)
-    def _load(self, generation: int, mode: str, flt: Filter, before_id: int | None) -> None:
+    def _load(self, generation: int, mode: str, flt: Filter, before_id: int | None, store: Callable[[], Store],
+              agent: str | None) -> None:
         try:
-            rows, oldest = load_page(self._store(), mode, flt, before_id, self._now())
+            rows, oldest = load_page(store(), mode, flt, before_id, self._now(), agent)
             self.post_message(self.Loaded(generation, rows, oldest))
         except Exception as exc:  # a locked or broken store: shown in the status line
             self.post_message(self.Loaded(generation, [], None, " ".join(str(exc).split())))

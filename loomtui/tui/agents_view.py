@@ -1,0 +1,227 @@
+"""The agents view (k9s-like): one row per agent, its state, last canary, relaunches in the last
+hour, open queue items and hold. Enter selects the highlighted agent for the whole console; Esc
+goes back to the agent selected before.
+
+Each agent's row comes from the single-agent status model (`report.status.gather`) on that
+agent's own Context, in a worker thread; one agent's failure is that row's text, not the view's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Static
+
+from loomtui.agent import hold_rules
+from loomtui.canary import runs as canary
+from loomtui.context import Context
+from loomtui.durations import format_duration
+from loomtui.report import status as status_mod
+from loomtui.tui.footer import FittingFooter
+from loomtui.tui.tables import KeyedTable, safe
+
+HOUR = 3600.0
+RELAUNCH_ROWS = 200  # an hour's relaunches: the ceiling keeps them far below this
+LEVELS = {"ok": "green", "warn": "bold yellow", "bad": "bold red"}
+
+
+@dataclass(frozen=True)
+class AgentRow:
+    name: str
+    state: str
+    state_level: str = "warn"
+    canary: str = ""
+    canary_level: str = "warn"
+    relaunches: int = 0      # in the last hour
+    open_items: int = 0
+    hold: str = ""           # "" when nothing holds it
+
+
+def state_of(status: status_mod.Status, boot_grace: float) -> tuple[str, str]:
+    """One agent's state as a word or two, and how bad it is."""
+    look = status.agent
+    if look is None or look.tmux == "unknown":
+        return "tmux not answering", "warn"
+    if look.tmux != "up":
+        return "no tmux session", "bad"
+    if (look.pane or {}).get("dead"):
+        return "exited", "bad"
+    process = (look.tree or {}).get("process")
+    if process != "present":
+        return f"agent process {process or 'unknown'}", "warn"
+    if status.since_launch is not None and status.since_launch < boot_grace:
+        return "booting", "warn"
+    if status.unwitnessed:
+        return "relaunched, unwitnessed", "warn"
+    return "running", "ok"
+
+
+def row_from(name: str, status: status_mod.Status, relaunches: int, boot_grace: float) -> AgentRow:
+    state, level = state_of(status, boot_grace)
+    last = status.canary_settled
+    if last is None:
+        can, can_level = "no probe yet", "warn"
+    else:
+        can = f"{last.result} {format_duration(max(last.age, 0))} ago"
+        can_level = "ok" if last.result == canary.OK else ("bad" if last.result == canary.MISS else "warn")
+    if status.probing:
+        can = "probing… · " + can
+    return AgentRow(name, state, level, can, can_level, relaunches, status.queue.get("open", 0),
+                    hold_cell(status.hold, status.taken))
+
+
+def hold_cell(record: dict | None, now: float) -> str:
+    """Who holds, how long is left, why: the narrow column's order (the full line is the summary's
+    once the agent is selected). "" when nothing holds it."""
+    if record is None:
+        return ""
+    held = hold_rules.Hold.from_record(record)
+    if not hold_rules.active(held, now):
+        return ""
+    left = f" {format_duration(held.until - now)}" if held.until is not None else ""
+    return f"{held.by}{left}: {held.reason}"
+
+
+def relaunches_since(ctx: Context, since: float) -> int:
+    """The agent's relaunches since `since`, read back through the kind index (bounded)."""
+    rows = ctx.store.query("SELECT ts FROM ledger WHERE kind = 'relaunch' AND agent = ? ORDER BY id DESC LIMIT ?",
+                           (ctx.agent, RELAUNCH_ROWS))
+    return sum(1 for r in rows if r["ts"] >= since)
+
+
+def gather_row(ctx: Context, now: float) -> AgentRow:
+    try:
+        status = status_mod.gather(ctx, events=0, now=now, look=True)
+        return row_from(ctx.agent, status, relaunches_since(ctx, now - HOUR), ctx.config.agent.boot_grace)
+    except Exception as exc:  # a locked store, a tmux that fails oddly: this row says so, the others load
+        ctx.close()  # a broken connection is reopened on the next look
+        return AgentRow(ctx.agent, "unreadable: " + (" ".join(str(exc).split()) or type(exc).__name__), "bad")
+
+
+def cells(row: AgentRow) -> list[Text]:
+    return [safe(row.name, "bold"), safe(row.state, LEVELS.get(row.state_level, "")),
+            safe(row.canary, LEVELS.get(row.canary_level, "")),
+            safe(row.relaunches or "", "bold yellow" if row.relaunches else ""),
+            safe(row.open_items or "", "bold red" if row.open_items else ""),
+            safe(row.hold or "none", "bold red" if row.hold else "green")]
+
+
+class AgentContexts:
+    """One Context per agent for the view's worker (each its own store connection), made on first
+    use in the worker (a new agent's directory is made then) and closed with the view."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.root = ctx
+        self.names = list(ctx.config.agent_names)
+        self._made: dict[str, Context] = {}
+
+    def get(self, name: str) -> Context:
+        if name not in self._made:
+            self._made[name] = self.root.for_agent(name)
+        return self._made[name]
+
+    def rows(self, now: float) -> list[AgentRow]:
+        """Every agent's row, looked at side by side: a hung tmux server delays the view by its
+        one bounded timeout, not by one per agent. Each thread has its agent's own connection."""
+        contexts = [self.get(name) for name in self.names]
+        if len(contexts) == 1:
+            return [gather_row(contexts[0], now)]
+        with ThreadPoolExecutor(max_workers=min(len(contexts), 8), thread_name_prefix="loom-tui-agents") as pool:
+            return list(pool.map(lambda ctx: gather_row(ctx, now), contexts))
+
+    def close(self) -> None:
+        for ctx in self._made.values():
+            ctx.close()
+        self._made.clear()
+
+
+class AgentsScreen(Screen[str | None]):
+    """Pushed over the console: the console's keys are not active here, so nothing acts on an
+    agent until one is chosen. Dismissed with the chosen name, or None."""
+
+    DEFAULT_CSS = """
+    AgentsScreen #agents-title { height: 1; padding: 0 1; background: $boost; }
+    AgentsScreen #agents-table { height: 1fr; }
+    """
+    BINDINGS = [
+        # Before the table's own Enter, so the footer shows it and one Enter chooses once.
+        Binding("enter", "choose", "Select", id="agents.select", priority=True),
+        Binding("escape,g", "back", "Back", id="agents.back"),
+        Binding("q", "app.quit", "Quit", id="agents.quit"),
+    ]
+
+    @dataclass
+    class Loaded(Message):
+        rows: list[AgentRow]
+
+    def __init__(self, ctx: Context, selected: str, *, now: Callable[[], float] = time.time,
+                 refresh_every: float = 2.0) -> None:
+        super().__init__(id="agents")
+        self.contexts = AgentContexts(ctx)
+        self.selected = selected
+        self.now = now
+        self.refresh_every = refresh_every
+        self.rows: list[AgentRow] | None = None
+        self._placed = False
+        self._answered = False
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(f"agents · {self.selected} selected · ↑↓ enter select · esc back", no_wrap=True,
+                          overflow="ellipsis"), id="agents-title", markup=False)
+        # At 80 columns the hold (who, why, how long left) gets what the short columns leave.
+        yield KeyedTable([("name", "agent", 10), ("state", "state", 17), ("canary", "last canary", 14),
+                          ("relaunches", "rel/1h", 6), ("open", "open", 4), ("hold", "hold", None)],
+                         stretch="hold", id="agents-table")
+        yield FittingFooter(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.query_one(KeyedTable).focus()
+        self._load()
+
+    def on_unmount(self) -> None:
+        self.workers.cancel_group(self, "agents")
+        self.contexts.close()
+
+    @work(thread=True, exclusive=True, group="agents", exit_on_error=False)
+    def _load(self) -> None:
+        self.post_message(self.Loaded(self.contexts.rows(self.now())))
+
+    @on(Loaded)
+    def _loaded(self, message: Loaded) -> None:
+        self.rows = message.rows
+        table = self.query_one(KeyedTable)
+        table.sync([(row.name, cells(row)) for row in message.rows])
+        if not self._placed and self.selected in self.contexts.names:
+            self._placed = True  # once: the operator's cursor is theirs after that
+            table.move_cursor(row=self.contexts.names.index(self.selected), animate=False)
+        self.set_timer(self.refresh_every, self._load)
+
+    def on_worker_state_changed(self, event) -> None:
+        if event.state.name == "ERROR" and event.worker.error is not None:
+            self.notify(f"agents: {event.worker.error}", title="error", severity="error", markup=False)
+            self.set_timer(self.refresh_every, self._load)
+
+    @on(KeyedTable.RowSelected)
+    def _row_selected(self, event: KeyedTable.RowSelected) -> None:
+        event.stop()  # a click on a row
+        self._close(event.row_key.value if event.row_key else None)
+
+    def action_choose(self) -> None:
+        self._close(self.query_one(KeyedTable).selected_key)
+
+    def action_back(self) -> None:
+        self._close(None)
+
+    def _close(self, name: str | None) -> None:
+        if not self._answered:
+            self._answered = True
+            self.dismiss(name)
