@@ -143,8 +143,8 @@ class StreamJsonDriver(TmuxDriver):
     def launch(self, command: str, cwd: Path, env: dict[str, str], exit_signal: Path | None = None):
         return super().launch(pump_command(self._state_dir(), command), cwd, env, exit_signal)
 
-    def observe(self) -> AgentFacts:
-        facts = super().observe()
+    def observe(self, *, with_screen: bool = False) -> AgentFacts:
+        facts = super().observe(with_screen=with_screen)
         if self.state_dir is None or facts.pane is None:
             return facts
         return replace(facts, stream=self.stream_facts(None if facts.pane.dead else facts.pane.pane_pid))

@@ -51,7 +51,8 @@ class Watchdog:
     # -- observe ---------------------------------------------------------------------------
 
     def observe(self) -> tuple[Observation, object]:
-        facts = self.driver.observe()
+        # With modals to look for, the screen comes with the pane: one tmux call, not two.
+        facts = self.driver.observe(with_screen=bool(self.settings.modals))
         launched = launches.last_launch(self.ctx)
         since = launches.since_launch(self.ctx)
         agent = self.ctx.config.agent
@@ -62,7 +63,7 @@ class Watchdog:
                 if pane.dead:
                     screen = self.driver.screen(history=True)
                 elif self.settings.modals and facts.tree is not None and facts.tree.agent == PRESENT:
-                    screen = self.driver.screen()
+                    screen = facts.screen if facts.screen is not None else self.driver.screen()
             except TmuxError:
                 screen = None
         tree = facts.tree
