@@ -61,7 +61,7 @@ def state_of(status: status_mod.Status, boot_grace: float) -> tuple[str, str]:
     if status.since_launch is not None and status.since_launch < boot_grace:
         return "booting", "warn"
     if status.unwitnessed:
-        return "relaunched, unwitnessed", "warn"
+        return "unwitnessed", "warn"  # relaunched, and no canary has acked since
     return "running", "ok"
 
 

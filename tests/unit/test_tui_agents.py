@@ -10,7 +10,7 @@ from textual.widgets import DataTable, Static
 from tui_state import NOW, populate_agents, until, utc, write_agents_config  # noqa: F401  (utc: a fixture)
 
 from loomtui.context import Context
-from loomtui.report.status import AgentLook, CanaryLast, Status
+from loomtui.report.status import AgentLook, CanaryLast, RelaunchClaim, Status
 from loomtui.tui import agents_view
 from loomtui.tui.agents_view import AgentsScreen
 from loomtui.tui.app import LoomApp
@@ -60,6 +60,8 @@ UP = AgentLook("up", pane={"dead": False}, tree={"process": "present", "pid": 7}
 @pytest.mark.parametrize(("look", "kw", "want"), [
     (UP, {}, ("running", "ok")),
     (UP, {"since_launch": 1.0}, ("booting", "warn")),
+    (UP, {"relaunch": RelaunchClaim(1, NOW - 30, "crash", "resume", "watchdog")}, ("unwitnessed", "warn")),
+    (UP, {"relaunch": RelaunchClaim(1, NOW - 30, "crash", "resume", "watchdog", 2, NOW - 20)}, ("running", "ok")),
     (AgentLook("gone", "no session"), {}, ("no tmux session", "bad")),
     (AgentLook("unknown", "timed out"), {}, ("tmux not answering", "warn")),
     (None, {}, ("tmux not answering", "warn")),
