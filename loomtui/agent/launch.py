@@ -71,13 +71,15 @@ def render_command(ctx: Context, template: str, session_id: str) -> str:
     return template.format(
         session_id=session_id,
         memory_index=shlex.quote(str(memory_index_path(ctx))),
-        state_dir=shlex.quote(str(ctx.state_dir)),
+        # The agent's own directory: `--add-dir {state_dir}/acks` is its acks dir (the state dir for main).
+        state_dir=shlex.quote(str(ctx.agent_dir)),
     )
 
 
 def agent_env(ctx: Context, session_id: str) -> dict[str, str]:
-    """What the agent needs to call back into Loom (`loom resolve`, the canary's ack dir)."""
-    env = {"LOOM_STATE_DIR": str(ctx.state_dir), "LOOM_SESSION_ID": session_id}
+    """What the agent needs to call back into Loom (`loom resolve`, the canary's ack dir): the
+    shared state dir, and its name, so the `loom` commands it runs act as it."""
+    env = {"LOOM_STATE_DIR": str(ctx.state_dir), "LOOM_AGENT": ctx.agent, "LOOM_SESSION_ID": session_id}
     if ctx.config_path is not None:
         env["LOOM_CONFIG"] = str(ctx.config_path)
     env.update(ctx.config.agent.env)
@@ -98,7 +100,7 @@ def relaunch_locked(
     if mode not in (RESUME, FRESH):
         raise LoomError(f"unknown relaunch mode {mode!r}: use resume or fresh")
     agent = ctx.config.agent
-    driver = driver or make_driver(ctx.config, ctx.state_dir)
+    driver = driver or make_driver(ctx.config, ctx.agent_dir)
     store = ctx.store
     old = session.pinned(store)
     if mode == RESUME and old is None:
@@ -123,16 +125,16 @@ def relaunch_locked(
             detail["evidence"] = evidence
         event = ledger.append_in(db, "relaunch", source=source, cause=cause, detail=detail, ts=now)
         outcome.events.append(event.id)
-        store.set_meta(LAUNCH_KEY, json.dumps({"ts": now, "mono": at.mono, "boot": at.boot, "mode": mode,
+        store.set_meta(store.agent_key(LAUNCH_KEY), json.dumps({"ts": now, "mono": at.mono, "boot": at.boot, "mode": mode,
                                                "session_id": new, "cause": cause}), db)
     try:
         # Nothing may be typed while the pane changes hands: a paste that landed in the new
         # agent without its Enter would be glued onto the next message (a fabricated message).
-        with locks.hold(ctx.state_dir, locks.INJECT, timeout=60):
+        with locks.hold(ctx.agent_dir, locks.INJECT, timeout=60):
             stubborn = driver.stop(agent.stop_grace, recorded=recorded)
             if stubborn:
                 raise LoomError(f"processes {stubborn} of the old agent would not die")
-            mark = _transcript_mark(ctx.state_dir)
+            mark = _transcript_mark(ctx.agent_dir)
             info = driver.launch(command, agent.cwd, agent_env(ctx, new), exit_signal=_exit_signal(ctx))
     except (TmuxError, LoomError, OSError) as exc:
         outcome.ok, outcome.error = False, str(exc)
@@ -182,7 +184,7 @@ def relaunch_locked(
 
 
 def _exit_signal(ctx: Context) -> Path | None:
-    directory = launches.signals_dir(ctx.state_dir)
+    directory = launches.signals_dir(ctx.agent_dir)
     try:
         directory.mkdir(mode=0o700, exist_ok=True)
     except OSError:
@@ -239,7 +241,7 @@ def _watch_stream_boot(ctx: Context, driver: StreamJsonDriver, launched: PaneInf
     """Watch a stream-json launch for `agent.resume_check` (or until it is plainly fine):
     (why it failed, its last screen, exit status), or None."""
     agent = ctx.config.agent
-    since = _SinceLaunch(ctx.state_dir, mark)
+    since = _SinceLaunch(ctx.agent_dir, mark)
     start = time.monotonic()
     while True:
         elapsed = time.monotonic() - start

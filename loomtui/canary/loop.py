@@ -26,7 +26,7 @@ class CanaryLoop:
     def __init__(self, ctx: Context, stop: threading.Event | None = None, driver: TmuxDriver | None = None) -> None:
         self.ctx = ctx
         self.stop = stop or threading.Event()
-        self.driver = driver or make_driver(ctx.config, ctx.state_dir)
+        self.driver = driver or make_driver(ctx.config, ctx.agent_dir)
         self.unrecorded_error = ""
         # Seconds until this loop has something to look at that no doorbell will announce (a probe
         # coming due, a witness waiting for the agent to be ready); None: nothing before its period.
@@ -70,7 +70,7 @@ class CanaryLoop:
         if witness_due(runs, seq, ready=True):
             # The last relaunch is still a claim: probe it the moment the agent is ready.
             self.next_look = self.waiting
-            if locks.is_held(ctx.state_dir, locks.RECYCLE):
+            if locks.is_held(ctx.agent_dir, locks.RECYCLE):
                 return ""
             if not witness_due(runs, seq, ready=launches.agent_ready(ctx, self.driver)):
                 return ""
@@ -82,7 +82,7 @@ class CanaryLoop:
         self.next_look = self.waiting
         if launches.relaunch_under_way(ctx):
             return ""  # typed into a booting or replaced agent, a probe proves nothing
-        if ctx.store.query_one("SELECT 1 FROM canary_runs WHERE result = ?", (PENDING,)):
+        if ctx.store.query_one("SELECT 1 FROM canary_runs WHERE agent = ? AND result = ?", (ctx.agent, PENDING)):
             return ""
         return self._probe("")
 

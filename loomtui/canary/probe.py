@@ -51,12 +51,12 @@ def probe(ctx: Context, send: Send, *, source: str, join: bool = True,
           stop: threading.Event | None = None) -> Probe:
     """Send a probe through `send` (or join the one in flight) and wait for its result."""
     ack_timeout = ctx.config.canary.ack_timeout
-    with locks.hold(ctx.state_dir, CANARY_LOCK, timeout=30):
+    with locks.hold(ctx.agent_dir, CANARY_LOCK, timeout=30):
         settle_stale(ctx)
         # Only a probe typed into this launch's agent is worth joining: one typed before the
         # last relaunch went to an agent that is gone, and its miss says nothing about this one.
-        pending = ctx.store.query_one("SELECT * FROM canary_runs WHERE result = ? AND launch_seq = ? "
-                                      "ORDER BY id DESC LIMIT 1", (PENDING, launch_seq(ctx)))
+        pending = ctx.store.query_one("SELECT * FROM canary_runs WHERE agent = ? AND result = ? AND launch_seq = ? "
+                                      "ORDER BY id DESC LIMIT 1", (ctx.agent, PENDING, launch_seq(ctx)))
         if pending is None or not join:
             run = _send(ctx, send, source, ack_timeout)
         else:
@@ -70,7 +70,7 @@ def _send(ctx: Context, send: Send, source: str, ack_timeout: float) -> Probe:
     nonce = secrets.token_hex(12)
     sent_at = time.time()
     deadline = sent_at + ack_timeout
-    if locks.is_held(ctx.state_dir, locks.RECYCLE):
+    if locks.is_held(ctx.agent_dir, locks.RECYCLE):
         why = "a relaunch is under way"
         run_id = insert_run(ctx, nonce, source, SKIPPED, sent_at, deadline, why)
         return Probe(run_id, nonce, SKIPPED, sent_at, deadline, why=why, source=source)
@@ -137,16 +137,16 @@ def _queued_note(ctx: Context, run_id: int) -> str:
     """For a missed probe the pump queued: whether it ever reached the CLI ("" when not queued)."""
     if ctx.config.agent.driver != "stream-json":
         return ""
-    row = ctx.store.query_one("SELECT detail FROM ledger WHERE kind = 'canary_sent' AND id > "
+    row = ctx.store.query_one("SELECT detail FROM ledger WHERE agent = ? AND kind = 'canary_sent' AND id > "
                               "(SELECT COALESCE(MAX(id), 0) - 1000 FROM ledger) AND json_extract(detail, '$.run') = ? "
-                              "ORDER BY id DESC LIMIT 1", (run_id,))
+                              "ORDER BY id DESC LIMIT 1", (ctx.agent, run_id))
     try:
         sent = json.loads(row[0]) if row else {}
     except ValueError:
         return ""
     if sent.get("delivery") != "queued" or not isinstance(sent.get("seq"), int):
         return ""
-    path = transcript.path_in(ctx.state_dir)
+    path = transcript.path_in(ctx.agent_dir)
     written = any(r.dir == transcript.IN and r.data.get("seq") == sent["seq"]
                   for r in transcript.read(path, transcript.tail_offset(path, 1 << 20)))
     if written:

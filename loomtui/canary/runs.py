@@ -73,24 +73,26 @@ def probe_from(row: sqlite3.Row, joined: bool = False) -> Probe:
 
 def launch_seq(ctx: Context) -> int:
     """The id of the last relaunch event: misses are counted per launch."""
-    row = ctx.store.query_one("SELECT MAX(id) FROM ledger WHERE kind = 'relaunch'")
+    row = ctx.store.query_one("SELECT MAX(id) FROM ledger WHERE agent = ? AND kind = 'relaunch'", (ctx.agent,))
     return int(row[0] or 0)
 
 
 def recent_runs(ctx: Context, limit: int = 50) -> list[ProbeRun]:
     rows = ctx.store.query(
-        "SELECT sent_at, result, launch_seq, in_grace FROM canary_runs ORDER BY id DESC LIMIT ?", (limit,)
+        "SELECT sent_at, result, launch_seq, in_grace FROM canary_runs WHERE agent = ? ORDER BY id DESC LIMIT ?",
+        (ctx.agent, limit),
     )
     return [ProbeRun(r["sent_at"], r["result"], r["launch_seq"], bool(r["in_grace"])) for r in reversed(rows)]
 
 
 def last_probe(ctx: Context) -> Probe | None:
-    row = ctx.store.query_one("SELECT * FROM canary_runs ORDER BY id DESC LIMIT 1")
+    row = ctx.store.query_one("SELECT * FROM canary_runs WHERE agent = ? ORDER BY id DESC LIMIT 1", (ctx.agent,))
     return probe_from(row) if row else None
 
 
 def history(ctx: Context, limit: int = 100) -> list[Probe]:
-    return [probe_from(r) for r in ctx.store.query("SELECT * FROM canary_runs ORDER BY id DESC LIMIT ?", (limit,))]
+    return [probe_from(r) for r in ctx.store.query("SELECT * FROM canary_runs WHERE agent = ? ORDER BY id DESC LIMIT ?",
+                                                   (ctx.agent, limit))]
 
 
 # -- recording ---------------------------------------------------------------------------------
@@ -100,10 +102,10 @@ def insert_run(ctx: Context, nonce: str, source: str, result: str, sent_at: floa
             why: str = "") -> int:
     with ctx.store.write() as db:
         cur = db.execute(
-            "INSERT INTO canary_runs(nonce, source, session_id, launch_seq, in_grace, sent_at, deadline, result, why) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO canary_runs(nonce, source, session_id, launch_seq, in_grace, sent_at, deadline, result, why,"
+            " agent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (nonce, source, session.pinned(ctx.store), launch_seq(ctx), int(launches.in_boot_grace(ctx)),
-             sent_at, deadline, result, why),
+             sent_at, deadline, result, why, ctx.agent),
         )
         run_id = int(cur.lastrowid)
         if result != PENDING:
@@ -116,14 +118,15 @@ def insert_run(ctx: Context, nonce: str, source: str, result: str, sent_at: floa
 def settle_run(ctx: Context, run_id: int, result: str, *, ack_at: float | None = None, why: str = "") -> bool:
     """Record a pending run's result; False if someone else already did (first writer wins)."""
     with ctx.store.write() as db:
-        row = db.execute("SELECT sent_at, source, launch_seq FROM canary_runs WHERE id = ? AND result = ?",
+        row = db.execute("SELECT sent_at, source, launch_seq, agent FROM canary_runs WHERE id = ? AND result = ?",
                          (run_id, PENDING)).fetchone()
         if row is None:
             return False
         latency = None if ack_at is None else max(0.0, ack_at - row["sent_at"])
         seq = int(row["launch_seq"])
         first_ok = result == OK and seq > 0 and db.execute(
-            "SELECT 1 FROM canary_runs WHERE launch_seq = ? AND result = ? LIMIT 1", (seq, OK)).fetchone() is None
+            "SELECT 1 FROM canary_runs WHERE agent = ? AND launch_seq = ? AND result = ? LIMIT 1",
+            (row["agent"], seq, OK)).fetchone() is None
         db.execute("UPDATE canary_runs SET result = ?, ack_at = ?, latency = ?, why = ? WHERE id = ?",
                    (result, ack_at, latency, why, run_id))
         detail: dict[str, object] = {"run": run_id, "result": result, "launch": seq}
@@ -133,7 +136,8 @@ def settle_run(ctx: Context, run_id: int, result: str, *, ack_at: float | None =
             detail["why"] = why
         if first_ok:
             detail["witnessed"] = seq  # the relaunch event this ack proves heard
-        ledger.append_in(db, "canary", source=row["source"], cause=None if result == OK else result, detail=detail)
+        ledger.append_in(db, "canary", source=row["source"], cause=None if result == OK else result, detail=detail,
+                         agent=row["agent"])
     return True
 
 
@@ -141,9 +145,9 @@ def witness_of(ctx: Context, relaunch_id: int) -> dict | None:
     """The ledger's canary event that witnessed relaunch `relaunch_id` (id, ts, run), or None.
     An ack recorded before acks named their launch witnesses the relaunch before it, as it did."""
     row = ctx.store.query_one(
-        "SELECT id, ts, detail FROM ledger WHERE id > ? AND kind = 'canary' "
+        "SELECT id, ts, detail FROM ledger WHERE id > ? AND agent = ? AND kind = 'canary' "
         "AND (json_extract(detail, '$.witnessed') = ? OR (json_extract(detail, '$.result') = 'ok' "
-        "AND json_extract(detail, '$.launch') IS NULL)) ORDER BY id LIMIT 1", (relaunch_id, relaunch_id))
+        "AND json_extract(detail, '$.launch') IS NULL)) ORDER BY id LIMIT 1", (relaunch_id, ctx.agent, relaunch_id))
     if row is None:
         return None
     return {"event": row["id"], "ts": row["ts"], "run": json.loads(row["detail"]).get("run")}
@@ -167,7 +171,8 @@ def settle_stale(ctx: Context, now: float | None = None) -> int:
     """Settle pending probes past their deadline whose prober is gone: the ack file decides."""
     now = time.time() if now is None else now
     settled = 0
-    for row in ctx.store.query("SELECT id, nonce, deadline FROM canary_runs WHERE result = ?", (PENDING,)):
+    for row in ctx.store.query("SELECT id, nonce, deadline FROM canary_runs WHERE agent = ? AND result = ?",
+                               (ctx.agent, PENDING)):
         if now < row["deadline"] + SETTLE_SLACK:
             continue
         path = ctx.acks_dir / row["nonce"]

@@ -164,3 +164,24 @@ def test_one_agents_escalations_read_as_before(tmp_path):
         assert message.text.startswith("Loom stopped relaunching") and "(loom recycle --resume or --fresh)" in message.text
     finally:
         ctx.close()
+
+
+def test_a_named_agent_is_launched_with_its_own_directory_and_its_name(tmp_path):
+    from loomtui.agent.launch import agent_env, render_command
+    from loomtui.context import Context
+
+    config = tmp_path / "config.toml"
+    config.write_text(TWO_AGENTS)
+    main = Context.load(str(config), str(tmp_path / "state"), {})
+    beta = main.for_agent("beta")
+    try:
+        template = "claude --add-dir {state_dir}/acks --session-id {session_id}"
+        assert render_command(beta, template, "s") == f"claude --add-dir {beta.agent_dir}/acks --session-id s"
+        assert render_command(main, template, "s") == f"claude --add-dir {tmp_path / 'state'}/acks --session-id s"
+        env = agent_env(beta, "s")
+        # The store is shared: the agent's `loom` commands find it, and act as the agent.
+        assert (env["LOOM_STATE_DIR"], env["LOOM_AGENT"]) == (str(tmp_path / "state"), "beta")
+        assert agent_env(main, "s")["LOOM_AGENT"] == "main"
+    finally:
+        main.close()
+        beta.close()
