@@ -141,8 +141,10 @@ def held_console_ctx(tmp_path, request):
     context.close()
 
 
-def write_agents_config(root: Path, *, socket: str, names: tuple[str, ...] = ("alpha", "beta")) -> Path:
-    """Several agents on one (absent) tmux server, one job each, one shared memory directory."""
+def write_agents_config(root: Path, *, socket: str, names: tuple[str, ...] = ("alpha", "beta"),
+                        own_memory: tuple[str, ...] = ()) -> Path:
+    """Several agents on one (absent) tmux server, one job each; the memory directory is shared but
+    by the agents in `own_memory`, which have one of their own."""
     memory = root / "memory"
     memory.mkdir(parents=True, exist_ok=True)
     (memory / "MEMORY.md").write_text("# Memory\n\n- [Operator](operator.md) — who runs this box\n")
@@ -150,6 +152,12 @@ def write_agents_config(root: Path, *, socket: str, names: tuple[str, ...] = ("a
     lines = [f'state_dir = "{root / "state"}"', "[memory]", f'dir = "{memory}"']
     for name in names:
         lines += ["[[agents]]", f'name = "{name}"', f'tmux_socket = "{socket}"', f'cwd = "{root}"']
+        if name in own_memory:
+            own = root / f"memory-{name}"
+            own.mkdir(parents=True, exist_ok=True)
+            (own / "MEMORY.md").write_text(f"# Memory\n\n- [{name.title()}]({name}.md) — {name}'s own notes\n")
+            (own / f"{name}.md").write_text(f"# {name.title()}\n\nOnly {name} reads this.\n")
+            lines += ["[agents.memory]", f'dir = "{own}"']
     for name in names:
         lines += ["[[jobs]]", f'name = "{name}-job"', f'log = "{root / "logs" / name}.log"', 'schedule = "every 10m"',
                   f'agent = "{name}"']

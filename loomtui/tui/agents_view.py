@@ -8,6 +8,7 @@ agent's own Context, in a worker thread; one agent's failure is that row's text,
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +21,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
+from textual.worker import Worker, WorkerState
 
 from loomtui.agent import hold_rules
 from loomtui.canary import runs as canary
@@ -123,6 +125,8 @@ class AgentContexts:
         self.root = ctx
         self.names = list(ctx.config.agent_names)
         self._made: dict[str, Context] = {}
+        self._lock = threading.Lock()  # a close waits for the look under way, never pulls its connection
+        self._closed = False
 
     def get(self, name: str) -> Context:
         if name not in self._made:
@@ -132,16 +136,21 @@ class AgentContexts:
     def rows(self, now: float) -> list[AgentRow]:
         """Every agent's row, looked at side by side: a hung tmux server delays the view by its
         one bounded timeout, not by one per agent. Each thread has its agent's own connection."""
-        contexts = [self.get(name) for name in self.names]
-        if len(contexts) == 1:
-            return [gather_row(contexts[0], now)]
-        with ThreadPoolExecutor(max_workers=min(len(contexts), 8), thread_name_prefix="loom-tui-agents") as pool:
-            return list(pool.map(lambda ctx: gather_row(ctx, now), contexts))
+        with self._lock:
+            if self._closed:
+                return []
+            contexts = [self.get(name) for name in self.names]
+            if len(contexts) == 1:
+                return [gather_row(contexts[0], now)]
+            with ThreadPoolExecutor(max_workers=min(len(contexts), 8), thread_name_prefix="loom-tui-agents") as pool:
+                return list(pool.map(lambda ctx: gather_row(ctx, now), contexts))
 
     def close(self) -> None:
-        for ctx in self._made.values():
-            ctx.close()
-        self._made.clear()
+        with self._lock:
+            self._closed = True
+            for ctx in self._made.values():
+                ctx.close()
+            self._made.clear()
 
 
 class AgentsScreen(Screen[str | None]):
@@ -178,7 +187,7 @@ class AgentsScreen(Screen[str | None]):
         yield Static(Text(f"agents · {self.selected} selected · ↑↓ enter select · esc back", no_wrap=True,
                           overflow="ellipsis"), id="agents-title", markup=False)
         # At 80 columns the hold (who, why, how long left) gets what the short columns leave.
-        yield KeyedTable([("name", "agent", 10), ("state", "state", 17), ("canary", "last canary", 14),
+        yield KeyedTable([("name", "agent", 10), ("state", "state", 15), ("canary", "last canary", 13),
                           ("relaunches", "rel/1h", 6), ("open", "open", 4), ("hold", "hold", None)],
                          stretch="hold", id="agents-table")
         yield FittingFooter(compact=True, show_command_palette=False)
@@ -188,8 +197,8 @@ class AgentsScreen(Screen[str | None]):
         self._load()
 
     def on_unmount(self) -> None:
-        self.workers.cancel_group(self, "agents")
-        self.contexts.close()
+        # Off the event loop: the close waits for a look that may be under way.
+        threading.Thread(target=self.contexts.close, name="loom-tui-agents-close", daemon=True).start()
 
     @work(thread=True, exclusive=True, group="agents", exit_on_error=False)
     def _load(self) -> None:
@@ -197,6 +206,8 @@ class AgentsScreen(Screen[str | None]):
 
     @on(Loaded)
     def _loaded(self, message: Loaded) -> None:
+        if not message.rows:
+            return  # closed meanwhile
         self.rows = message.rows
         table = self.query_one(KeyedTable)
         table.sync([(row.name, cells(row)) for row in message.rows])
@@ -205,8 +216,8 @@ class AgentsScreen(Screen[str | None]):
             table.move_cursor(row=self.contexts.names.index(self.selected), animate=False)
         self.set_timer(self.refresh_every, self._load)
 
-    def on_worker_state_changed(self, event) -> None:
-        if event.state.name == "ERROR" and event.worker.error is not None:
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR and event.worker.error is not None:
             self.notify(f"agents: {event.worker.error}", title="error", severity="error", markup=False)
             self.set_timer(self.refresh_every, self._load)
 

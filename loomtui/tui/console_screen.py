@@ -232,18 +232,18 @@ class ConsoleScreen(Screen):
         self.snapshot = None  # the old agent's: no key may read it as this one's
         self.query_one(StatusHeader).show_loading(name)
         self.query_one(TimelinePanel).show_agent(self.source.store, name)
-        self._swap_memory()
-        self.notify(f"agent {name} selected", title="agents", markup=False, timeout=3)
+        self.call_later(self._swap_memory)
         self.refresh_data()
 
-    def _swap_memory(self) -> None:
+    async def _swap_memory(self) -> None:
+        """The selected agent's memory directory in the memory panel (a new panel: its watcher and
+        loads are the directory's); run after the handler, so a quick n, n swaps once per change."""
         memory = self.ctx.config.memory
         panel = self.query_one(MemoryPanel)
         if (panel.memory_dir, panel.index_name) == (Path(memory.dir), memory.index):
             return  # shared by the agents: the panel stays as it is
-        pane = self.query_one("#memory", TabPane)
-        panel.remove()
-        pane.mount(MemoryPanel(memory.dir, memory.index, id="memory-panel"))
+        await panel.remove()
+        await self.query_one("#memory", TabPane).mount(MemoryPanel(memory.dir, memory.index, id="memory-panel"))
 
     # -- the one error handler for every worker ------------------------------------------------
 

@@ -15,6 +15,7 @@ from loomtui.tui import agents_view
 from loomtui.tui.agents_view import AgentsScreen
 from loomtui.tui.app import LoomApp
 from loomtui.tui.keymap import APP_KEYS
+from loomtui.tui.memory_panel import MemoryPanel
 from loomtui.tui.modals import PromptScreen, RecycleScreen
 
 pytestmark = pytest.mark.usefixtures("utc")
@@ -154,6 +155,31 @@ def test_the_keyboard_selects_an_agent_and_every_panel_follows(agents_ctx):
     asyncio.run(run())
 
 
+def test_an_agent_with_its_own_memory_brings_it_to_the_memory_panel(tmp_path):
+    config = write_agents_config(tmp_path, socket=f"loomtest-mem-{tmp_path.name[-6:]}-absent", own_memory=("beta",))
+    ctx = Context.load(str(config), None, environ={})
+
+    def memory_rows(app) -> list[str]:
+        return [r[1] for r in table(app, "memory-table")]
+
+    async def run():
+        app = LoomApp(ctx, now=lambda: NOW, watch=False, refresh_every=3600)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            await pilot.press("5")
+            await until(pilot, lambda: memory_rows(app) == ["Operator"], "the shared memory")
+            await pilot.press("n")
+            await until(pilot, lambda: memory_rows(app) == ["Beta"], "beta's own memory")
+            assert app.query_one(MemoryPanel).memory_dir == tmp_path / "memory-beta"
+            await pilot.press("n")
+            await until(pilot, lambda: memory_rows(app) == ["Operator"], "the shared memory again")
+
+    try:
+        asyncio.run(run())
+    finally:
+        ctx.close()
+
+
 def test_with_one_agent_the_agent_keys_neither_show_nor_act(tmp_path):
     config = write_agents_config(tmp_path, socket=f"loomtest-one-{tmp_path.name[-6:]}-absent", names=("solo",))
     ctx = Context.load(str(config), None, environ={})
@@ -187,6 +213,20 @@ def test_agents_view_snapshot(snap_compare, agents_ctx):
         await until(pilot, lambda: pilot.app.snapshot is not None, "a first snapshot")
         await pilot.press("g")
         await until(pilot, lambda: agents_loaded(pilot.app), "the agents view's rows")
+        await pilot.wait_for_scheduled_animations()
+
+    app = LoomApp(agents_ctx, now=lambda: NOW, watch=False, refresh_every=3600)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_console_with_an_agent_selected_snapshot(snap_compare, agents_ctx):
+    """The first screen at 80x24 after `n`: the summary names beta, held, its miss and its claim."""
+    async def run_before(pilot) -> None:
+        await until(pilot, lambda: pilot.app.snapshot is not None, "a first snapshot")
+        await pilot.press("n")
+        await until(pilot, lambda: pilot.app.snapshot is not None and pilot.app.snapshot.agent == "beta"
+                    and pilot.app.query_one("#agent-panel").query_one("#pane-text", Static).content.plain
+                    != "loading…", "beta's snapshot")
         await pilot.wait_for_scheduled_animations()
 
     app = LoomApp(agents_ctx, now=lambda: NOW, watch=False, refresh_every=3600)
