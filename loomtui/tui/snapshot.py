@@ -113,7 +113,7 @@ class Source:
         self.ctx = ctx.clone()
         self.agent = ctx.agent
         self.several = several  # the header names the agent only when there is another to tell it from
-        self.driver = make_driver(ctx.config, ctx.state_dir)
+        self.driver = make_driver(ctx.config, ctx.agent_dir)
         self._conversation = (Follower(transcript.path_in(self.ctx.agent_dir))
                               if ctx.config.agent.driver == "stream-json" else None)
         self._store: Store | None = None
