@@ -25,6 +25,7 @@ from loomtui.agent.recovery import Recovery
 from loomtui.context import Context
 from loomtui.errors import LockHeld, LoomError
 from loomtui.sentinel import claims
+from loomtui.states import MAIN_AGENT
 from loomtui.store import counters, locks
 
 # An operator's relaunch waits this long for one already under way; an automatic one never waits
@@ -50,6 +51,9 @@ def _admitted(ctx: Context, source: str, decision: str, reason: str = "") -> Non
 
 
 def _count(ctx: Context, name: str, labels: dict[str, str]) -> None:
+    # A named agent's counts say whose they are; `main`'s stay the series they were before names.
+    if ctx.agent != MAIN_AGENT:
+        labels = {**labels, "agent": ctx.agent}
     # A count must never stop the action it counts: a locked store loses one increment, not a relaunch.
     try:
         counters.bump(ctx.store, name, labels)

@@ -104,7 +104,8 @@ def expire(ctx: Context, *, source: str, now: float) -> Hold | None:
 def refused(ctx: Context, *, action: str, cause: str, loop: str, source: str, now: float) -> None:
     """Record that the hold refused `action`: counted every time, in the ledger once per kind."""
     with ctx.store.write() as db:
-        counters.bump_in(db, "loom_admit_total", {"loop": loop, "decision": "refused", "reason": "hold"})
+        labels = {"loop": loop, "decision": "refused", "reason": "hold"}
+        counters.bump_in(db, "loom_admit_total", labels if ctx.agent == MAIN_AGENT else {**labels, "agent": ctx.agent})
         hold = _read_in(db)
         if hold is None or not first_refusal(hold, action, cause):
             return

@@ -80,11 +80,14 @@ class StoreCollector(Collector):
         events.add_metric([], host.ledger_events)
         yield events
 
-        ticks = CounterMetricFamily("loom_loop_ticks", "Ticks per supervisor loop (this process)", labels=["loop"])
-        errors = CounterMetricFamily("loom_loop_errors", "Errors per supervisor loop (this process)", labels=["loop"])
+        ticks = CounterMetricFamily("loom_loop_ticks", "Ticks per supervisor loop (this process)",
+                                    labels=["loop", AGENT])
+        errors = CounterMetricFamily("loom_loop_errors", "Errors per supervisor loop (this process)",
+                                     labels=["loop", AGENT])
         for name, stats in self.loop_stats().items():
-            ticks.add_metric([name], stats.get("ticks", 0))
-            errors.add_metric([name], stats.get("errors", 0))
+            loop, _, agent = name.partition(":")  # `watchdog:beta` is beta's; plain `watchdog`, main's
+            ticks.add_metric([loop, agent_of(loop, {"agent": agent})], stats.get("ticks", 0))
+            errors.add_metric([loop, agent_of(loop, {"agent": agent})], stats.get("errors", 0))
         yield ticks
         yield errors
         yield from kpis(self.ctx, now, statuses)
@@ -155,17 +158,31 @@ def pump_metrics(agents: list[Context], now: float) -> Iterator[Any]:
 
 # The loop KPIs counted in the store (store/counters.py): name → (help, labels, kind).
 COUNTED = {
-    "loom_fire_total": ("Triggers received per loop, by source (tick, tui, cli, telegram, cron)", ("loop", "source")),
-    "loom_admit_total": ("Actions admitted or refused per loop, and why", ("loop", "decision", "reason")),
-    "loom_run_total": ("Loop runs by outcome", ("loop", "status")),
+    # `agent`: whose loop or action it was (see agent_of); empty for the host's loops.
+    "loom_fire_total": ("Triggers received per loop, by source (tick, tui, cli, telegram, cron)",
+                        ("loop", "source", AGENT)),
+    "loom_admit_total": ("Actions admitted or refused per loop, and why", ("loop", "decision", "reason", AGENT)),
+    "loom_run_total": ("Loop runs by outcome", ("loop", "status", AGENT)),
     "loom_notify_total": ("Messages to the operator: sent, failed attempts, given up, deduplicated",
                           ("sink", "result")),
 }
-HISTOGRAMS = {"loom_tick_duration_seconds": ("Tick duration per loop", ("loop",))}
+HISTOGRAMS = {"loom_tick_duration_seconds": ("Tick duration per loop", ("loop", AGENT))}
 # The intervals alert rules compare with, each agent's own (sentinel.backstop is the host's, repeated
 # per agent so a rule can compare an agent's queue with it label for label).
 SETTINGS = ("canary.interval", "canary.ack_timeout", "sentinel.backstop", "watchdog.interval",
             "watchdog.ceiling_window")
+
+
+# Loops that belong to an agent (the rest, sentinel and notify, are the host's), and the operator's
+# actions, which are always on an agent.
+AGENT_BOUND = {"watchdog", "canary", "signals", "exit_watch", "operator"}
+
+
+def agent_of(loop: str, labels: dict[str, str], *, bound: bool = False) -> str:
+    """The agent label of a loop KPI. Counters are kept with an agent label only for a named agent
+    (so counts from before there were several agents read on), so an agent's loop without one is
+    `main`'s; the host's loops have none (an empty label: none, to Prometheus)."""
+    return labels.get("agent") or ("main" if bound or loop in AGENT_BOUND else "")
 
 
 def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Status]] | None = None) -> Iterator[Any]:
@@ -178,7 +195,9 @@ def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Stat
         family = CounterMetricFamily(name.removesuffix("_total"), help_text, labels=list(labels))
         for c in stored:
             if c.name == name:
-                family.add_metric([c.labels.get(k, "") for k in labels], c.value)
+                # An admission is always of an action on an agent (a nudge is the sentinel's, on one).
+                agent = agent_of(c.labels.get("loop", ""), c.labels, bound=name == "loom_admit_total")
+                family.add_metric([agent if k == AGENT else c.labels.get(k, "") for k in labels], c.value)
         yield family
     for name, (help_text, labels) in HISTOGRAMS.items():
         yield _histogram(name, help_text, labels, [c for c in stored if c.name.startswith(name + "_")])
@@ -281,7 +300,7 @@ def _histogram(name: str, help_text: str, labels: tuple[str, ...], parts: list[c
     family = HistogramMetricFamily(name, help_text, labels=list(labels))
     series: dict[tuple[str, ...], dict[str, Any]] = {}
     for c in parts:
-        key = tuple(c.labels.get(k, "") for k in labels)
+        key = tuple(agent_of(c.labels.get("loop", ""), c.labels) if k == AGENT else c.labels.get(k, "") for k in labels)
         entry = series.setdefault(key, {"buckets": {}, "sum": 0.0})
         if c.name == name + "_bucket":
             entry["buckets"][c.labels.get("le", "+Inf")] = c.value

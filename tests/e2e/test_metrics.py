@@ -34,7 +34,7 @@ def test_metrics_reflect_the_store(make_harness):
     assert 'loom_relaunches_total{agent="main",cause="operator_fresh",mode="fresh"} 1.0' in text
     assert 'mode="resume"} 1.0' in text  # the crash (or exit: tmux may not report the status)
     assert 'loom_held{agent="main"} 0.0' in text and "loom_supervisor_heartbeat_age_seconds" in text
-    assert 'loom_loop_ticks_total{loop="watchdog"}' in text
+    assert 'loom_loop_ticks_total{agent="main",loop="watchdog"}' in text
     assert daemon.stop() == 0
 
 
@@ -104,7 +104,7 @@ def test_a_scrape_during_a_run_shows_every_loop_kpi(make_harness, tmp_path):
             return (v.get('loom_witness_ratio{agent="main",what="relaunch"}') == 1.0
                     and v.get('loom_stuck_age_seconds{agent="main",what="relaunch"}') == 0
                     and v.get('loom_notify_total{result="sent",sink="telegram"}', 0) >= 1
-                    and v.get('loom_run_total{loop="sentinel",status="ok"}', 0) >= 1)
+                    and v.get('loom_run_total{agent="",loop="sentinel",status="ok"}', 0) >= 1)
 
         last: dict[str, float] = {}
 
@@ -117,17 +117,17 @@ def test_a_scrape_during_a_run_shows_every_loop_kpi(make_harness, tmp_path):
             got = wait_for(ready, 60, what="a scrape with every KPI settled")
         except AssertionError:
             raise AssertionError({k: v for k, v in last.items() if "loom_" in k and "created" not in k}) from None
-        assert got['loom_fire_total{loop="canary",source="cli"}'] == 1
-        assert got['loom_fire_total{loop="watchdog",source="cli"}'] == 1          # harness.start's recycle
-        assert got['loom_fire_total{loop="sentinel",source="cli"}'] == 1          # the resolve
-        assert got['loom_fire_total{loop="watchdog",source="tick"}'] > 0
-        assert got['loom_admit_total{decision="admitted",loop="watchdog",reason=""}'] == 2  # two crashes
-        assert got['loom_admit_total{decision="admitted",loop="operator",reason=""}'] == 1
-        assert got['loom_admit_total{decision="refused",loop="watchdog",reason="hold"}'] >= 1
-        assert got['loom_run_total{loop="canary",status="ok"}'] > 0
-        assert got['loom_tick_duration_seconds_count{loop="watchdog"}'] > 0
-        assert got['loom_tick_duration_seconds_bucket{le="+Inf",loop="watchdog"}'] == \
-            got['loom_tick_duration_seconds_count{loop="watchdog"}']
+        assert got['loom_fire_total{agent="main",loop="canary",source="cli"}'] == 1
+        assert got['loom_fire_total{agent="main",loop="watchdog",source="cli"}'] == 1          # harness.start's recycle
+        assert got['loom_fire_total{agent="",loop="sentinel",source="cli"}'] == 1          # the resolve
+        assert got['loom_fire_total{agent="main",loop="watchdog",source="tick"}'] > 0
+        assert got['loom_admit_total{agent="main",decision="admitted",loop="watchdog",reason=""}'] == 2  # two crashes
+        assert got['loom_admit_total{agent="main",decision="admitted",loop="operator",reason=""}'] == 1
+        assert got['loom_admit_total{agent="main",decision="refused",loop="watchdog",reason="hold"}'] >= 1
+        assert got['loom_run_total{agent="main",loop="canary",status="ok"}'] > 0
+        assert got['loom_tick_duration_seconds_count{agent="main",loop="watchdog"}'] > 0
+        assert got['loom_tick_duration_seconds_bucket{agent="main",le="+Inf",loop="watchdog"}'] == \
+            got['loom_tick_duration_seconds_count{agent="main",loop="watchdog"}']
         assert got['loom_witness_ratio{agent="main",what="queue"}'] == 1.0                       # 1 claim, 1 witnessed
         assert got['loom_witness_ratio{agent="main",what="relaunch"}'] == 1.0                    # 3 relaunches, 3 acks
         assert -3600 <= got['loom_schedule_drift_seconds{job="nightly"}'] < 0      # second run, well before due

@@ -71,12 +71,12 @@ def test_a_scrape_shows_the_loop_kpis_the_store_implies(ctx):
     outbox.defer(store, second, until=NOW, error="bad chat", fail=True)
 
     got = scrape(ctx)
-    assert got['loom_fire_total{loop="canary",source="tick"}'] == 5
-    assert got['loom_fire_total{loop="canary",source="cli"}'] == 1
-    assert got['loom_run_total{loop="canary",status="ok"}'] == 6
-    assert got['loom_tick_duration_seconds_bucket{le="0.005",loop="canary"}'] == 1
-    assert got['loom_tick_duration_seconds_bucket{le="+Inf",loop="canary"}'] == 2
-    assert got['loom_tick_duration_seconds_count{loop="canary"}'] == 2
+    assert got['loom_fire_total{agent="main",loop="canary",source="tick"}'] == 5
+    assert got['loom_fire_total{agent="main",loop="canary",source="cli"}'] == 1
+    assert got['loom_run_total{agent="main",loop="canary",status="ok"}'] == 6
+    assert got['loom_tick_duration_seconds_bucket{agent="main",le="0.005",loop="canary"}'] == 1
+    assert got['loom_tick_duration_seconds_bucket{agent="main",le="+Inf",loop="canary"}'] == 2
+    assert got['loom_tick_duration_seconds_count{agent="main",loop="canary"}'] == 2
     assert got['loom_witness_ratio{agent="main",what="queue"}'] == 0.5
     assert got['loom_schedule_drift_seconds{job="newsletter"}'] == pytest.approx(45)
     assert got['loom_stuck_age_seconds{agent="main",what="queue_item"}'] >= 7200
@@ -101,7 +101,7 @@ def test_counters_survive_a_restart(ctx, tmp_path):
     counters.bump(ctx.store, "loom_admit_total", {"loop": "watchdog", "decision": "refused", "reason": "hold"})
     again = Context.load(str(ctx.config_path), None, environ={})
     try:
-        assert scrape(again)['loom_admit_total{decision="refused",loop="watchdog",reason="hold"}'] == 1
+        assert scrape(again)['loom_admit_total{agent="main",decision="refused",loop="watchdog",reason="hold"}'] == 1
     finally:
         again.close()
 

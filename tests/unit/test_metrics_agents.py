@@ -15,12 +15,11 @@ from loomtui.daemon.metrics import StoreCollector
 from loomtui.store import ledger, outbox
 
 HOST_WIDE = ("loom_supervisor_heartbeat_age_seconds", "loom_outbox_pending", "loom_ledger_events",
-             "loom_outbox_oldest_pending_age_seconds", "loom_schedule_drift_seconds", "loom_loop_ticks",
-             "loom_loop_errors", "loom_fire", "loom_admit", "loom_run", "loom_notify", "loom_tick_duration_seconds")
+             "loom_outbox_oldest_pending_age_seconds", "loom_schedule_drift_seconds", "loom_notify")
 
 
-def scrape(ctx: Context) -> dict[str, float]:
-    collector = StoreCollector(ctx, lambda: {"watchdog": {"ticks": 3, "errors": 0}})
+def scrape(ctx: Context, loops: dict | None = None) -> dict[str, float]:
+    collector = StoreCollector(ctx, lambda: loops or {"watchdog": {"ticks": 3, "errors": 0}})
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     try:
@@ -84,7 +83,9 @@ def test_each_agent_has_its_own_series_and_the_host_has_one(two):
     outbox.enqueue(alpha.store, "hello")
     alpha.store.beat("supervisor", {"pid": 1, "loops": {}}, now=now - 2)
 
-    got = scrape(alpha)
+    # The daemon's loop names: each agent's watchdog named for it, the sentinel the host's.
+    got = scrape(alpha, {"watchdog:alpha": {"ticks": 3, "errors": 0}, "watchdog:beta": {"ticks": 4, "errors": 1},
+                         "sentinel": {"ticks": 2, "errors": 0}})
 
     assert got['loom_relaunches_total{agent="alpha",cause="crash",mode="resume"}'] == 1
     assert got['loom_relaunches_total{agent="beta",cause="canary_failed",mode="fresh"}'] == 2
@@ -116,7 +117,9 @@ def test_each_agent_has_its_own_series_and_the_host_has_one(two):
     # The host's series: one each, no agent.
     assert got["loom_outbox_pending"] == 1 and got["loom_ledger_events_total"] == ledger.count(alpha.store) == 5
     assert 0 < got["loom_supervisor_heartbeat_age_seconds"] < 3600
-    assert got['loom_loop_ticks_total{loop="watchdog"}'] == 3
+    assert got['loom_loop_ticks_total{agent="alpha",loop="watchdog"}'] == 3
+    assert got['loom_loop_errors_total{agent="beta",loop="watchdog"}'] == 1
+    assert got['loom_loop_ticks_total{agent="",loop="sentinel"}'] == 2  # the host's: no agent, to Prometheus
     for series in got:
         family = series.split("{")[0]
         if any(family.startswith(h) for h in HOST_WIDE):
