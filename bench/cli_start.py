@@ -22,7 +22,7 @@ from _common import ROOT, machine, median, ratio_line, run_wall
 
 N = 15
 COMMANDS = [("--help", None), ("status", 7), ("resolve 1 --note x", 7), ("canary", 7), ("queue", None)]
-IMPORTS = ["pydantic", "loomtui.config", "libtmux", "psutil", "watchfiles", "loomtui.report.status",
+IMPORTS = ["loomtui.config", "libtmux", "psutil", "watchfiles", "loomtui.report.status",
            "loomtui.actions", "telegram", "textual.app"]
 
 

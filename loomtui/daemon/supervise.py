@@ -184,9 +184,15 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
     # waiting for a free worker.
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"loom-{spec.name}")
     running = asyncio.get_running_loop()
+    planned: float | None = None
     try:
         while not stop.is_set():
             began = time.monotonic()
+            if planned is not None:
+                # How late the tick began against its plan (negative: a doorbell rang it early);
+                # bench/agents.py reads this to say whether many agents keep every loop on time.
+                log.debug("tick %s late %.3f", spec.name, began - planned)
+            planned = None
             status = "ok"
             try:
                 run = locked(ctx, spec.loop, tick, lock_dir(ctx, spec)) if spec.loop in oneshot.LOOPS else tick
@@ -213,6 +219,7 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 stats.last_tick = time.time()
                 if spec.loop in oneshot.LOOPS:
                     count_tick(rt.tally, spec.loop, status, stats.last_duration, spec.agent)
+            planned = began + spec.period
             if await sleep_stop_or_wake(stop, wake, spec.period - (time.monotonic() - began)):
                 break
     finally:
