@@ -170,4 +170,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE queue_items ADD COLUMN agent TEXT NOT NULL DEFAULT 'main'
         """,
     ),
+    (
+        "0009_agent_indexes",
+        # One agent's events of one kind, newest first (its relaunches, its canary events): without
+        # this SQLite walks ledger_agent through every event of the agent (a million in a year).
+        """
+        CREATE INDEX ledger_agent_kind ON ledger(agent, kind, id);
+        CREATE INDEX canary_runs_agent ON canary_runs(agent, result, id)
+        """,
+    ),
 ]
