@@ -45,7 +45,27 @@ def toml_value(value: Any) -> str:
     return json.dumps(value)
 
 
-class AgentHarness:
+class LoomRunner:
+    """`loom` and other Python processes run against `config_path`; what popen starts is in
+    `_procs`, for the cleanup to end by pid."""
+
+    config_path: Path
+    _procs: list[subprocess.Popen]
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return loom_env({"LOOM_CONFIG": str(self.config_path), **(extra or {})})
+
+    def loom(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "loomtui", *args], capture_output=True, text=True,
+                              env=self.env(env), timeout=timeout, cwd=REPO)
+
+    def popen(self, *args: str, **kwargs: Any) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, *args], env=self.env(kwargs.pop("env", None)), cwd=REPO, **kwargs)
+        self._procs.append(proc)
+        return proc
+
+
+class AgentHarness(LoomRunner):
     def __init__(self, root: Path, sections: dict[str, dict[str, Any]] | None = None, jobs: list[dict] | None = None,
                  modals: list[dict] | None = None) -> None:
         self.root = root
@@ -88,18 +108,6 @@ class AgentHarness:
         self._procs: list[subprocess.Popen] = []
 
     # -- driving ---------------------------------------------------------------------------
-
-    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        return loom_env({"LOOM_CONFIG": str(self.config_path), **(extra or {})})
-
-    def loom(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "loomtui", *args], capture_output=True, text=True,
-                              env=self.env(env), timeout=timeout, cwd=REPO)
-
-    def popen(self, *args: str, **kwargs: Any) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, *args], env=self.env(kwargs.pop("env", None)), cwd=REPO, **kwargs)
-        self._procs.append(proc)
-        return proc
 
     def ctx(self) -> Context:
         ctx = Context.load(str(self.config_path), None, environ={})
@@ -232,7 +240,7 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-class AgentsHarness:
+class AgentsHarness(LoomRunner):
     """Several demo agents under one config, one state dir and one supervisor, each agent on a tmux
     socket of its own (so one agent's server can be stopped while the others run on).
 
@@ -280,18 +288,6 @@ class AgentsHarness:
             except ProcessLookupError:
                 pass
         self._stopped.clear()
-
-    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        return loom_env({"LOOM_CONFIG": str(self.config_path), **(extra or {})})
-
-    def loom(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "loomtui", *args], capture_output=True, text=True,
-                              env=self.env(env), timeout=timeout, cwd=REPO)
-
-    def popen(self, *args: str, **kwargs: Any) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, *args], env=self.env(kwargs.pop("env", None)), cwd=REPO, **kwargs)
-        self._procs.append(proc)
-        return proc
 
     def start(self, name: str) -> str:
         result = self.loom("recycle", "--agent", name, "--fresh", "--reason", "test start")
