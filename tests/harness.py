@@ -64,6 +64,17 @@ class LoomRunner:
         self._procs.append(proc)
         return proc
 
+    def stop_procs(self) -> None:
+        """SIGTERM what popen started, SIGKILL what is still there 5 s later."""
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
 
 class AgentHarness(LoomRunner):
     def __init__(self, root: Path, sections: dict[str, dict[str, Any]] | None = None, jobs: list[dict] | None = None,
@@ -201,14 +212,7 @@ class AgentHarness(LoomRunner):
     def cleanup(self) -> None:
         for ctx in self._contexts:
             ctx.close()
-        for proc in self._procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        self.stop_procs()
         victims: set[int] = set()
         for server in self.server_pids():
             try:
@@ -312,14 +316,7 @@ class AgentsHarness(LoomRunner):
         return [e.as_dict() for e in rows]
 
     def cleanup(self) -> None:
-        for proc in self._procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        self.stop_procs()
         self.resume_servers()  # a stopped server would not answer the cleanup's questions
         for member in self.members.values():
             member.cleanup()

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from loomtui.store import ledger, session
+from loomtui.agent import recovery
+from loomtui.agent.launch import agent_env, render_command
+from loomtui.agent.policy import Decision, Instant
+from loomtui.agent.watchdog import Watchdog
+from loomtui.agent.watchdog_rules import Step
+from loomtui.context import Context
+from loomtui.store import ledger, outbox, session
 from loomtui.store.db import DB_NAME, Store
 
 OLD = Path(__file__).parent / "data" / "state-0007"  # made by the code at ec23f5f (see make.py there)
@@ -93,69 +99,53 @@ name = "beta"
 """
 
 
-def test_an_agents_context_files_its_events_session_and_files_under_its_name(tmp_path):
-    from loomtui.context import Context
-
-    config = tmp_path / "config.toml"
-    config.write_text(TWO_AGENTS)
-    state = tmp_path / "state"
-    main = Context.load(str(config), str(state), {})
-    beta = main.for_agent("beta")
-    try:
-        assert (main.agent, beta.agent) == ("main", "beta")
-        assert main.agent_dir == state and beta.agent_dir == state / "agents" / "beta"
-        assert beta.acks_dir.is_dir() and oct(beta.agent_dir.stat().st_mode & 0o777) == "0o700"
-        ledger.append(beta.store, "supervisor_start", source="test")
-        ledger.append(main.store, "supervisor_start", source="test")
-        ledger.append(beta.store, "supervisor_start", source="test", agent="main")  # said outright: it wins
-        assert [e.agent for e in ledger.tail(main.store, 10)] == ["beta", "main", "main"]
-        assert ledger.verify(main.store).ok
-        # One store, one pinned session per agent, each with its sidecar in its own directory.
-        with beta.store.write() as db:
-            session.pin_in(db, "11111111-1111-1111-1111-111111111111")
-        with main.store.write() as db:
-            session.pin_in(db, "22222222-2222-2222-2222-222222222222")
-        assert session.pinned(beta.store) == "11111111-1111-1111-1111-111111111111"
-        assert session.pinned(main.store) == "22222222-2222-2222-2222-222222222222"
-        assert session.read_sidecar(beta.agent_dir) == "11111111-1111-1111-1111-111111111111"
-        assert session.read_sidecar(state) == "22222222-2222-2222-2222-222222222222"
-        assert main.store.get_meta(session.KEY) == "22222222-2222-2222-2222-222222222222"  # main's key as before
-    finally:
-        main.close()
-        beta.close()
-
-
-def test_escalations_name_their_agent_when_there_are_several(tmp_path):
-    from loomtui.agent import recovery
-    from loomtui.agent.policy import Decision, Instant
-    from loomtui.agent.watchdog import Watchdog
-    from loomtui.agent.watchdog_rules import Step
-    from loomtui.context import Context
-    from loomtui.store import outbox
-
+@pytest.fixture
+def two_agents(tmp_path):
+    """The contexts of `main` and `beta`, two agents of one config and one state dir."""
     config = tmp_path / "config.toml"
     config.write_text(TWO_AGENTS)
     main = Context.load(str(config), str(tmp_path / "state"), {})
     beta = main.for_agent("beta")
-    try:
-        Watchdog(beta).act(Step("alert", note="tmux socket gone"), None, None)
-        recovery.escalate(beta, "crash", Decision("hold", escalate=True, reasons=("ceiling reached",)), "watchdog",
-                          Instant(1000.0))
-        texts = [m.text for m in outbox.pending(main.store)]
-        assert texts[0] == "[beta] Loom: tmux socket gone"
-        assert texts[1].startswith("[beta] Loom stopped relaunching") and "loom recycle --agent beta" in texts[1]
-        assert [e.agent for e in ledger.tail(main.store, 5, kinds=["operator_alert", "escalation"])] == ["beta"] * 2
-    finally:
-        main.close()
-        beta.close()
+    yield main, beta
+    main.close()
+    beta.close()
+
+
+def test_an_agents_context_files_its_events_session_and_files_under_its_name(tmp_path, two_agents):
+    main, beta = two_agents
+    state = tmp_path / "state"
+    assert (main.agent, beta.agent) == ("main", "beta")
+    assert main.agent_dir == state and beta.agent_dir == state / "agents" / "beta"
+    assert beta.acks_dir.is_dir() and oct(beta.agent_dir.stat().st_mode & 0o777) == "0o700"
+    ledger.append(beta.store, "supervisor_start", source="test")
+    ledger.append(main.store, "supervisor_start", source="test")
+    ledger.append(beta.store, "supervisor_start", source="test", agent="main")  # said outright: it wins
+    assert [e.agent for e in ledger.tail(main.store, 10)] == ["beta", "main", "main"]
+    assert ledger.verify(main.store).ok
+    # One store, one pinned session per agent, each with its sidecar in its own directory.
+    with beta.store.write() as db:
+        session.pin_in(db, "11111111-1111-1111-1111-111111111111")
+    with main.store.write() as db:
+        session.pin_in(db, "22222222-2222-2222-2222-222222222222")
+    assert session.pinned(beta.store) == "11111111-1111-1111-1111-111111111111"
+    assert session.pinned(main.store) == "22222222-2222-2222-2222-222222222222"
+    assert session.read_sidecar(beta.agent_dir) == "11111111-1111-1111-1111-111111111111"
+    assert session.read_sidecar(state) == "22222222-2222-2222-2222-222222222222"
+    assert main.store.get_meta(session.KEY) == "22222222-2222-2222-2222-222222222222"  # main's key as before
+
+
+def test_escalations_name_their_agent_when_there_are_several(two_agents):
+    main, beta = two_agents
+    Watchdog(beta).act(Step("alert", note="tmux socket gone"), None, None)
+    recovery.escalate(beta, "crash", Decision("hold", escalate=True, reasons=("ceiling reached",)), "watchdog",
+                      Instant(1000.0))
+    texts = [m.text for m in outbox.pending(main.store)]
+    assert texts[0] == "[beta] Loom: tmux socket gone"
+    assert texts[1].startswith("[beta] Loom stopped relaunching") and "loom recycle --agent beta" in texts[1]
+    assert [e.agent for e in ledger.tail(main.store, 5, kinds=["operator_alert", "escalation"])] == ["beta"] * 2
 
 
 def test_one_agents_escalations_read_as_before(tmp_path):
-    from loomtui.agent import recovery
-    from loomtui.agent.policy import Decision, Instant
-    from loomtui.context import Context
-    from loomtui.store import outbox
-
     ctx = Context.load(None, str(tmp_path / "state"), {"XDG_CONFIG_HOME": str(tmp_path)})
     try:
         recovery.escalate(ctx, "crash", Decision("hold", escalate=True, reasons=("ceiling reached",)), "watchdog",
@@ -166,22 +156,12 @@ def test_one_agents_escalations_read_as_before(tmp_path):
         ctx.close()
 
 
-def test_a_named_agent_is_launched_with_its_own_directory_and_its_name(tmp_path):
-    from loomtui.agent.launch import agent_env, render_command
-    from loomtui.context import Context
-
-    config = tmp_path / "config.toml"
-    config.write_text(TWO_AGENTS)
-    main = Context.load(str(config), str(tmp_path / "state"), {})
-    beta = main.for_agent("beta")
-    try:
-        template = "claude --add-dir {state_dir}/acks --session-id {session_id}"
-        assert render_command(beta, template, "s") == f"claude --add-dir {beta.agent_dir}/acks --session-id s"
-        assert render_command(main, template, "s") == f"claude --add-dir {tmp_path / 'state'}/acks --session-id s"
-        env = agent_env(beta, "s")
-        # The store is shared: the agent's `loom` commands find it, and act as the agent.
-        assert (env["LOOM_STATE_DIR"], env["LOOM_AGENT"]) == (str(tmp_path / "state"), "beta")
-        assert agent_env(main, "s")["LOOM_AGENT"] == "main"
-    finally:
-        main.close()
-        beta.close()
+def test_a_named_agent_is_launched_with_its_own_directory_and_its_name(tmp_path, two_agents):
+    main, beta = two_agents
+    template = "claude --add-dir {state_dir}/acks --session-id {session_id}"
+    assert render_command(beta, template, "s") == f"claude --add-dir {beta.agent_dir}/acks --session-id s"
+    assert render_command(main, template, "s") == f"claude --add-dir {tmp_path / 'state'}/acks --session-id s"
+    env = agent_env(beta, "s")
+    # The store is shared: the agent's `loom` commands find it, and act as the agent.
+    assert (env["LOOM_STATE_DIR"], env["LOOM_AGENT"]) == (str(tmp_path / "state"), "beta")
+    assert agent_env(main, "s")["LOOM_AGENT"] == "main"
