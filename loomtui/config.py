@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,12 @@ from loomtui.config_schema import (
     duration,
     expand_path,
     integer,
-    interval as positive_duration,
     key_path,
     list_of,
     one_of,
     optional_path,
     path,
+    positive_duration,
     regex,
     screen_regex,
     section,
@@ -210,15 +211,17 @@ class MetricsConfig(Section):
     listen = Field(also(string(), _listen), "")
 
 
-class AgentSpec(Section):
+@dataclass(frozen=True)
+class AgentSpec:
     """One agent as configured: its name, its `[agent]` keys and its effective watchdog, canary and
-    memory settings (the top-level tables with its own overrides applied)."""
+    memory settings (the top-level tables with its own overrides applied). Made by `_agents` from
+    sections already checked, never read from the file as it is."""
 
-    name = Field(string(1))
-    agent = Field(section(AgentConfig), factory=AgentConfig)
-    watchdog = Field(section(WatchdogConfig), factory=WatchdogConfig)
-    canary = Field(section(CanaryConfig), factory=CanaryConfig)
-    memory = Field(section(MemoryConfig), factory=MemoryConfig)
+    name: str
+    agent: AgentConfig
+    watchdog: WatchdogConfig
+    canary: CanaryConfig
+    memory: MemoryConfig
 
 
 _OVERRIDES = {"watchdog": WatchdogConfig, "canary": CanaryConfig, "memory": MemoryConfig}
@@ -237,7 +240,7 @@ def _agents(data: dict[str, Any], base: Path | None) -> tuple[AgentSpec, ...]:
     if "agents" not in data:
         built = {key: cls.build(tops[key], (key,), base) for key, cls in _OVERRIDES.items()}
         agent = AgentConfig.build(_table(data, "agent", ()), ("agent",), base)
-        return (AgentSpec.build({"name": MAIN}, (), base).replace(agent=agent, **built),)
+        return (AgentSpec(MAIN, agent, **built),)
     if "agent" in data:
         raise Bad(("agent",), "use either one [agent] table (an agent named main) or [[agents]] tables, not both")
     entries = data["agents"]
@@ -271,20 +274,24 @@ def _agents(data: dict[str, Any], base: Path | None) -> tuple[AgentSpec, ...]:
             own = _table(entry, key, loc)
             cls.build(own, (*loc, key), base)  # its own keys checked where they are written
             effective[key] = cls.build({**tops[key], **own}, (key,), base)
-        specs.append(AgentSpec.build({"name": name}, (), base).replace(agent=agent, **effective))
+        specs.append(AgentSpec(name, agent, **effective))
     return tuple(specs)
 
 
 class Config(Section):
     state_dir = Field(optional_path, None)
-    agent = Field(section(AgentConfig), factory=AgentConfig)
-    watchdog = Field(section(WatchdogConfig), factory=WatchdogConfig)
-    canary = Field(section(CanaryConfig), factory=CanaryConfig)
     sentinel = Field(section(SentinelConfig), factory=SentinelConfig)
     jobs = Field(list_of(section(JobConfig)), factory=list)
     telegram = Field(section(TelegramConfig), factory=TelegramConfig)
-    memory = Field(section(MemoryConfig), factory=MemoryConfig)
     metrics = Field(section(MetricsConfig), factory=MetricsConfig)
+    # Not fields of their own: [agent], [watchdog], [canary], [memory] and [[agents]] are read by
+    # `_agents`, and these are the agent's the view is of (the first, as loaded; see for_agent).
+    agents: tuple[AgentSpec, ...]
+    agent_name: str
+    agent: AgentConfig
+    watchdog: WatchdogConfig
+    canary: CanaryConfig
+    memory: MemoryConfig
 
     def _fill(self, data: Any, loc: Loc, base: Path | None) -> None:
         if not isinstance(data, dict):
@@ -297,7 +304,7 @@ class Config(Section):
         object.__setattr__(self, "agent_name", first.name)
         for key in ("agent", *_OVERRIDES):
             object.__setattr__(self, key, getattr(first, key))
-        names = [a.name for a in agents]
+        names = self.agent_names
         seen: set[str] = set()
         for i, job in enumerate(self.jobs):
             if job.name in seen:
@@ -311,9 +318,6 @@ class Config(Section):
             raise Bad(("telegram", "bridge"), 'needs agent.driver = "stream-json" (of the first agent)')
         if self.telegram.bridge and not self.telegram.chat_id:
             raise Bad(("telegram", "bridge"), "needs telegram.chat_id (the operator's chat)")
-
-    agents: tuple[AgentSpec, ...]
-    agent_name: str
 
     @property
     def agent_names(self) -> list[str]:

@@ -171,7 +171,7 @@ def duration(value: Any, loc: Loc, base: Path | None) -> float:
         raise Bad(loc, str(exc)) from None
 
 
-def interval(value: Any, loc: Loc, base: Path | None) -> float:
+def positive_duration(value: Any, loc: Loc, base: Path | None) -> float:
     seconds = duration(value, loc, base)
     if seconds <= 0:
         raise Bad(loc, "must be longer than 0s")
