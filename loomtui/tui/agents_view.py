@@ -31,8 +31,6 @@ from loomtui.report import status as status_mod
 from loomtui.tui.footer import FittingFooter
 from loomtui.tui.tables import KeyedTable, safe
 
-HOUR = 3600.0
-RELAUNCH_ROWS = 200  # an hour's relaunches: the ceiling keeps them far below this
 LEVELS = {"ok": "green", "warn": "bold yellow", "bad": "bold red"}
 
 
@@ -93,17 +91,10 @@ def hold_cell(record: dict | None, now: float) -> str:
     return f"{held.by}{left}: {held.reason}"
 
 
-def relaunches_since(ctx: Context, since: float) -> int:
-    """The agent's relaunches since `since`, read back through the kind index (bounded)."""
-    rows = ctx.store.query("SELECT ts FROM ledger WHERE kind = 'relaunch' AND agent = ? ORDER BY id DESC LIMIT ?",
-                           (ctx.agent, RELAUNCH_ROWS))
-    return sum(1 for r in rows if r["ts"] >= since)
-
-
 def gather_row(ctx: Context, now: float) -> AgentRow:
     try:
         status = status_mod.gather(ctx, events=0, now=now, look=True)
-        return row_from(ctx.agent, status, relaunches_since(ctx, now - HOUR), ctx.config.agent.boot_grace)
+        return row_from(ctx.agent, status, status.relaunches_last_hour, ctx.config.agent.boot_grace)
     except Exception as exc:  # a locked store, a tmux that fails oddly: this row says so, the others load
         ctx.close()  # a broken connection is reopened on the next look
         return AgentRow(ctx.agent, "unreadable: " + (" ".join(str(exc).split()) or type(exc).__name__), "bad")
