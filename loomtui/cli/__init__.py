@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from loomtui import text
 from loomtui.cli import common
 from loomtui.errors import LoomError
 
@@ -46,7 +48,7 @@ COMMANDS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
         ("release", "end the hold in force (the operator's or the ceiling's)"),
     )),
     ("tick", (("tick", "run exactly one tick of one loop, as `loom supervise` would "
-                       "(exit 0 ran, 1 failed, 75 another tick of that loop was running)"),)),
+                       "(exit 0 ran, 1 failed, 74 the store is unusable, 75 another tick of that loop was running)"),)),
     ("sim", (("sim", "simulate months of faults in seconds against Loom's real rules"),)),
     ("pump", (("pump", "run a stream-json agent CLI in this pane: its transcript, queue and injection socket"),)),
 ]
@@ -92,7 +94,42 @@ def command_in(argv: Sequence[str]) -> str | None:
     return None
 
 
+# The commands whose output is meant for a terminal as it is: the pump draws the agent's pane.
+_RAW_OUTPUT = ("pump",)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    refused = not_utf8(words)
+    if refused:
+        print(f"loom: {refused}", file=sys.stderr)
+        return 2
+    if command_in(words) in _RAW_OUTPUT:
+        return _run(words)
+    # Every other command's output is untrusted text at least in part (reasons, notes, job names,
+    # log lines, pane text): whatever prints it, the terminal gets it through text.printable.
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = text.PrintableStream(out), text.PrintableStream(err)
+    try:
+        return _run(words)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def not_utf8(words: Sequence[str], environ: Mapping[str, str] | None = None) -> str:
+    """Why the command line cannot be taken ("" when it can): an argument, or one of Loom's
+    environment variables, that is not valid UTF-8 (the bytes are not echoed: they may be a secret)."""
+    n = text.undecodable(words)
+    if n is not None:
+        return f"argument {n} is not valid UTF-8"
+    env = os.environ if environ is None else environ
+    for name in sorted(k for k in env if k.startswith("LOOM_")):
+        if text.undecodable([name, env[name]]) is not None:
+            return f"environment variable {text.printable(name)} is not valid UTF-8"
+    return ""
+
+
+def _run(argv: list[str]) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -102,5 +101,7 @@ def close_contexts(args: argparse.Namespace) -> None:
 
 
 def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str, ensure_ascii=False)
-    sys.stdout.write("\n")
+    # Stored text (reasons, notes, job names) may hold control characters: escaped, not raw.
+    from loomtui.text import dumps
+
+    sys.stdout.write(dumps(data, indent=2, sort_keys=True, default=str) + "\n")

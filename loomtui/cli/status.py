@@ -36,11 +36,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"config          {status.config or '(defaults)'}")
     if len(base.config.agent_names) > 1:
         print(f"agent name      {status.name}")
-    print(f"agent           {status.agent.describe()}")
+    print(f"agent           {printable(status.agent.describe())}")
     if status.hold:
         print(f"hold            HELD: {_hold_line(status)}")
-    print(f"pinned session  {status.pinned_session or '(none)'}")
-    print(f"canary          {status.canary.describe() if status.canary else 'no probe yet'}")
+    print(f"pinned session  {printable(status.pinned_session or '(none)')}")
+    print(f"canary          {printable(status.canary.describe()) if status.canary else 'no probe yet'}")
     queue = status.queue
     print(f"queue           {queue.get('open', 0)} open, {queue.get('claimed', 0)} claimed, "
           f"{queue.get('witnessed', 0)} witnessed")
@@ -84,7 +84,8 @@ def _hold_line(status) -> str:
 
     hold = hold_rules.Hold.from_record(status.hold)
     act = "loom release, or loom recycle" if hold.by == "ceiling" else "loom release"
-    return f"{hold_rules.describe(hold, status.taken)}; Loom's own hands wait ({act})"
+    # The reason is anyone's words (CLI, console, Telegram): one line, nothing a terminal obeys.
+    return printable(f"{hold_rules.describe(hold, status.taken)}; Loom's own hands wait ({act})")
 
 
 def _supervisor_line(status) -> str:
@@ -98,5 +99,5 @@ def _telegram_line(box: dict, conflict: dict | None) -> str:
         # Telegram's own words: printable characters only on a terminal.
         line += "; last error: " + printable(box["last_error"])
     if conflict:
-        line += f"; {conflict['note']}"
+        line += f"; {printable(conflict['note'])}"
     return line

@@ -27,13 +27,22 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from loomtui.canary import runs as canary
+from loomtui.config import split_listen
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.pump import client as pump_client
 from loomtui.report import status as status_mod
 from loomtui.store import counters
+from loomtui.text import one_line
 
 AGENT = "agent"
+LABEL_MAX = 200  # a free-text label (a hold's reason) is cut here: a label is a name, not a document
+
+
+def label(value: object) -> str:
+    """A label value from stored text: one line, no control character (the exposition format
+    escapes only backslash, quote and newline; a scraper's terminal or UI would get the rest raw)."""
+    return one_line("" if value is None else value, LABEL_MAX)
 
 
 class StoreCollector(Collector):
@@ -110,10 +119,10 @@ def agent_metrics(statuses: list[tuple[Context, status_mod.Status]], now: float)
             "SELECT cause, json_extract(detail, '$.mode') AS mode, COUNT(*) AS n FROM ledger "
             "WHERE agent = ? AND kind = 'relaunch' GROUP BY cause, mode", (name,)
         ):
-            relaunches.add_metric([name, row["cause"] or "", row["mode"] or ""], row["n"])
+            relaunches.add_metric([name, label(row["cause"]), label(row["mode"])], row["n"])
         for row in store.query("SELECT result, COUNT(*) AS n FROM canary_runs WHERE agent = ? GROUP BY result",
                                (name,)):
-            results.add_metric([name, row["result"]], row["n"])
+            results.add_metric([name, label(row["result"])], row["n"])
         last_ok = store.query_one("SELECT latency, sent_at FROM canary_runs WHERE agent = ? AND result = 'ok' "
                                   "ORDER BY id DESC LIMIT 1", (name,))
         latency.add_metric([name], last_ok["latency"] if last_ok else float("nan"))
@@ -197,7 +206,7 @@ def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Stat
             if c.name == name:
                 # An admission is always of an action on an agent (a nudge is the sentinel's, on one).
                 agent = agent_of(c.labels.get("loop", ""), c.labels, bound=name == "loom_admit_total")
-                family.add_metric([agent if k == AGENT else c.labels.get(k, "") for k in labels], c.value)
+                family.add_metric([agent if k == AGENT else label(c.labels.get(k, "")) for k in labels], c.value)
         yield family
     for name, (help_text, labels) in HISTOGRAMS.items():
         yield _histogram(name, help_text, labels, [c for c in stored if c.name.startswith(name + "_")])
@@ -212,7 +221,7 @@ def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Stat
     drift = GaugeMetricFamily("loom_schedule_drift_seconds", "Last run's actual start minus its intended start",
                               labels=["job"])
     for job, seconds in schedule_drift(ctx):
-        drift.add_metric([job], seconds)
+        drift.add_metric([label(job)], seconds)
     yield drift
 
     settings = GaugeMetricFamily("loom_setting_seconds", "The configured intervals alert rules compare with",
@@ -240,7 +249,7 @@ def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Stat
         hold = holds.current(actx, now)
         for who in ("ceiling", "operator"):
             mine = hold is not None and hold.by == who
-            by.add_metric([actx.agent, who, hold.reason if mine else ""], 1.0 if mine else 0.0)
+            by.add_metric([actx.agent, who, label(hold.reason) if mine else ""], 1.0 if mine else 0.0)
         remaining = hold_rules.remaining(hold, now) if hold is not None else None
         left.add_metric([actx.agent], remaining if remaining is not None else float("nan"))
     yield by
@@ -300,7 +309,8 @@ def _histogram(name: str, help_text: str, labels: tuple[str, ...], parts: list[c
     family = HistogramMetricFamily(name, help_text, labels=list(labels))
     series: dict[tuple[str, ...], dict[str, Any]] = {}
     for c in parts:
-        key = tuple(agent_of(c.labels.get("loop", ""), c.labels) if k == AGENT else c.labels.get(k, "") for k in labels)
+        key = tuple(agent_of(c.labels.get("loop", ""), c.labels) if k == AGENT else label(c.labels.get(k, ""))
+                    for k in labels)
         entry = series.setdefault(key, {"buckets": {}, "sum": 0.0})
         if c.name == name + "_bucket":
             entry["buckets"][c.labels.get("le", "+Inf")] = c.value
@@ -313,12 +323,16 @@ def _histogram(name: str, help_text: str, labels: tuple[str, ...], parts: list[c
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
-    host, _, port = listen.rpartition(":")
-    return host, int(port)
+    """(host, port) to bind: `[::1]:9464` is ("::1", 9464). The config check has refused a host
+    that is not loopback unless metrics.allow_remote says it may be."""
+    return split_listen(listen)
 
 
 def serve(ctx: Context, loop_stats: Callable[[], dict[str, Any]]) -> Any:
-    """Start the endpoint in a thread; a port that cannot be bound is a fatal, named error."""
+    """Start the endpoint in a thread; a port that cannot be bound is a fatal, named error.
+
+    prometheus_client picks the socket's family from the address (getaddrinfo), so `::1` is
+    served over IPv6."""
     host, port = parse_listen(ctx.config.metrics.listen)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(ctx, loop_stats))

@@ -79,6 +79,10 @@ class AgentLook:
         return out
 
     def describe(self) -> str:
+        # Said on a terminal, in a chat and in the console: tmux's words and the pump's are not ours.
+        return printable(self._describe())
+
+    def _describe(self) -> str:
         if self.tmux != "up":
             return f"tmux {self.tmux}: {self.why}"
         pane, tree = self.pane or {}, self.tree or {}
@@ -123,7 +127,7 @@ class CanaryLast:
 
     def describe(self) -> str:
         line = f"{self.result} {format_duration(max(self.age, 0))} ago"
-        return line + (f" (acked in {self.latency:.2f}s)" if self.latency is not None else "")
+        return printable(line + (f" (acked in {self.latency:.2f}s)" if self.latency is not None else ""))
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from loomtui.text import printable
+
 MAX_LENGTH = 4096  # Telegram's limit for one text message, counted in UTF-16 code units
 TRUNCATED = "\n… [truncated]"
 MIN_GAP = 1.0  # seconds between two messages to one chat: Telegram's per-chat flood limit
@@ -12,10 +14,14 @@ def utf16_len(text: str) -> int:
 
 
 def truncate(text: str, limit: int = MAX_LENGTH) -> tuple[str, bool]:
-    """The text cut to `limit` with a visible marker, and whether it was cut.
+    """The text as it may go to the chat: cut to `limit` with a visible marker, and whether it was cut.
 
-    Counted in UTF-16 units because that is how Telegram counts: an emoji is two.
+    Counted in UTF-16 units because that is how Telegram counts: an emoji is two. Every message
+    passes here on its way out (the sender, the bridge), so this is also where its untrusted parts
+    (reasons, job names, log lines, the agent's answers) lose their control characters: shown as
+    symbols (text.printable; lines and tabs kept), never passed to the operator's client raw.
     """
+    text = printable(text, keep_newlines=True)
     if utf16_len(text) <= limit:
         return text, False
     budget = limit - utf16_len(TRUNCATED)
@@ -46,6 +52,32 @@ def parse_command(text: str | None) -> tuple[str, list[str]] | None:
     if not name:
         return None
     return name, words[1:]
+
+
+def addressee(text: str | None) -> str:
+    """The bot a command is addressed to, lowercased: `/canary@Other_Bot` → "other_bot"; "" when none."""
+    if not text or not text.startswith("/"):
+        return ""
+    return text.split(maxsplit=1)[0][1:].partition("@")[2].lower()
+
+
+SENDER = "sender"        # from a user who is not allowed to command Loom
+OTHER_BOT = "other_bot"  # a command addressed to another bot of the chat
+
+
+def refusal(sender: int | None, allowed: frozenset[int], text: str | None, username: str | None) -> str | None:
+    """Why a message in the operator's chat is not Loom's to act on, or None when it is.
+
+    `sender` is the Telegram user id it came from (None: no user, e.g. a channel's post), `allowed`
+    who may command Loom, `username` Loom's own bot username (None when not known yet: then a
+    command addressed to any bot is not taken to be Loom's).
+    """
+    if sender is None or sender not in allowed:
+        return SENDER
+    to = addressee(text)
+    if to and (username is None or to != username.lower()):
+        return OTHER_BOT
+    return None
 
 
 def pick_agent(args: list[str], names: list[str] | tuple[str, ...]) -> tuple[str | None, list[str]]:

@@ -9,8 +9,10 @@ from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
 
+from loomtui.text import printable
 from loomtui.tui import transcript_view
 from loomtui.tui.snapshot import PaneView
+from loomtui.tui.tables import shown
 
 MAX_LINES = 400
 
@@ -19,19 +21,21 @@ def render_pane(view: PaneView) -> Text:
     if view.conversation is not None:
         body = transcript_view.render(list(view.conversation))
         if view.state in ("gone", "unknown"):
-            body.append(f"\n\n— no agent pane: {view.why or view.state} —", style="yellow")
+            body.append(f"\n\n— no agent pane: {printable(view.why or view.state)} —", style="yellow")
             return body
     elif view.state in ("gone", "unknown") and not view.text:
-        return Text(f"no agent pane: {view.why or view.state}", style="italic")
+        return Text(f"no agent pane: {printable(view.why or view.state)}", style="italic")
     else:
         lines = view.text.splitlines()[-MAX_LINES:]
         while lines and not lines[-1].strip():
             lines.pop()
-        body = Text.from_ansi("\n".join(lines)) if lines else Text("(empty screen)", style="dim")
+        # Its colours kept: from_ansi keeps SGR as styles; whatever else is left (a C1 CSI, an
+        # unterminated sequence) is shown as a symbol.
+        body = shown(Text.from_ansi("\n".join(lines))) if lines else Text("(empty screen)", style="dim")
     if view.state == "dead":
         body.append("\n\n— the agent's process has exited —", style="bold red")
     elif view.why:
-        body.append(f"\n\n— {view.why} —", style="yellow")
+        body.append(f"\n\n— {printable(view.why)} —", style="yellow")
     return body
 
 

@@ -28,6 +28,7 @@ from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.durations import format_duration
 from loomtui.report import status as status_mod
+from loomtui.text import printable
 from loomtui.tui.footer import FittingFooter
 from loomtui.tui.tables import KeyedTable, safe
 
@@ -209,7 +210,7 @@ class AgentsScreen(Screen[str | None]):
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state == WorkerState.ERROR and event.worker.error is not None:
-            self.notify(f"agents: {event.worker.error}", title="error", severity="error", markup=False)
+            self.notify(printable(f"agents: {event.worker.error}"), title="error", severity="error", markup=False)
             self.set_timer(self.refresh_every, self._load)
 
     @on(KeyedTable.RowSelected)

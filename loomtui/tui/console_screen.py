@@ -41,6 +41,7 @@ from loomtui.agent.hold_rules import parse_request
 from loomtui.agent.tmux import clean_env
 from loomtui.context import Context
 from loomtui.errors import LoomError
+from loomtui.text import printable
 from loomtui.tui.agent_panel import AgentPanel
 from loomtui.tui.agents_view import AgentsScreen
 from loomtui.tui.canary_panel import CanaryPanel
@@ -253,7 +254,8 @@ class ConsoleScreen(Screen):
             if event.worker.group == "refresh":
                 self._refreshing = False
                 self._timer = self.set_timer(self.refresh_every, self.refresh_data)
-            self.notify(redact.scrub(f"{event.worker.name}: {error}"), title="error", severity="error", markup=False)
+            self.notify(printable(redact.scrub(f"{event.worker.name}: {error}")), title="error", severity="error",
+                        markup=False)
 
     # -- actions -----------------------------------------------------------------------------
 
@@ -264,7 +266,8 @@ class ConsoleScreen(Screen):
     def _action_done(self, message: ActionDone) -> None:
         self.outcomes.append((message.action, message.text, message.ok))
         title = f"{message.action} · {message.agent}" if message.agent and self.several else message.action
-        self.notify(message.text, title=title, severity="information" if message.ok else "error",
+        # An outcome may quote anyone's words (a hold's reason, a job's name): shown, not obeyed.
+        self.notify(printable(message.text), title=printable(title), severity="information" if message.ok else "error",
                     markup=False, timeout=8)
         self.refresh_data()
 

@@ -3,17 +3,28 @@ open and claimed queue items, the hold and the last incident, three lines at any
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 from rich.text import Text
 from textual.widgets import Static
 
+from loomtui.text import printable
 from loomtui.tui.snapshot import Header
 
 LEVELS = {"ok": "bold green", "warn": "bold yellow", "bad": "bold red"}
 
 
+def shown(h: Header) -> Header:
+    """Every text of the header as the terminal may show it: the hold's reason is anyone's words
+    (CLI, console, Telegram, the agent), the store's error and tmux's are not ours either."""
+    return replace(h, **{f.name: printable(value) for f in fields(h)
+                         if isinstance(value := getattr(h, f.name), str)})
+
+
 def render_header(h: Header) -> Text:
     # Lines that never wrap (a long state is cut, not pushed onto another line). The state text
     # comes from the store and the pane's facts, never from the pane's text, but stays Text anyway.
+    h = shown(h)
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append("agent ", style="dim")
     if h.name:
@@ -68,6 +79,6 @@ class StatusHeader(Static):
     def show_loading(self, name: str) -> None:
         out = Text(no_wrap=True, overflow="ellipsis")
         out.append("agent ", style="dim")
-        out.append(f" {name} ", style="bold reverse")
+        out.append(f" {printable(name)} ", style="bold reverse")
         out.append(" loading…", style="dim")
         self.update(out)

@@ -10,6 +10,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from loomtui.text import printable
+from loomtui.tui.tables import shown
+
 
 class RecycleScreen(ModalScreen[str | None]):
     """Resume, fresh or cancel. A held or double-tapped `r` confirms nothing, by construction and
@@ -60,7 +63,7 @@ class PromptScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(Text(self.title_text), classes="dialog-title")
+            yield Label(Text(printable(self.title_text)), classes="dialog-title")
             yield Input(value=self.value, placeholder=self.placeholder, id="prompt-input")
             yield Static(Text("Enter to confirm · Esc to cancel", style="dim"), markup=False)
 
@@ -85,9 +88,9 @@ class DetailScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide-dialog"):
-            yield Label(Text(self.title_text), classes="dialog-title")
+            yield Label(Text(printable(self.title_text)), classes="dialog-title")
             with VerticalScroll():
-                yield Static(self.body, markup=False)
+                yield Static(shown(self.body), markup=False)
             yield Static(Text("Esc to close", style="dim"), markup=False)
 
     def action_close(self) -> None:

@@ -10,6 +10,7 @@ from textual.containers import Vertical
 from textual.widget import Widget
 from textual.widgets import Static
 
+from loomtui.text import for_terminal
 from loomtui.tui.canary_panel import when
 from loomtui.tui.tables import KeyedTable, safe
 
@@ -29,7 +30,8 @@ def rows(items: list[Any]) -> list[tuple[str, list]]:
 def describe(item: Any) -> Text:
     out = Text()
     out.append(f"#{item.id} {item.state}", style=STATE_STYLES.get(item.state, ""))
-    out.append(f" · job {item.job} · {item.kind} · seen {item.count}× · nudged {item.nudges}×")
+    out.append(f" · job {for_terminal(item.job)} · {for_terminal(item.kind)} · seen {item.count}× · "
+               f"nudged {item.nudges}×")
     if item.escalated_at:
         out.append(" · sent to the operator", style="magenta")
     out.append("\n")
@@ -38,8 +40,8 @@ def describe(item: Any) -> Text:
         out.append("\nnote: ", style="bold")
         out.append(safe(item.note))
         if item.claimed_by:
-            out.append(f" (claimed by {item.claimed_by}{' ' + item.claimed_session if item.claimed_session else ''})",
-                       style="dim")
+            who = item.claimed_by + (" " + item.claimed_session if item.claimed_session else "")
+            out.append(f" (claimed by {for_terminal(who)})", style="dim")
     return out
 
 

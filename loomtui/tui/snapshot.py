@@ -7,7 +7,6 @@ so the console says what is wrong and keeps running.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -26,6 +25,7 @@ from loomtui.report import incidents
 from loomtui.report import status as status_mod
 from loomtui.store import ledger
 from loomtui.store.db import DB_NAME, Store
+from loomtui.text import dumps
 from loomtui.tui.transcript_view import Entry, Follower
 
 STORE_TIMEOUT = 2.0  # the console must say "store busy" promptly, not hang for the daemon's 10 s
@@ -387,4 +387,5 @@ def event_detail(store: Store, event_ids: list[int]) -> list[ledger.Event]:
 
 
 def pretty(detail: dict[str, Any]) -> str:
-    return json.dumps(detail, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    # JSON escapes the C0 controls; text.dumps escapes DEL, C1, bidi and surrogates as well.
+    return dumps(detail, indent=2, sort_keys=True, default=str)

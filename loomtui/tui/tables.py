@@ -12,12 +12,22 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
+from loomtui.text import for_terminal, printable
+
 
 def safe(value: object, style: str = "") -> Text:
-    """A cell from untrusted text: never markup, control characters shown, not obeyed."""
-    text = "" if value is None else str(value)
-    clean = "".join(ch if ch.isprintable() or ch == " " else "\ufffd" if ch in "\x1b\x9b" else "·" for ch in text)
-    return Text(clean, style=style, no_wrap=True, overflow="ellipsis")
+    """A cell from untrusted text: never markup, control characters shown, not obeyed (a Text
+    is not markup, but what it holds still reaches the terminal: text.printable first)."""
+    return Text(for_terminal(value), style=style, no_wrap=True, overflow="ellipsis")
+
+
+def shown(text: Text) -> Text:
+    """`text` with every control character shown as a symbol, its styles kept (printable maps
+    one character to one, so the spans still fit): for a Text built from untrusted parts."""
+    clean = printable(text.plain, keep_newlines=True)
+    if clean != text.plain:
+        text.plain = clean
+    return text
 
 
 def _sig(text: Text) -> tuple:

@@ -186,7 +186,7 @@ class TimelinePanel(Widget):
             return  # a newer request superseded this one
         status = self.query_one("#timeline-status", Static)
         if message.error:
-            status.update(Text(f"timeline unavailable: {message.error}", style="bold red"))
+            status.update(safe(f"timeline unavailable: {message.error}", "bold red"))
             return
         self.oldest = message.oldest_id
         self._rows = {key: obj for key, _, obj in message.rows}
