@@ -77,24 +77,20 @@ def browser_shot(config: Path, out: Path) -> Path:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen([sys.executable, "-m", "loomtui.tui.main", "--serve", "--port", str(port), "--config",
-                               str(config)], cwd=HERE.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
+                               str(config)], cwd=HERE.parent, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError("loom-tui --serve did not start listening")
-                time.sleep(0.2)
+        # Its first line on stdout, once it listens: "loom-tui: open http://127.0.0.1:PORT/?token=…".
+        line = server.stdout.readline()
+        if " open http://" not in line:
+            raise RuntimeError("loom-tui --serve did not start listening")
+        url = line.split(" open ", 1)[1].strip()
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
                                          args=["--no-sandbox", "--disable-dev-shm-usage"])
             try:
                 page = browser.new_page(viewport=BROWSER_SIZE)
-                page.goto(f"http://127.0.0.1:{port}/")
+                page.goto(url)
                 page.wait_for_selector("body.-first-byte", timeout=60_000)
                 page.wait_for_timeout(4000)  # the first snapshot and the overview's lists
                 page.locator(".xterm-helper-textarea").focus()

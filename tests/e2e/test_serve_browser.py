@@ -1,6 +1,8 @@
 """`loom-tui --serve` in a real browser: headless Chromium (Debian's package, driven by Playwright)
-opens the served console on a real demo agent, waits for the overview, presses `c`, and sees the
-canary's outcome on its screen; the ledger says the probe came from the console.
+opens the tokened URL the server printed, on a real demo agent, waits for the overview, presses
+`c`, and sees the canary's outcome on its screen; the ledger says the probe came from the console.
+Served on TCP, and on a unix socket reached through a loopback forwarder (what `ssh -L` does).
+Every request the page makes stays on this machine and nothing breaks the page's CSP.
 
 The terminal in the page draws on a canvas, so the test reads what the page was sent to draw: the
 terminal bytes arriving on the page's websocket, recorded in the page by an init script.
@@ -8,17 +10,19 @@ terminal bytes arriving on the page's websocket, recorded in the page by an init
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
-import signal
-import socket
-import subprocess
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
-from harness import free_port, wait_for
+from harness import free_port
+from serve_client import Served
 
 pytestmark = pytest.mark.e2e
 
@@ -47,29 +51,50 @@ RECORD_SCREEN = """
 """
 
 
-def listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
+@contextmanager
+def forwarder(path: Path):
+    """A loopback TCP port piped to the unix socket, as `ssh -L PORT:PATH` would: yields the port."""
+    port = free_port()
+    started = threading.Event()
 
-
-def stop_group(proc: subprocess.Popen) -> None:
-    """The server and the console it started for the page: one process group, ended by its id."""
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+    async def pipe(reader, writer):
         try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline:
-                os.killpg(proc.pid, 0)  # raises once every process of the group is gone
-                time.sleep(0.1)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, asyncio.CancelledError):
             pass
+        finally:
+            writer.close()
+
+    async def client(reader, writer):
+        try:
+            up_reader, up_writer = await asyncio.open_unix_connection(str(path))
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    async def main():
+        server = await asyncio.start_server(client, "127.0.0.1", port)
+        stop = asyncio.Event()
+        running.append((asyncio.get_running_loop(), stop))
+        started.set()
+        await stop.wait()
+        server.close()
+        for task in asyncio.all_tasks() - {asyncio.current_task()}:
+            task.cancel()
+
+    running: list = []
+    thread = threading.Thread(target=lambda: asyncio.run(main()), daemon=True)
+    thread.start()
+    assert started.wait(30)
+    try:
+        yield port
+    finally:
+        loop, stop = running[0]
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(30)
 
 
 @pytest.fixture
@@ -79,19 +104,33 @@ def chromium_path() -> str:
     return str(CHROMIUM if CHROMIUM.exists() else shutil.which("chromium"))
 
 
+@contextmanager
+def served_url(harness, tmp_path: Path, over: str):
+    """The URL the operator opens, and the server behind it: TCP, or the socket through a forwarder."""
+    if over == "tcp":
+        server = Served(harness, tmp_path / "serve.log")
+        try:
+            yield server.record["url"], server
+        finally:
+            server.stop()
+        return
+    server = Served(harness, tmp_path / "serve.log", socket=tmp_path / "console.sock")
+    try:
+        with forwarder(tmp_path / "console.sock") as port:
+            yield f"http://127.0.0.1:{port}/?token={server.token}", server
+    finally:
+        server.stop()
+
+
 @pytest.mark.timeout(300)
-def test_the_served_console_in_chromium_runs_a_canary(make_harness, chromium_path, tmp_path):
+@pytest.mark.parametrize("over", ["tcp", "socket"])
+def test_the_served_console_in_chromium_runs_a_canary(make_harness, chromium_path, tmp_path, over):
     from playwright.sync_api import sync_playwright
 
     harness = make_harness(sections={"canary": {"ack_timeout": "30s"}})
     harness.start()
-    port = free_port()
-    log = open(tmp_path / "serve.log", "w")
-    server = harness.popen("-m", "loomtui.tui.main", "--serve", "--port", str(port), stdout=log,
-                           stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_for(lambda: listening(port) or server.poll() is not None, 60, what="loom-tui --serve listening")
-        assert server.poll() is None, (tmp_path / "serve.log").read_text()
+    with served_url(harness, tmp_path, over) as (url, server):
+        origin = urlsplit(url).netloc
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium_path, headless=True,
                                          args=["--no-sandbox", "--disable-dev-shm-usage"])
@@ -99,7 +138,12 @@ def test_the_served_console_in_chromium_runs_a_canary(make_harness, chromium_pat
                 # 1700 px wide: about 170 columns, so the first screen is the wide overview.
                 page = browser.new_page(viewport={"width": 1700, "height": 1000})
                 page.add_init_script(RECORD_SCREEN)
-                page.goto(f"http://127.0.0.1:{port}/")
+                requested: list[str] = []
+                complaints: list[str] = []
+                page.on("request", lambda request: requested.append(request.url))
+                page.on("console", lambda msg: complaints.append(msg.text) if msg.type == "error" else None)
+                response = page.goto(url)
+                assert response is not None and response.status == 200
 
                 def seen(since: int = 0) -> str:
                     chunks = page.evaluate("window.__loomScreen || []")
@@ -121,12 +165,12 @@ def test_the_served_console_in_chromium_runs_a_canary(make_harness, chromium_pat
                 page.keyboard.press("c")
                 pump(lambda: "acked in" in seen(before), "the canary's outcome in the browser")
                 assert [e["source"] for e in harness.events("canary_sent")] == ["tui"]
+                assert requested and all(urlsplit(u).netloc == origin for u in requested), requested
+                assert not [c for c in complaints if "Content Security Policy" in c], complaints
+                assert server.consoles()  # the page's own console, started after the token let it in
                 shot = os.environ.get("LOOM_BROWSER_SCREENSHOT")
                 if shot:  # screenshots/make_screenshots.py keeps the page as an operator saw it
                     page.wait_for_timeout(500)
                     page.screenshot(path=shot)
             finally:
                 browser.close()
-    finally:
-        stop_group(server)
-        log.close()
