@@ -12,6 +12,7 @@ top-level ones key by key. A `Config` is always seen as one agent: `agent`, `wat
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tomllib
@@ -103,9 +104,63 @@ def _no_control_characters(value: str) -> str:
     return value
 
 
+LOOPBACK = "a loopback address (127.0.0.0/8, ::1, localhost)"
+_HOST_PORT = re.compile(r"(?:\[(?P<v6>[^\]\s]+)\]|(?P<host>[^\s:\[\]]+)):(?P<port>\d{1,5})")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an IP address without brackets, or a name) is this machine's own loopback:
+    127.0.0.0/8, ::1 or the name localhost. Any other name is not: it may resolve anywhere."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def split_listen(value: str) -> tuple[str, int]:
+    """`127.0.0.1:9464` → ("127.0.0.1", 9464); `[::1]:9464` → ("::1", 9464); ValueError otherwise."""
+    found = _HOST_PORT.fullmatch(value)
+    if found is None:
+        raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:9464 or [::1]:9464")
+    host = found["v6"] or found["host"]
+    if found["v6"] is not None:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{host!r} in brackets is not an IPv6 address") from None
+    port = int(found["port"])
+    if not 1 <= port <= 65535:
+        raise ValueError(f"port must be 1-65535 (got {port})")
+    return host, port
+
+
 def _listen(value: str) -> str:
-    if value and not re.fullmatch(r"[^\s:]+:\d{1,5}", value):
-        raise ValueError("expected HOST:PORT, e.g. 127.0.0.1:9464")
+    if value:
+        split_listen(value)
+    return value
+
+
+def _api_base(value: str) -> str:
+    # The token is part of every Bot API URL: over plain http it crosses the network readable by
+    # anyone on the path. A Bot API server on this machine (or the tests' fake) may be plain http.
+    if not value:
+        return value
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    scheme = parts.scheme.lower()
+    try:
+        host = parts.hostname or ""
+        parts.port  # noqa: B018  # a port that is not a number raises here, not at the first send
+    except ValueError as exc:
+        raise ValueError(f"not a usable URL ({exc})") from None
+    if scheme not in ("http", "https") or not host:
+        raise ValueError("expected an https:// URL of a Bot API server, e.g. https://botapi.example.com")
+    if scheme == "http" and not is_loopback(host):
+        raise ValueError(f"plain http:// to {host!r} would send the bot token in clear text; use https://, "
+                         f"or http:// only to {LOOPBACK}")
     return value
 
 
@@ -142,6 +197,9 @@ class AgentConfig(Section):
     # "tmux": the CLI is an interactive screen in the pane (typed into, scraped). "stream-json":
     # `loom pump` runs in the pane and owns the CLI's stdin and stdout (docs/STREAM.md).
     driver = Field(one_of("tmux", "stream-json"), "tmux")
+    # May a command run from the agent's own shell (its LOOM_SESSION_ID) hold, release or recycle
+    # this agent? Off: refused, recorded and told to the operator. On: done, and still told.
+    may_hold = Field(boolean, False)
 
 
 class WatchdogConfig(Section):
@@ -190,8 +248,11 @@ class TelegramConfig(Section):
     token_env = Field(string(), "LOOM_TELEGRAM_TOKEN")
     token_file = Field(optional_path, None)
     chat_id = Field(integer(), 0)
-    api_base = Field(string(), "")
+    api_base = Field(also(string(), _api_base), "")
     commands = Field(boolean, False)
+    # The Telegram user ids whose commands (and, with the bridge, messages) Loom acts on. [] = the
+    # private chat's own user (a private chat's id is its user's id); a group chat must list them.
+    allowed_users = Field(list_of(integer(ge=1)), factory=list)
     # How often an idle sender looks at the outbox, and how it backs off while Telegram is away.
     poll_interval = Field(positive_duration, 2.0)
     backoff_base = Field(positive_duration, 1.0)
@@ -201,6 +262,20 @@ class TelegramConfig(Section):
     # back (stream-json driver only: the turns that answer a message are known for sure there).
     bridge = Field(boolean, False)
 
+    @property
+    def senders(self) -> frozenset[int]:
+        """Who may command Loom: `allowed_users`, or else the private chat's own user (no one in a group)."""
+        if self.allowed_users:
+            return frozenset(self.allowed_users)
+        return frozenset({self.chat_id}) if self.chat_id > 0 else frozenset()
+
+    def validate(self, loc: Loc) -> None:
+        # A group chat as a plain notification sink needs no list: only commands and the bridge
+        # take orders, and in a group every member could otherwise give them.
+        if self.chat_id < 0 and (self.commands or self.bridge) and not self.allowed_users:
+            raise Bad((*loc, "allowed_users"), f"chat_id {self.chat_id} is a group chat: list the user ids that "
+                      "may command Loom (with commands or the bridge on, every member could otherwise)")
+
 
 class MemoryConfig(Section):
     dir = Field(path, factory=lambda: Path("~/.claude/memory").expanduser())
@@ -209,6 +284,17 @@ class MemoryConfig(Section):
 
 class MetricsConfig(Section):
     listen = Field(also(string(), _listen), "")
+    # The metrics tell anyone who can read them what the agent is doing: served to the network only
+    # when the operator says so.
+    allow_remote = Field(boolean, False)
+
+    def validate(self, loc: Loc) -> None:
+        if not self.listen or self.allow_remote:
+            return
+        host, _ = split_listen(self.listen)
+        if not is_loopback(host):
+            raise Bad((*loc, "listen"), f"{host!r} is not {LOOPBACK}: anyone who can reach it could read the "
+                      "metrics; listen on 127.0.0.1 or [::1], or set metrics.allow_remote = true")
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """A loopback fake of the Telegram Bot API: a real HTTP server on 127.0.0.1, in a thread.
 
-Enough of getMe, sendMessage and getUpdates for python-telegram-bot, plus switches for the
+Enough of getMe (the bot's username is `BOT_USER["username"]`), sendMessage and getUpdates (messages
+in private or group chats, from any user) for python-telegram-bot, plus switches for the
 failures Loom must survive: flood control (429 + retry_after), an outage (connections refused,
 or 502 from a "proxy"), and a second poller (409 on getUpdates).
 """
@@ -82,7 +83,16 @@ class FakeBot:
 
     # -- test helpers ---------------------------------------------------------------------
 
-    def add_update(self, chat_id: int, text: str, *, age: float = 0.0) -> int:
+    def add_update(self, chat_id: int, text: str, *, age: float = 0.0, from_id: int | None = None) -> int:
+        """A message in `chat_id` from user `from_id`. A positive chat id is a private chat, whose
+        id is its user's (as in Telegram), so `from_id` defaults to it; a negative one is a group
+        (a supergroup below -10**12) and needs `from_id`."""
+        if chat_id < 0 and from_id is None:
+            raise ValueError("a message in a group chat comes from some user: pass from_id")
+        if chat_id > 0:
+            chat = {"id": chat_id, "type": "private", "first_name": "someone"}
+        else:
+            chat = {"id": chat_id, "type": "supergroup" if chat_id < -10**12 else "group", "title": "the team"}
         with self._cond:
             uid = self._next_update
             self._next_update += 1
@@ -91,8 +101,8 @@ class FakeBot:
                 "message": {
                     "message_id": uid * 10,
                     "date": int(time.time() - age),
-                    "chat": {"id": chat_id, "type": "private", "first_name": "someone"},
-                    "from": {"id": chat_id, "is_bot": False, "first_name": "someone"},
+                    "chat": chat,
+                    "from": {"id": chat_id if from_id is None else from_id, "is_bot": False, "first_name": "someone"},
                     "text": text,
                 },
             })
@@ -132,8 +142,9 @@ class FakeBot:
             self._next_message += 1
             self.messages.append(Sent(chat_id, text, mid, time.monotonic()))
             self._cond.notify_all()
-        message = {"message_id": mid, "date": int(time.time()), "text": text, "from": BOT_USER,
-                   "chat": {"id": chat_id, "type": "private", "first_name": "operator"}}
+        chat = {"id": chat_id, "type": "private", "first_name": "operator"} if chat_id > 0 else \
+            {"id": chat_id, "type": "supergroup" if chat_id < -10**12 else "group", "title": "the team"}
+        message = {"message_id": mid, "date": int(time.time()), "text": text, "from": BOT_USER, "chat": chat}
         return 200, {"ok": True, "result": message}
 
     def _get_updates(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:

@@ -5,7 +5,8 @@ conversation, so with several agents the command loop relays plain text to the f
 OperatorActions.relay) and this loop follows the first agent's transcript, in that agent's
 directory, with that agent's Context. The other agents are reached with commands (/canary NAME...).
 
-The command loop is the bot's one poller: it passes the operator's text to the agent through
+The command loop is the bot's one poller: it passes the operator's text (from an allowed user of
+the operator's chat only: `TelegramConfig.senders`, `rules.refusal`) to the agent through
 `actions.inject` (commands.py), and the pump writes it to the transcript as an `in` record with
 origin "telegram". This loop follows the transcript and, for every turn whose input came from
 Telegram, puts the turn's final text in the outbox; the sender delivers it. Canary probes and

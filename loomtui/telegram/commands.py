@@ -7,6 +7,11 @@ is therefore recorded, shown by `loom status`, told to the operator, and backed 
 Each update's offset is committed before its command runs: a crash mid-command loses that
 command (the operator can send it again) instead of re-running a recycle on every restart.
 
+Who commands: only `telegram.chat_id`, and in it only `telegram.allowed_users` (by default the
+private chat's own user; a group must list them), and only commands addressed to no bot or to
+this one (`/status@OUR_BOT`, the name getMe gives). Anything else from that chat is recorded as
+`telegram_refused` (user id and reason, never the text) and does nothing.
+
 With `telegram.bridge` this loop is also the bridge's poller, and so the bot's only one: any
 other text from the operator's chat goes to the agent through the one injection path (the same
 offset rule: a crash mid-relay loses that message, never types it twice), and bridge.py sends
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import threading
@@ -31,8 +37,9 @@ import telegram
 from telegram.error import Conflict, TelegramError
 
 from loomtui import redact
+from loomtui.actors import Actor
 from loomtui.agent.hold_rules import parse_request
-from loomtui.agent.policy import backoff
+from loomtui.agent.policy import Instant, backoff
 from loomtui.config import TelegramConfig
 from loomtui.context import Context
 from loomtui.errors import LoomError
@@ -41,8 +48,9 @@ from loomtui.store import telegram_state as state
 from loomtui.store.db import Store
 from loomtui.telegram import rules
 from loomtui.telegram.bot import describe, make_bot
-from loomtui.telegram.clock import SYSTEM, Clock
+from loomtui.telegram.clock import SYSTEM, Clock, command_age
 from loomtui.telegram.token import load_token
+from loomtui.text import printable
 
 if TYPE_CHECKING:
     from loomtui.report.status import Status
@@ -65,6 +73,9 @@ CONFLICT_MESSAGE = (
 )
 
 T = TypeVar("T")
+# The user id of the sender whose command is being answered: set by Poller.handle, read by
+# OperatorActions for the actor it records (asyncio.to_thread carries it into the worker thread).
+SENDER: contextvars.ContextVar[int | None] = contextvars.ContextVar("loom_telegram_sender", default=None)
 
 
 class Actions(Protocol):
@@ -105,8 +116,13 @@ class OperatorActions:
                     ctx.close()
             self._contexts.clear()
 
+    def actor(self) -> Actor:
+        """Who asked: Telegram and the sender's user id."""
+        return Actor(self.source, user=SENDER.get())
+
     def _named(self, agent: str, reply: str) -> str:
-        return reply if len(self.agents) == 1 else f"{agent}: {reply}"
+        # An action's outcome may quote a hold's reason: one line, shown as the chat may show it.
+        return printable(reply if len(self.agents) == 1 else f"{agent}: {reply}")
 
     def status(self, agent: str | None = None) -> str:
         from loomtui.report import status as status_mod
@@ -124,7 +140,8 @@ class OperatorActions:
     def recycle(self, agent: str, mode: str) -> str:
         from loomtui import actions
 
-        result = actions.recycle(self.of(agent), mode, source=self.source, reason="asked over Telegram")
+        result = actions.recycle(self.of(agent), mode, source=self.source, reason="asked over Telegram",
+                                 actor=self.actor())
         return self._named(agent, result.describe())
 
     def queue(self) -> str:
@@ -135,12 +152,13 @@ class OperatorActions:
     def hold(self, agent: str, reason: str, duration: float | None) -> str:
         from loomtui import actions
 
-        return self._named(agent, actions.hold(self.of(agent), reason, duration, source=self.source).describe())
+        change = actions.hold(self.of(agent), reason, duration, source=self.source, actor=self.actor())
+        return self._named(agent, change.describe())
 
     def release(self, agent: str) -> str:
         from loomtui import actions
 
-        return self._named(agent, actions.release(self.of(agent), source=self.source).describe())
+        return self._named(agent, actions.release(self.of(agent), source=self.source, actor=self.actor()).describe())
 
     def relay(self, text: str, ref: str) -> str:
         """The operator's words to the first agent (the bridge's, see bridge.py): "" once its pump
@@ -148,7 +166,8 @@ class OperatorActions:
         from loomtui import actions
 
         # The ledger gets inject's length and digest and this ref; the text goes to the agent only.
-        result = actions.inject(self.of(self.agents[0]), text, source=self.source, detail={"ref": ref}, ref=ref)
+        result = actions.inject(self.of(self.agents[0]), text, source=self.source, detail={"ref": ref}, ref=ref,
+                                actor=self.actor())
         return "" if result.ok else f"not passed to the agent: {result.error}"
 
 
@@ -158,7 +177,7 @@ def queue_summary(items: list[Any], limit: int = 10, *, with_agent: bool = False
     lines = [f"queue: {len(items)} open"]
     for item in items[:limit]:
         whose = f" ({item.agent})" if with_agent else ""
-        lines.append(f"#{item.id} {item.job}{whose} [{item.state}] x{item.count}")
+        lines.append(printable(f"#{item.id} {item.job}{whose} [{item.state}] x{item.count}"))
     if len(items) > limit:
         lines.append(f"… and {len(items) - limit} more")
     return "\n".join(lines)
@@ -174,7 +193,7 @@ def format_status(status: Status, agent: str | None = None) -> str:
         from loomtui.agent import hold_rules
 
         hold = hold_rules.Hold.from_record(status.hold)
-        describe_agent = f"HELD: {hold_rules.describe(hold, status.taken)} (/release" + \
+        describe_agent = f"HELD: {printable(hold_rules.describe(hold, status.taken))} (/release" + \
             (" or /recycle)" if hold.by == "ceiling" else ")") + f"; {describe_agent}"
     lines = [
         "Loom status" + (f" of agent {agent}" if agent else ""),
@@ -187,7 +206,7 @@ def format_status(status: Status, agent: str | None = None) -> str:
         f"outbox: {status.outbox['pending']} pending, {status.outbox['failed']} failed",
     ]
     if status.conflict:
-        lines.append(f"telegram: {status.conflict['note']}")
+        lines.append(f"telegram: {printable(status.conflict['note'])}")
     return "\n".join(lines)
 
 
@@ -195,7 +214,6 @@ def agent_line(status: Status) -> str:
     """One agent in one short line: its name, state, last canary and hold."""
     from loomtui.agent import hold_rules
     from loomtui.durations import format_duration
-    from loomtui.text import printable
 
     last = status.canary_settled
     canary = f"canary {last.result} {format_duration(max(last.age, 0))} ago" if last else "no canary yet"
@@ -219,7 +237,7 @@ def format_agents(statuses: list[Status]) -> str:
              f"ledger: {host.ledger_events} events",
              f"outbox: {host.outbox['pending']} pending, {host.outbox['failed']} failed"]
     if host.conflict:
-        lines.append(f"telegram: {host.conflict['note']}")
+        lines.append(f"telegram: {printable(host.conflict['note'])}")
     lines.append("/status NAME for one agent in full")
     return "\n".join(lines)
 
@@ -247,13 +265,20 @@ async def run_commands(ctx: Context, actions: Actions, stop: asyncio.Event, *, c
 
 
 class Poller:
-    def __init__(self, store: Store, cfg: TelegramConfig, bot: telegram.Bot, actions: Actions, clock: Clock):
+    def __init__(self, store: Store, cfg: TelegramConfig, bot: telegram.Bot, actions: Actions, clock: Clock,
+                 *, username: str | None = None):
+        """`username`: the bot's own, when known without asking (tests); else getMe's, at the first step."""
         self.store, self.cfg, self.bot, self.actions, self.clock = store, cfg, bot, actions, clock
         self.failures = 0
+        self.username = username
+        self.senders = cfg.senders
+        self.started = clock.now()  # a later step of the wall clock is measured from here
 
     async def step(self, stop: asyncio.Event) -> float:
         try:
             await self.bot.initialize()
+            # getMe's answer, which initialize() fetched: a `/cmd@name` for any other name is not ours.
+            self.username = self.bot.username
             updates = await _unless_stopped(
                 self.bot.get_updates(offset=state.offset(self.store), timeout=max(1, int(self.cfg.long_poll)),
                                      allowed_updates=["message"]),
@@ -269,11 +294,21 @@ class Poller:
             return self._backoff()
         if updates is None:
             return 0.0
+        heard = self.clock.now()  # Telegram answered: what is sent from now on comes in the next batch
         self.failures = 0
         self._clear_conflict()
         for update in updates:
             await self.handle(update)
+        self.listened = heard
         return 0.0
+
+    # When the last getUpdates before this batch returned (None: none yet in this process), and
+    # the clocks when this poller first looked (a wall-clock step is measured from there).
+    listened: Instant | None = None
+
+    def age_of(self, msg: telegram.Message) -> float:
+        """The command's age, bounded by the monotonic time since Loom last heard from Telegram."""
+        return command_age(msg.date.timestamp(), self.started, self.listened, self.clock.now())
 
     def _backoff(self) -> float:
         return backoff(self.failures, self.cfg.backoff_base, self.cfg.backoff_max)
@@ -307,6 +342,14 @@ class Poller:
                                      detail={"chat_id": chat_id, "update_id": update.update_id})
             return
         parsed = rules.parse_command(msg.text)
+        if parsed is None and not self.cfg.bridge and chat_id < 0:
+            # A group's chatter is not addressed to Loom: no help reply to each line, nothing recorded.
+            with self.store.write() as db:
+                state.set_offset_in(db, update.update_id + 1)
+            return
+        if self.refused(update, msg):
+            return
+        SENDER.set(msg.from_user.id if msg.from_user is not None else None)  # the actor of what it runs
         if parsed is None and self.cfg.bridge:
             await self.relay(update, msg)
             return
@@ -315,15 +358,30 @@ class Poller:
             state.set_offset_in(db, update.update_id + 1)
             ledger.append_in(db, "telegram_command", source="telegram",
                              detail={"command": name, "update_id": update.update_id})
-        age = self.clock.time() - msg.date.timestamp()
+        age = self.age_of(msg)
         reply = await self.answer(name, parsed[1] if parsed else [], age)
         outbox.enqueue(self.store, redact.scrub(reply), chat_id=chat_id,
                        dedupe_key=f"telegram_reply:{chat_id}:{msg.message_id}:{update.update_id}")
 
+    def refused(self, update: telegram.Update, msg: telegram.Message) -> bool:
+        """Whether this message is one Loom does not act on for who sent it or whom it addresses;
+        if so it is recorded (who and why, never its text) and its offset committed."""
+        sender = msg.from_user.id if msg.from_user is not None else None
+        why = rules.refusal(sender, self.senders, msg.text, self.username)
+        if why is None:
+            return False
+        log.info("telegram: update %d in the operator's chat refused (%s, user %s)", update.update_id, why, sender)
+        with self.store.write() as db:
+            state.set_offset_in(db, update.update_id + 1)
+            ledger.append_in(db, "telegram_refused", source="telegram",
+                             detail={"chat_id": msg.chat.id, "user_id": sender, "update_id": update.update_id,
+                                     "reason": why})
+        return True
+
     async def relay(self, update: telegram.Update, msg: telegram.Message) -> None:
         with self.store.write() as db:
             state.set_offset_in(db, update.update_id + 1)
-        age = self.clock.time() - msg.date.timestamp()
+        age = self.age_of(msg)
         if not msg.text:
             reply = "not passed to the agent: the bridge passes text messages only"
         elif age > MAX_COMMAND_AGE:

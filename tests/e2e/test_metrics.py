@@ -38,6 +38,40 @@ def test_metrics_reflect_the_store(make_harness):
     assert daemon.stop() == 0
 
 
+def ipv6_loopback_port() -> int | None:
+    """A free port on ::1, or None when this machine has no IPv6 loopback."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+            return probe.getsockname()[1]
+    except OSError:
+        return None
+
+
+def test_metrics_are_served_on_the_ipv6_loopback(make_harness):
+    port = ipv6_loopback_port()
+    if port is None:
+        pytest.skip("this machine has no IPv6 loopback (::1 cannot be bound)")
+    harness = make_harness(sections={**FAST, "metrics": {"listen": f"[::1]:{port}"}, "canary": {"interval": "1h"}})
+    harness.start()
+    daemon = Daemon(harness, env={"NO_PROXY": "::1,[::1]", "no_proxy": "::1,[::1]"})
+
+    def scrape_v6() -> str:
+        try:
+            with urllib.request.urlopen(f"http://[::1]:{port}/metrics", timeout=5) as response:
+                return response.read().decode()
+        except OSError:
+            return ""
+
+    text = wait_for(lambda: (t := scrape_v6()) and "loom_supervisor_heartbeat_age_seconds" in t and t, 30,
+                    what="a scrape over IPv6")
+    assert 'loom_relaunches_total{agent="main",cause="operator_fresh",mode="fresh"} 1.0' in text
+    # Bound to ::1 only: nothing of it answers on the IPv4 loopback.
+    with socket.socket() as v4:
+        assert v4.connect_ex(("127.0.0.1", port)) != 0
+    assert daemon.stop() == 0
+
+
 def test_a_port_in_use_is_a_named_fatal_error(make_harness):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -236,3 +236,105 @@ def test_an_agent_named_main_keeps_the_single_agent_server_and_session():
     config = parse_config({"agents": [{"name": "main"}, {"name": "b"}]}, "c.toml", None)
     assert (config.agent.tmux_socket, config.agent.session) == ("loom", "agent")
     assert (config.for_agent("b").agent.tmux_socket, config.for_agent("b").agent.session) == ("loom-b", "b")
+
+
+# -- who may command Loom over Telegram, where the token may travel, who may read the metrics (issue 24)
+
+REFUSED = [
+    ('[telegram]\nchat_id = -1001234567890\ncommands = true\n',
+     "telegram.allowed_users: chat_id -1001234567890 is a group chat: list the user ids that may command Loom "
+     "(with commands or the bridge on, every member could otherwise)"),
+    ('[agent]\ndriver = "stream-json"\n[telegram]\nchat_id = -42\nbridge = true\n',
+     "telegram.allowed_users: chat_id -42 is a group chat: list the user ids that may command Loom "
+     "(with commands or the bridge on, every member could otherwise)"),
+    ('[telegram]\nallowed_users = [0]\n', "telegram.allowed_users[0]: must be at least 1 (got 0)"),
+    ('[telegram]\napi_base = "http://botapi.example.com:8081"\n',
+     "telegram.api_base: plain http:// to 'botapi.example.com' would send the bot token in clear text; use "
+     "https://, or http:// only to a loopback address (127.0.0.0/8, ::1, localhost)"),
+    ('[telegram]\napi_base = "http://192.168.1.20:8081/bot"\n',
+     "telegram.api_base: plain http:// to '192.168.1.20' would send the bot token in clear text; use "
+     "https://, or http:// only to a loopback address (127.0.0.0/8, ::1, localhost)"),
+    ('[telegram]\napi_base = "botapi.example.com:8081"\n',
+     "telegram.api_base: expected an https:// URL of a Bot API server, e.g. https://botapi.example.com"),
+    ('[metrics]\nlisten = "0.0.0.0:19466"\n',
+     "metrics.listen: '0.0.0.0' is not a loopback address (127.0.0.0/8, ::1, localhost): anyone who can reach "
+     "it could read the metrics; listen on 127.0.0.1 or [::1], or set metrics.allow_remote = true"),
+    ('[metrics]\nlisten = "[::]:9464"\n',
+     "metrics.listen: '::' is not a loopback address (127.0.0.0/8, ::1, localhost): anyone who can reach "
+     "it could read the metrics; listen on 127.0.0.1 or [::1], or set metrics.allow_remote = true"),
+    ('[metrics]\nlisten = "192.168.1.20:9464"\n',
+     "metrics.listen: '192.168.1.20' is not a loopback address (127.0.0.0/8, ::1, localhost): anyone who can "
+     "reach it could read the metrics; listen on 127.0.0.1 or [::1], or set metrics.allow_remote = true"),
+    ('[metrics]\nlisten = "prometheus.lan:9464"\n',
+     "metrics.listen: 'prometheus.lan' is not a loopback address (127.0.0.0/8, ::1, localhost): anyone who can "
+     "reach it could read the metrics; listen on 127.0.0.1 or [::1], or set metrics.allow_remote = true"),
+    ('[metrics]\nlisten = "::1:9464"\n', "metrics.listen: expected HOST:PORT, e.g. 127.0.0.1:9464 or [::1]:9464"),
+    ('[metrics]\nlisten = "[nope]:9464"\n', "metrics.listen: 'nope' in brackets is not an IPv6 address"),
+    ('[metrics]\nlisten = "127.0.0.1:0"\n', "metrics.listen: port must be 1-65535 (got 0)"),
+    ('[metrics]\nlisten = "127.0.0.1:9464"\nallow_remote = "yes"\n',
+     "metrics.allow_remote: expected true or false (got 'yes')"),
+]
+
+
+@pytest.mark.parametrize("text,line", REFUSED)
+def test_refused_senders_token_routes_and_listen_addresses_are_one_exact_line(tmp_path, text, line):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path), {})
+    assert info.value.exit_code == 2
+    assert str(info.value) == f"{path}: {line}"
+
+
+def test_a_refused_listen_exits_2_from_the_real_cli_and_doctor_fails_it(tmp_path, loom):
+    path = write(tmp_path, '[metrics]\nlisten = "0.0.0.0:19466"\n')
+    result = loom("--config", str(path), "supervise", timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"loom: {path}: {REFUSED[6][1]}"]
+    doctor = loom("--config", str(path), "doctor")
+    assert doctor.returncode != 0
+    [config_line] = [line for line in doctor.stdout.splitlines() if line.split()[1:2] == ["config"]]
+    assert config_line.split(None, 2) == ["FAIL", "config", f"{path}: {REFUSED[6][1]}"]
+
+
+ACCEPTED = [
+    ({"metrics": {"listen": "127.0.0.1:9464"}}, "metrics"),
+    ({"metrics": {"listen": "127.3.4.5:9464"}}, "metrics"),
+    ({"metrics": {"listen": "localhost:9464"}}, "metrics"),
+    ({"metrics": {"listen": "[::1]:9464"}}, "metrics"),
+    ({"metrics": {"listen": "0.0.0.0:19466", "allow_remote": True}}, "metrics"),
+    ({"metrics": {"listen": "[::]:19466", "allow_remote": True}}, "metrics"),
+    ({"telegram": {"api_base": "https://botapi.example.com:8443"}}, "telegram"),
+    ({"telegram": {"api_base": "http://127.0.0.1:8081/bot"}}, "telegram"),
+    ({"telegram": {"api_base": "http://localhost:8081"}}, "telegram"),
+    ({"telegram": {"api_base": "http://[::1]:8081/bot{token}/"}}, "telegram"),
+    ({"telegram": {"chat_id": -1001234567890}}, "telegram"),  # a group as a notification sink only
+    ({"telegram": {"chat_id": -42, "commands": True, "allowed_users": [5151, 6262]}}, "telegram"),
+]
+
+
+@pytest.mark.parametrize("data,section", ACCEPTED)
+def test_loopback_https_remote_by_choice_and_listed_groups_are_accepted(data, section):
+    config = parse_config(data, "c.toml", None)
+    for key, value in data[section].items():
+        assert getattr(getattr(config, section), key) == value
+
+
+def test_who_may_command_loom_defaults_to_the_private_chats_own_user():
+    from loomtui.config import TelegramConfig
+
+    assert TelegramConfig(chat_id=5151).senders == {5151}
+    assert TelegramConfig(chat_id=5151, allowed_users=[7, 8]).senders == {7, 8}
+    assert TelegramConfig(chat_id=-42).senders == frozenset()  # a sink: nobody commands through it
+    assert TelegramConfig(chat_id=-42, commands=True, allowed_users=[7]).senders == {7}
+    assert TelegramConfig().senders == frozenset()
+
+
+def test_the_metrics_address_splits_for_binding():
+    from loomtui.config import is_loopback, split_listen
+
+    assert split_listen("127.0.0.1:9464") == ("127.0.0.1", 9464)
+    assert split_listen("[::1]:9464") == ("::1", 9464)
+    assert split_listen("localhost:1") == ("localhost", 1)
+    assert [is_loopback(h) for h in ("127.0.0.1", "127.255.0.9", "::1", "localhost", "LOCALHOST")] == [True] * 5
+    assert [is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "::ffff:8.8.8.8", "localhost.evil.com",
+                                     "example.com", "")] == [False] * 7

@@ -98,7 +98,7 @@ def update(uid: int, text: str) -> telegram.Update:
 
 def say(ctx: Context, actions, *texts: str) -> list[str]:
     """Each text through a real poller on the real store; the replies it put in the outbox."""
-    poller = Poller(ctx.store, ctx.config.telegram, BOT, actions, Clock())
+    poller = Poller(ctx.store, ctx.config.telegram, BOT, actions, Clock(), username="loom_bot")
     before = {m.id for m in outbox.recent(ctx.store, 1000)}
     for i, text in enumerate(texts, start=1):
         asyncio.run(poller.handle(update(1000 + len(before) + i, text)))
