@@ -13,7 +13,7 @@ AGENT_LOOPS = ("watchdog", "canary")  # the sentinel and the sender serve every 
 
 def register(sub) -> None:
     parser = subcommand(sub, "tick", "run exactly one tick of one loop, as `loom supervise` would "
-                                     "(exit 0 ran, 1 failed, 75 another tick of that loop was running)")
+                                     "(exit 0 ran, 1 failed, 74 the store is unusable, 75 another tick of that loop was running)")
     parser.add_argument("loop", choices=LOOPS)
     parser.add_argument("--source", default="cron", choices=("cron", "cli"),
                         help="who fired it, for the loop KPIs (default: cron)")

@@ -22,11 +22,13 @@ from typing import Any
 
 from loomtui.context import Context
 from loomtui.errors import LockHeld
-from loomtui.store import counters, ledger, locks
+from loomtui.store import counters, health, ledger, locks
+from loomtui.store.db import DB_NAME
 
 LOOPS = ("watchdog", "canary", "sentinel", "notify")
 AGENT_LOOPS = ("watchdog", "canary")  # one per agent; the sentinel and the sender serve every agent
 EXIT_RAN, EXIT_FAILED, EXIT_BUSY = 0, 1, 75  # 75: EX_TEMPFAIL, "try again later"
+EXIT_UNUSABLE = health.EX_IOERR  # 74: the store is damaged or gone (`loom supervise` salvages it at start)
 LOOKS_KEY = "watchdog_looks"
 
 
@@ -53,13 +55,13 @@ def loop_labels(loop: str, agent: str | None) -> dict[str, str]:
 @dataclass(frozen=True)
 class TickOutcome:
     loop: str
-    status: str          # ran / busy / failed
+    status: str          # ran / busy / failed / unusable (the store)
     line: str
     seconds: float
 
     @property
     def exit_code(self) -> int:
-        return {"ran": EXIT_RAN, "busy": EXIT_BUSY}.get(self.status, EXIT_FAILED)
+        return {"ran": EXIT_RAN, "busy": EXIT_BUSY, "unusable": EXIT_UNUSABLE}.get(self.status, EXIT_FAILED)
 
 
 def record(ctx: Context, loop: str, source: str, status: str, seconds: float | None) -> None:
@@ -96,6 +98,11 @@ def tick_once(ctx: Context, loop: str, *, source: str = "cron") -> TickOutcome:
             return TickOutcome(loop, "busy", str(exc), time.monotonic() - began)
         except Exception as exc:
             seconds = time.monotonic() - began
+            path = ctx.state_dir / DB_NAME
+            opened = ctx._store  # only a store the tick opened: opening one here could create it
+            reason = opened.unusable(exc) if opened is not None else health.examine(path, None, exc)
+            if reason:  # nothing is recorded into a store that is not the store any more
+                return TickOutcome(loop, "unusable", f"store {path} is unusable: {reason}", seconds)
             try:
                 name = loop_name(loop, ctx.agent if loop in AGENT_LOOPS else None)
                 ledger.append(ctx.store, "loop_error", source=source,

@@ -8,9 +8,12 @@ The host-wide loops (sentinel, Telegram, metrics) run once.
 Start-up order matters (an earlier daemon swallowed a failed lock write and exited 0, so its
 supervisor never restarted it): prove the state directory writable, then take
 supervisor.lock, then work. A loop that raises is recorded and restarted with capped backoff;
-it never takes the daemon down. SIGTERM or SIGINT is a clean stop (exit 0); a fatal error is
-a non-zero exit with a message. A daemon that exits at all has failed, so the service manager
-restarts it.
+it never takes the daemon down, unless what it met is a store that cannot be used any more
+(damaged, emptied, replaced, removed, its log unlinked: store/health.py). Then, and when the
+heartbeat's look finds the same, the daemon exits 74 (EX_IOERR) with `store PATH is unusable:
+WHY`, so the service manager restarts it and the salvage at start runs; a busy or locked store
+is never fatal. SIGTERM or SIGINT is a clean stop (exit 0; 74 with that line if the store turned
+out unusable). A daemon that exits at all has failed, so the service manager restarts it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import logging
 import os
 import signal
+import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -31,7 +35,8 @@ from loomtui.agent.policy import backoff
 from loomtui.context import Context
 from loomtui.daemon import oneshot
 from loomtui.errors import LockHeld, LoomError
-from loomtui.store import counters, ledger, locks
+from loomtui.store import counters, health, ledger, locks
+from loomtui.store.db import DB_NAME
 
 log = logging.getLogger("loom.supervise")
 
@@ -128,6 +133,7 @@ class Runtime:
     tally: counters.Tally = field(default_factory=counters.Tally)   # the loop KPIs, flushed with the heartbeat
     started: float = field(default_factory=time.time)
     fatal: str = ""
+    exit_code: int = 1             # the exit status with `fatal`: EX_IOERR for an unusable store
     halt: threading.Event = field(default_factory=threading.Event)
 
 
@@ -162,6 +168,25 @@ async def sleep_stop_or_wake(stop: asyncio.Event, wake: asyncio.Event | None, se
                 waiter.cancel()
     wake.clear()
     return stop.is_set()
+
+
+def unusable_store(ctx: Context, exc: BaseException | None = None) -> str:
+    """The line the daemon exits with when the store `ctx` uses cannot be used any more (or when
+    `exc` says so), else "". Only a store this context has open is looked at: opening one here
+    could fail too, or create a fresh file."""
+    path = ctx.state_dir / DB_NAME
+    opened = ctx._store
+    reason = opened.unusable(exc) if opened is not None else health.examine(path, None, exc)
+    return f"store {path} is unusable: {reason}" if reason else ""
+
+
+def give_up(rt: Runtime, stop: asyncio.Event, line: str) -> None:
+    """End the daemon for an unusable store: the first line found is the one it exits with."""
+    if not rt.fatal:
+        rt.fatal, rt.exit_code = line, health.EX_IOERR
+        log.error("%s; exiting so that the service manager restarts Loom and its salvage runs", line)
+    rt.halt.set()
+    stop.set()
 
 
 def _record_error(ctx: Context, name: str, exc: BaseException) -> None:
@@ -205,6 +230,10 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 failures += 1
                 stats.errors += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
+                fatal = unusable_store(ctx, exc)
+                if fatal:
+                    give_up(rt, stop, fatal)  # a restarted loop would only meet it again
+                    break
                 _record_error(ctx, spec.name, exc)
                 if await sleep_or_stop(stop, backoff(failures, 2.0, MAX_LOOP_BACKOFF)):
                     break
@@ -272,7 +301,11 @@ async def run_service(rt: Runtime, service: Service, stop: asyncio.Event) -> Non
             failures += 1
             stats.errors += 1
             stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
-            _record_error(ctx, service.name, exc)
+            fatal = unusable_store(ctx, exc)
+            if fatal:
+                give_up(rt, stop, fatal)
+            else:
+                _record_error(ctx, service.name, exc)
         finally:
             ctx.close()
         if stop.is_set():
@@ -289,22 +322,32 @@ async def run_heartbeat(rt: Runtime, stop: asyncio.Event, period: float) -> None
         while not stop.is_set():
             detail = {"pid": os.getpid(), "started": rt.started, "version": __version__,
                       "loops": {name: asdict(s) for name, s in rt.stats.items()}}
+            failed: Exception | None = None
             try:
                 await asyncio.to_thread(ctx.store.beat, HEARTBEAT, detail)
                 failures = 0
                 await asyncio.to_thread(rt.tally.flush, ctx.store)
             except Exception as exc:
+                failed = exc
+            # A beat that succeeds proves little (its pages may be cached, its log unlinked): the
+            # store's health is looked at each time, a stat or two and the damage any loop met.
+            fatal = await asyncio.to_thread(unusable_store, ctx, failed)
+            if fatal:
+                give_up(rt, stop, fatal)
+                return
+            if failed is not None:
                 failures += 1
-                log.error("heartbeat failed: %s", exc)
+                log.error("heartbeat failed: %s", failed)
                 if failures >= FATAL_HEARTBEAT_FAILURES:
-                    rt.fatal = f"cannot write the heartbeat to {ctx.state_dir}: {exc}"
+                    rt.fatal = f"cannot write the heartbeat to {ctx.state_dir}: {failed}"
                     stop.set()
                     return
             if await sleep_or_stop(stop, period):
                 break
     finally:
         try:
-            rt.tally.flush(ctx.store)  # the last ticks' counts, before the store closes
+            if not unusable_store(ctx):  # never write into a store that is not the store any more
+                rt.tally.flush(ctx.store)  # the last ticks' counts, before the store closes
         except Exception as exc:
             log.error("could not keep the loop counters: %s", exc)
         ctx.close()
@@ -351,6 +394,22 @@ def with_bridge(ctx: Context, services: list[Service]) -> list[Service]:
     return services + [s for s in wanted if s.name not in have]
 
 
+def _record_stop(ctx: Context) -> int:
+    """The stop asked for (SIGTERM, SIGINT), in the ledger: exit 0, or 74 with the one line when the
+    store turned out unusable meanwhile (never a traceback); a busy store only costs the event."""
+    try:
+        fatal = unusable_store(ctx)
+        if not fatal:
+            ledger.append(ctx.store, "supervisor_stop", source="supervisor", detail={"pid": os.getpid()})
+            return 0
+    except (LoomError, sqlite3.Error) as exc:
+        fatal = unusable_store(ctx, exc)
+        if not fatal:
+            log.error("could not record the stop: %s", exc)
+            return 0
+    raise LoomError(fatal, exit_code=health.EX_IOERR)
+
+
 def supervise(ctx: Context, loops: list[TickLoop], services: list[Service] | None = None) -> int:
     """Run until stopped. The state dir was proven writable when `ctx` was loaded."""
     lock = locks.FileLock(ctx.state_dir, locks.SUPERVISOR)
@@ -383,9 +442,8 @@ def supervise(ctx: Context, loops: list[TickLoop], services: list[Service] | Non
         heartbeat_period = min(5.0, min((s.period for s in loops), default=5.0) * 2)
         asyncio.run(main_async(rt, heartbeat_period))
         if rt.fatal:
-            raise LoomError(rt.fatal)
-        ledger.append(ctx.store, "supervisor_stop", source="supervisor", detail={"pid": os.getpid()})
-        return 0
+            raise LoomError(rt.fatal, exit_code=rt.exit_code)
+        return _record_stop(ctx)
     finally:
         if server is not None:
             server.shutdown()

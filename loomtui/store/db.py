@@ -19,6 +19,7 @@ from typing import Any
 
 from loomtui.errors import StoreError, StoreUnavailable
 from loomtui.states import MAIN_AGENT
+from loomtui.store import health
 from loomtui.store.migrations import MIGRATIONS
 from loomtui.store.statedir import create_private_file
 
@@ -42,6 +43,8 @@ class Store:
         self.agent = agent
         self.agent_dir = Path(agent_dir) if agent_dir is not None else self.path.parent
         self._lock = threading.RLock()
+        self.opened: health.Opened | None = None
+        health.refuse_orphaned_log(self.path)  # before SQLite sees the file: it would delete the log
         try:
             create_private_file(self.path)
             self.conn = sqlite3.connect(
@@ -64,9 +67,19 @@ class Store:
             self.conn.execute("PRAGMA foreign_keys = ON")
             if migrate:
                 self.migrate()
+            else:
+                self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # SQLite opens the log
+            # The files this connection holds, once it holds the log too: the health check's baseline.
+            self.opened = health.Opened(health.FileId.of(self.path), health.FileId.of(health.wal_path(self.path)))
         except sqlite3.Error as exc:
             self.conn.close()
             raise StoreError(f"store {self.path} is unusable: {exc}") from None
+        except OSError as exc:
+            self.conn.close()
+            raise StoreError(f"store {self.path} cannot be opened: {exc.strerror or exc}") from None
+        if self.opened.db is None:  # removed between the open and the look
+            self.conn.close()
+            raise health.StoreBroken(self.path, "the file was removed while Loom opened it")
 
     @classmethod
     def in_dir(cls, state_dir: Path, **kwargs: Any) -> Store:
@@ -85,7 +98,27 @@ class Store:
     # -- transactions --------------------------------------------------------------------
 
     def _unavailable(self, exc: sqlite3.Error) -> StoreUnavailable:
+        health.note(self.opened, exc, self.path)
         return StoreUnavailable(f"store {self.path}: {exc}")
+
+    def unusable(self, exc: BaseException | None = None) -> str | None:
+        """Why this store cannot be used any more (SQLite's error, or what became of its files), or
+        None: sound, or failing in a way that may pass (locked, busy). See health.py."""
+        return health.examine(self.path, self.opened, exc)
+
+    def _damage(self, exc: BaseException) -> BaseException | None:
+        """A damaged store met inside a transaction's body, named like any other store fault (raw, it
+        would end a command in a traceback); None for the caller's own errors, raised as they are."""
+        if isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, StoreError) \
+                and health.classify(exc) == health.DAMAGED:
+            return self._unavailable(exc)
+        return None
+
+    def _rollback(self) -> None:
+        try:
+            self.conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # SQLite already rolled back after the failure (a full disk, an I/O error, damage)
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
@@ -93,29 +126,40 @@ class Store:
         with self._lock:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
+            except sqlite3.DatabaseError as exc:
                 raise self._unavailable(exc) from None
             try:
                 yield self.conn
-            except BaseException:
-                self.conn.execute("ROLLBACK")
+            except BaseException as exc:
+                self._rollback()
+                named = self._damage(exc)
+                if named is not None:
+                    raise named from None
                 raise
             else:
                 try:
                     self.conn.execute("COMMIT")
-                except sqlite3.OperationalError as exc:
-                    self.conn.execute("ROLLBACK")
+                except sqlite3.DatabaseError as exc:
+                    self._rollback()
                     raise self._unavailable(exc) from None
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A consistent snapshot for several reads."""
         with self._lock:
-            self.conn.execute("BEGIN")
+            try:
+                self.conn.execute("BEGIN")
+            except sqlite3.DatabaseError as exc:
+                raise self._unavailable(exc) from None
             try:
                 yield self.conn
+            except BaseException as exc:
+                named = self._damage(exc)
+                if named is not None:
+                    raise named from None
+                raise
             finally:
-                self.conn.execute("ROLLBACK")
+                self._rollback()
 
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         return self._read(sql, params, lambda cur: cur.fetchall())

@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loomtui.errors import StoreError
-from loomtui.store import ledger, outbox, session
+from loomtui.store import health, ledger, outbox, session
 from loomtui.store.db import DB_NAME, Store
+from loomtui.store.statedir import create_private_file
 
 # Rows worth carrying over, newest first where a table can be long. The ledger is not copied
 # row by row (a partial chain would not verify); its readable head is named instead.
@@ -38,7 +39,7 @@ CARRY = {
     "scan_offsets": "SELECT * FROM scan_offsets",
     "canary_runs": "SELECT * FROM canary_runs ORDER BY id DESC LIMIT 500",
 }
-DAMAGE = ("malformed", "not a database", "file is encrypted", "database corrupt", "unsupported file format")
+DAMAGE = health.DAMAGE
 
 
 @dataclass
@@ -90,7 +91,9 @@ def open_checked(state_dir: Path) -> Store:
 
 
 def open_or_salvage(state_dir: Path) -> tuple[Store, Salvage | None]:
-    if _emptied(state_dir):
+    if _orphaned_log(state_dir):
+        damage = "the file was missing beside its write-ahead log"
+    elif _emptied(state_dir):
         damage = "the file is empty"
     else:
         try:
@@ -121,6 +124,17 @@ def open_or_salvage(state_dir: Path) -> tuple[Store, Salvage | None]:
         })
         outbox.enqueue(db, salvage.summary(), dedupe_key=f"salvage-{salvage.moved_to.name}")
     return store, salvage
+
+
+def _orphaned_log(state_dir: Path) -> bool:
+    """No store file, but a log that holds commits (the file removed by hand, or replaced by an
+    emptied one): the log is evidence like an emptied file's. An empty file is put in the store's
+    place so both are moved aside together, as for an emptied store."""
+    db, wal = state_dir / DB_NAME, health.wal_path(state_dir / DB_NAME)
+    if db.exists() or not wal.exists() or not wal.stat().st_size:
+        return False
+    create_private_file(db)
+    return True
 
 
 def _emptied(state_dir: Path) -> bool:

@@ -509,7 +509,9 @@ def test_the_console_follows_a_store_the_daemon_replaced(populated):
         async with app.run_test(size=(80, 24)) as pilot:
             await until(pilot, lambda: app.snapshot and "bbbbbbbb" in screen_text(app), what="the old store")
             state = populated.state_dir
-            os.replace(state / DB_NAME, state / f"{DB_NAME}.damaged-test")  # what salvage does
+            for suffix in ("", "-wal", "-shm"):  # what salvage does: the file and its log, moved aside
+                if (state / f"{DB_NAME}{suffix}").exists():
+                    os.replace(state / f"{DB_NAME}{suffix}", state / f"{DB_NAME}.damaged-test{suffix}")
             with Store.in_dir(state) as fresh:
                 with fresh.write() as db:
                     session.pin_in(db, "cccccccc-3333-4333-8333-333333333333")

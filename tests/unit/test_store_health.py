@@ -1,0 +1,283 @@
+"""The store's health check on real SQLite files: damage, a lock, a file replaced, removed or
+emptied, a log unlinked or replaced; and the refusal to open an emptied store beside its log."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from loomtui.errors import StoreUnavailable
+from loomtui.store import health, ledger, session
+from loomtui.store.db import DB_NAME, Store
+from loomtui.store.health import DAMAGED, OTHER, TRANSIENT, FileId, Opened, StoreBroken, classify
+from loomtui.store.salvage import open_or_salvage
+
+SID = "12345678-aaaa-4bbb-8ccc-1234567890ab"
+
+
+@pytest.fixture
+def store(state_dir):
+    state_dir.mkdir(mode=0o700)
+    s = Store.in_dir(state_dir)
+    ledger.append(s, "inject", source="t", detail={"n": 1})
+    yield s
+    s.close()
+
+
+def fresh_db(path) -> None:
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE other(x)")
+        db.commit()
+
+
+def scribble_table(store: Store, table: str) -> None:
+    root = store.query_one("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,))[0]
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with open(store.path, "r+b") as f:
+        f.seek((root - 1) * store.query_one("PRAGMA page_size")[0])
+        f.write(b"\xa5" * 4096)
+    # Another process's commit, as under a running daemon: the connection's cached pages are
+    # dropped, and its next read meets the file as it now is.
+    with closing(sqlite3.connect(store.path, isolation_level=None)) as other:
+        other.execute("INSERT OR REPLACE INTO heartbeats(name, ts, pid, detail) VALUES ('other', 0, 0, '{}')")
+
+
+# -- classification ---------------------------------------------------------------------------
+
+def test_a_malformed_store_is_damage(store):
+    scribble_table(store, "meta")
+    with pytest.raises(StoreUnavailable) as raised:
+        store.query("SELECT * FROM meta")
+    assert classify(raised.value) == DAMAGED
+    assert store.unusable(raised.value) == "database disk image is malformed"
+
+
+def test_a_file_that_is_not_a_database_is_damage(tmp_path):
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not sqlite " * 400)
+    with closing(sqlite3.connect(path)) as db, pytest.raises(sqlite3.DatabaseError) as raised:
+        db.execute("SELECT * FROM sqlite_master").fetchall()
+    assert classify(raised.value) == DAMAGED
+    assert health.examine(path, None, raised.value) == "file is not a database"
+
+
+def test_a_locked_store_is_transient_and_never_unusable(store):
+    blocker = sqlite3.connect(store.path, isolation_level=None)
+    other = Store(store.path, timeout=0.1)
+    try:
+        blocker.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreUnavailable) as raised:
+            ledger.append(other, "inject", source="t", detail={})
+        assert "database is locked" in str(raised.value)
+        assert classify(raised.value) == TRANSIENT
+        assert other.unusable(raised.value) is None and store.unusable() is None
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        other.close()
+
+
+def test_only_the_stores_own_errors_count():
+    # Telegram calls a rejected message "malformed": that is no damaged store.
+    assert classify(RuntimeError("Bad Request: message is malformed")) == OTHER
+    assert classify(sqlite3.IntegrityError("UNIQUE constraint failed: meta.key")) == OTHER
+    assert classify(sqlite3.OperationalError("no such table: nothing")) == OTHER
+
+
+def test_a_healthy_store_is_sound(store):
+    assert store.unusable() is None
+    assert store.opened is not None and store.opened.wal is not None  # the log, as the connection holds it
+
+
+# -- the files under an open connection ---------------------------------------------------------
+
+def test_a_replaced_file_is_unusable(store, tmp_path):
+    fresh_db(tmp_path / "other.db")
+    os.replace(tmp_path / "other.db", store.path)
+    assert "the file was replaced" in store.unusable()
+
+
+def test_a_removed_file_is_unusable(store):
+    os.unlink(store.path)
+    assert store.unusable() == "the file was removed while Loom had it open"
+
+
+def test_an_emptied_file_is_unusable(store):
+    os.truncate(store.path, 0)
+    assert store.unusable() == "the file was emptied while Loom had it open (0 bytes)"
+
+
+def test_an_unlinked_log_is_unusable(store):
+    wal = health.wal_path(store.path)
+    os.unlink(wal)
+    assert store.unusable() == f"its write-ahead log {wal} was removed while Loom had it open"
+
+
+def test_a_replaced_log_is_unusable(store, tmp_path):
+    wal = health.wal_path(store.path)
+    (tmp_path / "other-wal").write_bytes(wal.read_bytes())
+    os.replace(tmp_path / "other-wal", wal)
+    assert store.unusable() == f"its write-ahead log {wal} was replaced while Loom had it open"
+
+
+def test_a_log_checkpointed_away_is_still_the_same_log(store):
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # emptied in place: the same file
+    assert health.wal_path(store.path).stat().st_size == 0
+    ledger.append(store, "inject", source="t", detail={"n": 2})
+    assert store.unusable() is None
+
+
+def test_the_verdict_from_plain_file_ids():
+    db, log = FileId(1, 10, 8192), FileId(1, 11, 4096)
+    opened = Opened(db, log)
+    wal = health.wal_path(Path("/s/loom.db"))
+    assert health.moved(opened, db, log, wal) is None
+    assert health.moved(opened, FileId(1, 10, 16384), FileId(1, 11, 0), wal) is None  # grown; checkpointed
+    assert "removed" in health.moved(opened, None, log, wal)
+    assert "replaced" in health.moved(opened, FileId(1, 12, 8192), log, wal)
+    assert "replaced" in health.moved(opened, FileId(2, 10, 8192), log, wal)  # same inode, other device
+    assert "emptied" in health.moved(opened, FileId(1, 10, 0), log, wal)
+    assert "write-ahead log /s/loom.db-wal was removed" in health.moved(opened, db, None, wal)
+    assert "write-ahead log /s/loom.db-wal was replaced" in health.moved(opened, db, FileId(1, 13, 0), wal)
+    assert health.moved(Opened(db, None), db, None, wal) is None  # no log was held: none to lose
+
+
+def test_damage_one_connection_met_is_found_by_another(store):
+    # The canary catches a store fault and records it as its own error: the heartbeat's look,
+    # on a connection of its own, must still find it.
+    heartbeat = Store(store.path)
+    try:
+        scribble_table(store, "meta")
+        with pytest.raises(StoreUnavailable):
+            store.query("SELECT * FROM meta")
+        assert heartbeat.unusable() == "database disk image is malformed"
+    finally:
+        heartbeat.close()
+
+
+def test_damage_is_kept_by_the_file_not_the_path(store, state_dir):
+    scribble_table(store, "meta")
+    with pytest.raises(StoreUnavailable):
+        store.query("SELECT * FROM meta")
+    store.close()
+    salvaged_store, salvaged = open_or_salvage(state_dir)  # the file moved aside, a new one in its place
+    try:
+        assert salvaged is not None
+        assert salvaged_store.unusable() is None
+    finally:
+        salvaged_store.close()
+
+
+def test_damage_inside_a_transaction_is_named_not_raw(store):
+    scribble_table(store, "ledger")
+    with pytest.raises(StoreUnavailable) as raised:
+        with store.write() as db:
+            db.execute("SELECT detail FROM ledger").fetchall()
+    assert str(raised.value) == f"store {store.path}: database disk image is malformed"
+    with pytest.raises(sqlite3.IntegrityError):  # a caller's own mistake is raised as it is
+        with store.write() as db:
+            db.execute("INSERT INTO meta(key, value) VALUES ('k', 'v')")
+            db.execute("INSERT INTO meta(key, value) VALUES ('k', 'v')")
+
+
+# -- opening an emptied store -----------------------------------------------------------------
+
+def emptied_beside_its_log(state_dir):
+    """A store with commits only in its log, then its file emptied, as `truncate -s 0` leaves it
+    under a running daemon (whose connection keeps the log)."""
+    state_dir.mkdir(mode=0o700)
+    daemon = Store.in_dir(state_dir)
+    daemon.conn.execute("PRAGMA wal_autocheckpoint = 0")
+    ledger.append(daemon, "inject", source="t", detail={"n": 1})
+    os.truncate(daemon.path, 0)
+    return daemon
+
+
+def test_a_reader_refuses_an_empty_store_beside_its_log(state_dir):
+    daemon = emptied_beside_its_log(state_dir)
+    wal = health.wal_path(daemon.path)
+    try:
+        before = (wal.stat().st_ino, wal.stat().st_size)
+        with pytest.raises(StoreBroken) as raised:
+            Store.in_dir(state_dir)
+        assert raised.value.exit_code == health.EX_IOERR == 74
+        assert str(raised.value).startswith(f"store {daemon.path} is unusable: the file is empty but its write-ahead log")
+        assert (wal.stat().st_ino, wal.stat().st_size) == before  # SQLite was never let near it
+        assert daemon.path.stat().st_size == 0
+    finally:
+        daemon.close()
+
+
+def test_a_reader_refuses_a_missing_store_beside_its_log(state_dir):
+    daemon = emptied_beside_its_log(state_dir)
+    try:
+        os.unlink(daemon.path)
+        with pytest.raises(StoreBroken, match="the file is missing but its write-ahead log"):
+            Store.in_dir(state_dir)
+        assert not daemon.path.exists()
+    finally:
+        daemon.close()
+
+
+def test_a_reader_refuses_an_empty_store_with_a_pinned_session(state_dir):
+    state_dir.mkdir(mode=0o700)
+    (state_dir / DB_NAME).write_bytes(b"")
+    session.write_sidecar(state_dir, SID)
+    with pytest.raises(StoreBroken, match="pinned session shows a store was here"):
+        Store.in_dir(state_dir)
+    assert health.SIDECAR == session.SIDECAR
+
+
+def test_a_new_state_dir_creates_its_store(state_dir):
+    state_dir.mkdir(mode=0o700)
+    with Store.in_dir(state_dir) as store:
+        assert store.schema_version() > 0 and store.unusable() is None
+    (state_dir / DB_NAME).unlink()  # removed by hand with nothing beside it: a fresh start
+    with Store.in_dir(state_dir) as store:
+        assert store.schema_version() > 0
+
+
+def test_the_daemon_salvages_a_log_whose_store_file_is_gone(state_dir):
+    state_dir.mkdir(mode=0o700)
+    # Commits that only reached the log, then the store file removed by hand.
+    with closing(sqlite3.connect(state_dir / "scratch.db", isolation_level=None)) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA wal_autocheckpoint = 0")
+        db.execute("CREATE TABLE t(x)")
+        db.execute("INSERT INTO t VALUES (1)")
+        log = (state_dir / "scratch.db-wal").read_bytes()
+    health.wal_path(state_dir / DB_NAME).write_bytes(log)
+    store, salvaged = open_or_salvage(state_dir)
+    try:
+        assert salvaged is not None and salvaged.moved_to.read_bytes() == b""
+        assert (state_dir / f"{salvaged.moved_to.name}-wal").read_bytes() == log  # kept as evidence
+        event = ledger.Event.from_row(store.query_one("SELECT * FROM ledger ORDER BY id LIMIT 1"))
+        assert event.kind == "store_salvaged" and "missing beside its write-ahead log" in event.detail["damage"]
+    finally:
+        store.close()
+
+
+def test_loom_tick_on_a_damaged_store_exits_74_naming_it(store, loom):
+    store.close()
+    with open(store.path, "r+b") as f:
+        f.write(b"not a database " * 6)  # over the header
+    result = loom("tick", "sentinel")
+    assert result.returncode == health.EX_IOERR, result.stderr
+    assert f"store {store.path} is unusable: " in result.stderr and "Traceback" not in result.stderr
+
+
+def test_loom_status_on_an_empty_store_beside_its_log_exits_74_and_keeps_the_log(state_dir, loom):
+    daemon = emptied_beside_its_log(state_dir)
+    wal = health.wal_path(daemon.path)
+    try:
+        size = wal.stat().st_size
+        result = loom("status")
+        assert result.returncode == health.EX_IOERR
+        assert result.stderr.startswith(f"loom: store {daemon.path} is unusable: the file is empty"), result.stderr
+        assert wal.stat().st_size == size
+    finally:
+        daemon.close()
