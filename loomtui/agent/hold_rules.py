@@ -5,13 +5,19 @@ One mechanism for both kinds of hold. The ceiling places one when automatic rela
 maybe an end (`loom hold --for 30m`). While a hold is active, automatic destructive actions are
 refused with reason `hold`; observation, probes on request, recording and an operator's own
 actions go on.
+
+A timed hold lasts its duration (`until` less `since`) on the monotonic clock from its start when
+that start was recorded on this boot: a wall clock stepped forward must not end it early, nor one
+stepped back make it last a day longer. Across a reboot its stored wall times decide, as the
+relaunch windows do (policy.age); `until` stays the wall time it was meant to end, for the eye.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from loomtui.agent.policy import Instant, as_instant
 from loomtui.durations import format_duration, parse_duration
 
 By = Literal["ceiling", "operator"]
@@ -28,6 +34,13 @@ class Hold:
     until: float | None = None          # None: until released
     cause: str = ""                    # the ceiling's last cause
     refused: tuple[str, ...] = ()      # "action:cause" keys already recorded once for this hold
+    actor: str = ""                    # who placed it: tui, cli, telegram or agent ("" the ceiling, old records)
+    mono: float | None = None          # the monotonic clock at `since`, on boot `boot` (None: older records)
+    boot: str | None = None
+
+    @property
+    def start(self) -> Instant:
+        return Instant(self.since, self.mono, self.boot)
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Hold:
@@ -38,31 +51,54 @@ class Hold:
         until = record.get("until")
         return cls(float(record.get("ts", 0.0)), "operator" if by == "operator" else "ceiling", str(reason),
                    float(until) if until is not None else None, str(record.get("cause") or ""),
-                   tuple(str(k) for k in record.get("refused", ())))
+                   tuple(str(k) for k in record.get("refused", ())), str(record.get("actor") or ""),
+                   _number(record.get("mono")), str(record["boot"]) if record.get("boot") else None)
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ts": self.since, "by": self.by, "reason": self.reason, "until": self.until,
-                               "cause": self.cause, "refused": list(self.refused)}
+                               "cause": self.cause, "refused": list(self.refused), "actor": self.actor}
         if self.by == "ceiling":
             out["reasons"] = [self.reason]
+        if self.mono is not None:
+            out["mono"], out["boot"] = self.mono, self.boot
         return out
 
 
-def active(hold: Hold | None, now: float) -> bool:
-    """A timed hold ends by itself at `until`; an untimed one only when released."""
-    return hold is not None and (hold.until is None or now < hold.until)
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def expired(hold: Hold | None, now: float) -> bool:
+def _left(hold: Hold, now: Instant | float) -> float | None:
+    """Seconds left (negative: past its end), or None for a hold that lasts until released."""
+    if hold.until is None:
+        return None
+    at, start = as_instant(now), hold.start
+    if start.boot is not None and start.boot == at.boot and start.mono is not None and at.mono is not None:
+        return (hold.until - hold.since) - max(0.0, at.mono - start.mono)
+    # By the stored wall times; a start that seems to lie ahead counts as just now (policy.age).
+    return hold.until - max(at.wall, hold.since)
+
+
+def active(hold: Hold | None, now: Instant | float) -> bool:
+    """A timed hold ends by itself when its duration has passed; an untimed one only when released.
+    `now` is an Instant (a bare wall time is measured by wall time: display paths that have no other)."""
+    if hold is None:
+        return False
+    left = _left(hold, now)
+    return left is None or left > 0
+
+
+def expired(hold: Hold | None, now: Instant | float) -> bool:
     return hold is not None and not active(hold, now)
 
 
-def remaining(hold: Hold, now: float) -> float | None:
+def remaining(hold: Hold, now: Instant | float) -> float | None:
     """Seconds left, or None for a hold that lasts until released."""
-    return None if hold.until is None else max(0.0, hold.until - now)
+    left = _left(hold, now)
+    return None if left is None else max(0.0, left)
 
 
-def refuses(hold: Hold | None, action: str, *, automatic: bool, now: float) -> bool:
+def refuses(hold: Hold | None, action: str, *, automatic: bool, now: Instant | float) -> bool:
     """Automatic destructive actions are refused while the hold is active; an operator's never."""
     if action not in GUARDED:
         raise ValueError(f"not an action a hold guards: {action!r}")
@@ -77,15 +113,14 @@ def first_refusal(hold: Hold, action: str, cause: str) -> bool:
 
 def noting(hold: Hold, action: str, cause: str) -> Hold:
     key = f"{action}:{cause}"
-    return hold if key in hold.refused else Hold(hold.since, hold.by, hold.reason, hold.until, hold.cause,
-                                                   (*hold.refused, key))
+    return hold if key in hold.refused else replace(hold, refused=(*hold.refused, key))
 
 
-def describe(hold: Hold, now: float) -> str:
+def describe(hold: Hold, now: Instant | float) -> str:
     """One line for the header, `loom status` and Telegram: who, why, and how long is left."""
     left = remaining(hold, now)
     tail = "until released" if left is None else f"{format_duration(left)} left"
-    who = "by the operator" if hold.by == "operator" else "at the ceiling"
+    who = "at the ceiling" if hold.by == "ceiling" else "by the agent" if hold.actor == "agent" else "by the operator"
     return f"held {who}: {hold.reason} ({tail})"
 
 

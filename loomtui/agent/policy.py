@@ -49,6 +49,11 @@ def age(then: Instant, now: Instant) -> float:
     return max(0.0, raw_age(then, now))
 
 
+def as_instant(now: Instant | float) -> Instant:
+    """`now` as an Instant: a bare wall time (a caller that has only that) is measured by wall time."""
+    return now if isinstance(now, Instant) else Instant(float(now))
+
+
 @dataclass(frozen=True)
 class Relaunch:
     at: Instant

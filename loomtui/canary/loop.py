@@ -11,7 +11,7 @@ import sqlite3
 import threading
 import time
 
-from loomtui import actions
+from loomtui import actions, clock
 from loomtui.agent import launches, recovery
 from loomtui.agent.driver import TmuxDriver, make_driver
 from loomtui.canary.rules import due_in, should_recycle, witness_due
@@ -75,7 +75,9 @@ class CanaryLoop:
             if not witness_due(runs, seq, ready=launches.agent_ready(ctx, self.driver)):
                 return ""
             return self._probe(f"witnessing relaunch {seq}: ")
-        due = due_in(runs[-1] if runs else None, time.time(), cfg.interval, cfg.ack_timeout)
+        # On the monotonic clock from the last send (within a boot): a wall clock stepped back a day
+        # must not leave the agent unprobed, and a deafness undetected, for that day.
+        due = due_in(runs[-1] if runs else None, clock.now(), cfg.interval, cfg.ack_timeout)
         if due > 0:
             self.next_look = due
             return ""

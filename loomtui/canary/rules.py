@@ -8,11 +8,18 @@ and never during boot grace; an `ok` ends a run of misses.
 A relaunch is a claim until a probe of its own launch acks. Its first probe goes out as soon as
 the agent is ready, whatever the schedule; from then on the ordinary rules carry on (a miss
 re-probes at once and counts like any miss; an `ok` witnesses the relaunch).
+
+The next probe is measured from the last one's send on the monotonic clock when both readings
+are of one boot, so a wall clock stepped back a day does not leave the agent unprobed for a day
+(nor one stepped forward probe early); across boots by the stored wall times, and a send that
+seems to lie in the future counts as just now: the wait is never longer than one interval.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from loomtui.agent.policy import Instant, age, as_instant
 
 OK, MISS, PENDING = "ok", "miss", "pending"
 INJECT_FAILED, SKIPPED, ERROR = "inject_failed", "skipped", "error"
@@ -25,6 +32,12 @@ class ProbeRun:
     result: str
     launch_seq: int = 0
     in_grace: bool = False
+    sent_mono: float | None = None  # the monotonic clock at the send, on boot `boot`
+    boot: str | None = None
+
+    @property
+    def sent(self) -> Instant:
+        return Instant(self.sent_at, self.sent_mono, self.boot)
 
 
 def consecutive_misses(runs: list[ProbeRun], launch_seq: int) -> int:
@@ -40,17 +53,24 @@ def consecutive_misses(runs: list[ProbeRun], launch_seq: int) -> int:
     return count
 
 
-def due_in(last: ProbeRun | None, now: float, interval: float, ack_timeout: float) -> float:
+def due_in(last: ProbeRun | None, now: Instant | float, interval: float, ack_timeout: float) -> float:
     """Seconds until the next scheduled probe: a miss re-probes at once (its timeout already
     passed), anything else waits a full interval from the last probe."""
     if last is None:
         return 0.0
     if last.result == MISS:
         return 0.0
+    since = age(last.sent, as_instant(now))
     if last.result in (ERROR, INJECT_FAILED):
         # Our own fault or no pane: look again after one ack timeout, not a whole interval.
-        return max(0.0, last.sent_at + min(ack_timeout, interval) - now)
-    return max(0.0, last.sent_at + interval - now)
+        return max(0.0, min(ack_timeout, interval) - since)
+    return max(0.0, interval - since)
+
+
+def past_deadline(sent: Instant, deadline: float, now: Instant | float, slack: float) -> bool:
+    """A pending probe's ack timeout (its stored deadline less its send) and `slack` have passed
+    since it was sent, by the clock `age` trusts."""
+    return age(sent, as_instant(now)) >= deadline - sent.wall + slack
 
 
 def should_recycle(runs: list[ProbeRun], launch_seq: int, misses_to_recycle: int) -> bool:

@@ -22,7 +22,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from loomtui import clock
 from loomtui.agent import launches
+from loomtui.agent.policy import Instant
 from loomtui.canary.rules import (
     ERROR,
     INJECT_FAILED,
@@ -31,6 +33,7 @@ from loomtui.canary.rules import (
     PENDING,
     SKIPPED,
     ProbeRun,
+    past_deadline,
 )  # noqa: F401  (re-exported: callers say canary.OK)
 from loomtui.context import Context
 from loomtui.store import ledger, session
@@ -79,10 +82,12 @@ def launch_seq(ctx: Context) -> int:
 
 def recent_runs(ctx: Context, limit: int = 50) -> list[ProbeRun]:
     rows = ctx.store.query(
-        "SELECT sent_at, result, launch_seq, in_grace FROM canary_runs WHERE agent = ? ORDER BY id DESC LIMIT ?",
+        "SELECT sent_at, result, launch_seq, in_grace, sent_mono, boot FROM canary_runs WHERE agent = ? "
+        "ORDER BY id DESC LIMIT ?",
         (ctx.agent, limit),
     )
-    return [ProbeRun(r["sent_at"], r["result"], r["launch_seq"], bool(r["in_grace"])) for r in reversed(rows)]
+    return [ProbeRun(r["sent_at"], r["result"], r["launch_seq"], bool(r["in_grace"]), r["sent_mono"], r["boot"])
+            for r in reversed(rows)]
 
 
 def last_probe(ctx: Context) -> Probe | None:
@@ -99,13 +104,16 @@ def history(ctx: Context, limit: int = 100) -> list[Probe]:
 
 
 def insert_run(ctx: Context, nonce: str, source: str, result: str, sent_at: float, deadline: float,
-            why: str = "") -> int:
+            why: str = "", *, sent: Instant | None = None) -> int:
+    """One probe run; `sent` is its send on both clocks (by default `sent_at`, just read, on this
+    boot's clocks): the next probe is measured from there, whatever the wall clock does."""
+    sent = sent or clock.at_wall(sent_at)
     with ctx.store.write() as db:
         cur = db.execute(
             "INSERT INTO canary_runs(nonce, source, session_id, launch_seq, in_grace, sent_at, deadline, result, why,"
-            " agent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " agent, sent_mono, boot) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (nonce, source, session.pinned(ctx.store), launch_seq(ctx), int(launches.in_boot_grace(ctx)),
-             sent_at, deadline, result, why, ctx.agent),
+             sent_at, deadline, result, why, ctx.agent, sent.mono, sent.boot),
         )
         run_id = int(cur.lastrowid)
         if result != PENDING:
@@ -167,13 +175,17 @@ def forget_ack(path: Path) -> None:
         pass
 
 
-def settle_stale(ctx: Context, now: float | None = None) -> int:
-    """Settle pending probes past their deadline whose prober is gone: the ack file decides."""
-    now = time.time() if now is None else now
+def settle_stale(ctx: Context, now: Instant | float | None = None) -> int:
+    """Settle pending probes past their deadline whose prober is gone: the ack file decides.
+
+    Past the deadline on the monotonic clock from the send (within one boot): a wall clock stepped
+    back must not leave a dead prober's probe pending, and the canary waiting on it, for a day."""
+    now = clock.now() if now is None else now
     settled = 0
-    for row in ctx.store.query("SELECT id, nonce, deadline FROM canary_runs WHERE agent = ? AND result = ?",
-                               (ctx.agent, PENDING)):
-        if now < row["deadline"] + SETTLE_SLACK:
+    for row in ctx.store.query("SELECT id, nonce, sent_at, sent_mono, boot, deadline FROM canary_runs "
+                               "WHERE agent = ? AND result = ?", (ctx.agent, PENDING)):
+        sent = Instant(row["sent_at"], row["sent_mono"], row["boot"])
+        if not past_deadline(sent, row["deadline"], now, SETTLE_SLACK):
             continue
         path = ctx.acks_dir / row["nonce"]
         acked = ack_time(path)

@@ -1,4 +1,4 @@
-"""`loom sim [--days N] [--seed S] [--seeds K] [--profile calm|incident|storm] [--config P] [--json]`.
+"""`loom sim [--days N] [--seed S] [--seeds K] [--profile calm|clockjump|incident|storm] [--config P] [--json]`.
 
 Exit 0 when every invariant held (and, for `incident`, every scenario ended as DESIGN.md says),
 1 when one did not: the report then names the seed, the step and the trace that led there.
@@ -12,7 +12,7 @@ from typing import Any
 from loomtui.cli.common import print_json, subcommand
 from loomtui.config import find_config_path, load_config
 
-PROFILES = ("calm", "incident", "storm")
+PROFILES = ("calm", "clockjump", "incident", "storm")
 MAX_DAYS = 3650.0
 
 
@@ -49,7 +49,8 @@ def register(sub: Any) -> None:
     parser.add_argument("--seed", type=_seed, default=1, help="the first seed (default 1)")
     parser.add_argument("--seeds", type=_count, default=1, help="run seeds S..S+K-1 and summarise (default 1)")
     parser.add_argument("--profile", choices=PROFILES, default="calm",
-                        help="calm: rare faults; storm: faults every few minutes; incident: DESIGN.md's nine")
+                        help="calm: rare faults; storm: faults every few minutes; clockjump: faults and a wall "
+                             "clock stepped a day forward or back; incident: DESIGN.md's nine")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run)
 

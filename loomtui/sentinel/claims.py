@@ -11,6 +11,7 @@ import os
 import time
 from pathlib import Path
 
+from loomtui import clock
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.sentinel.queue import MAX_NOTE, from_row, save
@@ -46,9 +47,11 @@ def resolve(ctx: Context, item_id: int, note: str, *, source: str, session_id: s
         # Where the log ends now: a failure line past this point happened after the claim.
         job = ctx.config.job(item.job)
         dev, inode, size = log_position(job.log if job else item.log)
+        at = clock.at_wall(now)  # the claim's backstop runs on the monotonic clock from here
         claimed = dataclasses.replace(
             item, state=CLAIMED, claimed_at=now, claimed_by=source, claimed_session=session_id,
-            claim_dev=dev, claim_inode=inode, claim_offset=size, note=clean)
+            claim_dev=dev, claim_inode=inode, claim_offset=size, note=clean,
+            claimed_mono=at.mono, claimed_boot=at.boot)
         save(db, claimed)
         ledger.append_in(db, "queue_claim", source=source, ts=now, agent=item.agent, detail={
             "item": item.id, "job": item.job, "session": session_id, "again": item.state == CLAIMED,

@@ -4,6 +4,11 @@ An item is `open` until someone runs `loom resolve` (then `claimed`); a claim is
 not proof. It becomes `witnessed` only when the job's next run, started after the claim,
 exits 0 without failure lines. A failure seen after the claim reopens it. Open items are
 nudged to the agent and, past the backstop, reported to the operator exactly once.
+
+The backstops run from an item's first sighting and from its claim on the monotonic clock when
+the start was recorded on this boot (the item keeps both readings), so a wall clock stepped
+forward does not report every open item at once, nor one stepped back silence them for a day;
+across a reboot the stored wall times decide (policy.age).
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import json
 import shlex
 from dataclasses import dataclass, replace
 from typing import Protocol
+
+from loomtui.agent.policy import Instant, age, as_instant, raw_age
 
 OPEN, CLAIMED, WITNESSED = "open", "claimed", "witnessed"
 LINE, EXIT, MISSED, SCAN = "line", "exit", "missed", "scan"
@@ -52,6 +59,19 @@ class Item:
     witnessed_at: float | None = None
     witness_run: int | None = None
     agent: str = "main"  # the agent its nudges go to (the job's)
+    # The monotonic clock at `first_seen` and at `claimed_at`, and the boot of each (None: wall only).
+    first_seen_mono: float | None = None
+    first_seen_boot: str | None = None
+    claimed_mono: float | None = None
+    claimed_boot: str | None = None
+
+    @property
+    def seen(self) -> Instant:
+        return Instant(self.first_seen, self.first_seen_mono, self.first_seen_boot)
+
+    @property
+    def claimed(self) -> Instant | None:
+        return None if self.claimed_at is None else Instant(self.claimed_at, self.claimed_mono, self.claimed_boot)
 
 
 @dataclass(frozen=True)
@@ -76,6 +96,12 @@ class JobRun:
     exit_code: int | None
     failure_lines: int
     error: str | None = None
+    started_mono: float | None = None  # the monotonic clock at the start, on boot `boot` (None: wall only)
+    boot: str | None = None
+
+    @property
+    def start(self) -> Instant:
+        return Instant(self.started, self.started_mono, self.boot)
 
     @property
     def clean(self) -> bool:
@@ -120,7 +146,9 @@ def reopen(item: Item, now: float, why: str) -> tuple[Item, Events]:
 
 def review(item: Item, run: JobRun, now: float) -> tuple[Item, Events]:
     """A claimed item meets a finished run of its job: witness on a clean run, reopen on a bad one."""
-    if item.state != CLAIMED or item.job != run.job or item.claimed_at is None or run.started <= item.claimed_at:
+    claimed = item.claimed
+    # Started after the claim: by the monotonic clock when both were read on one boot, else by wall.
+    if item.state != CLAIMED or item.job != run.job or claimed is None or raw_age(claimed, run.start) <= 0:
         return item, []
     if run.clean:
         detail = {"item": item.id, "job": item.job, "run": run.id, "claimed_by": item.claimed_by,
@@ -149,7 +177,7 @@ class Escalate:
     dedupe_key: str
 
 
-def decide(item: Item, cfg: QueueSettings, now: float, *, relaunching: bool = False,
+def decide(item: Item, cfg: QueueSettings, now: Instant | float, *, relaunching: bool = False,
            witness_window: float | None = None) -> list[Nudge | Escalate]:
     """What is due for one item now: a nudge to the agent, the operator's one message, or nothing.
 
@@ -157,18 +185,20 @@ def decide(item: Item, cfg: QueueSettings, now: float, *, relaunching: bool = Fa
     clean run witnesses it within `witness_window` (the job's period and grace, at least the
     backstop), the operator gets the item's one message, as for any item left open.
     """
+    at = as_instant(now)
     if item.state == CLAIMED:
         window = max(cfg.backstop, witness_window or 0.0)
-        if item.escalated_at is None and item.claimed_at is not None and now - item.claimed_at >= window:
-            return [Escalate(item.id, unwitnessed_text(item, now), backstop_key(item.id))]
+        claimed = item.claimed
+        if item.escalated_at is None and claimed is not None and age(claimed, at) >= window:
+            return [Escalate(item.id, unwitnessed_text(item, at), backstop_key(item.id))]
         return []
     if item.state != OPEN:
         return []
     actions: list[Nudge | Escalate] = []
-    if not relaunching and nudge_due(item, cfg.renudge, now):
+    if not relaunching and nudge_due(item, cfg.renudge, at.wall):
         actions.append(Nudge(item.id, nudge_text(item), item.nudges > 0))
-    if item.escalated_at is None and now - item.first_seen >= cfg.backstop:
-        actions.append(Escalate(item.id, escalation_text(item, now), backstop_key(item.id)))
+    if item.escalated_at is None and age(item.seen, at) >= cfg.backstop:
+        actions.append(Escalate(item.id, escalation_text(item, at), backstop_key(item.id)))
     return actions
 
 
@@ -205,17 +235,20 @@ def nudge_text(item: Item) -> str:
             f"or stale, fix it if safe, then run: {resolve_command(item.id)}")
 
 
-def escalation_text(item: Item, now: float) -> str:
+def escalation_text(item: Item, now: Instant | float) -> str:
     from loomtui.durations import format_duration
 
-    return (f"Loom: job {quoted(item.job)} has an open failure for {format_duration(now - item.first_seen)} "
+    open_for = format_duration(age(item.seen, as_instant(now)))
+    return (f"Loom: job {quoted(item.job)} has an open failure for {open_for} "
             f"(queue item {item.id}, seen {item.count}x, agent nudged {item.nudges}x): {item.signature[:120]}. "
             f"Log: {item.log}. See loom queue.")
 
 
-def unwitnessed_text(item: Item, now: float) -> str:
+def unwitnessed_text(item: Item, now: Instant | float) -> str:
     from loomtui.durations import format_duration
 
+    at = as_instant(now)
+    since = 0.0 if item.claimed is None else age(item.claimed, at)
     return (f"Loom: job {quoted(item.job)}: queue item {item.id} was claimed fixed "
-            f"{format_duration(now - (item.claimed_at or now))} ago, but no clean run has witnessed it "
+            f"{format_duration(since)} ago, but no clean run has witnessed it "
             f"(note: {quoted((item.note or '')[:120])}). Log: {item.log}. See loom queue.")

@@ -3,13 +3,33 @@
 A cron schedule fires in the given time zone (the shell passes the machine's local zone, as
 cron itself uses); `every 10m` means a run at most 10 minutes after the one before. Nothing
 here reads the clock or the process's time zone.
+
+Wall-clock jumps. A cron schedule is wall time by nature: cron fires a slot when the wall clock
+passes it, so the slots are computed on the wall clock and nothing here could be measured on the
+monotonic one. But a step of the wall clock changes which slots cron ever saw. Stepped forward
+a day, the slots in the day it skipped never came due (cron did not run them, and the job is
+not to blame); stepped back a day, the last run's start lies a day ahead, and measured from it
+nothing would be missed for a day. What shows a job truly missed a slot is that the slot came
+due on a wall clock that ran smoothly, and the grace passed after it. So the sentinel notices
+a step between two of its passes (`clock_jump`: the wall time that passed against the
+monotonic time that did, on one boot) and starts the wait over from where the clock landed
+(`wait_from`): the job's next slot after the landing is the first it can miss. A start that lies
+ahead of the wall clock (a step back, noticed or not: another boot) never holds the wait off.
+The cost is at most one slot: a run missed just before a step, still inside its grace, is
+reported at the next slot instead. A suspend looks like a forward step (the monotonic clock
+stops while asleep, the wall clock does not), and is forgiven the same way: cron did not run.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 
+from loomtui.agent.policy import Instant
 from loomtui.durations import parse_duration
+
+# A disagreement of the two clocks smaller than this between two passes is drift or a slew, not a step.
+JUMP_TOLERANCE = 60.0
 
 
 def period(schedule: str) -> float | None:
@@ -29,6 +49,27 @@ def next_due(schedule: str, after: float, *, tz: dt.tzinfo) -> float:
 
     start = dt.datetime.fromtimestamp(after, tz)
     return float(croniter(schedule.strip(), start).get_next(float))
+
+
+def clock_jump(before: Instant | None, now: Instant) -> float:
+    """How far the wall clock was stepped between two readings (forward positive): the wall time
+    that passed less the monotonic time that did. 0.0 when it cannot be told (no earlier reading,
+    or one of another boot, whose monotonic clock started again)."""
+    if before is None or before.boot is None or before.boot != now.boot or before.mono is None or now.mono is None:
+        return 0.0
+    return (now.wall - before.wall) - (now.mono - before.mono)
+
+
+def stepped(before: Instant | None, now: Instant, tolerance: float = JUMP_TOLERANCE) -> bool:
+    return abs(clock_jump(before, now)) > tolerance
+
+
+def wait_from(candidates: Iterable[float | None], now: float, tolerance: float = JUMP_TOLERANCE) -> float:
+    """Where a schedule's wait runs from: the latest of `candidates` (the last run's start, when
+    watching began, the last missed slot reported, where a clock step landed) that does not lie
+    ahead of `now`; `now` when all do (the wall clock went back past them all)."""
+    usable = [c for c in candidates if c is not None and c <= now + tolerance]
+    return max(usable) if usable else now
 
 
 MAX_STEPS = 10_000  # bounds the walk over a long outage of a very frequent cron schedule

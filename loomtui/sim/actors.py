@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from loomtui.sentinel import queue_rules
+from loomtui.sim.world import BOOT
 
 if TYPE_CHECKING:
     from loomtui.sim.engine import Sim
@@ -102,14 +103,17 @@ class Jobs:
     def run(self, name: str) -> None:
         sim, w = self.sim, self.sim.world
         job = next(j for j in w.jobs if j.name == name)
-        started = w.wall
+        started = (w.wall, w.mono)
         bad = job.broken_since is not None
         sim.after(JOB_RUN_TIME, self.finish, name, started, bad)
         sim.after(job.period, self.run, name)
 
-    def finish(self, name: str, started: float, bad: bool) -> None:
+    def finish(self, name: str, started: tuple[float, float], bad: bool) -> None:
+        """`started`: (wall, monotonic) at the start, as `loom run-job` would record them."""
         sim, w = self.sim, self.sim.world
         w.run_ids += 1
-        run = queue_rules.JobRun(w.run_ids, name, started, 1 if bad else 0, 3 if bad else 0)
-        sim.run_truth[run.id] = (started, not bad)
+        wall, mono = started
+        run = queue_rules.JobRun(w.run_ids, name, wall, 1 if bad else 0, 3 if bad else 0,
+                                 started_mono=mono, boot=BOOT)
+        sim.run_truth[run.id] = (mono, not bad)
         sim.store.unreviewed.append(run)

@@ -34,7 +34,7 @@ class Sim:
                            ack_timeout=T, latency_cap=min(20.0, 0.1 * T),
                            jobs=[Job(name, period, phase=self.rng.uniform(0.0, period)) for name, period in profile.jobs])
         self.store = Store()
-        self.run_truth: dict[int, tuple[float, bool]] = {}   # job run id -> (started wall, truly clean)
+        self.run_truth: dict[int, tuple[float, bool]] = {}   # job run id -> (started, monotonic; truly clean)
         self.hold_released_at = -1e18
         self.heap: list[tuple[float, int, Callable[..., None], tuple]] = []
         self.seq = 0
@@ -88,6 +88,8 @@ class Sim:
             c.on_sentinel_failed()
         elif kind == "queue_new":
             c.unresolved.add(detail["item"])
+        elif kind == "queue_escalate":
+            c.on_queue_escalate(detail["item"], detail["state"])
         elif kind == "queue_witness":
             c.on_queue_witness(detail["item"], detail["run"])
             c.unresolved.discard(detail["item"])

@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 KINDS = (
     "crash", "exit0", "wedge", "sticky_wedge", "busy", "modal", "slow_boot", "resume_fails", "crash_loop",
     "poller_lost", "foreign_poller", "store_locked", "load", "tmux_hang", "tmux_vanish", "socket_lost",
-    "job_break", "ignore_queue", "operator_recycle",
+    "job_break", "ignore_queue", "operator_recycle", "clock_forward", "clock_back",
 )
+CLOCK_STEP = 86400.0  # a wall-clock step: a day forward or a day back (NTP after a wrong RTC, an operator's `date -s`)
 DISTURBING = ("busy", "modal", "slow_boot")
 
 
@@ -106,6 +107,9 @@ def apply(sim: Sim, kind: str) -> bool:
         a.ignores_queue = True
     elif kind == "operator_recycle":
         sim.operator.recycle(rng.choice(("operator_resume", "operator_fresh")))
+    elif kind in ("clock_forward", "clock_back"):
+        # Only the wall clock moves: the monotonic clock, and the world's truth on it, run on.
+        w.wall_offset += CLOCK_STEP if kind == "clock_forward" else -CLOCK_STEP
     else:
         raise ValueError(f"unknown fault {kind!r}")
     if kind in ("crash", "exit0", "resume_fails", "crash_loop", "tmux_vanish"):

@@ -4,11 +4,15 @@ the very bug it exists to catch. Each bound is written out in docs/SIM.md.
 
 Bounds stretch by the time Loom could not see or write (tmux hanging, the store locked, the
 machine under load): a probe that cannot be typed says nothing, and waiting is the right thing.
+
+Every bound is measured on the world's monotonic clock `t`, never on its wall clock: a clock fault
+steps the wall clock only, and a deadline that followed it would be the bug, not the measure.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from loomtui.sim.world import STOP_TIME
@@ -22,7 +26,7 @@ SLACK = 60.0
 NAMES = (
     "one_agent", "one_relaunch_at_a_time", "ceiling", "escalate_once_and_hold", "never_silent",
     "no_resume_after_canary_failed", "resume_only_the_pinned", "definitive_signal", "deaf_bound",
-    "relaunch_witnessed", "queue_backstop", "witness_is_clean", "no_typing_into_a_booting_agent",
+    "relaunch_witnessed", "queue_backstop", "backstop_not_early", "witness_is_clean", "no_typing_into_a_booting_agent",
     "foreign_poller_reaped", "poller_restored",
 )
 
@@ -59,7 +63,7 @@ class Checker:
         self.last_attempt = -1e18
         self.last_notice = -1e18
         self.unresolved: set[int] = set()           # queue items not yet witnessed (sorted when iterated)
-        self.sentinel_failures: list[float] = []    # wall times of sentinel ticks the locked store made fail
+        self.sentinel_failures: list[float] = []    # times (t) of sentinel ticks the locked store made fail
 
     def fail(self, name: str, message: str) -> None:
         raise Violation(name, message)
@@ -137,7 +141,7 @@ class Checker:
             self.fail("escalate_once_and_hold", f"the hold was cleared by {cause}, not an operator")
 
     def on_sentinel_failed(self) -> None:
-        self.sentinel_failures.append(self.sim.world.wall)
+        self.sentinel_failures.append(self.sim.world.t)
         if len(self.sentinel_failures) > 200:
             del self.sentinel_failures[:100]
 
@@ -161,8 +165,27 @@ class Checker:
         run = self.sim.run_truth.get(run_id)
         if run is None or not run[1]:
             self.fail("witness_is_clean", f"item {item_id} witnessed by run {run_id}, which was not clean")
-        if item.claimed_at is None or run[0] <= item.claimed_at:
+        if item.claimed_mono is None or run[0] <= item.claimed_mono:
             self.fail("witness_is_clean", f"item {item_id} witnessed by run {run_id}, started before the claim")
+
+    def backstop_window(self, item) -> tuple[float, float] | None:
+        """(start on `t`, window) of an item's backstop: from its first sighting, or from its claim."""
+        cfg = self.sim.config.sentinel
+        if item.state == "open" and item.first_seen_mono is not None:
+            return item.first_seen_mono, cfg.backstop
+        if item.state == "claimed" and item.claimed_mono is not None:
+            return item.claimed_mono, max(cfg.backstop, self.sim.sentinel.witness_window(item) or 0.0)
+        return None
+
+    def on_queue_escalate(self, item_id: int, state: str) -> None:
+        """The operator hears of an item no sooner than its backstop: a wall clock stepped forward
+        must not bring every open item to the operator at once."""
+        item = self.sim.store.items[item_id]
+        span = self.backstop_window(replace(item, state=state))
+        if span is not None and self.sim.world.t - span[0] < span[1] - 1e-6:
+            self.fail("backstop_not_early", f"item {item_id} ({state}) reached the operator "
+                                            f"{self.sim.world.t - span[0]:.0f}s after its start; its backstop is "
+                                            f"{span[1]:.0f}s")
 
     # -- after every step -------------------------------------------------------------------
 
@@ -224,17 +247,14 @@ class Checker:
             item = sim.store.items[item_id]
             if item.escalated_at is not None:
                 continue
-            if item.state == "open":
-                start, window = item.first_seen, cfg.backstop
-            elif item.state == "claimed" and item.claimed_at is not None:
-                start = item.claimed_at
-                window = max(cfg.backstop, sim.sentinel.witness_window(item) or 0.0)
-            else:
+            span = self.backstop_window(item)
+            if span is None:
                 continue
+            start, window = span
             # A tick the locked store made fail is a whole interval lost, however short the lock.
             failures = self.sentinel_failures  # appended in time order: the ones since `start` are a tail
             missed = (len(failures) - bisect_left(failures, start)) * cfg.interval
-            late = w.wall - start - window - cfg.interval - missed
-            if self.late(late, 1.0, start - w.wall + w.t):
+            late = w.t - start - window - cfg.interval - missed
+            if self.late(late, 1.0, start):
                 self.fail("queue_backstop", f"item {item_id} ({item.state}) has not reached the operator "
                                             f"{late:.0f}s after its backstop")

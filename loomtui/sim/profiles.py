@@ -1,5 +1,6 @@
-"""How often the world goes wrong, and how: `calm` (rare faults) and `storm` (faults every few
-minutes). The `incident` profile is scripted instead: scenarios.py."""
+"""How often the world goes wrong, and how: `calm` (rare faults), `storm` (faults every few
+minutes) and `clockjump` (the storm's faults every quarter of an hour, and the wall clock stepped a
+day forward or back every hour or so). The `incident` profile is scripted instead: scenarios.py."""
 
 from __future__ import annotations
 
@@ -27,9 +28,14 @@ class Profile:
     jobs: tuple[tuple[str, float], ...] = JOBS
 
 
+# The storm's faults, with the wall clock stepped a day forward or back about every 70 minutes. Apart
+# from calm and storm, so that their seeds replay as they always did.
+CLOCK_WEIGHTS = (*WEIGHTS, ("clock_forward", 5.0), ("clock_back", 5.0))
+
 PROFILES = {
     "calm": Profile("calm", fault_mean=12 * 3600.0),
     "storm": Profile("storm", fault_mean=5 * 60.0),
+    "clockjump": Profile("clockjump", fault_mean=15 * 60.0, weights=CLOCK_WEIGHTS),
     "incident": Profile("incident", fault_mean=None),
 }
 

@@ -22,12 +22,11 @@ from loomtui import states
 from loomtui.agent import policy, watchdog_rules
 from loomtui.canary import rules as canary_rules
 from loomtui.sentinel import queue_rules, schedule
-from loomtui.sim.world import STOP_TIME
+from loomtui.sim.world import BOOT, STOP_TIME
 
 if TYPE_CHECKING:
     from loomtui.sim.engine import Sim
 
-BOOT = "sim-boot"
 HISTORY_LIMIT = 500       # recovery.history reads the last 500 relaunches
 RECENT_RUNS = 50          # canary.runs.recent_runs
 MAX_NUDGES_PER_TICK = 5   # sentinel.tick
@@ -83,8 +82,9 @@ class Recovery:
         self.boot_grace = sim.config.agent.boot_grace  # asked after every step: read once
 
     def instant(self) -> policy.Instant:
+        """Now on both clocks, as clock.now() reads them (only the wall clock is ever stepped)."""
         w = self.sim.world
-        return policy.Instant(w.wall, w.t, BOOT)
+        return policy.Instant(w.wall, w.mono, BOOT)
 
     def since_launch(self) -> float | None:
         last = self.store.last_launch
@@ -352,11 +352,12 @@ class CanaryShell:
         return canary_rules.should_recycle(self.store.runs[-RECENT_RUNS:], self.store.launch_seq,
                                            cfg.misses_to_recycle)
 
-    def record(self, result: str, why: str = "", sent: tuple[float, int, bool] | None = None) -> None:
-        """One run; `sent` is (wall, launch_seq, in_grace) as insert_run took them when the probe went out."""
+    def record(self, result: str, why: str = "", sent: tuple[float, float, int, bool] | None = None) -> None:
+        """One run; `sent` is (wall, monotonic, launch_seq, in_grace) as insert_run took them when the
+        probe went out."""
         st, w = self.store, self.sim.world
-        wall, seq, grace = sent or (w.wall, st.launch_seq, self.sim.recovery.in_boot_grace())
-        st.runs.append(canary_rules.ProbeRun(wall, result, seq, grace))
+        wall, mono, seq, grace = sent or (w.wall, w.mono, st.launch_seq, self.sim.recovery.in_boot_grace())
+        st.runs.append(canary_rules.ProbeRun(wall, result, seq, grace, mono, BOOT))
         if len(st.runs) > 4 * RECENT_RUNS:
             del st.runs[:2 * RECENT_RUNS]
         self.sim.event("canary", result=result, why=why, seq=seq)
@@ -399,7 +400,7 @@ class CanaryShell:
                 self.probe()
                 return
         last = st.runs[-1] if st.runs else None
-        due = canary_rules.due_in(last, w.wall, cfg.interval, cfg.ack_timeout)
+        due = canary_rules.due_in(last, sim.recovery.instant(), cfg.interval, cfg.ack_timeout)
         if due > 0:
             self.schedule(w.t + max(due, 1e-3))
             return
@@ -432,14 +433,14 @@ class CanaryShell:
         sim.typed("probe")
         deadline = w.t + sim.config.canary.ack_timeout
         ack = w.ack_time(w.t)
-        sent = (w.wall, self.store.launch_seq, sim.recovery.in_boot_grace())
+        sent = (w.wall, w.mono, self.store.launch_seq, sim.recovery.in_boot_grace())
         self.in_flight = True
         if ack is not None and ack <= deadline:
             sim.at(ack, self.settle, agent.pid if agent else None, True, sent, deadline)
         else:
             sim.at(deadline, self.settle, None, False, sent, deadline)
 
-    def settle(self, pid: int | None, acked: bool, sent: tuple[float, int, bool], deadline: float) -> None:
+    def settle(self, pid: int | None, acked: bool, sent: tuple[float, float, int, bool], deadline: float) -> None:
         sim, w = self.sim, self.sim.world
         a = w.agent
         if acked and (a is None or a.pid != pid or not a.hearing()):
@@ -453,7 +454,7 @@ class CanaryShell:
             return
         self.record(canary_rules.OK if acked else canary_rules.MISS, sent=sent)
         if acked:
-            sim.witnessed(sent[1])
+            sim.witnessed(sent[2])
         if not acked and self.misses_mean_deaf():
             status, wait = sim.recovery.recover("canary_failed", source="canary", still_failing=self.misses_mean_deaf)
             sim.event("canary_recover", status=status)
@@ -474,7 +475,7 @@ class SentinelShell:
         if w.store_locked():
             sim.event("sentinel_failed", why="store locked")
             return
-        now = w.wall
+        now = sim.recovery.instant()  # sentinel_tick's clock.now(): both clocks
         runs, st.unreviewed = st.unreviewed, []
         for job in w.jobs:
             mine = [r for r in runs if r.job == job.name]
@@ -491,8 +492,9 @@ class SentinelShell:
     def live(self, job: str) -> dict[tuple[str, str], queue_rules.Item]:
         return {(i.kind, i.signature): i for i in self.store.live_items() if i.job == job}
 
-    def merge(self, job: str, failures: list, runs: list, now: float) -> None:
+    def merge(self, job: str, failures: list, runs: list, at: policy.Instant) -> None:
         sim, st = self.sim, self.store
+        now = at.wall
         items = self.live(job)
         for failure in failures:
             key = (failure.kind, failure.signature)
@@ -500,7 +502,8 @@ class SentinelShell:
             if item is None:
                 st.item_ids += 1
                 item = queue_rules.Item(st.item_ids, job, failure.kind, failure.signature, failure.sample,
-                                        f"/sim/logs/{job}.log", now, now, failure.count)
+                                        f"/sim/logs/{job}.log", now, now, failure.count,
+                                        first_seen_mono=at.mono, first_seen_boot=at.boot)
                 sim.event("queue_new", item=item.id, job=job)
             else:
                 item, events = queue_rules.absorb(item, failure, now)
@@ -524,12 +527,13 @@ class SentinelShell:
         due = schedule.next_due(job.schedule, item.claimed_at, tz=dt.timezone.utc)
         return due - item.claimed_at + self.sim.config.sentinel.missed_grace
 
-    def send_due(self, now: float) -> None:
+    def send_due(self, at: policy.Instant) -> None:
         sim, st = self.sim, self.store
+        now = at.wall
         relaunching = sim.recovery.under_way()
         sent = 0
         for item in st.live_items():
-            for action in queue_rules.decide(item, sim.config.sentinel, now, relaunching=relaunching,
+            for action in queue_rules.decide(item, sim.config.sentinel, at, relaunching=relaunching,
                                              witness_window=self.witness_window(item)):
                 if isinstance(action, queue_rules.Escalate):
                     if st.items[item.id].escalated_at is None:
@@ -557,6 +561,6 @@ class SentinelShell:
         if item is None or item.state == queue_rules.WITNESSED or sim.world.store_locked():
             return False
         st.put_item(replace(item, state=queue_rules.CLAIMED, claimed_at=sim.world.wall, claimed_by=by,
-                            note=f"fixed by {by}"))
+                            note=f"fixed by {by}", claimed_mono=sim.world.mono, claimed_boot=BOOT))
         sim.event("queue_claim", item=item_id, by=by)
         return True

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 EPOCH = 1_700_000_000.0  # wall time of virtual second 0 (a fixed instant: reports never depend on today)
 STOP_TIME = 1.0          # killing the old agent's tree
+BOOT = "sim-boot"        # the one boot a run lives in: its monotonic clock is comparable throughout
 RESUME_FAILED_SCREEN = "No conversation found with session ID"
 MODAL_SCREEN = "Do you trust the files in this folder?\n> 1. Yes, I trust this folder\n  2. No, exit"
 PROMPT_SCREEN = "> "
@@ -95,12 +96,19 @@ class World:
     pids: int = 0
     sessions: int = 0
     run_ids: int = 0
+    wall_offset: float = 0.0             # how far the wall clock has been stepped (clock_forward/clock_back)
 
     # -- clocks -----------------------------------------------------------------------------
+    # Two clocks, as on a machine: `t` is the monotonic one (one boot, never stepped: the truth the
+    # invariants judge by); `wall` is the wall clock, which a clock fault steps and nothing else.
 
     @property
     def wall(self) -> float:
-        return EPOCH + self.t
+        return EPOCH + self.t + self.wall_offset
+
+    @property
+    def mono(self) -> float:
+        return self.t
 
     def tmux_hangs(self) -> bool:
         return self.t < self.tmux_hang_until

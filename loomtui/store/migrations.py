@@ -179,4 +179,18 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX canary_runs_agent ON canary_runs(agent, result, id)
         """,
     ),
+    (
+        "0010_monotonic_deadlines",
+        # The start of a deadline on both clocks: the monotonic reading and the boot it belongs to,
+        # beside the wall time (a probe's send: the next probe; an item's first sighting and its
+        # claim: the backstops). NULL on older rows: those are measured by wall time, as before.
+        """
+        ALTER TABLE canary_runs ADD COLUMN sent_mono REAL;
+        ALTER TABLE canary_runs ADD COLUMN boot TEXT;
+        ALTER TABLE queue_items ADD COLUMN first_seen_mono REAL;
+        ALTER TABLE queue_items ADD COLUMN first_seen_boot TEXT;
+        ALTER TABLE queue_items ADD COLUMN claimed_mono REAL;
+        ALTER TABLE queue_items ADD COLUMN claimed_boot TEXT
+        """,
+    ),
 ]

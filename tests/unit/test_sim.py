@@ -217,3 +217,60 @@ def test_percentile_is_nearest_rank():
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
     assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
     assert percentile([float(i) for i in range(1, 101)], 100) == 100.0
+
+
+# -- a wall clock stepped a day forward and a day back ------------------------------------------
+
+CLOCK_SEEDS = (1, 2, 3, 4, 5)
+
+
+def test_the_wall_clock_stepped_a_day_each_way_breaks_no_invariant(capsys):
+    # The real `loom sim` engine with the clock faults forced (the clockjump profile: the storm's
+    # faults, and the wall clock stepped a day forward or back about every 70 minutes, some 600
+    # times in the month); only the wall clock moves.
+    code, out = loom_sim(capsys, "--profile", "clockjump", "--days", "30", "--seed", str(CLOCK_SEEDS[0]),
+                         "--seeds", str(len(CLOCK_SEEDS)), "--json")
+    data = json.loads(out)
+    broken = [(r["seed"], r["violation"]["invariant"], r["violation"]["message"]) for r in data["runs"]
+              if r["violation"]]
+    assert code == 0 and broken == [] and data["seeds"] == list(CLOCK_SEEDS)
+    for run in data["runs"]:
+        assert run["faults"].get("clock_forward", 0) > 150 and run["faults"].get("clock_back", 0) > 150
+        assert run["simulated_seconds"] == 30 * 86400.0
+    # The steps met every deadline the invariants judge: probes that witnessed relaunches, queue
+    # items that reached the operator by their backstop (and not before), deafness caught.
+    assert sum(r["queue"]["escalated"] for r in data["runs"]) > 0
+    assert all(r["recoveries"] > 0 and r["probes"].get("ok", 0) > 0 for r in data["runs"])
+    assert {"canary_failed", "crash"} <= {cause for r in data["runs"] for cause in r["relaunches"]}
+
+
+def test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults(monkeypatch):
+    # The bug this fault exists for: the canary's next probe measured by wall time waits a day
+    # after a step back (deaf and undetected); the backstop measured by wall time reports every open
+    # item at once after a step forward.
+    from dataclasses import replace
+
+    from loomtui.agent import policy
+    from loomtui.canary import rules as canary_rules
+    from loomtui.sentinel import queue_rules
+
+    real_due_in, real_decide = canary_rules.due_in, queue_rules.decide
+
+    def due_in_by_wall(last, now, interval, ack_timeout):
+        wall_only = None if last is None else replace(last, sent_mono=None, boot=None)
+        return real_due_in(wall_only, policy.as_instant(now).wall, interval, ack_timeout)
+
+    monkeypatch.setattr(canary_rules, "due_in", due_in_by_wall)
+    caught = [simulate(seed, 10, "clockjump")["violation"] for seed in (1, 2, 3)]
+    assert all(v is not None and v["invariant"] in ("deaf_bound", "never_silent") for v in caught)
+    assert any(v["invariant"] == "deaf_bound" for v in caught)
+
+    def decide_by_wall(item, cfg, now, **kw):
+        wall_only = replace(item, first_seen_mono=None, claimed_mono=None)
+        return real_decide(wall_only, cfg, policy.as_instant(now).wall, **kw)
+
+    monkeypatch.setattr(canary_rules, "due_in", real_due_in)
+    monkeypatch.setattr(queue_rules, "decide", decide_by_wall)
+    caught = [simulate(seed, 10, "clockjump")["violation"] for seed in (1, 2, 3)]
+    assert all(v is not None and v["invariant"] in ("backstop_not_early", "queue_backstop") for v in caught)
+    assert any(v["invariant"] == "backstop_not_early" for v in caught)

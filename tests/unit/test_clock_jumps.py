@@ -1,0 +1,395 @@
+"""Deadlines that survive a step of the wall clock: the canary's next probe, timed holds, the
+sentinel's backstops, missed schedules and the age of a Telegram command.
+
+Within one boot each runs on the monotonic clock from its start, so a step of a day forward or
+back changes nothing; across a reboot (another boot id) the stored wall times decide, as the
+relaunch windows do (agent/policy.py). Each deadline is shown both ways, on the pure rules with
+explicit Instants and through the real store where the shell records the start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+import telegram
+from harness import toml_value
+
+from loomtui import actions, clock
+from loomtui.agent import hold_rules, holds
+from loomtui.agent.hold_rules import Hold
+from loomtui.agent.policy import Instant
+from loomtui.canary import rules as canary_rules
+from loomtui.canary import runs as canary_runs
+from loomtui.canary.rules import ERROR, OK, PENDING, ProbeRun, due_in
+from loomtui.config import load_config
+from loomtui.context import Context
+from loomtui.sentinel import queue, schedule
+from loomtui.sentinel.queue_rules import CLAIMED, Escalate, Item, JobRun, decide, review
+from loomtui.sentinel.tick import sentinel_tick
+from loomtui.store.db import Store
+from loomtui.telegram.clock import Clock, command_age
+from loomtui.telegram.commands import MAX_COMMAND_AGE, Poller
+
+DAY = 86400.0
+W = 1_800_000_000.0          # the wall clock at a deadline's start
+M = 5_000.0                  # the monotonic clock then
+BOOT, OTHER_BOOT = "boot-a", "boot-b"
+STEPS = pytest.mark.parametrize("step", [DAY, -DAY], ids=["a_day_forward", "a_day_back"])
+
+
+def later(seconds: float, step: float = 0.0, boot: str = BOOT) -> Instant:
+    """`seconds` after the start on this boot, with the wall clock stepped by `step` meanwhile."""
+    return Instant(W + seconds + step, M + seconds, boot)
+
+
+def rebooted(seconds: float) -> Instant:
+    """`seconds` after the start by the wall clock, on another boot (its own monotonic clock, which
+    runs with that wall clock from then on)."""
+    return Instant(W + seconds, 2 * DAY + seconds, OTHER_BOOT)
+
+
+# -- the canary's next probe --------------------------------------------------------------------
+
+
+@STEPS
+def test_the_next_probe_keeps_its_interval_across_a_step_of_the_wall_clock(step):
+    last = ProbeRun(W, OK, 1, False, M, BOOT)
+    assert due_in(last, later(60, step), 1200, 180) == 1140
+    assert due_in(last, later(1200, step), 1200, 180) == 0
+    # A probe we could not type is retried after one ack timeout, jump or not.
+    assert due_in(ProbeRun(W, ERROR, 1, False, M, BOOT), later(60, step), 1200, 180) == 120
+
+
+def test_after_a_reboot_the_next_probe_is_measured_by_wall_time_and_never_waits_past_an_interval():
+    last = ProbeRun(W, OK, 1, False, M, BOOT)
+    assert due_in(last, rebooted(60), 1200, 180) == 1140
+    assert due_in(last, rebooted(1300), 1200, 180) == 0
+    # The wall clock of the new boot is a day behind the send: one interval, not a day and one.
+    assert due_in(last, rebooted(-DAY), 1200, 180) == 1200
+    # A run recorded before runs kept the monotonic clock is measured by wall time as it was.
+    assert due_in(ProbeRun(W, OK), later(60, -DAY), 1200, 180) == 1200
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    c = Context.load(None, str(tmp_path / "state"), environ={})
+    yield c
+    c.close()
+
+
+@STEPS
+def test_a_recorded_probe_keeps_both_clocks_and_the_next_is_an_interval_away_after_a_step(ctx, step):
+    now = clock.now()
+    canary_runs.insert_run(ctx, "n-sent", "canary", OK, now.wall, now.wall + 180)
+    [run] = canary_runs.recent_runs(ctx)
+    assert run.boot == clock.boot_id() and run.sent_mono is not None
+    stepped = Instant(now.wall + 30 + step, now.mono + 30, now.boot)
+    interval = ctx.config.canary.interval
+    assert interval - 31 <= due_in(run, stepped, interval, 180) <= interval - 29
+
+
+@STEPS
+def test_a_dead_probers_probe_is_settled_after_its_timeout_whatever_the_wall_clock_says(ctx, step):
+    sent = Instant(W, M, BOOT)
+    canary_runs.insert_run(ctx, "n-orphan", "canary", PENDING, W, W + 180, sent=sent)
+    assert canary_runs.settle_stale(ctx, later(100, step)) == 0  # before its deadline: still in flight
+    assert canary_runs.settle_stale(ctx, later(180 + canary_runs.SETTLE_SLACK, step)) == 1
+    assert canary_runs.last_probe(ctx).result == canary_rules.MISS
+
+
+# -- timed holds ----------------------------------------------------------------------------------
+
+
+@STEPS
+def test_a_timed_hold_lasts_its_duration_across_a_step_of_the_wall_clock(step):
+    hold = Hold(W, "operator", "deploying", W + 1800, mono=M, boot=BOOT)
+    assert hold_rules.active(hold, later(60, step)) and hold_rules.remaining(hold, later(60, step)) == 1740
+    assert hold_rules.describe(hold, later(600, step)) == "held by the operator: deploying (20m left)"
+    assert hold_rules.refuses(hold, "relaunch", automatic=True, now=later(1799, step))
+    assert hold_rules.expired(hold, later(1800, step)) and hold_rules.remaining(hold, later(1800, step)) == 0
+
+
+def test_after_a_reboot_a_timed_hold_ends_by_its_wall_time():
+    hold = Hold(W, "operator", "deploying", W + 1800, mono=M, boot=BOOT)
+    assert hold_rules.remaining(hold, rebooted(60)) == 1740
+    assert hold_rules.expired(hold, rebooted(1800))
+    # A new boot whose wall clock lies before the hold's start: at most its duration, not a day more.
+    assert hold_rules.remaining(hold, rebooted(-DAY)) == 1800
+
+
+@STEPS
+def test_a_stored_hold_keeps_its_start_and_expires_on_time_in_the_store(ctx, step):
+    holds.place(ctx, by="operator", reason="deploying", until=W + 1800, source="cli", now=Instant(W, M, BOOT))
+    stored = holds.stored(ctx)
+    assert (stored.mono, stored.boot) == (M, BOOT)
+    assert holds.current(ctx, later(60, step)) is not None
+    assert holds.expire(ctx, source="watchdog", now=later(1799, step)) is None
+    assert holds.expire(ctx, source="watchdog", now=later(1801, step)) is not None
+    assert holds.stored(ctx) is None
+
+
+@STEPS
+def test_an_operators_hold_placed_through_the_actions_survives_a_step(ctx, step):
+    change = actions.hold(ctx, "deploying", 1800.0, source="cli")
+    now = clock.now()
+    stepped = Instant(now.wall + step, now.mono + 5, now.boot)
+    assert change.hold.boot == clock.boot_id()
+    assert actions.admit(ctx, "relaunch", cause="crash", source="watchdog", now=stepped) is not None
+    assert 1790 <= hold_rules.remaining(holds.stored(ctx), stepped) <= 1800
+
+
+# -- the sentinel's backstops -----------------------------------------------------------------
+
+
+class Settings:
+    backstop = 1800.0
+    renudge = 1200.0
+
+
+def item(**kw) -> Item:
+    base = dict(id=7, job="backup", kind="exit", signature="exit code 1", sample="run 1 exited 1", log="/l",
+                first_seen=W, last_seen=W, nudges=1, last_nudge_at=W, first_seen_mono=M, first_seen_boot=BOOT)
+    return Item(**{**base, **kw})
+
+
+def escalates(it: Item, now: Instant, window: float | None = None) -> bool:
+    return any(isinstance(a, Escalate) for a in decide(it, Settings, now, witness_window=window))
+
+
+@STEPS
+def test_an_open_items_backstop_runs_its_full_time_across_a_step(step):
+    it = item()
+    assert not escalates(it, later(60, step))
+    assert not escalates(it, later(1799, step))
+    assert escalates(it, later(1800, step))
+
+
+@STEPS
+def test_a_claims_backstop_runs_its_full_time_across_a_step(step):
+    claimed = item(state=CLAIMED, claimed_at=W + 100, claimed_mono=M + 100, claimed_boot=BOOT)
+    assert not escalates(claimed, later(100 + 2399, step), window=2400)
+    assert escalates(claimed, later(100 + 2400, step), window=2400)
+
+
+def test_after_a_reboot_the_backstops_run_by_wall_time():
+    assert not escalates(item(), rebooted(1799)) and escalates(item(), rebooted(1800))
+    claimed = item(state=CLAIMED, claimed_at=W, claimed_mono=M, claimed_boot=BOOT)
+    assert not escalates(claimed, rebooted(1799)) and escalates(claimed, rebooted(1800))
+    # A new boot whose wall clock is a day behind: the backstop is not pushed a day away (it runs
+    # from the first sighting as though just now), and an older item is measured as it always was.
+    assert not escalates(item(), rebooted(-DAY))
+    assert escalates(item(first_seen_mono=None, first_seen_boot=None), Instant(W + 1800))
+
+
+def test_a_run_started_after_the_claim_on_the_monotonic_clock_witnesses_it_whatever_its_wall_time():
+    claimed = item(state=CLAIMED, claimed_at=W, claimed_mono=M, claimed_boot=BOOT)
+    # Started 60 s after the claim, but the wall clock had been stepped back a day meanwhile.
+    after = JobRun(1, "backup", W - DAY + 60, 0, 0, started_mono=M + 60, boot=BOOT)
+    assert review(claimed, after, W)[1][0][0] == "queue_witness"
+    # Started before the claim, though its wall time (stepped forward) says after.
+    before = JobRun(2, "backup", W + DAY - 60, 0, 0, started_mono=M - 60, boot=BOOT)
+    assert review(claimed, before, W) == (claimed, [])
+
+
+# -- the sentinel tick: backstops and missed schedules through the store ----------------------------
+
+
+class Fleet:
+    def __init__(self, root: Path, jobs: list[dict], sentinel: dict) -> None:
+        root.mkdir(parents=True)
+        lines = [f"state_dir = {toml_value(str(root / 'state'))}", "[sentinel]"]
+        lines += [f"{k} = {toml_value(v)}" for k, v in sentinel.items()]
+        for job in jobs:
+            log = root / f"{job['name']}.log"
+            log.write_text("INFO fine\n")
+            lines.append("[[jobs]]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in {"log": str(log), **job}.items()]
+        (root / "loom.toml").write_text("\n".join(lines) + "\n")
+        self.ctx = Context.load(str(root / "loom.toml"), None, environ={})
+
+    def run(self, job: str, started: float, exit_code: int = 0) -> None:
+        with self.ctx.store.write() as db:
+            db.execute("INSERT INTO job_runs(job, started, ended, exit_code, duration) VALUES (?, ?, ?, ?, 1.0)",
+                       (job, started, started + 1.0, exit_code))
+
+    def tick(self, now: Instant):
+        return sentinel_tick(self.ctx, now, notify=True)
+
+    def missed(self) -> list[Item]:
+        return [i for i in queue.listing(self.ctx.store) if i.kind == "missed"]
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    made: list[Fleet] = []
+
+    def make(jobs, sentinel=None):
+        made.append(Fleet(tmp_path / f"f{len(made)}", jobs, {"missed_grace": "5m", **(sentinel or {})}))
+        return made[-1]
+
+    yield make
+    for f in made:
+        f.ctx.close()
+
+
+@STEPS
+def test_an_open_items_backstop_in_the_store_runs_on_the_monotonic_clock(fleet, step):
+    f = fleet([{"name": "backup"}], {"backstop": "30m"})
+    f.run("backup", W - 10, exit_code=1)
+    assert f.tick(later(0)).new_items
+    [it] = queue.unresolved_items(f.ctx.store)
+    assert (it.first_seen_mono, it.first_seen_boot) == (M, BOOT)
+    assert f.tick(later(600, step)).escalated == []
+    assert f.tick(later(1800, step)).escalated == [it.id]
+
+
+@STEPS
+def test_a_step_of_the_wall_clock_is_not_a_missed_schedule(fleet, step):
+    f = fleet([{"name": "sync", "schedule": "every 1h"}])
+    f.run("sync", W - 600)
+    assert f.tick(later(0)).new_items == []             # the pass before the step: watching, all on time
+    # A day forward: every slot of the skipped day looks missed on the wall clock; none was.
+    # A day back: the last run lies a day ahead; measured from it nothing would be missed for a day.
+    assert f.tick(later(600, step)).new_items == [] and f.missed() == []
+    # The wait started over where the clock landed: the job's next slot after it is the first it can
+    # miss, and missing it is reported an hour and its grace later, not a day.
+    assert f.tick(later(600 + 3600 + 290, step)).new_items == []
+    assert f.tick(later(600 + 3600 + 310, step)).new_items != []
+    assert [i.signature for i in f.missed()] == ["missed schedule"]
+
+
+@STEPS
+def test_a_job_that_keeps_to_its_schedule_after_a_step_is_never_missed(fleet, step):
+    f = fleet([{"name": "sync", "schedule": "every 1h"}])
+    f.run("sync", W - 600)
+    f.tick(later(0))
+    for hour in range(1, 6):
+        f.run("sync", W + step + hour * 3600 - 600)   # cron runs it by the stepped wall clock
+        f.tick(later(hour * 3600 - 300, step))
+    assert f.missed() == []
+
+
+def test_a_cron_schedule_stepped_a_day_forward_misses_nothing(fleet):
+    f = fleet([{"name": "nightly", "schedule": "0 3 * * *"}])
+    f.run("nightly", W - 3600)
+    f.tick(later(0))
+    assert f.tick(later(3600, DAY)).new_items == [] and f.missed() == []
+
+
+def test_after_a_reboot_a_missed_schedule_is_measured_by_wall_time(fleet):
+    f = fleet([{"name": "sync", "schedule": "every 1h"}])
+    f.run("sync", W - 600)
+    f.tick(later(0))
+    assert f.tick(rebooted(3000 - 600 + 200)).new_items == []   # the slot plus its grace not yet past
+    assert f.tick(rebooted(3600 - 600 + 310)).new_items != [] and len(f.missed()) == 1
+
+
+def test_the_step_and_where_the_wait_runs_from_are_pure_functions_of_instants():
+    assert schedule.clock_jump(Instant(W, M, BOOT), later(60, DAY)) == DAY
+    assert schedule.clock_jump(Instant(W, M, BOOT), later(60, -DAY)) == -DAY
+    assert schedule.clock_jump(Instant(W, M, BOOT), rebooted(60)) == 0.0 and not schedule.stepped(None, later(60))
+    assert not schedule.stepped(Instant(W, M, BOOT), later(600, 30.0))  # a slew, not a step
+    assert schedule.wait_from((W - 600, None, W + DAY), W) == W - 600   # a start a day ahead is no reference
+    assert schedule.wait_from((W + DAY,), W) == W
+
+
+# -- the age of a Telegram command -----------------------------------------------------------------
+
+
+@STEPS
+def test_a_command_sent_while_loom_listened_is_fresh_whatever_the_wall_clock_says(step):
+    started, heard = Instant(W - 600, M - 600, BOOT), Instant(W, M, BOOT)
+    sent = W + 10                                       # Telegram's clock: the true time
+    # Stepped forward, our wall clock calls it a day old; stepped back, a day from now: it is 20 s at most.
+    assert command_age(sent, started, heard, Instant(W + 20 + step, M + 20, BOOT)) == 20
+
+
+@STEPS
+def test_a_command_sent_during_an_outage_is_as_old_as_the_outage_allows(step):
+    started, heard = Instant(W - 600, M - 600, BOOT), Instant(W, M, BOOT)  # the last answer before an hour of silence
+    age = command_age(W + 100, started, heard, Instant(W + 3600 + step, M + 3600, BOOT))
+    assert MAX_COMMAND_AGE < age <= 3600
+
+
+def test_an_unstepped_clock_trusts_telegrams_date_even_for_a_message_held_back():
+    # No step since the poller began: a message Telegram dates an hour back, delivered right after
+    # an answered getUpdates (held back on Telegram's side), is an hour old.
+    started, heard = Instant(W - 600, M - 600, BOOT), Instant(W, M, BOOT)
+    assert command_age(W - 3600, started, heard, Instant(W + 5, M + 5, BOOT)) == 3605
+    # A slew of less than a minute is no step.
+    assert command_age(W - 3600, started, heard, Instant(W + 50, M + 5, BOOT)) == 3650
+
+
+def test_without_an_answer_on_this_boot_the_wall_clocks_decide():
+    started = Instant(W - 600, M - 600, BOOT)
+    assert command_age(W - 30, started, None, Instant(W, M, BOOT)) == 30
+    assert command_age(W - 30, Instant(W - 60, 1.0, OTHER_BOOT), Instant(W - 60, 1.0, OTHER_BOOT),
+                       Instant(W, M, BOOT)) == 30
+    assert command_age(W + 30, started, None, Instant(W, M, BOOT)) == 0.0  # our clock behind Telegram's
+
+
+class Stepped(Clock):
+    """The system's clocks with the wall clock stepped by `step`."""
+
+    def __init__(self, step: float) -> None:
+        self.step = step
+
+    def time(self) -> float:
+        return time.time() + self.step
+
+
+class Operator:
+    agents = ("main",)
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def recycle(self, agent: str, mode: str) -> str:
+        self.asked.append(f"recycle {mode}")
+        return f"relaunched {mode}"
+
+    def close(self) -> None:
+        pass
+
+
+def telegram_update(uid: int, age: float) -> telegram.Update:
+    message = {"message_id": uid * 10, "date": int(time.time() - age), "text": "/recycle fresh",
+               "chat": {"id": 5151, "type": "private"}, "from": {"id": 5151, "is_bot": False, "first_name": "o"}}
+    return telegram.Update.de_json({"update_id": uid, "message": message}, telegram.Bot("1:clock-jump-test"))
+
+
+@pytest.fixture
+def poller_for(tmp_path):
+    path = tmp_path / "loom.toml"
+    path.write_text("[telegram]\nchat_id = 5151\ncommands = true\n")
+    cfg = load_config(str(path), {})[0]
+    stores = []
+
+    def make(clock_: Clock, operator: Operator) -> Poller:
+        (tmp_path / f"s{len(stores)}").mkdir()
+        stores.append(Store.in_dir(tmp_path / f"s{len(stores)}"))
+        return Poller(stores[-1], cfg.telegram, telegram.Bot("1:clock-jump-test"), operator, clock_,
+                      username="loom_bot")
+
+    yield make
+    for s in stores:
+        s.close()
+
+
+@STEPS
+def test_the_poller_runs_a_fresh_command_after_a_step_and_refuses_one_from_an_outage(poller_for, step):
+    operator = Operator()
+    stepped = Stepped(0.0)
+    poller = poller_for(stepped, operator)              # it began before the step
+    stepped.step = step
+    poller.listened = stepped.now()                     # Telegram answered just now
+    asyncio.run(poller.handle(telegram_update(1, age=0)))
+    assert operator.asked == ["recycle fresh"]
+    # An hour of silence (no answer since), and a command Telegram dates from its start.
+    now = stepped.now()
+    poller.listened = Instant(now.wall - 3600, now.mono - 3600, now.boot)
+    asyncio.run(poller.handle(telegram_update(2, age=3500)))
+    assert operator.asked == ["recycle fresh"]
