@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loomtui import clock
+from loomtui.actors import Actor, of_source
 from loomtui.agent import hold_rules, holds, launch, launches, policy, recovery
 from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.inject import InjectResult
@@ -26,7 +27,8 @@ from loomtui.context import Context
 from loomtui.errors import LockHeld, LoomError
 from loomtui.sentinel import claims
 from loomtui.states import MAIN_AGENT
-from loomtui.store import counters, locks
+from loomtui.store import counters, ledger, locks
+from loomtui.text import digest, printable
 
 # An operator's relaunch waits this long for one already under way; an automatic one never waits
 # (the failure it saw may be handled by then, and its loop looks again next tick).
@@ -61,7 +63,8 @@ def _count(ctx: Context, name: str, labels: dict[str, str]) -> None:
         log.warning("could not count %s %s: %s", name, labels, exc)
 
 
-def admit(ctx: Context, action: str, *, cause: str, source: str, now: float | None = None) -> hold_rules.Hold | None:
+def admit(ctx: Context, action: str, *, cause: str, source: str,
+          now: Instant | float | None = None) -> hold_rules.Hold | None:
     """May Loom's own hands do `action` now? None if so; the hold in force if it refuses it.
 
     Only automatic actions are ever refused (an operator's source is never a loop). A refusal
@@ -70,7 +73,7 @@ def admit(ctx: Context, action: str, *, cause: str, source: str, now: float | No
     """
     if _loop(source) == "operator":
         return None
-    at = time.time() if now is None else now
+    at = clock.now() if now is None else now  # both clocks: a timed hold's end survives a wall-clock jump
     holds.expire(ctx, source=source, now=at)
     hold = holds.current(ctx, at)
     if hold_rules.refuses(hold, action, automatic=True, now=at):
@@ -79,19 +82,46 @@ def admit(ctx: Context, action: str, *, cause: str, source: str, now: float | No
     return None
 
 
-def hold(ctx: Context, reason: str, duration: float | None, *, source: str) -> holds.HoldChange:
-    """Suspend automatic relaunches, reaps, modal dismissals and nudges (an operator's hold)."""
-    at = time.time()
-    placed = holds.place(ctx, by="operator", reason=reason, until=None if duration is None else at + duration,
-                         source=source, now=at)
+class Refused(LoomError):
+    """The agent asked for what only the operator may do (`agent.may_hold` is off): exit 1."""
+
+
+def _unless_refused(ctx: Context, action: str, who: Actor, *, source: str, at: float, reason: str = "") -> None:
+    """The agent may hold, release or recycle only where `agent.may_hold` says so; a refusal is
+    recorded with who asked, told to the operator at once, and raised (one line, exit 1)."""
+    if not who.is_agent or ctx.config.agent.may_hold:
+        return
+    said = f" (reason given: {printable(reason)[:200]})" if reason else ""
+    with ctx.store.write() as db:
+        # The reason is the agent's text: its length and digest in the ledger, the text to the operator.
+        ledger.append_in(db, "refused", source=source, ts=at, detail={
+            "action": action, "reason": "agent", **who.detail(),
+            **({"reason_length": len(reason), "reason_digest": digest(reason)} if reason else {})})
+        holds.tell_in(db, ctx, f"refused a {action} asked for by {who.describe()} "
+                               f"(session {who.session}): agent.may_hold is off{said}.", now=at)
+    raise Refused(f"{action} refused: the agent may not {action} (agent.may_hold is off); the operator is told")
+
+
+def hold(ctx: Context, reason: str, duration: float | None, *, source: str,
+         actor: Actor | None = None) -> holds.HoldChange:
+    """Suspend automatic relaunches, reaps, modal dismissals and nudges (a hand-placed hold: the
+    operator's, or the agent's where `agent.may_hold` lets it; anyone's but the operator's is told)."""
+    who = actor or of_source(source)
+    start = clock.now()  # the hold's start on both clocks: its end survives a wall-clock jump
+    at = start.wall
+    _unless_refused(ctx, "hold", who, source=source, at=at, reason=reason)
+    until = None if duration is None else at + duration
+    placed = holds.place(ctx, by="operator", reason=reason, until=until, source=source, now=start, actor=who)
     return holds.HoldChange("placed", placed, at)
 
 
-def release(ctx: Context, *, source: str) -> holds.HoldChange:
+def release(ctx: Context, *, source: str, actor: Actor | None = None) -> holds.HoldChange:
     """End the hold in force, the operator's or the ceiling's; automatic recovery resumes."""
+    who = actor or of_source(source)
     at = time.time()
-    holds.expire(ctx, source=source, now=at)
-    ended = holds.release(ctx, source=source, how="release", now=at)
+    _unless_refused(ctx, "release", who, source=source, at=at)
+    holds.expire(ctx, source=source, now=clock.now())
+    ended = holds.release(ctx, source=source, how="release", now=at, actor=who)
     if ended is not None:
         launches.ring(ctx.agent_dir, launches.PANE_DIED)  # the watchdog looks again now, not next tick
     return holds.HoldChange("released" if ended is not None else "none", ended, at)
@@ -117,9 +147,9 @@ def recover(
     """
     operator = cause in policy.OPERATOR
     if not operator:
-        refused = admit(ctx, "relaunch", cause=cause, source=source, now=(now.wall if now else None))
+        refused = admit(ctx, "relaunch", cause=cause, source=source, now=now)
         if refused is not None:
-            return Recovery("held", notes=[hold_rules.describe(refused, now.wall if now else time.time())])
+            return Recovery("held", notes=[hold_rules.describe(refused, now or clock.now())])
     wait = lock_wait if lock_wait is not None else (OPERATOR_LOCK_WAIT if operator else 0.0)
     try:
         lock = locks.hold(ctx.agent_dir, locks.RECYCLE, timeout=wait)
@@ -154,19 +184,31 @@ def recover(
     return result
 
 
-def recycle(ctx: Context, mode: str, *, source: str, reason: str | None = None) -> Recovery:
+def recycle(ctx: Context, mode: str, *, source: str, reason: str | None = None,
+            actor: Actor | None = None) -> Recovery:
     """An operator's relaunch: `resume` the pinned session or start `fresh`; ends the ceiling's hold (an
-    operator's own hold stays until `release` or its end)."""
+    operator's own hold stays until `release` or its end). The agent's own is refused unless
+    `agent.may_hold`; who asked is in the relaunch's evidence."""
     if mode not in (policy.RESUME, policy.FRESH):
         raise ValueError(f"unknown relaunch mode {mode!r}: use resume or fresh")
+    who = actor or of_source(source)
+    at = time.time()
+    _unless_refused(ctx, "recycle", who, source=source, at=at, reason=reason or "")
     _fired(ctx, "watchdog", source)
-    return recover(ctx, f"operator_{mode}", source=source, reason=reason)
+    result = recover(ctx, f"operator_{mode}", source=source, reason=reason, evidence=who.detail())
+    if who.is_agent and result.outcome is not None:
+        with ctx.store.write() as db:
+            holds.tell_in(db, ctx, f"{who.describe()} relaunched the agent ({mode}): {result.describe()}", now=at)
+    return result
 
 
 def inject(ctx: Context, text: str, *, source: str, kind: str = "inject",
-           detail: dict[str, Any] | None = None, ref: str = "") -> InjectResult:
+           detail: dict[str, Any] | None = None, ref: str = "", actor: Actor | None = None) -> InjectResult:
     """Type one line into the agent's pane (the probe's instruction and the nudges too); `ref` is the
-    asker's own id for it (a Telegram message), kept with the line by the stream-json pump."""
+    asker's own id for it (a Telegram message), kept with the line by the stream-json pump. An
+    operator's or the agent's line (`kind` inject) records who typed it."""
+    if kind == "inject":
+        detail = {**(detail or {}), **(actor or of_source(source)).detail()}
     return _type_text(ctx, text, source=source, kind=kind, detail=detail, ref=ref)
 
 

@@ -11,11 +11,14 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from loomtui.actors import Actor, of_source
 from loomtui.agent.hold_rules import Hold, active, describe, expired, first_refusal, noting, remaining
+from loomtui.agent.policy import Instant, as_instant
 from loomtui.context import Context
 from loomtui.states import MAIN_AGENT
-from loomtui.store import counters, ledger
+from loomtui.store import counters, ledger, outbox
 from loomtui.store.db import agent_key
+from loomtui.text import printable
 
 KEY = "hold"
 
@@ -50,59 +53,86 @@ def stored(ctx: Context) -> Hold | None:
     return _parse(ctx.store.get_meta(ctx.store.agent_key(KEY)))
 
 
-def current(ctx: Context, now: float) -> Hold | None:
-    """The hold in force at `now`, or None. Read-only: a hold past its end reads as no hold."""
+def current(ctx: Context, now: Instant | float) -> Hold | None:
+    """The hold in force at `now` (an Instant: clock.now(); a bare wall time is measured by wall
+    time), or None. Read-only: a hold past its end reads as no hold."""
     hold = stored(ctx)
     return hold if active(hold, now) else None
 
 
-def place(ctx: Context, *, by: str, reason: str, until: float | None, source: str, now: float,
-          cause: str = "") -> Hold:
-    """Hold (or replace the hold in force); recorded as `hold_placed` with who and why."""
-    hold = Hold(now, "operator" if by == "operator" else "ceiling", reason, until, cause)
+def place(ctx: Context, *, by: str, reason: str, until: float | None, source: str, now: Instant | float,
+          cause: str = "", actor: Actor | None = None) -> Hold:
+    """Hold (or replace the hold in force); recorded as `hold_placed` with who and why. `actor` is
+    who asked (the console, the CLI, Telegram or the agent; by default the source)."""
+    who = actor or of_source(source)
+    at = as_instant(now)
+    now = at.wall  # the ledger's and the outbox's time; the hold's start keeps both clocks (its end survives a jump)
+    hold = Hold(now, "operator" if by == "operator" else "ceiling", reason, until, cause, actor=who.kind,
+                mono=at.mono, boot=at.boot)
     with ctx.store.write() as db:
         before = _read_in(db)
         _write_in(db, hold)
         ledger.append_in(db, "hold_placed", source=source, cause=cause or None, ts=now, detail={
-            "by": hold.by, "reason": reason, "until": until,
-            **({"replaced": before.by} if before is not None and active(before, now) else {}),
+            "by": hold.by, "reason": reason, "until": until, **who.detail(),
+            **({"replaced": before.by} if before is not None and active(before, at) else {}),
         })
+        if not who.is_operator:
+            tell_in(db, ctx, f"{who.describe()} placed a hold: {describe(hold, now)}", now=now)
     return hold
+
+
+def tell_in(db: sqlite3.Connection, ctx: Context, text: str, *, now: float) -> None:
+    """Tell the operator at once of what someone else did (the agent, mostly), in the transaction
+    of the change: a hold placed or released, or an action refused. With several agents the
+    message names whose hold it is."""
+    whose = f"[{ctx.agent}] " if len(ctx.config.agent_names) > 1 else ""
+    outbox.enqueue(db, f"{whose}Loom: {printable(text)}", now=now)
 
 
 def place_if_free(db: sqlite3.Connection, hold: Hold) -> bool:
     """The ceiling's hold, in the caller's transaction: only when no hold is in force (once per hold)."""
     before = _read_in(db)
-    if active(before, hold.since):
+    if active(before, hold.start):
         return False
     _write_in(db, hold)
     return True
 
 
-def release(ctx: Context, *, source: str, how: str, now: float, cause: str | None = None) -> Hold | None:
-    """End the hold (`how`: release, relaunch or expired). None when nothing was held."""
+def release(ctx: Context, *, source: str, how: str, now: Instant | float, cause: str | None = None,
+            actor: Actor | None = None) -> Hold | None:
+    """End the hold (`how`: release, relaunch or expired). None when nothing was held. `actor` is
+    who asked (by default the source)."""
+    who = actor or of_source(source)
+    at = as_instant(now)
+    now = at.wall
     with ctx.store.write() as db:
         hold = _read_in(db)
         if hold is None:
             return None
-        if how == "expired" and not expired(hold, now):
+        if how == "expired" and not expired(hold, at):
             return None  # released or replaced meanwhile: nothing of ours to expire
         db.execute("DELETE FROM meta WHERE key = ?", (_key(db),))
         ledger.append_in(db, "hold_cleared", source=source, cause=cause, ts=now,
-                         detail={"by": source, "how": how, "held_by": hold.by, "reason": hold.reason})
+                         detail={"by": source, "how": how, "held_by": hold.by, "reason": hold.reason,
+                                 **who.detail()})
+        if how == "release" and not who.is_operator:
+            tell_in(db, ctx, f"{who.describe()} released the hold ({describe(hold, now)}); "
+                             "automatic recovery is on again", now=now)
     return hold
 
 
-def expire(ctx: Context, *, source: str, now: float) -> Hold | None:
-    """A timed hold past its end ends by itself, recorded once by whichever loop sees it first."""
+def expire(ctx: Context, *, source: str, now: Instant | float) -> Hold | None:
+    """A timed hold past its end ends by itself, recorded once by whichever loop sees it first
+    (its end on the monotonic clock from its start, within one boot: hold_rules)."""
     hold = stored(ctx)
     if not expired(hold, now):
         return None
     return release(ctx, source=source, how="expired", now=now)
 
 
-def refused(ctx: Context, *, action: str, cause: str, loop: str, source: str, now: float) -> None:
+def refused(ctx: Context, *, action: str, cause: str, loop: str, source: str, now: Instant | float) -> None:
     """Record that the hold refused `action`: counted every time, in the ledger once per kind."""
+    now = as_instant(now).wall
     with ctx.store.write() as db:
         labels = {"loop": loop, "decision": "refused", "reason": "hold"}
         counters.bump_in(db, "loom_admit_total", labels if ctx.agent == MAIN_AGENT else {**labels, "agent": ctx.agent})
@@ -130,12 +160,13 @@ class HoldChange:
         if self.hold is None:
             return "nothing was held"
         if self.action == "released":
-            who = "the operator's" if self.hold.by == "operator" else "the ceiling's"
+            who = ("the ceiling's" if self.hold.by == "ceiling" else
+                   "the agent's" if self.hold.actor == "agent" else "the operator's")
             return f"released {who} hold ({self.hold.reason}); automatic recovery is on again"
         return describe(self.hold, self.at) + "; automatic relaunches, reaps, modal dismissals and nudges wait"
 
     def as_json(self) -> dict[str, Any]:
         hold = self.hold
         return {"action": self.action, "hold": None if hold is None else {
-            "by": hold.by, "reason": hold.reason, "since": hold.since, "until": hold.until,
+            "by": hold.by, "actor": hold.actor, "reason": hold.reason, "since": hold.since, "until": hold.until,
             "remaining": remaining(hold, self.at)}}

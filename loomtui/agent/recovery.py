@@ -8,7 +8,6 @@ hold): `escalate` places it, an operator's relaunch (`clear_hold`) or `loom rele
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -74,10 +73,11 @@ def canary_recycled(ctx: Context, pinned: str | None) -> frozenset[str]:
     return frozenset({pinned}) if row else frozenset()
 
 
-def held(ctx: Context, now: float | None = None) -> dict | None:
+def held(ctx: Context, now: Instant | float | None = None) -> dict | None:
     """The hold in force (its stored record: by, reason, until, ...), or None. A timed hold past
-    its end reads as no hold even before a loop records that it expired."""
-    hold = holds.current(ctx, time.time() if now is None else now)
+    its end reads as no hold even before a loop records that it expired (by the monotonic clock
+    when `now` is an Instant, as by default)."""
+    hold = holds.current(ctx, clock.now() if now is None else now)
     return hold.record() if hold is not None else None
 
 
@@ -112,8 +112,12 @@ def escalate(ctx: Context, cause: str, decision: Decision, source: str, at: Inst
         f"(loom recycle{f' --agent {ctx.agent}' if several else ''} --resume or --fresh)."
     )
     with ctx.store.write() as db:
-        if not holds.place_if_free(db, Hold(at.wall, "ceiling", "; ".join(decision.reasons), None, cause)):
+        if not holds.place_if_free(db, Hold(at.wall, "ceiling", "; ".join(decision.reasons), None, cause,
+                                            mono=at.mono, boot=at.boot)):
             return
         event = ledger.append_in(db, "escalation", source=source, cause=cause,
                                  detail={"reasons": list(decision.reasons), "held": True}, ts=at.wall)
-        outbox.enqueue(db, text, dedupe_key=f"hold-{event.id}", now=at.wall)
+        # The escalation is the newest event: its id and hash are the ledger's head, now off the machine
+        # (`loom ledger verify --head` proves later that nothing up to it was rewritten).
+        outbox.enqueue(db, f"{text} ledger {ledger.format_head(event.id, event.hash)}",
+                       dedupe_key=f"hold-{event.id}", now=at.wall)

@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from loomtui import actions
+from loomtui import actions, clock
 from loomtui.agent import holds, launches, proctree
 from loomtui.agent.driver import GONE, UP, TmuxDriver, make_driver
 from loomtui.agent.proctree import MISSING, PRESENT, UNKNOWN
@@ -100,7 +100,7 @@ class Watchdog:
 
     def tick(self) -> WatchdogReport:
         # A timed hold ends by itself: recorded here even when nothing asks to act meanwhile.
-        holds.expire(self.ctx, source="watchdog", now=time.time())
+        holds.expire(self.ctx, source="watchdog", now=clock.now())  # a timed hold ends by the monotonic clock
         obs, facts = self.observe()
         steps, self.memory = assess(obs, self.memory, self.settings, time.monotonic())
         report = WatchdogReport(obs, steps)
@@ -124,7 +124,9 @@ class Watchdog:
                 event = ledger.append_in(db, "operator_alert", source="watchdog", detail={"note": step.note})
                 # With several agents the human is told whose it is (as the sentinel's escalations are).
                 whose = "" if len(self.ctx.config.agent_names) == 1 else f"[{self.ctx.agent}] "
-                outbox.enqueue(db, f"{whose}Loom: {step.note}", dedupe_key=f"alert-{event.id}")
+                # The alert is the newest event: its id and hash, the ledger's head, go with it.
+                outbox.enqueue(db, f"{whose}Loom: {step.note} ledger {ledger.format_head(event.id, event.hash)}",
+                               dedupe_key=f"alert-{event.id}")
             return f"operator alerted: {step.note}"
         if step.kind == "repair_socket":
             return self.repair_socket()

@@ -25,7 +25,10 @@ def register(sub) -> None:
 def run_inject(args: argparse.Namespace) -> int:
     from loomtui import actions
 
-    result = actions.inject(context(args), " ".join(args.text), source="cli")
+    from loomtui.cli.actor import of_cli
+
+    ctx = context(args)
+    result = actions.inject(ctx, " ".join(args.text), source="cli", actor=of_cli(ctx))
     if not result.ok:
         print(f"loom: inject failed: {result.error}", file=sys.stderr)
         return 1
@@ -36,6 +39,9 @@ def run_inject(args: argparse.Namespace) -> int:
 def run_recycle(args: argparse.Namespace) -> int:
     from loomtui import actions
 
-    outcome = actions.recycle(context(args), args.mode, source="cli", reason=args.reason)
+    from loomtui.cli.actor import of_cli
+
+    ctx = context(args)
+    outcome = actions.recycle(ctx, args.mode, source="cli", reason=args.reason, actor=of_cli(ctx))
     print(outcome.describe(), file=sys.stdout if outcome.ok else sys.stderr)
     return 0 if outcome.ok else 1

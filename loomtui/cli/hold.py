@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from loomtui.cli.common import context, print_json, subcommand
+from loomtui.text import printable
 
 
 def _duration(text: str) -> float:
@@ -40,20 +41,26 @@ def run_hold(args: argparse.Namespace) -> int:
     if not reason:
         print("loom: hold: --reason must say why", file=sys.stderr)
         return 2
-    result = actions.hold(context(args), reason, args.duration, source="cli")
+    from loomtui.cli.actor import of_cli
+
+    ctx = context(args)
+    result = actions.hold(ctx, reason, args.duration, source="cli", actor=of_cli(ctx))
     if args.json:
         print_json(result.as_json())
     else:
-        print(result.describe())
+        print(printable(result.describe()))
     return 0
 
 
 def run_release(args: argparse.Namespace) -> int:
     from loomtui import actions
 
-    result = actions.release(context(args), source="cli")
+    from loomtui.cli.actor import of_cli
+
+    ctx = context(args)
+    result = actions.release(ctx, source="cli", actor=of_cli(ctx))
     if args.json:
         print_json(result.as_json())
     else:
-        print(result.describe(), file=sys.stdout if result.released else sys.stderr)
+        print(printable(result.describe()), file=sys.stdout if result.released else sys.stderr)
     return 0 if result.released else 1

@@ -1,4 +1,4 @@
-"""`loom ledger tail|verify`."""
+"""`loom ledger tail|verify|head`."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ import datetime as dt
 import sys
 
 from loomtui.cli.common import choose_agent, context, subcommand
+from loomtui.errors import LoomError
 from loomtui.store import ledger
 from loomtui.store.ledger import Event
-from loomtui.text import printable
+from loomtui.text import json_safe, printable
 
 
 def register(sub) -> None:
     parser = subcommand(sub, "ledger", "read or verify the hash-chained event ledger")
-    inner = parser.add_subparsers(dest="ledger_command", metavar="tail|verify", required=True)
+    inner = parser.add_subparsers(dest="ledger_command", metavar="tail|verify|head", required=True)
     tail = subcommand(inner, "tail", "print the last events")
     tail.add_argument("-n", type=int, default=20, metavar="N", help="how many events (default 20)")
     tail.add_argument("--kind", action="append", help="only events of this kind (repeatable)")
@@ -23,7 +24,13 @@ def register(sub) -> None:
     tail.add_argument("--agent", dest="only_agent", metavar="NAME", help="only this agent's events")
     tail.set_defaults(func=run_tail)
     verify = subcommand(inner, "verify", "check the hash chain; non-zero naming the first bad event")
+    verify.add_argument("--head", metavar="SEQ:HASH",
+                        help="also prove the chain still leads to this head, kept earlier off the machine "
+                             "(from `loom ledger head`, an escalation or the daily Telegram line)")
     verify.set_defaults(func=run_verify)
+    head = subcommand(inner, "head", "print SEQ:HASH of the newest event: keep it elsewhere, "
+                                     "then `loom ledger verify --head` proves nothing before it was rewritten")
+    head.set_defaults(func=run_head)
 
 
 def format_event(event: Event, with_agent: bool = False) -> str:
@@ -44,7 +51,8 @@ def run_tail(args: argparse.Namespace) -> int:
     events = ledger.tail(ctx.store, max(args.n, 0), kinds=args.kind, agent=only)
     if args.json:
         for e in events:
-            sys.stdout.write(ledger.canonical(e.as_dict()) + "\n")
+            # The canonical form, its control characters escaped (json_safe): the same data.
+            sys.stdout.write(json_safe(ledger.canonical(e.as_dict())) + "\n")
     else:
         for e in events:
             print(format_event(e, with_agent=len(names) > 1 and only is None))
@@ -52,6 +60,20 @@ def run_tail(args: argparse.Namespace) -> int:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    verdict = ledger.verify(context(args).store)
-    print(verdict.describe(), file=sys.stdout if verdict.ok else sys.stderr)
+    kept = None
+    if args.head is not None:
+        try:
+            kept = ledger.parse_head(args.head)
+        except ValueError as exc:
+            raise LoomError(f"ledger verify --head: {exc}", exit_code=2) from None
+    verdict = ledger.verify(context(args).store, kept=kept)
+    line = verdict.describe()
+    if verdict.ok and kept is not None:
+        line += f", and it leads to the kept head {ledger.format_head(*kept)}"
+    print(line, file=sys.stdout if verdict.ok else sys.stderr)
     return 0 if verdict.ok else 1
+
+
+def run_head(args: argparse.Namespace) -> int:
+    print(ledger.format_head(*ledger.head(context(args).store)))
+    return 0

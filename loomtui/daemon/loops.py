@@ -340,7 +340,12 @@ def agent_loops(ctx: Context) -> list[TickLoop]:
 def tick_loops(ctx: Context) -> list[TickLoop]:
     """Every agent's loops, then the host's: the sentinel scans every job once, whichever agent it nudges."""
     out = [spec for name in ctx.config.agent_names for spec in agent_loops(ctx.for_agent(name))]
-    return out + [TickLoop("sentinel", ctx.config.sentinel.interval, sentinel_tick)]
+    out.append(TickLoop("sentinel", ctx.config.sentinel.interval, sentinel_tick))
+    if ctx.config.telegram.chat_id:
+        from loomtui.daemon.head_notice import PERIOD, head_tick  # the ledger's head, off the machine daily
+
+        out.append(TickLoop("ledger_head", PERIOD, head_tick))
+    return out
 
 
 async def _sender(ctx: Context, stop: asyncio.Event) -> None:

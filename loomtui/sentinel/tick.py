@@ -7,20 +7,27 @@ which are merged into the queue in one transaction together with the job's new l
 so a crash at any point neither loses nor double-counts a line. Then every open item gets
 what `queue_core.decide` says is due: a nudge through the one injection path, and past the
 backstop one message to the operator through the outbox.
+
+Time is an Instant (both clocks): the backstops run on the monotonic clock from an item's
+first sighting or claim, and a step of the wall clock between two passes (noticed against the
+pass before, kept in the store's meta as CLOCK_KEY) restarts every schedule's wait from where
+the clock landed (schedule.py says why).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psutil
 
 from loomtui import actions, clock, redact
 from loomtui.agent import launches
+from loomtui.agent.policy import Instant, as_instant
 from loomtui.config import JobConfig
 from loomtui.context import Context
 from loomtui.errors import LoomError
@@ -46,6 +53,7 @@ SENTINEL_LOCK = "sentinel.lock"
 LOCK_TIMEOUT = 60.0
 MAX_NUDGES_PER_TICK = 5  # a burst of failures must not bury the agent's prompt in one go
 SOURCE = "sentinel"
+CLOCK_KEY = "sentinel_clock"  # the last pass's Instant: a wall-clock step between passes shows against it
 
 
 @dataclass
@@ -87,37 +95,57 @@ class SentinelReport:
         return "; ".join(parts)
 
 
-def sentinel_tick(ctx: Context, now: float | None = None, *, notify: bool = True) -> SentinelReport:
-    """One sentinel pass. Raises LockHeld if another pass holds sentinel.lock past LOCK_TIMEOUT."""
-    now = time.time() if now is None else now
-    report = SentinelReport(now)
+def sentinel_tick(ctx: Context, now: Instant | float | None = None, *, notify: bool = True) -> SentinelReport:
+    """One sentinel pass at `now` (default clock.now(); a bare wall time is measured by wall time
+    alone). Raises LockHeld if another pass holds sentinel.lock past LOCK_TIMEOUT."""
+    at = clock.now() if now is None else as_instant(now)
+    report = SentinelReport(at.wall)
     # Two passes at once would both read the same new bytes and count every line twice.
     with locks.hold(ctx.state_dir, SENTINEL_LOCK, timeout=LOCK_TIMEOUT):
-        scan_all(ctx, now, report)
+        scan_all(ctx, at, report)
         if notify:
-            send_due(ctx, now, report)
+            send_due(ctx, at, report)
     return report
 
 
 # -- scanning ----------------------------------------------------------------------------
 
 
-def scan_all(ctx: Context, now: float, report: SentinelReport) -> None:
+def clock_step(ctx: Context, at: Instant) -> float | None:
+    """Where the wall clock landed if it was stepped since the last pass (`at.wall`), else None;
+    `at` is kept as the next pass's reference."""
+    if at.mono is None:
+        return None  # a pass given a bare wall time (tests) cannot tell
+    try:
+        raw = json.loads(ctx.store.get_meta(CLOCK_KEY) or "null")
+        before = Instant(float(raw["wall"]), float(raw["mono"]), raw.get("boot")) if raw else None
+    except (ValueError, TypeError, KeyError):
+        before = None
+    ctx.store.set_meta(CLOCK_KEY, json.dumps({"wall": at.wall, "mono": at.mono, "boot": at.boot}))
+    return at.wall if schedule.stepped(before, at) else None
+
+
+def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> None:
+    now = at.wall
     runs = finished_runs(ctx, now)
     configured = {job.name for job in ctx.config.jobs}
     orphans = [r.id for rs in runs.values() for r in rs if r.job not in configured]
     if orphans:  # runs of a job since removed from the config: nothing to judge them against
         with ctx.store.write() as db:
             db.executemany("UPDATE job_runs SET reviewed = 1 WHERE id = ?", [(i,) for i in orphans])
+    scheduled = any(job.schedule for job in ctx.config.jobs)
+    landed = clock_step(ctx, at) if scheduled else None
     # Every job's position and last start in one read: an idle pass costs little more than a stat per job.
+    # A start ahead of the wall clock (it was stepped back since) is no reference: schedule.wait_from.
     with ctx.store.read() as db:
         watches = jobscan.load_watches(db)
-        last_starts = dict(db.execute("SELECT job, MAX(started) FROM job_runs GROUP BY job").fetchall())
-    zone = clock.local_zone() if any(job.schedule for job in ctx.config.jobs) else None
+        last_starts = dict(db.execute("SELECT job, MAX(started) FROM job_runs WHERE started <= ? GROUP BY job",
+                                      (now + schedule.JUMP_TOLERANCE,)).fetchall())
+    zone = clock.local_zone() if scheduled else None
     for job in ctx.config.jobs:
         report.jobs += 1
-        scan_job(ctx, job, runs.get(job.name, []), now, report, watches.get(job.name, jobscan.NO_WATCH),
-                 last_starts.get(job.name), zone)
+        scan_job(ctx, job, runs.get(job.name, []), at, report, watches.get(job.name, jobscan.NO_WATCH),
+                 last_starts.get(job.name), zone, landed)
 
 
 def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
@@ -165,9 +193,12 @@ def _matcher(patterns: tuple[str, ...], anti_patterns: tuple[str, ...]) -> logsc
     return logscan.Matcher(list(patterns), list(anti_patterns), literal_search.finder)
 
 
-def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], now: float, report: SentinelReport,
-             watch: jobscan.Watch, last_start: float | None, zone: dt.tzinfo | None) -> None:
+def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], at: Instant, report: SentinelReport,
+             watch: jobscan.Watch, last_start: float | None, zone: dt.tzinfo | None,
+             landed: float | None = None) -> None:
+    """`landed`: where the wall clock landed when it was stepped since the last pass."""
     store = ctx.store
+    now = at.wall
     path = str(job.log)
     failures: list[Failure] = []
     try:
@@ -186,8 +217,10 @@ def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], now: float, repor
         if run.exit_code != 0 or run.error:
             failures.append(exit_failure(run))
     watch_since = watch.watch_since if watch.watch_since is not None else now
-    reference = max(last_start if last_start is not None else watch_since, watch.missed_mark or float("-inf"))
     missed_mark = watch.missed_mark
+    if landed is not None and job.schedule:
+        missed_mark = landed  # the wait starts over where the stepped clock landed (schedule.py)
+    reference = schedule.wait_from((last_start if last_start is not None else watch_since, missed_mark), now)
     gap = None
     if job.schedule and zone is not None:
         gap = schedule.missed(job.schedule, reference, now, ctx.config.sentinel.missed_grace, tz=zone)
@@ -202,7 +235,7 @@ def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], now: float, repor
         return
     with store.write() as db:
         jobscan.save_watch(db, job.name, position, watch_since, missed_mark, now)
-        merge(db, job, failures, runs, now, report)
+        merge(db, job, failures, runs, at, report)
         db.executemany("UPDATE job_runs SET reviewed = 1 WHERE id = ?", [(r.id,) for r in runs])
     report.runs_reviewed += len(runs)
 
@@ -215,9 +248,11 @@ def exit_failure(run: JobRun) -> Failure:
                    at=run.started)
 
 
-def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs: list[JobRun], now: float,
-          report: SentinelReport) -> None:
+def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs: list[JobRun],
+          now: Instant | float, report: SentinelReport) -> None:
     """Failures into the job's live items (dedup, reopen), then finished runs against claims."""
+    at = as_instant(now)
+    now = at.wall
     items = queue.live(db, job.name)
     touched: dict[int, Item] = {}
     events: list[tuple[str, dict]] = []
@@ -226,6 +261,9 @@ def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs:
         item = items.get(key)
         if item is None:
             item = queue.insert(db, failure, str(job.log), now, agent=job.agent)
+            # Its backstop runs on the monotonic clock from here (saved with the touched items below).
+            item = replace(item, first_seen_mono=at.mono, first_seen_boot=at.boot)
+            touched[item.id] = item
             report.new_items.append(item.id)
         else:
             before = item.state
@@ -251,7 +289,8 @@ def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs:
 # -- nudges and the backstop -------------------------------------------------------------
 
 
-def send_due(ctx: Context, now: float, report: SentinelReport) -> None:
+def send_due(ctx: Context, at: Instant, report: SentinelReport) -> None:
+    now = at.wall
     items = queue.unresolved_items(ctx.store)
     if not items:
         return
@@ -267,7 +306,7 @@ def send_due(ctx: Context, now: float, report: SentinelReport) -> None:
                 # boot grace on the monotonic clock, not `now`
                 relaunching[name] = launches.relaunch_under_way(agents[name])
             report.relaunching = report.relaunching or relaunching[name]
-            for action in decide(item, cfg, now, relaunching=relaunching[name],
+            for action in decide(item, cfg, at, relaunching=relaunching[name],
                                  witness_window=witness_window(ctx, item)):
                 if isinstance(action, Escalate):
                     escalate(ctx, item, action, now, report)
@@ -322,6 +361,9 @@ def escalate(ctx: Context, item: Item, action: Escalate, now: float, report: Sen
             return
         # With several agents the human is told whose it was.
         text = action.text if len(ctx.config.agents) == 1 else f"[{item.agent}] {action.text}"
+        # The ledger's head as it stands goes with every escalation: kept by the operator, it pins
+        # the history up to it (`loom ledger verify --head`).
+        text += f" ledger {ledger.format_head(*ledger.head_in(db))}"
         message_id = outbox.enqueue(db, redact.scrub(text), dedupe_key=action.dedupe_key, now=now)
         db.execute("UPDATE queue_items SET escalated_at = ? WHERE id = ?", (now, item.id))
         ledger.append_in(db, "queue_escalate", source=SOURCE, ts=now, agent=item.agent,

@@ -143,11 +143,47 @@ class Verdict:
         return f"ledger broken at event {self.bad_id}: {self.reason}"
 
 
-def verify(store: Store, batch: int = 5000) -> Verdict:
-    """Walk the chain in id order; the first event that does not hold is named."""
+HEAD_FORM = re.compile(r"(\d{1,19}):([0-9a-f]{64})")
+
+
+def head(store: Store) -> tuple[int, str]:
+    """The newest event's id and hash (0 and the genesis hash for an empty ledger): the whole
+    store's, as there is one chain for every agent. Kept off the machine, it pins the history."""
+    row = store.query_one("SELECT id, hash FROM ledger ORDER BY id DESC LIMIT 1")
+    return (int(row[0]), str(row[1])) if row else (0, GENESIS)
+
+
+def head_in(db: sqlite3.Connection) -> tuple[int, str]:
+    """`head`, inside a transaction that is about to tell the operator something."""
+    row = db.execute("SELECT id, hash FROM ledger ORDER BY id DESC LIMIT 1").fetchone()
+    return (int(row[0]), str(row[1])) if row else (0, GENESIS)
+
+
+def format_head(seq: int, digest: str) -> str:
+    return f"{seq}:{digest}"
+
+
+def parse_head(text: str) -> tuple[int, str]:
+    """`SEQ:HASH` as `loom ledger head` prints it; ValueError naming the form otherwise."""
+    match = HEAD_FORM.fullmatch(text.strip().lower())
+    if match is None:
+        raise ValueError(f"expected SEQ:HASH (an event number, a colon, 64 hex digits), not {text[:80]!r}")
+    return int(match[1]), match[2]
+
+
+def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = None) -> Verdict:
+    """Walk the chain in id order; the first event that does not hold is named.
+
+    With `kept` (a head the operator kept elsewhere: `loom ledger head` earlier, an escalation,
+    the daily line), the chain must also still lead to it: the event at that id has exactly that
+    hash. The chain alone cannot see a rewrite that recomputed every later hash and the head (the
+    agent runs as the same user and can do that); a head kept off the machine can."""
     expected_id = 1
     prev_hash = GENESIS
     count = 0
+    kept_seen = kept is not None and kept[0] == 0
+    if kept_seen and kept[1] != GENESIS:
+        return Verdict(False, 0, 0, f"the kept head 0:{kept[1]} is not the genesis (event 0 is all zeros)")
     with store.read() as db:
         head_row = db.execute("SELECT value FROM meta WHERE key = ?", (HEAD_KEY,)).fetchone()
         cursor = db.execute("SELECT id, ts, kind, source, cause, detail, prev_hash, hash, agent FROM ledger ORDER BY id")
@@ -169,18 +205,26 @@ def verify(store: Store, batch: int = 5000) -> Verdict:
                                     r["agent"])
                 if digest != r["hash"]:
                     return Verdict(False, count, rid, "contents do not match its hash: edited")
+                if kept is not None and rid == kept[0]:
+                    kept_seen = True
+                    if r["hash"] != kept[1]:
+                        return Verdict(False, count, rid, f"its hash is {r['hash']}, not the kept head's "
+                                                          f"{kept[1]}: the history up to it was rewritten")
                 prev_hash = r["hash"]
                 expected_id += 1
                 count += 1
     if head_row is None:
         if count:
             return Verdict(False, count, count, "the ledger head record is missing")
-        return Verdict(True, 0)
-    head = json.loads(head_row[0])
-    if int(head["id"]) != count or head["hash"] != prev_hash:
-        if int(head["id"]) > count:
-            return Verdict(False, count, count + 1, f"missing: the head says {head['id']} events exist: deleted")
-        return Verdict(False, count, int(head["id"]), "the ledger head does not match the last event")
+    else:
+        head = json.loads(head_row[0])
+        if int(head["id"]) != count or head["hash"] != prev_hash:
+            if int(head["id"]) > count:
+                return Verdict(False, count, count + 1, f"missing: the head says {head['id']} events exist: deleted")
+            return Verdict(False, count, int(head["id"]), "the ledger head does not match the last event")
+    if kept is not None and not kept_seen:
+        return Verdict(False, count, kept[0], f"the ledger ends at event {count}, before the kept head: "
+                                              "events were removed and the chain rebuilt")
     return Verdict(True, count)
 
 

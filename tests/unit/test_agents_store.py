@@ -140,7 +140,8 @@ def test_escalations_name_their_agent_when_there_are_several(two_agents):
     recovery.escalate(beta, "crash", Decision("hold", escalate=True, reasons=("ceiling reached",)), "watchdog",
                       Instant(1000.0))
     texts = [m.text for m in outbox.pending(main.store)]
-    assert texts[0] == "[beta] Loom: tmux socket gone"
+    alert = ledger.tail(main.store, 5, kinds=["operator_alert"])[-1]
+    assert texts[0] == f"[beta] Loom: tmux socket gone ledger {alert.id}:{alert.hash}"  # the head goes with it
     assert texts[1].startswith("[beta] Loom stopped relaunching") and "loom recycle --agent beta" in texts[1]
     assert [e.agent for e in ledger.tail(main.store, 5, kinds=["operator_alert", "escalation"])] == ["beta"] * 2
 

@@ -65,3 +65,8 @@ def test_each_jobs_failures_are_its_agents_and_go_to_it_only(two_agents, monkeyp
     texts = [r["text"] for r in ctx.store.query("SELECT text FROM outbox ORDER BY id")]
     assert any(t.startswith("[beta] ") and "report" in t for t in texts), texts
     assert any(t.startswith("[alpha] ") and "backup" in t for t in texts), texts
+    # Each escalation carries the ledger's head as it stood: a SEQ:HASH that `verify --head` accepts.
+    heads = [t.rsplit(" ledger ", 1)[1] for t in texts if " ledger " in t]
+    assert len(heads) == 2, texts
+    for head in heads:
+        assert ledger.verify(ctx.store, kept=ledger.parse_head(head)).ok

@@ -1,0 +1,29 @@
+"""Who runs this `loom` command: the operator at the CLI, or the agent from its own shell.
+
+Loom puts LOOM_SESSION_ID in the agent's pane (agent/launch.py); `loom resolve` already reads it
+to name the session of a claim (sentinel/queue.py:claimer_session). A command run with the
+pinned session of one of the agents is that agent's, and is recorded and treated as such.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from loomtui.actors import Actor, agent_session
+
+if TYPE_CHECKING:
+    from loomtui.context import Context
+
+
+def of_cli(ctx: Context, environ: Mapping[str, str] | None = None) -> Actor:
+    """The agent whose pinned session this command runs with, else the operator at the CLI."""
+    from loomtui.sentinel.queue import claimer_session
+    from loomtui.store.db import agent_key
+    from loomtui.store.session import KEY
+
+    session = claimer_session(None if environ is None else dict(environ))
+    if not session:
+        return Actor("cli")
+    pinned = {name: ctx.store.get_meta(agent_key(KEY, name)) for name in ctx.config.agent_names}
+    return agent_session(session, pinned) or Actor("cli")
