@@ -75,6 +75,17 @@ RETRY_FIRST, RETRY_MAX = 1.0, 30.0
 # newline or other control character but tab, and no ';' (an argv element ending in ';' ends a
 # command there; inside quotes it would not).
 _QUOTABLE = re.compile(r"[^'\x00-\x08\x0a-\x1f\x7f;]*")
+# LOOM_TMUX_UNIT=systemd (set by the unit `loom install-service` writes): a tmux server that is
+# not running yet is started by the user's systemd, in a service of its own (`systemd-run --user`),
+# so the agent is neither in loom.service's cgroup (a restart or crash of the daemon would kill it)
+# nor under its sandbox (daemon/service.py says why not a scope). Unset: started as a child of
+# whoever asks, as always (tests, a shell, launchd).
+UNIT_ENV, UNIT_ENV_VALUE = "LOOM_TMUX_UNIT", "systemd"
+# What the user manager sets for each unit itself: the daemon's own values would be wrong there.
+_MANAGER_ENV = frozenset({"INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID", "MANAGERPID", "NOTIFY_SOCKET",
+                          "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "WATCHDOG_PID", "WATCHDOG_USEC",
+                          UNIT_ENV})
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class TmuxError(LoomError):
@@ -194,6 +205,23 @@ def read_block(next_line: Callable[[], bytes],
 def _file_id(path: str) -> tuple[int, int]:
     st = os.stat(path)
     return st.st_dev, st.st_ino
+
+
+def unit_name(socket: str) -> str:
+    """The systemd unit Loom's tmux server on `socket` runs in (systemd-escape's \\xNN for the rest)."""
+    safe = "".join(chr(b) if b < 0x80 and (chr(b).isalnum() or chr(b) in "_.-") else f"\\x{b:02x}" for b in socket.encode())
+    return f"loom-tmux-{safe}.service"
+
+
+def systemd_run_argv(socket: str, tmux_argv: list[str], env: dict[str, str]) -> list[str]:
+    """systemd-run starting `tmux_argv` (a command that starts the server) as its own user service.
+    Type=forking: the client forks the server and exits, the unit lives on with the server.
+    `--setenv=NAME` takes the value from systemd-run's own environment (`env`): the server sees
+    what a server started by us would, and no value is written into an argv."""
+    argv = ["systemd-run", "--user", "--quiet", "--collect", f"--unit={unit_name(socket)}",
+            "--description=Loom's tmux server (the agent's pane)", "--property=Type=forking"]
+    argv += [f"--setenv={name}" for name in env if name not in _MANAGER_ENV and _ENV_NAME.fullmatch(name)]
+    return [*argv, "--", *tmux_argv]
 
 
 def socket_path(name: str, env: dict[str, str]) -> str:
@@ -650,18 +678,43 @@ class AgentPane:
         """
         if self.info() is not None:
             return False
-        result = self.server.cmd(
-            "new-session", "-d", "-s", self.session, "-n", "agent",
-            "-x", self.width, "-y", self.height, "-c", os.fspath(cwd),
-            "exec sleep 2147483647",
-        )
-        if result.returncode != 0 and "duplicate session" in " ".join(result.stderr):
-            return False  # another process created it between our look and our create
-        self._check(result, "new-session")
+        new = ("new-session", "-d", "-s", self.session, "-n", "agent",
+               "-x", self.width, "-y", self.height, "-c", os.fspath(cwd), "exec sleep 2147483647")
+        if os.environ.get(UNIT_ENV) == UNIT_ENV_VALUE and not self.server_running():
+            if not self._new_session_in_unit(new):
+                return False
+        else:
+            result = self.server.cmd(*new)
+            if result.returncode != 0 and "duplicate session" in " ".join(result.stderr):
+                return False  # another process created it between our look and our create
+            self._check(result, "new-session")
         self._check(self.server.cmd("set-option", "-w", "remain-on-exit", "on", target=f"={self.session}:0"),
                     "set-option remain-on-exit")
         self._check(self.server.cmd("set-option", "-w", "history-limit", "5000", target=f"={self.session}:0"),
                     "set-option history-limit")
+        return True
+
+    def _new_session_in_unit(self, new: tuple[object, ...]) -> bool:
+        """Start the server with its first session through systemd-run (UNIT_ENV). False when the
+        session turned out to be someone else's: another process created it first."""
+        server = self.server
+        tmux_argv = [tmux_binary(), f"-L{server.socket_name}", f"-f{server.config_file}", *map(str, new)]
+        env = clean_env(server._env_drop)
+        unit = unit_name(self.socket)
+        try:
+            proc = subprocess.run(systemd_run_argv(self.socket, tmux_argv, env), capture_output=True, text=True,
+                                  errors="replace", env=env, stdin=subprocess.DEVNULL, timeout=server.timeout * 4)
+        except FileNotFoundError:
+            raise TmuxError(f"{UNIT_ENV}={UNIT_ENV_VALUE} but systemd-run is not on PATH: "
+                            "cannot start the tmux server in a unit of its own") from None
+        except subprocess.TimeoutExpired:
+            raise TmuxTimeout(f"systemd-run --user --unit={unit} did not answer within {server.timeout * 4:g}s") from None
+        if proc.returncode != 0:
+            if self.info() is not None:
+                return False
+            why = " ".join(proc.stderr.split()) or f"exit status {proc.returncode}"
+            raise TmuxError(f"tmux -L {self.socket}: systemd-run --user could not start the tmux server as "
+                            f"{unit}: {why} (journalctl --user -u {unit} says more)")
         return True
 
     def watch_exit(self, path: str | os.PathLike[str]) -> None:

@@ -42,6 +42,7 @@ def run_install(args: argparse.Namespace) -> int:
     print(f"wrote {path}")
     if kind == "systemd":
         print("enable it with: systemctl --user daemon-reload && systemctl --user enable --now loom.service")
+        print("and keep it running after you log out: loginctl enable-linger $USER")
     else:
         print(f"load it with: launchctl load -w {path}")
     return 0

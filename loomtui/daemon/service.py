@@ -1,14 +1,31 @@
-"""`loom install-service`: a systemd user unit (Restart=always) or a launchd agent (KeepAlive)."""
+"""`loom install-service`: a systemd user unit (Restart=always) or a launchd agent (KeepAlive).
+
+The agent must outlive its supervisor: `systemctl --user restart loom`, a daemon crash or an
+upgrade restarts the daemon, never the agent it guards. Under systemd the daemon therefore starts
+Loom's tmux server in a unit of its own (`agent.tmux.UNIT_ENV`, set by this unit): a transient
+`loom-tmux-SOCKET.service` that the user manager forks. Not `KillMode=process`, and not
+`systemd-run --scope` either: both leave the tmux server (and so the agent) a descendant of
+loom.service, inside its sandbox — a scope only moves a process to another cgroup, it keeps the
+mount namespace and the no-new-privileges bit it was forked with — so `ProtectSystem=strict`
+would make the agent's whole filesystem read-only. A service of its own is forked by the manager,
+outside this unit's sandbox and cgroup. So loom.service keeps `KillMode=control-group`: whatever
+else the daemon started (tmux clients, a systemd-run) dies with it.
+
+Under launchd, `AbandonProcessGroup` keeps launchd from killing the daemon's process group (the
+tmux server among it) when the daemon exits.
+"""
 
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from loomtui.agent.tmux import UNIT_ENV, UNIT_ENV_VALUE
 from loomtui.context import Context
+from loomtui.errors import LoomError
+from loomtui.store.statedir import open_private, private_dir
 
 UNIT_NAME = "loom.service"
 PLIST_LABEL = "dev.loom.supervise"
@@ -21,22 +38,126 @@ def command(ctx: Context) -> list[str]:
     return argv
 
 
-def systemd_unit(ctx: Context) -> str:
-    exec_start = " ".join(shlex.quote(a) for a in command(ctx))
+# -- systemd's syntax (systemd.syntax(7), systemd.service(5) "Command lines") ------------------
+
+def systemd_quote(word: str, *, exec_line: bool = False) -> str:
+    """One word as systemd reads it back exactly: double-quoted, C escapes for `\\`, `"` and
+    control characters, `%%` for `%` (every value here goes through specifier expansion), and on
+    an Exec line `$$` for `$` (there `$NAME` is replaced by the environment). Not shlex: systemd
+    is not a shell, and `'\\''` means nothing to it."""
+    out = []
+    for ch in word:
+        if ch in '\\"':
+            out.append("\\" + ch)
+        elif ch == "%":
+            out.append("%%")
+        elif ch == "$" and exec_line:
+            out.append("$$")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def exec_start(argv: list[str]) -> str:
+    """The program is never variable-expanded (a `$$` there stays `$$`), and systemd refuses one
+    whose name holds a quote, a backslash or a control character: say so now, not at start."""
+    program, *args = argv
+    if any(ch in '"\\' or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in program):
+        raise LoomError(f"install-service: systemd cannot run a program whose path holds a quote, a backslash "
+                        f"or a control character: {program!r}")
+    words = [systemd_quote(program)]
+    for arg in args:
+        # A lone ";" would end the command line there (systemd.service "Command lines").
+        words.append("\\;" if arg == ";" else systemd_quote(arg, exec_line=True))
+    return " ".join(words)
+
+
+def environment(name: str, value: str) -> str:
+    return "Environment=" + systemd_quote(f"{name}={value}")
+
+
+def tmux_tmpdir(environ: dict[str, str] | None = None) -> Path:
+    """Where tmux keeps its socket directory (tmux-UID): $TMUX_TMPDIR, else /tmp."""
+    env = os.environ if environ is None else environ
+    return Path(os.path.realpath(env.get("TMUX_TMPDIR") or "/tmp"))
+
+
+def writable_paths(ctx: Context, environ: dict[str, str] | None = None) -> list[Path]:
+    """What the daemon itself writes: the state dir (the store, locks, acks, signals, the pump's
+    sockets: every agent's dir is inside it), and the tmux temp dir (a tmux client makes the
+    socket directory there when it is missing, and SQLite and Python put temporary files there).
+    Not the agents' cwd nor the memory dir: the agent writes those, from its own unit (above),
+    and the cwd is the home directory by default: listing it would open most of what
+    ProtectSystem=strict closes."""
+    paths = [Path(ctx.state_dir), tmux_tmpdir(environ)]
+    return list(dict.fromkeys(paths))
+
+
+def _single_line(what: str, value: str) -> str:
+    if "\n" in value or "\r" in value:
+        raise LoomError(f"install-service: {what} holds a line break; a unit file cannot carry it: {value!r}")
+    return value
+
+
+def systemd_unit(ctx: Context, environ: dict[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
     token_env = ctx.config.telegram.token_env
+    # "-": a path that is missing at start is skipped, not a failure to start at all (226/NAMESPACE
+    # at every restart); the daemon then names what it cannot write, in the journal.
+    rw = " ".join(systemd_quote("-" + _single_line("a path", str(p))) for p in writable_paths(ctx, env))
+    path = _single_line("PATH", env.get("PATH", "/usr/bin:/bin"))
+    # The daemon must find the socket where the operator's `tmux -L` does.
+    tmux_tmpdir_line = ("\n" + environment("TMUX_TMPDIR", _single_line("TMUX_TMPDIR", env["TMUX_TMPDIR"]))
+                        if env.get("TMUX_TMPDIR") else "")
     return f"""[Unit]
 Description=Loom supervisor: keeps the agent alive, reachable and honest
 After=default.target
 
 [Service]
 Type=simple
-ExecStart={exec_start}
+ExecStart={exec_start(command(ctx))}
 # A supervisor that exits at all has failed: always start it again.
 Restart=always
 RestartSec=5
-Environment=PATH={os.environ.get('PATH', '/usr/bin:/bin')}
+{environment("PATH", path)}
+# The daemon starts Loom's tmux server in a unit of its own (loom-tmux-SOCKET.service), outside
+# this unit's cgroup and sandbox: a restart or crash of the daemon leaves the agent running.
+{environment(UNIT_ENV, UNIT_ENV_VALUE)}{tmux_tmpdir_line}
 # Put secrets such as {token_env} in this file (mode 0600), never in the unit itself.
 EnvironmentFile=-%h/.config/loom/env
+# Everything the daemon started dies with it (the agent is not among it, see above).
+KillMode=control-group
+
+# Hardening that fits a user service (docs/SERVICE.md has the score before and after). The agent
+# is not under it: it runs in its own unit. Not PrivateTmp: it would hide the tmux socket in /tmp.
+# Not MemoryDenyWriteExecute or CapabilityBoundingSet: see docs/SERVICE.md.
+NoNewPrivileges=yes
+UMask=0077
+ProtectSystem=strict
+ProtectHome=read-only
+ReadWritePaths={rw}
+PrivateDevices=yes
+ProtectKernelTunables=yes
+ProtectKernelModules=yes
+ProtectKernelLogs=yes
+ProtectControlGroups=yes
+ProtectClock=yes
+ProtectHostname=yes
+PrivateMounts=yes
+KeyringMode=private
+RestrictSUIDSGID=yes
+RestrictRealtime=yes
+RestrictNamespaces=yes
+LockPersonality=yes
+SystemCallArchitectures=native
+SystemCallFilter=@system-service
+SystemCallFilter=~@privileged @resources
+# A call outside the filter fails with EPERM (a logged error) rather than killing the daemon.
+SystemCallErrorNumber=EPERM
+# Unix sockets (tmux, the user bus, the pump), IP (Telegram, metrics), netlink (getaddrinfo).
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
 
 [Install]
 WantedBy=default.target
@@ -62,6 +183,13 @@ def launchd_plist(ctx: Context) -> str:
     <true/>
     <key>ThrottleInterval</key>
     <integer>5</integer>
+    <!-- The tmux server (and the agent in it) must outlive the daemon: launchd would otherwise
+         kill the daemon's whole process group when it exits. -->
+    <key>AbandonProcessGroup</key>
+    <true/>
+    <!-- 0077: what the daemon creates (its log among it) is the operator's alone. -->
+    <key>Umask</key>
+    <integer>63</integer>
     <key>StandardErrorPath</key>
     <string>{log_dir}/supervise.log</string>
 </dict>
@@ -82,8 +210,15 @@ def render(ctx: Context, kind: str) -> str:
 
 def install(ctx: Context, kind: str) -> Path:
     path = target_path(kind)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(render(ctx, kind))
+    text = render(ctx, kind).encode("utf-8")
+    fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.fchmod(fd, 0o600)  # a leftover .tmp keeps no wider mode
+        while text:
+            text = text[os.write(fd, text):]
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
     return path

@@ -577,7 +577,7 @@ def _add_entry(memory_dir: Path, index_name: str, title: str, hook: str, file: s
     if len(line) > LINE_LIMIT:
         raise LoomError(f"memory add: the index line would be {len(line)} characters (limit {LINE_LIMIT}); "
                         "shorten the title or the hook")
-    memory_dir.mkdir(parents=True, exist_ok=True)
+    memory_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # what Loom creates is the operator's alone
     index = Path(os.path.realpath(memory_dir / index_name))
     target = memory_dir / rel
     lock = FileLock(index.parent, f".{index.name}.lock")
@@ -623,9 +623,11 @@ def _refuse_duplicate(index: Path, text: str, title: str, rel: str) -> None:
 
 
 def _create(target: Path, body: str) -> Path:
-    target.parent.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        # 0600: a memory file may hold what the operator told the agent; an index Loom creates with
+        # it takes the same mode, an existing one keeps its own.
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:
         raise LoomError(f"memory add: {target} already exists; not overwriting it") from None
     with os.fdopen(fd, "wb") as f:

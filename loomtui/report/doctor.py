@@ -153,6 +153,42 @@ def check_stream_flags(config: Config) -> Check:
                  "--output-format stream-json --verbose where missing")
 
 
+SYSTEMD_BOOTED = Path("/run/systemd/system")  # what sd_booted() looks for
+LINGER_DIR = Path("/var/lib/systemd/linger")
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return os.environ.get("USER", str(os.getuid()))
+
+
+def check_linger(user: str | None = None, booted: Path = SYSTEMD_BOOTED, linger_dir: Path = LINGER_DIR,
+                 loginctl: str | None = "loginctl") -> Check | None:
+    """Without lingering, systemd stops the user's manager, `loom.service` and the agent with it, at
+    the user's last logout: supervision that ends when the operator logs off. Nothing to say where
+    systemd is not what booted (macOS, a container): there is no user manager to linger."""
+    if not booted.is_dir():
+        return None
+    user = user or _user()
+    if (linger_dir / user).exists():
+        return Check(OK, "linger", f"lingering is on for {user}: the user's services run after logout")
+    binary = shutil.which(loginctl) if loginctl else None
+    if binary:
+        try:
+            out = subprocess.run([binary, "show-user", user, "-p", "Linger", "--value"], capture_output=True,
+                                 text=True, timeout=5, stdin=subprocess.DEVNULL)
+            if out.returncode == 0 and out.stdout.strip() == "yes":
+                return Check(OK, "linger", f"lingering is on for {user}: the user's services run after logout")
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return Check(WARN, "linger", f"lingering is off for {user}: systemd stops loom.service and the agent at "
+                 "your last logout; run: loginctl enable-linger " + shlex.quote(user))
+
+
 def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[str, str] | None = None,
                extra: list[Callable[[Config, Path, Store], Iterator[Check]]] | None = None) -> list[Check]:
     env = dict(os.environ) if environ is None else environ
@@ -169,11 +205,15 @@ def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[
     except LoomError as exc:
         checks.append(Check(FAIL, "state dir", str(exc)))
         return checks
+    # Writable by others is refused by prepare_state_dir; readable by others is a warning.
     mode = state_dir.stat().st_mode & 0o777
     if mode & 0o077:
         checks.append(Check(WARN, "state dir", f"{state_dir} is writable but mode {mode:o} (expected 700)"))
     else:
         checks.append(Check(OK, "state dir", f"{state_dir} is writable"))
+    linger = check_linger()
+    if linger is not None:
+        checks.append(linger)
     try:
         store = Store.in_dir(state_dir)
     except LoomError as exc:

@@ -22,6 +22,7 @@ from loomtui import redact
 from loomtui.context import Context
 from loomtui.errors import LoomError, StoreUnavailable
 from loomtui.sentinel import logscan
+from loomtui.store.statedir import open_private, private_dir
 
 CHUNK = 65536
 MAX_OUTPUT_LINE = 65536  # a line longer than this is broken in the log rather than held in memory
@@ -90,8 +91,9 @@ class LogWriter:
 
 def open_log(path: Path) -> int:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        # 0600, its new directories 0700: a job's output may hold a secret (the sentinel reads it as us).
+        private_dir(path.parent)
+        return open_private(path, os.O_WRONLY | os.O_APPEND)
     except OSError as exc:
         raise LoomError(f"run-job: cannot open the job log {path}: {exc.strerror or exc}") from None
 

@@ -1,4 +1,5 @@
-"""The state directory: found, created 0700, and proven writable before anything locks in it."""
+"""The state directory: found, created 0700, refused when others may write it, and proven writable
+before anything locks in it. Also the one way Loom makes a private file or directory elsewhere."""
 
 from __future__ import annotations
 
@@ -36,8 +37,47 @@ def _fail(path: Path, what: str, exc: OSError) -> StateDirError:
     return StateDirError(f"state dir {path} is not usable: {what}: {reason} (errno {exc.errno})")
 
 
+def refuse_shared(path: Path, what: str = "state dir") -> None:
+    """Refuse a directory another user could write: one who can drop a file in the acks dir forges a
+    canary's answer, one who can write the state dir replaces the store, the locks or the sidecar.
+    A directory owned by someone else is theirs to chmod, so it is refused too. Readable by others
+    (0755, from a umask of 022) is the doctor's warning, not a refusal."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise _fail(path, "cannot stat", exc) from None
+    mode = st.st_mode & 0o7777
+    if mode & 0o022:
+        raise StateDirError(f"{what} {path} is writable by others (mode {mode:o}): "
+                            f"run chmod go-w {path}; Loom will not use it")
+    if st.st_uid != os.geteuid():
+        raise StateDirError(f"{what} {path} is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}): "
+                            "its owner could make it writable; Loom will not use it")
+
+
+def private_dir(path: Path) -> Path:
+    """Make `path` a directory, and each missing parent, all 0700 (`mkdir -p` would give the
+    parents the umask's mode); a directory that is there already keeps its mode."""
+    if not path.is_dir():
+        if path.parent != path:
+            private_dir(path.parent)
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            if not path.is_dir():
+                raise
+    return path
+
+
+def open_private(path: Path, flags: int) -> int:
+    """os.open with O_CREAT at 0600: a file Loom creates is the operator's alone (job logs too:
+    a job's output may hold a secret). An existing file keeps the mode it has."""
+    return os.open(path, flags | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+
+
 def prepare_state_dir(path: Path) -> Path:
-    """Create the directory (0700) and its subdirectories, then prove a file can be written and synced.
+    """Create the directory (0700) and its subdirectories, refuse it when others can write it, then
+    prove a file can be written and synced.
 
     Raises StateDirError naming the path and the OS error; the caller exits non-zero.
     """
@@ -47,6 +87,7 @@ def prepare_state_dir(path: Path) -> Path:
         raise _fail(path, "cannot create directory", exc) from None
     if not path.is_dir():
         raise StateDirError(f"state dir {path} is not usable: not a directory")
+    refuse_shared(path)
     probe = path / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -67,6 +108,7 @@ def prepare_state_dir(path: Path) -> Path:
             (path / name).mkdir(mode=0o700, exist_ok=True)
         except OSError as exc:
             raise _fail(path / name, "cannot create directory", exc) from None
+        refuse_shared(path / name, f"{name} dir")
     return path
 
 
@@ -84,6 +126,9 @@ def prepare_agent_dir(path: Path) -> Path:
             (path / name).mkdir(mode=0o700, exist_ok=True)
     except OSError as exc:
         raise _fail(path, "cannot create directory", exc) from None
+    for where, what in ((path.parent, "agents dir"), (path, "agent dir"),
+                        *((path / name, f"{name} dir") for name in SUBDIRS)):
+        refuse_shared(where, what)
     return path
 
 

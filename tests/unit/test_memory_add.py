@@ -88,6 +88,19 @@ def test_add_keeps_the_existing_index_bytes_and_mode(mem, loom):
     data = (root / "MEMORY.md").read_bytes()
     assert data == odd + b"\r\n- [New](new.md) \xe2\x80\x94 h\r\n"
     assert os.stat(root / "MEMORY.md").st_mode & 0o777 == 0o640
+    assert os.stat(root / "new.md").st_mode & 0o777 == 0o600  # a file Loom creates is the operator's alone
+
+
+def test_add_creates_a_private_dir_file_and_index(mem, loom):
+    root, config = mem
+    old = os.umask(0o022)
+    try:
+        assert loom("--config", str(config), "memory", "add", "First", "--hook", "h").returncode == 0
+    finally:
+        os.umask(old)
+    assert os.stat(root).st_mode & 0o777 == 0o700
+    assert os.stat(root / "first.md").st_mode & 0o777 == 0o600
+    assert os.stat(root / "MEMORY.md").st_mode & 0o777 == 0o600
 
 
 def test_add_follows_a_symlinked_index(mem, loom, tmp_path):
