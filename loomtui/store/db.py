@@ -99,7 +99,9 @@ class Store:
 
     def _unavailable(self, exc: sqlite3.Error) -> StoreUnavailable:
         health.note(self.opened, exc, self.path)
-        return StoreUnavailable(f"store {self.path}: {exc}")
+        named = StoreUnavailable(f"store {self.path}: {exc}")
+        named.sqlite_errorcode = getattr(exc, "sqlite_errorcode", None)  # health.classify reads SQLite's code
+        return named
 
     def unusable(self, exc: BaseException | None = None) -> str | None:
         """Why this store cannot be used any more (SQLite's error, or what became of its files), or

@@ -28,9 +28,15 @@ from loomtui.errors import StoreError
 
 EX_IOERR = 74  # sysexits.h: an input/output error; the service manager restarts on it
 
-# SQLite's words for a file that does not read as a database (SQLITE_CORRUPT, SQLITE_NOTADB, ...).
-DAMAGE = ("malformed", "not a database", "file is encrypted", "database corrupt", "unsupported file format")
+# SQLite's words for a file that does not read as a database (SQLITE_CORRUPT, SQLITE_NOTADB), whole:
+# a bare "malformed" would also match a query's own "malformed JSON" (SQLITE_ERROR), and a daemon
+# that exits for that restarts into the same query for ever.
+DAMAGE = ("database disk image is malformed", "file is not a database", "file is encrypted",
+          "unsupported file format")
 BUSY = ("database is locked", "database table is locked", "database is busy")
+# SQLite's primary result codes, when the error carries one (Python 3.11: sqlite_errorcode).
+_DAMAGE_CODES = frozenset({11, 26})   # SQLITE_CORRUPT, SQLITE_NOTADB
+_BUSY_CODES = frozenset({5, 6})       # SQLITE_BUSY, SQLITE_LOCKED
 DAMAGED, TRANSIENT, OTHER = "damaged", "transient", "other"
 
 # session.SIDECAR: the pinned session's copy, which shows a store was here (see salvage.py).
@@ -59,6 +65,10 @@ def classify(exc: BaseException) -> str:
         return DAMAGED
     if not isinstance(exc, (sqlite3.Error, StoreError)):
         return OTHER
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):  # SQLite said which: its code decides, never the words
+        primary = code & 0xFF
+        return DAMAGED if primary in _DAMAGE_CODES else TRANSIENT if primary in _BUSY_CODES else OTHER
     text = str(exc).lower()
     if any(marker in text for marker in DAMAGE):
         return DAMAGED
@@ -135,16 +145,41 @@ def moved(opened: Opened, db_now: FileId | None, wal_now: FileId | None, wal: Pa
 _damaged: dict[tuple[int, int], str] = {}
 
 
+def confirmed(path: Path) -> str | None:
+    """Does the file at `path` fail the check the salvage at start makes (`PRAGMA quick_check`, on a
+    connection of its own, read-only)? Its verdict, or None when its pages read. Asked only once
+    SQLite has called the store damaged: a daemon that exits on damage the salvage would not see
+    comes back to the same damage, every few seconds, for ever."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+    except sqlite3.Error as exc:
+        return str(exc) if classify(exc) == DAMAGED else None
+    try:
+        verdict = str(conn.execute("PRAGMA quick_check").fetchone()[0])
+        return None if verdict == "ok" else f"database disk image is malformed ({verdict[:200]})"
+    except sqlite3.Error as exc:
+        # Damage again is the answer; anything else (busy, cannot open) is no verdict: not fatal
+        # now, and the next failure asks again.
+        return str(exc) if classify(exc) == DAMAGED else None
+    finally:
+        conn.close()
+
+
 def note(opened: Opened | None, exc: BaseException, path: Path) -> None:
-    if opened is not None and classify(exc) == DAMAGED:
-        _damaged.setdefault((opened.db.dev, opened.db.ino), sqlite_words(exc, path))
+    if opened is None or classify(exc) != DAMAGED:
+        return
+    key = (opened.db.dev, opened.db.ino)
+    if key not in _damaged and confirmed(path) is not None:
+        _damaged[key] = sqlite_words(exc, path)
 
 
 def examine(path: Path, opened: Opened | None, exc: BaseException | None = None) -> str | None:
     """Why the store at `path` is unusable (SQLite's error, or what happened to its files), or
     None: sound, or failing in a way that may pass (busy, locked, our own query's mistake)."""
     if exc is not None and classify(exc) == DAMAGED:
-        return sqlite_words(exc, path)
+        seen = _damaged.get((opened.db.dev, opened.db.ino)) if opened is not None else None
+        if seen is not None or confirmed(path) is not None:
+            return sqlite_words(exc, path)
     if opened is None:
         return None
     seen = _damaged.get((opened.db.dev, opened.db.ino))

@@ -88,6 +88,43 @@ def test_only_the_stores_own_errors_count():
     assert classify(sqlite3.OperationalError("no such table: nothing")) == OTHER
 
 
+def test_a_querys_own_malformed_json_is_no_damage(store):
+    # SQLite's JSON functions say "malformed JSON" (SQLITE_ERROR) for a detail that is not JSON:
+    # the daemon queries json_extract(detail) every tick, so taking that for damage would restart
+    # it into the same query for ever (anyone who can write one ledger row could keep it down).
+    with store.write() as db:
+        db.execute("UPDATE ledger SET detail = 'not json' WHERE id = 1")
+    with pytest.raises(sqlite3.OperationalError) as raw:
+        store.conn.execute("SELECT json_extract(detail, '$.n') FROM ledger").fetchall()
+    assert "malformed JSON" in str(raw.value) and classify(raw.value) == OTHER
+    with pytest.raises(StoreUnavailable) as named:
+        store.query("SELECT json_extract(detail, '$.n') FROM ledger")
+    assert classify(named.value) == OTHER
+    assert store.unusable(named.value) is None and store.unusable() is None
+    heartbeat = Store(store.path)  # nor is it remembered for another connection to find
+    try:
+        assert heartbeat.unusable() is None
+    finally:
+        heartbeat.close()
+
+
+def test_damage_the_salvage_would_not_see_is_not_fatal(store, monkeypatch):
+    # SQLite called a read damaged, but the file passes the quick_check the salvage makes at start:
+    # exiting would bring the daemon back to the same state every few seconds. Not fatal; recorded
+    # once the check agrees.
+    assert health.confirmed(store.path) is None  # a sound file passes the salvage's check
+    scribble_table(store, "meta")
+    monkeypatch.setattr(health, "confirmed", lambda path: None)
+    with pytest.raises(StoreUnavailable) as raised:
+        store.query("SELECT * FROM meta")
+    assert store.unusable(raised.value) is None and store.unusable() is None
+    monkeypatch.undo()
+    with pytest.raises(StoreUnavailable) as again:
+        store.query("SELECT * FROM meta")
+    assert store.unusable(again.value) == "database disk image is malformed"
+    assert health.confirmed(store.path) is not None
+
+
 def test_a_healthy_store_is_sound(store):
     assert store.unusable() is None
     assert store.opened is not None and store.opened.wal is not None  # the log, as the connection holds it
