@@ -216,7 +216,7 @@ def nudge(ctx: Context, text: str, *, source: str, detail: dict[str, Any]) -> In
     """Tell the agent about a queue item (refused while a hold is in force)."""
     refused = admit(ctx, "nudge", cause="queue_item", source=source)
     if refused is not None:
-        return InjectResult(False, 0, "", error=f"refused: {hold_rules.describe(refused, time.time())}",
+        return InjectResult(False, 0, "", error=f"refused: {hold_rules.describe(refused, clock.now())}",
                             refused="hold")
     return _type_text(ctx, text, source=source, kind="queue_nudge", detail=detail)
 
@@ -225,7 +225,7 @@ def dismiss_modal(ctx: Context, keys: list[str], *, source: str, detail: dict[st
     """Press the configured keys to close a known dialog (refused while a hold is in force)."""
     refused = admit(ctx, "dismiss_modal", cause="modal", source=source)
     if refused is not None:
-        return InjectResult(False, 0, "", error=f"refused: {hold_rules.describe(refused, time.time())}",
+        return InjectResult(False, 0, "", error=f"refused: {hold_rules.describe(refused, clock.now())}",
                             refused="hold")
     return _press_keys(ctx, keys, source=source, kind="modal_dismissed", detail=detail)
 

@@ -85,7 +85,7 @@ def _hold_line(status) -> str:
     hold = hold_rules.Hold.from_record(status.hold)
     act = "loom release, or loom recycle" if hold.by == "ceiling" else "loom release"
     # The reason is anyone's words (CLI, console, Telegram): one line, nothing a terminal obeys.
-    return printable(f"{hold_rules.describe(hold, status.taken)}; Loom's own hands wait ({act})")
+    return printable(f"{hold_rules.describe(hold, status.moment)}; Loom's own hands wait ({act})")
 
 
 def _supervisor_line(status) -> str:

@@ -245,12 +245,13 @@ def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Stat
                            labels=[AGENT, "by", "reason"])
     left = GaugeMetricFamily("loom_hold_remaining_seconds", "Time left on a timed hold (NaN: none, or until released)",
                              labels=[AGENT])
-    for actx, _ in statuses:
-        hold = holds.current(actx, now)
+    for actx, status in statuses:
+        at = status.moment  # both clocks: the hold shown is the hold enforced, whatever the wall clock did
+        hold = holds.current(actx, at)
         for who in ("ceiling", "operator"):
             mine = hold is not None and hold.by == who
             by.add_metric([actx.agent, who, label(hold.reason) if mine else ""], 1.0 if mine else 0.0)
-        remaining = hold_rules.remaining(hold, now) if hold is not None else None
+        remaining = hold_rules.remaining(hold, at) if hold is not None else None
         left.add_metric([actx.agent], remaining if remaining is not None else float("nan"))
     yield by
     yield left

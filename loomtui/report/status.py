@@ -15,8 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+from loomtui import clock
 from loomtui.agent import launches, recovery
 from loomtui.agent.driver import StreamFacts, make_driver
+from loomtui.agent.policy import Instant
 from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.durations import format_duration
@@ -157,6 +159,12 @@ class Status:
     relaunch: RelaunchClaim | None = None   # the last relaunch and its witness
     name: str = "main"                      # the agent's name
     relaunches_last_hour: int = 0
+    at: Instant | None = None               # `taken` on both clocks: what hold times are measured at
+
+    @property
+    def moment(self) -> Instant | float:
+        """When this status was taken, on both clocks where known: for the hold rules."""
+        return self.at if self.at is not None else self.taken
 
     @property
     def state(self) -> str:
@@ -220,8 +228,11 @@ class Status:
 
 
 def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: bool = True) -> Status:
-    """The status of `ctx`'s agent (with what is the host's: heartbeats, outbox, ledger size)."""
-    now = time.time() if now is None else now
+    """The status of `ctx`'s agent (with what is the host's: heartbeats, outbox, ledger size).
+    `now` is the wall time shown; a hold is judged on both clocks at that moment (clock.at_wall),
+    so the hold shown is the hold the loops enforce, whatever step the wall clock took."""
+    at = clock.now() if now is None else clock.at_wall(now)
+    now = at.wall
     store = ctx.store
     beats = store.heartbeats()
     launched = launches.last_launch(ctx)
@@ -245,12 +256,13 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         canary=_last(canary.last_probe(ctx), now),
         canary_settled=_last(canary.probe_from(settled), now) if settled else None,
         queue=queue_counts(ctx),
-        hold=recovery.held(ctx, now),
+        hold=recovery.held(ctx, at),
         last_launch=launched,
         since_launch=launches.launch_age(launched),
         relaunch=claim,
         name=ctx.agent,
         relaunches_last_hour=relaunches_since(ctx, now - 3600),
+        at=at,
     )
 
 

@@ -24,6 +24,7 @@ from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
 from loomtui.agent import hold_rules
+from loomtui.agent.policy import Instant
 from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.durations import format_duration
@@ -77,10 +78,10 @@ def row_from(name: str, status: status_mod.Status, relaunches: int, boot_grace: 
     if status.probing:
         can = "probing… · " + can
     return AgentRow(name, state, level, can, can_level, relaunches, status.queue.get("open", 0),
-                    hold_cell(status.hold, status.taken))
+                    hold_cell(status.hold, status.moment))
 
 
-def hold_cell(record: dict | None, now: float) -> str:
+def hold_cell(record: dict | None, now: Instant | float) -> str:
     """Who holds, how long is left, why: the narrow column's order (the full line is the summary's
     once the agent is selected). "" when nothing holds it."""
     if record is None:
@@ -88,7 +89,8 @@ def hold_cell(record: dict | None, now: float) -> str:
     held = hold_rules.Hold.from_record(record)
     if not hold_rules.active(held, now):
         return ""
-    left = f" {format_duration(held.until - now)}" if held.until is not None else ""
+    remaining = hold_rules.remaining(held, now)
+    left = f" {format_duration(remaining)}" if remaining is not None else ""
     return f"{held.by}{left}: {held.reason}"
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loomtui.agent import hold_rules
+from loomtui.agent.policy import Instant
 from loomtui.agent.driver import GONE, UNKNOWN, UP, make_driver
 from loomtui.agent.proctree import PRESENT
 from loomtui.agent.tmux import TmuxError
@@ -259,7 +260,7 @@ def _latest_incidents(store: Store, agent: str) -> list[incidents.Incident]:
     return list(reversed(incidents.group(events)))[:LATEST_INCIDENTS]
 
 
-def hold_text(hold: dict[str, Any] | None, now: float) -> str:
+def hold_text(hold: dict[str, Any] | None, now: Instant | float) -> str:
     """Who holds automatic recovery, why and for how long ("" when nothing holds it): the hold
     rules' own line, so the summary says what `loom status` says."""
     if hold is None:
@@ -281,7 +282,7 @@ def incident_line(found: list[incidents.Incident], now: float) -> tuple[str, str
 def header_from(status: status_mod.Status, pane: PaneView, config: Any, *,
                 last_ack: tuple[float, float | None] | None = None,
                 incidents_: list[incidents.Incident] | None = None) -> Header:
-    hold = hold_text(status.hold, status.taken)
+    hold = hold_text(status.hold, status.moment)
     held = bool(hold)
     since = status.since_launch
     booting = since is not None and since < config.agent.boot_grace

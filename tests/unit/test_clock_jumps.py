@@ -141,6 +141,39 @@ def test_an_operators_hold_placed_through_the_actions_survives_a_step(ctx, step)
     assert 1790 <= hold_rules.remaining(holds.stored(ctx), stepped) <= 1800
 
 
+@STEPS
+def test_the_hold_shown_is_the_hold_enforced_after_a_step(ctx, step):
+    """An hour's hold placed ten minutes ago by the monotonic clock, while the wall clock stepped a
+    day since: the loops refuse recovery, and status, the console's line, the metrics and Telegram
+    all say held (judged by the wall clock alone, a step forward would show no hold at all)."""
+    from prometheus_client.core import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+
+    from loomtui.daemon.metrics import StoreCollector
+    from loomtui.report import status as status_mod
+    from loomtui.telegram.commands import format_status
+    from loomtui.tui.agents_view import hold_cell
+    from loomtui.tui.snapshot import hold_text
+
+    now = clock.now()
+    placed = Instant(now.wall - 600 - step, now.mono - 600, now.boot)  # the wall clock stepped by `step` since
+    holds.place(ctx, by="operator", reason="deploying", until=placed.wall + 3600, source="cli", now=placed)
+    assert actions.admit(ctx, "relaunch", cause="crash", source="watchdog") is not None  # enforced
+    status = status_mod.gather(ctx, events=0, look=False)
+    assert status.hold is not None and status.hold["reason"] == "deploying"
+    assert 2990 <= hold_rules.remaining(hold_rules.Hold.from_record(status.hold), status.moment) <= 3000
+    assert "deploying" in hold_text(status.hold, status.moment)
+    assert "deploying" in hold_cell(status.hold, status.moment)
+    assert "HELD" in format_status(status)
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(ctx, dict))
+    exposition = generate_latest(registry).decode()
+    assert 'loom_hold{agent="main",by="operator",reason="deploying"} 1.0' in exposition
+    # The console passes the wall time it shows: the same verdict.
+    shown = status_mod.gather(ctx, events=0, look=False, now=time.time())
+    assert shown.hold is not None
+
+
 # -- the sentinel's backstops -----------------------------------------------------------------
 
 
