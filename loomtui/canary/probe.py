@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import watchfiles
 
+from loomtui import clock
 from loomtui.canary.runs import (
     CANARY_LOCK,
     ERROR,
@@ -92,7 +93,7 @@ def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe
     """Watch the acks directory until the nonce appears, the deadline passes, or another
     process records the result."""
     path = ctx.acks_dir / run.nonce
-    end = time.monotonic() + max(0.0, run.deadline - time.time())
+    end = _end(ctx, run)
     outcome: tuple[str, float | None, str] | None = None
 
     def look() -> tuple[str, float | None, str] | None:
@@ -104,13 +105,13 @@ def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe
         return None
 
     outcome = look()
-    if outcome is None and time.monotonic() < end:
+    if outcome is None and clock.monotonic() < end:
         watch_stop = threading.Event()
         try:
             for _ in watchfiles.watch(ctx.acks_dir, stop_event=watch_stop, rust_timeout=250,
                                       yield_on_timeout=True, debounce=20, step=10, raise_interrupt=False):
                 outcome = look()
-                if outcome is not None or time.monotonic() >= end or (stop is not None and stop.is_set()):
+                if outcome is not None or clock.monotonic() >= end or (stop is not None and stop.is_set()):
                     break
                 if _settled_elsewhere(ctx, run.id):
                     break
@@ -120,17 +121,32 @@ def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe
             watch_stop.set()
     if outcome is None:
         outcome = look()
-    if outcome is None and time.monotonic() >= end:
+    if outcome is None and clock.monotonic() >= end:
         outcome = MISS, None, _queued_note(ctx, run.id)
     if outcome is not None:
         result, ack_at, why = outcome
-        if result == OK and ack_at is not None and ack_at > run.deadline:
-            result, why = MISS, f"acked {ack_at - run.deadline:.1f}s after the deadline"
+        # Late or not is measured on the monotonic clock: the deadline as the wall clock reads it
+        # now (the ack's mtime was written moments ago by the same wall clock), so a step of the
+        # wall clock since the send turns no timely ack into a miss, nor a late one into an ack.
+        deadline = time.time() + (end - clock.monotonic())
+        if result == OK and ack_at is not None and ack_at > deadline:
+            result, why = MISS, f"acked {ack_at - deadline:.1f}s after the deadline"
         settle_run(ctx, run.id, result, ack_at=ack_at if result == OK else None, why=why)
         if result != ERROR:
             forget_ack(path)
     row = ctx.store.query_one("SELECT * FROM canary_runs WHERE id = ?", (run.id,))
     return probe_from(row, joined=run.joined)
+
+
+def _end(ctx: Context, run: Probe) -> float:
+    """When the probe's wait ends, on clock.monotonic: its ack timeout from the send on the
+    monotonic clock (within one boot), so a probe joined after a step of the wall clock waits
+    neither a day (stepped back) nor not at all (stepped forward)."""
+    now = clock.now()
+    row = ctx.store.query_one("SELECT sent_mono, boot FROM canary_runs WHERE id = ?", (run.id,))
+    if row is not None and row["sent_mono"] is not None and now.mono is not None and row["boot"] == now.boot:
+        return float(row["sent_mono"]) + (run.deadline - run.sent_at)
+    return (now.mono if now.mono is not None else clock.monotonic()) + max(0.0, run.deadline - now.wall)
 
 
 def _queued_note(ctx: Context, run_id: int) -> str:

@@ -100,6 +100,37 @@ def test_a_dead_probers_probe_is_settled_after_its_timeout_whatever_the_wall_clo
     assert canary_runs.last_probe(ctx).result == canary_rules.MISS
 
 
+def joined_after_a_step(ctx, nonce: str, step: float, timeout: float) -> canary_runs.Probe:
+    """A pending probe sent just now by the monotonic clock, whose send the wall clock read as
+    `step` off what it reads now (it stepped by `step` since), as a prober joining it finds it."""
+    now = clock.now()
+    sent_at = now.wall - step
+    sent = Instant(sent_at, now.mono, now.boot)
+    ctx.acks_dir.mkdir(mode=0o700, exist_ok=True)
+    run_id = canary_runs.insert_run(ctx, nonce, "canary", PENDING, sent_at, sent_at + timeout, sent=sent)
+    return canary_runs.probe_from(ctx.store.query_one("SELECT * FROM canary_runs WHERE id = ?", (run_id,)),
+                                  joined=True)
+
+
+@STEPS
+def test_a_joined_probe_acked_in_time_is_an_ack_whatever_the_wall_clock_did(ctx, step):
+    from loomtui.canary import probe
+
+    run = joined_after_a_step(ctx, "n-joined-ack", step, 60.0)
+    (ctx.acks_dir / "n-joined-ack").touch()
+    assert probe.wait(ctx, run).result == OK  # by the wall clock, a day late (forward) or early
+
+
+@STEPS
+def test_a_joined_probe_without_an_ack_misses_after_its_timeout_not_a_day(ctx, step):
+    from loomtui.canary import probe
+
+    run = joined_after_a_step(ctx, "n-joined-miss", step, 1.5)
+    began = time.monotonic()
+    assert probe.wait(ctx, run).result == canary_rules.MISS
+    assert time.monotonic() - began < 600  # stepped back, the wall deadline lies a day ahead
+
+
 # -- timed holds ----------------------------------------------------------------------------------
 
 
