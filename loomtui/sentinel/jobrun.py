@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from loomtui import redact
+from loomtui import clock, redact
 from loomtui.context import Context
 from loomtui.errors import LoomError, StoreUnavailable
 from loomtui.sentinel import logscan
@@ -110,10 +110,13 @@ def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
     store = ctx.store
     # Whoever stops run-job (cron's timeout, systemd, Ctrl-C) stops the job, and the run is still recorded.
     with _Stopper() as stopper:
-        started, t0 = time.time(), time.monotonic()
+        at, t0 = clock.now(), time.monotonic()
+        started = at.wall
+        # The start on both clocks: a claim is witnessed by a run that started after it, which a
+        # step of the wall clock between the two must not decide (queue_rules.review).
         with store.write() as db:
-            run_id = int(db.execute("INSERT INTO job_runs(job, started, pid) VALUES (?, ?, ?)",
-                                    (name, started, os.getpid())).lastrowid)
+            run_id = int(db.execute("INSERT INTO job_runs(job, started, pid, started_mono, boot) VALUES (?, ?, ?, ?, ?)",
+                                    (name, started, os.getpid(), at.mono, at.boot)).lastrowid)
         try:
             fd = open_log(job.log)
         except LoomError as exc:

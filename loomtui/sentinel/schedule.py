@@ -16,8 +16,10 @@ monotonic time that did, on one boot) and starts the wait over from where the cl
 (`wait_from`): the job's next slot after the landing is the first it can miss. A start that lies
 ahead of the wall clock (a step back, noticed or not: another boot) never holds the wait off.
 The cost is at most one slot: a run missed just before a step, still inside its grace, is
-reported at the next slot instead. A suspend looks like a forward step (the monotonic clock
-stops while asleep, the wall clock does not), and is forgiven the same way: cron did not run.
+reported at the next slot instead. A suspend is no step: Loom's monotonic clock counts the
+time asleep (clock.monotonic: CLOCK_BOOTTIME), so the two clocks agree after it, and a slot
+that came due while the machine slept is reported as missed when the grace has passed: the job
+did not run, and the operator hears of it.
 """
 
 from __future__ import annotations

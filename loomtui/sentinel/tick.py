@@ -160,7 +160,8 @@ def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
             error = "run-job ended without recording the exit (killed?)"
             died.append((now, error, row["id"]))
         out.setdefault(row["job"], []).append(
-            JobRun(row["id"], row["job"], row["started"], row["exit_code"], row["failure_lines"], error))
+            JobRun(row["id"], row["job"], row["started"], row["exit_code"], row["failure_lines"], error,
+                   row["started_mono"], row["boot"]))
     if died:
         with ctx.store.write() as db:
             db.executemany("UPDATE job_runs SET ended = ?, error = ? WHERE id = ? AND ended IS NULL", died)

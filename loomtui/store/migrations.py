@@ -183,14 +183,17 @@ MIGRATIONS: list[tuple[str, str]] = [
         "0010_monotonic_deadlines",
         # The start of a deadline on both clocks: the monotonic reading and the boot it belongs to,
         # beside the wall time (a probe's send: the next probe; an item's first sighting and its
-        # claim: the backstops). NULL on older rows: those are measured by wall time, as before.
+        # claim: the backstops; a job run's start: whether it came after a claim). NULL on older
+        # rows: those are measured by wall time, as before.
         """
         ALTER TABLE canary_runs ADD COLUMN sent_mono REAL;
         ALTER TABLE canary_runs ADD COLUMN boot TEXT;
         ALTER TABLE queue_items ADD COLUMN first_seen_mono REAL;
         ALTER TABLE queue_items ADD COLUMN first_seen_boot TEXT;
         ALTER TABLE queue_items ADD COLUMN claimed_mono REAL;
-        ALTER TABLE queue_items ADD COLUMN claimed_boot TEXT
+        ALTER TABLE queue_items ADD COLUMN claimed_boot TEXT;
+        ALTER TABLE job_runs ADD COLUMN started_mono REAL;
+        ALTER TABLE job_runs ADD COLUMN boot TEXT
         """,
     ),
 ]

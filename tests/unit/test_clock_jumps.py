@@ -258,6 +258,17 @@ def test_a_run_started_after_the_claim_on_the_monotonic_clock_witnesses_it_whate
     assert review(claimed, before, W) == (claimed, [])
 
 
+def test_a_job_run_records_its_start_on_both_clocks_and_the_sentinel_reads_them(fleet):
+    from loomtui.sentinel.jobrun import run_job
+    from loomtui.sentinel.tick import finished_runs
+
+    ctx = fleet([{"name": "backup"}], {}).ctx
+    assert run_job(ctx, "backup", ["true"]).exit_code == 0
+    [run] = finished_runs(ctx, time.time())["backup"]
+    assert run.boot == clock.boot_id() and run.started_mono is not None
+    assert 0 <= clock.monotonic() - run.started_mono < 600  # a reading of this boot's clock, not the wall's
+
+
 # -- the sentinel tick: backstops and missed schedules through the store ----------------------------
 
 
