@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from loomtui.actors import Actor, agent_session
+from loomtui.actors import AGENT, Actor, agent_session
 
 if TYPE_CHECKING:
     from loomtui.context import Context
@@ -26,4 +26,14 @@ def of_cli(ctx: Context, environ: Mapping[str, str] | None = None) -> Actor:
     if not session:
         return Actor("cli")
     pinned = {name: ctx.store.get_meta(agent_key(KEY, name)) for name in ctx.config.agent_names}
-    return agent_session(session, pinned) or Actor("cli")
+    return agent_session(session, pinned) or _once_pinned(ctx, session) or Actor("cli")
+
+
+def _once_pinned(ctx: Context, session: str) -> Actor | None:
+    """The agent a session belonged to before its pin changed (a fresh relaunch, a salvage that
+    found no pin): a session Loom ever launched is an agent's, never the operator's."""
+    row = ctx.store.query_one(
+        "SELECT agent FROM ledger WHERE kind = 'relaunch' AND json_valid(detail) AND "
+        "(json_extract(detail, '$.new_session') = ? OR json_extract(detail, '$.old_session') = ?) "
+        "ORDER BY id DESC LIMIT 1", (session, session))
+    return Actor(AGENT, session=session, agent=str(row[0])) if row is not None else None

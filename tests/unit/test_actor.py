@@ -132,6 +132,21 @@ def test_a_session_that_is_not_pinned_is_the_operator_at_the_cli(refusing):
     assert messages(ctx) == []
 
 
+def test_a_session_loom_launched_before_its_pin_changed_is_still_the_agent(refusing):
+    # A fresh relaunch pinned a new session; a shell of the old one (or a salvage that lost the
+    # pin) still runs with the old id: it is the agent's, never the operator's.
+    ctx, loom = refusing
+    ledger.append(ctx.store, "relaunch", source="watchdog", cause="crash",
+                  detail={"mode": "fresh", "old_session": OTHER, "new_session": PINNED})
+    other = ledger.append(ctx.store, "relaunch", source="watchdog", cause="crash", detail={"mode": "resume"})
+    with ctx.store.write() as db:  # a detail that is not JSON (written by hand) is skipped, not an error
+        db.execute("UPDATE ledger SET detail = 'not json' WHERE id = ?", (other.id,))
+    result = loom("hold", "--reason", "x", as_session=OTHER)
+    assert result.returncode == 1 and "hold refused" in result.stderr
+    assert holds.stored(ctx) is None
+    assert events(ctx, "refused")[0]["actor"] == "agent"
+
+
 def test_the_agents_inject_records_who_typed_it(refusing):
     ctx, loom = refusing
     assert loom("inject", "hello").returncode == 1  # no pane here; the attempt is recorded all the same
