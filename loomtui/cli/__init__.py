@@ -23,7 +23,8 @@ from loomtui.errors import LoomError
 # Order is the order of `loom --help`: (module under loomtui.cli, ((command, help line), ...)).
 COMMANDS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
     ("status", (("status", "show the agent, supervisor and store at a glance"),)),
-    ("doctor", (("doctor", "check tmux, config, state dir, store and ledger; non-zero if any fails"),)),
+    ("doctor", (("doctor", "check tmux, config, state dir, store and ledger, and simulate the config; "
+                           "non-zero if any fails"),)),
     ("ledger_cmd", (("ledger", "read or verify the hash-chained event ledger"),)),
     ("agent_cmds", (
         ("inject", "type one line into the agent's pane (through the one injection path)"),

@@ -8,7 +8,8 @@ from loomtui.cli.common import subcommand
 
 
 def register(sub) -> None:
-    parser = subcommand(sub, "doctor", "check tmux, config, state dir, store and ledger; non-zero if any fails")
+    parser = subcommand(sub, "doctor", "check tmux, config, state dir, store and ledger, and simulate the config; "
+                        "non-zero if any fails")
     parser.set_defaults(func=run)
 
 

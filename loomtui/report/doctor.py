@@ -189,6 +189,38 @@ def check_linger(user: str | None = None, booted: Path = SYSTEMD_BOOTED, linger_
                  "your last logout; run: loginctl enable-linger " + shlex.quote(user))
 
 
+def check_simulation(config: Config, source: str | None) -> list[Check]:
+    """The operator's settings simulated (loomtui.sim.preflight): storm on a fixed list of seeds. One
+    line per agent when the file has several (each agent's own watchdog and canary); `source` None
+    (no config file) simulates what `loom sim` does without one, so the replay command is exact."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from loomtui.sim import preflight
+    from loomtui.sim.profiles import default_config
+
+    seeds = preflight.SEEDS
+    shown = (f"{seeds[0]}..{seeds[-1]}" if seeds == tuple(range(seeds[0], seeds[-1] + 1))
+             else ", ".join(map(str, seeds)))
+    views = ([(config.for_agent(name), name if len(config.agents) > 1 else None) for name in config.agent_names]
+             if source is not None else [(default_config(), None)])
+    checks = []
+    for view, agent in views:
+        name = "simulation" + (f" {agent}" if agent else "")
+        try:
+            v = preflight.simulate_config(view, source, agent)
+        except (OSError, BrokenProcessPool) as exc:
+            checks.append(Check(FAIL, name, f"the simulation could not run: {exc}"))
+            continue
+        if v.seed is None:
+            of = "" if source is not None else " of loom sim's defaults (no config file)"
+            checks.append(Check(OK, name, f"{preflight.PROFILE}, seeds {shown}, {v.days:g} days each{of}: "
+                                f"every invariant held ({v.steps} steps)"))
+        else:
+            checks.append(Check(FAIL, name, f"invariant {v.invariant} broke on seed {v.seed} at {v.at} "
+                                f"({preflight.PROFILE}, {v.days:g} days): {v.message}; replay with {v.replay}"))
+    return checks
+
+
 def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[str, str] | None = None,
                extra: list[Callable[[Config, Path, Store], Iterator[Check]]] | None = None) -> list[Check]:
     env = dict(os.environ) if environ is None else environ
@@ -196,9 +228,10 @@ def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[
     try:
         config, path = load_config(config_arg, env)
         checks.append(Check(OK, "config", str(path) if path else "no config file: defaults"))
+        config_loaded = True
     except LoomError as exc:
         checks.append(Check(FAIL, "config", str(exc)))
-        config, path = Config(), None
+        config, path, config_loaded = Config(), None, False
     state_dir = resolve_state_dir(state_dir_arg, config, env)
     try:
         prepare_state_dir(state_dir)
@@ -237,4 +270,8 @@ def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[
                                                                 for c in own])
         for more in extra or ():
             checks.extend(more(config, state_dir, store))
+    # Last, with the store closed: the simulation forks a process per core. Not for a config that
+    # did not load (its line says why; the defaults in its place are not the operator's).
+    if config_loaded:
+        checks.extend(check_simulation(config, os.path.abspath(path) if path else None))
     return checks

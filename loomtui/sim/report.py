@@ -6,6 +6,7 @@ machine, no hash order (nothing here iterates a set), floats rounded before they
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from loomtui.durations import format_duration
@@ -157,12 +158,16 @@ def trace_line(entry: tuple[int, float, str, dict]) -> str:
     return f"step {step} {clock(t)} {kind} {parts}".rstrip()
 
 
-def replay_command(profile: str, seed: int, days: float, config: str | None) -> str:
-    cmd = f"loom sim --profile {profile} --seed {seed} --days {days:g}"
-    return cmd + (f" --config {config}" if config else "")
+def replay_command(profile: str, seed: int, days: float, config: str | None, agent: str | None = None) -> str:
+    """The command that gives this run again, step for step (the incident profile's scenarios have
+    their own lengths and configs: its seed is all it takes)."""
+    cmd = f"loom sim --profile {profile} --seed {seed}" + (f" --days {days:g}" if profile != "incident" else "")
+    cmd += f" --config {shlex.quote(config)}" if config else ""
+    return cmd + (f" --agent {shlex.quote(agent)}" if agent else "")
 
 
-def text(run: dict[str, Any], *, profile: str, days: float, config: str | None) -> list[str]:
+def text(run: dict[str, Any], *, profile: str, days: float, config: str | None,
+         agent: str | None = None) -> list[str]:
     months = run["simulated_seconds"] / MONTH
     lines = [f"seed {run['seed']}: {days:g} days ({months:.2f} months), {run['steps']} steps"]
     faults = ", ".join(f"{k} {n}" for k, n in run["faults"].items()) or "none"
@@ -192,7 +197,7 @@ def text(run: dict[str, Any], *, profile: str, days: float, config: str | None) 
         lines.append("  invariants: all held after every step")
     else:
         lines.append(f"  VIOLATION {v['invariant']} at step {v['step']} ({clock(v['t'])}): {v['message']}")
-        lines.append(f"  replay: {replay_command(profile, run['seed'], days, config)}")
+        lines.append(f"  replay: {replay_command(profile, run['seed'], days, config, agent)}")
         lines.append(f"  trace (last {len(v['trace'])} events):")
         lines += [f"    {line}" for line in v["trace"]]
     return lines

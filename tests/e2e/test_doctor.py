@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import sqlite3
 import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_loom
 
 from loomtui.store.db import DB_NAME
 
 pytestmark = pytest.mark.e2e
 
-CHECKS = ["tmux", "config", "state dir", "store", "ledger", "canary"]
+CHECKS = ["tmux", "config", "state dir", "store", "ledger", "canary", "simulation"]
 
 
 def lines_by_check(stdout: str) -> dict[str, str]:
@@ -43,6 +45,8 @@ def test_a_good_setup_with_a_running_agent_passes_every_check(harness):
     assert str(harness.config_path) in checks["config"]
     assert f"{harness.state_dir} is writable" in checks["state dir"]
     assert "integrity ok" in checks["store"]
+    held = r"ok    simulation   storm, seeds 1\.\.8, 3 days each: every invariant held \(\d+ steps\)"
+    assert re.fullmatch(held, checks["simulation"]), checks["simulation"]
     events = len(harness.events())
     assert events > 0 and f"ledger intact: {events} events" in checks["ledger"]
 
@@ -85,3 +89,41 @@ def test_a_tampered_ledger_fails_naming_the_event(harness):
     checks = lines_by_check(result.stdout)
     assert status(checks["ledger"]) == "FAIL" and "ledger broken at event 1" in checks["ledger"]
     assert status(checks["store"]) == "ok"
+
+
+def readme_config() -> str:
+    """The Claude Code configuration README.md gives under "Running it for real", as written there."""
+    text = (REPO / "README.md").read_text().split("A configuration for Claude Code", 1)[1]
+    return text.split("```toml\n", 1)[1].split("```", 1)[0]
+
+
+def doctor(tmp_path, config_text: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+    path = tmp_path / "loom.toml"
+    path.write_text(config_text)
+    result = run_loom("--config", str(path), "--state-dir", str(tmp_path / "state"), "doctor", timeout=300)
+    return result, lines_by_check(result.stdout)
+
+
+def test_readmes_claude_code_config_passes_the_simulation(tmp_path):
+    result, checks = doctor(tmp_path, readme_config())
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert list(checks) == CHECKS and all(status(line) == "ok" for line in checks.values()), result.stdout
+    assert "every invariant held" in checks["simulation"]
+
+
+def test_a_config_that_recycles_busy_agents_fails_naming_the_invariant_and_the_replay(tmp_path):
+    # README's config with one missed probe enough to recycle and 5 s to answer one: a busy agent is recycled.
+    result, checks = doctor(tmp_path, readme_config() + '[canary]\nmisses_to_recycle = 1\nack_timeout = "5s"\n')
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert [name for name, line in checks.items() if status(line) != "ok"] == ["simulation"], result.stdout
+    path = tmp_path / "loom.toml"
+    found = re.fullmatch(r"FAIL  simulation   invariant definitive_signal broke on seed (\d+) at (\S+) "
+                         r"\(storm, 3 days\): canary_failed relaunch without a definitive signal: the agent could "
+                         r"hear \(busy or healthy\) and was recycled; "
+                         r"replay with (loom sim --profile storm --seed \1 --days 3 --config (\S+))",
+                         checks["simulation"])
+    assert found and found[4] == str(path), checks["simulation"]
+    # The command it names replays the same violation, at the same simulated time.
+    replay = run_loom(*shlex.split(found[3])[1:], timeout=300)
+    assert replay.returncode == 1, replay.stdout + replay.stderr
+    assert "VIOLATION definitive_signal at step " in replay.stdout and f"({found[2]}): canary_failed" in replay.stdout

@@ -4,8 +4,10 @@ a storm leaves every invariant standing; the command's options and errors."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import random
 import subprocess
 import sys
 
@@ -87,8 +89,8 @@ def test_json_is_stable_and_documented_keys(capsys):
     again = loom_sim(capsys, "--profile", "storm", "--days", "2", "--seed", "3", "--seeds", "2", "--json")
     assert (code, out) == again
     data = json.loads(out)
-    assert set(data) == {"schema", "profile", "days", "config", "seeds", "runs", "summary"}
-    assert data["seeds"] == [3, 4] and data["profile"] == "storm" and data["config"] is None
+    assert set(data) == {"schema", "profile", "days", "config", "agent", "seeds", "runs", "summary"}
+    assert data["seeds"] == [3, 4] and data["profile"] == "storm" and data["config"] is None and data["agent"] is None
     run = data["runs"][0]
     for key in ("seed", "steps", "faults", "relaunches", "escalations", "recovery_seconds_p50",
                 "recovery_seconds_p99", "deaf_minutes_per_month", "false_recycles", "queue", "violation"):
@@ -160,6 +162,72 @@ def test_incident_json(capsys):
     assert outcomes["supervisor_blind_spot"] == "escalated"
     assert outcomes["confident_false_detector"] == "undisturbed"
     assert outcomes["silent_deafness"] == "recovered"
+
+
+# The incident profile's spread: seeds 1..10 and ten more from the date, drawn from 11..200, all of
+# which end every incident as DESIGN.md says today (`loom sim --profile incident --seeds 200`).
+DATED_SEEDS = random.Random(datetime.date.today().toordinal()).sample(range(11, 201), 10)
+
+
+def test_the_incident_profile_runs_every_seed_asked_for(capsys):
+    code, out = loom_sim(capsys, "--profile", "incident", "--seeds", "10")
+    assert code == 0, out
+    assert [line for line in out.splitlines() if line.startswith("seed ")] == \
+        [f"seed {seed}: 9 of 9 incidents end as DESIGN.md says" for seed in range(1, 11)]
+    assert out.splitlines()[-1] == "10 seeds: every incident ended as DESIGN.md says on each"
+
+
+@pytest.mark.parametrize("seed", DATED_SEEDS)
+def test_the_incident_profile_on_a_seed_of_the_date(seed, capsys):
+    code, out = loom_sim(capsys, "--profile", "incident", "--seed", str(seed))
+    assert code == 0, f"replay with: loom sim --profile incident --seed {seed}\n{out}"
+
+
+def test_an_incident_that_fails_names_its_first_seed_and_the_replay(monkeypatch, capsys):
+    # A canary that recycles on one miss: the busy agent of confident_false_detector is recycled.
+    from loomtui.canary import rules as canary_rules
+
+    monkeypatch.setattr(canary_rules, "should_recycle",
+                        lambda runs, launch_seq, misses: canary_rules.consecutive_misses(runs, launch_seq) >= 1)
+    code, out = loom_sim(capsys, "--profile", "incident", "--seed", "3", "--seeds", "3")
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0] == "loom sim: profile incident, seeds 3..5: the nine incidents of DESIGN.md on each"
+    failed = [int(line.split()[1].rstrip(":")) for line in lines if line.startswith("seed ") and line.endswith(":")]
+    assert failed and failed[0] == 3 and set(failed) <= {3, 4, 5}
+    assert "FAIL 2. confident_false_detector: violation: definitive_signal" in out
+    assert "  replay: loom sim --profile incident --seed 3\n" in out  # the seed is all it takes: no --days
+    assert lines[-1] == "first failing seed 3: replay with loom sim --profile incident --seed 3"
+    code, out = loom_sim(capsys, "--profile", "incident", "--seed", "3", "--seeds", "3", "--json")
+    data = json.loads(out)
+    assert code == 1 and data["failed_seeds"] == failed and data["seeds"] == [3, 4, 5]
+    assert len(data["scenarios"]) == 27 and data["passed"] + data["failed"] == 27
+    assert [s["seed"] for s in data["scenarios"] if not s["passed"]][0] == 3
+
+
+def test_storm_seeds_name_the_first_failing_seed_and_the_replay(tmp_path, capsys):
+    path = tmp_path / "loom.toml"
+    path.write_text('[canary]\nmisses_to_recycle = 1\nack_timeout = "5s"\n')
+    code, out = loom_sim(capsys, "--config", str(path), "--profile", "storm", "--days", "1", "--seed", "2",
+                         "--seeds", "3")
+    assert code == 1
+    replay = f"loom sim --profile storm --seed 2 --days 1 --config {path}"
+    assert out.splitlines()[-1] == f"first failing seed 2: replay with {replay}"
+
+
+def test_several_agents_each_simulated_by_name(tmp_path, capsys):
+    path = tmp_path / "loom.toml"
+    path.write_text('[[agents]]\nname = "alpha"\n[[agents]]\nname = "beta"\n'
+                    '[agents.canary]\nmisses_to_recycle = 1\nack_timeout = "5s"\n')
+    code, out = loom_sim(capsys, "--config", str(path), "--profile", "storm", "--days", "1", "--agent", "beta")
+    assert code == 1 and out.splitlines()[0].endswith(f"config {path}, agent beta")
+    assert f"replay: loom sim --profile storm --seed 1 --days 1 --config {path} --agent beta" in out
+    code, out = loom_sim(capsys, "--config", str(path), "--profile", "storm", "--days", "1")  # the first: alpha
+    assert code == 0 and out.splitlines()[0].endswith(f"config {path}, agent alpha")
+    args = parser().parse_args(["sim", "--config", str(path), "--agent", "gamma"])
+    with pytest.raises(LoomError) as err:
+        args.func(args)
+    assert err.value.exit_code == 2 and "no agent named 'gamma' (agents: alpha, beta)" in str(err.value)
 
 
 def test_seeds_summarise(capsys):

@@ -1,0 +1,72 @@
+"""`loom doctor`'s simulation of the operator's config: fixed seeds, days set by the config alone,
+the first broken invariant named with a command that replays it step for step."""
+
+from __future__ import annotations
+
+import shlex
+
+from conftest import REPO
+
+from loomtui.config import load_config
+from loomtui.report.doctor import FAIL, OK, check_simulation, run_checks
+from loomtui.sim import preflight
+from loomtui.sim.profiles import default_config
+
+from test_sim import loom_sim
+
+FAST = '[canary]\nmisses_to_recycle = 1\nack_timeout = "5s"\n'
+
+
+def test_the_days_are_the_configs_alone_fewer_when_the_loops_tick_faster():
+    assert preflight.days_for(default_config()) == preflight.DAYS == 3.0
+    assert preflight.days_for(default_config({"watchdog": {"interval": "1m"}})) == 3.0  # never more
+    fast = preflight.days_for(default_config({"watchdog": {"interval": "5s"}}))
+    assert 0.1 <= fast < 1.0 and round(fast * 10) == fast * 10  # tenths of a day: a plain --days
+    assert preflight.days_for(default_config({"watchdog": {"interval": "1s"}, "canary": {"interval": "1s"}})) == 0.1
+
+
+def test_a_config_that_recycles_busy_agents_is_named_and_replays_step_for_step(tmp_path, capsys):
+    path = tmp_path / "loom.toml"
+    path.write_text(FAST)
+    config, _ = load_config(str(path), {})
+    verdict = preflight.simulate_config(config, str(path))
+    assert verdict.seed == preflight.SEEDS[0] and verdict.invariant == "definitive_signal"
+    assert verdict.replay == f"loom sim --profile storm --seed {verdict.seed} --days 3 --config {path}"
+    assert verdict == preflight.simulate_config(config, str(path))  # stable: the same answer each time
+    argv = shlex.split(verdict.replay)[2:]
+    code, out = loom_sim(capsys, *argv)
+    assert code == 1
+    assert "VIOLATION definitive_signal at step " in out and f"({verdict.at}): {verdict.message}" in out
+
+
+def test_designs_config_passes():
+    config, _ = load_config(str(REPO / "tests" / "unit" / "data" / "design_config.toml"), {})
+    verdict = preflight.simulate_config(config, "design_config.toml")
+    assert verdict.seed is None and verdict.steps > 0 and verdict.days == 3.0
+
+
+def test_the_doctor_line_names_the_invariant_the_seed_and_the_replay(tmp_path):
+    path = tmp_path / "loom.toml"
+    path.write_text(FAST)
+    config, _ = load_config(str(path), {})
+    [check] = check_simulation(config, str(path))
+    v = preflight.simulate_config(config, str(path))
+    assert check.status == FAIL and check.name == "simulation"
+    assert check.detail == (f"invariant definitive_signal broke on seed {v.seed} at {v.at} (storm, 3 days): "
+                            f"{v.message}; replay with {v.replay}")
+
+
+def test_several_agents_each_simulated_and_named(tmp_path):
+    path = tmp_path / "config.toml"
+    path.write_text('[[agents]]\nname = "alpha"\n[[agents]]\nname = "beta"\n'
+                    + FAST.replace("[canary]", "[agents.canary]"))
+    checks = {c.name: c for c in run_checks(str(path), str(tmp_path / "state"), {})}
+    assert checks["simulation alpha"].status == OK and "every invariant held" in checks["simulation alpha"].detail
+    beta = checks["simulation beta"]
+    assert beta.status == FAIL and beta.detail.endswith(f"--config {path} --agent beta")
+    assert "simulation" not in checks
+
+
+def test_no_config_file_simulates_loom_sims_defaults(tmp_path):
+    [check] = check_simulation(default_config(), None)
+    assert check.status == OK and check.detail.startswith("storm, seeds 1..8, 3 days each of loom sim's defaults")
