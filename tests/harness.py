@@ -259,11 +259,14 @@ class LinePane:
         self.typed = root / f"{self.socket}-{session}.typed"
         self.typed.touch()
         self._servers: set[int] = set()
+        self._socket_path = ""
 
     def start(self) -> LinePane:
         argv = ["new-session", "-d", "-s", self.session, "-x", "200", "-y", "50", "exec sleep 2147483647"]
         assert self.tmux(*argv).returncode == 0
-        self._servers.add(int(self.tmux("display-message", "-p", "#{pid}").stdout.strip()))
+        pid, self._socket_path = self.tmux("display-message", "-p", "#{pid} #{socket_path}").stdout.split(" ", 1)
+        self._socket_path = self._socket_path.strip()
+        self._servers.add(int(pid))
         assert self.tmux("set-option", "-w", "-t", f"={self.session}:0", "remain-on-exit", "on").returncode == 0
         self.respawn()
         return self
@@ -311,14 +314,16 @@ class LinePane:
                 victims.add(server)
             except psutil.Error:
                 pass
+        self.tmux("kill-server")
         for pid in victims:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self.tmux("kill-server")
         wait_for(lambda: not any(psutil.pid_exists(p) and not _zombie(p) for p in victims), 10,
                  what="the pane's processes gone")
+        if self._socket_path:  # tmux 3.3a leaves its socket file behind
+            Path(self._socket_path).unlink(missing_ok=True)
 
 
 def _zombie(pid: int) -> bool:
