@@ -71,6 +71,23 @@ def harness(make_harness):
     return make_harness()
 
 
+@pytest.fixture
+def make_pane(tmp_path: Path):
+    """Real tmux panes that read lines (`harness.LinePane`), each on a private socket, torn down by pid."""
+    from harness import LinePane
+
+    made: list[LinePane] = []
+
+    def make(session: str = "agent") -> LinePane:
+        pane = LinePane(tmp_path / "panes", session)
+        made.append(pane)
+        return pane.start()
+
+    yield make
+    for pane in made:
+        pane.cleanup()
+
+
 @dataclass(frozen=True)
 class Installed:
     wheel: Path

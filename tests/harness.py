@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -235,6 +236,94 @@ class AgentHarness(LoomRunner):
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(psutil.pid_exists(p) and not _zombie(p) for p in victims):
             time.sleep(0.05)
+
+
+class LinePane:
+    """A real tmux server on a private socket whose one pane reads lines, as an agent's prompt does:
+    what Loom types into it (paste, then Enter) the pane's program appends to a file, `lines()`.
+    A lower layer for tests of Loom's own paths that need a pane and no agent (the sentinel's
+    nudges). `agent_keys()` are the `[agent]` keys that point Loom at it. Cleaned up by pid.
+    """
+
+    READER = ("import sys\n"
+              "out = open(sys.argv[1], 'a', encoding='utf-8')\n"
+              "print('reading lines', flush=True)\n"
+              "for line in sys.stdin:\n"
+              "    out.write(line)\n"
+              "    out.flush()\n")
+
+    def __init__(self, root: Path, session: str = "agent") -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.socket = f"loomtest-{secrets.token_hex(4)}"
+        self.session = session
+        self.typed = root / f"{self.socket}-{session}.typed"
+        self.typed.touch()
+        self._servers: set[int] = set()
+        self._socket_path = ""
+
+    def start(self) -> LinePane:
+        argv = ["new-session", "-d", "-s", self.session, "-x", "200", "-y", "50", "exec sleep 2147483647"]
+        assert self.tmux(*argv).returncode == 0
+        pid, self._socket_path = self.tmux("display-message", "-p", "#{pid} #{socket_path}").stdout.split(" ", 1)
+        self._socket_path = self._socket_path.strip()
+        self._servers.add(int(pid))
+        assert self.tmux("set-option", "-w", "-t", f"={self.session}:0", "remain-on-exit", "on").returncode == 0
+        self.respawn()
+        return self
+
+    def agent_keys(self) -> dict[str, str]:
+        return {"tmux_socket": self.socket, "session": self.session}
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["tmux", f"-L{self.socket}", "-f/dev/null", *args], capture_output=True, text=True,
+                              timeout=10)
+
+    def respawn(self) -> None:
+        """(Re)start the reader in the pane and wait until it reads."""
+        reader = f"exec {sys.executable} -u -c {shlex.quote(self.READER)} {shlex.quote(str(self.typed))}"
+        assert self.tmux("clear-history", "-t", f"={self.session}:0.0").returncode == 0
+        assert self.tmux("respawn-pane", "-k", "-t", f"={self.session}:0.0", reader).returncode == 0
+        wait_for(lambda: "reading lines" in self.screen() and not self.dead(), 30, what="the pane's reader")
+
+    def end_reader(self) -> None:
+        """End the pane's program: the pane stays, dead (remain-on-exit), until `respawn()`."""
+        assert self.tmux("respawn-pane", "-k", "-t", f"={self.session}:0.0", "exit 3").returncode == 0
+        wait_for(self.dead, 30, what="a dead pane")
+
+    def dead(self) -> bool:
+        return self.tmux("display-message", "-p", "-t", f"={self.session}:0.0", "#{pane_dead}").stdout.strip() == "1"
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-J", "-t", f"={self.session}:0.0").stdout
+
+    def lines(self) -> list[str]:
+        """Every line the pane's program has read, in order."""
+        return self.typed.read_text(encoding="utf-8").splitlines()
+
+    def wait_lines(self, count: int) -> list[str]:
+        """The lines read once there are at least `count` (Enter reaches the reader a moment after
+        the injection returns)."""
+        return wait_for(lambda: self.lines() if len(self.lines()) >= count else None, 30,
+                        what=f"{count} lines read in the pane")
+
+    def cleanup(self) -> None:
+        victims: set[int] = set()
+        for server in self._servers:
+            try:
+                victims.update(p.pid for p in psutil.Process(server).children(recursive=True))
+                victims.add(server)
+            except psutil.Error:
+                pass
+        self.tmux("kill-server")
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        wait_for(lambda: not any(psutil.pid_exists(p) and not _zombie(p) for p in victims), 10,
+                 what="the pane's processes gone")
+        if self._socket_path:  # tmux 3.3a leaves its socket file behind
+            Path(self._socket_path).unlink(missing_ok=True)
 
 
 def _zombie(pid: int) -> bool:

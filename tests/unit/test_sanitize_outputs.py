@@ -176,7 +176,7 @@ def screen_text(app) -> str:
 
 def test_the_console_shows_no_control_character_raw(world):
     from loomtui.tui.app import LoomApp
-    from loomtui.tui.modals import DetailScreen
+    from loomtui.tui.modals import DetailScreen, PromptScreen
 
     ctx = world["ctx"]
 
@@ -187,10 +187,12 @@ def test_the_console_shows_no_control_character_raw(world):
             seen = [screen_text(app)]
             assert "␛]2;PWNED" in seen[0]  # the header's hold line, shown
             tabs = app.query_one(TabbedContent)
-            for key, tab in (("2", "canary"), ("3", "queue"), ("4", "fleet"), ("5", "memory"), ("6", "timeline")):
+            # Each tab's screen once its own table is drawn (a word only that table shows).
+            for key, tab, drawn in (("2", "canary", "latency"), ("3", "queue", "nudged"), ("4", "fleet", "schedule"),
+                                    ("5", "memory", "MEMORY.md:"), ("6", "timeline", "incidents · page")):
                 await pilot.press(key)
-                await until(pilot, lambda tab=tab: tabs.active == tab, f"the {tab} tab")
-                await pilot.pause(0.2)
+                await until(pilot, lambda tab=tab, drawn=drawn: tabs.active == tab and drawn in screen_text(app),
+                            f"the {tab} tab drawn")
                 seen.append(screen_text(app))
             queue = app.query_one("#queue-table", DataTable)
             await until(pilot, lambda: queue.row_count >= 2, "the queue items")
@@ -209,12 +211,15 @@ def test_the_console_shows_no_control_character_raw(world):
                 await until(pilot, lambda: not isinstance(app.screen, DetailScreen), "the detail closed")
                 await pilot.press("down")
             await pilot.press("h")  # with a hold in force: the release prompt quotes the hold
-            await pilot.pause(0.3)
+            await until(pilot, lambda: isinstance(app.screen, PromptScreen) and "Enter to confirm" in screen_text(app),
+                        "the release prompt")
             seen.append(screen_text(app))
             await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, PromptScreen), "the prompt closed")
             await pilot.resize_terminal(80, 24)
             await pilot.press("1")
-            await pilot.pause(0.3)
+            await until(pilot, lambda: tabs.active == "agent" and app.size == (80, 24) and
+                        max(map(len, screen_text(app).splitlines())) <= 80, "the first tab at 80 columns")
             seen.append(screen_text(app))
             for n, shown in enumerate(seen):
                 assert_clean(shown, f"console screen {n}")

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from loomtui import actions
-from loomtui.agent.inject import InjectResult
 from loomtui.context import Context
 from loomtui.sentinel import queue
 from loomtui.sentinel.tick import sentinel_tick
@@ -14,7 +12,13 @@ from loomtui.store import ledger
 
 
 @pytest.fixture
-def two_agents(tmp_path):
+def panes(make_pane):
+    """Each agent's pane: a real tmux pane that reads lines, on a socket of its own."""
+    return {"alpha": make_pane(), "beta": make_pane()}
+
+
+@pytest.fixture
+def two_agents(tmp_path, panes):
     logs = tmp_path / "logs"
     logs.mkdir()
     config = tmp_path / "config.toml"
@@ -25,8 +29,12 @@ renudge = "20m"
 backstop = "30m"
 [[agents]]
 name = "alpha"
+tmux_socket = "{panes['alpha'].socket}"
+session = "agent"
 [[agents]]
 name = "beta"
+tmux_socket = "{panes['beta'].socket}"
+session = "agent"
 [[jobs]]
 name = "backup"
 log = "{logs / 'backup.log'}"
@@ -40,22 +48,22 @@ agent = "beta"
     ctx.close()
 
 
-def test_each_jobs_failures_are_its_agents_and_go_to_it_only(two_agents, monkeypatch):
+@pytest.mark.e2e
+def test_each_jobs_failures_are_its_agents_and_go_to_it_only(two_agents, panes):
     ctx, logs = two_agents
-    nudged: list[tuple[str, str]] = []
-
-    def fake_nudge(agent_ctx, text, *, source, detail):
-        nudged.append((agent_ctx.agent, detail["job"]))
-        return InjectResult(True, len(text), "d", "")
-
-    monkeypatch.setattr(actions, "nudge", fake_nudge)
     (logs / "backup.log").write_text("ERROR disk full\n")
     (logs / "report.log").write_text("Traceback (most recent call last):\n")
     t0 = 1_000_000.0
     sentinel_tick(ctx, t0, notify=True)
     items = {i.job: i for i in queue.listing(ctx.store)}
     assert (items["backup"].agent, items["report"].agent) == ("alpha", "beta")
-    assert sorted(nudged) == [("alpha", "backup"), ("beta", "report")]
+    # Each item typed into its own agent's pane only, and recorded under that agent.
+    [to_alpha], [to_beta] = panes["alpha"].wait_lines(1), panes["beta"].wait_lines(1)
+    assert f"Queue item {items['backup'].id}:" in to_alpha and '"backup"' in to_alpha
+    assert f"Queue item {items['report'].id}:" in to_beta and '"report"' in to_beta
+    typed = ledger.tail(ctx.store, 50, kinds=["queue_nudge"])
+    assert sorted((e.agent, e.detail["job"], e.detail["ok"]) for e in typed) == [
+        ("alpha", "backup", True), ("beta", "report", True)]
     assert sorted((e.detail["job"], e.agent) for e in ledger.tail(ctx.store, 50, kinds=["queue_new"])) == [
         ("backup", "alpha"), ("report", "beta")]
     # Past the backstop the human hears of it, with the agent named.

@@ -8,58 +8,62 @@ import sys
 import pytest
 from test_sentinel_scan import Fleet, run_job
 
-from loomtui import actions
-from loomtui.agent.inject import InjectResult
 from loomtui.sentinel import claims, queue
 from loomtui.sentinel import tick as sentinel_mod
 from loomtui.store import ledger, locks, outbox
+from loomtui.text import digest
 
 PY = sys.executable
 
 
 @pytest.fixture
+def pane(make_pane):
+    """The agent's pane: a real tmux pane that reads lines, so the nudges go the whole real way
+    (actions.nudge, the hold check, inject.lock, the paste, the ledger); test_sentinel_e2e has
+    the demo agent read them."""
+    return make_pane()
+
+
+@pytest.fixture
 def one_job(tmp_path):
-    f = Fleet(tmp_path / "fleet", [{"name": "backup"}],
-              {"renudge": "20m", "backstop": "30m"})
+    f = Fleet(tmp_path / "fleet", [{"name": "backup"}], {"renudge": "20m", "backstop": "30m"})
     yield f
     f.ctx.close()
 
 
 @pytest.fixture
-def typed(monkeypatch):
-    """What the sentinel asked to type, kept instead of typed (test_sentinel_e2e types for real).
-
-    The fake records nothing in the store: whatever the tests find there, the real code wrote.
-    """
-    sent: list[tuple[str, dict]] = []
-    ok = {"value": True}
-
-    def fake_nudge(ctx, text, *, source, detail):
-        assert source == "sentinel"
-        sent.append((text, detail))
-        return InjectResult(ok["value"], len(text), "d", "" if ok["value"] else "pane gone")
-
-    monkeypatch.setattr(actions, "nudge", fake_nudge)
-    sent_ok = ok
-    return sent, sent_ok
+def nudged_job(tmp_path, pane):
+    f = Fleet(tmp_path / "nudged", [{"name": "backup"}],
+              {"renudge": "20m", "backstop": "30m"}, agent=pane.agent_keys())
+    yield f
+    f.ctx.close()
 
 
+def nudges(f: Fleet) -> list:
+    return ledger.tail(f.ctx.store, 1000, kinds=["queue_nudge"])
+
+
+@pytest.mark.e2e
 @pytest.mark.incident("supervisor_blind_spot")
-def test_nudge_renudge_backstop_once_and_resolution_stops_it_all(one_job, typed):
-    f, (sent, _) = one_job, typed
+def test_nudge_renudge_backstop_once_and_resolution_stops_it_all(nudged_job, pane):
+    f = nudged_job
     f.write("backup", "ERROR disk full\n")
     t0 = 1_000_000.0
     f.tick(t0, notify=True)
     [item] = f.items()
     for minute in range(1, 120):
         f.tick(t0 + minute * 60, notify=True)
-    # Nudged at 0, 20, 40, 60, 80 and 100 minutes; each one recorded by the injection path.
+    # Nudged at 0, 20, 40, 60, 80 and 100 minutes, each typed into the pane and recorded once,
+    # by the injection path (the sentinel adds no second record).
+    sent = pane.wait_lines(6)
     assert len(sent) == 6
-    # The injection path is the one that records a nudge; the sentinel adds no second record.
-    assert ledger.tail(f.ctx.store, 1000, kinds=["queue_nudge"]) == []
-    assert all(f"Queue item {item.id}" in text and f'loom resolve {item.id} --note "' in text for text, _ in sent)
-    assert [d["nudge"] for _, d in sent] == [1, 2, 3, 4, 5, 6]
-    assert [d["renudge"] for _, d in sent] == [False] + [True] * 5
+    assert all(text.startswith(f"[loom sentinel] Queue item {item.id}:") and
+               f'loom resolve {item.id} --note "' in text for text in sent)
+    events = nudges(f)
+    assert [e.detail["nudge"] for e in events] == [1, 2, 3, 4, 5, 6]
+    assert [e.detail["renudge"] for e in events] == [False] + [True] * 5
+    assert all(e.source == "sentinel" and e.detail["ok"] and e.detail["item"] == item.id for e in events)
+    assert [e.detail["digest"] for e in events] == [digest(text) for text in sent]
     messages = outbox.recent(f.ctx.store)
     assert len(messages) == 1 and f"queue item {item.id}" in messages[0].text
     assert messages[0].dedupe_key == f"queue-{item.id}-backstop"
@@ -71,39 +75,50 @@ def test_nudge_renudge_backstop_once_and_resolution_stops_it_all(one_job, typed)
     claims.resolve(f.ctx, item.id, "freed space on /var", source="cli", session_id="s-1", now=t0 + 120 * 60)
     for minute in range(121, 300):
         f.tick(t0 + minute * 60, notify=True)
-    assert len(sent) == 6 and len(outbox.recent(f.ctx.store)) == 1
+    assert len(nudges(f)) == 6 and len(outbox.recent(f.ctx.store)) == 1
+    assert pane.lines() == sent
     assert ledger.verify(f.ctx.store).ok
 
 
-def test_no_nudge_during_a_relaunch_and_a_failed_nudge_is_retried(one_job, typed):
-    f, (sent, ok) = one_job, typed
+@pytest.mark.e2e
+def test_no_nudge_during_a_relaunch_and_a_failed_nudge_is_retried(nudged_job, pane):
+    f = nudged_job
     f.write("backup", "FATAL config missing\n")
     with locks.hold(f.ctx.state_dir, locks.RECYCLE, timeout=5):
         report = f.tick(1000.0, notify=True)
-    assert report.relaunching and sent == [] and f.items()[0].nudges == 0
-    ok["value"] = False
+    assert report.relaunching and nudges(f) == [] and f.items()[0].nudges == 0
+    pane.end_reader()  # the agent's pane is there, its process gone: nothing can be typed
     report = f.tick(1060.0, notify=True)
     assert report.nudge_failed == [f.items()[0].id] and f.items()[0].nudges == 0
-    ok["value"] = True
+    [failed] = nudges(f)
+    assert failed.cause == "inject_failed" and not failed.detail["ok"] and "dead" in failed.detail["error"]
+    pane.respawn()
     report = f.tick(1120.0, notify=True)
-    assert report.nudged == [f.items()[0].id] and f.items()[0].nudges == 1 and len(sent) == 2
+    assert report.nudged == [f.items()[0].id] and f.items()[0].nudges == 1
+    [typed] = pane.wait_lines(1)
+    assert typed.startswith(f"[loom sentinel] Queue item {f.items()[0].id}:")
+    assert [e.detail["ok"] for e in nudges(f)] == [False, True]
 
 
-def test_nudges_per_tick_are_capped_and_the_rest_follow(tmp_path, typed):
-    sent, _ = typed
-    f = Fleet(tmp_path / "many", [{"name": f"j{i}"} for i in range(8)])
+@pytest.mark.e2e
+def test_nudges_per_tick_are_capped_and_the_rest_follow(tmp_path, pane):
+    f = Fleet(tmp_path / "many", [{"name": f"j{i}"} for i in range(8)], agent=pane.agent_keys())
     try:
         for i in range(8):
             f.write(f"j{i}", "ERROR broken\n")
         first = f.tick(1000.0, notify=True)
-        second = f.tick(1060.0, notify=True)
         assert len(first.nudged) == sentinel_mod.MAX_NUDGES_PER_TICK and first.nudges_deferred == 3
-        assert len(second.nudged) == 3 and len(sent) == 8
+        assert len(nudges(f)) == sentinel_mod.MAX_NUDGES_PER_TICK
+        second = f.tick(1060.0, notify=True)
+        assert len(second.nudged) == 3
+        sent = pane.wait_lines(8)
+        assert sorted(int(t.split("Queue item ", 1)[1].split(":", 1)[0]) for t in sent) == sorted(
+            i.id for i in f.items())
     finally:
         f.ctx.close()
 
 
-def test_claim_then_clean_run_witnesses_and_a_failing_run_reopens(one_job, typed):
+def test_claim_then_clean_run_witnesses_and_a_failing_run_reopens(one_job):
     f = one_job
     assert run_job(f, "backup", PY, "-c", "print('ERROR: tape jammed'); raise SystemExit(2)").returncode == 2
     f.tick(notify=False)

@@ -25,7 +25,8 @@ PY = sys.executable
 class Fleet:
     """A config with jobs under a temp dir, and the context to tick the sentinel with."""
 
-    def __init__(self, root: Path, jobs: list[dict], sentinel: dict | None = None) -> None:
+    def __init__(self, root: Path, jobs: list[dict], sentinel: dict | None = None,
+                 agent: dict | None = None) -> None:
         self.root = root
         self.logs = root / "logs"
         self.state_dir = root / "state"
@@ -33,6 +34,9 @@ class Fleet:
         root.mkdir(parents=True)
         lines = [f"state_dir = {toml_value(str(self.state_dir))}", "[sentinel]"]
         lines += [f"{k} = {toml_value(v)}" for k, v in (sentinel or {}).items()]
+        if agent:  # where the nudges go (a harness.LinePane's keys): without it, nothing may be nudged
+            lines.append("[agent]")
+            lines += [f"{k} = {toml_value(v)}" for k, v in agent.items()]
         for job in jobs:
             job = {"log": str(self.logs / f"{job['name']}.log"), **job}
             lines.append("[[jobs]]")

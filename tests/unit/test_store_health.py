@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loomtui.errors import StoreUnavailable
-from loomtui.store import health, ledger, session
+from loomtui.store import health, ledger, outbox, session
 from loomtui.store.db import DB_NAME, Store
 from loomtui.store.health import DAMAGED, OTHER, TRANSIENT, FileId, Opened, StoreBroken, classify
 from loomtui.store.salvage import open_or_salvage
@@ -108,17 +108,39 @@ def test_a_querys_own_malformed_json_is_no_damage(store):
         heartbeat.close()
 
 
-def test_damage_the_salvage_would_not_see_is_not_fatal(store, monkeypatch):
+def orphan_an_index_entry(store: Store, table: str, index: str) -> None:
+    """Delete `table`'s first row but leave its entry in `index`: damage every read through the
+    index meets ("database disk image is malformed") and `PRAGMA quick_check`, which does not
+    compare indexes with their tables, passes. The index is made partial (WHERE 0) for the delete
+    only, so the delete does not touch it, then put back as it was."""
+    [sql] = store.query_one("SELECT sql FROM sqlite_master WHERE name = ?", (index,))
+    store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def schema(text: str) -> None:
+        with closing(sqlite3.connect(store.path, isolation_level=None)) as db:
+            db.execute("PRAGMA writable_schema = ON")
+            db.execute("UPDATE sqlite_master SET sql = ? WHERE name = ?", (text, index))
+
+    schema(sql + " WHERE 0")
+    with closing(sqlite3.connect(store.path, isolation_level=None)) as db:
+        db.execute(f"DELETE FROM {table} WHERE rowid = (SELECT MIN(rowid) FROM {table})")
+    schema(sql)
+
+
+def test_damage_the_salvage_would_not_see_is_not_fatal(store):
     # SQLite called a read damaged, but the file passes the quick_check the salvage makes at start:
     # exiting would bring the daemon back to the same state every few seconds. Not fatal; recorded
     # once the check agrees.
     assert health.confirmed(store.path) is None  # a sound file passes the salvage's check
-    scribble_table(store, "meta")
-    monkeypatch.setattr(health, "confirmed", lambda path: None)
+    outbox.enqueue(store, "first")
+    outbox.enqueue(store, "second")
+    orphan_an_index_entry(store, "outbox", "outbox_state")
     with pytest.raises(StoreUnavailable) as raised:
-        store.query("SELECT * FROM meta")
+        store.query("SELECT text FROM outbox WHERE state = 'pending'")
+    assert classify(raised.value) == DAMAGED and "malformed" in str(raised.value)
+    assert health.confirmed(store.path) is None  # the salvage's check passes this file
     assert store.unusable(raised.value) is None and store.unusable() is None
-    monkeypatch.undo()
+    scribble_table(store, "meta")  # now damage the check sees too
     with pytest.raises(StoreUnavailable) as again:
         store.query("SELECT * FROM meta")
     assert store.unusable(again.value) == "database disk image is malformed"

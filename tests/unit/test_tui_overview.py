@@ -16,7 +16,7 @@ from tui_state import HOSTILE, NOW, held_console_ctx, until, utc  # noqa: F401  
 from loomtui.tui import series
 from loomtui.tui.agent_panel import AgentPanel
 from loomtui.tui.app import LoomApp
-from loomtui.tui.footer import fit
+from loomtui.tui.footer import FittingFooter, fit
 from loomtui.tui.keymap import APP_KEYS, TABS
 from loomtui.tui.modals import HelpScreen
 from loomtui.tui.overview_panel import OverviewPanel
@@ -99,6 +99,17 @@ def test_fit_keeps_quit_and_help_and_drops_the_least_needed_whole():
     assert [b.id for b in fit([(panel, "e"), *keys], 1000)] == ["memory.edit", *[b.id for b, _ in keys]]
 
 
+def fitted_actions(app) -> list[str]:
+    """The actions the footer should show now: the screen's shown keys, one per action, fitted."""
+    unique: dict[str, Binding] = {}
+    for _, binding, _, _ in app.screen.active_bindings.values():
+        if binding.show:
+            unique.setdefault(binding.action, binding)
+    footer = app.screen.query_one(FittingFooter)
+    width = footer.size.width or app.size.width
+    return [b.action for b in fit([(b, app.get_key_display(b)) for b in unique.values()], width - 1)]
+
+
 def test_every_tabs_footer_at_80_columns_shows_quit_and_no_key_cut(ctx):
     async def run():
         app = LoomApp(ctx, now=lambda: NOW, watch=False, refresh_every=3600)
@@ -107,11 +118,13 @@ def test_every_tabs_footer_at_80_columns_shows_quit_and_no_key_cut(ctx):
             for n, (tab, _) in enumerate(TABS, start=1):
                 await pilot.press(str(n))
                 await until(pilot, lambda: app.query_one(TabbedContent).active == tab, f"tab {tab}")
-                await pilot.pause(0.3)  # the footer recomposes after the focus moves
 
                 def footer_ok() -> bool:
+                    # The footer recomposes after the focus moves: wait until it shows what `fit`
+                    # picks from this tab's keys (not the last tab's), then check it is whole.
                     keys = list(app.screen.query(FooterKey))
-                    return any(k.description == "Quit" for k in keys) and all(
+                    return [k.action for k in keys] == fitted_actions(app) and any(
+                        k.description == "Quit" for k in keys) and all(
                         k.region.right <= 80 and k.region.width > 0 for k in keys)
 
                 await until(pilot, footer_ok, f"a whole footer on the {tab} tab")
