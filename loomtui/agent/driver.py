@@ -18,59 +18,8 @@ from loomtui.agent import proctree
 from loomtui.agent.proctree import Tree
 from loomtui.agent.tmux import AgentPane, PaneInfo, TmuxError, TmuxGone, TmuxTimeout
 from loomtui.config import AgentConfig, Config
+from loomtui.pump.facts import Delivery, StreamFacts
 from loomtui.states import GONE, UNKNOWN, UP  # noqa: F401  (re-exported: callers say driver.UP)
-
-
-@dataclass(frozen=True)
-class TurnResult:
-    """The CLI's last `result` event, as the pump recorded it."""
-
-    ts: float
-    is_error: bool
-    subtype: str
-    seq: int | None = None
-    denials: tuple[str, ...] = ()     # tool names only: a denied call's input may hold anything
-
-
-@dataclass(frozen=True)
-class StreamFacts:
-    """What the pump knows for sure (pump.json): facts about the CLI, never proof that it is alive
-    (stdout can stop while the session goes on; the canary stays the authority)."""
-
-    pump_pid: int
-    current: bool                     # written by the pump running in the pane now (not a dead one's)
-    cli_pid: int | None = None
-    started: float | None = None
-    session_id: str | None = None     # from the CLI's system/init event; None until it came
-    turn: str = "idle"                # idle / running
-    turn_started: float | None = None
-    turn_seq: int | None = None
-    queue: int = 0                    # messages waiting for the turn to end
-    turns: int = 0                    # turns ended since this pump started
-    last_result: TurnResult | None = None
-    cli_exit: dict | None = None      # {"ts", "status", "signal"} once the CLI exited
-
-    @property
-    def running(self) -> bool:
-        return self.turn == "running"
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """The pump's receipt for a line: delivered (written to the CLI's stdin) or queued (behind a
-    running turn). A line typed into a screen has no receipt: the tmux driver returns None."""
-
-    state: str                        # delivered / queued
-    seq: int | None = None
-    position: int | None = None       # place in the queue, when queued
-
-    def as_detail(self) -> dict[str, object]:
-        detail: dict[str, object] = {"delivery": self.state}
-        if self.seq is not None:
-            detail["seq"] = self.seq
-        if self.position is not None:
-            detail["position"] = self.position
-        return detail
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loomtui.agent.driver import Delivery, TmuxDriver, make_driver
+from loomtui.agent.driver import TmuxDriver, make_driver
 from loomtui.agent.stream_driver import origin_of
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context
 from loomtui.errors import LockHeld, LoomError
+from loomtui.pump.facts import Delivery
 from loomtui.store import ledger, locks
 from loomtui.text import digest, sanitize
 

@@ -20,9 +20,10 @@ from loomtui import clock
 from loomtui.agent import proctree
 from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.policy import Instant, age
-from loomtui.agent.stream_driver import StreamJsonDriver, read_facts
+from loomtui.agent.stream_driver import StreamJsonDriver
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context
+from loomtui.pump.facts import read_facts
 from loomtui.store import locks
 
 LAUNCH_KEY = "agent_launch"

@@ -17,11 +17,12 @@ from typing import Any
 
 from loomtui import clock
 from loomtui.agent import launches, recovery
-from loomtui.agent.driver import StreamFacts, make_driver
+from loomtui.agent.driver import make_driver
 from loomtui.agent.policy import Instant
 from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.durations import format_duration
+from loomtui.pump.facts import StreamFacts
 from loomtui.sentinel import queue as sentinel_queue
 from loomtui.store import ledger, outbox, session, telegram_state
 from loomtui.store.ledger import Event

@@ -14,11 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loomtui.agent import inject as inject_mod
-from loomtui.agent.driver import Delivery, TmuxDriver, make_driver
+from loomtui.agent.driver import TmuxDriver, make_driver
 from loomtui.agent.stream_driver import (
     PumpRefused,
     StreamJsonDriver,
-    facts_from,
     origin_of,
     pump_command,
     stream_argv,
@@ -29,6 +28,7 @@ from loomtui.agent.watchdog_rules import FAILED, READY, WAIT, BootLook, settings
 from loomtui.config import parse_config
 from loomtui.context import Context
 from loomtui.pump import transcript
+from loomtui.pump.facts import Delivery, facts_from
 from loomtui.report import doctor
 from loomtui.report.status import AgentLook
 from loomtui.store import ledger
@@ -145,7 +145,7 @@ def test_wrong_types_are_read_as_nothing_not_trusted():
 
 
 def test_read_facts_goes_through_the_pumps_own_status_reader(tmp_path):
-    from loomtui.agent.stream_driver import read_facts
+    from loomtui.pump.facts import read_facts
 
     assert read_facts(tmp_path, 123) is None
     (tmp_path / "pump.json").write_text(json.dumps(PUMP_JSON))
