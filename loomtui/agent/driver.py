@@ -1,9 +1,9 @@
 """The agent behind a driver interface: launch, type, observe, stop.
 
 `TmuxDriver` wraps an interactive CLI in a tmux pane; all tmux specifics stay inside it.
-`StreamJsonDriver` (agent/stream_driver.py) runs `loom pump` in the same pane and owns the CLI's
-message pump instead; `make_driver` picks one from `agent.driver`, and the rest of Loom never asks
-which.
+`StreamJsonDriver` (agent/stream_driver.py) builds on it: it runs `loom pump` in the same pane and
+owns the CLI's message pump instead. `agent/drivers.py:make_driver` picks one from `agent.driver`;
+this module never imports the stream driver (it imports this one).
 """
 
 from __future__ import annotations
@@ -11,27 +11,14 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from loomtui.agent import proctree
-from loomtui.agent.proctree import Tree
+from loomtui.agent.ports import AgentFacts
 from loomtui.agent.tmux import AgentPane, PaneInfo, TmuxError, TmuxGone, TmuxTimeout
 from loomtui.config import AgentConfig, Config
 from loomtui.pump.facts import Delivery, StreamFacts
 from loomtui.states import GONE, UNKNOWN, UP  # noqa: F401  (re-exported: callers say driver.UP)
-
-
-@dataclass(frozen=True)
-class AgentFacts:
-    """One bounded-cost look at the agent. tmux is UP, GONE or UNKNOWN (no answer)."""
-
-    tmux: str
-    pane: PaneInfo | None = None
-    tree: Tree | None = None
-    why: str = ""
-    stream: StreamFacts | None = None  # stream-json driver only: the pump's own account
-    screen: str | None = None          # the live pane's visible screen, asked with the pane (observe(with_screen=True))
 
 
 class TmuxDriver:
@@ -179,16 +166,3 @@ class TmuxDriver:
 
     def attach_argv(self) -> list[str]:
         return self.pane.attach_argv()
-
-
-def make_driver(config: Config, state_dir: Path | None = None) -> TmuxDriver:
-    """The driver `agent.driver` names; every part of Loom gets its driver here.
-
-    The stream-json driver reaches its pump through files in the state dir: without `state_dir`
-    it still watches the pane, but reports no pump facts and refuses to deliver.
-    """
-    if config.agent.driver == "stream-json":
-        from loomtui.agent.stream_driver import StreamJsonDriver  # it builds on this module
-
-        return StreamJsonDriver(config, state_dir)
-    return TmuxDriver(config)

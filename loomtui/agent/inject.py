@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loomtui.agent.driver import TmuxDriver, make_driver
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.drivers import make_driver
 from loomtui.agent.stream_driver import origin_of
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context

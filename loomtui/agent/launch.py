@@ -23,7 +23,8 @@ from typing import Any
 
 from loomtui import clock
 from loomtui.agent import launches
-from loomtui.agent.driver import TmuxDriver, make_driver
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.drivers import make_driver
 from loomtui.agent.launches import LAUNCH_KEY, record_processes, recorded_processes
 from loomtui.agent.policy import FRESH, RESUME
 from loomtui.agent.stream_driver import StreamJsonDriver

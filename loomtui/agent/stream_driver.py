@@ -15,7 +15,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from loomtui.agent.driver import AgentFacts, TmuxDriver
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.ports import AgentFacts
 from loomtui.agent.tmux import TmuxError
 from loomtui.config import Config
 from loomtui.pump import client as pump_client

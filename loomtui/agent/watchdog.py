@@ -21,7 +21,8 @@ import psutil
 
 from loomtui import actions, clock
 from loomtui.agent import holds, launches, proctree
-from loomtui.agent.driver import GONE, UP, TmuxDriver, make_driver
+from loomtui.agent.driver import GONE, UP, TmuxDriver
+from loomtui.agent.drivers import make_driver
 from loomtui.agent.proctree import MISSING, PRESENT, UNKNOWN
 from loomtui.agent.stream_driver import StreamJsonDriver
 from loomtui.agent.tmux import TmuxError

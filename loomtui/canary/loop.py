@@ -13,7 +13,8 @@ import time
 
 from loomtui import actions, clock
 from loomtui.agent import launches, recovery
-from loomtui.agent.driver import TmuxDriver, make_driver
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.drivers import make_driver
 from loomtui.canary.rules import due_in, should_recycle, witness_due
 from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
 from loomtui.context import Context

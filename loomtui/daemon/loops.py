@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from loomtui.agent import launches, proctree
-from loomtui.agent.driver import TmuxDriver, make_driver
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.drivers import make_driver
 from loomtui.agent.tmux import TmuxError
 from loomtui.agent.watchdog import Watchdog
 from loomtui.canary.loop import CanaryLoop

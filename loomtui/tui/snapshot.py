@@ -14,7 +14,8 @@ from typing import Any
 
 from loomtui.agent import hold_rules
 from loomtui.agent.policy import Instant
-from loomtui.agent.driver import GONE, UNKNOWN, UP, make_driver
+from loomtui.agent.driver import GONE, UNKNOWN, UP
+from loomtui.agent.drivers import make_driver
 from loomtui.agent.proctree import PRESENT
 from loomtui.agent.tmux import TmuxError
 from loomtui.canary import runs as canary

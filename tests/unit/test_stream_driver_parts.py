@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loomtui.agent import inject as inject_mod
-from loomtui.agent.driver import TmuxDriver, make_driver
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.drivers import make_driver
 from loomtui.agent.stream_driver import (
     PumpRefused,
     StreamJsonDriver,

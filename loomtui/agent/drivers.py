@@ -1,0 +1,24 @@
+"""The driver `agent.driver` names: the one place that reads the key (config.py checks it).
+
+Imports both drivers, so neither imports the other's maker: the stream driver builds on the tmux
+driver, and the tmux driver's module knows nothing of it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.stream_driver import StreamJsonDriver
+from loomtui.config import Config
+
+
+def make_driver(config: Config, state_dir: Path | None = None) -> TmuxDriver:
+    """The driver `agent.driver` names; every part of Loom gets its driver here.
+
+    The stream-json driver reaches its pump through files in the state dir: without `state_dir`
+    it still watches the pane, but reports no pump facts and refuses to deliver.
+    """
+    if config.agent.driver == StreamJsonDriver.name:
+        return StreamJsonDriver(config, state_dir)
+    return TmuxDriver(config)
