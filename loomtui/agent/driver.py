@@ -22,7 +22,11 @@ from loomtui.states import GONE, UNKNOWN, UP  # noqa: F401  (re-exported: caller
 
 
 class TmuxDriver:
+    """An interactive CLI on a screen: it draws dialogs, and nothing but the screen tells its turns."""
+
     name = "tmux"
+    has_dialogs = True
+    owns_turns = False
 
     def __init__(self, config: Config) -> None:
         self.agent: AgentConfig = config.agent

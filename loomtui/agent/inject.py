@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.drivers import make_driver
+from loomtui.agent.ports import AgentDriver
 from loomtui.agent.stream_driver import origin_of
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context
@@ -47,7 +47,7 @@ def inject(
     kind: str = "inject",
     detail: dict[str, Any] | None = None,
     lock_timeout: float = 30.0,
-    driver: TmuxDriver | None = None,
+    driver: AgentDriver | None = None,
     origin: str | None = None,
     ref: str = "",
 ) -> InjectResult:
@@ -96,7 +96,7 @@ def press(
     kind: str = "keys",
     detail: dict[str, Any] | None = None,
     lock_timeout: float = 30.0,
-    driver: TmuxDriver | None = None,
+    driver: AgentDriver | None = None,
 ) -> InjectResult:
     """Named keys (e.g. Enter to dismiss a dialog) through the same lock and ledger as text."""
     driver = driver or make_driver(ctx.config, ctx.agent_dir)

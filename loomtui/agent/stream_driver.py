@@ -85,6 +85,8 @@ def origin_of(kind: str, source: str) -> str:
 
 class StreamJsonDriver(TmuxDriver):
     name = "stream-json"
+    has_dialogs = False   # print mode: permissions come from the command's flags
+    owns_turns = True     # the pump: turns, queue, receipts, pump.json, the transcript
 
     def __init__(self, config: Config, state_dir: Path | None = None) -> None:
         super().__init__(config)

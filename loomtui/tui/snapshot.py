@@ -117,7 +117,7 @@ class Source:
         self.several = several  # the header names the agent only when there is another to tell it from
         self.driver = make_driver(ctx.config, ctx.agent_dir)
         self._conversation = (Follower(transcript.path_in(self.ctx.agent_dir))
-                              if ctx.config.agent.driver == "stream-json" else None)
+                              if self.driver.owns_turns else None)  # only a pump keeps a transcript
         self._store: Store | None = None
         self._inode: int | None = None
         self._lock = threading.Lock()  # the refresh and the timeline workers share the connection

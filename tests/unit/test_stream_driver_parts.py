@@ -24,7 +24,7 @@ from loomtui.agent.stream_driver import (
     stream_argv,
 )
 from loomtui.agent.tmux import TmuxError
-from loomtui.agent.watchdog import record_denials
+from loomtui.agent.watchdog import Watchdog, record_denials
 from loomtui.agent.watchdog_rules import FAILED, READY, WAIT, BootLook, settings_from, stream_boot_verdict
 from loomtui.config import parse_config
 from loomtui.context import Context
@@ -209,9 +209,11 @@ def test_the_verdict_invariants(look, resume, needs_init, check):
         assert look.elapsed < check
 
 
-def test_the_watchdog_never_looks_for_dialogs_in_stream_mode():
-    assert settings_from(config()).modals == ()
-    assert settings_from(parse_config({}, "test", None)).modals != ()
+def test_the_watchdog_never_looks_for_dialogs_in_stream_mode(ctx):
+    # The watchdog asks its driver: the stream-json one has no dialogs, so no modal is looked for.
+    assert Watchdog(ctx).settings.modals == ()
+    assert settings_from(ctx.config, has_dialogs=False).modals == ()
+    assert settings_from(parse_config({}, "test", None), has_dialogs=True).modals != ()
 
 
 # -- through the store -------------------------------------------------------------------------
@@ -325,15 +327,16 @@ def test_status_shows_the_turn_the_queue_and_the_last_turns_denials():
     stream = {"turn": "running", "turn_started": 100.0, "queue": 2,
               "last_result": {"is_error": False, "subtype": "success", "denials": ["Bash"]}, "cli_exit": None}
     look = AgentLook("up", pane={"pane_pid": 5, "dead": False}, tree={"process": "present", "pid": 6},
-                     driver="stream-json", stream=stream, taken=112.0)
+                     driver="stream-json", owns_turns=True, stream=stream, taken=112.0)
     line = look.describe()
     assert "stream-json: turn running 12s, 2 queued" in line and "last turn denied Bash" in line
     data = look.as_json()
     assert data["driver"] == "stream-json" and data["stream"]["queue"] == 2 and data["stream"]["turn"] == "running"
     idle = AgentLook("up", pane={"pane_pid": 5, "dead": False}, tree={"process": "present"}, driver="stream-json",
-                     stream={"turn": "idle", "queue": 0, "last_result": None})
+                     owns_turns=True, stream={"turn": "idle", "queue": 0, "last_result": None})
     assert "stream-json: idle, 0 queued" in idle.describe()
-    assert "no word from the pump" in AgentLook("up", tree={"process": "present"}, driver="stream-json").describe()
+    assert "no word from the pump" in AgentLook("up", tree={"process": "present"}, driver="stream-json",
+                                                 owns_turns=True).describe()
     tmux = AgentLook("up", tree={"process": "present"})
     assert "stream" not in tmux.describe() and "stream" not in tmux.as_json() and tmux.as_json()["driver"] == "tmux"
 
