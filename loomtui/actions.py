@@ -17,11 +17,11 @@ from typing import Any
 from loomtui import clock
 from loomtui.actors import Actor, of_source
 from loomtui.agent import hold_rules, holds, launch, launches, policy, recovery
-from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.inject import InjectResult
 from loomtui.agent.inject import inject as _type_text
 from loomtui.agent.inject import press as _press_keys
 from loomtui.agent.policy import Instant
+from loomtui.agent.ports import AgentDriver
 from loomtui.agent.recovery import Recovery
 from loomtui.context import Context
 from loomtui.errors import LockHeld, LoomError
@@ -136,7 +136,7 @@ def recover(
     still_failing: Callable[[], bool] | None = None,
     evidence: dict[str, Any] | None = None,
     lock_wait: float | None = None,
-    driver: TmuxDriver | None = None,
+    driver: AgentDriver | None = None,
     now: Instant | None = None,
 ) -> Recovery:
     """Take recycle.lock, look again, ask the policy, then relaunch, escalate or wait.

@@ -1,9 +1,9 @@
 """The agent behind a driver interface: launch, type, observe, stop.
 
 `TmuxDriver` wraps an interactive CLI in a tmux pane; all tmux specifics stay inside it.
-`StreamJsonDriver` (agent/stream_driver.py) runs `loom pump` in the same pane and owns the CLI's
-message pump instead; `make_driver` picks one from `agent.driver`, and the rest of Loom never asks
-which.
+`StreamJsonDriver` (agent/stream_driver.py) builds on it: it runs `loom pump` in the same pane and
+owns the CLI's message pump instead. `agent/drivers.py:make_driver` picks one from `agent.driver`;
+this module never imports the stream driver (it imports this one).
 """
 
 from __future__ import annotations
@@ -11,82 +11,22 @@ from __future__ import annotations
 import os
 import secrets
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from loomtui.agent import proctree
-from loomtui.agent.proctree import Tree
+from loomtui.agent.ports import AgentFacts
 from loomtui.agent.tmux import AgentPane, PaneInfo, TmuxError, TmuxGone, TmuxTimeout
 from loomtui.config import AgentConfig, Config
+from loomtui.pump.facts import Delivery, StreamFacts
 from loomtui.states import GONE, UNKNOWN, UP  # noqa: F401  (re-exported: callers say driver.UP)
 
 
-@dataclass(frozen=True)
-class TurnResult:
-    """The CLI's last `result` event, as the pump recorded it."""
-
-    ts: float
-    is_error: bool
-    subtype: str
-    seq: int | None = None
-    denials: tuple[str, ...] = ()     # tool names only: a denied call's input may hold anything
-
-
-@dataclass(frozen=True)
-class StreamFacts:
-    """What the pump knows for sure (pump.json): facts about the CLI, never proof that it is alive
-    (stdout can stop while the session goes on; the canary stays the authority)."""
-
-    pump_pid: int
-    current: bool                     # written by the pump running in the pane now (not a dead one's)
-    cli_pid: int | None = None
-    started: float | None = None
-    session_id: str | None = None     # from the CLI's system/init event; None until it came
-    turn: str = "idle"                # idle / running
-    turn_started: float | None = None
-    turn_seq: int | None = None
-    queue: int = 0                    # messages waiting for the turn to end
-    turns: int = 0                    # turns ended since this pump started
-    last_result: TurnResult | None = None
-    cli_exit: dict | None = None      # {"ts", "status", "signal"} once the CLI exited
-
-    @property
-    def running(self) -> bool:
-        return self.turn == "running"
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """The pump's receipt for a line: delivered (written to the CLI's stdin) or queued (behind a
-    running turn). A line typed into a screen has no receipt: the tmux driver returns None."""
-
-    state: str                        # delivered / queued
-    seq: int | None = None
-    position: int | None = None       # place in the queue, when queued
-
-    def as_detail(self) -> dict[str, object]:
-        detail: dict[str, object] = {"delivery": self.state}
-        if self.seq is not None:
-            detail["seq"] = self.seq
-        if self.position is not None:
-            detail["position"] = self.position
-        return detail
-
-
-@dataclass(frozen=True)
-class AgentFacts:
-    """One bounded-cost look at the agent. tmux is UP, GONE or UNKNOWN (no answer)."""
-
-    tmux: str
-    pane: PaneInfo | None = None
-    tree: Tree | None = None
-    why: str = ""
-    stream: StreamFacts | None = None  # stream-json driver only: the pump's own account
-    screen: str | None = None          # the live pane's visible screen, asked with the pane (observe(with_screen=True))
-
-
 class TmuxDriver:
+    """An interactive CLI on a screen: it draws dialogs, and nothing but the screen tells its turns."""
+
     name = "tmux"
+    has_dialogs = True
+    owns_turns = False
 
     def __init__(self, config: Config) -> None:
         self.agent: AgentConfig = config.agent
@@ -230,16 +170,3 @@ class TmuxDriver:
 
     def attach_argv(self) -> list[str]:
         return self.pane.attach_argv()
-
-
-def make_driver(config: Config, state_dir: Path | None = None) -> TmuxDriver:
-    """The driver `agent.driver` names; every part of Loom gets its driver here.
-
-    The stream-json driver reaches its pump through files in the state dir: without `state_dir`
-    it still watches the pane, but reports no pump facts and refuses to deliver.
-    """
-    if config.agent.driver == "stream-json":
-        from loomtui.agent.stream_driver import StreamJsonDriver  # it builds on this module
-
-        return StreamJsonDriver(config, state_dir)
-    return TmuxDriver(config)

@@ -14,11 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loomtui.agent.driver import Delivery, TmuxDriver, make_driver
+from loomtui.agent.drivers import make_driver
+from loomtui.agent.ports import AgentDriver
 from loomtui.agent.stream_driver import origin_of
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context
 from loomtui.errors import LockHeld, LoomError
+from loomtui.pump.facts import Delivery
 from loomtui.store import ledger, locks
 from loomtui.text import digest, sanitize
 
@@ -45,7 +47,7 @@ def inject(
     kind: str = "inject",
     detail: dict[str, Any] | None = None,
     lock_timeout: float = 30.0,
-    driver: TmuxDriver | None = None,
+    driver: AgentDriver | None = None,
     origin: str | None = None,
     ref: str = "",
 ) -> InjectResult:
@@ -94,7 +96,7 @@ def press(
     kind: str = "keys",
     detail: dict[str, Any] | None = None,
     lock_timeout: float = 30.0,
-    driver: TmuxDriver | None = None,
+    driver: AgentDriver | None = None,
 ) -> InjectResult:
     """Named keys (e.g. Enter to dismiss a dialog) through the same lock and ledger as text."""
     driver = driver or make_driver(ctx.config, ctx.agent_dir)

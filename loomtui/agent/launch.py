@@ -23,10 +23,10 @@ from typing import Any
 
 from loomtui import clock
 from loomtui.agent import launches
-from loomtui.agent.driver import TmuxDriver, make_driver
+from loomtui.agent.drivers import make_driver
 from loomtui.agent.launches import LAUNCH_KEY, record_processes, recorded_processes
 from loomtui.agent.policy import FRESH, RESUME
-from loomtui.agent.stream_driver import StreamJsonDriver
+from loomtui.agent.ports import AgentDriver
 from loomtui.agent.tmux import PaneInfo, TmuxError
 from loomtui.agent.watchdog_rules import FAILED, READY, BootLook, stream_boot_verdict
 from loomtui.context import Context
@@ -93,7 +93,7 @@ def relaunch_locked(
     cause: str,
     source: str,
     reason: str | None = None,
-    driver: TmuxDriver | None = None,
+    driver: AgentDriver | None = None,
     evidence: dict[str, Any] | None = None,
     fallback: bool = False,
 ) -> Outcome:
@@ -149,7 +149,7 @@ def relaunch_locked(
         log.warning("could not record the new agent's processes: %s", exc)
     resuming = mode == RESUME and not fallback
     why = ""
-    if isinstance(driver, StreamJsonDriver):
+    if driver.owns_turns:  # the pump's transcript tells the boot: init, the first result, a CLI exit
         failed = _watch_stream_boot(ctx, driver, info, new, now, resuming, mark)
         if failed is None:
             return outcome
@@ -235,7 +235,7 @@ class _SinceLaunch:
                 self.exit_status = status if isinstance(status, int) else None
 
 
-def _watch_stream_boot(ctx: Context, driver: StreamJsonDriver, launched: PaneInfo, session_id: str,
+def _watch_stream_boot(ctx: Context, driver: AgentDriver, launched: PaneInfo, session_id: str,
                        launched_ts: float, resuming: bool,
                        mark: tuple[int, int] | None) -> tuple[str, str, int | None] | None:
     """Watch a stream-json launch for `agent.resume_check` (or until it is plainly fine):
@@ -280,7 +280,7 @@ def _watch_stream_boot(ctx: Context, driver: StreamJsonDriver, launched: PaneInf
         time.sleep(0.1)
 
 
-def _watch_boot(ctx: Context, driver: TmuxDriver, pane_id: str, session_id: str,
+def _watch_boot(ctx: Context, driver: AgentDriver, pane_id: str, session_id: str,
                 launched_ts: float) -> tuple[str, int | None] | None:
     """Watch a new agent for `agent.resume_check`, or until it shows `agent.ready_match`:
     (its last screen, exit status) if it died, else None.

@@ -18,11 +18,11 @@ from typing import Any
 
 from loomtui import clock
 from loomtui.agent import proctree
-from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.policy import Instant, age
-from loomtui.agent.stream_driver import StreamJsonDriver, read_facts
+from loomtui.agent.ports import AgentDriver
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context
+from loomtui.pump.facts import read_facts
 from loomtui.store import locks
 
 LAUNCH_KEY = "agent_launch"
@@ -45,7 +45,7 @@ def recorded_processes(ctx: Context) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
-def record_processes(ctx: Context, driver: TmuxDriver, pane_pid: int) -> None:
+def record_processes(ctx: Context, driver: AgentDriver, pane_pid: int) -> None:
     """Remember the pane process and tmux server running the agent (pid and start), so a later
     "tmux gone" can be checked against the processes themselves."""
     try:
@@ -108,7 +108,7 @@ def mark_ready(ctx: Context, session_id: str, launched_ts: float, at: Instant | 
     return True
 
 
-def agent_ready(ctx: Context, driver: TmuxDriver) -> bool:
+def agent_ready(ctx: Context, driver: AgentDriver) -> bool:
     """Ready for a probe: seen ready before, past its boot grace, or showing `ready_match` now
     (then recorded). One capture of the visible screen at most, and only while booting."""
     launched = last_launch(ctx)
@@ -119,7 +119,7 @@ def agent_ready(ctx: Context, driver: TmuxDriver) -> bool:
     elapsed = launch_age(launched)
     if elapsed is None or elapsed >= ctx.config.agent.boot_grace:
         return True
-    if isinstance(driver, StreamJsonDriver):
+    if driver.owns_turns:  # a pump that is up never loses a line: no screen to wait for
         return _pump_ready(ctx, driver, launched)
     if not ctx.config.agent.ready_match:
         return False
@@ -136,7 +136,7 @@ def agent_ready(ctx: Context, driver: TmuxDriver) -> bool:
     return True
 
 
-def _pump_ready(ctx: Context, driver: TmuxDriver, launched: dict[str, Any]) -> bool:
+def _pump_ready(ctx: Context, driver: AgentDriver, launched: dict[str, Any]) -> bool:
     """Stream-json: the pane's own pump is up and its CLI has not exited. A line handed to it
     then is never lost (written to the CLI's stdin, or queued behind a turn), so a probe may go."""
     try:

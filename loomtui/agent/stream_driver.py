@@ -14,12 +14,13 @@ import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from loomtui.agent.driver import AgentFacts, Delivery, StreamFacts, TmuxDriver, TurnResult
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.ports import AgentFacts
 from loomtui.agent.tmux import TmuxError
 from loomtui.config import Config
 from loomtui.pump import client as pump_client
+from loomtui.pump.facts import Delivery, StreamFacts, read_facts
 
 # What print mode needs to be one long-lived process reading one JSON line per user message.
 # Each is appended unless the command already says it (in either spelling: `--flag value` or
@@ -82,54 +83,10 @@ def origin_of(kind: str, source: str) -> str:
     return "operator"
 
 
-def facts_from(doc: dict[str, Any], pane_pid: int | None) -> StreamFacts | None:
-    """pump.json as facts; `current` when the pump that wrote it is the pane's process now."""
-    pid = doc.get("pid")
-    if not isinstance(pid, int):
-        return None
-    result = doc.get("last_result")
-    last = None
-    if isinstance(result, dict):
-        denials = result.get("denials") or ()
-        last = TurnResult(
-            ts=_number(result.get("ts")) or 0.0,
-            is_error=bool(result.get("is_error")),
-            subtype=str(result.get("subtype") or ""),
-            seq=result.get("seq") if isinstance(result.get("seq"), int) else None,
-            denials=tuple(str(d) for d in denials) if isinstance(denials, (list, tuple)) else (),
-        )
-    cli_exit = doc.get("cli_exit")
-    return StreamFacts(
-        pump_pid=pid,
-        current=pane_pid is not None and pid == pane_pid,
-        cli_pid=doc.get("cli_pid") if isinstance(doc.get("cli_pid"), int) else None,
-        started=_number(doc.get("started")),
-        session_id=doc.get("session_id") if isinstance(doc.get("session_id"), str) else None,
-        turn="running" if doc.get("turn") == "running" else "idle",
-        turn_started=_number(doc.get("turn_started")),
-        turn_seq=doc.get("turn_seq") if isinstance(doc.get("turn_seq"), int) else None,
-        queue=doc.get("queue") if isinstance(doc.get("queue"), int) else 0,
-        turns=doc.get("turns") if isinstance(doc.get("turns"), int) else 0,
-        last_result=last,
-        cli_exit=cli_exit if isinstance(cli_exit, dict) else None,
-    )
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def read_facts(state_dir: Path, pane_pid: int | None) -> StreamFacts | None:
-    """The pump's status file as facts, or None (no pump has written one, or it is unreadable)."""
-    try:
-        doc = pump_client.status(state_dir)
-    except (OSError, ValueError, pump_client.PumpError):
-        return None
-    return facts_from(doc, pane_pid) if isinstance(doc, dict) else None
-
-
 class StreamJsonDriver(TmuxDriver):
     name = "stream-json"
+    has_dialogs = False   # print mode: permissions come from the command's flags
+    owns_turns = True     # the pump: turns, queue, receipts, pump.json, the transcript
 
     def __init__(self, config: Config, state_dir: Path | None = None) -> None:
         super().__init__(config)

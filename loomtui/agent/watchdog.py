@@ -21,9 +21,10 @@ import psutil
 
 from loomtui import actions, clock
 from loomtui.agent import holds, launches, proctree
-from loomtui.agent.driver import GONE, UP, TmuxDriver, make_driver
+from loomtui.agent.driver import GONE, UP
+from loomtui.agent.drivers import make_driver
+from loomtui.agent.ports import AgentDriver
 from loomtui.agent.proctree import MISSING, PRESENT, UNKNOWN
-from loomtui.agent.stream_driver import StreamJsonDriver
 from loomtui.agent.tmux import TmuxError
 from loomtui.agent.watchdog_rules import Looks, Observation, Step, assess, settings_from
 from loomtui.context import Context
@@ -41,10 +42,10 @@ class WatchdogReport:
 
 
 class Watchdog:
-    def __init__(self, ctx: Context, driver: TmuxDriver | None = None) -> None:
+    def __init__(self, ctx: Context, driver: AgentDriver | None = None) -> None:
         self.ctx = ctx
         self.driver = driver or make_driver(ctx.config, ctx.agent_dir)
-        self.settings = settings_from(ctx.config)
+        self.settings = settings_from(ctx.config, has_dialogs=self.driver.has_dialogs)
         self.memory = Looks()
         self.last_foreign_scan: float | None = None
 
@@ -109,7 +110,7 @@ class Watchdog:
         # After a relaunch the facts are stale: the new agent's poller would look foreign.
         if not any(step.kind == "recover" for step in steps) and self.due_foreign_scan():
             report.results.extend(self.reap_foreign())
-        if isinstance(self.driver, StreamJsonDriver):
+        if self.driver.owns_turns:  # only a pump records each turn's result, and the calls it denied
             report.results.extend(record_denials(self.ctx))
         return report
 

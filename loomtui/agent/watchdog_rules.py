@@ -81,16 +81,15 @@ class Step:
     note: str = ""
 
 
-def settings_from(config: object) -> Settings:
+def settings_from(config: object, *, has_dialogs: bool) -> Settings:
+    """`has_dialogs` is the driver's: without dialogs (the stream-json driver) the pane shows the
+    assistant's own text, which may quote a dialog's words, so no modal is ever looked for."""
     agent = config.agent  # type: ignore[attr-defined]
-    # With the stream-json driver the pane shows the assistant's own text, which may quote a
-    # dialog's words: no dialog exists in that mode, so none is ever looked for.
-    dialogs = agent.driver != "stream-json"
     return Settings(
         boot_grace=agent.boot_grace,
         poller_grace=config.watchdog.poller_grace,  # type: ignore[attr-defined]
         resume_failed_match=agent.resume_failed_match,
-        modals=tuple((m.match, tuple(m.keys)) for m in agent.modals) if dialogs else (),
+        modals=tuple((m.match, tuple(m.keys)) for m in agent.modals) if has_dialogs else (),
         ambiguous_alert=config.watchdog.ambiguous_alert,  # type: ignore[attr-defined]
     )
 

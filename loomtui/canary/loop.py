@@ -13,7 +13,8 @@ import time
 
 from loomtui import actions, clock
 from loomtui.agent import launches, recovery
-from loomtui.agent.driver import TmuxDriver, make_driver
+from loomtui.agent.drivers import make_driver
+from loomtui.agent.ports import AgentDriver
 from loomtui.canary.rules import due_in, should_recycle, witness_due
 from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
 from loomtui.context import Context
@@ -23,7 +24,7 @@ from loomtui.store import locks
 class CanaryLoop:
     """Scheduled probes and the decision to recycle, one tick at a time (the daemon's thread)."""
 
-    def __init__(self, ctx: Context, stop: threading.Event | None = None, driver: TmuxDriver | None = None) -> None:
+    def __init__(self, ctx: Context, stop: threading.Event | None = None, driver: AgentDriver | None = None) -> None:
         self.ctx = ctx
         self.stop = stop or threading.Event()
         self.driver = driver or make_driver(ctx.config, ctx.agent_dir)

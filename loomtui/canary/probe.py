@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import watchfiles
 
 from loomtui import clock
+from loomtui.agent.drivers import driver_class
 from loomtui.canary.runs import (
     CANARY_LOCK,
     ERROR,
@@ -151,8 +152,8 @@ def _end(ctx: Context, run: Probe) -> float:
 
 def _queued_note(ctx: Context, run_id: int) -> str:
     """For a missed probe the pump queued: whether it ever reached the CLI ("" when not queued)."""
-    if ctx.config.agent.driver != "stream-json":
-        return ""
+    if not driver_class(ctx.config).owns_turns:
+        return ""  # only a pump queues a line
     row = ctx.store.query_one("SELECT detail FROM ledger WHERE agent = ? AND kind = 'canary_sent' AND id > "
                               "(SELECT COALESCE(MAX(id), 0) - 1000 FROM ledger) AND json_extract(detail, '$.run') = ? "
                               "ORDER BY id DESC LIMIT 1", (ctx.agent, run_id))

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from loomtui.agent import launches, proctree
-from loomtui.agent.driver import TmuxDriver, make_driver
+from loomtui.agent.drivers import make_driver
+from loomtui.agent.ports import AgentDriver
 from loomtui.agent.tmux import TmuxError
 from loomtui.agent.watchdog import Watchdog
 from loomtui.canary.loop import CanaryLoop
@@ -290,7 +291,7 @@ def exit_watch(bell: Doorbell, wake: Waker | None = None) -> Callable[[Context, 
     return make
 
 
-def _until_tmux_sees_it(driver: TmuxDriver, halt: threading.Event, limit: float = 1.0) -> None:
+def _until_tmux_sees_it(driver: AgentDriver, halt: threading.Event, limit: float = 1.0) -> None:
     """The process is gone; tmux marks its pane dead when it reads the pty's end, a moment later.
     Ringing before that would send the watchdog to look at a pane that still seems alive."""
     deadline = time.monotonic() + limit

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from loomtui.agent.drivers import driver_class
 from loomtui.config import Config, load_config
 from loomtui.errors import LoomError
 from loomtui.store import ledger
@@ -47,7 +48,7 @@ _CLAUDE = re.compile(r"(^|[/\s])claude(\s|$)")
 
 def check_canary_permissions(config: Config, state_dir: Path) -> Check:
     """Claude Code asks before running a command; a permission prompt would eat every canary."""
-    if config.agent.driver == "stream-json":
+    if not driver_class(config).has_dialogs:  # no prompt to eat a canary: a call not allowed is denied
         return check_stream_permissions(config, state_dir)
     acks = state_dir / "acks"
     missing = []
@@ -263,7 +264,7 @@ def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[
         for name in config.agent_names:
             view = config.for_agent(name)
             own = [check_canary_permissions(view, agent_dir(state_dir, name))]
-            if view.agent.driver == "stream-json":
+            if driver_class(view).owns_turns:  # the pump talks stream-json to the CLI: print mode
                 own.append(check_stream_flags(view))
             # With several agents each line says whose it is.
             checks.extend(own if len(config.agents) == 1 else [dataclasses.replace(c, name=f"{c.name} {name}")

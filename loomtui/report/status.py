@@ -17,11 +17,12 @@ from typing import Any
 
 from loomtui import clock
 from loomtui.agent import launches, recovery
-from loomtui.agent.driver import StreamFacts, make_driver
+from loomtui.agent.drivers import make_driver
 from loomtui.agent.policy import Instant
 from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.durations import format_duration
+from loomtui.pump.facts import StreamFacts
 from loomtui.sentinel import queue as sentinel_queue
 from loomtui.store import ledger, outbox, session, telegram_state
 from loomtui.store.ledger import Event
@@ -70,13 +71,14 @@ class AgentLook:
     pane: dict[str, Any] | None = None   # pane_pid, dead, exit_status: when tmux showed a pane
     tree: dict[str, Any] | None = None   # process, pid, poller: when the tree could be walked
     claim: str = ""                      # an unwitnessed last relaunch, said beside the process
-    driver: str = "tmux"
+    driver: str = "tmux"                 # the driver's name, as the config says it: said, never decided on
+    owns_turns: bool = False             # the driver's capability: a pump whose facts are said
     stream: dict[str, Any] | None = None  # the current pump's facts (stream-json only)
     taken: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
         out = {"tmux": self.tmux, "why": self.why, **(self.pane or {}), **(self.tree or {}), "driver": self.driver}
-        if self.driver == "stream-json":
+        if self.owns_turns:
             out["stream"] = self.stream
         return out
 
@@ -96,7 +98,7 @@ class AgentLook:
         return line + self._stream_note() + (f"; {self.claim}" if self.claim else "")
 
     def _stream_note(self) -> str:
-        if self.driver != "stream-json":
+        if not self.owns_turns:
             return ""
         stream = self.stream
         if stream is None:
@@ -326,7 +328,8 @@ def agent(ctx: Context, now: float | None = None) -> AgentLook:
         pane = {"pane_pid": facts.pane.pane_pid, "dead": facts.pane.dead, "exit_status": facts.pane.dead_status}
     if facts.tree is not None:
         tree = {"process": facts.tree.agent, "pid": facts.tree.agent_pid, "poller": facts.tree.poller}
-    return AgentLook(facts.tmux, facts.why, pane, tree, driver=driver.name, stream=stream_json(facts.stream),
+    return AgentLook(facts.tmux, facts.why, pane, tree, driver=driver.name, owns_turns=driver.owns_turns,
+                     stream=stream_json(facts.stream),
                      taken=time.time() if now is None else now)
 
 

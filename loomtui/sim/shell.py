@@ -205,7 +205,8 @@ class WatchdogShell:
 
     def __init__(self, sim: Sim) -> None:
         self.sim = sim
-        self.settings = watchdog_rules.settings_from(sim.config)
+        # The simulated agent is a screen one (the tmux driver's kind): it draws dialogs.
+        self.settings = watchdog_rules.settings_from(sim.config, has_dialogs=True)
         self.memory = watchdog_rules.Looks()
         self.last_foreign_scan: float | None = None
         self.modals = bool(sim.config.agent.modals)

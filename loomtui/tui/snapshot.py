@@ -14,7 +14,8 @@ from typing import Any
 
 from loomtui.agent import hold_rules
 from loomtui.agent.policy import Instant
-from loomtui.agent.driver import GONE, UNKNOWN, UP, make_driver
+from loomtui.agent.driver import GONE, UNKNOWN, UP
+from loomtui.agent.drivers import make_driver
 from loomtui.agent.proctree import PRESENT
 from loomtui.agent.tmux import TmuxError
 from loomtui.canary import runs as canary
@@ -116,7 +117,7 @@ class Source:
         self.several = several  # the header names the agent only when there is another to tell it from
         self.driver = make_driver(ctx.config, ctx.agent_dir)
         self._conversation = (Follower(transcript.path_in(self.ctx.agent_dir))
-                              if ctx.config.agent.driver == "stream-json" else None)
+                              if self.driver.owns_turns else None)  # only a pump keeps a transcript
         self._store: Store | None = None
         self._inode: int | None = None
         self._lock = threading.Lock()  # the refresh and the timeline workers share the connection

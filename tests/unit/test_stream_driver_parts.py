@@ -14,21 +14,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loomtui.agent import inject as inject_mod
-from loomtui.agent.driver import Delivery, TmuxDriver, make_driver
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.drivers import make_driver
 from loomtui.agent.stream_driver import (
     PumpRefused,
     StreamJsonDriver,
-    facts_from,
     origin_of,
     pump_command,
     stream_argv,
 )
 from loomtui.agent.tmux import TmuxError
-from loomtui.agent.watchdog import record_denials
+from loomtui.agent.watchdog import Watchdog, record_denials
 from loomtui.agent.watchdog_rules import FAILED, READY, WAIT, BootLook, settings_from, stream_boot_verdict
 from loomtui.config import parse_config
 from loomtui.context import Context
 from loomtui.pump import transcript
+from loomtui.pump.facts import Delivery, facts_from
 from loomtui.report import doctor
 from loomtui.report.status import AgentLook
 from loomtui.store import ledger
@@ -145,7 +146,7 @@ def test_wrong_types_are_read_as_nothing_not_trusted():
 
 
 def test_read_facts_goes_through_the_pumps_own_status_reader(tmp_path):
-    from loomtui.agent.stream_driver import read_facts
+    from loomtui.pump.facts import read_facts
 
     assert read_facts(tmp_path, 123) is None
     (tmp_path / "pump.json").write_text(json.dumps(PUMP_JSON))
@@ -208,9 +209,11 @@ def test_the_verdict_invariants(look, resume, needs_init, check):
         assert look.elapsed < check
 
 
-def test_the_watchdog_never_looks_for_dialogs_in_stream_mode():
-    assert settings_from(config()).modals == ()
-    assert settings_from(parse_config({}, "test", None)).modals != ()
+def test_the_watchdog_never_looks_for_dialogs_in_stream_mode(ctx):
+    # The watchdog asks its driver: the stream-json one has no dialogs, so no modal is looked for.
+    assert Watchdog(ctx).settings.modals == ()
+    assert settings_from(ctx.config, has_dialogs=False).modals == ()
+    assert settings_from(parse_config({}, "test", None), has_dialogs=True).modals != ()
 
 
 # -- through the store -------------------------------------------------------------------------
@@ -324,15 +327,16 @@ def test_status_shows_the_turn_the_queue_and_the_last_turns_denials():
     stream = {"turn": "running", "turn_started": 100.0, "queue": 2,
               "last_result": {"is_error": False, "subtype": "success", "denials": ["Bash"]}, "cli_exit": None}
     look = AgentLook("up", pane={"pane_pid": 5, "dead": False}, tree={"process": "present", "pid": 6},
-                     driver="stream-json", stream=stream, taken=112.0)
+                     driver="stream-json", owns_turns=True, stream=stream, taken=112.0)
     line = look.describe()
     assert "stream-json: turn running 12s, 2 queued" in line and "last turn denied Bash" in line
     data = look.as_json()
     assert data["driver"] == "stream-json" and data["stream"]["queue"] == 2 and data["stream"]["turn"] == "running"
     idle = AgentLook("up", pane={"pane_pid": 5, "dead": False}, tree={"process": "present"}, driver="stream-json",
-                     stream={"turn": "idle", "queue": 0, "last_result": None})
+                     owns_turns=True, stream={"turn": "idle", "queue": 0, "last_result": None})
     assert "stream-json: idle, 0 queued" in idle.describe()
-    assert "no word from the pump" in AgentLook("up", tree={"process": "present"}, driver="stream-json").describe()
+    assert "no word from the pump" in AgentLook("up", tree={"process": "present"}, driver="stream-json",
+                                                 owns_turns=True).describe()
     tmux = AgentLook("up", tree={"process": "present"})
     assert "stream" not in tmux.describe() and "stream" not in tmux.as_json() and tmux.as_json()["driver"] == "tmux"
 

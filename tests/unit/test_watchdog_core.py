@@ -181,7 +181,7 @@ def test_settings_come_from_the_config_file():
     config = parse_config({"agent": {"boot_grace": "2m", "resume_failed_match": "gone for good",
                                      "modals": [{"match": "Trust?", "keys": ["Down", "Enter"]}]},
                            "watchdog": {"poller_grace": "5m", "ambiguous_alert": "15m"}}, "test", None)
-    assert settings_from(config) == Settings(boot_grace=120.0, poller_grace=300.0, resume_failed_match="gone for good",
+    assert settings_from(config, has_dialogs=True) == Settings(boot_grace=120.0, poller_grace=300.0, resume_failed_match="gone for good",
                                              modals=(("Trust?", ("Down", "Enter")),), ambiguous_alert=900.0)
 
 

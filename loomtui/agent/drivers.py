@@ -1,0 +1,34 @@
+"""The driver `agent.driver` names: the one place that reads the key (config.py checks it).
+
+Imports both drivers, so neither imports the other's maker: the stream driver builds on the tmux
+driver, and the tmux driver's module knows nothing of it. Everyone else holds an `AgentDriver`
+(agent/ports.py) and asks its capabilities.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loomtui.agent.driver import TmuxDriver
+from loomtui.agent.ports import AgentDriver
+from loomtui.agent.stream_driver import StreamJsonDriver
+from loomtui.config import Config
+
+DRIVERS: dict[str, type[TmuxDriver]] = {cls.name: cls for cls in (TmuxDriver, StreamJsonDriver)}
+
+
+def driver_class(config: Config) -> type[AgentDriver]:
+    """The class `agent.driver` names, for its capabilities where no driver is at hand (a report,
+    a metric, a check of the config)."""
+    return DRIVERS[config.agent.driver]
+
+
+def make_driver(config: Config, state_dir: Path | None = None) -> AgentDriver:
+    """The driver `agent.driver` names; every part of Loom gets its driver here.
+
+    The stream-json driver reaches its pump through files in the state dir: without `state_dir`
+    it still watches the pane, but reports no pump facts and refuses to deliver.
+    """
+    if driver_class(config) is StreamJsonDriver:
+        return StreamJsonDriver(config, state_dir)
+    return TmuxDriver(config)

@@ -1,0 +1,74 @@
+"""What the rest of Loom sees of the agent's driver: `AgentDriver`, and the look it returns.
+
+Callers hold an `AgentDriver` and decide by its capabilities, never by which class or name it is
+(tests/unit/test_architecture.py greps for that). The concrete drivers are agent/driver.py (tmux)
+and agent/stream_driver.py (the pump in the pane); agent/drivers.py makes one. This module
+imports neither.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Protocol, runtime_checkable
+
+from loomtui.agent.proctree import Tree
+from loomtui.agent.tmux import PaneInfo
+from loomtui.pump.facts import Delivery, StreamFacts
+
+
+@dataclass(frozen=True)
+class AgentFacts:
+    """One bounded-cost look at the agent. tmux is UP, GONE or UNKNOWN (no answer)."""
+
+    tmux: str
+    pane: PaneInfo | None = None
+    tree: Tree | None = None
+    why: str = ""
+    stream: StreamFacts | None = None  # stream-json driver only: the pump's own account
+    screen: str | None = None          # the live pane's visible screen, asked with the pane (observe(with_screen=True))
+
+
+@runtime_checkable
+class AgentDriver(Protocol):
+    """The agent as its callers use it: exactly the members they call, and two capabilities.
+
+    Capabilities are class attributes, so a caller with only a config asks
+    `drivers.driver_class(config)` without making a driver.
+    """
+
+    # The config's spelling (`agent.driver`): said in `loom status`, never decided on.
+    name: ClassVar[str]
+    # The CLI draws its dialogs on the screen (modals, permission prompts): the watchdog looks for
+    # them and presses keys. Without: no dialog exists (permissions come from the command's
+    # flags), the screen may quote a dialog's words harmlessly, and `send_keys` refuses.
+    has_dialogs: ClassVar[bool]
+    # A pump stands between Loom and the CLI: it knows when a turn runs, queues a line behind it
+    # and answers each with a `Delivery`, writes pump.json (`stream_facts`) and a transcript, and
+    # records each turn's result, denied tool calls among them. Without: the screen is all there is.
+    owns_turns: ClassVar[bool]
+
+    def observe(self, *, with_screen: bool = False) -> AgentFacts: ...
+
+    def stream_facts(self, pane_pid: int | None) -> StreamFacts | None: ...
+
+    def screen(self, history: bool = False, *, ansi: bool = False, pane_id: str | None = None) -> str: ...
+
+    def pane_info(self) -> PaneInfo | None: ...
+
+    def pane_pid(self) -> int | None: ...
+
+    def type_line(self, text: str, expect_pane_pid: int | None = None, *, origin: str = "operator",
+                  ref: str = "") -> Delivery | None: ...
+
+    def send_keys(self, keys: list[str], expect_pane_pid: int | None = None) -> None: ...
+
+    def stop(self, grace: float, recorded: dict | None = None) -> list[int]: ...
+
+    def server_running(self) -> bool: ...
+
+    def server_pid(self) -> int | None: ...
+
+    def launch(self, command: str, cwd: Path, env: dict[str, str], exit_signal: Path | None = None) -> PaneInfo: ...
+
+    def attach_argv(self) -> list[str]: ...
