@@ -20,7 +20,7 @@ from loomtui.agent import hold_rules, holds, launch, launches, policy, recovery
 from loomtui.agent.inject import InjectResult
 from loomtui.agent.inject import inject as _type_text
 from loomtui.agent.inject import press as _press_keys
-from loomtui.agent.policy import Instant
+from loomtui.timing import Instant
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.recovery import Recovery
 from loomtui.context import Context

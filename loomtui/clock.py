@@ -6,7 +6,7 @@ import sys
 import time
 from functools import cache
 
-from loomtui.agent.policy import Instant
+from loomtui.timing import Instant
 
 _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 

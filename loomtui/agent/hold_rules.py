@@ -9,7 +9,7 @@ actions go on.
 A timed hold lasts its duration (`until` less `since`) on the monotonic clock from its start when
 that start was recorded on this boot: a wall clock stepped forward must not end it early, nor one
 stepped back make it last a day longer. Across a reboot its stored wall times decide, as the
-relaunch windows do (policy.age); `until` stays the wall time it was meant to end, for the eye.
+relaunch windows do (timing.age); `until` stays the wall time it was meant to end, for the eye.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from loomtui.agent.policy import Instant, as_instant
+from loomtui.timing import Instant, as_instant
 from loomtui.durations import format_duration, parse_duration
 
 By = Literal["ceiling", "operator"]
@@ -75,7 +75,7 @@ def _left(hold: Hold, now: Instant | float) -> float | None:
     at, start = as_instant(now), hold.start
     if start.boot is not None and start.boot == at.boot and start.mono is not None and at.mono is not None:
         return (hold.until - hold.since) - max(0.0, at.mono - start.mono)
-    # By the stored wall times; a start that seems to lie ahead counts as just now (policy.age).
+    # By the stored wall times; a start that seems to lie ahead counts as just now (timing.age).
     return hold.until - max(at.wall, hold.since)
 
 

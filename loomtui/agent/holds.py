@@ -13,7 +13,7 @@ from typing import Any
 
 from loomtui.actors import Actor, of_source
 from loomtui.agent.hold_rules import Hold, active, describe, expired, first_refusal, noting, remaining
-from loomtui.agent.policy import Instant, as_instant
+from loomtui.timing import Instant, as_instant
 from loomtui.context import Context
 from loomtui.states import MAIN_AGENT
 from loomtui.store import counters, ledger, outbox

@@ -18,7 +18,7 @@ from typing import Any
 
 from loomtui import clock
 from loomtui.agent import proctree
-from loomtui.agent.policy import Instant, age
+from loomtui.timing import Instant, age
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from loomtui.timing import Instant, age, backoff, raw_age
+
 RESUME, FRESH = "resume", "fresh"
 RELAUNCH, WAIT, HOLD = "relaunch", "wait", "hold"
 
@@ -27,31 +29,6 @@ CRASH_LIKE = ("crash", "exit", "tmux_gone", "poller_missing", "canary_failed")
 ALWAYS_FRESH = ("preventive", "resume_failed")
 OPERATOR = ("operator_resume", "operator_fresh")
 CAUSES = CRASH_LIKE + ALWAYS_FRESH + OPERATOR
-
-
-@dataclass(frozen=True)
-class Instant:
-    """A moment on both clocks: wall (seconds since the epoch) and monotonic on one boot."""
-
-    wall: float
-    mono: float | None = None
-    boot: str | None = None
-
-
-def raw_age(then: Instant, now: Instant) -> float:
-    """Seconds from `then` to `now`; negative when a wall clock says `then` lies in the future."""
-    if then.boot is not None and then.boot == now.boot and then.mono is not None and now.mono is not None:
-        return now.mono - then.mono
-    return now.wall - then.wall
-
-
-def age(then: Instant, now: Instant) -> float:
-    return max(0.0, raw_age(then, now))
-
-
-def as_instant(now: Instant | float) -> Instant:
-    """`now` as an Instant: a bare wall time (a caller that has only that) is measured by wall time."""
-    return now if isinstance(now, Instant) else Instant(float(now))
 
 
 @dataclass(frozen=True)
@@ -96,16 +73,6 @@ class Decision:
     wait: float = 0.0
     escalate: bool = False
     reasons: tuple[str, ...] = ()
-
-
-def backoff(attempts: int, base: float, cap: float) -> float:
-    """Seconds to wait after `attempts` consecutive failures (0 → none, 1 → base), doubling to `cap`.
-
-    The one backoff of Loom: relaunches, the daemon's crashed loops, Telegram's retries.
-    """
-    if attempts <= 0:
-        return 0.0
-    return min(base * (2 ** min(attempts - 1, 30)), cap)
 
 
 def counted(history: tuple[Relaunch, ...], window: float, now: Instant) -> list[Relaunch]:

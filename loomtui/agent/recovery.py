@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from loomtui import clock
 from loomtui.agent import holds
 from loomtui.agent.hold_rules import Hold
-from loomtui.agent.policy import Decision, Instant, Relaunch, Situation
+from loomtui.agent.policy import Decision, Relaunch, Situation
+from loomtui.timing import Instant
 from loomtui.context import Context
 from loomtui.store import ledger, locks, outbox, session
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loomtui.agent.policy import Instant, age, as_instant
+from loomtui.timing import Instant, age, as_instant
 
 OK, MISS, PENDING = "ok", "miss", "pending"
 INJECT_FAILED, SKIPPED, ERROR = "inject_failed", "skipped", "error"

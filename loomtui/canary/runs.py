@@ -24,7 +24,7 @@ from pathlib import Path
 
 from loomtui import clock
 from loomtui.agent import launches
-from loomtui.agent.policy import Instant
+from loomtui.timing import Instant
 from loomtui.canary.rules import (
     ERROR,
     INJECT_FAILED,

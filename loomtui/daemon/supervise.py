@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from loomtui import __version__
-from loomtui.agent.policy import backoff
+from loomtui.timing import backoff
 from loomtui.context import Context
 from loomtui.daemon import oneshot
 from loomtui.errors import LockHeld, LoomError

@@ -18,7 +18,7 @@ from typing import Any
 from loomtui import clock
 from loomtui.agent import launches, recovery
 from loomtui.agent.drivers import make_driver
-from loomtui.agent.policy import Instant
+from loomtui.timing import Instant
 from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.durations import format_duration

@@ -8,7 +8,7 @@ nudged to the agent and, past the backstop, reported to the operator exactly onc
 The backstops run from an item's first sighting and from its claim on the monotonic clock when
 the start was recorded on this boot (the item keeps both readings), so a wall clock stepped
 forward does not report every open item at once, nor one stepped back silence them for a day;
-across a reboot the stored wall times decide (policy.age).
+across a reboot the stored wall times decide (timing.age).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from loomtui.agent.policy import Instant, age, as_instant, raw_age
+from loomtui.timing import Instant, age, as_instant, raw_age
 
 OPEN, CLAIMED, WITNESSED = "open", "claimed", "witnessed"
 LINE, EXIT, MISSED, SCAN = "line", "exit", "missed", "scan"

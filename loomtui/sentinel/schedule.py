@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 
-from loomtui.agent.policy import Instant
+from loomtui.timing import Instant
 from loomtui.durations import parse_duration
 
 # A disagreement of the two clocks smaller than this between two passes is drift or a slew, not a step.

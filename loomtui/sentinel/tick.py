@@ -27,7 +27,7 @@ import psutil
 
 from loomtui import actions, clock, redact
 from loomtui.agent import launches
-from loomtui.agent.policy import Instant, as_instant
+from loomtui.timing import Instant, as_instant
 from loomtui.config import JobConfig
 from loomtui.context import Context
 from loomtui.errors import LoomError

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
-from loomtui import states
+from loomtui import states, timing
 from loomtui.agent import policy, watchdog_rules
 from loomtui.canary import rules as canary_rules
 from loomtui.sentinel import queue_rules, schedule
@@ -81,10 +81,10 @@ class Recovery:
         self.store = sim.store
         self.boot_grace = sim.config.agent.boot_grace  # asked after every step: read once
 
-    def instant(self) -> policy.Instant:
+    def instant(self) -> timing.Instant:
         """Now on both clocks, as clock.now() reads them (only the wall clock is ever stepped)."""
         w = self.sim.world
-        return policy.Instant(w.wall, w.mono, BOOT)
+        return timing.Instant(w.wall, w.mono, BOOT)
 
     def since_launch(self) -> float | None:
         last = self.store.last_launch
@@ -493,7 +493,7 @@ class SentinelShell:
     def live(self, job: str) -> dict[tuple[str, str], queue_rules.Item]:
         return {(i.kind, i.signature): i for i in self.store.live_items() if i.job == job}
 
-    def merge(self, job: str, failures: list, runs: list, at: policy.Instant) -> None:
+    def merge(self, job: str, failures: list, runs: list, at: timing.Instant) -> None:
         sim, st = self.sim, self.store
         now = at.wall
         items = self.live(job)
@@ -528,7 +528,7 @@ class SentinelShell:
         due = schedule.next_due(job.schedule, item.claimed_at, tz=dt.timezone.utc)
         return due - item.claimed_at + self.sim.config.sentinel.missed_grace
 
-    def send_due(self, at: policy.Instant) -> None:
+    def send_due(self, at: timing.Instant) -> None:
         sim, st = self.sim, self.store
         now = at.wall
         relaunching = sim.recovery.under_way()

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from loomtui import clock
-from loomtui.agent.policy import Instant, age
+from loomtui.timing import Instant, age
 
 
 class Clock:

@@ -39,7 +39,7 @@ from telegram.error import Conflict, TelegramError
 from loomtui import redact
 from loomtui.actors import Actor
 from loomtui.agent.hold_rules import parse_request
-from loomtui.agent.policy import Instant, backoff
+from loomtui.timing import Instant, backoff
 from loomtui.config import TelegramConfig
 from loomtui.context import Context
 from loomtui.errors import LoomError

@@ -16,7 +16,7 @@ import logging
 import telegram
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
-from loomtui.agent.policy import backoff
+from loomtui.timing import backoff
 from loomtui.config import TelegramConfig
 from loomtui.context import Context
 from loomtui.store import outbox

@@ -24,7 +24,7 @@ from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
 from loomtui.agent import hold_rules
-from loomtui.agent.policy import Instant
+from loomtui.timing import Instant
 from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.durations import format_duration

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loomtui.agent import hold_rules
-from loomtui.agent.policy import Instant
+from loomtui.timing import Instant
 from loomtui.agent.driver import GONE, UNKNOWN, UP
 from loomtui.agent.drivers import make_driver
 from loomtui.agent.proctree import PRESENT

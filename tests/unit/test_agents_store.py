@@ -10,7 +10,8 @@ import pytest
 
 from loomtui.agent import recovery
 from loomtui.agent.launch import agent_env, render_command
-from loomtui.agent.policy import Decision, Instant
+from loomtui.agent.policy import Decision
+from loomtui.timing import Instant
 from loomtui.agent.watchdog import Watchdog
 from loomtui.agent.watchdog_rules import Step
 from loomtui.context import Context

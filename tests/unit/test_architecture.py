@@ -16,7 +16,7 @@ from conftest import REPO
 
 RULES = ["agent.policy", "agent.hold_rules", "agent.watchdog_rules", "canary.rules", "sentinel.queue_rules",
          "sentinel.logscan", "sentinel.signature", "sentinel.schedule", "report.incidents", "durations", "states",
-         "pump.rules"]
+         "pump.rules", "timing"]
 
 
 @pytest.mark.parametrize("name", RULES)

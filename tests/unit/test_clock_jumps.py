@@ -22,7 +22,7 @@ from harness import toml_value, wait_for
 from loomtui import actions, clock
 from loomtui.agent import hold_rules, holds
 from loomtui.agent.hold_rules import Hold
-from loomtui.agent.policy import Instant
+from loomtui.timing import Instant
 from loomtui.canary import rules as canary_rules
 from loomtui.canary import runs as canary_runs
 from loomtui.canary.rules import ERROR, OK, PENDING, ProbeRun, due_in

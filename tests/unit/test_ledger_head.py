@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from loomtui.agent import recovery
-from loomtui.agent.policy import Decision, Instant
+from loomtui.agent.policy import Decision
+from loomtui.timing import Instant
 from loomtui.context import Context
 from loomtui.daemon import head_notice
 from loomtui.store import ledger, outbox

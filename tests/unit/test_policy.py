@@ -14,7 +14,6 @@ from loomtui.agent.policy import (
     RELAUNCH,
     RESUME,
     WAIT,
-    Instant,
     Limits,
     Relaunch,
     Situation,
@@ -24,6 +23,7 @@ from loomtui.agent.policy import (
     decide,
     limits_from,
 )
+from loomtui.timing import Instant
 from loomtui.config import parse_config
 
 L = Limits(fuse_window=900, fuse_count=3, ceiling_window=3600, ceiling_count=6, backoff_base=5, backoff_max=300)

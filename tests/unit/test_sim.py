@@ -318,7 +318,7 @@ def test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults(monkeyp
     # item at once after a step forward.
     from dataclasses import replace
 
-    from loomtui.agent import policy
+    from loomtui import timing
     from loomtui.canary import rules as canary_rules
     from loomtui.sentinel import queue_rules
 
@@ -326,7 +326,7 @@ def test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults(monkeyp
 
     def due_in_by_wall(last, now, interval, ack_timeout):
         wall_only = None if last is None else replace(last, sent_mono=None, boot=None)
-        return real_due_in(wall_only, policy.as_instant(now).wall, interval, ack_timeout)
+        return real_due_in(wall_only, timing.as_instant(now).wall, interval, ack_timeout)
 
     monkeypatch.setattr(canary_rules, "due_in", due_in_by_wall)
     caught = [simulate(seed, 10, "clockjump")["violation"] for seed in (1, 2, 3)]
@@ -335,7 +335,7 @@ def test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults(monkeyp
 
     def decide_by_wall(item, cfg, now, **kw):
         wall_only = replace(item, first_seen_mono=None, claimed_mono=None)
-        return real_decide(wall_only, cfg, policy.as_instant(now).wall, **kw)
+        return real_decide(wall_only, cfg, timing.as_instant(now).wall, **kw)
 
     monkeypatch.setattr(canary_rules, "due_in", real_due_in)
     monkeypatch.setattr(queue_rules, "decide", decide_by_wall)

@@ -36,7 +36,7 @@ def test_truncate_marks_the_cut_and_counts_like_telegram():
 
 
 def test_backoff_grows_and_is_capped():
-    from loomtui.agent.policy import backoff
+    from loomtui.timing import backoff
 
     delays = [backoff(n, 1.0, 60.0) for n in range(0, 10)]
     assert delays[:5] == [0.0, 1.0, 2.0, 4.0, 8.0] and max(delays) == 60.0
