@@ -1,5 +1,5 @@
 """What an observation can say, as plain strings: shared by the probes that look (tmux, the
-process tree) and the rules that decide (watchdog_core), so the rules need neither. And every
+process tree) and the rules that decide (watchdog_rules), so the rules need neither. And every
 kind of event the ledger records, one name each."""
 
 from __future__ import annotations

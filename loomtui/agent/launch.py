@@ -36,14 +36,6 @@ from loomtui.store import ledger, locks, session
 
 log = logging.getLogger("loom.launch")
 
-# Stream-json: a resume that brings no `init` within `agent.resume_check` is `resume_failed`
-# (`--resume` can hang without a word, anthropics/claude-code#55241). Right only for a CLI that
-# emits init at start; Claude Code (2.1.332) emits it with each turn and says nothing before the
-# first message (tests/e2e/test_claude_code_cli.py), so this stays off: a silent-but-fine resume
-# is never thrown away for a fresh session, and a hung one misses the canary and is recycled.
-RESUME_NEEDS_INIT = False
-
-
 @dataclass
 class Outcome:
     ok: bool
@@ -265,8 +257,7 @@ def _watch_stream_boot(ctx: Context, driver: AgentDriver, launched: PaneInfo, se
                         screen_failed=screen_failed, pump_up=current, init_seen=since.init,
                         first_result_error=since.first_error,
                         busy=bool(current and facts and (facts.running or facts.queue)))
-        verdict, why = stream_boot_verdict(look, resume=resuming, resume_check=agent.resume_check,
-                                           needs_init=RESUME_NEEDS_INIT)
+        verdict, why = stream_boot_verdict(look, resume=resuming, resume_check=agent.resume_check)
         if verdict == READY:
             if current:
                 launches.mark_ready(ctx, session_id, launched_ts)

@@ -1,4 +1,4 @@
-"""The watchdog tick: observe at bounded cost, let watchdog_core decide, act through the actions module.
+"""The watchdog tick: observe at bounded cost, let watchdog_rules decide, act through the actions module.
 
 With the stream-json driver it also records what the pump saw that a human should know of: each
 `result` whose tool calls the CLI's permissions denied, once (a denied `touch` is a canary that

@@ -5,7 +5,7 @@
 One job at a time: its new log lines, its finished runs and its schedule become failures,
 which are merged into the queue in one transaction together with the job's new log offset,
 so a crash at any point neither loses nor double-counts a line. Then every open item gets
-what `queue_core.decide` says is due: a nudge through the one injection path, and past the
+what `queue_rules.decide` says is due: a nudge through the one injection path, and past the
 backstop one message to the operator through the outbox.
 
 Time is an Instant (both clocks): the backstops run on the monotonic clock from an item's
