@@ -1,8 +1,9 @@
 """The one control path: every trigger (ticks, console keys, CLI, Telegram) acts through here.
 
-Relaunching, typing into the pane, pressing keys, probing and resolving are reached only
-through these functions (an import-linter contract in pyproject.toml keeps it so). Each takes
-the locks it needs and is recorded in the ledger with its source (who asked) and cause.
+Relaunching, typing into the pane, pressing keys, probing, resolving, reaping a foreign poller,
+repairing tmux's socket and alerting the operator are reached only through these functions
+(import-linter contracts in pyproject.toml keep the modules that do them so). Each takes the
+locks it needs and is recorded in the ledger with its source (who asked) and cause.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from loomtui import clock
 from loomtui.actors import Actor, of_source
-from loomtui.agent import hold_rules, holds, launch, launches, policy, recovery
+from loomtui.agent import hold_rules, holds, kill, launch, launches, policy, proctree, recovery
 from loomtui.agent.inject import InjectResult
 from loomtui.agent.inject import inject as _type_text
 from loomtui.agent.inject import press as _press_keys
@@ -27,7 +28,7 @@ from loomtui.context import Context
 from loomtui.errors import LockHeld, LoomError
 from loomtui.sentinel import claims
 from loomtui.states import MAIN_AGENT
-from loomtui.store import counters, ledger, locks
+from loomtui.store import counters, ledger, locks, outbox
 from loomtui.text import digest, printable
 
 # An operator's relaunch waits this long for one already under way; an automatic one never waits
@@ -228,6 +229,48 @@ def dismiss_modal(ctx: Context, keys: list[str], *, source: str, detail: dict[st
         return InjectResult(False, 0, "", error=f"refused: {hold_rules.describe(refused, clock.now())}",
                             refused="hold")
     return _press_keys(ctx, keys, source=source, kind="modal_dismissed", detail=detail)
+
+
+def reap_foreign(ctx: Context, pid: int, *, source: str,
+                 still_foreign: Callable[[], bool] | None = None, grace: float = 2.0) -> str | None:
+    """End a poller outside the agent's tree (refused while a hold is in force); None if the
+    caller's second look, just before the kill, finds it no longer foreign."""
+    if still_foreign is not None and not still_foreign():
+        return None
+    if admit(ctx, "reap", cause="foreign_poller", source=source) is not None:
+        return f"foreign poller {pid} left alone: a hold is in force"
+    _fired(ctx, "watchdog", source)
+    name = proctree.name(pid)
+    left = kill.end_processes([pid], grace=grace)
+    ledger.append(ctx.store, "foreign_poller_reaped", source=source, detail={"pid": pid, "name": name, "ok": not left})
+    return f"reaped foreign poller {pid}"
+
+
+def repair_socket(ctx: Context, *, source: str) -> str:
+    """Ask our tmux server, if it is still the one recorded at launch, to recreate its deleted socket."""
+    _fired(ctx, "watchdog", source)
+    recorded = launches.recorded_processes(ctx) or {}
+    pid = recorded.get("server_pid")
+    if not proctree.alive_as(pid, recorded.get("server_started")):
+        return "repair_socket: the tmux server is no longer running"
+    try:
+        kill.recreate_socket(int(pid))
+    except OSError as exc:
+        return f"repair_socket: {exc.strerror or exc}"
+    ledger.append(ctx.store, "tmux_socket_repair", source=source, detail={"server_pid": pid})
+    return f"asked tmux server {pid} to recreate its socket"
+
+
+def alert(ctx: Context, note: str, *, source: str) -> str:
+    """Tell the operator: an `operator_alert` event and its message, committed together, once per event."""
+    with ctx.store.write() as db:
+        event = ledger.append_in(db, "operator_alert", source=source, detail={"note": note})
+        # With several agents the human is told whose it is (as the sentinel's escalations are).
+        whose = "" if len(ctx.config.agent_names) == 1 else f"[{ctx.agent}] "
+        # The alert is the newest event: its id and hash, the ledger's head, go with it.
+        outbox.enqueue(db, f"{whose}Loom: {note} ledger {ledger.format_head(event.id, event.hash)}",
+                       dedupe_key=f"alert-{event.id}")
+    return f"operator alerted: {note}"
 
 
 def canary_now(ctx: Context, *, source: str, stop: threading.Event | None = None):

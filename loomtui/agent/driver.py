@@ -13,7 +13,7 @@ import secrets
 import time
 from pathlib import Path
 
-from loomtui.agent import proctree
+from loomtui.agent import kill, proctree
 from loomtui.agent.ports import AgentFacts
 from loomtui.agent.tmux import AgentPane, PaneInfo, TmuxError, TmuxGone, TmuxTimeout
 from loomtui.config import AgentConfig, Config
@@ -147,7 +147,7 @@ class TmuxDriver:
         if pids is None:
             pids = proctree.session_members(root)
         # Children first, so a shell does not respawn or reap-and-restart what we just killed.
-        return proctree.end_processes(list(reversed(pids)), grace)
+        return kill.end_processes(list(reversed(pids)), grace)
 
     def server_running(self) -> bool:
         """Whether Loom's tmux server answers on its socket."""

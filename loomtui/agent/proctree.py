@@ -7,26 +7,21 @@ the answer "unknown", never "missing": only a clean walk may report an absence.
 
 The machine-wide look for foreign pollers reads /proc/<pid>/cmdline alone and tests its bytes
 for the pattern's needles (logscan.pattern_needles) before decoding anything: no per-process
-objects. psutil is imported only where a call needs it (signals, other platforms), which keeps
-it out of `loom` commands that never touch a process.
+objects. psutil is imported only where a call needs it (other platforms), which keeps it out of
+`loom` commands that never touch a process. This module only looks: ending a process is
+loomtui.agent.kill's, which only the actions module and the driver may import.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
-import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from loomtui.sentinel.logscan import pattern_needles
 from loomtui.states import MISSING, PRESENT, UNKNOWN  # noqa: F401  (re-exported)
-
-if TYPE_CHECKING:
-    import psutil
 
 _PROC = "/proc"
 _HAVE_CHILDREN_FILES = sys.platform.startswith("linux") and os.path.exists(f"/proc/{os.getpid()}/task")
@@ -271,56 +266,24 @@ def _foreign_pollers_psutil(pattern: re.Pattern[str], skip: set[int]) -> list[tu
     return found
 
 
-def end_processes(pids: list[int], grace: float = 3.0) -> list[int]:
-    """SIGTERM, wait up to `grace`, SIGKILL what is left (interactive shells ignore SIGTERM).
-
-    Returns the pids that could not be ended. A zombie has ended: its parent (tmux, for the
-    pane's process) reaps it when it gets round to it, which can take seconds, and waiting
-    for that would only stretch every relaunch.
-    """
-    import psutil
-
-    procs = []
-    for pid in pids:
-        try:
-            procs.append(psutil.Process(pid))
-        except psutil.NoSuchProcess:
-            continue
-    for proc in procs:
-        _signal(proc, signal.SIGTERM)
-    alive = _wait_ended(procs, grace)
-    for proc in alive:
-        _signal(proc, signal.SIGKILL)
-    return [p.pid for p in _wait_ended(alive, grace)]
-
-
-def _signal(proc: psutil.Process, sig: int) -> None:
+def ancestors(pid: int) -> set[int]:
+    """The pids above `pid`, up to init; Ambiguous if they cannot be read (gone, denied)."""
     import psutil
 
     try:
-        proc.send_signal(sig)
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        pass
+        return {p.pid for p in psutil.Process(pid).parents()}
+    except psutil.Error:
+        raise Ambiguous(f"cannot read the parents of process {pid}") from None
 
 
-def _wait_ended(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
-    deadline = time.monotonic() + timeout
-    alive = [p for p in procs if _really_alive(p)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.02)
-        alive = [p for p in alive if _really_alive(p)]
-    return alive
-
-
-def _really_alive(proc: psutil.Process) -> bool:
+def name(pid: int) -> str:
+    """A process's name for the record, "?" if it cannot be read."""
     import psutil
 
     try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.AccessDenied:
-        return True
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return "?"
 
 
 def start_time(pid: int) -> float | None:

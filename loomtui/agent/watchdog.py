@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 from loomtui import actions, clock
 from loomtui.agent import holds, launches, proctree
@@ -30,7 +26,7 @@ from loomtui.agent.watchdog_rules import Looks, Observation, Step, assess, setti
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.pump import transcript
-from loomtui.store import ledger, outbox
+from loomtui.store import ledger
 from loomtui.text import printable
 
 
@@ -121,16 +117,9 @@ class Watchdog:
             ledger.append(self.ctx.store, "observation_ambiguous", source="watchdog", detail={"why": step.note})
             return f"ambiguous: {step.note}"
         if step.kind == "alert":
-            with self.ctx.store.write() as db:
-                event = ledger.append_in(db, "operator_alert", source="watchdog", detail={"note": step.note})
-                # With several agents the human is told whose it is (as the sentinel's escalations are).
-                whose = "" if len(self.ctx.config.agent_names) == 1 else f"[{self.ctx.agent}] "
-                # The alert is the newest event: its id and hash, the ledger's head, go with it.
-                outbox.enqueue(db, f"{whose}Loom: {step.note} ledger {ledger.format_head(event.id, event.hash)}",
-                               dedupe_key=f"alert-{event.id}")
-            return f"operator alerted: {step.note}"
+            return actions.alert(self.ctx, step.note, source="watchdog")
         if step.kind == "repair_socket":
-            return self.repair_socket()
+            return actions.repair_socket(self.ctx, source="watchdog")
         if step.kind == "dismiss_modal":
             result = actions.dismiss_modal(self.ctx, list(step.keys), source="watchdog",
                                            detail={"match": step.note})
@@ -170,19 +159,6 @@ class Watchdog:
         except (TmuxError, LoomError):
             pass  # tried again on the next look
 
-    def repair_socket(self) -> str:
-        """SIGUSR1 makes a tmux server recreate its socket: a repair that touches no agent."""
-        recorded = launches.recorded_processes(self.ctx) or {}
-        pid = recorded.get("server_pid")
-        if not proctree.alive_as(pid, recorded.get("server_started")):
-            return "repair_socket: the tmux server is no longer running"
-        try:
-            os.kill(int(pid), signal.SIGUSR1)
-        except OSError as exc:
-            return f"repair_socket: {exc.strerror or exc}"
-        ledger.append(self.ctx.store, "tmux_socket_repair", source="watchdog", detail={"server_pid": pid})
-        return f"asked tmux server {pid} to recreate its socket"
-
     def still_failing(self, cause: str, pane_pid: int | None) -> bool:
         """The second look, under recycle.lock: has someone else handled this already?"""
         try:
@@ -217,8 +193,9 @@ class Watchdog:
         return True
 
     def reap_foreign(self) -> list[str]:
-        """Reap pollers outside the agent's tree, only when the tree is plainly seen: a live pane
-        that tmux answered for, and no relaunch under way (a new agent's poller is not foreign)."""
+        """Find pollers outside the agent's tree, only when the tree is plainly seen (a live pane
+        that tmux answered for, and no relaunch under way: a new agent's poller is not foreign),
+        and have the actions module reap each that a second look confirms."""
         pane_pid = self._live_pane_pid()
         if pane_pid is None or launches.relaunch_under_way(self.ctx):
             return []
@@ -228,16 +205,10 @@ class Watchdog:
             return []
         results = []
         for pid, _line in proctree.foreign_pollers(self.ctx.config.agent.poller_match, ours):
-            if not self._confirm_foreign(pid):
-                continue
-            if actions.admit(self.ctx, "reap", cause="foreign_poller", source="watchdog") is not None:
-                results.append(f"foreign poller {pid} left alone: a hold is in force")
-                continue
-            name = _name(pid)
-            left = proctree.end_processes([pid], grace=2.0)
-            ledger.append(self.ctx.store, "foreign_poller_reaped", source="watchdog",
-                          detail={"pid": pid, "name": name, "ok": not left})
-            results.append(f"reaped foreign poller {pid}")
+            result = actions.reap_foreign(self.ctx, pid, source="watchdog",
+                                          still_foreign=lambda pid=pid: self._confirm_foreign(pid))
+            if result is not None:
+                results.append(result)
         return results
 
     def _live_pane_pid(self) -> int | None:
@@ -254,10 +225,9 @@ class Watchdog:
         if pane_pid is None:
             return False
         try:
-            proc = psutil.Process(pid)
-            line = " ".join(proc.cmdline())
-            ancestors = {p.pid for p in proc.parents()}
-        except psutil.Error:
+            line = proctree.cmdline(pid)
+            ancestors = proctree.ancestors(pid)
+        except proctree.Ambiguous:
             return False
         if not re.search(self.ctx.config.agent.poller_match, line):
             return False
@@ -333,9 +303,3 @@ def _denied_tools(denials: object) -> list[str]:
             names.append(text)
     return names
 
-
-def _name(pid: int) -> str:
-    try:
-        return psutil.Process(pid).name()
-    except psutil.Error:
-        return "?"

@@ -13,7 +13,7 @@ import psutil
 import pytest
 from harness import wait_for
 
-from loomtui.agent import proctree
+from loomtui.agent import kill, proctree
 from loomtui.agent.proctree import MISSING, PRESENT, UNKNOWN
 
 # A shell-like wrapper whose own command line also names the agent, then the agent, then its poller.
@@ -86,7 +86,7 @@ def test_end_processes_kills_what_ignores_sigterm():
     )
     try:
         stubborn.stdout.readline()
-        assert proctree.end_processes([stubborn.pid], grace=0.5) == []
+        assert kill.end_processes([stubborn.pid], grace=0.5) == []
         assert stubborn.wait(5) == -signal.SIGKILL  # it ignored SIGTERM, so it took the SIGKILL
     finally:
         stubborn.kill()

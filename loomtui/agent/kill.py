@@ -1,0 +1,75 @@
+"""The only code in Loom that signals a process: ending a tree or a foreign poller, and asking
+tmux to recreate its socket.
+
+Only the actions module (the foreign-poller reap, the socket repair) and the tmux driver (ending
+the agent's own tree on a relaunch, itself reached through the actions module) import this: an
+import-linter contract in pyproject.toml keeps it so. Looking at processes is proctree's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
+
+
+def end_processes(pids: list[int], grace: float = 3.0) -> list[int]:
+    """SIGTERM, wait up to `grace`, SIGKILL what is left (interactive shells ignore SIGTERM).
+
+    Returns the pids that could not be ended. A zombie has ended: its parent (tmux, for the
+    pane's process) reaps it when it gets round to it, which can take seconds, and waiting
+    for that would only stretch every relaunch.
+    """
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    for proc in procs:
+        _signal(proc, signal.SIGTERM)
+    alive = _wait_ended(procs, grace)
+    for proc in alive:
+        _signal(proc, signal.SIGKILL)
+    return [p.pid for p in _wait_ended(alive, grace)]
+
+
+def _signal(proc: psutil.Process, sig: int) -> None:
+    import psutil
+
+    try:
+        proc.send_signal(sig)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        pass
+
+
+def _wait_ended(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if _really_alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [p for p in alive if _really_alive(p)]
+    return alive
+
+
+def _really_alive(proc: psutil.Process) -> bool:
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:
+        return True
+
+
+def recreate_socket(server_pid: int) -> None:
+    """SIGUSR1 makes a tmux server recreate its socket: a repair that touches no agent (OSError if
+    the signal cannot be sent)."""
+    os.kill(server_pid, signal.SIGUSR1)
