@@ -288,10 +288,11 @@ def witness_counts(store: Any, agent: str) -> list[tuple[str, int, int]]:
 
 def schedule_drift(ctx: Context) -> list[tuple[str, float]]:
     from loomtui.clock import local_zone
+    from loomtui.sentinel.cron import in_zone
     from loomtui.sentinel.schedule import drift
 
     out = []
-    tz = local_zone()
+    slots = in_zone(local_zone())
     for job in ctx.config.jobs:
         if not job.schedule:
             continue
@@ -299,7 +300,7 @@ def schedule_drift(ctx: Context) -> list[tuple[str, float]]:
         if not rows:
             continue
         try:
-            late = drift(job.schedule, rows[0]["started"], rows[1]["started"] if len(rows) > 1 else None, tz=tz)
+            late = drift(job.schedule, rows[0]["started"], rows[1]["started"] if len(rows) > 1 else None, cron=slots)
         except (ValueError, KeyError):
             continue  # a schedule the config check let through but croniter refuses: doctor says so
         if late is not None:

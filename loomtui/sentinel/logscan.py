@@ -8,6 +8,10 @@ failures. Nothing here touches the disk, so a scan in any chunking gives the sam
 from __future__ import annotations
 
 import re
+
+# Private to Python, allowed in the sealed core for this alone (tests/unit/test_sealed_core.py): the
+# needles are read from the tree `re` itself parses a pattern into, so they can never disagree with
+# what `re` matches; another parser could. test_sentinel_match.py pins the shape read from it.
 import re._constants as _c
 import re._parser as _parser
 from collections.abc import Callable, Iterable
@@ -334,7 +338,12 @@ def pattern_needles(pattern: str) -> frozenset[Needle] | None:
         tree = _parser.parse(pattern)
     except (re.error, RecursionError):
         return None
-    return _sequence(list(tree), bool(tree.state.flags & _c.SRE_FLAG_IGNORECASE))
+    try:
+        return _sequence(list(tree), bool(tree.state.flags & _c.SRE_FLAG_IGNORECASE))
+    except (TypeError, ValueError, AttributeError):
+        # The private parser's tree changed shape in this Python: no needle, every line judged
+        # (correct, at the old speed). test_sentinel_match.py's shape test says what moved.
+        return None
 
 
 def _usable(ch: str, caseless: bool) -> bool:

@@ -1,8 +1,10 @@
 """When a job should next have run, and whether it missed: pure functions of times.
 
-A cron schedule fires in the given time zone (the shell passes the machine's local zone, as
-cron itself uses); `every 10m` means a run at most 10 minutes after the one before. Nothing
-here reads the clock or the process's time zone.
+A cron schedule's slots come from the shell (`cron`, a `Cron`: loomtui/sentinel/cron.py computes
+them with croniter in the machine's local zone, as cron itself uses): when an expression fires is
+a library's arithmetic on a zone's rules, kept out of the sealed core; what a missed slot or a
+late start is, is decided here. `every 10m` means a run at most 10 minutes after the one before.
+Nothing here reads the clock or the process's time zone.
 
 Wall-clock jumps. A cron schedule is wall time by nature: cron fires a slot when the wall clock
 passes it, so the slots are computed on the wall clock and nothing here could be measured on the
@@ -24,14 +26,24 @@ did not run, and the operator hears of it.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable
+from typing import Protocol
 
 from loomtui.timing import Instant
 from loomtui.durations import parse_duration
 
 # A disagreement of the two clocks smaller than this between two passes is drift or a slew, not a step.
 JUMP_TOLERANCE = 60.0
+
+
+class Cron(Protocol):
+    """The slots of a cron expression, as epoch seconds, in the zone the shell chose."""
+
+    def next_slot(self, expression: str, after: float) -> float:
+        """The first slot strictly after `after`."""
+
+    def prev_slot(self, expression: str, before: float) -> float:
+        """The last slot strictly before `before`."""
 
 
 def period(schedule: str) -> float | None:
@@ -42,15 +54,12 @@ def period(schedule: str) -> float | None:
     return None
 
 
-def next_due(schedule: str, after: float, *, tz: dt.tzinfo) -> float:
+def next_due(schedule: str, after: float, *, cron: Cron) -> float:
     """The first time after `after` at which a run is expected to start."""
     every = period(schedule)
     if every is not None:
         return after + every
-    from croniter import croniter
-
-    start = dt.datetime.fromtimestamp(after, tz)
-    return float(croniter(schedule.strip(), start).get_next(float))
+    return cron.next_slot(schedule.strip(), after)
 
 
 def clock_jump(before: Instant | None, now: Instant) -> float:
@@ -78,7 +87,7 @@ MAX_STEPS = 10_000  # bounds the walk over a long outage of a very frequent cron
 
 
 def missed(schedule: str, reference: float, now: float, grace: float, *,
-           tz: dt.tzinfo) -> tuple[float, float] | None:
+           cron: Cron) -> tuple[float, float] | None:
     """(first, last) due times missed since `reference` (the last run's start, or when watching
     began, or the last missed time already reported); None when nothing is past its grace.
 
@@ -86,7 +95,7 @@ def missed(schedule: str, reference: float, now: float, grace: float, *,
     """
     if not schedule.strip():
         return None
-    first = next_due(schedule, reference, tz=tz)
+    first = next_due(schedule, reference, cron=cron)
     if now <= first + grace:
         return None
     every = period(schedule)
@@ -95,14 +104,14 @@ def missed(schedule: str, reference: float, now: float, grace: float, *,
         return first, first + max(0, steps) * every
     last = first
     for _ in range(MAX_STEPS):
-        nxt = next_due(schedule, last, tz=tz)
+        nxt = next_due(schedule, last, cron=cron)
         if now <= nxt + grace:
             break
         last = nxt
     return first, last
 
 
-def drift(schedule: str, started: float, previous_start: float | None, *, tz: dt.tzinfo) -> float | None:
+def drift(schedule: str, started: float, previous_start: float | None, *, cron: Cron) -> float | None:
     """How late a run started against its schedule (negative: early); None when unknowable.
 
     Cron: against the last due time at or before the start. `every N`: against the run before
@@ -114,8 +123,5 @@ def drift(schedule: str, started: float, previous_start: float | None, *, tz: dt
     every = period(text)
     if every is not None:
         return None if previous_start is None else started - (previous_start + every)
-    from croniter import croniter
-
-    # get_prev from a hair after the start counts a run that started exactly on time as on time.
-    start = dt.datetime.fromtimestamp(started + 1e-6, tz)
-    return started - float(croniter(text, start).get_prev(float))
+    # The slot before a hair after the start counts a run that started exactly on time as on time.
+    return started - cron.prev_slot(text, started + 1e-6)

@@ -16,7 +16,6 @@ the clock landed (schedule.py says why).
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import json
 import sqlite3
@@ -31,7 +30,7 @@ from loomtui.timing import Instant, as_instant
 from loomtui.config import JobConfig
 from loomtui.context import Context
 from loomtui.errors import LoomError
-from loomtui.sentinel import jobscan, literal_search, logscan, queue, schedule
+from loomtui.sentinel import cron, jobscan, literal_search, logscan, queue, schedule
 from loomtui.sentinel.queue_rules import (
     EXIT,
     MISSED,
@@ -141,11 +140,11 @@ def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> None:
         watches = jobscan.load_watches(db)
         last_starts = dict(db.execute("SELECT job, MAX(started) FROM job_runs WHERE started <= ? GROUP BY job",
                                       (now + schedule.JUMP_TOLERANCE,)).fetchall())
-    zone = clock.local_zone() if scheduled else None
+    slots = cron.in_zone(clock.local_zone()) if scheduled else None
     for job in ctx.config.jobs:
         report.jobs += 1
         scan_job(ctx, job, runs.get(job.name, []), at, report, watches.get(job.name, jobscan.NO_WATCH),
-                 last_starts.get(job.name), zone, landed)
+                 last_starts.get(job.name), slots, landed)
 
 
 def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
@@ -195,7 +194,7 @@ def _matcher(patterns: tuple[str, ...], anti_patterns: tuple[str, ...]) -> logsc
 
 
 def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], at: Instant, report: SentinelReport,
-             watch: jobscan.Watch, last_start: float | None, zone: dt.tzinfo | None,
+             watch: jobscan.Watch, last_start: float | None, slots: schedule.Cron | None,
              landed: float | None = None) -> None:
     """`landed`: where the wall clock landed when it was stepped since the last pass."""
     store = ctx.store
@@ -223,8 +222,8 @@ def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], at: Instant, repo
         missed_mark = landed  # the wait starts over where the stepped clock landed (schedule.py)
     reference = schedule.wait_from((last_start if last_start is not None else watch_since, missed_mark), now)
     gap = None
-    if job.schedule and zone is not None:
-        gap = schedule.missed(job.schedule, reference, now, ctx.config.sentinel.missed_grace, tz=zone)
+    if job.schedule and slots is not None:
+        gap = schedule.missed(job.schedule, reference, now, ctx.config.sentinel.missed_grace, cron=slots)
     if gap is not None:
         first, last = gap
         missed_mark = last
@@ -328,7 +327,7 @@ def witness_window(ctx: Context, item: Item) -> float | None:
     if job is None or not job.schedule or item.claimed_at is None:
         return None
     try:
-        due = schedule.next_due(job.schedule, item.claimed_at, tz=clock.local_zone())
+        due = schedule.next_due(job.schedule, item.claimed_at, cron=cron.in_zone(clock.local_zone()))
         return due - item.claimed_at + ctx.config.sentinel.missed_grace
     except ValueError:
         return None

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable
 from loomtui import states, timing
 from loomtui.agent import policy, watchdog_rules
 from loomtui.canary import rules as canary_rules
-from loomtui.sentinel import queue_rules, schedule
+from loomtui.sentinel import cron, queue_rules, schedule
 from loomtui.sim.world import BOOT, STOP_TIME
 
 if TYPE_CHECKING:
@@ -525,7 +525,7 @@ class SentinelShell:
         job = next((j for j in self.sim.world.jobs if j.name == item.job), None)
         if job is None or item.claimed_at is None:
             return None
-        due = schedule.next_due(job.schedule, item.claimed_at, tz=dt.timezone.utc)
+        due = schedule.next_due(job.schedule, item.claimed_at, cron=cron.in_zone(dt.timezone.utc))
         return due - item.claimed_at + self.sim.config.sentinel.missed_grace
 
     def send_due(self, at: timing.Instant) -> None:

@@ -354,6 +354,7 @@ def _queue(store: Store, agent: str) -> list[Any]:
 
 def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobRow]:
     from loomtui.clock import local_zone
+    from loomtui.sentinel.cron import in_zone
     from loomtui.sentinel.schedule import next_due
 
     rows = {r["job"]: r for r in store.query(
@@ -370,7 +371,7 @@ def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobR
         due = None
         if job.schedule:
             try:
-                due = next_due(job.schedule, row["started"] if row else now, tz=local_zone())
+                due = next_due(job.schedule, row["started"] if row else now, cron=in_zone(local_zone()))
             except (ValueError, KeyError):
                 due = None
         out.append(JobRow(

@@ -12,6 +12,7 @@ from tui_state import NOW, write_config
 
 from loomtui.context import Context
 from loomtui.daemon.metrics import StoreCollector
+from loomtui.sentinel.cron import in_zone
 from loomtui.sentinel.schedule import drift
 from loomtui.store import counters, ledger, outbox
 
@@ -19,13 +20,13 @@ from loomtui.store import counters, ledger, outbox
 def test_schedule_drift_is_lateness_against_the_intended_start():
     utc = dt.timezone.utc
     on_the_hour = dt.datetime(2026, 12, 1, 4, 0, tzinfo=utc).timestamp()
-    assert drift("0 * * * *", on_the_hour, None, tz=utc) == 0
-    assert drift("0 * * * *", on_the_hour + 42, None, tz=utc) == pytest.approx(42)
-    assert drift("0 * * * *", on_the_hour - 1, None, tz=utc) == pytest.approx(3599)  # the 03:00 run, very late
-    assert drift("every 10m", on_the_hour + 630, on_the_hour, tz=utc) == pytest.approx(30)
-    assert drift("every 10m", on_the_hour + 590, on_the_hour, tz=utc) == pytest.approx(-10)
-    assert drift("every 10m", on_the_hour, None, tz=utc) is None
-    assert drift("", on_the_hour, on_the_hour, tz=utc) is None
+    assert drift("0 * * * *", on_the_hour, None, cron=in_zone(utc)) == 0
+    assert drift("0 * * * *", on_the_hour + 42, None, cron=in_zone(utc)) == pytest.approx(42)
+    assert drift("0 * * * *", on_the_hour - 1, None, cron=in_zone(utc)) == pytest.approx(3599)  # the 03:00 run, very late
+    assert drift("every 10m", on_the_hour + 630, on_the_hour, cron=in_zone(utc)) == pytest.approx(30)
+    assert drift("every 10m", on_the_hour + 590, on_the_hour, cron=in_zone(utc)) == pytest.approx(-10)
+    assert drift("every 10m", on_the_hour, None, cron=in_zone(utc)) is None
+    assert drift("", on_the_hour, on_the_hour, cron=in_zone(utc)) is None
 
 
 def scrape(ctx: Context) -> dict[str, float]:

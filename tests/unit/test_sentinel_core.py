@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loomtui.config import SentinelConfig
-from loomtui.sentinel import logscan, schedule
+from loomtui.sentinel import cron, logscan, schedule
 from loomtui.sentinel.logscan import MAX_LINE, Carry, FileFacts, Position
 from loomtui.sentinel.queue_rules import (
     CLAIMED,
@@ -218,30 +218,30 @@ BERLIN = ZoneInfo("Europe/Berlin")
 
 
 def test_every_schedule_missed_after_period_plus_grace_and_reported_once():
-    assert schedule.missed("every 10m", 1000.0, 1000 + 600 + 300, grace=300, tz=UTC) is None
-    first, last = schedule.missed("every 10m", 1000.0, 1000 + 600 + 301, grace=300, tz=UTC)
+    assert schedule.missed("every 10m", 1000.0, 1000 + 600 + 300, grace=300, cron=cron.in_zone(UTC)) is None
+    first, last = schedule.missed("every 10m", 1000.0, 1000 + 600 + 301, grace=300, cron=cron.in_zone(UTC))
     assert first == last == 1600.0
-    assert schedule.missed("every 10m", last, 1000 + 600 + 301, grace=300, tz=UTC) is None
-    first, last = schedule.missed("every 10m", 1000.0, 1000 + 3600, grace=300, tz=UTC)
+    assert schedule.missed("every 10m", last, 1000 + 600 + 301, grace=300, cron=cron.in_zone(UTC)) is None
+    first, last = schedule.missed("every 10m", 1000.0, 1000 + 3600, grace=300, cron=cron.in_zone(UTC))
     assert (first, last) == (1600.0, 1000.0 + 3000)
-    assert schedule.missed("", 0.0, 1e9, grace=0, tz=UTC) is None
+    assert schedule.missed("", 0.0, 1e9, grace=0, cron=cron.in_zone(UTC)) is None
 
 
 def test_cron_schedule_fires_in_the_given_zone_and_counts_a_missed_day_once():
     ran = dt.datetime(2025, 6, 1, 7, 0, 5, tzinfo=BERLIN).timestamp()
     next_day = dt.datetime(2025, 6, 2, 7, 0, tzinfo=BERLIN).timestamp()
-    assert schedule.next_due("0 7 * * *", ran, tz=BERLIN) == next_day
-    assert schedule.missed("0 7 * * *", ran, next_day + 599, grace=600, tz=BERLIN) is None
-    assert schedule.missed("0 7 * * *", ran, next_day + 601, grace=600, tz=BERLIN) == (next_day, next_day)
-    three_days = schedule.missed("0 7 * * *", ran, next_day + 2 * 86400 + 601, grace=600, tz=BERLIN)
+    assert schedule.next_due("0 7 * * *", ran, cron=cron.in_zone(BERLIN)) == next_day
+    assert schedule.missed("0 7 * * *", ran, next_day + 599, grace=600, cron=cron.in_zone(BERLIN)) is None
+    assert schedule.missed("0 7 * * *", ran, next_day + 601, grace=600, cron=cron.in_zone(BERLIN)) == (next_day, next_day)
+    three_days = schedule.missed("0 7 * * *", ran, next_day + 2 * 86400 + 601, grace=600, cron=cron.in_zone(BERLIN))
     assert three_days == (next_day, next_day + 2 * 86400)
     # The zone is an argument, never the process's: 07:00 UTC comes two hours after 07:00 in Berlin.
-    assert schedule.next_due("0 7 * * *", ran, tz=UTC) == dt.datetime(2025, 6, 1, 7, 0, tzinfo=UTC).timestamp()
+    assert schedule.next_due("0 7 * * *", ran, cron=cron.in_zone(UTC)) == dt.datetime(2025, 6, 1, 7, 0, tzinfo=UTC).timestamp()
 
 
 def test_cron_schedule_keeps_local_wall_time_across_a_daylight_saving_change():
     before = dt.datetime(2025, 3, 29, 7, 0, 5, tzinfo=BERLIN).timestamp()  # the clocks go forward that night
-    assert schedule.next_due("0 7 * * *", before, tz=BERLIN) == dt.datetime(2025, 3, 30, 7, 0, tzinfo=BERLIN).timestamp()
+    assert schedule.next_due("0 7 * * *", before, cron=cron.in_zone(BERLIN)) == dt.datetime(2025, 3, 30, 7, 0, tzinfo=BERLIN).timestamp()
 
 
 # -- the queue's rules, with an injected clock -------------------------------------------
@@ -537,15 +537,15 @@ def test_signature_turns_control_characters_into_one_space_and_never_ends_in_one
 
 def test_an_every_schedule_counts_a_long_outage_in_full():
     # Far more periods than the cron walk's bound: the arithmetic path has no bound.
-    assert schedule.missed("every 1s", 0.0, 50_000.5, grace=0, tz=UTC) == (1.0, 50_000.0)
+    assert schedule.missed("every 1s", 0.0, 50_000.5, grace=0, cron=cron.in_zone(UTC)) == (1.0, 50_000.0)
 
 
 def test_a_cron_run_is_missed_only_once_its_grace_has_passed():
     day = dt.datetime(2031, 3, 3, 7, 0, tzinfo=BERLIN).timestamp()
     ran = day - 3600
-    assert schedule.missed("0 7 * * *", ran, day + 600, grace=600, tz=BERLIN) is None
+    assert schedule.missed("0 7 * * *", ran, day + 600, grace=600, cron=cron.in_zone(BERLIN)) is None
     # The next day's run is within its grace at `now`: only today's counts.
     now = day + 86400 + 300
-    assert schedule.missed("0 7 * * *", ran, now, grace=600, tz=BERLIN) == (day, day)
-    assert schedule.missed("0 7 * * *", ran, day + 86400 + 600, grace=600, tz=BERLIN) == (day, day)
-    assert schedule.missed("0 7 * * *", ran, day + 86400 + 601, grace=600, tz=BERLIN) == (day, day + 86400)
+    assert schedule.missed("0 7 * * *", ran, now, grace=600, cron=cron.in_zone(BERLIN)) == (day, day)
+    assert schedule.missed("0 7 * * *", ran, day + 86400 + 600, grace=600, cron=cron.in_zone(BERLIN)) == (day, day)
+    assert schedule.missed("0 7 * * *", ran, day + 86400 + 601, grace=600, cron=cron.in_zone(BERLIN)) == (day, day + 86400)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import string
 import sys
+import types
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -182,6 +183,65 @@ def test_every_match_holds_one_of_the_needles(pattern, text):
 def test_needles_are_the_literals_every_match_holds(pattern, needles):
     found = logscan.pattern_needles(pattern)
     assert (None if found is None else set(found)) == needles
+
+
+# -- the private parser logscan reads (allowed in tests/unit/test_sealed_core.py for this) -------------
+
+
+def test_the_private_regex_parser_keeps_its_shape():
+    """logscan reads needles from `re._parser`'s tree, private to Python and free to change in any
+    release. An opcode logscan does not know only ends a run of literals (sound: no needle from it),
+    but a known one whose arguments change shape would make the needles wrong or raise: so every name
+    and every shape logscan relies on is pinned here, and this fails first when Python moves them."""
+    import re._constants as c
+    import re._parser as p
+
+    for name in ("LITERAL", "SUBPATTERN", "MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT", "ATOMIC_GROUP",
+                 "IN", "BRANCH", "SRE_FLAG_IGNORECASE"):
+        assert hasattr(c, name), f"re._constants.{name} is gone: logscan's needles need another parser"
+
+    def tree(pattern):
+        return [(op, av) for op, av in p.parse(pattern)]
+
+    assert tree("ab") == [(c.LITERAL, ord("a")), (c.LITERAL, ord("b"))] and tree("ab")[0][0] is c.LITERAL
+    (op, (group, add, drop, sub)), = tree("(?i:x)")
+    assert op is c.SUBPATTERN and (group, add, drop) == (None, c.SRE_FLAG_IGNORECASE, 0)
+    assert [(o, v) for o, v in sub] == [(c.LITERAL, ord("x"))]
+    (op, (group, add, drop, _sub)), = tree("(?-i:x)")
+    assert op is c.SUBPATTERN and (add, drop) == (0, c.SRE_FLAG_IGNORECASE)
+    assert tree("(a)")[0][1][0] == 1  # a capturing group's number, then the flags
+    for pattern, repeat in (("a{2,3}", c.MAX_REPEAT), ("a*?", c.MIN_REPEAT), ("a*+", c.POSSESSIVE_REPEAT)):
+        (op, (least, _most, sub)), = tree(pattern)
+        assert op is repeat and least == (2 if "{" in pattern else 0) and list(sub) == [(c.LITERAL, ord("a"))]
+    (op, sub), = tree("(?>ab)")
+    assert op is c.ATOMIC_GROUP and list(sub) == [(c.LITERAL, ord("a")), (c.LITERAL, ord("b"))]
+    for pattern in ("[ab]", "a|b"):
+        (op, items), = tree(pattern)
+        assert op is c.IN and list(items) == [(c.LITERAL, ord("a")), (c.LITERAL, ord("b"))]
+    (op, (_none, alternatives)), = tree("ab|cd")
+    assert op is c.BRANCH and [list(alt) for alt in alternatives] == [
+        [(c.LITERAL, ord("a")), (c.LITERAL, ord("b"))], [(c.LITERAL, ord("c")), (c.LITERAL, ord("d"))]]
+    assert p.parse("(?i)x").state.flags & c.SRE_FLAG_IGNORECASE and not p.parse("x").state.flags & c.SRE_FLAG_IGNORECASE
+
+
+def test_a_parse_tree_of_another_shape_gives_no_needle_so_every_line_is_judged(monkeypatch):
+    """A Python whose private tree holds, say, a SUBPATTERN of three items: no wrong needle, no crash."""
+    import re._constants as c
+    import re._parser as p
+
+    real = p.parse
+
+    def reshaped(pattern, flags=0):
+        tree = real(pattern, flags)
+        tree.data = [(op, av[:3]) if op is c.SUBPATTERN else (op, av) for op, av in tree.data]
+        return tree
+
+    # logscan's view of the parser only: `re.compile` keeps the real one.
+    monkeypatch.setattr(logscan, "_parser", types.SimpleNamespace(parse=reshaped))
+    assert logscan.pattern_needles("(?i:fatal)") is None and logscan.pattern_needles("PANIC") == {Needle(b"PANIC")}
+    m = logscan.Matcher(["(Traceback)"], [])
+    lines, count, _carry = logscan.scan(Carry(), b"ok\nTraceback (most recent call last):\n", 0, m)
+    assert m.needles is None and [line.raw for line in lines] == [b"Traceback (most recent call last):"] and count == 2
 
 
 def test_the_caseless_needles_use_only_letters_that_match_ascii_alone():
