@@ -287,10 +287,16 @@ def name(pid: int) -> str:
 
 
 def start_time(pid: int) -> float | None:
-    """A process's start time, as an identity that survives pid reuse and wall-clock steps.
+    """A process's start, recorded beside its pid so that `alive_as` can tell it from a later
+    process given the same pid. None when the process cannot be read (gone, hidden).
 
-    On Linux this is the start in clock ticks since boot (/proc/<pid>/stat field 22): psutil's
-    create_time() adds the boot time computed from the wall clock, and moves when it is set.
+    On Linux this is the start in clock ticks since boot (/proc/<pid>/stat field 22), fixed for
+    the process's life whatever the wall clock does. psutil's create_time() is that plus the boot
+    time, which the kernel derives from the wall clock at each read: a step of the clock (NTP
+    setting a Pi's clock after boot) moves every process's create_time by the step, so a recorded
+    one no longer matches, and a comparison with slack ("started before X + 5 s") both misses a
+    pid reused within the slack and disowns our own process after a step forward. Elsewhere
+    (macOS) psutil's create_time is the start as the kernel stored it, to the hundredth.
     """
     if _HAVE_CHILDREN_FILES:
         try:
@@ -308,7 +314,10 @@ def start_time(pid: int) -> float | None:
 
 
 def alive_as(pid: int | None, started: float | None) -> bool:
-    """The process we recorded is still running (same pid, same start, not a zombie)."""
+    """The one check that a pid recorded earlier is still the process recorded then: the pid
+    runs, its start is `started` (from `start_time` when it was recorded: a different process
+    now holding the pid has another), and it is not a zombie. Without a recorded start there is
+    no telling: not ours."""
     if not pid or started is None:
         return False
     if start_time(int(pid)) != started:

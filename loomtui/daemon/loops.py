@@ -356,16 +356,30 @@ async def _sender(ctx: Context, stop: asyncio.Event) -> None:
 
 
 async def _commands(ctx: Context, stop: asyncio.Event) -> None:
+    """The bot's one poller: the operator's commands and, with telegram.bridge on, the messages
+    it relays to the agent (run_commands reads both switches)."""
     from loomtui.telegram.commands import OperatorActions, run_commands
 
     await run_commands(ctx, OperatorActions(ctx), stop)
 
 
+async def _bridge_replies(ctx: Context, stop: asyncio.Event) -> None:
+    from loomtui.telegram.bridge import run_bridge
+
+    await run_bridge(ctx, stop)
+
+
 def services(ctx: Context) -> list[Service]:
-    """Telegram runs only when a chat is configured; Loom never polls a token the agent holds."""
-    out = []
-    if ctx.config.telegram.chat_id:
-        out.append(Service("telegram_sender", _sender))
-        if ctx.config.telegram.commands:
-            out.append(Service("telegram_commands", _commands))
+    """Telegram runs only when a chat is configured (the bridge needs one); Loom never polls a
+    token the agent holds. The poller runs once, with commands or the bridge on: Loom is the
+    bot's only poller, so the bridge's messages arrive through it even with commands off. The
+    bridge's reply loop is a service of its own, so one that fails is restarted without the other."""
+    cfg = ctx.config.telegram
+    if not cfg.chat_id:
+        return []
+    out = [Service("telegram_sender", _sender)]
+    if cfg.commands or cfg.bridge:
+        out.append(Service("telegram_commands", _commands))
+    if cfg.bridge:
+        out.append(Service("telegram_bridge", _bridge_replies))
     return out

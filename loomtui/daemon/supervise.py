@@ -371,29 +371,6 @@ async def main_async(rt: Runtime, heartbeat_period: float) -> None:
             log.error("task %s ended with %s", task.get_name(), task.exception())
 
 
-async def _bridge_poller(ctx: Context, stop: asyncio.Event) -> None:
-    from loomtui.telegram.commands import OperatorActions, run_commands
-
-    await run_commands(ctx, OperatorActions(ctx), stop)
-
-
-async def _bridge_replies(ctx: Context, stop: asyncio.Event) -> None:
-    from loomtui.telegram.bridge import run_bridge
-
-    await run_bridge(ctx, stop)
-
-
-def with_bridge(ctx: Context, services: list[Service]) -> list[Service]:
-    """`services` and, with telegram.bridge on, the bridge's two halves, each a service of its own
-    so one that fails is restarted without the other: the command loop (the bridge's poller even
-    with telegram.commands off: Loom is the bot's only poller) and the loop that sends answers back."""
-    if not ctx.config.telegram.bridge:
-        return services
-    have = {s.name for s in services}
-    wanted = [Service("telegram_commands", _bridge_poller), Service("telegram_bridge", _bridge_replies)]
-    return services + [s for s in wanted if s.name not in have]
-
-
 def _record_stop(ctx: Context) -> int:
     """The stop asked for (SIGTERM, SIGINT), in the ledger: exit 0, or 74 with the one line when the
     store turned out unusable meanwhile (never a traceback); a busy store only costs the event."""
@@ -417,7 +394,7 @@ def supervise(ctx: Context, loops: list[TickLoop], services: list[Service] | Non
         lock.acquire(timeout=0)
     except LoomError as exc:
         raise LoomError(f"another loom supervise is running for this state dir: {exc}", exit_code=3) from None
-    rt = Runtime(ctx, loops, with_bridge(ctx, services or []))
+    rt = Runtime(ctx, loops, services or [])
     server = None
     try:
         from loomtui.store.salvage import open_or_salvage

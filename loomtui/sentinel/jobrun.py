@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from loomtui import clock, redact
+from loomtui.agent import proctree
 from loomtui.context import Context
 from loomtui.errors import LoomError, StoreUnavailable
 from loomtui.sentinel import logscan
@@ -115,8 +116,10 @@ def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
         # The start on both clocks: a claim is witnessed by a run that started after it, which a
         # step of the wall clock between the two must not decide (queue_rules.review).
         with store.write() as db:
-            run_id = int(db.execute("INSERT INTO job_runs(job, started, pid, started_mono, boot) VALUES (?, ?, ?, ?, ?)",
-                                    (name, started, os.getpid(), at.mono, at.boot)).lastrowid)
+            run_id = int(db.execute("INSERT INTO job_runs(job, started, pid, pid_started, started_mono, boot) "
+                                    "VALUES (?, ?, ?, ?, ?, ?)",
+                                    (name, started, os.getpid(), proctree.start_time(os.getpid()), at.mono,
+                                     at.boot)).lastrowid)
         try:
             fd = open_log(job.log)
         except LoomError as exc:

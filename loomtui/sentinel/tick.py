@@ -22,10 +22,8 @@ import sqlite3
 import time
 from dataclasses import dataclass, field, replace
 
-import psutil
-
 from loomtui import actions, clock, redact
-from loomtui.agent import launches
+from loomtui.agent import launches, proctree
 from loomtui.timing import Instant, as_instant
 from loomtui.config import JobConfig
 from loomtui.context import Context
@@ -154,7 +152,7 @@ def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
     for row in ctx.store.query("SELECT * FROM job_runs WHERE reviewed = 0 ORDER BY id"):
         error = row["error"]
         if row["ended"] is None:
-            if _alive(row["pid"], row["started"]):
+            if proctree.alive_as(row["pid"], row["pid_started"]):  # a reused pid is not our run-job
                 continue
             error = "run-job ended without recording the exit (killed?)"
             died.append((now, error, row["id"]))
@@ -165,19 +163,6 @@ def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
         with ctx.store.write() as db:
             db.executemany("UPDATE job_runs SET ended = ?, error = ? WHERE id = ? AND ended IS NULL", died)
     return out
-
-
-def _alive(pid: int | None, started: float) -> bool:
-    if not pid:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        # A pid reused by a later process is not our run-job.
-        return proc.create_time() <= started + 5 and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-    except psutil.Error:
-        return True
 
 
 def job_matcher(ctx: Context, job: JobConfig) -> logscan.Matcher:

@@ -196,4 +196,14 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE job_runs ADD COLUMN boot TEXT
         """,
     ),
+    (
+        "0011_job_run_identity",
+        # The run-job's start as proctree.start_time reads it (clock ticks since boot on Linux),
+        # beside its pid: the sentinel tells a live run-job from a later process given the same
+        # pid by it (proctree.alive_as). NULL on older rows: an unfinished one counts as ended
+        # without recording its exit, and a run-job still running records its end over that.
+        """
+        ALTER TABLE job_runs ADD COLUMN pid_started REAL
+        """,
+    ),
 ]

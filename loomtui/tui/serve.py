@@ -23,6 +23,7 @@ import struct
 import sys
 from pathlib import Path
 
+from loomtui.agent import proctree
 from loomtui.errors import LoomError
 from loomtui.text import printable
 from loomtui.tui.serve_guard import Listen, host_name, is_loopback, loggable_path, refusal, token_of
@@ -91,15 +92,17 @@ def token_file_path(state_dir: Path, pid: int | None = None) -> Path:
 
 
 def _remove_stale_token_files(state_dir: Path) -> None:
-    """A server killed with SIGKILL leaves its token file: remove those whose process is gone."""
+    """A server killed with SIGKILL leaves its token file: remove those whose server is gone, or
+    whose pid another process now holds (the file records the server's start beside its pid)."""
     for path in Path(state_dir).glob(TOKEN_FILE_GLOB):
         try:
             pid = int(path.name.split(".")[1])
-            os.kill(pid, 0)
-        except ProcessLookupError:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            continue  # not one of ours, or unreadable: left alone
+        started = record.get("started") if isinstance(record, dict) else None
+        if not proctree.alive_as(pid, started if isinstance(started, (int, float)) else None):
             path.unlink(missing_ok=True)
-        except (ValueError, PermissionError):
-            continue
 
 
 def _write_token_file(path: Path, record: dict) -> None:
@@ -270,7 +273,8 @@ def serve(command: str, listen: Listen, state_dir: Path) -> None:
     try:
         try:
             token_file.unlink(missing_ok=True)  # our own pid's: left by a killed server whose pid we got
-            _write_token_file(token_file, {"pid": os.getpid(), "listen": where, "url": url, "token": token})
+            _write_token_file(token_file, {"pid": os.getpid(), "started": proctree.start_time(os.getpid()),
+                                           "listen": where, "url": url, "token": token})
         except OSError as exc:
             raise LoomError(f"cannot write the token file {token_file}: {exc.strerror or exc}") from None
         print(f"loom-tui: serving the console on {where} (the token in this URL, and in {token_file}, "

@@ -15,7 +15,8 @@ import telegram
 
 from loomtui.config import load_config
 from loomtui.context import Context
-from loomtui.daemon.supervise import Service, with_bridge
+from loomtui.daemon import loops
+from loomtui.daemon.loops import services
 from loomtui.store import ledger, outbox
 from loomtui.store import telegram_state as state
 from loomtui.store.db import Store
@@ -154,17 +155,18 @@ def test_a_refused_or_failed_relay_is_told_to_the_operator(tmp_path, store, capl
     assert state.offset(store) == 4
 
 
-def test_the_daemon_runs_both_halves_of_the_bridge_once(tmp_path):
-    async def noop(ctx, stop):
-        return None
+def test_the_daemon_runs_one_poller_and_the_bridge_beside_it(tmp_path):
+    def wired(*, bridge: bool, commands: bool) -> list[tuple[str, object]]:
+        ctx = Context(config(tmp_path, bridge=bridge, commands=commands), None, tmp_path)
+        return [(s.name, s.run) for s in services(ctx)]
 
-    bridged = Context(config(tmp_path, bridge=True), None, tmp_path)
-    plain = Context(config(tmp_path, bridge=False, commands=True), None, tmp_path)
-    sender = Service("telegram_sender", noop)
-    assert [s.name for s in with_bridge(bridged, [sender])] == ["telegram_sender", "telegram_commands",
-                                                                "telegram_bridge"]
-    commands = Service("telegram_commands", noop)
-    assert [s.name for s in with_bridge(bridged, [sender, commands])] == ["telegram_sender", "telegram_commands",
-                                                                          "telegram_bridge"]
-    assert with_bridge(bridged, [sender, commands])[1] is commands
-    assert [s.name for s in with_bridge(plain, [sender, commands])] == ["telegram_sender", "telegram_commands"]
+    sender, poller, replies = (("telegram_sender", loops._sender), ("telegram_commands", loops._commands),
+                               ("telegram_bridge", loops._bridge_replies))
+    # One poller, the same function whatever is on: the bridge's messages come in through it.
+    assert wired(bridge=True, commands=False) == [sender, poller, replies]
+    assert wired(bridge=True, commands=True) == [sender, poller, replies]
+    assert wired(bridge=False, commands=True) == [sender, poller]
+    assert wired(bridge=False, commands=False) == [sender]
+    no_chat = tmp_path / "quiet.toml"
+    no_chat.write_text("[telegram]\ncommands = true\n")
+    assert services(Context(load_config(str(no_chat), {})[0], None, tmp_path)) == []

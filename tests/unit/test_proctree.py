@@ -189,3 +189,75 @@ def test_zombie_state_and_alive_as_read_proc():
     assert not proctree.is_zombie(child.pid)
     assert proctree.alive_as(os.getpid(), proctree.start_time(os.getpid()))
     assert not proctree.alive_as(os.getpid(), 1.0)
+
+
+def test_alive_as_owns_a_live_process_and_disowns_a_dead_one():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        started = wait_for(lambda: proctree.start_time(child.pid), what="its start time")
+        assert proctree.alive_as(child.pid, started)
+    finally:
+        child.kill()
+        child.wait()
+    assert proctree.start_time(child.pid) is None
+    assert not proctree.alive_as(child.pid, started)
+    assert not proctree.alive_as(child.pid, None) and not proctree.alive_as(None, started)
+
+
+def test_alive_as_disowns_another_process_holding_the_pid():
+    # What a reused pid looks like to the check: the pid runs, but its start is not the one recorded.
+    first = subprocess.Popen([sys.executable, "-c", "pass"])
+    first_started = wait_for(lambda: proctree.start_time(first.pid), what="the first process's start")
+    first.wait()
+    later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        wait_for(lambda: (proctree.start_time(later.pid) or 0) > first_started, what="the later process's start")
+        assert proctree.alive_as(later.pid, proctree.start_time(later.pid))
+        assert not proctree.alive_as(later.pid, first_started)
+    finally:
+        later.kill()
+        later.wait()
+
+
+# Inside a pid namespace of its own, the next pid can be chosen (ns_last_pid): the very pid of a
+# process that ended is handed to a new one, and the identity recorded for the first must not own it.
+REUSE = """
+import subprocess, sys
+from loomtui.agent import proctree
+
+def spawn():
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+def ticks():
+    probe = subprocess.Popen([sys.executable, "-c", "pass"])
+    started = proctree.start_time(probe.pid)
+    probe.wait()
+    return started
+
+first = spawn()
+pid, first_started = first.pid, proctree.start_time(first.pid)
+assert proctree.alive_as(pid, first_started)
+first.kill()
+first.wait()
+while (ticks() or 0) <= first_started:  # the clock has moved on before the pid is handed out again
+    pass
+with open("/proc/sys/kernel/ns_last_pid", "w") as fh:
+    fh.write(str(pid - 1))
+second = spawn()
+assert second.pid == pid, (second.pid, pid)
+print(proctree.alive_as(pid, first_started), proctree.alive_as(pid, proctree.start_time(pid)))
+second.kill()
+second.wait()
+"""
+
+
+def test_alive_as_disowns_a_process_given_the_same_pid_again(tmp_path):
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True) \
+        if sys.platform.startswith("linux") and os.path.exists("/usr/bin/unshare") else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("needs unshare and the right to make a pid namespace (Linux, root)")
+    out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", REUSE],
+                         capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True"]

@@ -9,12 +9,14 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import REPO, loom_env, run_loom
 from harness import wait_for
 from test_sentinel_scan import Fleet
 
+from loomtui.agent import proctree
 from loomtui.sentinel import jobrun, queue
 from loomtui.store.db import DB_NAME
 
@@ -139,6 +141,35 @@ def test_a_run_job_killed_outright_counts_as_a_failed_run(fleet, tmp_path):
     finally:
         flag.touch()
         kill_group(proc)
+
+
+def test_a_run_whose_pid_another_process_now_holds_counts_as_a_failed_run(fleet):
+    # The run-job recorded its pid and start, then died; the pid is now another process's (here:
+    # a live process given the dead run-job's start, which is what a reused pid looks like).
+    gone = subprocess.Popen([PY, "-c", "pass"])
+    gone_started = wait_for(lambda: proctree.start_time(gone.pid), what="the run-job's start")
+    gone.wait()
+    holder = subprocess.Popen([PY, "-c", "import time; time.sleep(600)"])
+    try:
+        wait_for(lambda: proctree.start_time(holder.pid), what="the later process running")
+        with fleet.ctx.store.write() as db:
+            db.execute("INSERT INTO job_runs(job, started, pid, pid_started) VALUES ('job', ?, ?, ?)",
+                       (time.time(), holder.pid, gone_started))
+        report = fleet.tick(notify=False)
+        assert report.runs_reviewed == 1
+        [item] = [i for i in queue.listing(fleet.ctx.store) if i.kind == "exit"]
+        assert "without recording the exit" in item.signature
+        [run] = runs(fleet)
+        assert run["ended"] is not None and "without recording the exit" in run["error"]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_run_job_records_its_own_start_beside_its_pid(fleet):
+    assert run_loom("run-job", "job", "--", PY, "-c", "pass", env=fleet.env()).returncode == 0
+    [run] = runs(fleet)
+    assert run["pid"] and run["pid_started"] is not None
 
 
 def kill_group(proc: subprocess.Popen) -> None:

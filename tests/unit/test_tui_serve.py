@@ -4,6 +4,8 @@ and an argument that is not UTF-8."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
 import socket
@@ -13,8 +15,13 @@ import sys
 import pytest
 from conftest import REPO, loom_env
 
+from harness import wait_for
+
+from loomtui.agent import proctree
 from loomtui.errors import LoomError
-from loomtui.tui.serve import check_socket_path, console_command, is_loopback
+from loomtui.tui.serve import (
+    _remove_stale_token_files, check_socket_path, console_command, is_loopback, token_file_path,
+)
 from loomtui.tui.serve_guard import Listen, host_ok, loggable_path, refusal, token_of, token_ok
 from loomtui.tui.serve_page import STATIC_FILES, render, security_headers
 
@@ -185,3 +192,29 @@ def test_socket_replaces_port_and_host_and_a_bad_socket_path_is_one_line(tmp_pat
     assert taken.stderr.strip().splitlines() == [f"loom-tui: --socket {regular} exists and is not a socket: "
                                                  "refusing to replace it"]
     assert not (tmp_path / "state").exists()
+
+
+def test_a_token_file_goes_when_its_server_is_gone_or_its_pid_is_another_process(tmp_path):
+    def token_file(pid: int, **record) -> object:
+        path = token_file_path(tmp_path, pid)
+        path.write_text(json.dumps({"pid": pid, **record}))
+        return path
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone_started = wait_for(lambda: proctree.start_time(gone.pid), what="the first server's start")
+    gone.wait()
+    later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        wait_for(lambda: proctree.start_time(later.pid), what="the later process running")
+        ours = token_file(os.getpid(), started=proctree.start_time(os.getpid()))
+        dead = token_file(gone.pid, started=gone_started)
+        reused = token_file(later.pid, started=gone_started)  # a live pid, but not the server's
+        unstarted = token_file(later.pid + 1 if later.pid + 1 != os.getpid() else later.pid + 2)
+        half = token_file_path(tmp_path, 1)
+        half.write_text("")  # a server between creating its file and writing it
+        _remove_stale_token_files(tmp_path)
+        assert ours.exists() and half.exists()
+        assert not dead.exists() and not reused.exists() and not unstarted.exists()
+    finally:
+        later.kill()
+        later.wait()
