@@ -8,10 +8,12 @@ import secrets
 import shlex
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,18 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: floa
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate} (last: {last!r})")
+
+
+def log_only_commits(directory: Path) -> bytes:
+    """The bytes of a write-ahead log holding commits that never reached their database file (a
+    scratch database in `directory`, never checkpointed): what a store's log looks like when its
+    main file is lost."""
+    with closing(sqlite3.connect(directory / "scratch.db", isolation_level=None)) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA wal_autocheckpoint = 0")
+        db.execute("CREATE TABLE t(x)")
+        db.execute("INSERT INTO t VALUES (1)")
+        return (directory / "scratch.db-wal").read_bytes()
 
 
 def toml_value(value: Any) -> str:

@@ -8,11 +8,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from contextlib import closing
 
 import pytest
 from conftest import REPO, loom_env
-from harness import wait_for
+from harness import log_only_commits, wait_for
 
 from loomtui.errors import StoreError
 from loomtui.sentinel import jobscan
@@ -166,12 +165,7 @@ def test_an_empty_store_beside_its_write_ahead_log_is_damage_and_the_log_is_kept
     state_dir.mkdir(mode=0o700)
     # Commits that only reached the log, then the main file lost: SQLite would open an empty
     # database and delete the log. No sidecar here, so only the log shows a store was there.
-    with closing(sqlite3.connect(state_dir / "scratch.db", isolation_level=None)) as db:
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA wal_autocheckpoint = 0")
-        db.execute("CREATE TABLE t(x)")
-        db.execute("INSERT INTO t VALUES (1)")
-        log = (state_dir / "scratch.db-wal").read_bytes()
+    log = log_only_commits(state_dir)
     assert log
     (state_dir / f"{DB_NAME}-wal").write_bytes(log)
     (state_dir / DB_NAME).write_bytes(b"")

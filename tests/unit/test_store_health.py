@@ -9,6 +9,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
+from harness import log_only_commits
 
 from loomtui.errors import StoreUnavailable
 from loomtui.store import health, ledger, outbox, session
@@ -303,12 +304,7 @@ def test_a_new_state_dir_creates_its_store(state_dir):
 def test_the_daemon_salvages_a_log_whose_store_file_is_gone(state_dir):
     state_dir.mkdir(mode=0o700)
     # Commits that only reached the log, then the store file removed by hand.
-    with closing(sqlite3.connect(state_dir / "scratch.db", isolation_level=None)) as db:
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute("PRAGMA wal_autocheckpoint = 0")
-        db.execute("CREATE TABLE t(x)")
-        db.execute("INSERT INTO t VALUES (1)")
-        log = (state_dir / "scratch.db-wal").read_bytes()
+    log = log_only_commits(state_dir)
     health.wal_path(state_dir / DB_NAME).write_bytes(log)
     store, salvaged = open_or_salvage(state_dir)
     try:
