@@ -326,6 +326,33 @@ def alive_as(pid: int | None, started: float | None) -> bool:
     return state is not None and state != "Z"
 
 
+def alive_since(pid: int | None, started: float | None, wall_started: float) -> bool:
+    """`alive_as` for a record that may predate the recorded start (`started` None: written
+    before Loom kept one): then, once, the old test by wall time — the pid runs, is no zombie and
+    was created no later than `wall_started` + 5 s (a slack for create_time's rounding). Weaker (a
+    pid reused within the slack, a wall-clock step), but it keeps a job that was running across
+    the upgrade from being taken for a dead one."""
+    if started is not None:
+        return alive_as(pid, started)
+    if not pid:
+        return False
+    state = _state(int(pid))
+    if state is None or state == "Z":
+        return False
+    import psutil
+
+    try:
+        return psutil.Process(int(pid)).create_time() <= wall_started + 5
+    except psutil.Error:
+        return False
+
+
+def running(pid: int) -> bool:
+    """The pid names a live process (any process: nothing says it is the one recorded)."""
+    state = _state(int(pid))
+    return state is not None and state != "Z"
+
+
 def session_members(pid: int) -> list[int]:
     """Every process in `pid`'s session: the fallback when a tree walk cannot be trusted
     (tmux makes each pane's process a session leader, so the session is the pane's tree

@@ -152,7 +152,9 @@ def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
     for row in ctx.store.query("SELECT * FROM job_runs WHERE reviewed = 0 ORDER BY id"):
         error = row["error"]
         if row["ended"] is None:
-            if proctree.alive_as(row["pid"], row["pid_started"]):  # a reused pid is not our run-job
+            # A reused pid is not our run-job; a row from before its start was kept (migration
+            # 0011) is judged once the old way, so a job running across the upgrade stays running.
+            if proctree.alive_since(row["pid"], row["pid_started"], row["started"]):
                 continue
             error = "run-job ended without recording the exit (killed?)"
             died.append((now, error, row["id"]))

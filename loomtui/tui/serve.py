@@ -97,11 +97,18 @@ def _remove_stale_token_files(state_dir: Path) -> None:
     for path in Path(state_dir).glob(TOKEN_FILE_GLOB):
         try:
             pid = int(path.name.split(".")[1])
+        except ValueError:
+            continue  # not one of ours: left alone
+        try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (ValueError, OSError):
-            continue  # not one of ours, or unreadable: left alone
+            record = None  # half-written or unreadable: its pid alone decides
         started = record.get("started") if isinstance(record, dict) else None
-        if not proctree.alive_as(pid, started if isinstance(started, (int, float)) else None):
+        if isinstance(started, (int, float)):
+            stale = not proctree.alive_as(pid, started)
+        else:  # no start recorded (an older server's file, or one being written): the pid decides
+            stale = not proctree.running(pid)
+        if stale:
             path.unlink(missing_ok=True)
 
 

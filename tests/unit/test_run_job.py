@@ -166,6 +166,27 @@ def test_a_run_whose_pid_another_process_now_holds_counts_as_a_failed_run(fleet)
         holder.wait()
 
 
+def test_a_run_from_before_starts_were_kept_is_judged_the_old_way_once(fleet):
+    # A row written before migration 0011 has no pid_started: a run-job still running across the
+    # upgrade must not be taken for a dead one (its real end comes later); a dead one still is.
+    running = subprocess.Popen([PY, "-c", "import time; time.sleep(600)"])
+    dead = subprocess.Popen([PY, "-c", "pass"])
+    dead.wait()
+    try:
+        wait_for(lambda: proctree.start_time(running.pid), what="the old run-job running")
+        with fleet.ctx.store.write() as db:
+            for pid in (running.pid, dead.pid):
+                db.execute("INSERT INTO job_runs(job, started, pid) VALUES ('job', ?, ?)", (time.time(), pid))
+        report = fleet.tick(notify=False)
+        assert report.runs_reviewed == 1
+        by_pid = {r["pid"]: r for r in runs(fleet)}
+        assert by_pid[running.pid]["ended"] is None and by_pid[running.pid]["reviewed"] == 0
+        assert "without recording the exit" in by_pid[dead.pid]["error"]
+    finally:
+        running.kill()
+        running.wait()
+
+
 def test_a_run_job_records_its_own_start_beside_its_pid(fleet):
     assert run_loom("run-job", "job", "--", PY, "-c", "pass", env=fleet.env()).returncode == 0
     [run] = runs(fleet)

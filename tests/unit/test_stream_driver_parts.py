@@ -215,6 +215,18 @@ def test_the_watchdog_never_looks_for_dialogs_in_stream_mode(ctx):
     assert settings_from(parse_config({}, "test", None), has_dialogs=True).modals != ()
 
 
+def test_the_watchdog_looks_for_dialogs_with_the_tmux_driver(tmp_path):
+    # The same real Watchdog on the tmux driver keeps its modals: dropping the dismissal path fails here.
+    path = tmp_path / "config.toml"
+    path.write_text(f'state_dir = "{tmp_path / "state"}"\n[agent]\ndriver = "tmux"\n'
+                    f'tmux_socket = "loomtest-unit-{tmp_path.name[-8:].replace(".", "")}"\n')
+    tmux_ctx = Context.load(str(path), None, environ={})
+    try:
+        assert Watchdog(tmux_ctx).settings.modals != ()
+    finally:
+        tmux_ctx.close()
+
+
 # -- through the store -------------------------------------------------------------------------
 
 

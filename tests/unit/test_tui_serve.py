@@ -194,6 +194,25 @@ def test_socket_replaces_port_and_host_and_a_bad_socket_path_is_one_line(tmp_pat
     assert not (tmp_path / "state").exists()
 
 
+def test_an_older_servers_token_file_stays_while_its_pid_runs_and_goes_after(tmp_path):
+    # Written before token files recorded the server's start: only the pid can say; a live one
+    # keeps its file (its URL still works), a gone one loses it, readable or not.
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    try:
+        wait_for(lambda: proctree.start_time(live.pid), what="the older server running")
+        older = token_file_path(tmp_path, live.pid)
+        older.write_text(json.dumps({"pid": live.pid}))
+        garbled = token_file_path(tmp_path, gone.pid)
+        garbled.write_text("{not json")
+        _remove_stale_token_files(tmp_path)
+        assert older.exists() and not garbled.exists()
+    finally:
+        live.kill()
+        live.wait()
+
+
 def test_a_token_file_goes_when_its_server_is_gone_or_its_pid_is_another_process(tmp_path):
     def token_file(pid: int, **record) -> object:
         path = token_file_path(tmp_path, pid)
