@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -40,8 +41,13 @@ def test_the_ceilings_escalation_reaches_the_operator(make_harness, fake):
     assert len(texts) == 1 and "stopped relaunching" in texts[0]
     daemon.settle()
     assert len(fake.texts(CHAT)) == 1
+    # It carries the ledger's head, which the operator can later prove the chain still leads to.
+    head = re.search(r" ledger (\d+:[0-9a-f]{64})$", texts[0])
+    assert head is not None, texts[0]
     assert daemon.stop() == 0
     assert TOKEN not in daemon.output() and TOKEN not in harness.loom("ledger", "tail", "-n", "500").stdout
+    verified = harness.loom("ledger", "verify", "--head", head[1])
+    assert verified.returncode == 0 and "leads to the kept head" in verified.stdout
 
 
 def test_operator_commands_run_the_real_actions(make_harness, fake):
