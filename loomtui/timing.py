@@ -44,3 +44,21 @@ def backoff(attempts: int, base: float, cap: float) -> float:
     if attempts <= 0:
         return 0.0
     return min(base * (2 ** min(attempts - 1, 30)), cap)
+
+
+# A disagreement of the two clocks smaller than this between two readings is drift or a slew, not
+# a step of the wall clock.
+JUMP_TOLERANCE = 60.0
+
+
+def clock_jump(before: Instant | None, now: Instant) -> float:
+    """How far the wall clock was stepped between two readings (forward positive): the wall time
+    that passed less the monotonic time that did. 0.0 when it cannot be told (no earlier reading,
+    or one of another boot, whose monotonic clock started again)."""
+    if before is None or before.boot is None or before.boot != now.boot or before.mono is None or now.mono is None:
+        return 0.0
+    return (now.wall - before.wall) - (now.mono - before.mono)
+
+
+def stepped(before: Instant | None, now: Instant, tolerance: float = JUMP_TOLERANCE) -> bool:
+    return abs(clock_jump(before, now)) > tolerance

@@ -13,7 +13,7 @@ a day, the slots in the day it skipped never came due (cron did not run them, an
 not to blame); stepped back a day, the last run's start lies a day ahead, and measured from it
 nothing would be missed for a day. What shows a job truly missed a slot is that the slot came
 due on a wall clock that ran smoothly, and the grace passed after it. So the sentinel notices
-a step between two of its passes (`clock_jump`: the wall time that passed against the
+a step between two of its passes (`timing.clock_jump`: the wall time that passed against the
 monotonic time that did, on one boot) and starts the wait over from where the clock landed
 (`wait_from`): the job's next slot after the landing is the first it can miss. A start that lies
 ahead of the wall clock (a step back, noticed or not: another boot) never holds the wait off.
@@ -29,11 +29,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from loomtui.timing import Instant
 from loomtui.durations import parse_duration
+from loomtui.timing import JUMP_TOLERANCE
 
-# A disagreement of the two clocks smaller than this between two passes is drift or a slew, not a step.
-JUMP_TOLERANCE = 60.0
 
 
 class Cron(Protocol):
@@ -60,19 +58,6 @@ def next_due(schedule: str, after: float, *, cron: Cron) -> float:
     if every is not None:
         return after + every
     return cron.next_slot(schedule.strip(), after)
-
-
-def clock_jump(before: Instant | None, now: Instant) -> float:
-    """How far the wall clock was stepped between two readings (forward positive): the wall time
-    that passed less the monotonic time that did. 0.0 when it cannot be told (no earlier reading,
-    or one of another boot, whose monotonic clock started again)."""
-    if before is None or before.boot is None or before.boot != now.boot or before.mono is None or now.mono is None:
-        return 0.0
-    return (now.wall - before.wall) - (now.mono - before.mono)
-
-
-def stepped(before: Instant | None, now: Instant, tolerance: float = JUMP_TOLERANCE) -> bool:
-    return abs(clock_jump(before, now)) > tolerance
 
 
 def wait_from(candidates: Iterable[float | None], now: float, tolerance: float = JUMP_TOLERANCE) -> float:

@@ -22,7 +22,7 @@ import sqlite3
 import time
 from dataclasses import dataclass, field, replace
 
-from loomtui import actions, clock, redact
+from loomtui import actions, clock, redact, timing
 from loomtui.agent import launches, proctree
 from loomtui.timing import Instant, as_instant
 from loomtui.config import JobConfig
@@ -119,7 +119,7 @@ def clock_step(ctx: Context, at: Instant) -> float | None:
     except (ValueError, TypeError, KeyError):
         before = None
     ctx.store.set_meta(CLOCK_KEY, json.dumps({"wall": at.wall, "mono": at.mono, "boot": at.boot}))
-    return at.wall if schedule.stepped(before, at) else None
+    return at.wall if timing.stepped(before, at) else None
 
 
 def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> None:
@@ -137,7 +137,7 @@ def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> None:
     with ctx.store.read() as db:
         watches = jobscan.load_watches(db)
         last_starts = dict(db.execute("SELECT job, MAX(started) FROM job_runs WHERE started <= ? GROUP BY job",
-                                      (now + schedule.JUMP_TOLERANCE,)).fetchall())
+                                      (now + timing.JUMP_TOLERANCE,)).fetchall())
     slots = cron.in_zone(clock.local_zone()) if scheduled else None
     for job in ctx.config.jobs:
         report.jobs += 1

@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from loomtui import clock
-from loomtui.timing import Instant, age
+from loomtui.timing import Instant, age, stepped
 
 
 class Clock:
@@ -31,17 +31,6 @@ class Clock:
         except TimeoutError:
             return False
         return True
-
-
-# A wall clock that moved this much more (or less) than the monotonic one has been stepped.
-STEP = 60.0
-
-
-def stepped(ref: Instant | None, now: Instant) -> bool:
-    """Has the wall clock been stepped since `ref` (the same boot only: across boots nothing says)?"""
-    if ref is None or ref.mono is None or now.mono is None or ref.boot is None or ref.boot != now.boot:
-        return False
-    return abs((now.wall - ref.wall) - (now.mono - ref.mono)) > STEP
 
 
 def command_age(sent: float, started: Instant | None, listened: Instant | None, now: Instant) -> float:

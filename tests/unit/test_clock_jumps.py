@@ -19,7 +19,7 @@ import pytest
 import telegram
 from harness import toml_value, wait_for
 
-from loomtui import actions, clock
+from loomtui import actions, clock, timing
 from loomtui.agent import hold_rules, holds
 from loomtui.agent.hold_rules import Hold
 from loomtui.timing import Instant
@@ -373,10 +373,10 @@ def test_after_a_reboot_a_missed_schedule_is_measured_by_wall_time(fleet):
 
 
 def test_the_step_and_where_the_wait_runs_from_are_pure_functions_of_instants():
-    assert schedule.clock_jump(Instant(W, M, BOOT), later(60, DAY)) == DAY
-    assert schedule.clock_jump(Instant(W, M, BOOT), later(60, -DAY)) == -DAY
-    assert schedule.clock_jump(Instant(W, M, BOOT), rebooted(60)) == 0.0 and not schedule.stepped(None, later(60))
-    assert not schedule.stepped(Instant(W, M, BOOT), later(600, 30.0))  # a slew, not a step
+    assert timing.clock_jump(Instant(W, M, BOOT), later(60, DAY)) == DAY
+    assert timing.clock_jump(Instant(W, M, BOOT), later(60, -DAY)) == -DAY
+    assert timing.clock_jump(Instant(W, M, BOOT), rebooted(60)) == 0.0 and not timing.stepped(None, later(60))
+    assert not timing.stepped(Instant(W, M, BOOT), later(600, 30.0))  # a slew, not a step
     assert schedule.wait_from((W - 600, None, W + DAY), W) == W - 600   # a start a day ahead is no reference
     assert schedule.wait_from((W + DAY,), W) == W
 
