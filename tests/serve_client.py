@@ -117,9 +117,17 @@ class Served:
         wait_for(lambda: self.token_files() or self.proc.poll() is not None, 60, what="the token file")
         assert self.proc.poll() is None, log.read_text()
         self.token_file = self.token_files()[0]
-        self.record = json.loads(self.token_file.read_text())
+        # The server creates the file (O_EXCL, 0600) and then writes it: wait for the whole record.
+        self.record = wait_for(self._record, 60, what="the token file written")
         self.token = self.record["token"]
         wait_for(self.listening, 60, what="loom-tui --serve listening")
+
+    def _record(self) -> dict | None:
+        try:
+            record = json.loads(self.token_file.read_text())
+        except ValueError:
+            return None  # not written yet
+        return record if isinstance(record, dict) and "token" in record else None
 
     @property
     def address(self):
