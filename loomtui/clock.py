@@ -1,10 +1,20 @@
-"""Reading the clocks, at the edge: the policy gets an Instant and never reads a clock itself."""
+"""Reading the clocks, at the edge: the policy gets an Instant and never reads a clock itself.
+
+The clock is a port. Every module that tells the time, waits, or measures a deadline reads it here
+(`wall`, `monotonic`, `boot_id`, `now`, `sleep`), never from `time` itself (a hygiene test says so):
+the daemon runs on the machine's clocks (`SYSTEM`), and `loom sim` installs its virtual one for a
+run (`use`), so the same code that relaunches, probes and waits here runs there on simulated time,
+as FoundationDB's real code runs on its simulator's clock.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
+from typing import Protocol
 
 from loomtui.timing import Instant
 
@@ -12,7 +22,7 @@ _BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
 @cache
-def boot_id() -> str | None:
+def _machine_boot_id() -> str | None:
     # The monotonic clock is comparable across processes only within one boot.
     try:
         with open(_BOOT_ID, encoding="ascii") as fh:
@@ -29,12 +39,72 @@ _SINCE_BOOT = getattr(time, "CLOCK_BOOTTIME", None) if sys.platform.startswith("
     getattr(time, "CLOCK_MONOTONIC", None) if sys.platform == "darwin" else None
 
 
+class Clock(Protocol):
+    """What Loom asks of time: the wall clock, the monotonic clock of this boot, which boot, a wait."""
+
+    def wall(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+    def boot_id(self) -> str | None: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The machine's clocks: time.time, CLOCK_BOOTTIME (or its platform's like), the kernel's boot id."""
+
+    def wall(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return time.clock_gettime(_SINCE_BOOT) if _SINCE_BOOT is not None else time.monotonic()
+
+    def boot_id(self) -> str | None:
+        return _machine_boot_id()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(seconds, 0.0))
+
+
+SYSTEM = SystemClock()
+_current: Clock = SYSTEM
+
+
+@contextmanager
+def use(clock: Clock) -> Iterator[Clock]:
+    """Run the block on `clock` (the simulator's), then on the one before; one at a time per process."""
+    global _current
+    before, _current = _current, clock
+    try:
+        yield clock
+    finally:
+        _current = before
+
+
+def current() -> Clock:
+    return _current
+
+
+def wall() -> float:
+    return _current.wall()
+
+
 def monotonic() -> float:
-    return time.clock_gettime(_SINCE_BOOT) if _SINCE_BOOT is not None else time.monotonic()
+    return _current.monotonic()
+
+
+def boot_id() -> str | None:
+    return _current.boot_id()
+
+
+def sleep(seconds: float) -> None:
+    _current.sleep(seconds)
 
 
 def now() -> Instant:
-    return Instant(time.time(), monotonic(), boot_id())
+    c = _current
+    return Instant(c.wall(), c.monotonic(), c.boot_id())
 
 
 def at_wall(wall: float, reading: Instant | None = None) -> Instant:

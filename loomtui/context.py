@@ -4,6 +4,11 @@ A Context is one agent's: its config view (`config.agent`, `.watchdog`, `.canary
 that agent's), its directory for the files that are its own (acks, locks, the pump, the pinned
 session's sidecar: the state dir itself for `main`, `agents/NAME/` under it for another) and a
 store whose writes are filed under its name. The store itself is one, shared by every agent.
+
+It also carries the ports to the machine around the agent: its driver (tmux and the pane), the
+process table, signals and a directory watch. None, as the daemon and every command leave them,
+means the real machine (`drivers.of`, `proctree.of`, `kill.of`, `probe`'s watchfiles); `loom sim`
+fills them with its simulated world, and every copy of a Context (`clone`, `for_agent`) keeps them.
 """
 
 from __future__ import annotations
@@ -11,10 +16,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loomtui.config import Config, load_config
 from loomtui.store.db import Store
 from loomtui.store.statedir import agent_dir, prepare_agent_dir, prepare_state_dir, resolve_state_dir
+
+if TYPE_CHECKING:
+    from loomtui.agent.ports import AgentDriver, DirWatch, Processes, Signals
 
 
 @dataclass
@@ -23,6 +32,14 @@ class Context:
     config_path: Path | None
     state_dir: Path
     _store: Store | None = field(default=None, repr=False)
+    # The machine's ports (None: the real one; the simulator's world otherwise).
+    driver: AgentDriver | None = field(default=None, repr=False)
+    processes: Processes | None = field(default=None, repr=False)
+    signals: Signals | None = field(default=None, repr=False)
+    watch: DirWatch | None = field(default=None, repr=False)
+
+    def _ports(self) -> dict:
+        return {"processes": self.processes, "signals": self.signals, "watch": self.watch}
 
     @property
     def agent(self) -> str:
@@ -35,7 +52,9 @@ class Context:
     def for_agent(self, name: str) -> Context:
         """The context of agent `name` (KeyError when the config has no such agent), with its own
         store connection; its directory is made when first asked for, private like the state dir."""
-        ctx = Context(self.config.for_agent(name), self.config_path, self.state_dir)
+        # Another agent's driver is its own pane: the simulated one is filled in per agent by the simulator.
+        ctx = Context(self.config.for_agent(name), self.config_path, self.state_dir,
+                      driver=self.driver if name == self.agent else None, **self._ports())
         if ctx.agent_dir != self.state_dir:
             prepare_agent_dir(ctx.agent_dir)
         return ctx
@@ -71,7 +90,7 @@ class Context:
 
     def clone(self) -> Context:
         """The same config and state dir with a store connection of its own (one per thread of work)."""
-        return Context(self.config, self.config_path, self.state_dir)
+        return Context(self.config, self.config_path, self.state_dir, driver=self.driver, **self._ports())
 
     @property
     def acks_dir(self) -> Path:

@@ -8,11 +8,15 @@ driver, and the tmux driver's module knows nothing of it. Everyone else holds an
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.stream_driver import StreamJsonDriver
 from loomtui.config import Config
+
+if TYPE_CHECKING:
+    from loomtui.context import Context
 
 DRIVERS: dict[str, type[TmuxDriver]] = {cls.name: cls for cls in (TmuxDriver, StreamJsonDriver)}
 
@@ -32,3 +36,8 @@ def make_driver(config: Config, state_dir: Path | None = None) -> AgentDriver:
     if driver_class(config) is StreamJsonDriver:
         return StreamJsonDriver(config, state_dir)
     return TmuxDriver(config)
+
+
+def of(ctx: Context) -> AgentDriver:
+    """The context's driver: the simulator's where it filled one in, else the config's, made now."""
+    return ctx.driver if ctx.driver is not None else make_driver(ctx.config, ctx.agent_dir)

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from loomtui.context import Context
     import psutil
 
 
@@ -73,3 +74,21 @@ def recreate_socket(server_pid: int) -> None:
     """SIGUSR1 makes a tmux server recreate its socket: a repair that touches no agent (OSError if
     the signal cannot be sent)."""
     os.kill(server_pid, signal.SIGUSR1)
+
+
+class MachineSignals:
+    """The `Signals` port on this machine: the functions above."""
+
+    def end(self, pids: list[int], grace: float) -> list[int]:
+        return end_processes(pids, grace)
+
+    def recreate_socket(self, server_pid: int) -> None:
+        recreate_socket(server_pid)
+
+
+MACHINE = MachineSignals()
+
+
+def of(ctx: Context) -> MachineSignals:
+    """The context's signals: the simulator's where it filled them in, else this machine's."""
+    return ctx.signals if ctx.signals is not None else MACHINE  # type: ignore[return-value]

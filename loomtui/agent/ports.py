@@ -8,6 +8,8 @@ imports neither.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
@@ -72,3 +74,48 @@ class AgentDriver(Protocol):
     def launch(self, command: str, cwd: Path, env: dict[str, str], exit_signal: Path | None = None) -> PaneInfo: ...
 
     def attach_argv(self) -> list[str]: ...
+
+
+# -- the machine around the agent: ports the daemon leaves to the real thing (a Context's field
+# None) and the simulator fills with its world -----------------------------------------------
+
+
+@runtime_checkable
+class Processes(Protocol):
+    """The process table, read: what agent/proctree.py does on the machine (`proctree.MACHINE`)."""
+
+    def inspect(self, root: int, process_match: str, poller_match: str = "") -> Tree: ...
+
+    def walk(self, root: int) -> tuple[list[int], dict[int, int]]: ...
+
+    def foreign_pollers(self, poller_match: str, tree: set[int]) -> list[tuple[int, str]]: ...
+
+    def cmdline(self, pid: int) -> str: ...
+
+    def ancestors(self, pid: int) -> set[int]: ...
+
+    def name(self, pid: int) -> str: ...
+
+    def start_time(self, pid: int) -> float | None: ...
+
+    def alive_as(self, pid: int | None, started: float | None) -> bool: ...
+
+
+@runtime_checkable
+class Signals(Protocol):
+    """Ending processes and asking tmux for its socket: agent/kill.py on the machine (`kill.MACHINE`),
+    reached only through the actions module."""
+
+    def end(self, pids: list[int], grace: float) -> list[int]: ...
+
+    def recreate_socket(self, server_pid: int) -> None: ...
+
+
+@runtime_checkable
+class DirWatch(Protocol):
+    """A directory watched for new files (the canary's acks): watchfiles on the machine."""
+
+    def changes(self, directory: Path, stop: threading.Event, until: float) -> Iterator[None]:
+        """Yield when something in `directory` changes, and at `until` (clock.monotonic) at the latest;
+        raise OSError or RuntimeError when it cannot be watched. The caller breaks out when done."""
+        ...

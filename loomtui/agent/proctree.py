@@ -19,9 +19,13 @@ import re
 import sys
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from loomtui.sentinel.logscan import pattern_needles
 from loomtui.states import MISSING, PRESENT, UNKNOWN  # noqa: F401  (re-exported)
+
+if TYPE_CHECKING:
+    from loomtui.context import Context
 
 _PROC = "/proc"
 _HAVE_CHILDREN_FILES = sys.platform.startswith("linux") and os.path.exists(f"/proc/{os.getpid()}/task")
@@ -375,3 +379,39 @@ def session_members(pid: int) -> list[int]:
         except OSError:
             continue
     return members or [pid]
+
+
+class MachineProcesses:
+    """The `Processes` port on this machine: the functions above."""
+
+    def inspect(self, root: int, process_match: str, poller_match: str = "") -> Tree:
+        return inspect(root, process_match, poller_match)
+
+    def walk(self, root: int) -> tuple[list[int], dict[int, int]]:
+        return walk(root)
+
+    def foreign_pollers(self, poller_match: str, tree: set[int]) -> list[tuple[int, str]]:
+        return foreign_pollers(poller_match, tree)
+
+    def cmdline(self, pid: int) -> str:
+        return cmdline(pid)
+
+    def ancestors(self, pid: int) -> set[int]:
+        return ancestors(pid)
+
+    def name(self, pid: int) -> str:
+        return name(pid)
+
+    def start_time(self, pid: int) -> float | None:
+        return start_time(pid)
+
+    def alive_as(self, pid: int | None, started: float | None) -> bool:
+        return alive_as(pid, started)
+
+
+MACHINE = MachineProcesses()
+
+
+def of(ctx: Context) -> MachineProcesses:
+    """The context's process table: the simulator's where it filled one in, else this machine's."""
+    return ctx.processes if ctx.processes is not None else MACHINE  # type: ignore[return-value]
