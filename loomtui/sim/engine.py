@@ -14,7 +14,7 @@ from loomtui.sim import faults
 from loomtui.sim.actors import Jobs, Operator, QueueWorker
 from loomtui.sim.invariants import Checker, Violation
 from loomtui.sim.report import Collector
-from loomtui.sim.shell import CanaryShell, Recovery, SentinelShell, Store, WatchdogShell
+from loomtui.sim.sentinel_mirror import CanaryShell, Recovery, SentinelShell, Store, WatchdogShell
 from loomtui.sim.world import Job, World
 
 TRACE = 40

@@ -20,6 +20,9 @@ from typing import Any
 # A thread asked to sleep less than this sleeps this long: a poll loop on the virtual clock must
 # move time forward, or it would spin at one instant for ever.
 MIN_SLEEP = 1e-3
+# How long (real seconds) the scheduler waits for a slice to end: one that takes longer is blocked on
+# something real (a lock's blocking wait, a socket), which would hang the run for ever.
+REAL_WAIT = 120.0
 
 
 class Deadlock(RuntimeError):
@@ -67,6 +70,7 @@ class Scheduler:
         self.threads: list[SimThread] = []
         self.stopping = False
         self.after_slice: Callable[[SimThread], None] | None = None
+        self.on_time: Callable[[float], None] | None = None
 
     # -- scheduling -------------------------------------------------------------------------
 
@@ -101,12 +105,12 @@ class Scheduler:
         self._wake_at(th, self.t + max(seconds, MIN_SLEEP))
         self._yield(th)
 
-    def park(self) -> None:
-        """Sleep until someone calls wake() for this thread."""
+    def sleep_until(self, when: float) -> None:
+        """Sleep until `when`, or until someone calls wake() for this thread sooner."""
         th = self.current
         if th is None or threading.current_thread() is not th.thread:
-            raise Deadlock("park was called outside a simulated thread")
-        th.wake_token += 1  # any wake scheduled before is stale
+            raise Deadlock("the virtual clock's sleep was called outside a simulated thread")
+        self._wake_at(th, max(when, self.t + MIN_SLEEP))
         self._yield(th)
 
     def _yield(self, th: SimThread) -> None:
@@ -126,9 +130,12 @@ class Scheduler:
                 if token != th.wake_token or th.done:
                     continue  # superseded by an earlier wake, or the thread has ended
                 self.t = when
+                if self.on_time is not None:
+                    self.on_time(when)
                 self.current = th
                 th.go.release()
-                self.back.acquire()
+                if not self.back.acquire(timeout=REAL_WAIT):
+                    raise Deadlock(f"simulated thread {th.name} blocked outside the virtual clock")
                 self.current = None
                 if th.error is not None:
                     raise th.error
@@ -136,6 +143,8 @@ class Scheduler:
                     self.after_slice(th)
             else:
                 self.t = when
+                if self.on_time is not None:
+                    self.on_time(when)
                 fn(*args)
             after_step()
 
