@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from loomtui import actions
+from loomtui.agent import recovery
 from loomtui.sentinel import queue_rules
 from loomtui.sim.world import BOOT
 
@@ -27,18 +29,16 @@ class Operator:
     def act(self, kind: str, detail: dict) -> None:
         sim, w = self.sim, self.sim.world
         if kind == "hold":
-            if sim.store.hold is None:
-                return  # someone already acted
             w.crash_loop_until = min(w.crash_loop_until, w.t)
-            w.sticky_wedges.discard(sim.store.pinned or "")
-            self.recycle("operator_fresh")
+            w.sticky_wedges.discard(sim.pinned() or "")
+            self.recycle("operator_fresh", only_if_held=True)
         elif kind == "alert":
             w.tmux_hang_until = min(w.tmux_hang_until, w.t)
             if w.agent is not None:
                 w.agent.modal = False
             sim.event("operator_looked", what="alert")
         elif kind == "queue":
-            item = sim.store.items.get(detail["item"])
+            item = sim.items.items.get(detail["item"])
             if item is None or item.state == queue_rules.WITNESSED:
                 return
             job = next((j for j in w.jobs if j.name == item.job), None)
@@ -46,14 +46,21 @@ class Operator:
                 job.broken_since = None
             sim.sentinel.claim(item.id, "operator")
 
-    def recycle(self, cause: str) -> None:
+    def recycle(self, cause: str, only_if_held: bool = False) -> None:
+        """`loom recycle --resume|--fresh`, a process of its own: the real actions.recycle."""
         sim = self.sim
-        status, _ = sim.recovery.recover(cause, source="cli")
-        if status == "busy":  # `loom recycle` waits for the relaunch under way (OPERATOR_LOCK_WAIT)
-            sim.at(max(sim.world.t + 1.0, sim.store.lock_until), self.recycle, cause)
-            return
-        sim.event("operator_recycle", cause=cause, status=status)
-        sim.wake_canary()
+        mode = cause.removeprefix("operator_")
+
+        def run(ctx) -> None:
+            if only_if_held and recovery.held(ctx) is None:
+                return  # someone already acted
+            result = actions.recycle(ctx, mode, source="cli")
+            if result.status == "busy":  # it waited OPERATOR_LOCK_WAIT for the relaunch under way
+                sim.after(1.0, self.recycle, cause, only_if_held)
+                return
+            sim.event("operator_recycle", cause=cause, status=result.status)
+
+        sim.run_action("operator", run)
 
 
 class QueueWorker:
@@ -79,7 +86,7 @@ class QueueWorker:
         a = w.agent
         if a is None or a.pid != pid or not a.hearing():
             return  # the work died with the agent
-        item = sim.store.items.get(item_id)
+        item = sim.items.items.get(item_id)
         if item is None or item.state == queue_rules.WITNESSED:
             return
         job = next((j for j in w.jobs if j.name == item.job), None)
@@ -116,4 +123,4 @@ class Jobs:
         run = queue_rules.JobRun(w.run_ids, name, wall, 1 if bad else 0, 3 if bad else 0,
                                  started_mono=mono, boot=BOOT)
         sim.run_truth[run.id] = (mono, not bad)
-        sim.store.unreviewed.append(run)
+        sim.items.unreviewed.append(run)

@@ -59,9 +59,10 @@ def apply(sim: Sim, kind: str) -> bool:
     elif kind == "slow_boot":
         w.slow_boot_next = True
     elif kind == "resume_fails":
-        if sim.store.pinned is None:
+        pinned = sim.pinned()
+        if pinned is None:
             return False
-        w.conversations.discard(sim.store.pinned)
+        w.conversations.discard(pinned)
         if a is not None:
             w.kill(a, status=1, signal=None)
     elif kind == "crash_loop":

@@ -82,8 +82,6 @@ class Checker:
             if not operator and d["old"] in self.canary_recycled:
                 self.fail("no_resume_after_canary_failed",
                           f"session {d['old']} was recycled for canary_failed and is resumed again ({cause})")
-            if d["new"] != w.pinned_truth:
-                self.fail("resume_only_the_pinned", f"resumed {d['new']}, but the pinned session is {w.pinned_truth}")
         if cause == "canary_failed" and d["old"] is not None:
             self.canary_recycled.add(d["old"])
         if operator:
@@ -155,13 +153,20 @@ class Checker:
         if a is not None and a.hearing():
             self.trouble_since = None
 
-    def on_typed(self, kind: str) -> None:
-        rec = self.sim.recovery
-        if self.sim.store.recycle_locked or rec.in_boot_grace():
-            self.fail("no_typing_into_a_booting_agent", f"a {kind} was typed while a relaunch was under way")
+    def on_typed(self, text: str) -> None:
+        """Typed into the pane (machine.SimDriver): never while a relaunch holds the pane, nor into an
+        agent still booting (launched less than boot_grace ago and not yet ready, in the world's truth)."""
+        w = self.sim.world
+        a = w.agent
+        what = "a probe" if "touch" in text else "a line"
+        if self.relaunch_active:
+            self.fail("no_typing_into_a_booting_agent", f"{what} was typed while a relaunch was under way")
+        if a is not None and w.t < a.ready_at and w.t - a.started < self.sim.config.agent.boot_grace:
+            self.fail("no_typing_into_a_booting_agent", f"{what} was typed into an agent still booting "
+                                                        f"({w.t - a.started:.1f}s after its launch)")
 
     def on_queue_witness(self, item_id: int, run_id: int) -> None:
-        item = self.sim.store.items[item_id]
+        item = self.sim.items.items[item_id]
         run = self.sim.run_truth.get(run_id)
         if run is None or not run[1]:
             self.fail("witness_is_clean", f"item {item_id} witnessed by run {run_id}, which was not clean")
@@ -180,7 +185,7 @@ class Checker:
     def on_queue_escalate(self, item_id: int, state: str) -> None:
         """The operator hears of an item no sooner than its backstop: a wall clock stepped forward
         must not bring every open item to the operator at once."""
-        item = self.sim.store.items[item_id]
+        item = self.sim.items.items[item_id]
         span = self.backstop_window(replace(item, state=state))
         if span is not None and self.sim.world.t - span[0] < span[1] - 1e-6:
             self.fail("backstop_not_early", f"item {item_id} ({state}) reached the operator "
@@ -201,7 +206,7 @@ class Checker:
         alive = a is not None and a.alive
         if w.stray and w.running_agents() > 1:
             self.fail("one_agent", f"{w.running_agents()} agents running")
-        held = sim.store.hold is not None
+        held = self.held
         tmux_seen = w.tmux_session and not w.socket_lost
         if self.trouble_since is None and (not alive or a.deaf_since is not None or a.modal or not tmux_seen):
             self.trouble_since = t
@@ -221,7 +226,8 @@ class Checker:
             if self.late(t - at, self.witness_bound, at):
                 self.fail("relaunch_witnessed", f"relaunch {seq} at {at:.0f}s neither witnessed by an ack nor "
                                                 f"followed by a relaunch or an escalation")
-        stable = alive and tmux_seen and t >= w.tmux_hang_until and not sim.recovery.under_way()
+        booting = alive and (t < a.ready_at and t - a.started < sim.config.agent.boot_grace)
+        stable = alive and tmux_seen and t >= w.tmux_hang_until and not self.relaunch_active and not booting
         if not stable:
             self.stable_since = None
         elif self.stable_since is None:
@@ -244,7 +250,7 @@ class Checker:
         sim, w = self.sim, self.sim.world
         cfg = sim.config.sentinel
         for item_id in sorted(self.unresolved):
-            item = sim.store.items[item_id]
+            item = sim.items.items[item_id]
             if item.escalated_at is not None:
                 continue
             span = self.backstop_window(item)
