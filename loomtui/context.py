@@ -7,7 +7,7 @@ store whose writes are filed under its name. The store itself is one, shared by 
 
 It also carries the ports to the machine around the agent: its driver (tmux and the pane), the
 process table, signals and a directory watch. None, as the daemon and every command leave them,
-means the real machine (`drivers.of`, `proctree.of`, `kill.of`, `probe`'s watchfiles); `loom sim`
+means the real machine (`drivers.of`, `proctree.of`, `kill.of`, `acks_watch.watch_of`); `loom sim`
 fills them with its simulated world, and every copy of a Context (`clone`, `for_agent`) keeps them.
 """
 

@@ -15,15 +15,13 @@ import json
 import logging
 import re
 import shlex
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loomtui import clock
-from loomtui.agent import launches
-from loomtui.agent.drivers import make_driver
+from loomtui.agent import drivers, launches
 from loomtui.agent.launches import LAUNCH_KEY, record_processes, recorded_processes
 from loomtui.agent.policy import FRESH, RESUME
 from loomtui.agent.ports import AgentDriver
@@ -92,7 +90,7 @@ def relaunch_locked(
     if mode not in (RESUME, FRESH):
         raise LoomError(f"unknown relaunch mode {mode!r}: use resume or fresh")
     agent = ctx.config.agent
-    driver = driver or make_driver(ctx.config, ctx.agent_dir)
+    driver = driver or drivers.of(ctx)
     store = ctx.store
     old = session.pinned(store)
     if mode == RESUME and old is None:
@@ -234,9 +232,9 @@ def _watch_stream_boot(ctx: Context, driver: AgentDriver, launched: PaneInfo, se
     (why it failed, its last screen, exit status), or None."""
     agent = ctx.config.agent
     since = _SinceLaunch(ctx.agent_dir, mark)
-    start = time.monotonic()
+    start = clock.monotonic()
     while True:
-        elapsed = time.monotonic() - start
+        elapsed = clock.monotonic() - start
         try:
             info = driver.pane_info()
         except TmuxError:
@@ -268,7 +266,7 @@ def _watch_stream_boot(ctx: Context, driver: AgentDriver, launched: PaneInfo, se
             except TmuxError:
                 screen = ""
             return why, screen, status
-        time.sleep(0.1)
+        clock.sleep(0.1)
 
 
 def _watch_boot(ctx: Context, driver: AgentDriver, pane_id: str, session_id: str,
@@ -280,8 +278,8 @@ def _watch_boot(ctx: Context, driver: AgentDriver, pane_id: str, session_id: str
     past that, so there is nothing left to wait for (and the canary can witness it at once).
     """
     ready_match = ctx.config.agent.ready_match
-    deadline = time.monotonic() + ctx.config.agent.resume_check
-    while time.monotonic() < deadline:
+    deadline = clock.monotonic() + ctx.config.agent.resume_check
+    while clock.monotonic() < deadline:
         try:
             info = driver.pane_info()
         except TmuxError:
@@ -301,5 +299,5 @@ def _watch_boot(ctx: Context, driver: AgentDriver, pane_id: str, session_id: str
             if launches.looks_ready(ctx, screen):
                 launches.mark_ready(ctx, session_id, launched_ts)
                 return None
-        time.sleep(0.05)
+        clock.sleep(0.05)
     return None

@@ -53,8 +53,8 @@ def record_processes(ctx: Context, driver: AgentDriver, pane_pid: int) -> None:
     except TmuxError:
         server = None
     ctx.store.set_meta(ctx.store.agent_key(PROCS_KEY), json.dumps({
-        "pane_pid": pane_pid, "pane_started": proctree.start_time(pane_pid),
-        "server_pid": server, "server_started": proctree.start_time(server) if server else None,
+        "pane_pid": pane_pid, "pane_started": proctree.of(ctx).start_time(pane_pid),
+        "server_pid": server, "server_started": proctree.of(ctx).start_time(server) if server else None,
     }))
 
 

@@ -100,6 +100,8 @@ class Processes(Protocol):
 
     def alive_as(self, pid: int | None, started: float | None) -> bool: ...
 
+    def alive_since(self, pid: int | None, started: float | None, wall_started: float) -> bool: ...
+
 
 @runtime_checkable
 class Signals(Protocol):

@@ -405,6 +405,9 @@ class MachineProcesses:
     def alive_as(self, pid: int | None, started: float | None) -> bool:
         return alive_as(pid, started)
 
+    def alive_since(self, pid: int | None, started: float | None, wall_started: float) -> bool:
+        return alive_since(pid, started, wall_started)
+
 
 MACHINE = MachineProcesses()
 

@@ -9,11 +9,9 @@ from __future__ import annotations
 import secrets
 import sqlite3
 import threading
-import time
 
 from loomtui import actions, clock
-from loomtui.agent import launches, recovery
-from loomtui.agent.drivers import make_driver
+from loomtui.agent import drivers, launches, recovery
 from loomtui.agent.ports import AgentDriver
 from loomtui.canary.rules import due_in, should_recycle, witness_due
 from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
@@ -27,7 +25,7 @@ class CanaryLoop:
     def __init__(self, ctx: Context, stop: threading.Event | None = None, driver: AgentDriver | None = None) -> None:
         self.ctx = ctx
         self.stop = stop or threading.Event()
-        self.driver = driver or make_driver(ctx.config, ctx.agent_dir)
+        self.driver = driver or drivers.of(ctx)
         self.unrecorded_error = ""
         # Seconds until this loop has something to look at that no doorbell will announce (a probe
         # coming due, a witness waiting for the agent to be ready); None: nothing before its period.
@@ -40,7 +38,7 @@ class CanaryLoop:
         self.next_look = None
         try:
             if self.unrecorded_error:
-                now = time.time()
+                now = clock.wall()
                 insert_run(self.ctx, secrets.token_hex(12), "canary", ERROR, now, now, self.unrecorded_error)
                 self.unrecorded_error = ""
             return self._tick()
@@ -62,7 +60,7 @@ class CanaryLoop:
         if self.misses_mean_deaf():
             outcome = actions.recover(ctx, "canary_failed", source="canary",
                                       still_failing=self.misses_mean_deaf,
-                                      evidence={"misses": cfg.misses_to_recycle})
+                                      evidence={"misses": cfg.misses_to_recycle}, driver=self.driver)
             return f"canary_failed: {outcome.describe()}"
         if recovery.held(ctx) is not None:
             return ""
@@ -97,7 +95,7 @@ class CanaryLoop:
         if result.result == MISS and self.misses_mean_deaf():
             outcome = actions.recover(ctx, "canary_failed", source="canary",
                                       still_failing=self.misses_mean_deaf,
-                                      evidence={"misses": cfg.misses_to_recycle})
+                                      evidence={"misses": cfg.misses_to_recycle}, driver=self.driver)
             return f"{label}{result.describe()}; canary_failed: {outcome.describe()}"
         sweep_acks(ctx)
         return label + result.describe()

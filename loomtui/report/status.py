@@ -16,8 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loomtui import clock
-from loomtui.agent import launches, recovery
-from loomtui.agent.drivers import make_driver
+from loomtui.agent import drivers, launches, recovery
 from loomtui.timing import Instant
 from loomtui.canary import runs as canary
 from loomtui.context import Context
@@ -321,7 +320,7 @@ def relaunch_claim(ctx: Context) -> RelaunchClaim | None:
 
 
 def agent(ctx: Context, now: float | None = None) -> AgentLook:
-    driver = make_driver(ctx.config, ctx.agent_dir)
+    driver = drivers.of(ctx)
     facts = driver.observe()
     pane = tree = None
     if facts.pane is not None:

@@ -12,10 +12,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from loomtui.agent import hold_rules
+from loomtui.agent import drivers, hold_rules
 from loomtui.timing import Instant
 from loomtui.agent.driver import GONE, UNKNOWN, UP
-from loomtui.agent.drivers import make_driver
 from loomtui.agent.proctree import PRESENT
 from loomtui.agent.tmux import TmuxError
 from loomtui.canary import runs as canary
@@ -115,7 +114,7 @@ class Source:
         self.ctx = ctx.clone()
         self.agent = ctx.agent
         self.several = several  # the header names the agent only when there is another to tell it from
-        self.driver = make_driver(ctx.config, ctx.agent_dir)
+        self.driver = drivers.of(ctx)
         self._conversation = (Follower(transcript.path_in(self.ctx.agent_dir))
                               if self.driver.owns_turns else None)  # only a pump keeps a transcript
         self._store: Store | None = None
