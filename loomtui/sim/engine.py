@@ -232,8 +232,6 @@ class Sim:
         if old is not None and old.alive:
             w.stray.append(old)  # Loom launched beside an agent it could not end
         agent = w.launch(session, mode, self.config.agent.boot_grace, self.config.canary.ack_timeout)
-        if mode == "fresh":
-            w.pinned_truth = session
         self.commands = {agent.pid: command}
         w.poller_lost_at = None
         if w.t < w.crash_loop_until:
@@ -312,6 +310,9 @@ class Sim:
             d = {"cause": cause, "mode": detail.get("mode"), "old": self.label(detail.get("old_session")),
                  "new": self.label(detail.get("new_session")), "seq": seq, "fallback": fallback}
             self.relaunching = True
+            if d["mode"] == "fresh":
+                # What Loom minted last, by its own ledger; the CLI's resumes are checked against it.
+                self.world.pinned_truth = detail.get("new_session")
             self.event("relaunch", **d)
             self.checker.on_relaunch(d)
         elif kind == "escalation":
@@ -326,8 +327,10 @@ class Sim:
             self.event("operator_alert", note=detail.get("note", ""))
             self.checker.on_notice()
             self.operator.told("alert", detail)
-        else:
-            self.event(kind, cause=cause)
+        elif kind == "foreign_poller_reaped":
+            self.event(kind, pid=detail.get("pid"))
+        elif kind not in ("canary", "canary_sent", "queue_nudge"):  # the probe's result comes from its run
+            self.event(kind, **({"cause": cause} if cause else {}))
 
     def settled_runs(self) -> None:
         obs = self.observer

@@ -161,7 +161,8 @@ class Checker:
         what = "a probe" if "touch" in text else "a line"
         if self.relaunch_active:
             self.fail("no_typing_into_a_booting_agent", f"{what} was typed while a relaunch was under way")
-        if a is not None and w.t < a.ready_at and w.t - a.started < self.sim.config.agent.boot_grace:
+        # Loom counts the boot grace from its relaunch record, made before the old tree is ended.
+        if a is not None and w.t < a.ready_at and w.t - (a.started - STOP_TIME) < self.sim.config.agent.boot_grace - 1e-6:
             self.fail("no_typing_into_a_booting_agent", f"{what} was typed into an agent still booting "
                                                         f"({w.t - a.started:.1f}s after its launch)")
 

@@ -157,7 +157,7 @@ class World:
             self.socket_lost = False
         self.tmux_session = True
         self.pids += 1
-        start = self.t + STOP_TIME
+        start = self.t  # the old tree was ended first (machine.SimDriver.stop took STOP_TIME)
         ready = start + min(boot_grace * 0.5, 20.0)
         if self.slow_boot_next:
             self.slow_boot_next = False
