@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shlex
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 from loomtui import clock
 from loomtui.agent import drivers, launches
+from loomtui.agent.commands import memory_index_path, render_command  # noqa: F401  (memory_index_path: re-exported)
 from loomtui.agent.launches import LAUNCH_KEY, record_processes, recorded_processes
 from loomtui.agent.policy import FRESH, RESUME
 from loomtui.agent.ports import AgentDriver
@@ -50,20 +50,6 @@ class Outcome:
             return f"relaunch ({self.mode}) failed: {self.error}"
         note = " after the resume failed" if self.resume_failed else ""
         return f"relaunched {self.mode}{note}: session {self.session_id}"
-
-
-def memory_index_path(ctx: Context) -> Path:
-    return ctx.config.memory.dir / ctx.config.memory.index
-
-
-def render_command(ctx: Context, template: str, session_id: str) -> str:
-    # The session id is a uuid we minted or pinned; paths can hold anything, so they are quoted.
-    return template.format(
-        session_id=session_id,
-        memory_index=shlex.quote(str(memory_index_path(ctx))),
-        # The agent's own directory: `--add-dir {state_dir}/acks` is its acks dir (the state dir for main).
-        state_dir=shlex.quote(str(ctx.agent_dir)),
-    )
 
 
 def agent_env(ctx: Context, session_id: str) -> dict[str, str]:

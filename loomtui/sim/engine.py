@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from loomtui import clock, timing
-from loomtui.agent import launch, launches
+from loomtui.agent import commands, launches
 from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
 from loomtui.daemon import loops
@@ -221,7 +221,7 @@ class Sim:
 
     def resume_command(self, session_id: str) -> str:
         assert self.ctx is not None
-        return launch.render_command(self.ctx, self.config.agent.resume_command, session_id)
+        return commands.render_command(self.ctx, self.config.agent.resume_command, session_id)
 
     def launch_agent(self, session: str, mode: str, command: str) -> Agent:
         w = self.world

@@ -15,9 +15,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from loomtui import states
-from loomtui.agent.ports import AgentFacts, PaneInfo
-from loomtui.agent.proctree import Tree
+from loomtui import clock, states
+from loomtui.agent.ports import AgentFacts, PaneInfo, Tree
 from loomtui.errors import Ambiguous, TmuxError, TmuxTimeout
 from loomtui.pump.facts import Delivery, StreamFacts
 from loomtui.sim.world import STOP_TIME, Agent
@@ -132,9 +131,7 @@ class SimDriver:
         it); a loaded machine sometimes leaves a process that would not die."""
         w = self.sim.world
         a = w.agent
-        from loomtui import clock  # the virtual one: ending a tree takes its time
-
-        clock.sleep(STOP_TIME)
+        clock.sleep(STOP_TIME)  # the virtual clock: ending a tree takes its time
         if a is None or not a.alive:
             return []
         if w.loaded() and w.rng.random() < 0.05:

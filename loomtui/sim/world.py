@@ -93,7 +93,7 @@ class World:
     ack_timeout: float = 180.0
     latency_cap: float = 20.0            # an ordinary ack's latency is at most this (a tenth of ack_timeout)
     poller_lost_at: float | None = None
-    pids: int = 0
+    pids: int = 1000                     # the agents' pids (above init and the kernel's own)
     sessions: int = 0
     run_ids: int = 0
     wall_offset: float = 0.0             # how far the wall clock has been stepped (clock_forward/clock_back)
