@@ -46,7 +46,7 @@ from loomtui.sim.sentinel_mirror import Items, SentinelShell
 from loomtui.sim.world import BOOT, EPOCH, MODAL_SCREEN, PROMPT_SCREEN, Agent, Job, World
 from loomtui.store import locks, session
 from loomtui.store.db import Store
-from loomtui.store.statedir import prepare_state_dir
+from loomtui.store.statedir import prepare_agent_dir, prepare_state_dir
 
 TRACE = 40
 DAY = 86400.0
@@ -99,6 +99,7 @@ class Sim:
         self.relaunching = False
         self.runs_from = 0            # the first canary run not yet seen settled
         self.probes_typed = 0
+        self.data_version = -1
 
     # -- the world's clock and events ---------------------------------------------------------
 
@@ -162,12 +163,13 @@ class Sim:
         self.threads[name] = th
         return th
 
-    def guarded(self, loop: str, tick: Callable[[], object]) -> None:
+    def guarded(self, loop: str, tick: Callable[[], object]) -> object:
         """One tick, as the daemon's loop runs it: a store or Loom error is the tick's, the loop goes on."""
         try:
-            tick()
+            return tick()
         except (LoomError, sqlite3.Error, OSError) as exc:
             self.event("tick_failed", loop=loop, error=f"{type(exc).__name__}: {exc}"[:200])
+            return None
 
     def watchdog_thread(self, ctx: Context) -> None:
         step = loops.watchdog_tick(ctx, self.halt)  # the daemon's own step: a full tick each interval, else the exit look
@@ -177,7 +179,10 @@ class Sim:
         while True:
             if sched.t - last_full >= interval:
                 last_full = sched.t
-            self.guarded("watchdog", step)
+            report = self.guarded("watchdog", step)
+            for line in getattr(report, "results", None) or ():
+                if "gone on a second look" in line:
+                    self.event("recover_resolved", line=line)
             sched.sleep_until(last_full + interval)  # or sooner: the pane died (tmux's hook, the pidfd)
 
     def canary_thread(self, ctx: Context) -> None:
@@ -288,15 +293,19 @@ class Sim:
     def _after_slice(self, th: Any) -> None:
         obs, ctx = self.observer, self.ctx
         assert obs is not None and ctx is not None
-        rows = obs.query("SELECT id, kind, cause, detail FROM ledger WHERE id > ? ORDER BY id", (self.ledger_seen,))
-        for row in rows:
-            self.ledger_seen = row["id"]
-            self.on_ledger(row["id"], row["kind"], row["cause"] or "", row["detail"])
+        # SQLite's data_version moves when another connection commits: most slices write nothing.
+        version = obs.conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self.data_version:
+            self.data_version = version
+            rows = obs.query("SELECT id, kind, cause, detail FROM ledger WHERE id > ? ORDER BY id", (self.ledger_seen,))
+            for row in rows:
+                self.ledger_seen = row["id"]
+                self.on_ledger(row["id"], row["kind"], row["cause"] or "", row["detail"])
+            if self.probes_typed or self.runs_from:
+                self.settled_runs()
         if self.relaunching and not locks.is_held(ctx.agent_dir, locks.RECYCLE):
             self.relaunching = False
             self.checker.on_relaunch_done()
-        if self.probes_typed or self.runs_from:
-            self.settled_runs()
         signal = launches.signals_dir(ctx.agent_dir) / launches.RELAUNCHED
         if signal.exists():
             signal.unlink()
@@ -385,6 +394,8 @@ class Sim:
         self.watch = SimWatch(self)
         self.ctx = Context(self.config, None, state, driver=self.driver, processes=self.processes,
                            signals=SimSignals(self), watch=self.watch)
+        if self.ctx.agent_dir != state:
+            prepare_agent_dir(self.ctx.agent_dir)
         self.observer = Store.in_dir(state)
         cfg = self.config
         self.operator.recycle("operator_fresh")  # the operator starts the agent

@@ -1,6 +1,6 @@
-"""The simulator can fail: each broken policy below, patched into the real rules module the
-simulator drives, is caught by an invariant, with the seed, the step and a trace, and the same
-seed replays the same violation at the same step."""
+"""The simulator can fail: each bug below, planted in Loom's real code where the daemon calls it
+(the simulator runs that code), is caught by an invariant, with the seed, the step and a trace,
+and the same seed replays the same violation at the same step."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from loomtui.agent import policy, watchdog_rules
+from loomtui import actions
+from loomtui.agent import policy, recovery, watchdog_rules
+from loomtui.agent import watchdog as watchdog_loop
+from loomtui.canary import loop as canary_loop
 from loomtui.canary import rules as canary_rules
 from loomtui.sentinel import queue_rules
 from loomtui.sim.report import text
 from loomtui.sim.scenarios import SCENARIOS, run_scenario
-from loomtui.sim.shell import WatchdogShell
 from loomtui.states import GONE, UNKNOWN
 
 real_decide = policy.decide
@@ -41,7 +43,7 @@ def recycle_on_one_miss(runs, launch_seq, misses_to_recycle):
 
 
 def test_recycling_on_one_miss_is_caught(monkeypatch):
-    monkeypatch.setattr(canary_rules, "should_recycle", recycle_on_one_miss)
+    monkeypatch.setattr(canary_loop, "should_recycle", recycle_on_one_miss)  # where the canary loop calls it
     first = scenario("confident_false_detector")
     assert_caught(first["run"], "definitive_signal", profile="incident", days=0.5, seed=1)
     assert "canary_failed" in first["run"]["violation"]["message"]
@@ -80,25 +82,41 @@ def ambiguous_is_gone(obs, mem, s, mono):
 def test_an_ambiguous_look_taken_for_absent_is_stopped_by_the_second_look(monkeypatch):
     # The rules alone broken: the second look under recycle.lock finds tmux still unclear and
     # does nothing, as the real watchdog's still_failing does.
-    monkeypatch.setattr(watchdog_rules, "assess", ambiguous_is_gone)
+    monkeypatch.setattr(watchdog_loop, "assess", ambiguous_is_gone)
     result = scenario("confident_false_detector")
     assert result["passed"], result["outcome"]
     assert result["run"]["resolved_on_second_look"] >= 1
 
 
 def test_treating_an_ambiguous_look_as_absent_is_caught(monkeypatch):
-    monkeypatch.setattr(watchdog_rules, "assess", ambiguous_is_gone)
-    monkeypatch.setattr(WatchdogShell, "still_failing", lambda self, cause, pid: True)
+    monkeypatch.setattr(watchdog_loop, "assess", ambiguous_is_gone)
+    monkeypatch.setattr(watchdog_loop.Watchdog, "still_failing", lambda self, cause, pid: True)
     result = scenario("confident_false_detector")
     assert_caught(result["run"], "definitive_signal", profile="incident", days=0.5, seed=1)
     assert "tmux_gone" in result["run"]["violation"]["message"]
 
 
+def test_a_relaunch_history_read_as_empty_is_caught(monkeypatch):
+    # The audit's headline: with no history the fuse, the ceiling and the backoff are all off.
+    monkeypatch.setattr(recovery, "history", lambda ctx, *args, **kwargs: ())
+    result = scenario("recovery_storm")
+    assert_caught(result["run"], "ceiling", profile="incident", days=10 / 24, seed=1)
+
+
+def test_a_canary_loop_that_passes_one_as_its_miss_threshold_is_caught(monkeypatch):
+    real = canary_rules.should_recycle
+    monkeypatch.setattr(canary_loop, "should_recycle", lambda runs, launch_seq, misses: real(runs, launch_seq, 1))
+    result = scenario("confident_false_detector")
+    assert_caught(result["run"], "definitive_signal", profile="incident", days=0.5, seed=1)
+
+
 def test_forgetting_the_hold_is_caught(monkeypatch):
+    # Both guards forget it: the admission of automatic actions (actions.admit) and the policy.
     def forgets_hold(s, limits, now):
         return real_decide(replace(s, held=False), limits, now)
 
     monkeypatch.setattr(policy, "decide", forgets_hold)
+    monkeypatch.setattr(actions, "admit", lambda *args, **kwargs: None)
     result = scenario("recovery_storm")
     assert_caught(result["run"], "escalate_once_and_hold", profile="incident", days=10 / 24, seed=1)
 
