@@ -60,27 +60,24 @@ def inject(
         raise LoomError(f"text too long to inject: {len(clean)} characters (limit {MAX_LENGTH})")
     info = {"length": len(clean), "digest": digest(clean), **(detail or {})}
     driver = driver or drivers.of(ctx)
+    # The agent as it is now: if a relaunch replaces it while we wait for inject.lock, the text
+    # is not typed into the new one (it was meant for this one, and that one may be booting).
+    expect = driver.pane_pid()
     who = origin or origin_of(kind, source)
-    error, event_id, delivery = _typed(ctx, driver, lambda expect: driver.type_line(clean, expect, origin=who, ref=ref),
+    error, event_id, delivery = _typed(ctx, lambda: driver.type_line(clean, expect, origin=who, ref=ref),
                                        kind, source, info, lock_timeout)
     return InjectResult(not error, len(clean), info["digest"], error, event_id,
                         delivery=delivery.state if delivery else "", position=delivery.position if delivery else None)
 
 
-def _typed(ctx: Context, driver: AgentDriver, typing: Callable[[int | None], Delivery | None], kind: str,
-           source: str, detail: dict[str, Any], lock_timeout: float) -> tuple[str, int, Delivery | None]:
-    """Run `typing` under inject.lock and record it, ok or not: (error or "", ledger event id, delivery).
-
-    `typing` gets the pane's process as it was before the lock was waited for: if a relaunch replaces
-    the agent meanwhile, the text is not typed into the new one (it was meant for this one, and that
-    one may be booting). A tmux that does not answer that first look fails the typing like any other
-    look (a probe whose instruction never reached the pane is `inject_failed`, never a miss)."""
+def _typed(ctx: Context, typing: Callable[[], Delivery | None], kind: str, source: str, detail: dict[str, Any],
+           lock_timeout: float) -> tuple[str, int, Delivery | None]:
+    """Run `typing` under inject.lock and record it, ok or not: (error or "", ledger event id, delivery)."""
     error = ""
     delivery = None
     try:
-        expect = driver.pane_pid()
         with locks.hold(ctx.agent_dir, locks.INJECT, timeout=lock_timeout):
-            delivery = typing(expect)
+            delivery = typing()
     except (TmuxError, LockHeld) as exc:
         error = str(exc)
     event = ledger.append(
@@ -103,6 +100,7 @@ def press(
 ) -> InjectResult:
     """Named keys (e.g. Enter to dismiss a dialog) through the same lock and ledger as text."""
     driver = driver or drivers.of(ctx)
-    error, event_id, _ = _typed(ctx, driver, lambda expect: driver.send_keys(keys, expect), kind, source,
+    expect = driver.pane_pid()
+    error, event_id, _ = _typed(ctx, lambda: driver.send_keys(keys, expect), kind, source,
                                 {"keys": keys, **(detail or {})}, lock_timeout)
     return InjectResult(not error, 0, "", error, event_id)

@@ -60,7 +60,11 @@ class SimDriver:
         return PaneInfo(f"%{a.pid}", a.pid, True, status, 80, 24, a.exit_signal)
 
     def pane_pid(self) -> int | None:
-        info = self.pane_info()
+        """As the tmux driver's: None when tmux does not answer (it never raises)."""
+        try:
+            info = self.pane_info()
+        except TmuxError:
+            return None
         return info.pane_pid if info is not None and not info.dead else None
 
     def observe(self, *, with_screen: bool = False) -> AgentFacts:
