@@ -208,9 +208,18 @@ class Sim:
         if th is not None and not th.done:
             self.scheduler.wake(th, when)
 
-    def run_action(self, name: str, fn: Callable[[Context], None]) -> None:
-        """An operator's command (`loom recycle`, `loom resolve`): a thread of its own, as a process is."""
-        self.spawn(f"{name}-{self.scheduler.seq}", fn)
+    def run_action(self, name: str, fn: Callable[[Context], None], retry: float = 60.0) -> None:
+        """An operator's command (`loom recycle`, `loom resolve`): a thread of its own, as a process is.
+        One that fails (the store locked, say) is tried again a minute later, as a person would."""
+
+        def run(ctx: Context) -> None:
+            try:
+                fn(ctx)
+            except (LoomError, sqlite3.Error) as exc:
+                self.event("command_failed", who=name, error=f"{type(exc).__name__}: {exc}"[:200])
+                self.after(retry, self.run_action, name, fn, retry)
+
+        self.spawn(f"{name}-{self.scheduler.seq}", run)
 
     # -- what Loom's code does to the world (through machine.py) ------------------------------
 
@@ -283,6 +292,19 @@ class Sim:
         rings the watchdog: its next step looks at once."""
         step = self.config.watchdog.exit_check
         self.wake("watchdog", math.floor(self.world.t / step + 1.0) * step)
+
+    def lock_store(self, until: float) -> None:
+        """Another process holds the store's write lock until `until` (a backup, a `sqlite3` shell):
+        Loom's writes fail at once with "database is locked" (its connections wait 0 s here: SQLite's
+        busy wait would sleep in real time), its reads go on."""
+        assert self.ctx is not None
+        locker = Store.in_dir(self.ctx.state_dir, timeout=0, migrate=False)
+        locker.conn.execute("BEGIN EXCLUSIVE")
+        self.at(until, self.unlock_store, locker)
+
+    def unlock_store(self, locker: Store) -> None:
+        locker.conn.execute("ROLLBACK")
+        locker.close()
 
     def pinned(self) -> str | None:
         assert self.observer is not None
@@ -393,7 +415,7 @@ class Sim:
         self.processes = SimProcesses(self)
         self.watch = SimWatch(self)
         self.ctx = Context(self.config, None, state, driver=self.driver, processes=self.processes,
-                           signals=SimSignals(self), watch=self.watch)
+                           signals=SimSignals(self), watch=self.watch, store_timeout=0.0)
         if self.ctx.agent_dir != state:
             prepare_agent_dir(self.ctx.agent_dir)
         self.observer = Store.in_dir(state)
