@@ -339,7 +339,8 @@ class Sim:
         if kind == "relaunch":
             fallback = cause == "resume_failed" and last == "resume_failed"
             d = {"cause": cause, "mode": detail.get("mode"), "old": self.label(detail.get("old_session")),
-                 "new": self.label(detail.get("new_session")), "seq": seq, "fallback": fallback}
+                 "new": self.label(detail.get("new_session")), "seq": seq, "fallback": fallback,
+                 "at": float(detail.get("mono", self.world.t))}
             self.relaunching = True
             if d["mode"] == "fresh":
                 # What Loom minted last, by its own ledger; the CLI's resumes are checked against it.

@@ -27,7 +27,7 @@ NAMES = (
     "one_agent", "one_relaunch_at_a_time", "ceiling", "escalate_once_and_hold", "never_silent",
     "no_resume_after_canary_failed", "resume_only_the_pinned", "definitive_signal", "deaf_bound",
     "relaunch_witnessed", "queue_backstop", "backstop_not_early", "witness_is_clean", "no_typing_into_a_booting_agent",
-    "foreign_poller_reaped", "poller_restored",
+    "foreign_poller_reaped", "poller_restored", "fuse", "backoff", "exit_relaunched",
 )
 
 
@@ -64,6 +64,10 @@ class Checker:
         self.last_notice = -1e18
         self.unresolved: set[int] = set()           # queue items not yet witnessed (sorted when iterated)
         self.sentinel_failures: list[float] = []    # times (t) of sentinel ticks the locked store made fail
+        # Automatic relaunch decisions (fallbacks included, as Loom's own history holds them) since the
+        # last operator relaunch, at the monotonic instant Loom recorded each: the fuse and the backoff.
+        self.decisions: list[float] = []
+        self.exit_since: float | None = None          # the agent died (crash or exit, 0 included) at
 
     def fail(self, name: str, message: str) -> None:
         raise Violation(name, message)
@@ -84,6 +88,7 @@ class Checker:
                           f"session {d['old']} was recycled for canary_failed and is resumed again ({cause})")
         if cause == "canary_failed" and d["old"] is not None:
             self.canary_recycled.add(d["old"])
+        self.check_fuse_and_backoff(d, operator)
         if operator:
             self.automatic.clear()
             self.held = False
@@ -123,6 +128,30 @@ class Checker:
                 return ""
             return "the agent could hear (busy or healthy) and was recycled"
         return ""
+
+    def check_fuse_and_backoff(self, d: dict, operator: bool) -> None:
+        """The thrash fuse: with `fuse_count` automatic relaunches inside `fuse_window` before it, an
+        automatic relaunch starts fresh. The backoff: an automatic relaunch comes no sooner after the
+        last one than base x 2^(n-1) (capped), n the automatic relaunches inside the ceiling window.
+        Both measured on the monotonic instant Loom recorded with each relaunch (`at`)."""
+        wd = self.sim.config.watchdog
+        at = d.get("at", self.sim.world.t)
+        if operator:
+            self.decisions.clear()
+            return
+        if not d["fallback"]:
+            in_fuse = [x for x in self.decisions if at - x < wd.fuse_window - 1e-6]
+            if len(in_fuse) >= wd.fuse_count and d["mode"] != "fresh":
+                self.fail("fuse", f"{d['cause']} relaunch {d['mode']} after {len(in_fuse)} automatic relaunches "
+                                  f"within {wd.fuse_window:g}s (fuse {wd.fuse_count}: fresh)")
+            in_ceiling = [x for x in self.decisions if at - x < wd.ceiling_window - 1e-6]
+            if in_ceiling:
+                needed = min(wd.backoff_base * 2 ** min(len(in_ceiling) - 1, 30), wd.backoff_max)
+                gap = at - max(in_ceiling)
+                if gap < needed - 1e-3:
+                    self.fail("backoff", f"{d['cause']} relaunch {gap:.1f}s after the last one; the backoff "
+                                         f"after {len(in_ceiling)} is {needed:g}s")
+        self.decisions.append(at)
 
     def on_relaunch_done(self) -> None:
         self.relaunch_active = False
@@ -212,7 +241,9 @@ class Checker:
         if self.trouble_since is None and (not alive or a.deaf_since is not None or a.modal or not tmux_seen):
             self.trouble_since = t
         if held:
+            self.exit_since = None
             return
+        self.check_exit_relaunched(a, alive)
         if self.trouble_since is not None:
             quiet_since = max(self.trouble_since, self.last_attempt, self.last_notice)
             if self.late(t - quiet_since, self.silent_bound, quiet_since):
@@ -246,6 +277,22 @@ class Checker:
                                                  f"from an agent plainly seen")
         if self.unresolved:
             self.check_queue()
+
+    def check_exit_relaunched(self, a, alive: bool) -> None:
+        """A dead agent (a crash, an exit with any status, 0 included) is relaunched within the exit
+        check, a full tick, the longest backoff and a stop, once Loom can see (`late`)."""
+        w = self.sim.world
+        if alive or a is None or not w.tmux_session or w.socket_lost:
+            self.exit_since = None
+            return
+        if self.exit_since is None:
+            # From the death, or from the end of the hold it was left dead through.
+            self.exit_since = max(a.died_at if a.died_at is not None else w.t, self.sim.hold_released_at)
+        wd = self.sim.config.watchdog
+        bound = wd.exit_check + wd.interval + wd.backoff_max + STOP_TIME + SLACK
+        if self.late(w.t - self.exit_since, bound, self.exit_since):
+            self.fail("exit_relaunched", f"the agent exited (status {a.exit_status}, signal {a.exit_signal}) "
+                                         f"{w.t - self.exit_since:.0f}s ago and was not relaunched")
 
     def check_queue(self) -> None:
         sim, w = self.sim, self.sim.world

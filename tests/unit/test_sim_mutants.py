@@ -4,6 +4,9 @@ and the same seed replays the same violation at the same step."""
 
 from __future__ import annotations
 
+import inspect
+import sys
+import textwrap
 from dataclasses import replace
 
 import pytest
@@ -12,15 +15,35 @@ from loomtui import actions
 from loomtui.agent import policy, recovery, watchdog_rules
 from loomtui.agent import watchdog as watchdog_loop
 from loomtui.canary import loop as canary_loop
+from loomtui.canary import probe as _probe  # noqa: F401  (imported now: a lazy import under a mutant would keep it)
 from loomtui.canary import rules as canary_rules
 from loomtui.sentinel import queue_rules
 from loomtui.sim.report import text
 from loomtui.sim.scenarios import SCENARIOS, run_scenario
-from loomtui.states import GONE, UNKNOWN
+from loomtui.states import GONE, PRESENT, UNKNOWN
+
+from loomtui.agent import launch
+from loomtui.sim.invariants import NAMES
 
 real_decide = policy.decide
 real_assess = watchdog_rules.assess
 real_queue_decide = queue_rules.decide
+
+
+def plant(monkeypatch, owner, name: str, old: str, new: str) -> None:
+    """Plant a bug in Loom's real code for one test: `owner.name`'s source with `old` (found once)
+    made `new`, compiled in its own module's globals and put in its place, and in every module of
+    Loom's that imported it by name. Test-local: the product holds no switch for it."""
+    fn = getattr(owner, name)
+    source = textwrap.dedent(inspect.getsource(fn))
+    assert source.count(old) == 1, f"{old!r} is not found once in {name}: the mutant no longer fits the code"
+    scope: dict = {}
+    exec(compile(source.replace(old, new), inspect.getsourcefile(fn) or name, "exec"),  # noqa: S102
+         sys.modules[fn.__module__].__dict__, scope)
+    monkeypatch.setattr(owner, name, scope[name])
+    for module in [m for n, m in sys.modules.items() if n.startswith("loomtui.") and m is not None]:
+        if getattr(module, name, None) is fn:
+            monkeypatch.setattr(module, name, scope[name])
 
 
 def scenario(name: str, seed: int = 1) -> dict:
@@ -100,7 +123,7 @@ def test_a_relaunch_history_read_as_empty_is_caught(monkeypatch):
     # The audit's headline: with no history the fuse, the ceiling and the backoff are all off.
     monkeypatch.setattr(recovery, "history", lambda ctx, *args, **kwargs: ())
     result = scenario("recovery_storm")
-    assert_caught(result["run"], "ceiling", profile="incident", days=10 / 24, seed=1)
+    assert_caught(result["run"], "fuse", profile="incident", days=10 / 24, seed=1)  # the first of the three to go
 
 
 def test_a_canary_loop_that_passes_one_as_its_miss_threshold_is_caught(monkeypatch):
@@ -128,8 +151,18 @@ def test_giving_up_silently_is_caught(monkeypatch):
 
     monkeypatch.setattr(policy, "decide", holds_without_a_word)
     result = scenario("recovery_storm")
-    # Held without a word: the last relaunch is neither witnessed nor followed by an escalation.
-    assert_caught(result["run"], "relaunch_witnessed", profile="incident", days=10 / 24, seed=1)
+    # Held without a word: the agent the last relaunch left dead is never relaunched.
+    assert_caught(result["run"], "exit_relaunched", profile="incident", days=10 / 24, seed=1)
+
+
+def test_probes_filed_under_the_wrong_launch_are_caught(monkeypatch):
+    # Every probe recorded as of launch 0: none ever witnesses the relaunch it was sent for.
+    from loomtui.canary import runs as canary_runs
+
+    plant(monkeypatch, canary_runs, "insert_run", "launch_seq(ctx), int(launches.in_boot_grace(ctx))",
+          "0, int(launches.in_boot_grace(ctx))")
+    result = scenario("exit_zero_is_failure")
+    assert_caught(result["run"], "relaunch_witnessed", profile="incident", days=4 / 24, seed=1)
 
 
 def test_a_queue_without_a_backstop_is_caught(monkeypatch):
@@ -139,6 +172,94 @@ def test_a_queue_without_a_backstop_is_caught(monkeypatch):
     monkeypatch.setattr(queue_rules, "decide", never_escalates)
     result = scenario("supervisor_blind_spot")
     assert_caught(result["run"], "queue_backstop", profile="incident", days=8 / 24, seed=1)
+
+
+def test_a_fuse_that_never_blows_is_caught(monkeypatch):
+    def no_fuse(s, limits, now):
+        return real_decide(s, replace(limits, fuse_count=10**6), now)
+
+    monkeypatch.setattr(policy, "decide", no_fuse)
+    result = scenario("recovery_storm")
+    assert_caught(result["run"], "fuse", profile="incident", days=10 / 24, seed=1)
+
+
+def test_no_backoff_is_caught(monkeypatch):
+    def no_backoff(s, limits, now):
+        return real_decide(s, replace(limits, backoff_base=0.0), now)
+
+    monkeypatch.setattr(policy, "decide", no_backoff)
+    result = scenario("recovery_storm")
+    assert_caught(result["run"], "backoff", profile="incident", days=10 / 24, seed=1)
+
+
+def exit_zero_is_success(obs, mem, s, mono):
+    if obs.pane_dead and not obs.dead_signal and obs.dead_status in (0, None):  # (tmux may lose the 0)
+        obs = replace(obs, pane_dead=False, dead_status=None, agent=PRESENT, poller=UNKNOWN, screen=None)
+    return real_assess(obs, mem, s, mono)
+
+
+def test_an_exit_zero_taken_for_success_is_caught(monkeypatch):
+    monkeypatch.setattr(watchdog_loop, "assess", exit_zero_is_success)
+    result = scenario("exit_zero_is_failure")
+    assert_caught(result["run"], "exit_relaunched", profile="incident", days=4 / 24, seed=1)
+
+
+def test_resuming_a_stranger_is_caught(monkeypatch):
+    plant(monkeypatch, launch, "relaunch_locked", "new = old if mode == RESUME else str(uuid.uuid4())",
+          "new = str(uuid.uuid4())")
+    result = scenario("exit_zero_is_failure")
+    assert_caught(result["run"], "resume_only_the_pinned", profile="incident", days=4 / 24, seed=1)
+
+
+def test_a_probe_typed_before_the_agent_is_ready_is_caught(monkeypatch):
+    plant(monkeypatch, canary_loop.CanaryLoop, "_tick", "ready=launches.agent_ready(ctx, self.driver)", "ready=True")
+    result = scenario("exit_zero_is_failure")
+    assert_caught(result["run"], "no_typing_into_a_booting_agent", profile="incident", days=4 / 24, seed=1)
+
+
+def test_a_foreign_poller_never_scanned_for_is_caught(monkeypatch):
+    plant(monkeypatch, watchdog_loop.Watchdog, "due_foreign_scan", "    self.last_foreign_scan = now\n    return True",
+          "    self.last_foreign_scan = now\n    return False")
+    result = scenario("one_bot_one_poller")
+    assert_caught(result["run"], "foreign_poller_reaped", profile="incident", days=8 / 24, seed=1)
+
+
+def lost_poller_ignored(obs, mem, s, mono):
+    steps, mem = real_assess(obs, mem, s, mono)
+    return [st for st in steps if not (st.kind == "recover" and st.cause == "poller_missing")], mem
+
+
+def test_a_lost_poller_never_relaunched_is_caught(monkeypatch):
+    monkeypatch.setattr(watchdog_loop, "assess", lost_poller_ignored)
+    result = scenario("one_bot_one_poller")
+    assert_caught(result["run"], "poller_restored", profile="incident", days=8 / 24, seed=1)
+
+
+# Each invariant and the test above (or in test_sim.py) whose planted bug it catches.
+CAUGHT_BY = {
+    "definitive_signal": test_recycling_on_one_miss_is_caught,
+    "ceiling": test_a_ceiling_that_lets_two_more_through_is_caught,
+    "no_resume_after_canary_failed": test_resuming_after_canary_failed_is_caught,
+    "escalate_once_and_hold": test_forgetting_the_hold_is_caught,
+    "relaunch_witnessed": test_probes_filed_under_the_wrong_launch_are_caught,
+    "queue_backstop": test_a_queue_without_a_backstop_is_caught,
+    "fuse": test_a_fuse_that_never_blows_is_caught,
+    "backoff": test_no_backoff_is_caught,
+    "exit_relaunched": test_an_exit_zero_taken_for_success_is_caught,
+    "resume_only_the_pinned": test_resuming_a_stranger_is_caught,
+    "no_typing_into_a_booting_agent": test_a_probe_typed_before_the_agent_is_ready_is_caught,
+    "foreign_poller_reaped": test_a_foreign_poller_never_scanned_for_is_caught,
+    "poller_restored": test_a_lost_poller_never_relaunched_is_caught,
+    # In test_sim.py: deadlines kept on the wall clock, under the clockjump profile's steps.
+    "deaf_bound": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
+    "backstop_not_early": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
+}
+
+
+def test_every_invariant_has_a_planted_bug_that_it_catches():
+    missing = [name for name in NAMES if name not in CAUGHT_BY]
+    assert missing == [], f"invariants no planted bug shows able to fire: {missing}"
+    assert set(CAUGHT_BY) <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", [s.name for s in SCENARIOS])
