@@ -17,6 +17,7 @@ Loom's memory. Same seed, profile and config: the same run, to the byte.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import random
@@ -44,7 +45,7 @@ from loomtui.sim.sample import matching
 from loomtui.sim.scheduler import Scheduler, SimClock
 from loomtui.sim.sentinel_mirror import Items, SentinelShell
 from loomtui.sim.world import BOOT, EPOCH, MODAL_SCREEN, PROMPT_SCREEN, Agent, Job, World
-from loomtui.store import locks, session
+from loomtui.store import session
 from loomtui.store.db import Store
 from loomtui.store.statedir import prepare_agent_dir, prepare_state_dir
 
@@ -96,7 +97,9 @@ class Sim:
         self.observer: Store | None = None
         self.ledger_seen = 0
         self.last_kind = ""
-        self.relaunching = False
+        self.relaunchers: set[str] = set()   # the threads whose relaunch is under way (membership only)
+        self.ended: str | None = None        # the thread whose tick or command ended in this slice
+        self.slicer: Any = None
         self.runs_from = 0            # the first canary run not yet seen settled
         self.probes_typed = 0
         self.data_version = -1
@@ -170,6 +173,15 @@ class Sim:
         except (LoomError, sqlite3.Error, OSError) as exc:
             self.event("tick_failed", loop=loop, error=f"{type(exc).__name__}: {exc}"[:200])
             return None
+        finally:
+            self.done_relaunching()
+
+    def done_relaunching(self) -> None:
+        """The current thread's tick or command has returned: any relaunch it made is over (whatever
+        the locks say: the invariant that no two overlap must not lean on the lock it checks)."""
+        th = self.scheduler.current
+        if th is not None:
+            self.ended = th.name  # read after this slice, once its ledger rows are
 
     def watchdog_thread(self, ctx: Context) -> None:
         step = loops.watchdog_tick(ctx, self.halt)  # the daemon's own step: a full tick each interval, else the exit look
@@ -218,6 +230,8 @@ class Sim:
             except (LoomError, sqlite3.Error) as exc:
                 self.event("command_failed", who=name, error=f"{type(exc).__name__}: {exc}"[:200])
                 self.after(retry, self.run_action, name, fn, retry)
+            finally:
+                self.done_relaunching()
 
         self.spawn(f"{name}-{self.scheduler.seq}", run)
 
@@ -313,6 +327,7 @@ class Sim:
     # -- after each slice: what Loom wrote ----------------------------------------------------
 
     def _after_slice(self, th: Any) -> None:
+        self.slicer = th  # whose slice wrote what the ledger shows now
         obs, ctx = self.observer, self.ctx
         assert obs is not None and ctx is not None
         # SQLite's data_version moves when another connection commits: most slices write nothing.
@@ -325,9 +340,11 @@ class Sim:
                 self.on_ledger(row["id"], row["kind"], row["cause"] or "", row["detail"])
             if self.probes_typed or self.runs_from:
                 self.settled_runs()
-        if self.relaunching and not locks.is_held(ctx.agent_dir, locks.RECYCLE):
-            self.relaunching = False
-            self.checker.on_relaunch_done()
+        if self.ended is not None:
+            self.relaunchers.discard(self.ended)
+            self.ended = None
+            if not self.relaunchers and self.checker.relaunch_active:
+                self.checker.on_relaunch_done()
         signal = launches.signals_dir(ctx.agent_dir) / launches.RELAUNCHED
         if signal.exists():
             signal.unlink()
@@ -341,7 +358,8 @@ class Sim:
             d = {"cause": cause, "mode": detail.get("mode"), "old": self.label(detail.get("old_session")),
                  "new": self.label(detail.get("new_session")), "seq": seq, "fallback": fallback,
                  "at": float(detail.get("mono", self.world.t))}
-            self.relaunching = True
+            if self.slicer is not None:
+                self.relaunchers.add(self.slicer.name)
             if d["mode"] == "fresh":
                 # What Loom minted last, by its own ledger; the CLI's resumes are checked against it.
                 self.world.pinned_truth = detail.get("new_session")
@@ -436,6 +454,11 @@ class Sim:
             checker.after_step()
             report.after_step()
 
+        # Loom's own log lines (a count lost to the locked store, a loop's error) are the daemon's to
+        # write; in a run they would only interleave with the report.
+        quiet = logging.getLogger("loom")
+        before = quiet.propagate, quiet.handlers[:]
+        quiet.propagate, quiet.handlers = False, [logging.NullHandler()]
         try:
             with clock.use(self.clock):
                 self.start()
@@ -446,6 +469,7 @@ class Sim:
                 finally:
                     self.scheduler.stop()
         finally:
+            quiet.propagate, quiet.handlers = before
             if self.observer is not None:
                 self.observer.close()
             if self.tmp is not None:

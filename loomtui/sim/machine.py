@@ -138,7 +138,7 @@ class SimDriver:
         clock.sleep(STOP_TIME)  # the virtual clock: ending a tree takes its time
         if a is None or not a.alive:
             return []
-        if w.loaded() and w.rng.random() < 0.05:
+        if w.loaded() and w.rng.random() < 0.2:
             return [a.pid]  # it ignored SIGTERM and SIGKILL did not reach it in time
         w.stop_current()
         return []

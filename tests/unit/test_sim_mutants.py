@@ -235,6 +235,47 @@ def test_a_lost_poller_never_relaunched_is_caught(monkeypatch):
     assert_caught(result["run"], "poller_restored", profile="incident", days=8 / 24, seed=1)
 
 
+def first_caught(invariant: str, seeds: range, days: float = 1.0, config=None) -> dict:
+    """The first storm run of `seeds` that breaks an invariant; it must be `invariant`."""
+    from loomtui.sim import simulate
+
+    for seed in seeds:
+        run = simulate(seed, days, "storm", config)
+        if run["violation"] is not None:
+            assert_caught(run, invariant, profile="storm", days=days, seed=seed)
+            return run
+    raise AssertionError(f"the planted bug went unnoticed on storm seeds {seeds.start}..{seeds.stop - 1}")
+
+
+def tmux_gone_ignored(obs, mem, s, mono):
+    steps, mem = real_assess(obs, mem, s, mono)
+    return [st for st in steps if not (st.kind == "recover" and st.cause == "tmux_gone")], mem
+
+
+def test_a_vanished_tmux_never_relaunched_is_caught(monkeypatch):
+    # In trouble (the session gone with the agent), and neither a relaunch nor a word.
+    monkeypatch.setattr(watchdog_loop, "assess", tmux_gone_ignored)
+    first_caught("never_silent", range(1, 9))
+
+
+def test_launching_beside_an_agent_that_would_not_die_is_caught(monkeypatch):
+    # The world sometimes leaves a process that ignores SIGTERM and outlives SIGKILL's wait.
+    plant(monkeypatch, launch, "relaunch_locked", "if stubborn:", "if False:")
+    first_caught("one_agent", range(1, 13))
+
+
+def test_an_operators_relaunch_that_takes_no_lock_is_caught(monkeypatch):
+    # `loom recycle` that does not wait for the relaunch under way. A boot watch longer than usual
+    # (resume_check 120 s, boot_grace past it so no probe is typed meanwhile) widens the window.
+    from loomtui.sim.profiles import default_config
+
+    plant(monkeypatch, actions, "recover", "lock = locks.hold(ctx.agent_dir, locks.RECYCLE, timeout=wait)",
+          "lock = contextlib.nullcontext() if operator else locks.hold(ctx.agent_dir, locks.RECYCLE, timeout=wait)")
+    monkeypatch.setattr(actions, "contextlib", __import__("contextlib"), raising=False)
+    config = default_config({"agent": {"resume_check": "120s", "boot_grace": "200s", "poller_match": "telegram-poller"}})
+    first_caught("one_relaunch_at_a_time", range(1, 9), config=config)
+
+
 # Each invariant and the test above (or in test_sim.py) whose planted bug it catches.
 CAUGHT_BY = {
     "definitive_signal": test_recycling_on_one_miss_is_caught,
@@ -250,6 +291,9 @@ CAUGHT_BY = {
     "no_typing_into_a_booting_agent": test_a_probe_typed_before_the_agent_is_ready_is_caught,
     "foreign_poller_reaped": test_a_foreign_poller_never_scanned_for_is_caught,
     "poller_restored": test_a_lost_poller_never_relaunched_is_caught,
+    "never_silent": test_a_vanished_tmux_never_relaunched_is_caught,
+    "one_agent": test_launching_beside_an_agent_that_would_not_die_is_caught,
+    "one_relaunch_at_a_time": test_an_operators_relaunch_that_takes_no_lock_is_caught,
     # In test_sim.py: deadlines kept on the wall clock, under the clockjump profile's steps.
     "deaf_bound": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
     "backstop_not_early": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
