@@ -35,14 +35,16 @@ from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
 from loomtui.daemon import loops
 from loomtui.errors import LoomError
+from loomtui.sentinel import queue
+from loomtui.sentinel.queue_rules import Item
 from loomtui.sim import faults
 from loomtui.sim.actors import Jobs, Operator, QueueWorker
 from loomtui.sim.invariants import Checker, Violation
 from loomtui.sim.machine import SERVER_PID, SimDriver, SimProcesses, SimSignals, SimWatch
+from loomtui.sim.profiles import with_jobs
 from loomtui.sim.report import Collector
 from loomtui.sim.sample import matching
 from loomtui.sim.scheduler import Scheduler, SimClock
-from loomtui.sim.sentinel_mirror import Items, SentinelShell
 from loomtui.sim.world import BOOT, EPOCH, MODAL_SCREEN, PROMPT_SCREEN, Agent, Job, World
 from loomtui.store import locks, session
 from loomtui.store.db import Store
@@ -74,7 +76,7 @@ class Sim:
         self.scheduler.on_time = self._set_time
         self.scheduler.after_slice = self._after_slice
         self.clock = SimClock(self.scheduler, EPOCH, BOOT, lambda: self.world.wall_offset)
-        self.items = Items()
+        self.item_cache: dict[int, Item] = {}   # queue items as the store holds them, until it changes
         self.commands: dict[int, str] = {}
         self.labels: dict[str, str] = {}
         self.server_pid = SERVER_PID
@@ -90,7 +92,6 @@ class Sim:
         self.violation: Violation | None = None
         self.halt = threading.Event()
         self.threads: dict[str, Any] = {}
-        self.sentinel: SentinelShell | None = None
         self.tmp: Path | None = None
         self.ctx: Context | None = None
         self.observer: Store | None = None
@@ -129,7 +130,7 @@ class Sim:
     def event(self, kind: str, /, **detail: Any) -> None:
         self.trace.append((self.step, self.world.t, kind, detail))
         c = self.checker
-        if kind == "sentinel_failed":
+        if kind == "sentinel_failed" or (kind == "tick_failed" and detail.get("loop") == "sentinel"):
             c.on_sentinel_failed()
         elif kind == "queue_new":
             c.unresolved.add(detail["item"])
@@ -140,10 +141,15 @@ class Sim:
             c.unresolved.discard(detail["item"])
         self.report.on_event(kind, detail)
 
-    def notify(self, kind: str, /, **detail: Any) -> None:
-        """A message to the operator (the sentinel mirror's queue escalations)."""
-        self.checker.on_notice()
-        self.operator.told(kind, detail)
+    def item(self, item_id: int) -> Item | None:
+        """A queue item as the store holds it now (read again once another connection has written)."""
+        item = self.item_cache.get(item_id)
+        if item is None:
+            assert self.observer is not None
+            item = queue.get(self.observer, item_id)
+            if item is not None:
+                self.item_cache[item_id] = item
+        return item
 
     # -- Loom's threads -----------------------------------------------------------------------
 
@@ -196,11 +202,15 @@ class Sim:
             sched.sleep_until(sched.t + (soon if soon is not None else CANARY_PERIOD))
 
     def sentinel_thread(self, ctx: Context) -> None:
-        shell = self.sentinel = SentinelShell(self, ctx)
+        step = loops.sentinel_tick(ctx, self.halt)  # the daemon's own: sentinel.tick.sentinel_tick(ctx)
         interval = self.config.sentinel.interval
         sched = self.scheduler
         while True:
-            self.guarded("sentinel", shell.tick)
+            if self.world.store_locked():
+                # Another process holds the store past the busy timeout: the tick raises StoreUnavailable.
+                self.event("sentinel_failed", why="store locked")
+            else:
+                self.guarded("sentinel", step)
             sched.sleep_until(sched.t + interval)
 
     def wake(self, name: str, when: float | None = None) -> None:
@@ -247,14 +257,14 @@ class Sim:
 
     def typed_into(self, agent: Agent, text: str) -> None:
         self.checker.on_typed(text)
+        item = re.search(r"\[loom sentinel\] Queue item (\d+)", text)
         m = re.search(r"touch '?([^' ]+)'?", text)
-        if m:
+        if m and item is None:
             self.probes_typed += 1
             ack = self.world.ack_time(self.world.t)
             if ack is not None:
                 self.at(ack, self.acked, agent.pid, Path(m.group(1)))
             return
-        item = re.search(r"queue item (\d+)", text)
         if item:
             self.worker.nudged(int(item.group(1)))
 
@@ -297,6 +307,7 @@ class Sim:
         version = obs.conn.execute("PRAGMA data_version").fetchone()[0]
         if version != self.data_version:
             self.data_version = version
+            self.item_cache.clear()
             rows = obs.query("SELECT id, kind, cause, detail FROM ledger WHERE id > ? ORDER BY id", (self.ledger_seen,))
             for row in rows:
                 self.ledger_seen = row["id"]
@@ -338,8 +349,40 @@ class Sim:
             self.operator.told("alert", detail)
         elif kind == "foreign_poller_reaped":
             self.event(kind, pid=detail.get("pid"))
-        elif kind not in ("canary", "canary_sent", "queue_nudge"):  # the probe's result comes from its run
+        elif kind.startswith("queue_"):
+            self.on_queue_ledger(kind, detail)
+        elif kind not in ("canary", "canary_sent"):  # the probe's result comes from its run
             self.event(kind, **({"cause": cause} if cause else {}))
+
+    def on_queue_ledger(self, kind: str, detail: dict) -> None:
+        """What the sentinel (sentinel/tick.py, claims.py, the nudge's inject) wrote about the queue."""
+        c, item_id = self.checker, detail.get("item")
+        if kind == "queue_new":
+            self.event(kind, item=item_id, job=detail.get("job"))
+            c.unresolved.add(item_id)
+        elif kind == "queue_witness":
+            self.event(kind, item=item_id, job=detail.get("job"), run=detail.get("run"))
+            c.on_queue_witness(item_id, detail["run"])
+            c.unresolved.discard(item_id)
+        elif kind == "queue_escalate":
+            item = self.item(item_id)
+            state = item.state if item is not None else ""
+            self.event(kind, item=item_id, job=detail.get("job"), state=state)
+            c.on_queue_escalate(item_id, state)
+            assert self.observer is not None
+            # The operator hears of it when the outbox holds its message (the sender's part is not simulated).
+            if self.observer.query_one("SELECT id FROM outbox WHERE id = ?", (detail.get("outbox"),)) is not None:
+                c.on_notice()
+                self.operator.told("queue", {"item": item_id})
+        elif kind == "queue_nudge":
+            if detail.get("ok"):
+                self.event(kind, item=item_id, nudge=detail.get("nudge"))
+            else:
+                self.event("nudge_failed", item=item_id, why=detail.get("error", ""))
+        elif kind == "queue_claim":
+            self.event(kind, item=item_id, by=self.label(detail.get("session")) or "operator")
+        else:
+            self.event(kind, item=item_id, job=detail.get("job"))
 
     def settled_runs(self) -> None:
         obs = self.observer
@@ -389,6 +432,7 @@ class Sim:
         self.tmp = Path(tempfile.mkdtemp(prefix="loom-sim-"))
         state = self.tmp / "state"
         prepare_state_dir(state)
+        self.config = with_jobs(self.config, [(j.name, j.schedule) for j in self.world.jobs], self.tmp / "logs")
         self.driver = SimDriver(self)
         self.processes = SimProcesses(self)
         self.watch = SimWatch(self)
