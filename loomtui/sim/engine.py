@@ -3,15 +3,17 @@
 What runs is Loom's code, as `loom supervise` runs it: the watchdog's tick (`loops.watchdog_tick`,
 the real `Watchdog`), the canary loop (`CanaryLoop.tick`, its probes through `actions.canary_now`
 and the real probe), every relaunch through `actions.recover` and `launch.relaunch_locked`, holds,
-the ceiling's escalation, alerts and nudges through `actions`, against a real store (SQLite, the
+the ceiling's escalation, alerts and nudges through `actions`, the sentinel's tick
+(`loops.sentinel_tick`: the jobs' logs and runs into queue items, nudges and the backstop's
+message in the outbox) and claims through `actions.resolve`, against a real store (SQLite, the
 real schema) and real lock files in a temporary state directory made for the seed. Each loop is a
 simulated thread (scheduler.py): it runs until it waits on the virtual clock, so a relaunch holds
 recycle.lock through its boot watch while the canary loop finds it held, as on a machine. The ports
 a Context carries (machine.py) stand for tmux, the process table, signals and the acks watch; the
 clock is loomtui.clock's, installed for the run.
 
-The invariants read the world's truth (world.py) and what Loom wrote in its own ledger, never
-Loom's memory. Same seed, profile and config: the same run, to the byte.
+The invariants read the world's truth (world.py) and what Loom wrote in its own store (ledger,
+canary runs, queue items), never Loom's memory. Same seed, profile and config: the same run, to the byte.
 """
 
 from __future__ import annotations
