@@ -3,15 +3,17 @@
 What runs is Loom's code, as `loom supervise` runs it: the watchdog's tick (`loops.watchdog_tick`,
 the real `Watchdog`), the canary loop (`CanaryLoop.tick`, its probes through `actions.canary_now`
 and the real probe), every relaunch through `actions.recover` and `launch.relaunch_locked`, holds,
-the ceiling's escalation, alerts and nudges through `actions`, against a real store (SQLite, the
+the ceiling's escalation, alerts and nudges through `actions`, the sentinel's tick
+(`loops.sentinel_tick`: the jobs' logs and runs into queue items, nudges and the backstop's
+message in the outbox) and claims through `actions.resolve`, against a real store (SQLite, the
 real schema) and real lock files in a temporary state directory made for the seed. Each loop is a
 simulated thread (scheduler.py): it runs until it waits on the virtual clock, so a relaunch holds
 recycle.lock through its boot watch while the canary loop finds it held, as on a machine. The ports
 a Context carries (machine.py) stand for tmux, the process table, signals and the acks watch; the
 clock is loomtui.clock's, installed for the run.
 
-The invariants read the world's truth (world.py) and what Loom wrote in its own ledger, never
-Loom's memory. Same seed, profile and config: the same run, to the byte.
+The invariants read the world's truth (world.py) and what Loom wrote in its own store (ledger,
+canary runs, queue items), never Loom's memory. Same seed, profile and config: the same run, to the byte.
 """
 
 from __future__ import annotations
@@ -36,14 +38,16 @@ from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
 from loomtui.daemon import loops
 from loomtui.errors import LoomError
+from loomtui.sentinel import queue
+from loomtui.sentinel.queue_rules import Item
 from loomtui.sim import faults
 from loomtui.sim.actors import Jobs, Operator, QueueWorker
 from loomtui.sim.invariants import Checker, Violation
 from loomtui.sim.machine import SERVER_PID, SimDriver, SimProcesses, SimSignals, SimWatch
+from loomtui.sim.profiles import with_jobs
 from loomtui.sim.report import Collector
 from loomtui.sim.sample import matching
 from loomtui.sim.scheduler import Scheduler, SimClock
-from loomtui.sim.sentinel_mirror import Items, SentinelShell
 from loomtui.sim.world import BOOT, EPOCH, MODAL_SCREEN, PROMPT_SCREEN, Agent, Job, World
 from loomtui.store import session
 from loomtui.store.db import Store
@@ -53,6 +57,7 @@ TRACE = 40
 DAY = 86400.0
 BOOT_SCREEN = "Starting…"
 CANARY_PERIOD = loops.CANARY_PERIOD
+FAILED = object()  # what guarded() returns for a tick that raised
 
 
 class Sim:
@@ -75,7 +80,7 @@ class Sim:
         self.scheduler.on_time = self._set_time
         self.scheduler.after_slice = self._after_slice
         self.clock = SimClock(self.scheduler, EPOCH, BOOT, lambda: self.world.wall_offset)
-        self.items = Items()
+        self.item_cache: dict[int, Item] = {}   # queue items as the store holds them, until it changes
         self.commands: dict[int, str] = {}
         self.labels: dict[str, str] = {}
         self.server_pid = SERVER_PID
@@ -91,7 +96,6 @@ class Sim:
         self.violation: Violation | None = None
         self.halt = threading.Event()
         self.threads: dict[str, Any] = {}
-        self.sentinel: SentinelShell | None = None
         self.tmp: Path | None = None
         self.ctx: Context | None = None
         self.observer: Store | None = None
@@ -132,7 +136,7 @@ class Sim:
     def event(self, kind: str, /, **detail: Any) -> None:
         self.trace.append((self.step, self.world.t, kind, detail))
         c = self.checker
-        if kind == "sentinel_failed":
+        if kind == "sentinel_failed" or (kind == "tick_failed" and detail.get("loop") == "sentinel"):
             c.on_sentinel_failed()
         elif kind == "queue_new":
             c.unresolved.add(detail["item"])
@@ -143,10 +147,15 @@ class Sim:
             c.unresolved.discard(detail["item"])
         self.report.on_event(kind, detail)
 
-    def notify(self, kind: str, /, **detail: Any) -> None:
-        """A message to the operator (the sentinel mirror's queue escalations)."""
-        self.checker.on_notice()
-        self.operator.told(kind, detail)
+    def item(self, item_id: int) -> Item | None:
+        """A queue item as the store holds it now (read again once another connection has written)."""
+        item = self.item_cache.get(item_id)
+        if item is None:
+            assert self.observer is not None
+            item = queue.get(self.observer, item_id)
+            if item is not None:
+                self.item_cache[item_id] = item
+        return item
 
     # -- Loom's threads -----------------------------------------------------------------------
 
@@ -172,7 +181,7 @@ class Sim:
             return tick()
         except (LoomError, sqlite3.Error, OSError) as exc:
             self.event("tick_failed", loop=loop, error=f"{type(exc).__name__}: {exc}"[:200])
-            return None
+            return FAILED
         finally:
             self.done_relaunching()
 
@@ -208,11 +217,12 @@ class Sim:
             sched.sleep_until(sched.t + (soon if soon is not None else CANARY_PERIOD))
 
     def sentinel_thread(self, ctx: Context) -> None:
-        shell = self.sentinel = SentinelShell(self, ctx)
+        step = loops.sentinel_tick(ctx, self.halt)  # the daemon's own: sentinel.tick.sentinel_tick(ctx)
         interval = self.config.sentinel.interval
         sched = self.scheduler
         while True:
-            self.guarded("sentinel", shell.tick)
+            if self.guarded("sentinel", step) is FAILED:  # the store locked, say: a lost interval
+                self.event("sentinel_failed", why="the tick failed")
             sched.sleep_until(sched.t + interval)
 
     def wake(self, name: str, when: float | None = None) -> None:
@@ -270,14 +280,14 @@ class Sim:
 
     def typed_into(self, agent: Agent, text: str) -> None:
         self.checker.on_typed(text)
+        item = re.search(r"\[loom sentinel\] Queue item (\d+)", text)
         m = re.search(r"touch '?([^' ]+)'?", text)
-        if m:
+        if m and item is None:
             self.probes_typed += 1
             ack = self.world.ack_time(self.world.t)
             if ack is not None:
                 self.at(ack, self.acked, agent.pid, Path(m.group(1)))
             return
-        item = re.search(r"queue item (\d+)", text)
         if item:
             self.worker.nudged(int(item.group(1)))
 
@@ -334,6 +344,7 @@ class Sim:
         version = obs.conn.execute("PRAGMA data_version").fetchone()[0]
         if version != self.data_version:
             self.data_version = version
+            self.item_cache.clear()
             rows = obs.query("SELECT id, kind, cause, detail FROM ledger WHERE id > ? ORDER BY id", (self.ledger_seen,))
             for row in rows:
                 self.ledger_seen = row["id"]
@@ -379,8 +390,40 @@ class Sim:
             self.operator.told("alert", detail)
         elif kind == "foreign_poller_reaped":
             self.event(kind, pid=detail.get("pid"))
-        elif kind not in ("canary", "canary_sent", "queue_nudge"):  # the probe's result comes from its run
+        elif kind.startswith("queue_"):
+            self.on_queue_ledger(kind, detail)
+        elif kind not in ("canary", "canary_sent"):  # the probe's result comes from its run
             self.event(kind, **({"cause": cause} if cause else {}))
+
+    def on_queue_ledger(self, kind: str, detail: dict) -> None:
+        """What the sentinel (sentinel/tick.py, claims.py, the nudge's inject) wrote about the queue."""
+        c, item_id = self.checker, detail.get("item")
+        if kind == "queue_new":
+            self.event(kind, item=item_id, job=detail.get("job"))
+            c.unresolved.add(item_id)
+        elif kind == "queue_witness":
+            self.event(kind, item=item_id, job=detail.get("job"), run=detail.get("run"))
+            c.on_queue_witness(item_id, detail["run"])
+            c.unresolved.discard(item_id)
+        elif kind == "queue_escalate":
+            item = self.item(item_id)
+            state = item.state if item is not None else ""
+            self.event(kind, item=item_id, job=detail.get("job"), state=state)
+            c.on_queue_escalate(item_id, state)
+            assert self.observer is not None
+            # The operator hears of it when the outbox holds its message (the sender's part is not simulated).
+            if self.observer.query_one("SELECT id FROM outbox WHERE id = ?", (detail.get("outbox"),)) is not None:
+                c.on_notice()
+                self.operator.told("queue", {"item": item_id})
+        elif kind == "queue_nudge":
+            if detail.get("ok"):
+                self.event(kind, item=item_id, nudge=detail.get("nudge"))
+            else:
+                self.event("nudge_failed", item=item_id, why=detail.get("error", ""))
+        elif kind == "queue_claim":
+            self.event(kind, item=item_id, by=self.label(detail.get("session")) or "operator")
+        else:
+            self.event(kind, item=item_id, job=detail.get("job"))
 
     def settled_runs(self) -> None:
         obs = self.observer
@@ -430,6 +473,7 @@ class Sim:
         self.tmp = Path(tempfile.mkdtemp(prefix="loom-sim-"))
         state = self.tmp / "state"
         prepare_state_dir(state)
+        self.config = with_jobs(self.config, [(j.name, j.schedule) for j in self.world.jobs], self.tmp / "logs")
         self.driver = SimDriver(self)
         self.processes = SimProcesses(self)
         self.watch = SimWatch(self)

@@ -11,10 +11,12 @@ steps the wall clock only, and a deadline that followed it would be the bug, not
 
 from __future__ import annotations
 
+import datetime as dt
 from bisect import bisect_left
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from loomtui.sentinel import cron, schedule
 from loomtui.sim.world import STOP_TIME
 
 if TYPE_CHECKING:
@@ -196,7 +198,8 @@ class Checker:
                                                         f"({w.t - a.started:.1f}s after its launch)")
 
     def on_queue_witness(self, item_id: int, run_id: int) -> None:
-        item = self.sim.items.items[item_id]
+        item = self.sim.item(item_id)
+        assert item is not None
         run = self.sim.run_truth.get(run_id)
         if run is None or not run[1]:
             self.fail("witness_is_clean", f"item {item_id} witnessed by run {run_id}, which was not clean")
@@ -209,13 +212,23 @@ class Checker:
         if item.state == "open" and item.first_seen_mono is not None:
             return item.first_seen_mono, cfg.backstop
         if item.state == "claimed" and item.claimed_mono is not None:
-            return item.claimed_mono, max(cfg.backstop, self.sim.sentinel.witness_window(item) or 0.0)
+            return item.claimed_mono, max(cfg.backstop, self.witness_window(item) or 0.0)
         return None
+
+    def witness_window(self, item) -> float | None:
+        """How long a claim may wait for its witness: to the job's next run after the claim (its
+        schedule in the world), and the missed-run grace."""
+        job = next((j for j in self.sim.world.jobs if j.name == item.job), None)
+        if job is None or item.claimed_at is None:
+            return None
+        due = schedule.next_due(job.schedule, item.claimed_at, cron=cron.in_zone(dt.timezone.utc))
+        return due - item.claimed_at + self.sim.config.sentinel.missed_grace
 
     def on_queue_escalate(self, item_id: int, state: str) -> None:
         """The operator hears of an item no sooner than its backstop: a wall clock stepped forward
         must not bring every open item to the operator at once."""
-        item = self.sim.items.items[item_id]
+        item = self.sim.item(item_id)
+        assert item is not None
         span = self.backstop_window(replace(item, state=state))
         if span is not None and self.sim.world.t - span[0] < span[1] - 1e-6:
             self.fail("backstop_not_early", f"item {item_id} ({state}) reached the operator "
@@ -298,8 +311,8 @@ class Checker:
         sim, w = self.sim, self.sim.world
         cfg = sim.config.sentinel
         for item_id in sorted(self.unresolved):
-            item = sim.items.items[item_id]
-            if item.escalated_at is not None:
+            item = sim.item(item_id)
+            if item is None or item.escalated_at is not None:
                 continue
             span = self.backstop_window(item)
             if span is None:

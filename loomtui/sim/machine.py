@@ -224,7 +224,7 @@ class SimProcesses:
             return a.started
         if pid == self.sim.server_pid:
             return float(pid)
-        return None
+        return self.sim.jobs.running.get(pid)
 
     def alive_as(self, pid: int | None, started: float | None) -> bool:
         if not isinstance(pid, int):
@@ -236,6 +236,8 @@ class SimProcesses:
         return a is not None and (started is None or started == a.started)
 
     def alive_since(self, pid: int | None, started: float | None, wall_started: float) -> bool:
+        if isinstance(pid, int) and pid in self.sim.jobs.running:
+            return started is None or started == self.sim.jobs.running[pid]  # a job's run-job, still running
         return self.alive_as(pid, started)
 
 

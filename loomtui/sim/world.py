@@ -57,17 +57,6 @@ class Job:
 
 
 @dataclass
-class RunRecord:
-    """A finished job run as `loom run-job` records it, and whether it was truly clean."""
-
-    id: int
-    job: str
-    started: float   # wall
-    exit_code: int
-    failure_lines: int
-
-
-@dataclass
 class World:
     rng: random.Random
     poller_configured: bool
@@ -87,7 +76,6 @@ class World:
     ignore_queue_next: bool = False
     pinned_truth: str | None = None      # the session Loom minted last: what a resume may continue
     jobs: list[Job] = field(default_factory=list)
-    runs: list[RunRecord] = field(default_factory=list)
     impaired: list[tuple[float, float]] = field(default_factory=list)  # windows Loom could not see or write
     last_disturbance: float = -1e18      # last fault that makes probes late or lost (busy, modal, boot, load)
     ack_timeout: float = 180.0
@@ -95,7 +83,6 @@ class World:
     poller_lost_at: float | None = None
     pids: int = 1000                     # the agents' pids (above init and the kernel's own)
     sessions: int = 0
-    run_ids: int = 0
     wall_offset: float = 0.0             # how far the wall clock has been stepped (clock_forward/clock_back)
 
     # -- clocks -----------------------------------------------------------------------------

@@ -331,7 +331,9 @@ def test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults(monkeyp
         return real_decide(wall_only, cfg, timing.as_instant(now).wall, **kw)
 
     monkeypatch.setattr(canary_loop, "due_in", real_due_in)
-    monkeypatch.setattr(queue_rules, "decide", decide_by_wall)
+    from loomtui.sentinel import tick as sentinel_tick
+
+    monkeypatch.setattr(sentinel_tick, "decide", decide_by_wall)  # where the sentinel's tick calls it
     caught = [simulate(seed, 3, "clockjump")["violation"] for seed in (1, 2, 3)]
     assert all(v is not None and v["invariant"] in ("backstop_not_early", "queue_backstop") for v in caught)
     assert any(v["invariant"] == "backstop_not_early" for v in caught)

@@ -18,6 +18,7 @@ from loomtui.canary import loop as canary_loop
 from loomtui.canary import probe as _probe  # noqa: F401  (imported now: a lazy import under a mutant would keep it)
 from loomtui.canary import rules as canary_rules
 from loomtui.sentinel import queue_rules
+from loomtui.sentinel import tick as sentinel_tick
 from loomtui.sim.report import text
 from loomtui.sim.scenarios import SCENARIOS, run_scenario
 from loomtui.states import GONE, PRESENT, UNKNOWN
@@ -169,7 +170,7 @@ def test_a_queue_without_a_backstop_is_caught(monkeypatch):
     def never_escalates(item, cfg, now, **kwargs):
         return [a for a in real_queue_decide(item, cfg, now, **kwargs) if not isinstance(a, queue_rules.Escalate)]
 
-    monkeypatch.setattr(queue_rules, "decide", never_escalates)
+    monkeypatch.setattr(sentinel_tick, "decide", never_escalates)  # where the sentinel's tick calls it
     result = scenario("supervisor_blind_spot")
     assert_caught(result["run"], "queue_backstop", profile="incident", days=8 / 24, seed=1)
 
