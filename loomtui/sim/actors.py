@@ -153,6 +153,11 @@ class Jobs:
         job = next(j for j in w.jobs if j.name == name)
         obs = sim.observer
         assert obs is not None
+        if w.store_locked():
+            # `loom run-job` cannot record its start while another process holds the store: it runs
+            # once the store is free (its next schedule still counts from now).
+            sim.at(w.store_locked_until + 0.001, self.run, name)
+            return
         self.pids += 1
         pid, pid_started = self.pids, w.wall
         with obs.write() as db:
@@ -170,6 +175,9 @@ class Jobs:
         sim, w = self.sim, self.sim.world
         obs = sim.observer
         assert obs is not None
+        if w.store_locked():  # run-job retries its end record until the store takes it (jobrun._finish)
+            sim.at(w.store_locked_until + 0.001, self.finish, name, run_id, pid, bad)
+            return
         hit = self.failure_text() if bad else ""
         lines = [f"{hit}: {name} could not finish"] * FAILURE_LINES if hit else []
         code = 1 if bad else 0

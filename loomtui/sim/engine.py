@@ -481,7 +481,7 @@ class Sim:
                            signals=SimSignals(self), watch=self.watch, store_timeout=0.0)
         if self.ctx.agent_dir != state:
             prepare_agent_dir(self.ctx.agent_dir)
-        self.observer = Store.in_dir(state)
+        self.observer = Store.in_dir(state, timeout=0)  # never waits in real time for a lock
         cfg = self.config
         self.operator.recycle("operator_fresh")  # the operator starts the agent
         self.spawn("watchdog", self.watchdog_thread, when=cfg.watchdog.interval)
