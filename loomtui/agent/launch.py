@@ -11,7 +11,6 @@ actions module calls this, holding recycle.lock (actions.recover).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import uuid
@@ -23,6 +22,7 @@ from loomtui import clock
 from loomtui.agent import drivers, launches
 from loomtui.agent.commands import memory_index_path, render_command  # noqa: F401  (memory_index_path: re-exported)
 from loomtui.agent.launches import LAUNCH_KEY, record_processes, recorded_processes
+from loomtui.agent.records import LaunchRecord
 from loomtui.agent.policy import FRESH, RESUME
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.tmux import PaneInfo, TmuxError
@@ -101,8 +101,8 @@ def relaunch_locked(
             detail["evidence"] = evidence
         event = ledger.append_in(db, "relaunch", source=source, cause=cause, detail=detail, ts=now)
         outcome.events.append(event.id)
-        store.set_meta(store.agent_key(LAUNCH_KEY), json.dumps({"ts": now, "mono": at.mono, "boot": at.boot, "mode": mode,
-                                               "session_id": new, "cause": cause}), db)
+        store.set_meta(store.agent_key(LAUNCH_KEY),
+                       LaunchRecord(now, at.mono, at.boot, mode, new, cause).to_json(), db)
     try:
         # Nothing may be typed while the pane changes hands: a paste that landed in the new
         # agent without its Enter would be glued onto the next message (a fabricated message).

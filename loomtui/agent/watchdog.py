@@ -74,7 +74,7 @@ class Watchdog:
             poller=tree.poller if tree else UNKNOWN,
             poller_configured=bool(agent.poller_match),
             since_launch=since,
-            last_mode=launched.get("mode") if launched else None,
+            last_mode=launched.mode if launched else None,
             screen=screen,
             why=facts.why,
             socket_lost=socket_lost,
