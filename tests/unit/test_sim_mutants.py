@@ -213,7 +213,8 @@ def test_resuming_a_stranger_is_caught(monkeypatch):
 
 
 def test_a_probe_typed_before_the_agent_is_ready_is_caught(monkeypatch):
-    plant(monkeypatch, canary_loop.CanaryLoop, "_tick", "ready=launches.agent_ready(ctx, self.driver)", "ready=True")
+    plant(monkeypatch, canary_loop.CanaryLoop, "_facts", '"ready": lambda: launches.agent_ready(ctx, self.driver)',
+          '"ready": lambda: True')
     result = scenario("exit_zero_is_failure")
     assert_caught(result["run"], "no_typing_into_a_booting_agent", profile="incident", days=4 / 24, seed=1)
 
