@@ -1,9 +1,9 @@
-"""The modelled world the simulator's shell looks at and acts on: the agent, its pane and tmux
-server, the store, the scheduled jobs, on a virtual clock. It holds the truth (is the agent
-really deaf? is the poller really gone?) that the invariants judge Loom's decisions against;
-the shell sees only what an observation of it would show.
+"""The modelled world Loom's code looks at and acts on (through machine.py's ports): the agent,
+its pane and tmux server, the scheduled jobs, on a virtual clock. It holds the truth (is the agent
+really deaf? is the poller really gone?) that the invariants judge Loom's decisions against; Loom
+sees only what a look at it would show.
 
-Nothing here decides anything Loom decides: that is the rules modules' job, driven by shell.py.
+Nothing here decides anything Loom decides: that is Loom's own code, run by engine.py.
 """
 
 from __future__ import annotations
