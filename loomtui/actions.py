@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -119,7 +118,7 @@ def hold(ctx: Context, reason: str, duration: float | None, *, source: str,
 def release(ctx: Context, *, source: str, actor: Actor | None = None) -> holds.HoldChange:
     """End the hold in force, the operator's or the ceiling's; automatic recovery resumes."""
     who = actor or of_source(source)
-    at = time.time()
+    at = clock.wall()
     _unless_refused(ctx, "release", who, source=source, at=at)
     holds.expire(ctx, source=source, now=clock.now())
     ended = holds.release(ctx, source=source, how="release", now=at, actor=who)
@@ -193,7 +192,7 @@ def recycle(ctx: Context, mode: str, *, source: str, reason: str | None = None,
     if mode not in (policy.RESUME, policy.FRESH):
         raise ValueError(f"unknown relaunch mode {mode!r}: use resume or fresh")
     who = actor or of_source(source)
-    at = time.time()
+    at = clock.wall()
     _unless_refused(ctx, "recycle", who, source=source, at=at, reason=reason or "")
     _fired(ctx, "watchdog", source)
     result = recover(ctx, f"operator_{mode}", source=source, reason=reason, evidence=who.detail())
@@ -240,8 +239,8 @@ def reap_foreign(ctx: Context, pid: int, *, source: str,
     if admit(ctx, "reap", cause="foreign_poller", source=source) is not None:
         return f"foreign poller {pid} left alone: a hold is in force"
     _fired(ctx, "watchdog", source)
-    name = proctree.name(pid)
-    left = kill.end_processes([pid], grace=grace)
+    name = proctree.of(ctx).name(pid)
+    left = kill.of(ctx).end([pid], grace)
     ledger.append(ctx.store, "foreign_poller_reaped", source=source, detail={"pid": pid, "name": name, "ok": not left})
     return f"reaped foreign poller {pid}"
 
@@ -251,10 +250,10 @@ def repair_socket(ctx: Context, *, source: str) -> str:
     _fired(ctx, "watchdog", source)
     recorded = launches.recorded_processes(ctx) or {}
     pid = recorded.get("server_pid")
-    if not proctree.alive_as(pid, recorded.get("server_started")):
+    if not proctree.of(ctx).alive_as(pid, recorded.get("server_started")):
         return "repair_socket: the tmux server is no longer running"
     try:
-        kill.recreate_socket(int(pid))
+        kill.of(ctx).recreate_socket(int(pid))
     except OSError as exc:
         return f"repair_socket: {exc.strerror or exc}"
     ledger.append(ctx.store, "tmux_socket_repair", source=source, detail={"server_pid": pid})

@@ -7,7 +7,7 @@ store whose writes are filed under its name. The store itself is one, shared by 
 
 It also carries the ports to the machine around the agent: its driver (tmux and the pane), the
 process table, signals and a directory watch. None, as the daemon and every command leave them,
-means the real machine (`drivers.of`, `proctree.of`, `kill.of`, `probe`'s watchfiles); `loom sim`
+means the real machine (`drivers.of`, `proctree.of`, `kill.of`, `acks_watch.watch_of`); `loom sim`
 fills them with its simulated world, and every copy of a Context (`clone`, `for_agent`) keeps them.
 """
 
@@ -37,9 +37,13 @@ class Context:
     processes: Processes | None = field(default=None, repr=False)
     signals: Signals | None = field(default=None, repr=False)
     watch: DirWatch | None = field(default=None, repr=False)
+    # How long a write waits for a lock another connection holds (None: the store's BUSY_TIMEOUT).
+    # The simulator says 0: SQLite's busy wait sleeps in real time, which a virtual clock cannot.
+    store_timeout: float | None = field(default=None, repr=False)
 
     def _ports(self) -> dict:
-        return {"processes": self.processes, "signals": self.signals, "watch": self.watch}
+        return {"processes": self.processes, "signals": self.signals, "watch": self.watch,
+                "store_timeout": self.store_timeout}
 
     @property
     def agent(self) -> str:
@@ -85,7 +89,8 @@ class Context:
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = Store.in_dir(self.state_dir, agent=self.agent, agent_dir=self.agent_dir)
+            timeout = {} if self.store_timeout is None else {"timeout": self.store_timeout}
+            self._store = Store.in_dir(self.state_dir, agent=self.agent, agent_dir=self.agent_dir, **timeout)
         return self._store
 
     def clone(self) -> Context:

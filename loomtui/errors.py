@@ -38,3 +38,15 @@ class StoreUnavailable(StoreError, sqlite3.OperationalError):
 
 class LockHeld(LoomError):
     exit_code = 3
+
+
+class TmuxError(LoomError):
+    """tmux refused or failed a command (agent/tmux.py raises it; every driver may)."""
+
+
+class TmuxTimeout(TmuxError):
+    """tmux did not answer in time: ambiguous, never evidence that anything is gone."""
+
+
+class Ambiguous(Exception):
+    """The process walk could not see everything; no absence may be concluded from it."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loomtui.agent.drivers import make_driver
+from loomtui.agent import drivers
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.stream_driver import origin_of
 from loomtui.agent.tmux import TmuxError
@@ -59,7 +59,7 @@ def inject(
     if len(clean) > MAX_LENGTH:
         raise LoomError(f"text too long to inject: {len(clean)} characters (limit {MAX_LENGTH})")
     info = {"length": len(clean), "digest": digest(clean), **(detail or {})}
-    driver = driver or make_driver(ctx.config, ctx.agent_dir)
+    driver = driver or drivers.of(ctx)
     # The agent as it is now: if a relaunch replaces it while we wait for inject.lock, the text
     # is not typed into the new one (it was meant for this one, and that one may be booting).
     expect = driver.pane_pid()
@@ -99,7 +99,7 @@ def press(
     driver: AgentDriver | None = None,
 ) -> InjectResult:
     """Named keys (e.g. Enter to dismiss a dialog) through the same lock and ledger as text."""
-    driver = driver or make_driver(ctx.config, ctx.agent_dir)
+    driver = driver or drivers.of(ctx)
     expect = driver.pane_pid()
     error, event_id, _ = _typed(ctx, lambda: driver.send_keys(keys, expect), kind, source,
                                 {"keys": keys, **(detail or {})}, lock_timeout)

@@ -11,20 +11,18 @@ actions module calls this, holding recycle.lock (actions.recover).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import shlex
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loomtui import clock
-from loomtui.agent import launches
-from loomtui.agent.drivers import make_driver
+from loomtui.agent import drivers, launches
+from loomtui.agent.commands import memory_index_path, render_command  # noqa: F401  (memory_index_path: re-exported)
 from loomtui.agent.launches import LAUNCH_KEY, record_processes, recorded_processes
+from loomtui.agent.records import LaunchRecord
 from loomtui.agent.policy import FRESH, RESUME
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.tmux import PaneInfo, TmuxError
@@ -54,20 +52,6 @@ class Outcome:
         return f"relaunched {self.mode}{note}: session {self.session_id}"
 
 
-def memory_index_path(ctx: Context) -> Path:
-    return ctx.config.memory.dir / ctx.config.memory.index
-
-
-def render_command(ctx: Context, template: str, session_id: str) -> str:
-    # The session id is a uuid we minted or pinned; paths can hold anything, so they are quoted.
-    return template.format(
-        session_id=session_id,
-        memory_index=shlex.quote(str(memory_index_path(ctx))),
-        # The agent's own directory: `--add-dir {state_dir}/acks` is its acks dir (the state dir for main).
-        state_dir=shlex.quote(str(ctx.agent_dir)),
-    )
-
-
 def agent_env(ctx: Context, session_id: str) -> dict[str, str]:
     """What the agent needs to call back into Loom (`loom resolve`, the canary's ack dir): the
     shared state dir, and its name, so the `loom` commands it runs act as it."""
@@ -92,7 +76,7 @@ def relaunch_locked(
     if mode not in (RESUME, FRESH):
         raise LoomError(f"unknown relaunch mode {mode!r}: use resume or fresh")
     agent = ctx.config.agent
-    driver = driver or make_driver(ctx.config, ctx.agent_dir)
+    driver = driver or drivers.of(ctx)
     store = ctx.store
     old = session.pinned(store)
     if mode == RESUME and old is None:
@@ -117,8 +101,8 @@ def relaunch_locked(
             detail["evidence"] = evidence
         event = ledger.append_in(db, "relaunch", source=source, cause=cause, detail=detail, ts=now)
         outcome.events.append(event.id)
-        store.set_meta(store.agent_key(LAUNCH_KEY), json.dumps({"ts": now, "mono": at.mono, "boot": at.boot, "mode": mode,
-                                               "session_id": new, "cause": cause}), db)
+        store.set_meta(store.agent_key(LAUNCH_KEY),
+                       LaunchRecord(now, at.mono, at.boot, mode, new, cause).to_json(), db)
     try:
         # Nothing may be typed while the pane changes hands: a paste that landed in the new
         # agent without its Enter would be glued onto the next message (a fabricated message).
@@ -234,9 +218,9 @@ def _watch_stream_boot(ctx: Context, driver: AgentDriver, launched: PaneInfo, se
     (why it failed, its last screen, exit status), or None."""
     agent = ctx.config.agent
     since = _SinceLaunch(ctx.agent_dir, mark)
-    start = time.monotonic()
+    start = clock.monotonic()
     while True:
-        elapsed = time.monotonic() - start
+        elapsed = clock.monotonic() - start
         try:
             info = driver.pane_info()
         except TmuxError:
@@ -268,7 +252,7 @@ def _watch_stream_boot(ctx: Context, driver: AgentDriver, launched: PaneInfo, se
             except TmuxError:
                 screen = ""
             return why, screen, status
-        time.sleep(0.1)
+        clock.sleep(0.1)
 
 
 def _watch_boot(ctx: Context, driver: AgentDriver, pane_id: str, session_id: str,
@@ -280,8 +264,8 @@ def _watch_boot(ctx: Context, driver: AgentDriver, pane_id: str, session_id: str
     past that, so there is nothing left to wait for (and the canary can witness it at once).
     """
     ready_match = ctx.config.agent.ready_match
-    deadline = time.monotonic() + ctx.config.agent.resume_check
-    while time.monotonic() < deadline:
+    deadline = clock.monotonic() + ctx.config.agent.resume_check
+    while clock.monotonic() < deadline:
         try:
             info = driver.pane_info()
         except TmuxError:
@@ -301,5 +285,5 @@ def _watch_boot(ctx: Context, driver: AgentDriver, pane_id: str, session_id: str
             if launches.looks_ready(ctx, screen):
                 launches.mark_ready(ctx, session_id, launched_ts)
                 return None
-        time.sleep(0.05)
+        clock.sleep(0.05)
     return None

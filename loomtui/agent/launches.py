@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from loomtui import clock
-from loomtui.agent import proctree
+from loomtui.agent import lifecycle, proctree
+from loomtui.agent.records import LaunchRecord
 from loomtui.timing import Instant, age
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.tmux import TmuxError
@@ -35,9 +36,9 @@ PANE_DIED = "pane-died"    # written by tmux itself (save-buffer of a fixed buff
 RELAUNCHED = "relaunched"  # written by actions.recover once the new agent may be probed
 
 
-def last_launch(ctx: Context) -> dict[str, Any] | None:
+def last_launch(ctx: Context) -> LaunchRecord | None:
     raw = ctx.store.get_meta(ctx.store.agent_key(LAUNCH_KEY))
-    return json.loads(raw) if raw else None
+    return LaunchRecord.from_json(raw) if raw else None
 
 
 def recorded_processes(ctx: Context) -> dict[str, Any] | None:
@@ -53,8 +54,8 @@ def record_processes(ctx: Context, driver: AgentDriver, pane_pid: int) -> None:
     except TmuxError:
         server = None
     ctx.store.set_meta(ctx.store.agent_key(PROCS_KEY), json.dumps({
-        "pane_pid": pane_pid, "pane_started": proctree.start_time(pane_pid),
-        "server_pid": server, "server_started": proctree.start_time(server) if server else None,
+        "pane_pid": pane_pid, "pane_started": proctree.of(ctx).start_time(pane_pid),
+        "server_pid": server, "server_started": proctree.of(ctx).start_time(server) if server else None,
     }))
 
 
@@ -73,18 +74,17 @@ def since_launch(ctx: Context, at: Instant | None = None) -> float | None:
     return launch_age(last_launch(ctx), at)
 
 
-def launch_age(launched: dict[str, Any] | None, at: Instant | None = None) -> float | None:
+def launch_age(launched: LaunchRecord | None, at: Instant | None = None) -> float | None:
     """Seconds since `launched` (a record from `last_launch`), or None when there was none."""
-    if not launched:
+    if launched is None:
         return None
-    return age(clock.instant_from(launched, float(launched["ts"])), at or clock.now())
+    return age(launched.at, at or clock.now())
 
 
 def in_boot_grace(ctx: Context, at: Instant | None = None) -> bool:
-    """Booting: launched less than `boot_grace` ago and not yet seen ready (`agent.ready_match`)."""
-    launched = last_launch(ctx)
-    elapsed = launch_age(launched, at)
-    return elapsed is not None and elapsed < ctx.config.agent.boot_grace and not (launched or {}).get("ready")
+    """Booting: launched less than `boot_grace` ago and not yet seen ready (`agent.ready_match`),
+    as the lifecycle's one rule says (lifecycle.booting)."""
+    return lifecycle.booting(last_launch(ctx), ctx.config.agent.boot_grace, at or clock.now())
 
 
 def looks_ready(ctx: Context, screen: str) -> bool:
@@ -100,11 +100,10 @@ def mark_ready(ctx: Context, session_id: str, launched_ts: float, at: Instant | 
     at = at or clock.now()
     with ctx.store.write() as db:
         launched = last_launch(ctx)
-        if not launched or launched.get("ts") != launched_ts or launched.get("session_id") != session_id:
+        if launched is None or launched.ts != launched_ts or launched.session_id != session_id:
             return False
-        if not launched.get("ready"):
-            launched["ready"] = {"ts": at.wall, "mono": at.mono, "boot": at.boot}
-            ctx.store.set_meta(ctx.store.agent_key(LAUNCH_KEY), json.dumps(launched), db)
+        if not launched.seen_ready:
+            ctx.store.set_meta(ctx.store.agent_key(LAUNCH_KEY), launched.readied(at).to_json(), db)
     return True
 
 
@@ -112,13 +111,9 @@ def agent_ready(ctx: Context, driver: AgentDriver) -> bool:
     """Ready for a probe: seen ready before, past its boot grace, or showing `ready_match` now
     (then recorded). One capture of the visible screen at most, and only while booting."""
     launched = last_launch(ctx)
-    if not launched:
-        return True
-    if launched.get("ready"):
-        return True
-    elapsed = launch_age(launched)
-    if elapsed is None or elapsed >= ctx.config.agent.boot_grace:
-        return True
+    if not lifecycle.booting(launched, ctx.config.agent.boot_grace, clock.now()):
+        return True  # never launched, seen ready before, or past its boot grace
+    assert launched is not None
     if driver.owns_turns:  # a pump that is up never loses a line: no screen to wait for
         return _pump_ready(ctx, driver, launched)
     if not ctx.config.agent.ready_match:
@@ -132,11 +127,11 @@ def agent_ready(ctx: Context, driver: AgentDriver) -> bool:
         return False
     if not looks_ready(ctx, screen):
         return False
-    mark_ready(ctx, launched.get("session_id", ""), launched["ts"])
+    mark_ready(ctx, launched.session_id, launched.ts)
     return True
 
 
-def _pump_ready(ctx: Context, driver: AgentDriver, launched: dict[str, Any]) -> bool:
+def _pump_ready(ctx: Context, driver: AgentDriver, launched: LaunchRecord) -> bool:
     """Stream-json: the pane's own pump is up and its CLI has not exited. A line handed to it
     then is never lost (written to the CLI's stdin, or queued behind a turn), so a probe may go."""
     try:
@@ -149,7 +144,7 @@ def _pump_ready(ctx: Context, driver: AgentDriver, launched: dict[str, Any]) -> 
     facts = read_facts(ctx.agent_dir, info.pane_pid)
     if facts is None or not facts.current or facts.cli_exit is not None:
         return False
-    mark_ready(ctx, launched.get("session_id", ""), launched["ts"])
+    mark_ready(ctx, launched.session_id, launched.ts)
     return True
 
 

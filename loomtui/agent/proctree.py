@@ -21,6 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from loomtui.errors import Ambiguous  # noqa: F401  (re-exported: callers say proctree.Ambiguous)
 from loomtui.sentinel.logscan import pattern_needles
 from loomtui.states import MISSING, PRESENT, UNKNOWN  # noqa: F401  (re-exported)
 
@@ -29,10 +30,6 @@ if TYPE_CHECKING:
 
 _PROC = "/proc"
 _HAVE_CHILDREN_FILES = sys.platform.startswith("linux") and os.path.exists(f"/proc/{os.getpid()}/task")
-
-
-class Ambiguous(Exception):
-    """The walk could not see everything; no absence may be concluded from it."""
 
 
 def _children_linux(pid: int) -> list[int]:
@@ -407,6 +404,9 @@ class MachineProcesses:
 
     def alive_as(self, pid: int | None, started: float | None) -> bool:
         return alive_as(pid, started)
+
+    def alive_since(self, pid: int | None, started: float | None, wall_started: float) -> bool:
+        return alive_since(pid, started, wall_started)
 
 
 MACHINE = MachineProcesses()

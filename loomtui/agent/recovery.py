@@ -74,12 +74,11 @@ def canary_recycled(ctx: Context, pinned: str | None) -> frozenset[str]:
     return frozenset({pinned}) if row else frozenset()
 
 
-def held(ctx: Context, now: Instant | float | None = None) -> dict | None:
-    """The hold in force (its stored record: by, reason, until, ...), or None. A timed hold past
+def held(ctx: Context, now: Instant | float | None = None) -> Hold | None:
+    """The hold in force (by, reason, until, ...), or None. A timed hold past
     its end reads as no hold even before a loop records that it expired (by the monotonic clock
     when `now` is an Instant, as by default)."""
-    hold = holds.current(ctx, clock.now() if now is None else now)
-    return hold.record() if hold is not None else None
+    return holds.current(ctx, clock.now() if now is None else now)
 
 
 def clear_hold(ctx: Context, *, source: str, cause: str, at: Instant) -> bool:

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loomtui.errors import LoomError
+from loomtui.errors import LoomError, TmuxError, TmuxTimeout  # noqa: F401  (TmuxError, TmuxTimeout: defined beside LoomError, raised here)
 
 DEFAULT_TIMEOUT = 5.0
 EXIT_BUFFER = "loom-pane-died"
@@ -88,16 +88,8 @@ _MANAGER_ENV = frozenset({"INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID",
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-class TmuxError(LoomError):
-    pass
-
-
 class TmuxNotFound(TmuxError):
     pass
-
-
-class TmuxTimeout(TmuxError):
-    """tmux did not answer in time: ambiguous, never evidence that anything is gone."""
 
 
 class TmuxGone(TmuxError):

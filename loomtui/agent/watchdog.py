@@ -10,15 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loomtui import actions, clock
-from loomtui.agent import holds, launches, proctree
+from loomtui.agent import drivers, holds, launches, proctree
 from loomtui.agent.driver import GONE, UP
-from loomtui.agent.drivers import make_driver
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.proctree import MISSING, PRESENT, UNKNOWN
 from loomtui.agent.tmux import TmuxError
@@ -40,7 +38,7 @@ class WatchdogReport:
 class Watchdog:
     def __init__(self, ctx: Context, driver: AgentDriver | None = None) -> None:
         self.ctx = ctx
-        self.driver = driver or make_driver(ctx.config, ctx.agent_dir)
+        self.driver = driver or drivers.of(ctx)
         self.settings = settings_from(ctx.config, has_dialogs=self.driver.has_dialogs)
         self.memory = Looks()
         self.last_foreign_scan: float | None = None
@@ -76,7 +74,7 @@ class Watchdog:
             poller=tree.poller if tree else UNKNOWN,
             poller_configured=bool(agent.poller_match),
             since_launch=since,
-            last_mode=launched.get("mode") if launched else None,
+            last_mode=launched.mode if launched else None,
             screen=screen,
             why=facts.why,
             socket_lost=socket_lost,
@@ -99,7 +97,7 @@ class Watchdog:
         # A timed hold ends by itself: recorded here even when nothing asks to act meanwhile.
         holds.expire(self.ctx, source="watchdog", now=clock.now())  # a timed hold ends by the monotonic clock
         obs, facts = self.observe()
-        steps, self.memory = assess(obs, self.memory, self.settings, time.monotonic())
+        steps, self.memory = assess(obs, self.memory, self.settings, clock.monotonic())
         report = WatchdogReport(obs, steps)
         for step in steps:
             report.results.append(self.act(step, obs, facts))
@@ -134,14 +132,15 @@ class Watchdog:
                 evidence["signal"] = obs.dead_signal
         pane_pid = facts.pane.pane_pid if getattr(facts, "pane", None) else None  # type: ignore[attr-defined]
         outcome = actions.recover(self.ctx, step.cause, source="watchdog", evidence=evidence,
-                                  still_failing=lambda: self.still_failing(step.cause, pane_pid))
+                                  still_failing=lambda: self.still_failing(step.cause, pane_pid),
+                                  driver=self.driver)
         return f"{step.cause}: {outcome.describe()}"
 
     def socket_lost(self) -> bool:
         """Our tmux server runs but does not answer on its socket (a /tmp cleaner deleted it).
         A server that answers, but has no agent session, is a plain "gone"."""
         recorded = launches.recorded_processes(self.ctx) or {}
-        if not proctree.alive_as(recorded.get("server_pid"), recorded.get("server_started")):
+        if not proctree.of(self.ctx).alive_as(recorded.get("server_pid"), recorded.get("server_started")):
             return False
         try:
             return not self.driver.server_running()
@@ -173,7 +172,7 @@ class Watchdog:
             return info.pane_pid == pane_pid
         if info.dead:
             return False
-        tree = proctree.inspect(info.pane_pid, self.ctx.config.agent.process_match,
+        tree = proctree.of(self.ctx).inspect(info.pane_pid, self.ctx.config.agent.process_match,
                                 self.ctx.config.agent.poller_match)
         if cause == "exit":
             return tree.agent == MISSING
@@ -186,7 +185,7 @@ class Watchdog:
     def due_foreign_scan(self) -> bool:
         if not self.ctx.config.agent.poller_match:
             return False
-        now = time.monotonic()
+        now = clock.monotonic()
         if self.last_foreign_scan is not None and now - self.last_foreign_scan < self.ctx.config.watchdog.foreign_scan:
             return False
         self.last_foreign_scan = now
@@ -200,11 +199,11 @@ class Watchdog:
         if pane_pid is None or launches.relaunch_under_way(self.ctx):
             return []
         try:
-            ours = set(proctree.walk(pane_pid)[0])
+            ours = set(proctree.of(self.ctx).walk(pane_pid)[0])
         except proctree.Ambiguous:
             return []
         results = []
-        for pid, _line in proctree.foreign_pollers(self.ctx.config.agent.poller_match, ours):
+        for pid, _line in proctree.of(self.ctx).foreign_pollers(self.ctx.config.agent.poller_match, ours):
             result = actions.reap_foreign(self.ctx, pid, source="watchdog",
                                           still_foreign=lambda pid=pid: self._confirm_foreign(pid))
             if result is not None:
@@ -225,8 +224,8 @@ class Watchdog:
         if pane_pid is None:
             return False
         try:
-            line = proctree.cmdline(pid)
-            ancestors = proctree.ancestors(pid)
+            line = proctree.of(self.ctx).cmdline(pid)
+            ancestors = proctree.of(self.ctx).ancestors(pid)
         except proctree.Ambiguous:
             return False
         if not re.search(self.ctx.config.agent.poller_match, line):

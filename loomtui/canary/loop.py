@@ -9,13 +9,14 @@ from __future__ import annotations
 import secrets
 import sqlite3
 import threading
-import time
+from collections.abc import Callable
+from dataclasses import replace
 
 from loomtui import actions, clock
-from loomtui.agent import launches, recovery
-from loomtui.agent.drivers import make_driver
+from loomtui.agent import drivers, launches, recovery
 from loomtui.agent.ports import AgentDriver
-from loomtui.canary.rules import due_in, should_recycle, witness_due
+from loomtui.canary.rules import ASK, PROBE, RECOVER, WITNESS, CanaryFacts, ProbeRun, due_in, next_step, \
+    should_recycle, witness_due
 from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
 from loomtui.context import Context
 from loomtui.store import locks
@@ -27,7 +28,7 @@ class CanaryLoop:
     def __init__(self, ctx: Context, stop: threading.Event | None = None, driver: AgentDriver | None = None) -> None:
         self.ctx = ctx
         self.stop = stop or threading.Event()
-        self.driver = driver or make_driver(ctx.config, ctx.agent_dir)
+        self.driver = driver or drivers.of(ctx)
         self.unrecorded_error = ""
         # Seconds until this loop has something to look at that no doorbell will announce (a probe
         # coming due, a witness waiting for the agent to be ready); None: nothing before its period.
@@ -40,7 +41,7 @@ class CanaryLoop:
         self.next_look = None
         try:
             if self.unrecorded_error:
-                now = time.time()
+                now = clock.wall()
                 insert_run(self.ctx, secrets.token_hex(12), "canary", ERROR, now, now, self.unrecorded_error)
                 self.unrecorded_error = ""
             return self._tick()
@@ -59,35 +60,40 @@ class CanaryLoop:
     def _tick(self) -> str:
         ctx, cfg = self.ctx, self.ctx.config.canary
         settle_stale(ctx)
-        if self.misses_mean_deaf():
+        # The order of the questions is canary.rules.next_step's; this loop gathers the facts it
+        # asks for, one at a time (some cost a tmux capture), and acts on its answer.
+        facts, gather = CanaryFacts(self.waiting), self._facts()
+        while (step := next_step(facts)).kind == ASK:
+            facts = replace(facts, **{step.fact: gather[step.fact]()})
+        self.next_look = step.after
+        if step.kind == RECOVER:
             outcome = actions.recover(ctx, "canary_failed", source="canary",
                                       still_failing=self.misses_mean_deaf,
-                                      evidence={"misses": cfg.misses_to_recycle})
+                                      evidence={"misses": cfg.misses_to_recycle}, driver=self.driver)
             return f"canary_failed: {outcome.describe()}"
-        if recovery.held(ctx) is not None:
-            return ""
-        runs = recent_runs(ctx)
-        seq = launch_seq(ctx)
-        if witness_due(runs, seq, ready=True):
-            # The last relaunch is still a claim: probe it the moment the agent is ready.
-            self.next_look = self.waiting
-            if locks.is_held(ctx.agent_dir, locks.RECYCLE):
-                return ""
-            if not witness_due(runs, seq, ready=launches.agent_ready(ctx, self.driver)):
-                return ""
-            return self._probe(f"witnessing relaunch {seq}: ")
-        # On the monotonic clock from the last send (within a boot): a wall clock stepped back a day
-        # must not leave the agent unprobed, and a deafness undetected, for that day.
-        due = due_in(runs[-1] if runs else None, clock.now(), cfg.interval, cfg.ack_timeout)
-        if due > 0:
-            self.next_look = due
-            return ""
-        self.next_look = self.waiting
-        if launches.relaunch_under_way(ctx):
-            return ""  # typed into a booting or replaced agent, a probe proves nothing
-        if ctx.store.query_one("SELECT 1 FROM canary_runs WHERE agent = ? AND result = ?", (ctx.agent, PENDING)):
-            return ""
-        return self._probe("")
+        if step.kind == WITNESS:
+            return self._probe(f"witnessing relaunch {gather.seq()}: ")
+        if step.kind == PROBE:
+            return self._probe("")
+        return ""
+
+    def _facts(self) -> _Facts:
+        ctx, cfg = self.ctx, self.ctx.config.canary
+        gather = _Facts(ctx)
+        gather.update({
+            "misses_mean_deaf": self.misses_mean_deaf,
+            "held": lambda: recovery.held(ctx) is not None,
+            "witness_due": lambda: witness_due(gather.runs(), gather.seq(), ready=True),
+            "recycle_locked": lambda: locks.is_held(ctx.agent_dir, locks.RECYCLE),
+            "ready": lambda: launches.agent_ready(ctx, self.driver),
+            # On the monotonic clock from the last send (within a boot): a wall clock stepped back a
+            # day must not leave the agent unprobed, and a deafness undetected, for that day.
+            "due_in": lambda: due_in(gather.last_run(), clock.now(), cfg.interval, cfg.ack_timeout),
+            "under_way": lambda: launches.relaunch_under_way(ctx),
+            "pending": lambda: ctx.store.query_one("SELECT 1 FROM canary_runs WHERE agent = ? AND result = ?",
+                                                   (ctx.agent, PENDING)) is not None,
+        })
+        return gather
 
     def _probe(self, label: str) -> str:
         ctx, cfg = self.ctx, self.ctx.config.canary
@@ -97,7 +103,32 @@ class CanaryLoop:
         if result.result == MISS and self.misses_mean_deaf():
             outcome = actions.recover(ctx, "canary_failed", source="canary",
                                       still_failing=self.misses_mean_deaf,
-                                      evidence={"misses": cfg.misses_to_recycle})
+                                      evidence={"misses": cfg.misses_to_recycle}, driver=self.driver)
             return f"{label}{result.describe()}; canary_failed: {outcome.describe()}"
         sweep_acks(ctx)
         return label + result.describe()
+
+
+class _Facts(dict[str, Callable[[], object]]):
+    """How to gather each of the rule's facts this tick; the runs and the launch they count for
+    are read once, when a fact first needs them (as the tick always read them)."""
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self._runs: list[ProbeRun] | None = None
+        self._seq: int | None = None
+
+    def runs(self) -> list[ProbeRun]:
+        if self._runs is None:
+            self._runs = recent_runs(self.ctx)
+        return self._runs
+
+    def seq(self) -> int:
+        if self._seq is None:
+            self._seq = launch_seq(self.ctx)
+        return self._seq
+
+    def last_run(self) -> ProbeRun | None:
+        runs = self.runs()
+        return runs[-1] if runs else None

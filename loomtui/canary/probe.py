@@ -11,14 +11,12 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import watchfiles
-
 from loomtui import clock
 from loomtui.agent.drivers import driver_class
+from loomtui.canary.acks_watch import watch_of
 from loomtui.canary.runs import (
     CANARY_LOCK,
     ERROR,
@@ -70,7 +68,7 @@ def probe(ctx: Context, send: Send, *, source: str, join: bool = True,
 def _send(ctx: Context, send: Send, source: str, ack_timeout: float) -> Probe:
     """Record a pending probe and type it; the caller holds canary.lock."""
     nonce = secrets.token_hex(12)
-    sent_at = time.time()
+    sent_at = clock.wall()
     deadline = sent_at + ack_timeout
     if locks.is_held(ctx.agent_dir, locks.RECYCLE):
         why = "a relaunch is under way"
@@ -109,8 +107,7 @@ def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe
     if outcome is None and clock.monotonic() < end:
         watch_stop = threading.Event()
         try:
-            for _ in watchfiles.watch(ctx.acks_dir, stop_event=watch_stop, rust_timeout=250,
-                                      yield_on_timeout=True, debounce=20, step=10, raise_interrupt=False):
+            for _ in watch_of(ctx).changes(ctx.acks_dir, watch_stop, end):
                 outcome = look()
                 if outcome is not None or clock.monotonic() >= end or (stop is not None and stop.is_set()):
                     break
@@ -129,7 +126,7 @@ def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe
         # Late or not is measured on the monotonic clock: the deadline as the wall clock reads it
         # now (the ack's mtime was written moments ago by the same wall clock), so a step of the
         # wall clock since the send turns no timely ack into a miss, nor a late one into an ack.
-        deadline = time.time() + (end - clock.monotonic())
+        deadline = clock.wall() + (end - clock.monotonic())
         if result == OK and ack_at is not None and ack_at > deadline:
             result, why = MISS, f"acked {ack_at - deadline:.1f}s after the deadline"
         settle_run(ctx, run.id, result, ack_at=ack_at if result == OK else None, why=why)

@@ -83,3 +83,74 @@ def witness_due(runs: list[ProbeRun], launch_seq: int, ready: bool) -> bool:
     if launch_seq <= 0 or not ready:
         return False
     return not any(run.launch_seq == launch_seq and run.result != SKIPPED for run in runs)
+
+
+# -- the canary loop's order, as one rule ------------------------------------------------------
+#
+# Each tick asks, in this order: do the misses mean deaf (recover)? is a hold in force (nothing)?
+# is a relaunch waiting for its witness (probe it once recycle.lock is free and the agent is ready)?
+# is the next probe not yet due (wait that long)? is a relaunch under way, or a probe of another
+# process pending (look again soon)? else probe. A fact is gathered only when the rule asks for it
+# (ASK): some cost a tmux capture (whether a booting agent is ready), and the loop took none of
+# them before an earlier answer decided.
+
+RECOVER, WAIT, PROBE, WITNESS, ASK = "recover", "wait", "probe", "witness", "ask"
+FACTS = ("misses_mean_deaf", "held", "witness_due", "recycle_locked", "ready", "due_in", "under_way", "pending")
+
+
+@dataclass(frozen=True)
+class CanaryFacts:
+    """What the canary loop knows this tick; None: not gathered yet."""
+
+    waiting: float                        # how soon to look again while something is pending
+    misses_mean_deaf: bool | None = None  # should_recycle over this launch's runs
+    held: bool | None = None              # a hold is in force
+    witness_due: bool | None = None       # the last relaunch has had no probe yet (were the agent ready)
+    recycle_locked: bool | None = None    # a relaunch holds recycle.lock
+    ready: bool | None = None             # the agent may be probed (launches.agent_ready)
+    due_in: float | None = None           # seconds until the next scheduled probe
+    under_way: bool | None = None         # a relaunch holds recycle.lock or the agent is booting
+    pending: bool | None = None           # a probe (of this or another process) awaits its ack
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the tick does: recover, wait, probe, probe as the relaunch's witness, or gather
+    `fact` first (ASK). `after`: seconds until the loop's next look (None: its period, or a doorbell)."""
+
+    kind: str
+    after: float | None = None
+    fact: str = ""
+
+
+def next_step(f: CanaryFacts) -> Step:
+    if f.misses_mean_deaf is None:
+        return Step(ASK, fact="misses_mean_deaf")
+    if f.misses_mean_deaf:
+        return Step(RECOVER)
+    if f.held is None:
+        return Step(ASK, fact="held")
+    if f.held:
+        return Step(WAIT)
+    if f.witness_due is None:
+        return Step(ASK, fact="witness_due")
+    if f.witness_due:
+        # The last relaunch is still a claim: probe it the moment the agent is ready.
+        if f.recycle_locked is None:
+            return Step(ASK, fact="recycle_locked")
+        if f.recycle_locked:
+            return Step(WAIT, f.waiting)
+        if f.ready is None:
+            return Step(ASK, fact="ready")
+        return Step(WITNESS if f.ready else WAIT, f.waiting)
+    if f.due_in is None:
+        return Step(ASK, fact="due_in")
+    if f.due_in > 0:
+        return Step(WAIT, f.due_in)
+    if f.under_way is None:
+        return Step(ASK, fact="under_way")
+    if f.under_way:
+        return Step(WAIT, f.waiting)  # typed into a booting or replaced agent, a probe proves nothing
+    if f.pending is None:
+        return Step(ASK, fact="pending")
+    return Step(WAIT if f.pending else PROBE, f.waiting)

@@ -18,7 +18,6 @@ import json
 import os
 import shlex
 import sqlite3
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,7 +197,7 @@ def settle_stale(ctx: Context, now: Instant | float | None = None) -> int:
 
 
 def sweep_acks(ctx: Context, now: float | None = None) -> None:
-    now = time.time() if now is None else now
+    now = clock.wall() if now is None else now
     try:
         entries = list(os.scandir(ctx.acks_dir))
     except OSError:

@@ -82,7 +82,7 @@ def run_all(args: argparse.Namespace, statuses: list) -> int:
 def _hold_line(status) -> str:
     from loomtui.agent import hold_rules
 
-    hold = hold_rules.Hold.from_record(status.hold)
+    hold = status.hold
     act = "loom release, or loom recycle" if hold.by == "ceiling" else "loom release"
     # The reason is anyone's words (CLI, console, Telegram): one line, nothing a terminal obeys.
     return printable(f"{hold_rules.describe(hold, status.moment)}; Loom's own hands wait ({act})")

@@ -13,8 +13,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from loomtui.agent import launches, proctree
-from loomtui.agent.drivers import make_driver
+from loomtui import clock
+from loomtui.agent import drivers, launches, proctree
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.tmux import TmuxError
 from loomtui.agent.watchdog import Watchdog
@@ -93,7 +93,7 @@ def watchdog_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
     last_full: list[float] = []
 
     def step() -> object:
-        now = time.monotonic()
+        now = clock.monotonic()
         if not last_full or now - last_full[0] >= interval:
             last_full[:] = [now]
             report = watchdog.tick()
@@ -256,7 +256,7 @@ def exit_watch(bell: Doorbell, wake: Waker | None = None) -> Callable[[Context, 
 
     def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
         watched: dict[str, object] = {"key": None, "fd": None}
-        driver = make_driver(ctx.config, ctx.agent_dir)
+        driver = drivers.of(ctx)
         relaunched = wake or Waker()
 
         def forget() -> None:

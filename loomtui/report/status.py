@@ -16,8 +16,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loomtui import clock
-from loomtui.agent import launches, recovery
-from loomtui.agent.drivers import make_driver
+from loomtui.agent import drivers, launches, lifecycle, recovery
+from loomtui.agent.hold_rules import Hold
+from loomtui.agent.records import LaunchRecord
 from loomtui.timing import Instant
 from loomtui.canary import runs as canary
 from loomtui.context import Context
@@ -134,6 +135,16 @@ class CanaryLast:
         return printable(line + (f" (acked in {self.latency:.2f}s)" if self.latency is not None else ""))
 
 
+# `loom status`'s words for each state (its per-agent line and the JSON's "state"): the words it
+# has always printed, booting added by the one lifecycle.
+STATE_WORDS: dict[str, str] = {
+    lifecycle.NOT_LOOKED: "not looked at", lifecycle.UNKNOWN: "tmux unknown", lifecycle.GONE: "tmux gone",
+    lifecycle.EXITED: "exited", lifecycle.HELD_CEILING: "held", lifecycle.HELD_OPERATOR: "held",
+    lifecycle.NO_PROCESS: "no agent process", lifecycle.PROCESS_UNKNOWN: "no agent process",
+    lifecycle.BOOTING: "booting", lifecycle.UNWITNESSED: "unwitnessed", lifecycle.RUNNING: "running",
+}
+
+
 @dataclass(frozen=True)
 class Heartbeat:
     age: float
@@ -155,35 +166,36 @@ class Status:
     canary: CanaryLast | None          # the last probe, pending or settled
     canary_settled: CanaryLast | None  # the last probe with a result
     queue: dict[str, int]
-    hold: dict[str, Any] | None
-    last_launch: dict[str, Any] | None
+    hold: Hold | None                  # the hold in force at `at`
+    last_launch: LaunchRecord | None
     since_launch: float | None
     relaunch: RelaunchClaim | None = None   # the last relaunch and its witness
     name: str = "main"                      # the agent's name
     relaunches_last_hour: int = 0
     at: Instant | None = None               # `taken` on both clocks: what hold times are measured at
+    boot_grace: float = 0.0                 # the agent's boot grace (agent.boot_grace): for the lifecycle
 
     @property
     def moment(self) -> Instant | float:
         """When this status was taken, on both clocks where known: for the hold rules."""
         return self.at if self.at is not None else self.taken
 
+    def agent_state(self, *, with_hold: bool = True) -> lifecycle.AgentState:
+        """The agent's state by the one lifecycle rule, from this status's facts. `with_hold=False`
+        asks for the state beneath a hold (the console's agents view shows the hold in a column
+        of its own)."""
+        look = self.agent
+        return lifecycle.agent_state(
+            tmux=None if look is None else look.tmux, pane_dead=bool((look.pane or {}).get("dead")) if look else False,
+            process=(look.tree or {}).get("process") if look else None, launched=self.last_launch,
+            hold=self.hold if with_hold else None, unwitnessed=self.unwitnessed, boot_grace=self.boot_grace,
+            now=self.moment)
+
     @property
     def state(self) -> str:
         """The agent in a word or two, for a line per agent: what the look saw, then a hold, then
-        a relaunch nobody has witnessed yet."""
-        look = self.agent
-        if look is None:
-            return "not looked at"
-        if look.tmux != "up":
-            return f"tmux {look.tmux}"
-        if (look.pane or {}).get("dead"):
-            return "exited"
-        if self.hold:
-            return "held"
-        if self.unwitnessed:
-            return "unwitnessed"
-        return "running" if (look.tree or {}).get("pid") else "no agent process"
+        its process, its boot, a relaunch nobody has witnessed yet (lifecycle.agent_state)."""
+        return STATE_WORDS[self.agent_state()]
 
     @property
     def unwitnessed(self) -> bool:
@@ -217,8 +229,8 @@ class Status:
             "agent": self.agent.as_json() if self.agent else None,
             "canary": self.canary.as_json() if self.canary else None,
             "queue": self.queue,
-            "hold": self.hold,
-            "last_launch": self.last_launch,
+            "hold": self.hold.record() if self.hold is not None else None,
+            "last_launch": self.last_launch.as_dict() if self.last_launch is not None else None,
             "relaunch": self.relaunch.as_json() if self.relaunch else None,
         }
 
@@ -265,6 +277,7 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         name=ctx.agent,
         relaunches_last_hour=relaunches_since(ctx, now - 3600),
         at=at,
+        boot_grace=ctx.config.agent.boot_grace,
     )
 
 
@@ -321,7 +334,7 @@ def relaunch_claim(ctx: Context) -> RelaunchClaim | None:
 
 
 def agent(ctx: Context, now: float | None = None) -> AgentLook:
-    driver = make_driver(ctx.config, ctx.agent_dir)
+    driver = drivers.of(ctx)
     facts = driver.observe()
     pane = tree = None
     if facts.pane is not None:

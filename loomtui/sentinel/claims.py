@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from pathlib import Path
 
 from loomtui import clock
@@ -36,7 +35,7 @@ def resolve(ctx: Context, item_id: int, note: str, *, source: str, session_id: s
         raise LoomError("resolve: --note must say what you found and did")
     if len(clean) > MAX_NOTE:
         raise LoomError(f"resolve: the note is {len(clean)} characters; keep it under {MAX_NOTE}")
-    now = time.time() if now is None else now
+    now = clock.wall() if now is None else now
     with ctx.store.write() as db:
         row = db.execute("SELECT * FROM queue_items WHERE id = ?", (item_id,)).fetchone()
         if row is None:

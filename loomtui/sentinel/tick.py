@@ -154,7 +154,7 @@ def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
         if row["ended"] is None:
             # A reused pid is not our run-job; a row from before its start was kept (migration
             # 0011) is judged once the old way, so a job running across the upgrade stays running.
-            if proctree.alive_since(row["pid"], row["pid_started"], row["started"]):
+            if proctree.of(ctx).alive_since(row["pid"], row["pid_started"], row["started"]):
                 continue
             error = "run-job ended without recording the exit (killed?)"
             died.append((now, error, row["id"]))

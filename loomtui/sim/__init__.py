@@ -1,9 +1,9 @@
-"""`loom sim`: months of faults in seconds, against the real decision core.
+"""`loom sim`: days of faults in seconds, against Loom's own daemon code.
 
-A modelled world (world.py: the agent, tmux, the store, jobs, the operator) on a virtual clock
-with one seeded random.Random; a small shell (shell.py) that wires the real rules modules the
-way the real loops do; invariants (invariants.py) checked after every step. The world lives
-here, beside the simulator, never inside the rules.
+A modelled world (world.py: the agent, tmux, jobs, the operator; faults.py, actors.py) on a
+virtual clock with one seeded random.Random; Loom's loops, actions and store running against it
+in simulated threads (engine.py, scheduler.py) through the Context's ports (machine.py);
+invariants (invariants.py) checked after every step. The world lives here, never inside Loom.
 """
 
 from __future__ import annotations

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import sqlite3
 from typing import TYPE_CHECKING
 
-from loomtui.sentinel import queue_rules
+from loomtui import actions
+from loomtui.agent import recovery
+from loomtui.errors import LoomError
+from loomtui.sentinel import logscan, queue_rules
+from loomtui.sim.sample import matching
 from loomtui.sim.world import BOOT
 
 if TYPE_CHECKING:
     from loomtui.sim.engine import Sim
 
 JOB_RUN_TIME = 30.0
+JOB_PIDS = 900_000         # the run-jobs' pids: one per run (never an agent's, tmux's or a foreign poller's)
+FAILURE_LINES = 3          # what a broken run writes that the sentinel's patterns match
 
 
 class Operator:
@@ -27,33 +35,38 @@ class Operator:
     def act(self, kind: str, detail: dict) -> None:
         sim, w = self.sim, self.sim.world
         if kind == "hold":
-            if sim.store.hold is None:
-                return  # someone already acted
             w.crash_loop_until = min(w.crash_loop_until, w.t)
-            w.sticky_wedges.discard(sim.store.pinned or "")
-            self.recycle("operator_fresh")
+            w.sticky_wedges.discard(sim.pinned() or "")
+            self.recycle("operator_fresh", only_if_held=True)
         elif kind == "alert":
             w.tmux_hang_until = min(w.tmux_hang_until, w.t)
             if w.agent is not None:
                 w.agent.modal = False
             sim.event("operator_looked", what="alert")
         elif kind == "queue":
-            item = sim.store.items.get(detail["item"])
+            item = sim.item(detail["item"])
             if item is None or item.state == queue_rules.WITNESSED:
                 return
             job = next((j for j in w.jobs if j.name == item.job), None)
             if job is not None:
                 job.broken_since = None
-            sim.sentinel.claim(item.id, "operator")
+            claim(sim, item.id, "fixed the job by hand", None)
 
-    def recycle(self, cause: str) -> None:
+    def recycle(self, cause: str, only_if_held: bool = False) -> None:
+        """`loom recycle --resume|--fresh`, a process of its own: the real actions.recycle."""
         sim = self.sim
-        status, _ = sim.recovery.recover(cause, source="cli")
-        if status == "busy":  # `loom recycle` waits for the relaunch under way (OPERATOR_LOCK_WAIT)
-            sim.at(max(sim.world.t + 1.0, sim.store.lock_until), self.recycle, cause)
-            return
-        sim.event("operator_recycle", cause=cause, status=status)
-        sim.wake_canary()
+        mode = cause.removeprefix("operator_")
+
+        def run(ctx) -> None:
+            if only_if_held and recovery.held(ctx) is None:
+                return  # someone already acted
+            result = actions.recycle(ctx, mode, source="cli")
+            if result.status == "busy":  # it waited OPERATOR_LOCK_WAIT for the relaunch under way
+                sim.after(1.0, self.recycle, cause, only_if_held)
+                return
+            sim.event("operator_recycle", cause=cause, status=result.status)
+
+        sim.run_action("operator", run)
 
 
 class QueueWorker:
@@ -79,7 +92,7 @@ class QueueWorker:
         a = w.agent
         if a is None or a.pid != pid or not a.hearing():
             return  # the work died with the agent
-        item = sim.store.items.get(item_id)
+        item = sim.item(item_id)
         if item is None or item.state == queue_rules.WITNESSED:
             return
         job = next((j for j in w.jobs if j.name == item.job), None)
@@ -87,33 +100,90 @@ class QueueWorker:
         if fixed and job is not None:
             job.broken_since = None
         sim.event("agent_worked", item=item_id, fixed=fixed)
-        sim.sentinel.claim(item_id, "agent")
+        claim(sim, item_id, "read the log and fixed the script", a.session)
+
+
+def claim(sim: Sim, item_id: int, note: str, session_id: str | None) -> None:
+    """`loom resolve ID --note ...`, a process of its own: the real actions.resolve; the agent's
+    names its session (LOOM_SESSION_ID in its shell), the operator's none."""
+
+    def run(ctx) -> None:
+        # The store locked past its busy timeout makes `loom resolve` fail; nobody tries again.
+        try:
+            actions.resolve(ctx, item_id, note, source="cli", session_id=session_id)
+        except (LoomError, sqlite3.Error) as exc:
+            sim.event("resolve_failed", item=item_id, why=f"{type(exc).__name__}: {exc}"[:200])
+
+    sim.run_action("resolve", run)
 
 
 class Jobs:
-    """Each job runs on its `every` schedule; a broken one exits 1 with failure lines."""
+    """Each job runs on its `every` schedule under `loom run-job`: a row in job_runs at its start
+    (with a pid that lives while it runs), its log appended to, its end recorded. A broken one
+    exits 1 and writes failure lines the sentinel's patterns match."""
 
     def __init__(self, sim: Sim) -> None:
         self.sim = sim
+        self.running: dict[int, float] = {}   # run-job pid -> its start time (as the process table says)
+        self.pids = JOB_PIDS
 
     def start(self) -> None:
         for job in self.sim.world.jobs:
             self.sim.at(job.phase, self.run, job.name)
 
+    def failure_text(self) -> str:
+        """One line the configured sentinel.patterns find (none, when no pattern can be sampled)."""
+        for pattern in self.sim.config.sentinel.patterns:
+            hit = matching(pattern)
+            if hit:
+                return hit
+        return ""
+
+    def log(self, name: str, lines: list[str]) -> None:
+        """Appended as run-job appends: each line after its timestamp (the wall clock's)."""
+        job = self.sim.config.job(name)
+        assert job is not None
+        stamp = dt.datetime.fromtimestamp(self.sim.world.wall, dt.timezone.utc).isoformat(timespec="milliseconds")
+        job.log.parent.mkdir(parents=True, exist_ok=True)
+        with open(job.log, "a", encoding="utf-8") as f:
+            f.writelines(f"{stamp} {line}\n" for line in lines)
+
     def run(self, name: str) -> None:
         sim, w = self.sim, self.sim.world
         job = next(j for j in w.jobs if j.name == name)
-        started = (w.wall, w.mono)
+        obs = sim.observer
+        assert obs is not None
+        if w.store_locked():
+            # `loom run-job` cannot record its start while another process holds the store: it runs
+            # once the store is free (its next schedule still counts from now).
+            sim.at(w.store_locked_until + 0.001, self.run, name)
+            return
+        self.pids += 1
+        pid, pid_started = self.pids, w.wall
+        with obs.write() as db:
+            run_id = int(db.execute("INSERT INTO job_runs(job, started, pid, pid_started, started_mono, boot) "
+                                    "VALUES (?, ?, ?, ?, ?, ?)", (name, w.wall, pid, pid_started, w.mono, BOOT)).lastrowid)
+        self.running[pid] = pid_started
+        mark = logscan.RUN_MARK.decode()
+        self.log(name, [f"{mark}start run {run_id} of job {name!r}: ./{name}.sh"])
         bad = job.broken_since is not None
-        sim.after(JOB_RUN_TIME, self.finish, name, started, bad)
+        sim.run_truth[run_id] = (w.mono, not bad)
+        sim.after(JOB_RUN_TIME, self.finish, name, run_id, pid, bad)
         sim.after(job.period, self.run, name)
 
-    def finish(self, name: str, started: tuple[float, float], bad: bool) -> None:
-        """`started`: (wall, monotonic) at the start, as `loom run-job` would record them."""
+    def finish(self, name: str, run_id: int, pid: int, bad: bool) -> None:
         sim, w = self.sim, self.sim.world
-        w.run_ids += 1
-        wall, mono = started
-        run = queue_rules.JobRun(w.run_ids, name, wall, 1 if bad else 0, 3 if bad else 0,
-                                 started_mono=mono, boot=BOOT)
-        sim.run_truth[run.id] = (mono, not bad)
-        sim.store.unreviewed.append(run)
+        obs = sim.observer
+        assert obs is not None
+        if w.store_locked():  # run-job retries its end record until the store takes it (jobrun._finish)
+            sim.at(w.store_locked_until + 0.001, self.finish, name, run_id, pid, bad)
+            return
+        hit = self.failure_text() if bad else ""
+        lines = [f"{hit}: {name} could not finish"] * FAILURE_LINES if hit else []
+        code = 1 if bad else 0
+        mark = logscan.RUN_MARK.decode()
+        self.log(name, [*lines, f"{mark}run {run_id} exit {code} after {JOB_RUN_TIME:.1f}s"])
+        with obs.write() as db:
+            db.execute("UPDATE job_runs SET ended = ?, exit_code = ?, duration = ?, failure_lines = ? WHERE id = ?",
+                       (w.wall, code, JOB_RUN_TIME, len(lines), run_id))
+        del self.running[pid]

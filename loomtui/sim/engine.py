@@ -1,24 +1,63 @@
-"""The event loop on the virtual clock: one seeded random.Random, one heap of timed steps, the
-invariants checked after every step. Same seed, same profile, same config: same run, to the byte.
+"""The run: Loom's own loops on the virtual clock, against the modelled world, invariants after every step.
+
+What runs is Loom's code, as `loom supervise` runs it: the watchdog's tick (`loops.watchdog_tick`,
+the real `Watchdog`), the canary loop (`CanaryLoop.tick`, its probes through `actions.canary_now`
+and the real probe), every relaunch through `actions.recover` and `launch.relaunch_locked`, holds,
+the ceiling's escalation, alerts and nudges through `actions`, the sentinel's tick
+(`loops.sentinel_tick`: the jobs' logs and runs into queue items, nudges and the backstop's
+message in the outbox) and claims through `actions.resolve`, against a real store (SQLite, the
+real schema) and real lock files in a temporary state directory made for the seed. Each loop is a
+simulated thread (scheduler.py): it runs until it waits on the virtual clock, so a relaunch holds
+recycle.lock through its boot watch while the canary loop finds it held, as on a machine. The ports
+a Context carries (machine.py) stand for tmux, the process table, signals and the acks watch; the
+clock is loomtui.clock's, installed for the run.
+
+The invariants read the world's truth (world.py) and what Loom wrote in its own store (ledger,
+canary runs, queue items), never Loom's memory. Same seed, profile and config: the same run, to the byte.
 """
 
 from __future__ import annotations
 
-import heapq
+import json
+import logging
 import math
+import os
 import random
+import re
+import shutil
+import sqlite3
+import tempfile
+import threading
 from collections import deque
+from pathlib import Path
 from typing import Any, Callable
 
+from loomtui import clock, timing
+from loomtui.agent import commands, launches
+from loomtui.canary.loop import CanaryLoop
+from loomtui.context import Context
+from loomtui.daemon import loops
+from loomtui.errors import LoomError
+from loomtui.sentinel import queue
+from loomtui.sentinel.queue_rules import Item
 from loomtui.sim import faults
 from loomtui.sim.actors import Jobs, Operator, QueueWorker
 from loomtui.sim.invariants import Checker, Violation
+from loomtui.sim.machine import SERVER_PID, SimDriver, SimProcesses, SimSignals, SimWatch
+from loomtui.sim.profiles import with_jobs
 from loomtui.sim.report import Collector
-from loomtui.sim.shell import CanaryShell, Recovery, SentinelShell, Store, WatchdogShell
-from loomtui.sim.world import Job, World
+from loomtui.sim.sample import matching
+from loomtui.sim.scheduler import Scheduler, SimClock
+from loomtui.sim.world import BOOT, EPOCH, MODAL_SCREEN, PROMPT_SCREEN, Agent, Job, World
+from loomtui.store import session
+from loomtui.store.db import Store
+from loomtui.store.statedir import prepare_agent_dir, prepare_state_dir
 
 TRACE = 40
 DAY = 86400.0
+BOOT_SCREEN = "Starting…"
+CANARY_PERIOD = loops.CANARY_PERIOD
+FAILED = object()  # what guarded() returns for a tick that raised
 
 
 class Sim:
@@ -30,61 +69,74 @@ class Sim:
         self.end = days * DAY
         self.rng = random.Random(seed)
         T = config.canary.ack_timeout
-        self.world = World(self.rng, poller_configured=bool(config.agent.poller_match),
+        agent = config.agent
+        # What the simulated CLI shows and runs as: texts the operator's own patterns find.
+        self.ready_line = matching(agent.ready_match) or ""
+        self.poller_line = matching(agent.poller_match) or ""
+        self.world = World(self.rng, poller_configured=bool(agent.poller_match and self.poller_line),
                            ack_timeout=T, latency_cap=min(20.0, 0.1 * T),
                            jobs=[Job(name, period, phase=self.rng.uniform(0.0, period)) for name, period in profile.jobs])
-        self.store = Store()
+        self.scheduler = Scheduler()
+        self.scheduler.on_time = self._set_time
+        self.scheduler.after_slice = self._after_slice
+        self.clock = SimClock(self.scheduler, EPOCH, BOOT, lambda: self.world.wall_offset)
+        self.item_cache: dict[int, Item] = {}   # queue items as the store holds them, until it changes
+        self.commands: dict[int, str] = {}
+        self.labels: dict[str, str] = {}
+        self.server_pid = SERVER_PID
         self.run_truth: dict[int, tuple[float, bool]] = {}   # job run id -> (started, monotonic; truly clean)
         self.hold_released_at = -1e18
-        self.heap: list[tuple[float, int, Callable[..., None], tuple]] = []
-        self.seq = 0
         self.step = 0
         self.trace: deque[tuple[int, float, str, dict]] = deque(maxlen=TRACE)
         self.report = Collector(self)
-        self.recovery = Recovery(self)
-        self.watchdog = WatchdogShell(self)
-        self.canary = CanaryShell(self)
-        self.sentinel = SentinelShell(self)
         self.operator = Operator(self, profile.operator_delay)
         self.worker = QueueWorker(self, profile.fix_probability)
         self.jobs = Jobs(self)
         self.checker = Checker(self)
         self.violation: Violation | None = None
+        self.halt = threading.Event()
+        self.threads: dict[str, Any] = {}
+        self.tmp: Path | None = None
+        self.ctx: Context | None = None
+        self.observer: Store | None = None
+        self.ledger_seen = 0
+        self.last_kind = ""
+        self.relaunchers: set[str] = set()   # the threads whose relaunch is under way (membership only)
+        self.ended: str | None = None        # the thread whose tick or command ended in this slice
+        self.slicer: Any = None
+        self.runs_from = 0            # the first canary run not yet seen settled
+        self.probes_typed = 0
+        self.data_version = -1
 
-    # -- scheduling -------------------------------------------------------------------------
+    # -- the world's clock and events ---------------------------------------------------------
+
+    def _set_time(self, t: float) -> None:
+        self.world.t = t
 
     def at(self, when: float, fn: Callable[..., None], *args: Any) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (max(when, self.world.t), self.seq, fn, args))
+        self.scheduler.at(when, fn, *args)
 
     def after(self, delay: float, fn: Callable[..., None], *args: Any) -> None:
-        self.at(self.world.t + delay, fn, *args)
+        self.scheduler.at(self.world.t + delay, fn, *args)
 
-    def every(self, interval: float, fn: Callable[[], None], first: float) -> None:
-        heap, world = self.heap, self.world
+    def instant(self) -> timing.Instant:
+        w = self.world
+        return timing.Instant(w.wall, w.mono, BOOT)
 
-        def tick() -> None:
-            fn()
-            self.seq += 1  # self.after(interval, tick), inlined: the watchdog's tick is most steps
-            heapq.heappush(heap, (world.t + interval, self.seq, tick, ()))
-
-        self.at(first, tick)
-
-    # -- what the shell and the world tell the run ---------------------------------------------
+    def label(self, session_id: str | None) -> str | None:
+        """A session id as the report shows it: Loom mints uuid4s (os.urandom), so a run's output
+        names them by the order they appeared in, which the seed decides."""
+        if not session_id:
+            return session_id
+        name = self.labels.get(session_id)
+        if name is None:
+            name = self.labels[session_id] = f"session-{len(self.labels) + 1}"
+        return name
 
     def event(self, kind: str, /, **detail: Any) -> None:
         self.trace.append((self.step, self.world.t, kind, detail))
         c = self.checker
-        if kind == "relaunch":
-            c.on_relaunch(detail)
-        elif kind == "relaunch_done":
-            c.on_relaunch_done()
-        elif kind == "escalation":
-            c.on_escalation()
-        elif kind == "hold_cleared":
-            c.on_hold_cleared(detail["cause"])
-            self.hold_released_at = self.world.t
-        elif kind == "sentinel_failed":
+        if kind == "sentinel_failed" or (kind == "tick_failed" and detail.get("loop") == "sentinel"):
             c.on_sentinel_failed()
         elif kind == "queue_new":
             c.unresolved.add(detail["item"])
@@ -95,29 +147,162 @@ class Sim:
             c.unresolved.discard(detail["item"])
         self.report.on_event(kind, detail)
 
-    def notify(self, kind: str, /, **detail: Any) -> None:
-        """A message to the operator through the outbox."""
-        self.checker.on_notice()
-        self.operator.told(kind, detail)
+    def item(self, item_id: int) -> Item | None:
+        """A queue item as the store holds it now (read again once another connection has written)."""
+        item = self.item_cache.get(item_id)
+        if item is None:
+            assert self.observer is not None
+            item = queue.get(self.observer, item_id)
+            if item is not None:
+                self.item_cache[item_id] = item
+        return item
 
-    def typed(self, kind: str) -> None:
-        self.checker.on_typed(kind)
+    # -- Loom's threads -----------------------------------------------------------------------
 
-    def witnessed(self, seq: int) -> None:
-        self.report.on_witness(self.checker.trouble_since)
-        self.checker.on_witness(seq)
+    def spawn(self, name: str, body: Callable[[Context], None], when: float | None = None) -> Any:
+        """A simulated thread with a Context of its own (one store connection per thread, as in the daemon)."""
+        assert self.ctx is not None
+        base = self.ctx
 
-    def nudged(self, item_id: int) -> None:
-        self.worker.nudged(item_id)
+        def run() -> None:
+            ctx = base.clone()
+            try:
+                body(ctx)
+            finally:
+                ctx.close()
 
-    def wake_canary(self) -> None:
-        self.canary.wake()
+        th = self.scheduler.spawn(name, run, when)
+        self.threads[name] = th
+        return th
 
-    def on_launch(self, agent: Any) -> None:
+    def guarded(self, loop: str, tick: Callable[[], object]) -> object:
+        """One tick, as the daemon's loop runs it: a store or Loom error is the tick's, the loop goes on."""
+        try:
+            return tick()
+        except (LoomError, sqlite3.Error, OSError) as exc:
+            self.event("tick_failed", loop=loop, error=f"{type(exc).__name__}: {exc}"[:200])
+            return FAILED
+        finally:
+            self.done_relaunching()
+
+    def done_relaunching(self) -> None:
+        """The current thread's tick or command has returned: any relaunch it made is over (whatever
+        the locks say: the invariant that no two overlap must not lean on the lock it checks)."""
+        th = self.scheduler.current
+        if th is not None:
+            self.ended = th.name  # read after this slice, once its ledger rows are
+
+    def watchdog_thread(self, ctx: Context) -> None:
+        step = loops.watchdog_tick(ctx, self.halt)  # the daemon's own step: a full tick each interval, else the exit look
+        interval = self.config.watchdog.interval
+        sched = self.scheduler
+        last_full = -math.inf
+        while True:
+            if sched.t - last_full >= interval:
+                last_full = sched.t
+            report = self.guarded("watchdog", step)
+            for line in getattr(report, "results", None) or ():
+                if "gone on a second look" in line:
+                    self.event("recover_resolved", line=line)
+            sched.sleep_until(last_full + interval)  # or sooner: the pane died (tmux's hook, the pidfd)
+
+    def canary_thread(self, ctx: Context) -> None:
+        loop = CanaryLoop(ctx, self.halt)
+        sched = self.scheduler
+        while True:
+            self.guarded("canary", loop.tick)
+            # The daemon looks every CANARY_PERIOD and sooner when the loop asks (next_look); looks in
+            # between find nothing due and are not simulated.
+            soon = loop.next_look
+            sched.sleep_until(sched.t + (soon if soon is not None else CANARY_PERIOD))
+
+    def sentinel_thread(self, ctx: Context) -> None:
+        step = loops.sentinel_tick(ctx, self.halt)  # the daemon's own: sentinel.tick.sentinel_tick(ctx)
+        interval = self.config.sentinel.interval
+        sched = self.scheduler
+        while True:
+            if self.guarded("sentinel", step) is FAILED:  # the store locked, say: a lost interval
+                self.event("sentinel_failed", why="the tick failed")
+            sched.sleep_until(sched.t + interval)
+
+    def wake(self, name: str, when: float | None = None) -> None:
+        th = self.threads.get(name)
+        if th is not None and not th.done:
+            self.scheduler.wake(th, when)
+
+    def run_action(self, name: str, fn: Callable[[Context], None], retry: float = 60.0) -> None:
+        """An operator's command (`loom recycle`, `loom resolve`): a thread of its own, as a process is.
+        One that fails (the store locked, say) is tried again a minute later, as a person would."""
+
+        def run(ctx: Context) -> None:
+            try:
+                fn(ctx)
+            except (LoomError, sqlite3.Error) as exc:
+                self.event("command_failed", who=name, error=f"{type(exc).__name__}: {exc}"[:200])
+                self.after(retry, self.run_action, name, fn, retry)
+            finally:
+                self.done_relaunching()
+
+        self.spawn(f"{name}-{self.scheduler.seq}", run)
+
+    # -- what Loom's code does to the world (through machine.py) ------------------------------
+
+    def world_screen(self) -> str:
+        a = self.world.agent
+        if a is None:
+            return ""
+        if not a.alive:
+            return a.screen_tail
+        if self.world.t < a.ready_at:
+            return BOOT_SCREEN
+        return MODAL_SCREEN if a.modal else f"{PROMPT_SCREEN}\n{self.ready_line}"
+
+    def resume_command(self, session_id: str) -> str:
+        assert self.ctx is not None
+        return commands.render_command(self.ctx, self.config.agent.resume_command, session_id)
+
+    def launch_agent(self, session: str, mode: str, command: str) -> Agent:
         w = self.world
+        if mode == "resume" and session != w.pinned_truth:
+            self.checker.fail("resume_only_the_pinned", f"resumed {self.label(session)}, but the session Loom "
+                                                        f"minted last is {self.label(w.pinned_truth)}")
+        old = w.agent
+        if old is not None and old.alive:
+            w.stray.append(old)  # Loom launched beside an agent it could not end
+        agent = w.launch(session, mode, self.config.agent.boot_grace, self.config.canary.ack_timeout)
+        self.commands = {agent.pid: command}
         w.poller_lost_at = None
         if w.t < w.crash_loop_until:
             self.at(agent.started + self.rng.uniform(10.0, 80.0), self.crash_looped, agent.pid)
+        if not agent.alive:
+            self.exit_noticed()
+        return agent
+
+    def typed_into(self, agent: Agent, text: str) -> None:
+        self.checker.on_typed(text)
+        item = re.search(r"\[loom sentinel\] Queue item (\d+)", text)
+        m = re.search(r"touch '?([^' ]+)'?", text)
+        if m and item is None:
+            self.probes_typed += 1
+            ack = self.world.ack_time(self.world.t)
+            if ack is not None:
+                self.at(ack, self.acked, agent.pid, Path(m.group(1)))
+            return
+        if item:
+            self.worker.nudged(int(item.group(1)))
+
+    def acked(self, pid: int, path: Path) -> None:
+        """The agent runs the probe's `touch`: the ack file appears, with the wall clock's time."""
+        a = self.world.agent
+        if a is None or a.pid != pid or not a.hearing():
+            return  # it went deaf or died after the probe was typed: no ack comes
+        try:
+            path.touch()
+            wall = self.world.wall
+            os.utime(path, (wall, wall))
+        except OSError:
+            return
+        self.watch.written(path.parent)
 
     def crash_looped(self, pid: int) -> None:
         a = self.world.agent
@@ -127,9 +312,140 @@ class Sim:
             self.exit_noticed()
 
     def exit_noticed(self) -> None:
-        """The watchdog's exit check runs every `exit_check`: the next one sees the dead pane."""
+        """tmux's pane-died hook (or, when tmux lost it, the pidfd and the exit poll every `exit_check`)
+        rings the watchdog: its next step looks at once."""
         step = self.config.watchdog.exit_check
-        self.at(math.floor(self.world.t / step + 1.0) * step, self.watchdog.fast_tick)
+        self.wake("watchdog", math.floor(self.world.t / step + 1.0) * step)
+
+    def lock_store(self, until: float) -> None:
+        """Another process holds the store's write lock until `until` (a backup, a `sqlite3` shell):
+        Loom's writes fail at once with "database is locked" (its connections wait 0 s here: SQLite's
+        busy wait would sleep in real time), its reads go on."""
+        assert self.ctx is not None
+        locker = Store.in_dir(self.ctx.state_dir, timeout=0, migrate=False)
+        locker.conn.execute("BEGIN EXCLUSIVE")
+        self.at(until, self.unlock_store, locker)
+
+    def unlock_store(self, locker: Store) -> None:
+        locker.conn.execute("ROLLBACK")
+        locker.close()
+
+    def pinned(self) -> str | None:
+        assert self.observer is not None
+        return session.pinned(self.observer)
+
+    # -- after each slice: what Loom wrote ----------------------------------------------------
+
+    def _after_slice(self, th: Any) -> None:
+        self.slicer = th  # whose slice wrote what the ledger shows now
+        obs, ctx = self.observer, self.ctx
+        assert obs is not None and ctx is not None
+        # SQLite's data_version moves when another connection commits: most slices write nothing.
+        version = obs.conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self.data_version:
+            self.data_version = version
+            self.item_cache.clear()
+            rows = obs.query("SELECT id, kind, cause, detail FROM ledger WHERE id > ? ORDER BY id", (self.ledger_seen,))
+            for row in rows:
+                self.ledger_seen = row["id"]
+                self.on_ledger(row["id"], row["kind"], row["cause"] or "", row["detail"])
+            if self.probes_typed or self.runs_from:
+                self.settled_runs()
+        if self.ended is not None:
+            self.relaunchers.discard(self.ended)
+            self.ended = None
+            if not self.relaunchers and self.checker.relaunch_active:
+                self.checker.on_relaunch_done()
+        signal = launches.signals_dir(ctx.agent_dir) / launches.RELAUNCHED
+        if signal.exists():
+            signal.unlink()
+            self.wake("canary")
+
+    def on_ledger(self, seq: int, kind: str, cause: str, raw: str | None) -> None:
+        detail = json.loads(raw) if raw else {}
+        last, self.last_kind = self.last_kind, kind
+        if kind == "relaunch":
+            fallback = cause == "resume_failed" and last == "resume_failed"
+            d = {"cause": cause, "mode": detail.get("mode"), "old": self.label(detail.get("old_session")),
+                 "new": self.label(detail.get("new_session")), "seq": seq, "fallback": fallback,
+                 "at": float(detail.get("mono", self.world.t))}
+            if self.slicer is not None:
+                self.relaunchers.add(self.slicer.name)
+            if d["mode"] == "fresh":
+                # What Loom minted last, by its own ledger; the CLI's resumes are checked against it.
+                self.world.pinned_truth = detail.get("new_session")
+            self.event("relaunch", **d)
+            self.checker.on_relaunch(d)
+        elif kind == "escalation":
+            self.event("escalation", cause=cause)
+            self.checker.on_escalation()
+            self.operator.told("hold", {})
+        elif kind == "hold_cleared":
+            self.event("hold_cleared", cause=cause or detail.get("cause", ""))
+            self.checker.on_hold_cleared(cause or detail.get("cause", ""))
+            self.hold_released_at = self.world.t
+        elif kind == "operator_alert":
+            self.event("operator_alert", note=detail.get("note", ""))
+            self.checker.on_notice()
+            self.operator.told("alert", detail)
+        elif kind == "foreign_poller_reaped":
+            self.event(kind, pid=detail.get("pid"))
+        elif kind.startswith("queue_"):
+            self.on_queue_ledger(kind, detail)
+        elif kind not in ("canary", "canary_sent"):  # the probe's result comes from its run
+            self.event(kind, **({"cause": cause} if cause else {}))
+
+    def on_queue_ledger(self, kind: str, detail: dict) -> None:
+        """What the sentinel (sentinel/tick.py, claims.py, the nudge's inject) wrote about the queue."""
+        c, item_id = self.checker, detail.get("item")
+        if kind == "queue_new":
+            self.event(kind, item=item_id, job=detail.get("job"))
+            c.unresolved.add(item_id)
+        elif kind == "queue_witness":
+            self.event(kind, item=item_id, job=detail.get("job"), run=detail.get("run"))
+            c.on_queue_witness(item_id, detail["run"])
+            c.unresolved.discard(item_id)
+        elif kind == "queue_escalate":
+            item = self.item(item_id)
+            state = item.state if item is not None else ""
+            self.event(kind, item=item_id, job=detail.get("job"), state=state)
+            c.on_queue_escalate(item_id, state)
+            assert self.observer is not None
+            # The operator hears of it when the outbox holds its message (the sender's part is not simulated).
+            if self.observer.query_one("SELECT id FROM outbox WHERE id = ?", (detail.get("outbox"),)) is not None:
+                c.on_notice()
+                self.operator.told("queue", {"item": item_id})
+        elif kind == "queue_nudge":
+            if detail.get("ok"):
+                self.event(kind, item=item_id, nudge=detail.get("nudge"))
+            else:
+                self.event("nudge_failed", item=item_id, why=detail.get("error", ""))
+        elif kind == "queue_claim":
+            self.event(kind, item=item_id, by=self.label(detail.get("session")) or "operator")
+        else:
+            self.event(kind, item=item_id, job=detail.get("job"))
+
+    def settled_runs(self) -> None:
+        obs = self.observer
+        assert obs is not None
+        rows = obs.query("SELECT id, result, launch_seq FROM canary_runs WHERE id >= ? ORDER BY id",
+                         (self.runs_from,))
+        first_open = None
+        for row in rows:
+            if row["result"] == "pending":
+                first_open = first_open or row["id"]
+                continue
+            if row["id"] < self.runs_from:
+                continue
+            if first_open is None:
+                self.runs_from = row["id"] + 1
+            self.event("canary", result=row["result"], seq=row["launch_seq"])
+            if row["result"] == "ok":
+                self.report.on_witness(self.checker.trouble_since)
+                self.checker.on_witness(row["launch_seq"])
+        if first_open is not None:
+            self.runs_from = first_open
+        self.probes_typed = 0
 
     # -- faults -----------------------------------------------------------------------------
 
@@ -154,26 +470,53 @@ class Sim:
     # -- the run ----------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="loom-sim-"))
+        state = self.tmp / "state"
+        prepare_state_dir(state)
+        self.config = with_jobs(self.config, [(j.name, j.schedule) for j in self.world.jobs], self.tmp / "logs")
+        self.driver = SimDriver(self)
+        self.processes = SimProcesses(self)
+        self.watch = SimWatch(self)
+        self.ctx = Context(self.config, None, state, driver=self.driver, processes=self.processes,
+                           signals=SimSignals(self), watch=self.watch, store_timeout=0.0)
+        if self.ctx.agent_dir != state:
+            prepare_agent_dir(self.ctx.agent_dir)
+        self.observer = Store.in_dir(state, timeout=0)  # never waits in real time for a lock
         cfg = self.config
-        self.at(0.0, self.operator.recycle, "operator_fresh")  # the operator starts the agent
-        self.every(cfg.watchdog.interval, self.watchdog.tick, first=cfg.watchdog.interval)
-        self.every(cfg.sentinel.interval, self.sentinel.tick, first=cfg.sentinel.interval)
+        self.operator.recycle("operator_fresh")  # the operator starts the agent
+        self.spawn("watchdog", self.watchdog_thread, when=cfg.watchdog.interval)
+        self.spawn("canary", self.canary_thread, when=0.0)
+        self.spawn("sentinel", self.sentinel_thread, when=cfg.sentinel.interval)
         self.jobs.start()
         self.random_faults()
 
     def run(self) -> Sim:
-        self.start()
-        heap = self.heap
-        world = self.world
         checker, report = self.checker, self.report
+
+        def after_step() -> None:
+            self.step += 1
+            checker.after_step()
+            report.after_step()
+
+        # Loom's own log lines (a count lost to the locked store, a loop's error) are the daemon's to
+        # write; in a run they would only interleave with the report.
+        quiet = logging.getLogger("loom")
+        before = quiet.propagate, quiet.handlers[:]
+        quiet.propagate, quiet.handlers = False, [logging.NullHandler()]
         try:
-            while heap and heap[0][0] <= self.end:
-                when, _, fn, args = heapq.heappop(heap)
-                world.t = when
-                self.step += 1
-                fn(*args)
-                checker.after_step()
-                report.after_step()
-        except Violation as exc:
-            self.violation = exc
+            with clock.use(self.clock):
+                self.start()
+                try:
+                    self.scheduler.run_until(self.end, after_step)
+                except Violation as exc:
+                    self.violation = exc
+                finally:
+                    self.scheduler.stop()
+        finally:
+            quiet.propagate, quiet.handlers = before
+            if self.observer is not None:
+                self.observer.close()
+            if self.tmp is not None:
+                shutil.rmtree(self.tmp, ignore_errors=True)
         return self
+

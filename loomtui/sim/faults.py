@@ -59,9 +59,10 @@ def apply(sim: Sim, kind: str) -> bool:
     elif kind == "slow_boot":
         w.slow_boot_next = True
     elif kind == "resume_fails":
-        if sim.store.pinned is None:
+        pinned = sim.pinned()
+        if pinned is None:
             return False
-        w.conversations.discard(sim.store.pinned)
+        w.conversations.discard(pinned)
         if a is not None:
             w.kill(a, status=1, signal=None)
     elif kind == "crash_loop":
@@ -78,8 +79,11 @@ def apply(sim: Sim, kind: str) -> bool:
             return False
         w.foreign_poller_since = w.t
     elif kind == "store_locked":
+        if w.store_locked():
+            return False
         w.store_locked_until = w.t + rng.uniform(30.0, 900.0)
         w.impair(w.store_locked_until)
+        sim.lock_store(w.store_locked_until)
     elif kind == "load":
         w.load_until = w.t + rng.uniform(300.0, 3600.0)
         w.impair(w.load_until)

@@ -11,10 +11,12 @@ steps the wall clock only, and a deadline that followed it would be the bug, not
 
 from __future__ import annotations
 
+import datetime as dt
 from bisect import bisect_left
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from loomtui.sentinel import cron, schedule
 from loomtui.sim.world import STOP_TIME
 
 if TYPE_CHECKING:
@@ -27,7 +29,7 @@ NAMES = (
     "one_agent", "one_relaunch_at_a_time", "ceiling", "escalate_once_and_hold", "never_silent",
     "no_resume_after_canary_failed", "resume_only_the_pinned", "definitive_signal", "deaf_bound",
     "relaunch_witnessed", "queue_backstop", "backstop_not_early", "witness_is_clean", "no_typing_into_a_booting_agent",
-    "foreign_poller_reaped", "poller_restored",
+    "foreign_poller_reaped", "poller_restored", "fuse", "backoff", "exit_relaunched",
 )
 
 
@@ -64,6 +66,10 @@ class Checker:
         self.last_notice = -1e18
         self.unresolved: set[int] = set()           # queue items not yet witnessed (sorted when iterated)
         self.sentinel_failures: list[float] = []    # times (t) of sentinel ticks the locked store made fail
+        # Automatic relaunch decisions (fallbacks included, as Loom's own history holds them) since the
+        # last operator relaunch, at the monotonic instant Loom recorded each: the fuse and the backoff.
+        self.decisions: list[float] = []
+        self.exit_since: float | None = None          # the agent died (crash or exit, 0 included) at
 
     def fail(self, name: str, message: str) -> None:
         raise Violation(name, message)
@@ -82,10 +88,9 @@ class Checker:
             if not operator and d["old"] in self.canary_recycled:
                 self.fail("no_resume_after_canary_failed",
                           f"session {d['old']} was recycled for canary_failed and is resumed again ({cause})")
-            if d["new"] != w.pinned_truth:
-                self.fail("resume_only_the_pinned", f"resumed {d['new']}, but the pinned session is {w.pinned_truth}")
         if cause == "canary_failed" and d["old"] is not None:
             self.canary_recycled.add(d["old"])
+        self.check_fuse_and_backoff(d, operator)
         if operator:
             self.automatic.clear()
             self.held = False
@@ -126,6 +131,30 @@ class Checker:
             return "the agent could hear (busy or healthy) and was recycled"
         return ""
 
+    def check_fuse_and_backoff(self, d: dict, operator: bool) -> None:
+        """The thrash fuse: with `fuse_count` automatic relaunches inside `fuse_window` before it, an
+        automatic relaunch starts fresh. The backoff: an automatic relaunch comes no sooner after the
+        last one than base x 2^(n-1) (capped), n the automatic relaunches inside the ceiling window.
+        Both measured on the monotonic instant Loom recorded with each relaunch (`at`)."""
+        wd = self.sim.config.watchdog
+        at = d.get("at", self.sim.world.t)
+        if operator:
+            self.decisions.clear()
+            return
+        if not d["fallback"]:
+            in_fuse = [x for x in self.decisions if at - x < wd.fuse_window - 1e-6]
+            if len(in_fuse) >= wd.fuse_count and d["mode"] != "fresh":
+                self.fail("fuse", f"{d['cause']} relaunch {d['mode']} after {len(in_fuse)} automatic relaunches "
+                                  f"within {wd.fuse_window:g}s (fuse {wd.fuse_count}: fresh)")
+            in_ceiling = [x for x in self.decisions if at - x < wd.ceiling_window - 1e-6]
+            if in_ceiling:
+                needed = min(wd.backoff_base * 2 ** min(len(in_ceiling) - 1, 30), wd.backoff_max)
+                gap = at - max(in_ceiling)
+                if gap < needed - 1e-3:
+                    self.fail("backoff", f"{d['cause']} relaunch {gap:.1f}s after the last one; the backoff "
+                                         f"after {len(in_ceiling)} is {needed:g}s")
+        self.decisions.append(at)
+
     def on_relaunch_done(self) -> None:
         self.relaunch_active = False
 
@@ -155,13 +184,22 @@ class Checker:
         if a is not None and a.hearing():
             self.trouble_since = None
 
-    def on_typed(self, kind: str) -> None:
-        rec = self.sim.recovery
-        if self.sim.store.recycle_locked or rec.in_boot_grace():
-            self.fail("no_typing_into_a_booting_agent", f"a {kind} was typed while a relaunch was under way")
+    def on_typed(self, text: str) -> None:
+        """Typed into the pane (machine.SimDriver): never while a relaunch holds the pane, nor into an
+        agent still booting (launched less than boot_grace ago and not yet ready, in the world's truth)."""
+        w = self.sim.world
+        a = w.agent
+        what = "a probe" if "touch" in text else "a line"
+        if self.relaunch_active:
+            self.fail("no_typing_into_a_booting_agent", f"{what} was typed while a relaunch was under way")
+        # Loom counts the boot grace from its relaunch record, made before the old tree is ended.
+        if a is not None and w.t < a.ready_at and w.t - (a.started - STOP_TIME) < self.sim.config.agent.boot_grace - 1e-6:
+            self.fail("no_typing_into_a_booting_agent", f"{what} was typed into an agent still booting "
+                                                        f"({w.t - a.started:.1f}s after its launch)")
 
     def on_queue_witness(self, item_id: int, run_id: int) -> None:
-        item = self.sim.store.items[item_id]
+        item = self.sim.item(item_id)
+        assert item is not None
         run = self.sim.run_truth.get(run_id)
         if run is None or not run[1]:
             self.fail("witness_is_clean", f"item {item_id} witnessed by run {run_id}, which was not clean")
@@ -174,13 +212,23 @@ class Checker:
         if item.state == "open" and item.first_seen_mono is not None:
             return item.first_seen_mono, cfg.backstop
         if item.state == "claimed" and item.claimed_mono is not None:
-            return item.claimed_mono, max(cfg.backstop, self.sim.sentinel.witness_window(item) or 0.0)
+            return item.claimed_mono, max(cfg.backstop, self.witness_window(item) or 0.0)
         return None
+
+    def witness_window(self, item) -> float | None:
+        """How long a claim may wait for its witness: to the job's next run after the claim (its
+        schedule in the world), and the missed-run grace."""
+        job = next((j for j in self.sim.world.jobs if j.name == item.job), None)
+        if job is None or item.claimed_at is None:
+            return None
+        due = schedule.next_due(job.schedule, item.claimed_at, cron=cron.in_zone(dt.timezone.utc))
+        return due - item.claimed_at + self.sim.config.sentinel.missed_grace
 
     def on_queue_escalate(self, item_id: int, state: str) -> None:
         """The operator hears of an item no sooner than its backstop: a wall clock stepped forward
         must not bring every open item to the operator at once."""
-        item = self.sim.store.items[item_id]
+        item = self.sim.item(item_id)
+        assert item is not None
         span = self.backstop_window(replace(item, state=state))
         if span is not None and self.sim.world.t - span[0] < span[1] - 1e-6:
             self.fail("backstop_not_early", f"item {item_id} ({state}) reached the operator "
@@ -201,12 +249,14 @@ class Checker:
         alive = a is not None and a.alive
         if w.stray and w.running_agents() > 1:
             self.fail("one_agent", f"{w.running_agents()} agents running")
-        held = sim.store.hold is not None
+        held = self.held
         tmux_seen = w.tmux_session and not w.socket_lost
         if self.trouble_since is None and (not alive or a.deaf_since is not None or a.modal or not tmux_seen):
             self.trouble_since = t
         if held:
+            self.exit_since = None
             return
+        self.check_exit_relaunched(a, alive)
         if self.trouble_since is not None:
             quiet_since = max(self.trouble_since, self.last_attempt, self.last_notice)
             if self.late(t - quiet_since, self.silent_bound, quiet_since):
@@ -221,7 +271,8 @@ class Checker:
             if self.late(t - at, self.witness_bound, at):
                 self.fail("relaunch_witnessed", f"relaunch {seq} at {at:.0f}s neither witnessed by an ack nor "
                                                 f"followed by a relaunch or an escalation")
-        stable = alive and tmux_seen and t >= w.tmux_hang_until and not sim.recovery.under_way()
+        booting = alive and (t < a.ready_at and t - a.started < sim.config.agent.boot_grace)
+        stable = alive and tmux_seen and t >= w.tmux_hang_until and not self.relaunch_active and not booting
         if not stable:
             self.stable_since = None
         elif self.stable_since is None:
@@ -240,12 +291,28 @@ class Checker:
         if self.unresolved:
             self.check_queue()
 
+    def check_exit_relaunched(self, a, alive: bool) -> None:
+        """A dead agent (a crash, an exit with any status, 0 included) is relaunched within the exit
+        check, a full tick, the longest backoff and a stop, once Loom can see (`late`)."""
+        w = self.sim.world
+        if alive or a is None or not w.tmux_session or w.socket_lost:
+            self.exit_since = None
+            return
+        if self.exit_since is None:
+            # From the death, or from the end of the hold it was left dead through.
+            self.exit_since = max(a.died_at if a.died_at is not None else w.t, self.sim.hold_released_at)
+        wd = self.sim.config.watchdog
+        bound = wd.exit_check + wd.interval + wd.backoff_max + STOP_TIME + SLACK
+        if self.late(w.t - self.exit_since, bound, self.exit_since):
+            self.fail("exit_relaunched", f"the agent exited (status {a.exit_status}, signal {a.exit_signal}) "
+                                         f"{w.t - self.exit_since:.0f}s ago and was not relaunched")
+
     def check_queue(self) -> None:
         sim, w = self.sim, self.sim.world
         cfg = sim.config.sentinel
         for item_id in sorted(self.unresolved):
-            item = sim.store.items[item_id]
-            if item.escalated_at is not None:
+            item = sim.item(item_id)
+            if item is None or item.escalated_at is not None:
                 continue
             span = self.backstop_window(item)
             if span is None:

@@ -5,9 +5,10 @@ day forward or back every hour or so). The `incident` profile is scripted instea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable
 
-from loomtui.config import Config, parse_config
+from loomtui.config import Config, JobConfig, parse_config
 
 WEIGHTS = (
     ("crash", 3.0), ("exit0", 2.0), ("wedge", 2.0), ("sticky_wedge", 1.0), ("busy", 3.0), ("modal", 2.0),
@@ -48,3 +49,13 @@ def default_config(overrides: dict[str, Any] | None = None) -> Config:
     for section, values in (overrides or {}).items():
         data.setdefault(section, {}).update(values)
     return parse_config(data, "<loom sim defaults>", None)
+
+
+def with_jobs(config: Config, jobs: Iterable[tuple[str, str]], logs: Path) -> Config:
+    """The config the run uses: the operator's (or the defaults) with the simulated jobs as its
+    [[jobs]], (name, schedule) each, logging into `logs`. The operator's own jobs are dropped: their
+    logs are not on the simulated machine."""
+    built = [JobConfig.build({"name": name, "log": str(logs / f"{name}.log"), "schedule": schedule,
+                              "agent": config.agent_name}, ("jobs", i), None)
+             for i, (name, schedule) in enumerate(jobs)]
+    return config.replace(jobs=built)

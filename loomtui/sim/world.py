@@ -1,9 +1,9 @@
-"""The modelled world the simulator's shell looks at and acts on: the agent, its pane and tmux
-server, the store, the scheduled jobs, on a virtual clock. It holds the truth (is the agent
-really deaf? is the poller really gone?) that the invariants judge Loom's decisions against;
-the shell sees only what an observation of it would show.
+"""The modelled world Loom's code looks at and acts on (through machine.py's ports): the agent,
+its pane and tmux server, the scheduled jobs, on a virtual clock. It holds the truth (is the agent
+really deaf? is the poller really gone?) that the invariants judge Loom's decisions against; Loom
+sees only what a look at it would show.
 
-Nothing here decides anything Loom decides: that is the rules modules' job, driven by shell.py.
+Nothing here decides anything Loom decides: that is Loom's own code, run by engine.py.
 """
 
 from __future__ import annotations
@@ -57,17 +57,6 @@ class Job:
 
 
 @dataclass
-class RunRecord:
-    """A finished job run as `loom run-job` records it, and whether it was truly clean."""
-
-    id: int
-    job: str
-    started: float   # wall
-    exit_code: int
-    failure_lines: int
-
-
-@dataclass
 class World:
     rng: random.Random
     poller_configured: bool
@@ -87,15 +76,13 @@ class World:
     ignore_queue_next: bool = False
     pinned_truth: str | None = None      # the session Loom minted last: what a resume may continue
     jobs: list[Job] = field(default_factory=list)
-    runs: list[RunRecord] = field(default_factory=list)
     impaired: list[tuple[float, float]] = field(default_factory=list)  # windows Loom could not see or write
     last_disturbance: float = -1e18      # last fault that makes probes late or lost (busy, modal, boot, load)
     ack_timeout: float = 180.0
     latency_cap: float = 20.0            # an ordinary ack's latency is at most this (a tenth of ack_timeout)
     poller_lost_at: float | None = None
-    pids: int = 0
+    pids: int = 1000                     # the agents' pids (above init and the kernel's own)
     sessions: int = 0
-    run_ids: int = 0
     wall_offset: float = 0.0             # how far the wall clock has been stepped (clock_forward/clock_back)
 
     # -- clocks -----------------------------------------------------------------------------
@@ -157,7 +144,7 @@ class World:
             self.socket_lost = False
         self.tmux_session = True
         self.pids += 1
-        start = self.t + STOP_TIME
+        start = self.t  # the old tree was ended first (machine.SimDriver.stop took STOP_TIME)
         ready = start + min(boot_grace * 0.5, 20.0)
         if self.slow_boot_next:
             self.slow_boot_next = False

@@ -11,12 +11,12 @@ import json
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from loomtui import clock
 from loomtui.errors import StoreError, StoreUnavailable
 from loomtui.states import MAIN_AGENT
 from loomtui.store import health
@@ -199,7 +199,7 @@ class Store:
                     continue
                 for statement in _statements(sql):
                     db.execute(statement)
-                db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, time.time()))
+                db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, clock.wall()))
                 applied_now.append(name)
             version = len(done) + len(applied_now)
             db.execute(f"PRAGMA user_version = {version}")
@@ -234,7 +234,7 @@ class Store:
             db.execute(
                 "INSERT INTO heartbeats(name, ts, pid, detail) VALUES (?, ?, ?, ?) "
                 "ON CONFLICT(name) DO UPDATE SET ts = excluded.ts, pid = excluded.pid, detail = excluded.detail",
-                (name, time.time() if now is None else now, os.getpid(), json.dumps(detail or {})),
+                (name, clock.wall() if now is None else now, os.getpid(), json.dumps(detail or {})),
             )
 
     def heartbeats(self) -> dict[str, dict[str, Any]]:

@@ -14,11 +14,10 @@ import hashlib
 import json
 import re
 import sqlite3
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from loomtui import redact
+from loomtui import clock, redact
 from loomtui.states import AGENT_NAME_PATTERN, EVENT_KINDS, MAIN_AGENT, EventKind
 from loomtui.store.db import Store
 
@@ -102,7 +101,7 @@ def append_in(
     else:
         prev_id, prev_hash = 0, GENESIS
     new_id = prev_id + 1
-    when = time.time() if ts is None else float(ts)
+    when = clock.wall() if ts is None else float(ts)
     digest = event_hash(prev_hash, new_id, when, kind, source, cause, detail_json, agent)
     db.execute(
         "INSERT INTO ledger(id, ts, kind, source, cause, detail, prev_hash, hash, agent)"

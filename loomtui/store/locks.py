@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import fcntl
 import os
-import time
 from pathlib import Path
 from types import TracebackType
 
+from loomtui import clock
 from loomtui.errors import LockHeld
 
 INJECT = "inject.lock"
@@ -43,17 +43,17 @@ class FileLock:
             if timeout is None:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             else:
-                deadline = time.monotonic() + max(timeout, LOOK_GRACE)
+                deadline = clock.monotonic() + max(timeout, LOOK_GRACE)
                 while True:
                     try:
                         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                         break
                     except BlockingIOError:
-                        if time.monotonic() >= deadline:
+                        if clock.monotonic() >= deadline:
                             holder = self.holder_pid()
                             who = f" (held by pid {holder})" if holder else ""
                             raise LockHeld(f"{self.path} is held by another process{who}") from None
-                        time.sleep(poll)
+                        clock.sleep(poll)
                         poll = min(poll * 2, 0.1)
         except BaseException:
             os.close(fd)

@@ -12,11 +12,10 @@ once about queue item 7" must stay once after the first message went out.
 from __future__ import annotations
 
 import sqlite3
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from loomtui import redact
+from loomtui import clock, redact
 from loomtui.errors import LoomError
 from loomtui.store import counters, ledger
 from loomtui.store.db import Store
@@ -81,7 +80,7 @@ def _enqueue_in(db: sqlite3.Connection, text: str, dedupe_key: str | None, chat_
             return int(row[0])
     cur = db.execute(
         "INSERT INTO outbox(created, chat_id, text, dedupe_key) VALUES (?, ?, ?, ?)",
-        (time.time() if now is None else now, chat_id, text, dedupe_key),
+        (clock.wall() if now is None else now, chat_id, text, dedupe_key),
     )
     return int(cur.lastrowid)
 
@@ -118,7 +117,7 @@ def last_sent_at(store: Store, chat_id: int) -> float | None:
 
 
 def summary(store: Store, now: float | None = None) -> dict[str, Any]:
-    now = time.time() if now is None else now
+    now = clock.wall() if now is None else now
     counts = {PENDING: 0, SENT: 0, FAILED: 0}
     for row in store.query("SELECT state, COUNT(*) FROM outbox GROUP BY state"):
         counts[row[0]] = row[1]
@@ -139,7 +138,7 @@ def summary(store: Store, now: float | None = None) -> dict[str, Any]:
 def mark_sent(store: Store, msg_id: int, *, message_id: int, chat_id: int, length: int, truncated: bool,
               now: float | None = None) -> bool:
     """Record a delivery and its ledger event together; False if the row was not pending."""
-    when = time.time() if now is None else now
+    when = clock.wall() if now is None else now
     with store.write() as db:
         cur = db.execute(
             "UPDATE outbox SET state = 'sent', telegram_message_id = ?, sent = ?, attempts = attempts + 1, "

@@ -192,7 +192,7 @@ def format_status(status: Status, agent: str | None = None) -> str:
     if status.hold:
         from loomtui.agent import hold_rules
 
-        hold = hold_rules.Hold.from_record(status.hold)
+        hold = status.hold
         describe_agent = f"HELD: {printable(hold_rules.describe(hold, status.moment))} (/release" + \
             (" or /recycle)" if hold.by == "ceiling" else ")") + f"; {describe_agent}"
     lines = [
@@ -218,7 +218,7 @@ def agent_line(status: Status) -> str:
     last = status.canary_settled
     canary = f"canary {last.result} {format_duration(max(last.age, 0))} ago" if last else "no canary yet"
     if status.hold:
-        hold = printable(hold_rules.describe(hold_rules.Hold.from_record(status.hold), status.moment))[:120]
+        hold = printable(hold_rules.describe(status.hold, status.moment))[:120]
     else:
         hold = "not held"
     return f"{status.name}: {status.state}; {canary}; {hold}"

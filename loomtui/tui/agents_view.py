@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich.text import Text
 from textual import on, work
@@ -23,7 +23,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from loomtui.agent import hold_rules
+from loomtui.agent import hold_rules, lifecycle
 from loomtui.timing import Instant
 from loomtui.canary import runs as canary
 from loomtui.context import Context
@@ -48,23 +48,22 @@ class AgentRow:
     hold: str = ""           # "" when nothing holds it
 
 
+# The view's words for each state, and how bad it is. No hold here: the hold has its own column,
+# so the state said is the one beneath it.
+STATE_CELLS: dict[str, tuple[str, str]] = {
+    lifecycle.NOT_LOOKED: ("tmux not answering", "warn"), lifecycle.UNKNOWN: ("tmux not answering", "warn"),
+    lifecycle.GONE: ("no tmux session", "bad"), lifecycle.EXITED: ("exited", "bad"),
+    lifecycle.NO_PROCESS: ("agent process missing", "warn"),
+    lifecycle.PROCESS_UNKNOWN: ("agent process unknown", "warn"),
+    lifecycle.BOOTING: ("booting", "warn"),
+    lifecycle.UNWITNESSED: ("unwitnessed", "warn"),  # relaunched, and no canary has acked since
+    lifecycle.RUNNING: ("running", "ok"),
+}
+
+
 def state_of(status: status_mod.Status, boot_grace: float) -> tuple[str, str]:
-    """One agent's state as a word or two, and how bad it is."""
-    look = status.agent
-    if look is None or look.tmux == "unknown":
-        return "tmux not answering", "warn"
-    if look.tmux != "up":
-        return "no tmux session", "bad"
-    if (look.pane or {}).get("dead"):
-        return "exited", "bad"
-    process = (look.tree or {}).get("process")
-    if process != "present":
-        return f"agent process {process or 'unknown'}", "warn"
-    if status.since_launch is not None and status.since_launch < boot_grace:
-        return "booting", "warn"
-    if status.unwitnessed:
-        return "unwitnessed", "warn"  # relaunched, and no canary has acked since
-    return "running", "ok"
+    """One agent's state as a word or two, and how bad it is (lifecycle.agent_state, beneath any hold)."""
+    return STATE_CELLS[replace(status, boot_grace=boot_grace).agent_state(with_hold=False)]
 
 
 def row_from(name: str, status: status_mod.Status, relaunches: int, boot_grace: float) -> AgentRow:
@@ -81,12 +80,11 @@ def row_from(name: str, status: status_mod.Status, relaunches: int, boot_grace: 
                     hold_cell(status.hold, status.moment))
 
 
-def hold_cell(record: dict | None, now: Instant | float) -> str:
+def hold_cell(held: hold_rules.Hold | None, now: Instant | float) -> str:
     """Who holds, how long is left, why: the narrow column's order (the full line is the summary's
     once the agent is selected). "" when nothing holds it."""
-    if record is None:
+    if held is None:
         return ""
-    held = hold_rules.Hold.from_record(record)
     if not hold_rules.active(held, now):
         return ""
     remaining = hold_rules.remaining(held, now)

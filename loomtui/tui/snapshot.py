@@ -12,10 +12,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from loomtui.agent import hold_rules
+from loomtui.agent import drivers, hold_rules, lifecycle
 from loomtui.timing import Instant
 from loomtui.agent.driver import GONE, UNKNOWN, UP
-from loomtui.agent.drivers import make_driver
 from loomtui.agent.proctree import PRESENT
 from loomtui.agent.tmux import TmuxError
 from loomtui.canary import runs as canary
@@ -115,7 +114,7 @@ class Source:
         self.ctx = ctx.clone()
         self.agent = ctx.agent
         self.several = several  # the header names the agent only when there is another to tell it from
-        self.driver = make_driver(ctx.config, ctx.agent_dir)
+        self.driver = drivers.of(ctx)
         self._conversation = (Follower(transcript.path_in(self.ctx.agent_dir))
                               if self.driver.owns_turns else None)  # only a pump keeps a transcript
         self._store: Store | None = None
@@ -261,13 +260,12 @@ def _latest_incidents(store: Store, agent: str) -> list[incidents.Incident]:
     return list(reversed(incidents.group(events)))[:LATEST_INCIDENTS]
 
 
-def hold_text(hold: dict[str, Any] | None, now: Instant | float) -> str:
+def hold_text(hold: hold_rules.Hold | None, now: Instant | float) -> str:
     """Who holds automatic recovery, why and for how long ("" when nothing holds it): the hold
     rules' own line, so the summary says what `loom status` says."""
     if hold is None:
         return ""
-    held = hold_rules.Hold.from_record(hold)
-    return hold_rules.describe(held, now) if hold_rules.active(held, now) else ""
+    return hold_rules.describe(hold, now) if hold_rules.active(hold, now) else ""
 
 
 def incident_line(found: list[incidents.Incident], now: float) -> tuple[str, str]:
@@ -286,7 +284,7 @@ def header_from(status: status_mod.Status, pane: PaneView, config: Any, *,
     hold = hold_text(status.hold, status.moment)
     held = bool(hold)
     since = status.since_launch
-    booting = since is not None and since < config.agent.boot_grace
+    booting = since is not None and lifecycle.booting(status.last_launch, config.agent.boot_grace, status.moment)
     agent, level = _agent_text(pane, held, since if booting else None)
     claim = ""
     if status.unwitnessed and status.relaunch is not None:

@@ -176,3 +176,24 @@ def test_sigterm_during_a_probe_does_not_wait_it_out(make_harness):
     # Far less than the 90 s the probe would otherwise wait: the daemon gives the probe up.
     assert daemon.proc.wait(30) == 0
     assert runs(harness)[-1]["result"] == "pending"  # settled later from the ack file, never guessed
+
+
+def test_a_tmux_that_does_not_answer_the_probe_fails_its_typing_and_is_no_miss(make_harness):
+    # What the simulator's machine must copy (sim/machine.py): a probe into a hung tmux fails its
+    # typing (inject_failed, which counts for nothing) and leaves no pending run to be settled
+    # later as a miss, which with a busy agent's late ack before it would recycle a busy agent.
+    import os
+
+    from loomtui import actions
+    from loomtui.canary.rules import INJECT_FAILED
+
+    harness = make_harness()
+    harness.start()
+    server = harness.server_pid()
+    os.kill(server, signal.SIGSTOP)
+    try:
+        probe = actions.canary_now(harness.ctx(), source="canary")
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert probe.result == INJECT_FAILED and "did not answer" in probe.why
+    assert [r["result"] for r in runs(harness)] == [INJECT_FAILED]

@@ -45,7 +45,7 @@ def test_a_good_setup_with_a_running_agent_passes_every_check(harness):
     assert str(harness.config_path) in checks["config"]
     assert f"{harness.state_dir} is writable" in checks["state dir"]
     assert "integrity ok" in checks["store"]
-    held = r"ok    simulation   storm, seeds 1\.\.8, 3 days each: every invariant held \(\d+ steps\)"
+    held = r"ok    simulation   storm, seeds 1\.\.4, 0\.5 days each: every invariant held \(\d+ steps\)"
     assert re.fullmatch(held, checks["simulation"]), checks["simulation"]
     events = len(harness.events())
     assert events > 0 and f"ledger intact: {events} events" in checks["ledger"]
@@ -118,9 +118,9 @@ def test_a_config_that_recycles_busy_agents_fails_naming_the_invariant_and_the_r
     assert [name for name, line in checks.items() if status(line) != "ok"] == ["simulation"], result.stdout
     path = tmp_path / "loom.toml"
     found = re.fullmatch(r"FAIL  simulation   invariant definitive_signal broke on seed (\d+) at (\S+) "
-                         r"\(storm, 3 days\): canary_failed relaunch without a definitive signal: the agent could "
+                         r"\(storm, 0\.5 days\): canary_failed relaunch without a definitive signal: the agent could "
                          r"hear \(busy or healthy\) and was recycled; "
-                         r"replay with (loom sim --profile storm --seed \1 --days 3 --config (\S+))",
+                         r"replay with (loom sim --profile storm --seed \1 --days 0\.5 --config (\S+))",
                          checks["simulation"])
     assert found and found[4] == str(path), checks["simulation"]
     # The command it names replays the same violation, at the same simulated time.

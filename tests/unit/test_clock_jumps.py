@@ -196,8 +196,8 @@ def test_the_hold_shown_is_the_hold_enforced_after_a_step(ctx, step):
     holds.place(ctx, by="operator", reason="deploying", until=placed.wall + 3600, source="cli", now=placed)
     assert actions.admit(ctx, "relaunch", cause="crash", source="watchdog") is not None  # enforced
     status = status_mod.gather(ctx, events=0, look=False)
-    assert status.hold is not None and status.hold["reason"] == "deploying"
-    assert 2990 <= hold_rules.remaining(hold_rules.Hold.from_record(status.hold), status.moment) <= 3000
+    assert status.hold is not None and status.hold.reason == "deploying"
+    assert 2990 <= hold_rules.remaining(status.hold, status.moment) <= 3000
     assert "deploying" in hold_text(status.hold, status.moment)
     assert "deploying" in hold_cell(status.hold, status.moment)
     assert "HELD" in format_status(status)

@@ -1,24 +1,50 @@
-"""The simulator can fail: each broken policy below, patched into the real rules module the
-simulator drives, is caught by an invariant, with the seed, the step and a trace, and the same
-seed replays the same violation at the same step."""
+"""The simulator can fail: each bug below, planted in Loom's real code where the daemon calls it
+(the simulator runs that code), is caught by an invariant, with the seed, the step and a trace,
+and the same seed replays the same violation at the same step."""
 
 from __future__ import annotations
 
+import inspect
+import sys
+import textwrap
 from dataclasses import replace
 
 import pytest
 
-from loomtui.agent import policy, watchdog_rules
+from loomtui import actions
+from loomtui.agent import policy, recovery, watchdog_rules
+from loomtui.agent import watchdog as watchdog_loop
+from loomtui.canary import loop as canary_loop
+from loomtui.canary import probe as _probe  # noqa: F401  (imported now: a lazy import under a mutant would keep it)
 from loomtui.canary import rules as canary_rules
 from loomtui.sentinel import queue_rules
+from loomtui.sentinel import tick as sentinel_tick
 from loomtui.sim.report import text
 from loomtui.sim.scenarios import SCENARIOS, run_scenario
-from loomtui.sim.shell import WatchdogShell
-from loomtui.states import GONE, UNKNOWN
+from loomtui.states import GONE, PRESENT, UNKNOWN
+
+from loomtui.agent import launch
+from loomtui.sim.invariants import NAMES
 
 real_decide = policy.decide
 real_assess = watchdog_rules.assess
 real_queue_decide = queue_rules.decide
+
+
+def plant(monkeypatch, owner, name: str, old: str, new: str) -> None:
+    """Plant a bug in Loom's real code for one test: `owner.name`'s source with `old` (found once)
+    made `new`, compiled in its own module's globals and put in its place, and in every module of
+    Loom's that imported it by name. Test-local: the product holds no switch for it."""
+    fn = getattr(owner, name)
+    source = textwrap.dedent(inspect.getsource(fn))
+    assert source.count(old) == 1, f"{old!r} is not found once in {name}: the mutant no longer fits the code"
+    scope: dict = {}
+    exec(compile(source.replace(old, new), inspect.getsourcefile(fn) or name, "exec"),  # noqa: S102
+         sys.modules[fn.__module__].__dict__, scope)
+    monkeypatch.setattr(owner, name, scope[name])
+    for module in [m for n, m in sys.modules.items() if n.startswith("loomtui.") and m is not None]:
+        if getattr(module, name, None) is fn:
+            monkeypatch.setattr(module, name, scope[name])
 
 
 def scenario(name: str, seed: int = 1) -> dict:
@@ -41,7 +67,7 @@ def recycle_on_one_miss(runs, launch_seq, misses_to_recycle):
 
 
 def test_recycling_on_one_miss_is_caught(monkeypatch):
-    monkeypatch.setattr(canary_rules, "should_recycle", recycle_on_one_miss)
+    monkeypatch.setattr(canary_loop, "should_recycle", recycle_on_one_miss)  # where the canary loop calls it
     first = scenario("confident_false_detector")
     assert_caught(first["run"], "definitive_signal", profile="incident", days=0.5, seed=1)
     assert "canary_failed" in first["run"]["violation"]["message"]
@@ -80,25 +106,41 @@ def ambiguous_is_gone(obs, mem, s, mono):
 def test_an_ambiguous_look_taken_for_absent_is_stopped_by_the_second_look(monkeypatch):
     # The rules alone broken: the second look under recycle.lock finds tmux still unclear and
     # does nothing, as the real watchdog's still_failing does.
-    monkeypatch.setattr(watchdog_rules, "assess", ambiguous_is_gone)
+    monkeypatch.setattr(watchdog_loop, "assess", ambiguous_is_gone)
     result = scenario("confident_false_detector")
     assert result["passed"], result["outcome"]
     assert result["run"]["resolved_on_second_look"] >= 1
 
 
 def test_treating_an_ambiguous_look_as_absent_is_caught(monkeypatch):
-    monkeypatch.setattr(watchdog_rules, "assess", ambiguous_is_gone)
-    monkeypatch.setattr(WatchdogShell, "still_failing", lambda self, cause, pid: True)
+    monkeypatch.setattr(watchdog_loop, "assess", ambiguous_is_gone)
+    monkeypatch.setattr(watchdog_loop.Watchdog, "still_failing", lambda self, cause, pid: True)
     result = scenario("confident_false_detector")
     assert_caught(result["run"], "definitive_signal", profile="incident", days=0.5, seed=1)
     assert "tmux_gone" in result["run"]["violation"]["message"]
 
 
+def test_a_relaunch_history_read_as_empty_is_caught(monkeypatch):
+    # The audit's headline: with no history the fuse, the ceiling and the backoff are all off.
+    monkeypatch.setattr(recovery, "history", lambda ctx, *args, **kwargs: ())
+    result = scenario("recovery_storm")
+    assert_caught(result["run"], "fuse", profile="incident", days=10 / 24, seed=1)  # the first of the three to go
+
+
+def test_a_canary_loop_that_passes_one_as_its_miss_threshold_is_caught(monkeypatch):
+    real = canary_rules.should_recycle
+    monkeypatch.setattr(canary_loop, "should_recycle", lambda runs, launch_seq, misses: real(runs, launch_seq, 1))
+    result = scenario("confident_false_detector")
+    assert_caught(result["run"], "definitive_signal", profile="incident", days=0.5, seed=1)
+
+
 def test_forgetting_the_hold_is_caught(monkeypatch):
+    # Both guards forget it: the admission of automatic actions (actions.admit) and the policy.
     def forgets_hold(s, limits, now):
         return real_decide(replace(s, held=False), limits, now)
 
     monkeypatch.setattr(policy, "decide", forgets_hold)
+    monkeypatch.setattr(actions, "admit", lambda *args, **kwargs: None)
     result = scenario("recovery_storm")
     assert_caught(result["run"], "escalate_once_and_hold", profile="incident", days=10 / 24, seed=1)
 
@@ -110,17 +152,170 @@ def test_giving_up_silently_is_caught(monkeypatch):
 
     monkeypatch.setattr(policy, "decide", holds_without_a_word)
     result = scenario("recovery_storm")
-    # Held without a word: the last relaunch is neither witnessed nor followed by an escalation.
-    assert_caught(result["run"], "relaunch_witnessed", profile="incident", days=10 / 24, seed=1)
+    # Held without a word: the agent the last relaunch left dead is never relaunched.
+    assert_caught(result["run"], "exit_relaunched", profile="incident", days=10 / 24, seed=1)
+
+
+def test_probes_filed_under_the_wrong_launch_are_caught(monkeypatch):
+    # Every probe recorded as of launch 0: none ever witnesses the relaunch it was sent for.
+    from loomtui.canary import runs as canary_runs
+
+    plant(monkeypatch, canary_runs, "insert_run", "launch_seq(ctx), int(launches.in_boot_grace(ctx))",
+          "0, int(launches.in_boot_grace(ctx))")
+    result = scenario("exit_zero_is_failure")
+    assert_caught(result["run"], "relaunch_witnessed", profile="incident", days=4 / 24, seed=1)
 
 
 def test_a_queue_without_a_backstop_is_caught(monkeypatch):
     def never_escalates(item, cfg, now, **kwargs):
         return [a for a in real_queue_decide(item, cfg, now, **kwargs) if not isinstance(a, queue_rules.Escalate)]
 
-    monkeypatch.setattr(queue_rules, "decide", never_escalates)
+    monkeypatch.setattr(sentinel_tick, "decide", never_escalates)  # where the sentinel's tick calls it
     result = scenario("supervisor_blind_spot")
     assert_caught(result["run"], "queue_backstop", profile="incident", days=8 / 24, seed=1)
+
+
+def test_a_fuse_that_never_blows_is_caught(monkeypatch):
+    def no_fuse(s, limits, now):
+        return real_decide(s, replace(limits, fuse_count=10**6), now)
+
+    monkeypatch.setattr(policy, "decide", no_fuse)
+    result = scenario("recovery_storm")
+    assert_caught(result["run"], "fuse", profile="incident", days=10 / 24, seed=1)
+
+
+def test_no_backoff_is_caught(monkeypatch):
+    def no_backoff(s, limits, now):
+        return real_decide(s, replace(limits, backoff_base=0.0), now)
+
+    monkeypatch.setattr(policy, "decide", no_backoff)
+    result = scenario("recovery_storm")
+    assert_caught(result["run"], "backoff", profile="incident", days=10 / 24, seed=1)
+
+
+def exit_zero_is_success(obs, mem, s, mono):
+    if obs.pane_dead and not obs.dead_signal and obs.dead_status in (0, None):  # (tmux may lose the 0)
+        obs = replace(obs, pane_dead=False, dead_status=None, agent=PRESENT, poller=UNKNOWN, screen=None)
+    return real_assess(obs, mem, s, mono)
+
+
+def test_an_exit_zero_taken_for_success_is_caught(monkeypatch):
+    monkeypatch.setattr(watchdog_loop, "assess", exit_zero_is_success)
+    result = scenario("exit_zero_is_failure")
+    assert_caught(result["run"], "exit_relaunched", profile="incident", days=4 / 24, seed=1)
+
+
+def test_resuming_a_stranger_is_caught(monkeypatch):
+    plant(monkeypatch, launch, "relaunch_locked", "new = old if mode == RESUME else str(uuid.uuid4())",
+          "new = str(uuid.uuid4())")
+    result = scenario("exit_zero_is_failure")
+    assert_caught(result["run"], "resume_only_the_pinned", profile="incident", days=4 / 24, seed=1)
+
+
+def test_a_probe_typed_before_the_agent_is_ready_is_caught(monkeypatch):
+    plant(monkeypatch, canary_loop.CanaryLoop, "_facts", '"ready": lambda: launches.agent_ready(ctx, self.driver)',
+          '"ready": lambda: True')
+    result = scenario("exit_zero_is_failure")
+    assert_caught(result["run"], "no_typing_into_a_booting_agent", profile="incident", days=4 / 24, seed=1)
+
+
+def test_a_foreign_poller_never_scanned_for_is_caught(monkeypatch):
+    plant(monkeypatch, watchdog_loop.Watchdog, "due_foreign_scan", "    self.last_foreign_scan = now\n    return True",
+          "    self.last_foreign_scan = now\n    return False")
+    result = scenario("one_bot_one_poller")
+    assert_caught(result["run"], "foreign_poller_reaped", profile="incident", days=8 / 24, seed=1)
+
+
+def lost_poller_ignored(obs, mem, s, mono):
+    steps, mem = real_assess(obs, mem, s, mono)
+    return [st for st in steps if not (st.kind == "recover" and st.cause == "poller_missing")], mem
+
+
+def test_a_lost_poller_never_relaunched_is_caught(monkeypatch):
+    monkeypatch.setattr(watchdog_loop, "assess", lost_poller_ignored)
+    result = scenario("one_bot_one_poller")
+    assert_caught(result["run"], "poller_restored", profile="incident", days=8 / 24, seed=1)
+
+
+def first_caught(invariant: str, seeds: range, days: float = 1.0, config=None) -> dict:
+    """The first storm run of `seeds` whose violation is `invariant` (a seed may trip another one
+    first: the bug is caught there too, but not yet shown to make this invariant fire)."""
+    from loomtui.sim import simulate
+
+    for seed in seeds:
+        run = simulate(seed, days, "storm", config)
+        if run["violation"] is not None and run["violation"]["invariant"] == invariant:
+            assert_caught(run, invariant, profile="storm", days=days, seed=seed)
+            return run
+    raise AssertionError(f"{invariant} never fired on storm seeds {seeds.start}..{seeds.stop - 1}")
+
+
+def tmux_gone_ignored(obs, mem, s, mono):
+    steps, mem = real_assess(obs, mem, s, mono)
+    return [st for st in steps if not (st.kind == "recover" and st.cause == "tmux_gone")], mem
+
+
+def test_a_vanished_tmux_never_relaunched_is_caught(monkeypatch):
+    # In trouble (the session gone with the agent), and neither a relaunch nor a word.
+    monkeypatch.setattr(watchdog_loop, "assess", tmux_gone_ignored)
+    first_caught("never_silent", range(1, 9))
+
+
+def test_launching_beside_an_agent_that_would_not_die_is_caught(monkeypatch):
+    # The world sometimes leaves a process that ignores SIGTERM and outlives SIGKILL's wait.
+    plant(monkeypatch, launch, "relaunch_locked", "if stubborn:", "if False:")
+    first_caught("one_agent", range(1, 13))
+
+
+def test_an_operators_relaunch_that_takes_no_lock_is_caught(monkeypatch):
+    # `loom recycle` that does not wait for the relaunch under way. A boot watch longer than usual
+    # (resume_check 120 s, boot_grace past it so no probe is typed meanwhile) widens the window.
+    from loomtui.sim.profiles import default_config
+
+    plant(monkeypatch, actions, "recover", "lock = locks.hold(ctx.agent_dir, locks.RECYCLE, timeout=wait)",
+          "lock = contextlib.nullcontext() if operator else locks.hold(ctx.agent_dir, locks.RECYCLE, timeout=wait)")
+    monkeypatch.setattr(actions, "contextlib", __import__("contextlib"), raising=False)
+    config = default_config({"agent": {"resume_check": "120s", "boot_grace": "200s", "poller_match": "telegram-poller"}})
+    first_caught("one_relaunch_at_a_time", range(1, 9), config=config)
+
+
+def test_a_claim_witnessed_by_a_run_started_before_it_is_caught():
+    # The sentinel's review forgets that only a run started after the claim can witness it (a
+    # failing run is caught twice over: its failure reopens the item before any review).
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        plant(monkeypatch, queue_rules, "review", " or raw_age(claimed, run.start) <= 0:", ":")
+        first_caught("witness_is_clean", range(1, 9))
+
+
+# Each invariant and the test above (or in test_sim.py) whose planted bug it catches.
+CAUGHT_BY = {
+    "definitive_signal": test_recycling_on_one_miss_is_caught,
+    "ceiling": test_a_ceiling_that_lets_two_more_through_is_caught,
+    "no_resume_after_canary_failed": test_resuming_after_canary_failed_is_caught,
+    "escalate_once_and_hold": test_forgetting_the_hold_is_caught,
+    "relaunch_witnessed": test_probes_filed_under_the_wrong_launch_are_caught,
+    "queue_backstop": test_a_queue_without_a_backstop_is_caught,
+    "fuse": test_a_fuse_that_never_blows_is_caught,
+    "backoff": test_no_backoff_is_caught,
+    "exit_relaunched": test_an_exit_zero_taken_for_success_is_caught,
+    "resume_only_the_pinned": test_resuming_a_stranger_is_caught,
+    "no_typing_into_a_booting_agent": test_a_probe_typed_before_the_agent_is_ready_is_caught,
+    "foreign_poller_reaped": test_a_foreign_poller_never_scanned_for_is_caught,
+    "poller_restored": test_a_lost_poller_never_relaunched_is_caught,
+    "never_silent": test_a_vanished_tmux_never_relaunched_is_caught,
+    "one_agent": test_launching_beside_an_agent_that_would_not_die_is_caught,
+    "one_relaunch_at_a_time": test_an_operators_relaunch_that_takes_no_lock_is_caught,
+    "witness_is_clean": test_a_claim_witnessed_by_a_run_started_before_it_is_caught,
+    # In test_sim.py: deadlines kept on the wall clock, under the clockjump profile's steps.
+    "deaf_bound": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
+    "backstop_not_early": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
+}
+
+
+def test_every_invariant_has_a_planted_bug_that_it_catches():
+    missing = [name for name in NAMES if name not in CAUGHT_BY]
+    assert missing == [], f"invariants no planted bug shows able to fire: {missing}"
+    assert set(CAUGHT_BY) <= set(NAMES)
 
 
 @pytest.mark.parametrize("name", [s.name for s in SCENARIOS])

@@ -9,6 +9,9 @@ import pytest
 from textual.widgets import DataTable, Static
 from tui_state import NOW, populate_agents, until, utc, write_agents_config  # noqa: F401  (utc: a fixture)
 
+from loomtui.agent.hold_rules import Hold
+from loomtui.agent.records import LaunchRecord
+from loomtui.timing import Instant
 from loomtui.context import Context
 from loomtui.report.status import AgentLook, CanaryLast, RelaunchClaim, Status
 from loomtui.tui import agents_view
@@ -60,7 +63,10 @@ UP = AgentLook("up", pane={"dead": False}, tree={"process": "present", "pid": 7}
 
 @pytest.mark.parametrize(("look", "kw", "want"), [
     (UP, {}, ("running", "ok")),
-    (UP, {"since_launch": 1.0}, ("booting", "warn")),
+    (UP, {"since_launch": 1.0, "last_launch": LaunchRecord(NOW - 1.0)}, ("booting", "warn")),
+    (UP, {"since_launch": 9.0, "last_launch": LaunchRecord(NOW - 9.0)}, ("running", "ok")),  # past its grace
+    (UP, {"since_launch": 1.0, "last_launch": LaunchRecord(NOW - 1.0, ready=Instant(NOW))}, ("running", "ok")),
+    (UP, {"hold": Hold(NOW - 60, "operator", "swap")}, ("running", "ok")),  # the hold has its own column
     (UP, {"relaunch": RelaunchClaim(1, NOW - 30, "crash", "resume", "watchdog")}, ("unwitnessed", "warn")),
     (UP, {"relaunch": RelaunchClaim(1, NOW - 30, "crash", "resume", "watchdog", 2, NOW - 20)}, ("running", "ok")),
     (AgentLook("gone", "no session"), {}, ("no tmux session", "bad")),
@@ -75,14 +81,14 @@ def test_state_of(look, kw, want):
 
 def test_a_row_says_the_last_settled_canary_the_hour_s_relaunches_the_open_items_and_the_hold():
     st = status(UP, canary_settled=CanaryLast("miss", 125.0, None, ""), queue={"open": 3, "claimed": 1},
-                hold={"ts": NOW - 60, "by": "operator", "reason": "swap", "until": NOW + 600})
+                hold=Hold.from_record({"ts": NOW - 60, "by": "operator", "reason": "swap", "until": NOW + 600}))
     row = agents_view.row_from("beta", st, relaunches=2, boot_grace=5.0)
     assert (row.name, row.state, row.canary, row.canary_level, row.relaunches, row.open_items) == \
         ("beta", "running", "miss 2m5s ago", "bad", 2, 3)
     assert row.hold == "operator 10m: swap"
-    untimed = status(UP, hold={"ts": NOW - 60, "by": "ceiling", "reasons": ["3 relaunches in 1h"]})
+    untimed = status(UP, hold=Hold.from_record({"ts": NOW - 60, "by": "ceiling", "reasons": ["3 relaunches in 1h"]}))
     assert agents_view.row_from("a", untimed, 0, 5.0).hold == "ceiling: 3 relaunches in 1h"
-    expired = status(UP, hold={"ts": NOW - 700, "by": "operator", "reason": "swap", "until": NOW - 100})
+    expired = status(UP, hold=Hold.from_record({"ts": NOW - 700, "by": "operator", "reason": "swap", "until": NOW - 100}))
     assert agents_view.row_from("a", expired, 0, 5.0).hold == ""
     assert agents_view.row_from("a", status(UP), 0, 5.0).canary == "no probe yet"
     # Cells are Text, never markup: a hostile reason stays literal.

@@ -89,9 +89,9 @@ def test_seeing_the_agent_ready_ends_its_boot_grace(ctx):
     relaunch(ctx)
     assert launches.in_boot_grace(ctx) and launches.relaunch_under_way(ctx)
     launched = launches.last_launch(ctx)
-    assert not launches.mark_ready(ctx, "another-session", launched["ts"])  # not this launch
+    assert not launches.mark_ready(ctx, "another-session", launched.ts)  # not this launch
     assert launches.in_boot_grace(ctx)
-    assert launches.mark_ready(ctx, "s", launched["ts"])
+    assert launches.mark_ready(ctx, "s", launched.ts)
     assert not launches.in_boot_grace(ctx) and not launches.relaunch_under_way(ctx)
     relaunch(ctx)  # a new launch boots again
     assert launches.in_boot_grace(ctx)

@@ -1,0 +1,181 @@
+"""Simulated time and simulated threads: Loom's own loops run as they do in the daemon, one at a time.
+
+The daemon runs its watchdog, canary and sentinel in threads that sleep, wait for locks and poll a
+booting agent. Here each is a real thread too, but only one runs at a time: a thread runs until it
+sleeps on the virtual clock (`SimClock.sleep`, which every wait in Loom's code reaches through
+loomtui.clock), then hands the baton back, and the scheduler wakes whatever is due next, a thread or
+one of the world's own events. Which thread runs next is decided by the heap alone (time, then the
+order things were scheduled), so the same seed gives the same interleaving, to the byte, while
+Loom's threads still overlap as they do on a machine: a relaunch holding recycle.lock through its
+boot watch while the canary loop looks, finds the lock held and waits.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Callable
+from typing import Any
+
+# A thread asked to sleep less than this sleeps this long: a poll loop on the virtual clock must
+# move time forward, or it would spin at one instant for ever.
+MIN_SLEEP = 1e-3
+# How long (real seconds) the scheduler waits for a slice to end: one that takes longer is blocked on
+# something real (a lock's blocking wait, a socket), which would hang the run for ever.
+REAL_WAIT = 120.0
+
+
+class Deadlock(RuntimeError):
+    """A simulated thread blocked outside the virtual clock (a real wait): the run cannot go on."""
+
+
+class _Exit(BaseException):
+    """Raised inside a simulated thread to end it when the run is over (not an error of its code)."""
+
+
+class SimThread:
+    def __init__(self, scheduler: Scheduler, name: str, body: Callable[[], None]) -> None:
+        self.scheduler = scheduler
+        self.name = name
+        self.body = body
+        self.go = threading.Semaphore(0)
+        self.done = False
+        self.error: BaseException | None = None
+        self.wake_token = 0
+        self.thread = threading.Thread(target=self._run, name=f"sim-{name}", daemon=True)
+
+    def _run(self) -> None:
+        self.go.acquire()
+        try:
+            if not self.scheduler.stopping:
+                self.body()
+        except _Exit:
+            pass
+        except BaseException as exc:  # handed to the scheduler's thread, which raises it
+            self.error = exc
+        finally:
+            self.done = True
+            self.scheduler.back.release()
+
+
+class Scheduler:
+    """The heap of timed steps and the baton. `t` is the monotonic clock of the run's one boot."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.heap: list[tuple[float, int, Callable[..., None] | None, Any]] = []
+        self.seq = 0
+        self.back = threading.Semaphore(0)
+        self.current: SimThread | None = None
+        self.threads: list[SimThread] = []
+        self.stopping = False
+        self.after_slice: Callable[[SimThread], None] | None = None
+        self.on_time: Callable[[float], None] | None = None
+
+    # -- scheduling -------------------------------------------------------------------------
+
+    def at(self, when: float, fn: Callable[..., None], *args: Any) -> None:
+        """Run `fn(*args)` on the scheduler's thread at `when` (the world's events)."""
+        self.seq += 1
+        heapq.heappush(self.heap, (max(when, self.t), self.seq, fn, args))
+
+    def spawn(self, name: str, body: Callable[[], None], when: float | None = None) -> SimThread:
+        """A simulated thread running `body` from `when` (now by default), one slice at a time."""
+        th = SimThread(self, name, body)
+        self.threads.append(th)
+        th.thread.start()
+        self._wake_at(th, self.t if when is None else when)
+        return th
+
+    def _wake_at(self, th: SimThread, when: float) -> None:
+        th.wake_token += 1
+        self.seq += 1
+        heapq.heappush(self.heap, (max(when, self.t), self.seq, None, (th, th.wake_token)))
+
+    def wake(self, th: SimThread, when: float | None = None) -> None:
+        """Bring a sleeping thread's wake forward to `when` (now by default); a later one is dropped."""
+        self._wake_at(th, self.t if when is None else when)
+
+    # -- from inside a simulated thread ------------------------------------------------------
+
+    def sleep(self, seconds: float) -> None:
+        th = self.current
+        if th is None or threading.current_thread() is not th.thread:
+            raise Deadlock("the virtual clock's sleep was called outside a simulated thread")
+        self._wake_at(th, self.t + max(seconds, MIN_SLEEP))
+        self._yield(th)
+
+    def sleep_until(self, when: float) -> None:
+        """Sleep until `when`, or until someone calls wake() for this thread sooner."""
+        th = self.current
+        if th is None or threading.current_thread() is not th.thread:
+            raise Deadlock("the virtual clock's sleep was called outside a simulated thread")
+        self._wake_at(th, max(when, self.t + MIN_SLEEP))
+        self._yield(th)
+
+    def _yield(self, th: SimThread) -> None:
+        self.back.release()
+        th.go.acquire()
+        if self.stopping:
+            raise _Exit()
+
+    # -- the run ----------------------------------------------------------------------------
+
+    def run_until(self, end: float, after_step: Callable[[], None]) -> None:
+        heap = self.heap
+        while heap and heap[0][0] <= end:
+            when, _, fn, args = heapq.heappop(heap)
+            if fn is None:
+                th, token = args
+                if token != th.wake_token or th.done:
+                    continue  # superseded by an earlier wake, or the thread has ended
+                self.t = when
+                if self.on_time is not None:
+                    self.on_time(when)
+                self.current = th
+                th.go.release()
+                if not self.back.acquire(timeout=REAL_WAIT):
+                    raise Deadlock(f"simulated thread {th.name} blocked outside the virtual clock")
+                self.current = None
+                if th.error is not None:
+                    raise th.error
+                if self.after_slice is not None:
+                    self.after_slice(th)
+            else:
+                self.t = when
+                if self.on_time is not None:
+                    self.on_time(when)
+                fn(*args)
+            after_step()
+
+    def stop(self) -> None:
+        """End every thread still parked or sleeping (each raises _Exit where it waits)."""
+        self.stopping = True
+        for th in self.threads:
+            if not th.done:
+                th.go.release()
+                self.back.acquire()
+        self.threads.clear()
+
+
+class SimClock:
+    """loomtui.clock's port on the scheduler: monotonic is `t`; the wall clock is `t` plus the world's
+    offset (which only the clock faults move); one boot; sleeping yields the baton."""
+
+    def __init__(self, scheduler: Scheduler, epoch: float, boot: str, offset: Callable[[], float]) -> None:
+        self.scheduler = scheduler
+        self.epoch = epoch
+        self.boot = boot
+        self.offset = offset
+
+    def wall(self) -> float:
+        return self.epoch + self.scheduler.t + self.offset()
+
+    def monotonic(self) -> float:
+        return self.scheduler.t
+
+    def boot_id(self) -> str | None:
+        return self.boot
+
+    def sleep(self, seconds: float) -> None:
+        self.scheduler.sleep(seconds)

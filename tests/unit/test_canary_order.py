@@ -1,0 +1,103 @@
+"""The canary loop's order as one pure rule (canary.rules.next_step), over every combination of
+its facts: deaf → recover; held → nothing; a relaunch waiting for its witness → wait for
+recycle.lock and the agent's readiness, then probe it; not yet due → wait that long; a relaunch
+under way or a probe pending → look again soon; else probe. And the rule asks for a fact only when
+the facts before it have not decided (the loop gathers lazily: some facts cost a tmux capture)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loomtui.canary.rules import ASK, FACTS, PROBE, RECOVER, WAIT, WITNESS, CanaryFacts, Step, next_step
+
+WAITING = 0.5
+BOOLS = [f for f in FACTS if f != "due_in"]
+
+
+def combinations():
+    for bools in itertools.product((False, True), repeat=len(BOOLS)):
+        for due in (0.0, -3.0, 42.0):
+            yield CanaryFacts(WAITING, due_in=due, **dict(zip(BOOLS, bools)))
+
+
+ALL = list(combinations())
+
+
+def lazily(full: CanaryFacts) -> tuple[Step, list[str]]:
+    """What the loop does: start with nothing, gather each fact the rule asks for from `full`."""
+    facts, asked = CanaryFacts(full.waiting), []
+    while (step := next_step(facts)).kind == ASK:
+        assert step.fact in FACTS and getattr(facts, step.fact) is None and step.fact not in asked
+        asked.append(step.fact)
+        facts = replace(facts, **{step.fact: getattr(full, step.fact)})
+    return step, asked
+
+
+def expected(f: CanaryFacts) -> Step:
+    """The order, said as a table rather than as code that asks."""
+    if f.misses_mean_deaf:
+        return Step(RECOVER)
+    if f.held:
+        return Step(WAIT)
+    if f.witness_due:
+        return Step(WITNESS if not f.recycle_locked and f.ready else WAIT, WAITING)
+    if f.due_in > 0:
+        return Step(WAIT, f.due_in)
+    return Step(PROBE if not f.under_way and not f.pending else WAIT, WAITING)
+
+
+@pytest.mark.parametrize("facts", ALL)
+def test_every_combination_of_facts(facts):
+    assert next_step(facts) == expected(facts)
+    assert lazily(facts)[0] == next_step(facts)
+
+
+def test_each_outcome_and_what_was_asked_for_it():
+    base = CanaryFacts(WAITING, False, False, False, False, True, 0.0, False, False)
+    cases = [
+        ({"misses_mean_deaf": True, "held": True}, Step(RECOVER), ["misses_mean_deaf"]),
+        ({"held": True, "witness_due": True}, Step(WAIT), ["misses_mean_deaf", "held"]),
+        ({"witness_due": True, "recycle_locked": True}, Step(WAIT, WAITING),
+         ["misses_mean_deaf", "held", "witness_due", "recycle_locked"]),
+        ({"witness_due": True, "ready": False}, Step(WAIT, WAITING),
+         ["misses_mean_deaf", "held", "witness_due", "recycle_locked", "ready"]),
+        # A witness goes out whatever the schedule, a relaunch's boot or a pending probe say.
+        ({"witness_due": True, "due_in": 99.0, "under_way": True, "pending": True}, Step(WITNESS, WAITING),
+         ["misses_mean_deaf", "held", "witness_due", "recycle_locked", "ready"]),
+        ({"due_in": 12.5, "under_way": True}, Step(WAIT, 12.5), ["misses_mean_deaf", "held", "witness_due", "due_in"]),
+        ({"under_way": True}, Step(WAIT, WAITING), ["misses_mean_deaf", "held", "witness_due", "due_in", "under_way"]),
+        ({"pending": True}, Step(WAIT, WAITING), [f for f in FACTS if f not in ("recycle_locked", "ready")]),
+        ({}, Step(PROBE, WAITING), [f for f in FACTS if f not in ("recycle_locked", "ready")]),
+    ]
+    for change, step, asked in cases:
+        assert lazily(replace(base, **change)) == (step, asked), change
+
+
+def test_readiness_is_asked_only_for_a_witness_and_never_while_a_relaunch_holds_the_lock():
+    for facts in ALL:
+        step, asked = lazily(facts)
+        if "ready" in asked:
+            assert facts.witness_due and not facts.recycle_locked and not facts.held and not facts.misses_mean_deaf
+        assert step.kind in (RECOVER, WAIT, PROBE, WITNESS)
+
+
+MAYBE = st.one_of(st.none(), st.booleans())
+
+
+@given(st.builds(CanaryFacts, st.floats(0.01, 60), MAYBE, MAYBE, MAYBE, MAYBE, MAYBE,
+                 st.one_of(st.none(), st.floats(-1e6, 1e6)), MAYBE, MAYBE))
+def test_any_partial_facts_either_decide_or_name_a_missing_fact(facts):
+    step = next_step(facts)
+    if step.kind == ASK:
+        assert getattr(facts, step.fact) is None
+        return
+    # A decision from partial facts is the decision of every completion of them.
+    for fill in (False, True):
+        full = replace(facts, **{f: (0.0 if f == "due_in" else fill) for f in FACTS if getattr(facts, f) is None})
+        assert next_step(full) == step
+    assert step.after is None or step.after > 0
