@@ -226,13 +226,18 @@ def test_a_foreign_poller_never_scanned_for_is_caught(monkeypatch):
     assert_caught(result["run"], "foreign_poller_reaped", profile="incident", days=8 / 24, seed=1)
 
 
-def lost_poller_ignored(obs, mem, s, mono):
-    steps, mem = real_assess(obs, mem, s, mono)
-    return [st for st in steps if not (st.kind == "recover" and st.cause == "poller_missing")], mem
+def ignoring(cause: str):
+    """The watchdog's rules with every relaunch for `cause` dropped."""
+
+    def assess(obs, mem, s, mono):
+        steps, mem = real_assess(obs, mem, s, mono)
+        return [st for st in steps if not (st.kind == "recover" and st.cause == cause)], mem
+
+    return assess
 
 
 def test_a_lost_poller_never_relaunched_is_caught(monkeypatch):
-    monkeypatch.setattr(watchdog_loop, "assess", lost_poller_ignored)
+    monkeypatch.setattr(watchdog_loop, "assess", ignoring("poller_missing"))
     result = scenario("one_bot_one_poller")
     assert_caught(result["run"], "poller_restored", profile="incident", days=8 / 24, seed=1)
 
@@ -250,14 +255,9 @@ def first_caught(invariant: str, seeds: range, days: float = 1.0, config=None) -
     raise AssertionError(f"{invariant} never fired on storm seeds {seeds.start}..{seeds.stop - 1}")
 
 
-def tmux_gone_ignored(obs, mem, s, mono):
-    steps, mem = real_assess(obs, mem, s, mono)
-    return [st for st in steps if not (st.kind == "recover" and st.cause == "tmux_gone")], mem
-
-
 def test_a_vanished_tmux_never_relaunched_is_caught(monkeypatch):
     # In trouble (the session gone with the agent), and neither a relaunch nor a word.
-    monkeypatch.setattr(watchdog_loop, "assess", tmux_gone_ignored)
+    monkeypatch.setattr(watchdog_loop, "assess", ignoring("tmux_gone"))
     first_caught("never_silent", range(1, 9))
 
 
