@@ -105,7 +105,7 @@ class Sim:
         self.ended: str | None = None        # the thread whose tick or command ended in this slice
         self.slicer: Any = None
         self.runs_from = 0            # the first canary run not yet seen settled
-        self.probes_typed = 0
+        self.runs_told: set[int] = set()  # settled runs from runs_from on, already told (membership only)
         self.data_version = -1
 
     # -- the world's clock and events ---------------------------------------------------------
@@ -134,17 +134,9 @@ class Sim:
         return name
 
     def event(self, kind: str, /, **detail: Any) -> None:
+        """Into the trace and the report; the checker hears from where each fact comes (on_ledger,
+        the threads), once."""
         self.trace.append((self.step, self.world.t, kind, detail))
-        c = self.checker
-        if kind == "sentinel_failed" or (kind == "tick_failed" and detail.get("loop") == "sentinel"):
-            c.on_sentinel_failed()
-        elif kind == "queue_new":
-            c.unresolved.add(detail["item"])
-        elif kind == "queue_escalate":
-            c.on_queue_escalate(detail["item"], detail["state"])
-        elif kind == "queue_witness":
-            c.on_queue_witness(detail["item"], detail["run"])
-            c.unresolved.discard(detail["item"])
         self.report.on_event(kind, detail)
 
     def item(self, item_id: int) -> Item | None:
@@ -222,7 +214,7 @@ class Sim:
         sched = self.scheduler
         while True:
             if self.guarded("sentinel", step) is FAILED:  # the store locked, say: a lost interval
-                self.event("sentinel_failed", why="the tick failed")
+                self.checker.on_sentinel_failed()
             sched.sleep_until(sched.t + interval)
 
     def wake(self, name: str, when: float | None = None) -> None:
@@ -283,7 +275,6 @@ class Sim:
         item = re.search(r"\[loom sentinel\] Queue item (\d+)", text)
         m = re.search(r"touch '?([^' ]+)'?", text)
         if m and item is None:
-            self.probes_typed += 1
             ack = self.world.ack_time(self.world.t)
             if ack is not None:
                 self.at(ack, self.acked, agent.pid, Path(m.group(1)))
@@ -349,8 +340,7 @@ class Sim:
             for row in rows:
                 self.ledger_seen = row["id"]
                 self.on_ledger(row["id"], row["kind"], row["cause"] or "", row["detail"])
-            if self.probes_typed or self.runs_from:
-                self.settled_runs()
+            self.settled_runs()
         if self.ended is not None:
             self.relaunchers.discard(self.ended)
             self.ended = None
@@ -426,26 +416,22 @@ class Sim:
             self.event(kind, item=item_id, job=detail.get("job"))
 
     def settled_runs(self) -> None:
+        """Each canary run once, when it has settled: from the first run still pending on."""
         obs = self.observer
         assert obs is not None
         rows = obs.query("SELECT id, result, launch_seq FROM canary_runs WHERE id >= ? ORDER BY id",
                          (self.runs_from,))
-        first_open = None
+        pending = [row["id"] for row in rows if row["result"] == "pending"]
         for row in rows:
-            if row["result"] == "pending":
-                first_open = first_open or row["id"]
+            if row["result"] == "pending" or row["id"] in self.runs_told:
                 continue
-            if row["id"] < self.runs_from:
-                continue
-            if first_open is None:
-                self.runs_from = row["id"] + 1
             self.event("canary", result=row["result"], seq=row["launch_seq"])
             if row["result"] == "ok":
                 self.report.on_witness(self.checker.trouble_since)
                 self.checker.on_witness(row["launch_seq"])
-        if first_open is not None:
-            self.runs_from = first_open
-        self.probes_typed = 0
+            self.runs_told.add(row["id"])
+        self.runs_from = pending[0] if pending else (rows[-1]["id"] + 1 if rows else self.runs_from)
+        self.runs_told = {i for i in self.runs_told if i >= self.runs_from}
 
     # -- faults -----------------------------------------------------------------------------
 
