@@ -47,7 +47,7 @@ class Operator:
             item = sim.item(detail["item"])
             if item is None or item.state == queue_rules.WITNESSED:
                 return
-            job = next((j for j in w.jobs if j.name == item.job), None)
+            job = w.job(item.job)
             if job is not None:
                 job.broken_since = None
             claim(sim, item.id, "fixed the job by hand", None)
@@ -95,7 +95,7 @@ class QueueWorker:
         item = sim.item(item_id)
         if item is None or item.state == queue_rules.WITNESSED:
             return
-        job = next((j for j in w.jobs if j.name == item.job), None)
+        job = w.job(item.job)
         fixed = sim.rng.random() < self.fix_probability
         if fixed and job is not None:
             job.broken_since = None
@@ -150,7 +150,8 @@ class Jobs:
 
     def run(self, name: str) -> None:
         sim, w = self.sim, self.sim.world
-        job = next(j for j in w.jobs if j.name == name)
+        job = w.job(name)
+        assert job is not None
         obs = sim.observer
         assert obs is not None
         if w.store_locked():

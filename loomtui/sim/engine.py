@@ -32,7 +32,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
-from loomtui import clock, timing
+from loomtui import clock
 from loomtui.agent import commands, launches
 from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
@@ -48,7 +48,7 @@ from loomtui.sim.profiles import with_jobs
 from loomtui.sim.report import Collector
 from loomtui.sim.sample import matching
 from loomtui.sim.scheduler import Scheduler, SimClock
-from loomtui.sim.world import BOOT, EPOCH, MODAL_SCREEN, PROMPT_SCREEN, Agent, Job, World
+from loomtui.sim.world import BOOT, MODAL_SCREEN, PROMPT_SCREEN, Agent, Job, World
 from loomtui.store import session
 from loomtui.store.db import Store
 from loomtui.store.statedir import prepare_agent_dir, prepare_state_dir
@@ -58,6 +58,9 @@ DAY = 86400.0
 BOOT_SCREEN = "Starting…"
 CANARY_PERIOD = loops.CANARY_PERIOD
 FAILED = object()  # what guarded() returns for a tick that raised
+# What the agent reads in a typed line: a nudge names its queue item, a probe the file to touch.
+NUDGE = re.compile(r"\[loom sentinel\] Queue item (\d+)")
+PROBE = re.compile(r"touch '?([^' ]+)'?")
 
 
 class Sim:
@@ -79,7 +82,7 @@ class Sim:
         self.scheduler = Scheduler()
         self.scheduler.on_time = self._set_time
         self.scheduler.after_slice = self._after_slice
-        self.clock = SimClock(self.scheduler, EPOCH, BOOT, lambda: self.world.wall_offset)
+        self.clock = SimClock(self.scheduler, self.world, BOOT)
         self.item_cache: dict[int, Item] = {}   # queue items as the store holds them, until it changes
         self.commands: dict[int, str] = {}
         self.labels: dict[str, str] = {}
@@ -118,10 +121,6 @@ class Sim:
 
     def after(self, delay: float, fn: Callable[..., None], *args: Any) -> None:
         self.scheduler.at(self.world.t + delay, fn, *args)
-
-    def instant(self) -> timing.Instant:
-        w = self.world
-        return timing.Instant(w.wall, w.mono, BOOT)
 
     def label(self, session_id: str | None) -> str | None:
         """A session id as the report shows it: Loom mints uuid4s (os.urandom), so a run's output
@@ -272,8 +271,8 @@ class Sim:
 
     def typed_into(self, agent: Agent, text: str) -> None:
         self.checker.on_typed(text)
-        item = re.search(r"\[loom sentinel\] Queue item (\d+)", text)
-        m = re.search(r"touch '?([^' ]+)'?", text)
+        item = NUDGE.search(text)
+        m = PROBE.search(text)
         if m and item is None:
             ack = self.world.ack_time(self.world.t)
             if ack is not None:

@@ -192,10 +192,14 @@ class Checker:
         what = "a probe" if "touch" in text else "a line"
         if self.relaunch_active:
             self.fail("no_typing_into_a_booting_agent", f"{what} was typed while a relaunch was under way")
-        # Loom counts the boot grace from its relaunch record, made before the old tree is ended.
-        if a is not None and w.t < a.ready_at and w.t - (a.started - STOP_TIME) < self.sim.config.agent.boot_grace - 1e-6:
+        if a is not None and self.booting(a, w.t):
             self.fail("no_typing_into_a_booting_agent", f"{what} was typed into an agent still booting "
                                                         f"({w.t - a.started:.1f}s after its launch)")
+
+    def booting(self, a, t: float) -> bool:
+        """Not yet ready (the world's truth) and launched less than `boot_grace` ago, counted as Loom
+        counts it: from its relaunch record, made before the old tree is ended."""
+        return t < a.ready_at and t - (a.started - STOP_TIME) < self.sim.config.agent.boot_grace - 1e-6
 
     def on_queue_witness(self, item_id: int, run_id: int) -> None:
         item = self.sim.item(item_id)
@@ -218,7 +222,7 @@ class Checker:
     def witness_window(self, item) -> float | None:
         """How long a claim may wait for its witness: to the job's next run after the claim (its
         schedule in the world), and the missed-run grace."""
-        job = next((j for j in self.sim.world.jobs if j.name == item.job), None)
+        job = self.sim.world.job(item.job)
         if job is None or item.claimed_at is None:
             return None
         due = schedule.next_due(job.schedule, item.claimed_at, cron=cron.in_zone(dt.timezone.utc))
@@ -271,7 +275,7 @@ class Checker:
             if self.late(t - at, self.witness_bound, at):
                 self.fail("relaunch_witnessed", f"relaunch {seq} at {at:.0f}s neither witnessed by an ack nor "
                                                 f"followed by a relaunch or an escalation")
-        booting = alive and (t < a.ready_at and t - a.started < sim.config.agent.boot_grace)
+        booting = alive and self.booting(a, t)
         stable = alive and tmux_seen and t >= w.tmux_hang_until and not self.relaunch_active and not booting
         if not stable:
             self.stable_since = None

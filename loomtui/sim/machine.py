@@ -11,7 +11,6 @@ lost its exit status (tmux 3.3a). The world's truth stays in world.py, for the i
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -26,8 +25,18 @@ if TYPE_CHECKING:
 
 FOREIGN_PID = 700_000      # a foreign poller's pid (never one of the agent's)
 SERVER_PID = 500_000       # the tmux server's pids: one per server started
-ACK = re.compile(r"touch (\S+)")
-ITEM = re.compile(r"queue item (\d+)")
+
+
+def pane(agent: Agent, *, status: int | None = None) -> PaneInfo:
+    """The agent's pane as tmux lists it: its id and process, dead or not (with what tmux kept)."""
+    if agent.alive:
+        return PaneInfo(f"%{agent.pid}", agent.pid, False, None, 80, 24)
+    return PaneInfo(f"%{agent.pid}", agent.pid, True, status, 80, 24, agent.exit_signal)
+
+
+def poller_pid(agent_pid: int) -> int:
+    """The agent's Telegram poller, its one child."""
+    return agent_pid * 10 + 1
 
 
 class SimDriver:
@@ -54,10 +63,9 @@ class SimDriver:
         if not w.tmux_session or w.socket_lost or a is None:
             return None
         if a.alive:
-            return PaneInfo(f"%{a.pid}", a.pid, False, None, 80, 24)
+            return pane(a)
         # tmux 3.3a sometimes loses the exit status in a race: Loom must cope without it.
-        status = None if w.rng.random() < 0.1 else a.exit_status
-        return PaneInfo(f"%{a.pid}", a.pid, True, status, 80, 24, a.exit_signal)
+        return pane(a, status=None if w.rng.random() < 0.1 else a.exit_status)
 
     def pane_pid(self) -> int | None:
         """As the tmux driver's: None when tmux does not answer (it never raises)."""
@@ -96,9 +104,7 @@ class SimDriver:
         return w.tmux_session and not w.socket_lost
 
     def server_pid(self) -> int | None:
-        self._answers()
-        w = self.sim.world
-        return self.sim.server_pid if (w.tmux_session or w.socket_lost) and not w.socket_lost else None
+        return self.sim.server_pid if self.server_running() else None
 
     def attach_argv(self) -> list[str]:
         return []
@@ -147,8 +153,7 @@ class SimDriver:
         self._answers()
         session = env.get("LOOM_SESSION_ID", "")
         mode = "resume" if command == self.sim.resume_command(session) else "fresh"
-        agent = self.sim.launch_agent(session, mode, command)
-        return PaneInfo(f"%{agent.pid}", agent.pid, False, None, 80, 24)
+        return pane(self.sim.launch_agent(session, mode, command))
 
 
 class SimProcesses:
@@ -173,9 +178,8 @@ class SimProcesses:
                 agent, why = states.UNKNOWN, "the process tree walk timed out under load"
             if w.poller_configured and w.rng.random() < 0.3:
                 poller, why = states.UNKNOWN, "the poller could not be told under load"
-        pids = (root, root * 10 + 1) if a.poller else (root,)
-        return Tree(root, pids, agent, root if agent == states.PRESENT else None, poller,
-                    (root * 10 + 1,) if a.poller else (), why)
+        pollers = (poller_pid(root),) if a.poller else ()
+        return Tree(root, (root, *pollers), agent, root if agent == states.PRESENT else None, poller, pollers, why)
 
     def walk(self, root: int) -> tuple[list[int], dict[int, int]]:
         w = self.sim.world
@@ -184,7 +188,7 @@ class SimProcesses:
         a = self._agent(root)
         if a is None:
             return [root], {}
-        return ([root, root * 10 + 1], {root * 10 + 1: root}) if a.poller else ([root], {})
+        return ([root, poller_pid(root)], {poller_pid(root): root}) if a.poller else ([root], {})
 
     def foreign_pollers(self, poller_match: str, tree: set[int]) -> list[tuple[int, str]]:
         w = self.sim.world
@@ -200,7 +204,7 @@ class SimProcesses:
         if a is not None and a.alive:
             if pid == a.pid:
                 return self.sim.commands.get(a.pid, "")
-            if pid == a.pid * 10 + 1 and a.poller:
+            if pid == poller_pid(a.pid) and a.poller:
                 return self.sim.poller_line
         raise Ambiguous(f"process {pid} has ended")
 
@@ -208,7 +212,7 @@ class SimProcesses:
         if pid == FOREIGN_PID:
             return {1}
         a = self.sim.world.agent
-        if a is not None and pid == a.pid * 10 + 1:
+        if a is not None and pid == poller_pid(a.pid):
             return {a.pid, 1}
         return {1}
 

@@ -15,7 +15,10 @@ from __future__ import annotations
 import heapq
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loomtui.sim.world import World
 
 # A thread asked to sleep less than this sleeps this long: a poll loop on the virtual clock must
 # move time forward, or it would spin at one instant for ever.
@@ -99,11 +102,7 @@ class Scheduler:
     # -- from inside a simulated thread ------------------------------------------------------
 
     def sleep(self, seconds: float) -> None:
-        th = self.current
-        if th is None or threading.current_thread() is not th.thread:
-            raise Deadlock("the virtual clock's sleep was called outside a simulated thread")
-        self._wake_at(th, self.t + max(seconds, MIN_SLEEP))
-        self._yield(th)
+        self.sleep_until(self.t + seconds)
 
     def sleep_until(self, when: float) -> None:
         """Sleep until `when`, or until someone calls wake() for this thread sooner."""
@@ -125,13 +124,13 @@ class Scheduler:
         heap = self.heap
         while heap and heap[0][0] <= end:
             when, _, fn, args = heapq.heappop(heap)
+            if fn is None and (args[1] != args[0].wake_token or args[0].done):
+                continue  # a thread's wake superseded by an earlier one, or the thread has ended
+            self.t = when
+            if self.on_time is not None:
+                self.on_time(when)
             if fn is None:
-                th, token = args
-                if token != th.wake_token or th.done:
-                    continue  # superseded by an earlier wake, or the thread has ended
-                self.t = when
-                if self.on_time is not None:
-                    self.on_time(when)
+                th = args[0]
                 self.current = th
                 th.go.release()
                 if not self.back.acquire(timeout=REAL_WAIT):
@@ -142,9 +141,6 @@ class Scheduler:
                 if self.after_slice is not None:
                     self.after_slice(th)
             else:
-                self.t = when
-                if self.on_time is not None:
-                    self.on_time(when)
                 fn(*args)
             after_step()
 
@@ -159,20 +155,19 @@ class Scheduler:
 
 
 class SimClock:
-    """loomtui.clock's port on the scheduler: monotonic is `t`; the wall clock is `t` plus the world's
-    offset (which only the clock faults move); one boot; sleeping yields the baton."""
+    """loomtui.clock's port on the scheduler: the world's two clocks (its monotonic `t`, the heap's
+    time; its wall clock, which only the clock faults step), one boot; sleeping yields the baton."""
 
-    def __init__(self, scheduler: Scheduler, epoch: float, boot: str, offset: Callable[[], float]) -> None:
+    def __init__(self, scheduler: Scheduler, world: World, boot: str) -> None:
         self.scheduler = scheduler
-        self.epoch = epoch
+        self.world = world
         self.boot = boot
-        self.offset = offset
 
     def wall(self) -> float:
-        return self.epoch + self.scheduler.t + self.offset()
+        return self.world.wall
 
     def monotonic(self) -> float:
-        return self.scheduler.t
+        return self.world.mono
 
     def boot_id(self) -> str | None:
         return self.boot

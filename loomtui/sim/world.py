@@ -97,6 +97,9 @@ class World:
     def mono(self) -> float:
         return self.t
 
+    def job(self, name: str) -> Job | None:
+        return next((j for j in self.jobs if j.name == name), None)
+
     def tmux_hangs(self) -> bool:
         return self.t < self.tmux_hang_until
 
