@@ -9,6 +9,7 @@ future counts as just now, the safe direction.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,14 @@ class Instant:
     wall: float
     mono: float | None = None
     boot: str | None = None
+
+
+def stored(wall: float, mono: Any, boot: Any) -> Instant:
+    """The Instant a stored record kept (a hold's start, a launch, its first sighting ready): its
+    monotonic reading only when it is a number (records from before Loom kept both clocks have
+    none), its boot only when it names one."""
+    reading = float(mono) if isinstance(mono, (int, float)) and not isinstance(mono, bool) else None
+    return Instant(wall, reading, str(boot) if boot else None)
 
 
 def raw_age(then: Instant, now: Instant) -> float:

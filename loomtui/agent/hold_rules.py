@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from loomtui.timing import Instant, as_instant
+from loomtui.timing import Instant, as_instant, stored
 from loomtui.durations import format_duration, parse_duration
 
 By = Literal["ceiling", "operator"]
@@ -49,10 +49,11 @@ class Hold:
         reasons = record.get("reasons") or []
         reason = record.get("reason") or "; ".join(str(r) for r in reasons) or "held at the ceiling"
         until = record.get("until")
-        return cls(float(record.get("ts", 0.0)), "operator" if by == "operator" else "ceiling", str(reason),
+        start = stored(float(record.get("ts", 0.0)), record.get("mono"), record.get("boot"))
+        return cls(start.wall, "operator" if by == "operator" else "ceiling", str(reason),
                    float(until) if until is not None else None, str(record.get("cause") or ""),
                    tuple(str(k) for k in record.get("refused", ())), str(record.get("actor") or ""),
-                   _number(record.get("mono")), str(record["boot"]) if record.get("boot") else None)
+                   start.mono, start.boot)
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ts": self.since, "by": self.by, "reason": self.reason, "until": self.until,
@@ -62,10 +63,6 @@ class Hold:
         if self.mono is not None:
             out["mono"], out["boot"] = self.mono, self.boot
         return out
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _left(hold: Hold, now: Instant | float) -> float | None:

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from loomtui.timing import Instant
+from loomtui.timing import Instant, stored
 
 
 @dataclass(frozen=True)
@@ -46,14 +46,13 @@ class LaunchRecord:
 
     @classmethod
     def from_dict(cls, record: dict[str, Any]) -> LaunchRecord:
-        ts = float(record["ts"])
+        at = stored(float(record["ts"]), record.get("mono"), record.get("boot"))
         ready = record.get("ready")
         if isinstance(ready, dict):
-            seen: Instant | None = Instant(float(ready.get("ts", ts)), _number(ready.get("mono")),
-                                           _text(ready.get("boot")))
+            seen: Instant | None = stored(float(ready.get("ts", at.wall)), ready.get("mono"), ready.get("boot"))
         else:
-            seen = Instant(ts) if ready else None  # a bare truthy mark: ready, when unknown
-        return cls(ts, _number(record.get("mono")), _text(record.get("boot")), str(record.get("mode") or ""),
+            seen = Instant(at.wall) if ready else None  # a bare truthy mark: ready, when unknown
+        return cls(at.wall, at.mono, at.boot, str(record.get("mode") or ""),
                    str(record.get("session_id") or ""), str(record.get("cause") or ""), seen)
 
     def as_dict(self) -> dict[str, Any]:
@@ -67,10 +66,3 @@ class LaunchRecord:
     def to_json(self) -> str:
         return json.dumps(self.as_dict())
 
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _text(value: Any) -> str | None:
-    return str(value) if value else None
