@@ -51,6 +51,23 @@ def scenario(name: str, seed: int = 1) -> dict:
     return run_scenario(next(s for s in SCENARIOS if s.name == name), seed)
 
 
+def caught_in(name: str, invariant: str) -> dict:
+    """The incident scenario `name` run on seed 1, its violation `invariant` (checked as assert_caught
+    does, over the scenario's own length)."""
+    result = scenario(name)
+    hours = next(s.hours for s in SCENARIOS if s.name == name)
+    assert_caught(result["run"], invariant, profile="incident", days=hours / 24, seed=1)
+    return result
+
+
+def deciding(situation=lambda s: s, limits=lambda limits: limits):
+    """The real policy, deciding on a situation or limits changed as given."""
+    def decide(s, lims, now):
+        return real_decide(situation(s), limits(lims), now)
+
+    return decide
+
+
 def assert_caught(run: dict, invariant: str, *, profile: str, days: float, seed: int) -> None:
     v = run["violation"]
     assert v is not None, "the broken policy went unnoticed"
@@ -68,8 +85,7 @@ def recycle_on_one_miss(runs, launch_seq, misses_to_recycle):
 
 def test_recycling_on_one_miss_is_caught(monkeypatch):
     monkeypatch.setattr(canary_loop, "should_recycle", recycle_on_one_miss)  # where the canary loop calls it
-    first = scenario("confident_false_detector")
-    assert_caught(first["run"], "definitive_signal", profile="incident", days=0.5, seed=1)
+    first = caught_in("confident_false_detector", "definitive_signal")
     assert "canary_failed" in first["run"]["violation"]["message"]
     assert first["run"]["false_recycles"] == 1
     again = scenario("confident_false_detector")
@@ -77,24 +93,16 @@ def test_recycling_on_one_miss_is_caught(monkeypatch):
 
 
 def test_a_ceiling_that_lets_two_more_through_is_caught(monkeypatch):
-    def loose_ceiling(s, limits, now):
-        return real_decide(s, replace(limits, ceiling_count=limits.ceiling_count + 2), now)
-
-    monkeypatch.setattr(policy, "decide", loose_ceiling)
-    result = scenario("recovery_storm")
-    assert_caught(result["run"], "ceiling", profile="incident", days=10 / 24, seed=1)
+    monkeypatch.setattr(policy, "decide", deciding(limits=lambda lims: replace(lims, ceiling_count=lims.ceiling_count + 2)))
+    result = caught_in("recovery_storm", "ceiling")
     assert "ceiling 6" in result["run"]["violation"]["message"]
 
 
 def test_resuming_after_canary_failed_is_caught(monkeypatch):
     # The documented incident: a fuse window (15m) shorter than the canary period (23m) and no
     # memory of which session was recycled for canary_failed revive the same wedge again.
-    def forgets_wedges(s, limits, now):
-        return real_decide(replace(s, canary_recycled=frozenset()), limits, now)
-
-    monkeypatch.setattr(policy, "decide", forgets_wedges)
-    result = scenario("correct_and_wrong_together")
-    assert_caught(result["run"], "no_resume_after_canary_failed", profile="incident", days=8 / 24, seed=1)
+    monkeypatch.setattr(policy, "decide", deciding(situation=lambda s: replace(s, canary_recycled=frozenset())))
+    caught_in("correct_and_wrong_together", "no_resume_after_canary_failed")
 
 
 def ambiguous_is_gone(obs, mem, s, mono):
@@ -115,34 +123,27 @@ def test_an_ambiguous_look_taken_for_absent_is_stopped_by_the_second_look(monkey
 def test_treating_an_ambiguous_look_as_absent_is_caught(monkeypatch):
     monkeypatch.setattr(watchdog_loop, "assess", ambiguous_is_gone)
     monkeypatch.setattr(watchdog_loop.Watchdog, "still_failing", lambda self, cause, pid: True)
-    result = scenario("confident_false_detector")
-    assert_caught(result["run"], "definitive_signal", profile="incident", days=0.5, seed=1)
+    result = caught_in("confident_false_detector", "definitive_signal")
     assert "tmux_gone" in result["run"]["violation"]["message"]
 
 
 def test_a_relaunch_history_read_as_empty_is_caught(monkeypatch):
     # The audit's headline: with no history the fuse, the ceiling and the backoff are all off.
     monkeypatch.setattr(recovery, "history", lambda ctx, *args, **kwargs: ())
-    result = scenario("recovery_storm")
-    assert_caught(result["run"], "fuse", profile="incident", days=10 / 24, seed=1)  # the first of the three to go
+    caught_in("recovery_storm", "fuse")  # the first of the three to go
 
 
 def test_a_canary_loop_that_passes_one_as_its_miss_threshold_is_caught(monkeypatch):
     real = canary_rules.should_recycle
     monkeypatch.setattr(canary_loop, "should_recycle", lambda runs, launch_seq, misses: real(runs, launch_seq, 1))
-    result = scenario("confident_false_detector")
-    assert_caught(result["run"], "definitive_signal", profile="incident", days=0.5, seed=1)
+    result = caught_in("confident_false_detector", "definitive_signal")
 
 
 def test_forgetting_the_hold_is_caught(monkeypatch):
     # Both guards forget it: the admission of automatic actions (actions.admit) and the policy.
-    def forgets_hold(s, limits, now):
-        return real_decide(replace(s, held=False), limits, now)
-
-    monkeypatch.setattr(policy, "decide", forgets_hold)
+    monkeypatch.setattr(policy, "decide", deciding(situation=lambda s: replace(s, held=False)))
     monkeypatch.setattr(actions, "admit", lambda *args, **kwargs: None)
-    result = scenario("recovery_storm")
-    assert_caught(result["run"], "escalate_once_and_hold", profile="incident", days=10 / 24, seed=1)
+    caught_in("recovery_storm", "escalate_once_and_hold")
 
 
 def test_giving_up_silently_is_caught(monkeypatch):
@@ -151,9 +152,8 @@ def test_giving_up_silently_is_caught(monkeypatch):
         return replace(d, escalate=False) if d.action == policy.HOLD else d
 
     monkeypatch.setattr(policy, "decide", holds_without_a_word)
-    result = scenario("recovery_storm")
     # Held without a word: the agent the last relaunch left dead is never relaunched.
-    assert_caught(result["run"], "exit_relaunched", profile="incident", days=10 / 24, seed=1)
+    caught_in("recovery_storm", "exit_relaunched")
 
 
 def test_probes_filed_under_the_wrong_launch_are_caught(monkeypatch):
@@ -162,8 +162,7 @@ def test_probes_filed_under_the_wrong_launch_are_caught(monkeypatch):
 
     plant(monkeypatch, canary_runs, "insert_run", "launch_seq(ctx), int(launches.in_boot_grace(ctx))",
           "0, int(launches.in_boot_grace(ctx))")
-    result = scenario("exit_zero_is_failure")
-    assert_caught(result["run"], "relaunch_witnessed", profile="incident", days=4 / 24, seed=1)
+    result = caught_in("exit_zero_is_failure", "relaunch_witnessed")
 
 
 def test_a_queue_without_a_backstop_is_caught(monkeypatch):
@@ -171,26 +170,17 @@ def test_a_queue_without_a_backstop_is_caught(monkeypatch):
         return [a for a in real_queue_decide(item, cfg, now, **kwargs) if not isinstance(a, queue_rules.Escalate)]
 
     monkeypatch.setattr(sentinel_tick, "decide", never_escalates)  # where the sentinel's tick calls it
-    result = scenario("supervisor_blind_spot")
-    assert_caught(result["run"], "queue_backstop", profile="incident", days=8 / 24, seed=1)
+    result = caught_in("supervisor_blind_spot", "queue_backstop")
 
 
 def test_a_fuse_that_never_blows_is_caught(monkeypatch):
-    def no_fuse(s, limits, now):
-        return real_decide(s, replace(limits, fuse_count=10**6), now)
-
-    monkeypatch.setattr(policy, "decide", no_fuse)
-    result = scenario("recovery_storm")
-    assert_caught(result["run"], "fuse", profile="incident", days=10 / 24, seed=1)
+    monkeypatch.setattr(policy, "decide", deciding(limits=lambda lims: replace(lims, fuse_count=10**6)))
+    result = caught_in("recovery_storm", "fuse")
 
 
 def test_no_backoff_is_caught(monkeypatch):
-    def no_backoff(s, limits, now):
-        return real_decide(s, replace(limits, backoff_base=0.0), now)
-
-    monkeypatch.setattr(policy, "decide", no_backoff)
-    result = scenario("recovery_storm")
-    assert_caught(result["run"], "backoff", profile="incident", days=10 / 24, seed=1)
+    monkeypatch.setattr(policy, "decide", deciding(limits=lambda lims: replace(lims, backoff_base=0.0)))
+    caught_in("recovery_storm", "backoff")
 
 
 def exit_zero_is_success(obs, mem, s, mono):
@@ -201,29 +191,25 @@ def exit_zero_is_success(obs, mem, s, mono):
 
 def test_an_exit_zero_taken_for_success_is_caught(monkeypatch):
     monkeypatch.setattr(watchdog_loop, "assess", exit_zero_is_success)
-    result = scenario("exit_zero_is_failure")
-    assert_caught(result["run"], "exit_relaunched", profile="incident", days=4 / 24, seed=1)
+    result = caught_in("exit_zero_is_failure", "exit_relaunched")
 
 
 def test_resuming_a_stranger_is_caught(monkeypatch):
     plant(monkeypatch, launch, "relaunch_locked", "new = old if mode == RESUME else str(uuid.uuid4())",
           "new = str(uuid.uuid4())")
-    result = scenario("exit_zero_is_failure")
-    assert_caught(result["run"], "resume_only_the_pinned", profile="incident", days=4 / 24, seed=1)
+    result = caught_in("exit_zero_is_failure", "resume_only_the_pinned")
 
 
 def test_a_probe_typed_before_the_agent_is_ready_is_caught(monkeypatch):
     plant(monkeypatch, canary_loop.CanaryLoop, "_facts", '"ready": lambda: launches.agent_ready(ctx, self.driver)',
           '"ready": lambda: True')
-    result = scenario("exit_zero_is_failure")
-    assert_caught(result["run"], "no_typing_into_a_booting_agent", profile="incident", days=4 / 24, seed=1)
+    result = caught_in("exit_zero_is_failure", "no_typing_into_a_booting_agent")
 
 
 def test_a_foreign_poller_never_scanned_for_is_caught(monkeypatch):
     plant(monkeypatch, watchdog_loop.Watchdog, "due_foreign_scan", "    self.last_foreign_scan = now\n    return True",
           "    self.last_foreign_scan = now\n    return False")
-    result = scenario("one_bot_one_poller")
-    assert_caught(result["run"], "foreign_poller_reaped", profile="incident", days=8 / 24, seed=1)
+    caught_in("one_bot_one_poller", "foreign_poller_reaped")
 
 
 def ignoring(cause: str):
@@ -238,8 +224,7 @@ def ignoring(cause: str):
 
 def test_a_lost_poller_never_relaunched_is_caught(monkeypatch):
     monkeypatch.setattr(watchdog_loop, "assess", ignoring("poller_missing"))
-    result = scenario("one_bot_one_poller")
-    assert_caught(result["run"], "poller_restored", profile="incident", days=8 / 24, seed=1)
+    caught_in("one_bot_one_poller", "poller_restored")
 
 
 def first_caught(invariant: str, seeds: range, days: float = 1.0, config=None) -> dict:
