@@ -255,6 +255,12 @@ def _watch_stream_boot(ctx: Context, driver: AgentDriver, launched: PaneInfo, se
         clock.sleep(0.1)
 
 
+# How often the boot watch looks at a new agent: a failed resume says so and exits within moments,
+# and a quarter second more to see it costs nothing beside the relaunch; each look is a tmux call
+# (a capture too, with a ready_match), which at 20 a second was most of a relaunch's work.
+BOOT_POLL = 0.25
+
+
 def _watch_boot(ctx: Context, driver: AgentDriver, pane_id: str, session_id: str,
                 launched_ts: float) -> tuple[str, int | None] | None:
     """Watch a new agent for `agent.resume_check`, or until it shows `agent.ready_match`:
@@ -285,5 +291,5 @@ def _watch_boot(ctx: Context, driver: AgentDriver, pane_id: str, session_id: str
             if launches.looks_ready(ctx, screen):
                 launches.mark_ready(ctx, session_id, launched_ts)
                 return None
-        clock.sleep(0.05)
+        clock.sleep(BOOT_POLL)
     return None

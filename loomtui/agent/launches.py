@@ -131,6 +131,15 @@ def agent_ready(ctx: Context, driver: AgentDriver) -> bool:
     return True
 
 
+def grace_left(ctx: Context, driver: AgentDriver) -> float:
+    """Seconds until a booting agent is ready by its boot grace alone, when nothing a look can see
+    would make it ready sooner (no `agent.ready_match`, no pump); 0 when a look may find it ready."""
+    if driver.owns_turns or ctx.config.agent.ready_match:
+        return 0.0
+    since = launch_age(last_launch(ctx))
+    return 0.0 if since is None else max(0.0, ctx.config.agent.boot_grace - since)
+
+
 def _pump_ready(ctx: Context, driver: AgentDriver, launched: LaunchRecord) -> bool:
     """Stream-json: the pane's own pump is up and its CLI has not exited. A line handed to it
     then is never lost (written to the CLI's stdin, or queued behind a turn), so a probe may go."""

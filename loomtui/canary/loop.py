@@ -6,6 +6,7 @@ Probes and recycles go through the actions module, like every other trigger's.
 
 from __future__ import annotations
 
+import math
 import secrets
 import sqlite3
 import threading
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from loomtui import actions, clock
-from loomtui.agent import drivers, launches, recovery
+from loomtui.agent import drivers, hold_rules, launches, recovery
 from loomtui.agent.ports import AgentDriver
 from loomtui.canary.rules import ASK, PROBE, RECOVER, WITNESS, CanaryFacts, ProbeRun, due_in, next_step, \
     should_recycle, witness_due
@@ -36,9 +37,11 @@ class CanaryLoop:
         # While something is pending (a witness, a probe of another process, a relaunch under way),
         # the loop looks this often, as it once did at every tick.
         self.waiting = min(1.0, ctx.config.canary.ack_timeout / 4)
+        # The last tick's answer rested on the store and the clock alone (canary.rules.Step.quiet).
+        self.quiet = False
 
     def tick(self) -> str:
-        self.next_look = None
+        self.next_look, self.quiet = None, False
         try:
             if self.unrecorded_error:
                 now = clock.wall()
@@ -65,7 +68,7 @@ class CanaryLoop:
         facts, gather = CanaryFacts(self.waiting), self._facts()
         while (step := next_step(facts)).kind == ASK:
             facts = replace(facts, **{step.fact: gather[step.fact]()})
-        self.next_look = step.after
+        self.next_look, self.quiet = step.after, step.quiet
         if step.kind == RECOVER:
             outcome = actions.recover(ctx, "canary_failed", source="canary",
                                       still_failing=self.misses_mean_deaf,
@@ -83,6 +86,8 @@ class CanaryLoop:
         gather.update({
             "misses_mean_deaf": self.misses_mean_deaf,
             "held": lambda: recovery.held(ctx) is not None,
+            "hold_left": self._hold_left,
+            "grace_left": lambda: launches.grace_left(ctx, self.driver),
             "witness_due": lambda: witness_due(gather.runs(), gather.seq(), ready=True),
             "recycle_locked": lambda: locks.is_held(ctx.agent_dir, locks.RECYCLE),
             "ready": lambda: launches.agent_ready(ctx, self.driver),
@@ -94,6 +99,13 @@ class CanaryLoop:
                                                    (ctx.agent, PENDING)) is not None,
         })
         return gather
+
+    def _hold_left(self) -> float:
+        hold = recovery.held(self.ctx)
+        if hold is None:
+            return 0.0  # released since the look that found it
+        left = hold_rules.remaining(hold, clock.now())
+        return math.inf if left is None else left
 
     def _probe(self, label: str) -> str:
         ctx, cfg = self.ctx, self.ctx.config.canary

@@ -17,6 +17,7 @@ seems to lie in the future counts as just now: the wait is never longer than one
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from loomtui.timing import Instant, age, as_instant
@@ -87,15 +88,17 @@ def witness_due(runs: list[ProbeRun], launch_seq: int, ready: bool) -> bool:
 
 # -- the canary loop's order, as one rule ------------------------------------------------------
 #
-# Each tick asks, in this order: do the misses mean deaf (recover)? is a hold in force (nothing)?
-# is a relaunch waiting for its witness (probe it once recycle.lock is free and the agent is ready)?
+# Each tick asks, in this order: do the misses mean deaf (recover)? is a hold in force (nothing
+# until it ends)? is a relaunch waiting for its witness (probe it once recycle.lock is free and the
+# agent is ready; one whose readiness only its boot grace can bring waits out the grace)?
 # is the next probe not yet due (wait that long)? is a relaunch under way, or a probe of another
 # process pending (look again soon)? else probe. A fact is gathered only when the rule asks for it
 # (ASK): some cost a tmux capture (whether a booting agent is ready), and the loop took none of
 # them before an earlier answer decided.
 
 RECOVER, WAIT, PROBE, WITNESS, ASK = "recover", "wait", "probe", "witness", "ask"
-FACTS = ("misses_mean_deaf", "held", "witness_due", "recycle_locked", "ready", "due_in", "under_way", "pending")
+FACTS = ("misses_mean_deaf", "held", "witness_due", "recycle_locked", "ready", "due_in", "under_way", "pending",
+         "hold_left", "grace_left")
 
 
 @dataclass(frozen=True)
@@ -111,16 +114,23 @@ class CanaryFacts:
     due_in: float | None = None           # seconds until the next scheduled probe
     under_way: bool | None = None         # a relaunch holds recycle.lock or the agent is booting
     pending: bool | None = None           # a probe (of this or another process) awaits its ack
+    hold_left: float | None = None        # seconds until the hold in force ends by itself (inf: until released)
+    grace_left: float | None = None       # seconds until only the boot grace makes a booting agent ready
+                                          # (0: a look at it may find it ready sooner: a ready_match, a pump)
 
 
 @dataclass(frozen=True)
 class Step:
     """What the tick does: recover, wait, probe, probe as the relaunch's witness, or gather
-    `fact` first (ASK). `after`: seconds until the loop's next look (None: its period, or a doorbell)."""
+    `fact` first (ASK). `after`: seconds until the loop's next look (None: its period, or a doorbell).
+    `quiet`: this answer rests on the store and the clock alone (a hold in force), so a look before
+    the store changes, a doorbell rings or `after` passes would give it again (the simulator skips
+    those looks; the daemon takes them, every CANARY_PERIOD, as a safety net)."""
 
     kind: str
     after: float | None = None
     fact: str = ""
+    quiet: bool = False
 
 
 def next_step(f: CanaryFacts) -> Step:
@@ -131,7 +141,10 @@ def next_step(f: CanaryFacts) -> Step:
     if f.held is None:
         return Step(ASK, fact="held")
     if f.held:
-        return Step(WAIT)
+        if f.hold_left is None:
+            return Step(ASK, fact="hold_left")
+        # A timed hold ends by itself: look again then; an untimed one ends by a release (the store).
+        return Step(WAIT, max(f.hold_left, f.waiting) if f.hold_left < math.inf else None, quiet=True)
     if f.witness_due is None:
         return Step(ASK, fact="witness_due")
     if f.witness_due:
@@ -142,7 +155,12 @@ def next_step(f: CanaryFacts) -> Step:
             return Step(WAIT, f.waiting)
         if f.ready is None:
             return Step(ASK, fact="ready")
-        return Step(WITNESS if f.ready else WAIT, f.waiting)
+        if f.ready:
+            return Step(WITNESS, f.waiting)
+        if f.grace_left is None:
+            return Step(ASK, fact="grace_left")
+        # Nothing on its screen can say it is ready: its boot grace will, in `grace_left`.
+        return Step(WAIT, max(f.waiting, f.grace_left))
     if f.due_in is None:
         return Step(ASK, fact="due_in")
     if f.due_in > 0:

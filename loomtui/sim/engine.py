@@ -110,6 +110,8 @@ class Sim:
         self.runs_from = 0            # the first canary run not yet seen settled
         self.runs_told: set[int] = set()  # settled runs from runs_from on, already told (membership only)
         self.data_version = -1
+        self.relaunched: Path | None = None   # the RELAUNCHED signal file, which rings the canary
+        self.quiet_until: float | None = None  # the canary sleeps on a quiet answer until then (or a store change)
 
     # -- the world's clock and events ---------------------------------------------------------
 
@@ -205,7 +207,15 @@ class Sim:
             # The daemon looks every CANARY_PERIOD and sooner when the loop asks (next_look); looks in
             # between find nothing due and are not simulated.
             soon = loop.next_look
-            sched.sleep_until(sched.t + (soon if soon is not None else CANARY_PERIOD))
+            if loop.quiet:
+                # Its answer rests on the store and the clock (a hold in force): the looks the daemon
+                # takes every CANARY_PERIOD give it again until the store changes; the first look
+                # after a change is the next one on the period's grid (_after_slice wakes it then).
+                self.quiet_until = sched.t + soon if soon is not None else math.inf
+                sched.sleep_until(self.quiet_until)
+                self.quiet_until = None
+            else:
+                sched.sleep_until(sched.t + (soon if soon is not None else CANARY_PERIOD))
 
     def sentinel_thread(self, ctx: Context) -> None:
         step = loops.sentinel_tick(ctx, self.halt)  # the daemon's own: sentinel.tick.sentinel_tick(ctx)
@@ -340,12 +350,18 @@ class Sim:
                 self.ledger_seen = row["id"]
                 self.on_ledger(row["id"], row["kind"], row["cause"] or "", row["detail"])
             self.settled_runs()
+            if self.quiet_until is not None:
+                grid = math.floor(self.world.t / CANARY_PERIOD + 1.0) * CANARY_PERIOD
+                self.quiet_until = min(self.quiet_until, grid)
+                self.wake("canary", self.quiet_until)
         if self.ended is not None:
             self.relaunchers.discard(self.ended)
             self.ended = None
             if not self.relaunchers and self.checker.relaunch_active:
                 self.checker.on_relaunch_done()
-        signal = launches.signals_dir(ctx.agent_dir) / launches.RELAUNCHED
+        if self.relaunched is None:
+            self.relaunched = launches.signals_dir(ctx.agent_dir) / launches.RELAUNCHED
+        signal = self.relaunched
         if signal.exists():
             signal.unlink()
             self.wake("canary")
