@@ -123,7 +123,7 @@ class CanaryFacts:
 class Step:
     """What the tick does: recover, wait, probe, probe as the relaunch's witness, or gather
     `fact` first (ASK). `after`: seconds until the loop's next look (None: its period, or a doorbell).
-    `quiet`: this answer rests on the store and the clock alone (a hold in force), so a look before
+    `quiet`: this answer rests on the store and the clock alone (a hold in force, no probe pending), so a look before
     the store changes, a doorbell rings or `after` passes would give it again (the simulator skips
     those looks; the daemon takes them, every CANARY_PERIOD, as a safety net)."""
 
@@ -143,8 +143,11 @@ def next_step(f: CanaryFacts) -> Step:
     if f.held:
         if f.hold_left is None:
             return Step(ASK, fact="hold_left")
+        if f.pending is None:
+            return Step(ASK, fact="pending")
         # A timed hold ends by itself: look again then; an untimed one ends by a release (the store).
-        return Step(WAIT, max(f.hold_left, f.waiting) if f.hold_left < math.inf else None, quiet=True)
+        # A probe still pending (its prober gone) is settled by a look past its deadline: not quiet.
+        return Step(WAIT, max(f.hold_left, f.waiting) if f.hold_left < math.inf else None, quiet=not f.pending)
     if f.witness_due is None:
         return Step(ASK, fact="witness_due")
     if f.witness_due:

@@ -1,5 +1,5 @@
 """The canary loop's order as one pure rule (canary.rules.next_step), over every combination of
-its facts: deaf → recover; held → nothing; a relaunch waiting for its witness → wait for
+its facts: deaf → recover; held → nothing until it ends; a relaunch waiting for its witness → wait for
 recycle.lock and the agent's readiness, then probe it; not yet due → wait that long; a relaunch
 under way or a probe pending → look again soon; else probe. And the rule asks for a fact only when
 the facts before it have not decided (the loop gathers lazily: some facts cost a tmux capture)."""
@@ -46,7 +46,7 @@ def expected(f: CanaryFacts) -> Step:
     if f.misses_mean_deaf:
         return Step(RECOVER)
     if f.held:  # until it ends by itself (never sooner than WAITING), or by a release: the store
-        return Step(WAIT, None if f.hold_left == math.inf else max(WAITING, f.hold_left), quiet=True)
+        return Step(WAIT, None if f.hold_left == math.inf else max(WAITING, f.hold_left), quiet=not f.pending)
     if f.witness_due:
         if f.recycle_locked or f.ready:
             return Step(WAIT if f.recycle_locked else WITNESS, WAITING)
@@ -64,6 +64,7 @@ def test_every_combination_of_facts(facts):
 
 # What a tick that probes asks: every fact but the witness's and the hold's.
 UNHELD = [f for f in FACTS if f not in ("recycle_locked", "ready", "hold_left", "grace_left")]
+HELD = ["misses_mean_deaf", "held", "hold_left", "pending"]
 
 
 def test_each_outcome_and_what_was_asked_for_it():
@@ -71,8 +72,10 @@ def test_each_outcome_and_what_was_asked_for_it():
                    hold_left=math.inf, grace_left=0.0)
     cases = [
         ({"misses_mean_deaf": True, "held": True}, Step(RECOVER), ["misses_mean_deaf"]),
-        ({"held": True, "witness_due": True}, Step(WAIT, quiet=True), ["misses_mean_deaf", "held", "hold_left"]),
-        ({"held": True, "hold_left": 600.0}, Step(WAIT, 600.0, quiet=True), ["misses_mean_deaf", "held", "hold_left"]),
+        ({"held": True, "witness_due": True}, Step(WAIT, quiet=True), HELD),
+        ({"held": True, "hold_left": 600.0}, Step(WAIT, 600.0, quiet=True), HELD),
+        # A probe pending under a hold (its prober gone) is settled by a look: not a quiet answer.
+        ({"held": True, "pending": True}, Step(WAIT), HELD),
         ({"witness_due": True, "recycle_locked": True}, Step(WAIT, WAITING),
          ["misses_mean_deaf", "held", "witness_due", "recycle_locked"]),
         ({"witness_due": True, "ready": False}, Step(WAIT, WAITING),
@@ -99,7 +102,7 @@ def test_readiness_is_asked_only_for_a_witness_and_never_while_a_relaunch_holds_
         if "grace_left" in asked:
             assert "ready" in asked and not facts.ready
         if step.quiet:  # only a hold's answer rests on the store and the clock alone
-            assert facts.held and not facts.misses_mean_deaf and step.kind == WAIT
+            assert facts.held and not facts.pending and not facts.misses_mean_deaf and step.kind == WAIT
         assert step.kind in (RECOVER, WAIT, PROBE, WITNESS)
 
 
