@@ -42,7 +42,8 @@ lint: $(STAMP)
 
 # The same suite on a busy machine: one CPU-bound process per core runs beside it. But the
 # simulator's: they run on its virtual clock, so a busy machine changes only how long they take.
-SIM_TESTS := --ignore=tests/unit/test_sim.py --ignore=tests/unit/test_sim_mutants.py --ignore=tests/unit/test_sim_preflight.py
+SIM_TESTS := --ignore=tests/unit/test_sim.py --ignore=tests/unit/test_sim_mutants.py --ignore=tests/unit/test_sim_preflight.py \
+	--ignore=tests/unit/test_sim_wired.py
 test-stress: $(STAMP) $(CLAUDE_STAMP)
 	$(VENV)/bin/python tools/stress.py -- $(VENV)/bin/python -m pytest -n 4 $(PYTEST_ARGS) $(SIM_TESTS)
 
