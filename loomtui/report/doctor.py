@@ -223,7 +223,11 @@ def check_simulation(config: Config, source: str | None) -> list[Check]:
 
 
 def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[str, str] | None = None,
-               extra: list[Callable[[Config, Path, Store], Iterator[Check]]] | None = None) -> list[Check]:
+               extra: list[Callable[[Config, Path, Store], Iterator[Check]]] | None = None,
+               unit: Path | None = None) -> list[Check]:
+    """Every check, in order; `unit`: the service file to check (default: where install-service puts it)."""
+    from loomtui.report import first_start
+
     env = dict(os.environ) if environ is None else environ
     checks = [check_tmux()]
     try:
@@ -263,12 +267,15 @@ def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[
         checks.append(Check(OK if verdict.ok else FAIL, "ledger", verdict.describe()))
         for name in config.agent_names:
             view = config.for_agent(name)
-            own = [check_canary_permissions(view, agent_dir(state_dir, name))]
+            own = [*first_start.check_agent(view, env), check_canary_permissions(view, agent_dir(state_dir, name))]
             if driver_class(view).owns_turns:  # the pump talks stream-json to the CLI: print mode
                 own.append(check_stream_flags(view))
             # With several agents each line says whose it is.
             checks.extend(own if len(config.agents) == 1 else [dataclasses.replace(c, name=f"{c.name} {name}")
                                                                 for c in own])
+        # The host's: one Telegram, one memory dir per agent view, one service.
+        checks.extend([*first_start.check_telegram(config, env), *first_start.check_memory(config),
+                       *first_start.check_service(first_start.installed_unit() if unit is None else unit)])
         for more in extra or ():
             checks.extend(more(config, state_dir, store))
     # Last, with the store closed: the simulation forks a process per core. Not for a config that

@@ -16,7 +16,7 @@ from loomtui.store.db import DB_NAME
 
 pytestmark = pytest.mark.e2e
 
-CHECKS = ["tmux", "config", "state dir", "store", "ledger", "canary", "simulation"]
+CHECKS = ["tmux", "config", "state dir", "store", "ledger", "cwd", "agent", "canary", "telegram", "memory", "simulation"]
 
 
 def lines_by_check(stdout: str) -> dict[str, str]:
@@ -54,7 +54,7 @@ def test_a_good_setup_with_a_running_agent_passes_every_check(harness):
 def test_a_claude_command_without_the_canary_permissions_fails_the_canary_check(make_harness):
     bare = "claude --session-id {session_id}"
     harness = make_harness(sections={"agent": {"fresh_command": bare, "resume_command": "claude --resume {session_id}"}})
-    result = harness.loom("doctor")
+    result = harness.loom("doctor", env={"PATH": f"{CLAUDE_BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
     assert result.returncode == 1, result.stdout + result.stderr
     checks = lines_by_check(result.stdout)
     assert status(checks["canary"]) == "FAIL"
@@ -97,11 +97,45 @@ def readme_config() -> str:
     return text.split("```toml\n", 1)[1].split("```", 1)[0]
 
 
-def doctor(tmp_path, config_text: str) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
+CLAUDE_BIN = REPO / "tests" / "claude" / "node_modules" / ".bin"
+
+
+def readmes_home(tmp_path):
+    """A home as README leaves it: the agent's directory, the bot token in a 0600 file, Claude Code
+    (the pinned CLI) on PATH. {env} for a loom run there."""
+    home = tmp_path / "home"
+    (home / "agent").mkdir(parents=True)
+    token = home / ".config" / "loom" / "bot-token"
+    token.parent.mkdir(parents=True)
+    token.write_text("123456:not-a-real-token\n")
+    token.chmod(0o600)
+    return {"HOME": str(home), "PATH": f"{CLAUDE_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def doctor(tmp_path, config_text: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
     path = tmp_path / "loom.toml"
     path.write_text(config_text)
-    result = run_loom("--config", str(path), "--state-dir", str(tmp_path / "state"), "doctor", timeout=300)
+    result = run_loom("--config", str(path), "--state-dir", str(tmp_path / "state"), "doctor", timeout=300,
+                      env=env if env is not None else readmes_home(tmp_path))
     return result, lines_by_check(result.stdout)
+
+
+def test_readmes_config_on_a_machine_without_what_it_names_fails_one_line_each(tmp_path):
+    """No `claude` on PATH, no ~/agent, a token file readable by all: three failures, each with its fix."""
+    home = tmp_path / "bare"
+    home.mkdir()
+    token = home / ".config" / "loom" / "bot-token"
+    token.parent.mkdir(parents=True)
+    token.write_text("123456:not-a-real-token\n")
+    token.chmod(0o644)
+    result, _ = doctor(tmp_path, readme_config(), {"HOME": str(home), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    failed = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+    assert [line.split()[1] for line in failed] == ["cwd", "agent", "telegram"], result.stdout
+    assert f"agent.cwd {home}/agent is not a directory" in failed[0]
+    assert "runs 'claude', which is not on the agent's PATH" in failed[1]
+    assert f"telegram.token_file {token}: mode 0644 is too open; run: chmod 600 {token}" in failed[2]
+    assert "not-a-real-token" not in result.stdout + result.stderr
 
 
 def test_readmes_claude_code_config_passes_the_simulation(tmp_path):
