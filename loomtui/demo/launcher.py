@@ -3,7 +3,8 @@
 It writes a config and a state directory, starts the demo agent in a private tmux server, runs
 `loom supervise` with fast intervals, and runs a few jobs (one of them failing) through
 `loom run-job`; about 25 seconds in it crashes the agent once, so a recovery shows up too.
-Quitting the console stops all of it. Nothing here is a mock: these are the same commands an
+Quitting the console stops all of it, and so does the console's going any other way (its terminal
+closed, a kill): a reaper started with the demo watches it. Nothing here is a mock: these are the same commands an
 operator runs.
 
 `LOOM_DEMO_DRIVER=stream-json make demo` runs the same demo with the stream-json driver: the
@@ -77,8 +78,10 @@ class Demo:
 
     @classmethod
     def for_this_install(cls) -> Demo:
+        """The demo of this checkout (its state/demo) or install; LOOM_DEMO_DIR puts it elsewhere."""
+        chosen = os.environ.get("LOOM_DEMO_DIR")
         base = checkout_state_dir() or Path(platformdirs.user_state_dir("loom"))
-        return cls(base / "demo", driver=os.environ.get("LOOM_DEMO_DRIVER") or "tmux")
+        return cls(Path(chosen) if chosen else base / "demo", driver=os.environ.get("LOOM_DEMO_DRIVER") or "tmux")
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -146,6 +149,11 @@ class Demo:
         self.procs.append(subprocess.Popen(
             [sys.executable, "-m", "loomtui.demo.launcher", str(self.config_path), str(self.crash_after)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
+        # Last, so it outlives nothing it should stop: when the console goes without quitting (its
+        # terminal closed, an SSH drop, a kill), this stops the demo as `q` would.
+        self.procs.append(subprocess.Popen(
+            [sys.executable, "-m", "loomtui.demo.launcher", "--reap", str(os.getpid()), str(self.root)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True))
         (self.root / "pids").write_text(" ".join(str(p.pid) for p in self.procs))
         return self.config_path
 
@@ -166,8 +174,8 @@ class Demo:
         pids = self.root / "pids"
         if pids.exists():
             for text in pids.read_text().split():
-                if text.isdigit():
-                    _end(int(text), only_if=f"{self.config_path}")
+                if text.isdigit() and int(text) != os.getpid():  # the reaper, stopping the rest, is one
+                    _end(int(text), only_if=f"{self.root}")
         self._kill_tmux()
 
     def _kill_tmux(self) -> None:
@@ -238,5 +246,37 @@ def _seconds(text: str) -> float:
     return parse_duration(text)
 
 
+def reap(console: int, root: Path) -> int:
+    """Wait for the console that started the demo in `root` to go, however it went, then stop what
+    it started. A console quit with `q` stops the demo itself (and this with it, by SIGTERM)."""
+    try:
+        born = psutil.Process(console).create_time()
+    except psutil.Error:
+        born = None
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    while not stopping and born is not None and _same(console, born):
+        time.sleep(0.5)
+    if not stopping:
+        Demo(root)._stop_leftovers()
+    return 0
+
+
+def _same(pid: int, born: float) -> bool:
+    """`pid` is still the process that started at `born` (and not a zombie: it has gone)."""
+    try:
+        proc = psutil.Process(pid)
+        return proc.create_time() == born and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--reap"]:
+        raise SystemExit(reap(int(sys.argv[2]), Path(sys.argv[3])))
     raise SystemExit(run_jobs(Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else CRASH_AFTER))

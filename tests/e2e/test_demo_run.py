@@ -106,3 +106,38 @@ def test_the_demo_crashes_its_agent_once_recovers_it_and_stops_cleanly(tmp_path)
                 os.kill(pid, signal.SIGKILL)
     gone = subprocess.run(["tmux", f"-L{demo.socket}", "list-sessions"], capture_output=True, text=True, timeout=10)
     assert gone.returncode != 0, gone.stdout
+
+
+def test_the_demo_stops_when_its_terminal_dies(tmp_path):
+    """`make demo` in a terminal that goes away without `q` (an SSH drop: here the terminal's own tmux
+    server killed, which hangs up on the console): nothing the demo started keeps running."""
+    import sys
+    import uuid
+
+    from conftest import loom_env
+
+    root = tmp_path / "demo"
+    demo = Demo(root)  # the same root, to find the socket and processes the console's demo runs
+    terminal = f"loomterm-{uuid.uuid4().hex[:8]}"
+    env = loom_env({"LOOM_DEMO_DIR": str(root), "TERM": "xterm-256color"})
+    tmux = ["tmux", f"-L{terminal}", "-f/dev/null"]
+    subprocess.run([*tmux, "new-session", "-d", "-x", "100", "-y", "30", "--",
+                    sys.executable, "-m", "loomtui.tui.main", "--demo"], env=env, check=True, timeout=30)
+    seen: set[int] = set()
+    try:
+        def running() -> set[int] | None:
+            pids = root / "pids"
+            if not pids.exists():
+                return None
+            started = {int(p) for p in pids.read_text().split()}
+            up = demo_processes(demo) | {p for p in started if alive(p)}
+            return up if started <= up and len(up) > len(started) else None  # its own three, and the agent's tree
+
+        seen = wait_for(running, 180, what="the console's demo running")
+        subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
+        wait_for(lambda: not {p for p in seen if alive(p)} and not demo_processes(demo), 60,
+                 what="every demo process gone after its terminal died")
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True, timeout=30)
+        for pid in {p for p in seen | demo_processes(demo) if alive(p)}:  # only after a failed reap
+            os.kill(pid, signal.SIGKILL)
