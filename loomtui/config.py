@@ -372,6 +372,7 @@ class Config(Section):
     metrics = Field(section(MetricsConfig), factory=MetricsConfig)
     # Not fields of their own: [agent], [watchdog], [canary], [memory] and [[agents]] are read by
     # `_agents`, and these are the agent's the view is of (the first, as loaded; see for_agent).
+    read_elsewhere = ("agents", "agent", *_OVERRIDES)
     agents: tuple[AgentSpec, ...]
     agent_name: str
     agent: AgentConfig

@@ -9,6 +9,7 @@ makes its instances read-only.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Callable
@@ -70,6 +71,8 @@ class Section:
     """A table of the file. Built from a dict by `build` (or by keyword, for code and tests)."""
 
     fields: ClassVar[dict[str, Field]] = {}
+    # Keys a subclass reads itself, outside `fields` (for "did you mean" only).
+    read_elsewhere: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -92,7 +95,9 @@ class Section:
             raise Bad(loc, f"expected a table, got {data!r}")
         for key in data:
             if key not in self.fields:
-                raise Bad((*loc, key), "unknown key")
+                known = [*self.fields, *self.read_elsewhere]
+                close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+                raise Bad((*loc, key), f"unknown key (did you mean {close[0]!r}?)" if close else "unknown key")
         for name, field in self.fields.items():
             here = (*loc, name)
             value = field.check(data[name], here, base) if name in data else field.missing(here)

@@ -338,3 +338,17 @@ def test_the_metrics_address_splits_for_binding():
     assert [is_loopback(h) for h in ("127.0.0.1", "127.255.0.9", "::1", "localhost", "LOCALHOST")] == [True] * 5
     assert [is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.1", "::ffff:8.8.8.8", "localhost.evil.com",
                                      "example.com", "")] == [False] * 7
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    ("[agnet]\ncwd = '/tmp'\n", "agnet: unknown key (did you mean 'agent'?)"),
+    ("[agent]\nfresh_comand = 'x'\n", "agent.fresh_comand: unknown key (did you mean 'fresh_command'?)"),
+    ("[canary]\nack_timout = '5s'\n", "canary.ack_timout: unknown key (did you mean 'ack_timeout'?)"),
+    ("[[agents]]\nname = 'a'\nprocess_mach = 'x'\n", "agents[0].process_mach: unknown key (did you mean 'process_match'?)"),
+    ("zzz = 1\n", "zzz: unknown key"),
+])
+def test_an_unknown_key_names_the_known_one_it_is_closest_to(tmp_path, text, line):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path), {})
+    assert str(err.value) == f"{path}: {line}"
