@@ -17,6 +17,8 @@ def register(sub) -> None:
     kind.add_argument("--systemd", dest="kind", action="store_const", const="systemd")
     kind.add_argument("--launchd", dest="kind", action="store_const", const="launchd")
     install.add_argument("--print", action="store_true", help="print it instead of writing it")
+    install.add_argument("--force", action="store_true",
+                         help="replace a unit already there that says something else (kept as .bak)")
     install.set_defaults(func=run_install)
 
 
@@ -38,8 +40,9 @@ def run_install(args: argparse.Namespace) -> int:
     if args.print:
         sys.stdout.write(service.render(ctx, kind))
         return 0
-    path = service.install(ctx, kind)
-    print(f"wrote {path}")
+    path, how = service.install(ctx, kind, force=args.force)
+    print({"written": "wrote", "replaced": "replaced (the old one is in .bak beside it)",
+           "unchanged": "unchanged, already as it would be written:"}[how] + f" {path}")
     if kind == "systemd":
         print("enable it with: systemctl --user daemon-reload && systemctl --user enable --now loom.service")
         print("and keep it running after you log out: loginctl enable-linger $USER")

@@ -208,11 +208,34 @@ def render(ctx: Context, kind: str) -> str:
     return systemd_unit(ctx) if kind == "systemd" else launchd_plist(ctx)
 
 
-def install(ctx: Context, kind: str) -> Path:
+def install(ctx: Context, kind: str, *, force: bool = False) -> tuple[Path, str]:
+    """Write the unit (or plist): (its path, "written", "unchanged" or "replaced"). One already there
+    that says something else (another Loom's, or edited by hand) is replaced only with `force`, and
+    kept beside it as .bak; without, LoomError naming it."""
     path = target_path(kind)
     private_dir(path.parent)
-    tmp = path.with_suffix(path.suffix + ".tmp")
     text = render(ctx, kind).encode("utf-8")
+    try:
+        old = path.read_bytes()
+    except FileNotFoundError:
+        old = None
+    except OSError as exc:
+        raise LoomError(f"{path}: cannot read the unit already there: {exc.strerror or exc}") from None
+    if old == text:
+        return path, "unchanged"
+    if old is not None:
+        if not force:
+            raise LoomError(f"{path} exists and says something else (another Loom's, or edited by hand): "
+                            "loom install-service --print shows what it would write; --force replaces it "
+                            "(keeping the old one as .bak)")
+        _write(path.with_suffix(path.suffix + ".bak"), old)
+    _write(path, text)
+    return path, "written" if old is None else "replaced"
+
+
+def _write(path: Path, text: bytes) -> None:
+    """`text` in `path`, 0600, atomically (a reader sees the old file or the new, never half)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
     fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
     try:
         os.fchmod(fd, 0o600)  # a leftover .tmp keeps no wider mode
@@ -221,4 +244,3 @@ def install(ctx: Context, kind: str) -> Path:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    return path
