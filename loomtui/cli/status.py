@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
 
     base = base_context(args)
     if choose_agent(base.config.agent_names, args.agent, required=False) is None:
-        return run_all(args, status_mod.gather_all(base))
+        return run_all(args, status_mod.gather_all(base), base.config.telegram.chat_id)
     status = status_mod.gather(context(args))
     if args.json:
         print_json(status.as_json() if len(base.config.agent_names) == 1 else status.as_agent_json())
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
           f"{queue.get('witnessed', 0)} witnessed")
     print(f"supervisor      {_supervisor_line(status)}")
     print(f"ledger          {status.ledger_events} events")
-    print(f"telegram        {_telegram_line(status.outbox, status.conflict)}")
+    print(f"telegram        {_telegram_line(status.outbox, status.conflict, base.config.telegram.chat_id)}")
     if status.last_events:
         print("last events:")
         for e in status.last_events:
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_all(args: argparse.Namespace, statuses: list) -> int:
+def run_all(args: argparse.Namespace, statuses: list, chat_id: int) -> int:
     """Several agents, none named: a line each, then what they share."""
     if args.json:
         print_json([s.as_agent_json() for s in statuses])
@@ -64,7 +64,7 @@ def run_all(args: argparse.Namespace, statuses: list) -> int:
     print(f"config          {first.config or '(defaults)'}")
     print(f"supervisor      {_supervisor_line(first)}")
     print(f"ledger          {first.ledger_events} events")
-    print(f"telegram        {_telegram_line(first.outbox, first.conflict)}")
+    print(f"telegram        {_telegram_line(first.outbox, first.conflict, chat_id)}")
     width = max(len("AGENT"), *(len(s.name) for s in statuses))
     print(f"{'AGENT':<{width}}  {'STATE':<16}  {'LAST CANARY':<24}  {'RELAUNCHES 1H':>13}  {'QUEUE':>5}  HOLD")
     for s in statuses:
@@ -93,8 +93,11 @@ def _supervisor_line(status) -> str:
     return "no heartbeat" if sup is None else "heartbeat " + format_duration(sup.age) + " ago"
 
 
-def _telegram_line(box: dict, conflict: dict | None) -> str:
+def _telegram_line(box: dict, conflict: dict | None, chat_id: int) -> str:
     line = f"outbox {box['pending']} pending, {box['failed']} failed, {box['sent']} sent"
+    if not chat_id:
+        # Nothing will send them: say so, rather than leave "pending" to read as "on its way".
+        line = "off (telegram.chat_id = 0): " + line + ("; the pending stay unsent" if box["pending"] else "")
     if box["last_error"]:
         # Telegram's own words: printable characters only on a terminal.
         line += "; last error: " + printable(box["last_error"])

@@ -81,4 +81,10 @@ def test_status_includes_the_outbox_and_no_conflict(loom):
     assert result.returncode == 0, result.stderr
     tg = json.loads(result.stdout)["telegram"]
     assert tg["outbox"]["pending"] == 0 and tg["conflict"] is None
-    assert "telegram        outbox 0 pending" in loom("status").stdout
+    assert "telegram        off (telegram.chat_id = 0): outbox 0 pending" in loom("status").stdout
+
+
+def test_status_says_telegram_is_off_and_that_the_pending_stay_unsent(loom, store):
+    outbox.enqueue(store, "the agent needs you")
+    assert ("telegram        off (telegram.chat_id = 0): outbox 1 pending, 0 failed, 0 sent; the pending stay unsent"
+            in loom("status").stdout)
