@@ -115,3 +115,8 @@ def undecodable(words: Any) -> int | None:
         except UnicodeEncodeError:
             return n
     return None
+
+
+def counted(n: int, one: str, many: str = "") -> str:
+    """`n` and its noun, singular for one: "1 hold", "2 holds" (`many` where +s will not do)."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"

@@ -10,6 +10,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from loomtui.durations import format_duration
+from loomtui.text import counted
 
 if TYPE_CHECKING:
     from loomtui.sim.engine import Sim
@@ -179,9 +180,10 @@ def text(run: dict[str, Any], *, profile: str, days: float, config: str | None,
                  f"{run['max_automatic_relaunches_in_ceiling_window']}")
     for cause, modes in run["relaunches"].items():
         lines.append(f"    {cause}: " + ", ".join(f"{m} {n}" for m, n in modes.items()))
-    lines.append(f"  escalations: {run['escalations']} holds at the ceiling, {run['operator_alerts']} operator alerts, "
-                 f"{run['queue']['escalated']} queue items past the backstop")
-    lines.append(f"  recovery: {run['recoveries']} troubles witnessed recovered; time to witnessed recovery "
+    lines.append(f"  escalations: {counted(run['escalations'], 'hold')} at the ceiling, "
+                 f"{counted(run['operator_alerts'], 'operator alert')}, "
+                 f"{counted(run['queue']['escalated'], 'queue item')} past the backstop")
+    lines.append(f"  recovery: {counted(run['recoveries'], 'trouble')} witnessed recovered; time to witnessed recovery "
                  f"p50 {format_duration(run['recovery_seconds_p50'])}, p99 {format_duration(run['recovery_seconds_p99'])}, "
                  f"max {format_duration(run['recovery_seconds_max'])}")
     lines.append(f"  deaf {run['deaf_minutes_per_month']:.1f} min/month; in trouble until witnessed "
@@ -190,7 +192,7 @@ def text(run: dict[str, Any], *, profile: str, days: float, config: str | None,
     lines.append(f"  canary: {probes}")
     q = run["queue"]
     per = q["nudges"] / q["items"] if q["items"] else 0.0
-    lines.append(f"  queue: {q['items']} items, {q['witnessed']} witnessed, {q['reopened']} reopened, "
+    lines.append(f"  queue: {counted(q['items'], 'item')}, {q['witnessed']} witnessed, {q['reopened']} reopened, "
                  f"{q['escalated']} escalated; nudges {q['nudges']} ({per:.1f} per item, max {q['nudges_per_item_max']})")
     v = run["violation"]
     if v is None:
@@ -230,7 +232,8 @@ def summary_text(s: dict[str, Any]) -> list[str]:
     verdict = ("all invariants held" if not s["violations"]
                else f"{s['violations']} with a violation (seeds {', '.join(map(str, s['violated_seeds']))})")
     return [f"{s['runs']} seeds, {s['steps']} steps: {verdict}",
-            f"  {s['automatic_relaunches']} automatic relaunches, {s['escalations']} holds at the ceiling, "
-            f"{s['false_recycles']} false recycles; worst p99 time to witnessed recovery "
+            f"  {counted(s['automatic_relaunches'], 'automatic relaunch', 'automatic relaunches')}, "
+            f"{counted(s['escalations'], 'hold')} at the ceiling, "
+            f"{counted(s['false_recycles'], 'false recycle')}; worst p99 time to witnessed recovery "
             f"{format_duration(s['worst_recovery_seconds_p99'])}; worst deaf "
             f"{s['worst_deaf_minutes_per_month']:.1f} min/month"]
