@@ -60,12 +60,14 @@ def register(sub: Any) -> None:
 
 
 def config_for(args: argparse.Namespace) -> tuple[Any, str | None, str | None]:
-    """The operator's config when one is named (--config or LOOM_CONFIG), else the sim's defaults;
+    """The config `loom` itself would read (--config, LOOM_CONFIG, or the default file when there
+    is one), else the sim's defaults;
     with several agents, the view of the one --agent (or LOOM_AGENT) names, else the first's. The
     agent's name comes back only when there are several, for the replay command."""
     from loomtui.sim.profiles import default_config
 
     path, explicit = find_config_path(getattr(args, "config", None))
+    explicit = explicit or path.is_file()  # the operator's, found where loom looks: simulated, and said
     config = default_config() if not explicit else load_config(getattr(args, "config", None))[0]  # bad: exit 2
     named = choose_agent(config.agent_names, getattr(args, "agent", None), required=False)
     if named is not None and named != config.agent_name:

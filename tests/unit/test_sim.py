@@ -338,3 +338,20 @@ def test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults(monkeyp
     caught = [simulate(seed, 3, "clockjump")["violation"] for seed in (1, 2, 3)]
     assert all(v is not None and v["invariant"] in ("backstop_not_early", "queue_backstop") for v in caught)
     assert any(v["invariant"] == "backstop_not_early" for v in caught)
+
+
+def test_the_config_loom_would_read_is_the_one_simulated(capsys, monkeypatch, tmp_path):
+    """No --config: the default file `loom` reads (here under XDG_CONFIG_HOME) is simulated and named,
+    not loom sim's own defaults; without one, the defaults, said as such."""
+    monkeypatch.delenv("LOOM_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    code, out = loom_sim(capsys, "--days", "0.05", "--json")
+    assert code == 0 and json.loads(out)["config"] is None
+    path = tmp_path / "loom" / "config.toml"
+    path.parent.mkdir()
+    path.write_text("[canary]\nmisses_to_recycle = 3\n")
+    code, out = loom_sim(capsys, "--days", "0.05", "--json")
+    assert code == 0 and json.loads(out)["config"] == str(path)
+    path.write_text("[canary]\nmises_to_recycle = 3\n")  # a bad one is the operator's error, named
+    with pytest.raises(ConfigError, match="canary.mises_to_recycle: unknown key"):
+        loom_sim(capsys, "--days", "0.05")
