@@ -4,14 +4,20 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test test-stress lint mutants venv clean screenshots bench
 
 # constraints.txt pins the versions the tests (and their snapshots) were made with; pyproject
 # keeps only lower bounds, for installs of the package itself.
-$(STAMP): pyproject.toml constraints.txt
+# `make demo` installs Loom alone; the tests' extras (pytest, playwright, ...) come with `make test`.
+$(DEMO_STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e .
+	touch $(DEMO_STAMP)
+
+$(STAMP): $(DEMO_STAMP)
 	$(VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
@@ -28,7 +34,7 @@ $(CLAUDE_STAMP): $(CLAUDE_DIR)/package.json $(CLAUDE_DIR)/package-lock.json
 
 venv: $(STAMP) $(CLAUDE_STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/loom-tui --demo
 
 # Tests run in random order (pytest-randomly prints the seed; replay with PYTEST_ARGS=-p randomly

@@ -2,7 +2,7 @@
 
 A tmux server that stops answering must read as "unknown", never as "gone" (a hung server is
 not a dead agent). So every command goes through `TimedServer.cmd`, with a deadline. (libtmux
-is not used: it runs tmux without a timeout, and importing it cost `loom status` ~60 ms.)
+is not a dependency: it runs tmux without a timeout, and importing it cost `loom status` ~60 ms.)
 
 A look at the agent is a few tmux queries every couple of seconds; one `tmux` process per query
 costs 3-5 ms (fork, exec, connect), most of a watchdog tick. A process that keeps asking (the

@@ -1,7 +1,7 @@
 """`loom`: the command line. Each subcommand lives in its own module, listed here.
 
 Only the module of the command being run is imported: the agent runs `loom resolve` and the
-operator `loom status` often, and importing every command's dependencies (libtmux,
+operator `loom status` often, and importing every command's dependencies (textual,
 psutil, python-telegram-bot) for each would cost more than the work. The others get a stand-in
 parser with the same name and help line, which is all `loom --help` shows of them;
 tests/unit/test_cli_imports.py checks the stand-ins against what the modules register.

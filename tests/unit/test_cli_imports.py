@@ -18,7 +18,7 @@ from loomtui import cli
 # The order and names of `loom --help`; a new command is added here and to cli.COMMANDS.
 ORDER = ["status", "doctor", "ledger", "inject", "recycle", "canary", "supervise", "install-service", "memory",
          "run-job", "queue", "resolve", "sentinel", "hold", "release", "tick", "sim", "pump"]
-HEAVY = {"telegram", "textual", "libtmux"}
+HEAVY = {"telegram", "textual"}
 
 LOADED = ("import json, runpy, sys\n"
           "sys.argv = ['loom', *sys.argv[1:]]\n"
@@ -74,13 +74,9 @@ def test_help_imports_no_command_module(tmp_path):
     assert not loaded & (HEAVY | {"pydantic", "psutil", "watchfiles"})
 
 
-def test_resolve_help_and_a_resolve_import_neither_telegram_textual_nor_libtmux(tmp_path):
+def test_resolve_help_and_a_resolve_import_neither_telegram_nor_textual(tmp_path):
     assert not loaded_by(tmp_path, "resolve", "--help") & (HEAVY | {"pydantic", "psutil"})
 
 
 def test_status_imports_neither_telegram_nor_textual(tmp_path):
     assert not loaded_by(tmp_path, "status") & {"telegram", "textual", "psutil"}
-
-
-def test_status_does_not_import_libtmux(tmp_path):
-    assert "libtmux" not in loaded_by(tmp_path, "status")

@@ -138,7 +138,7 @@ def test_loom_pump_loads_no_config_models_store_or_heavy_libraries(tmp_path):
     code, modules = json.loads(result.stderr.strip().splitlines()[-1])
     assert code == 0
     tops = {m.split(".")[0] for m in modules}
-    assert not tops & {"pydantic", "watchfiles", "libtmux", "psutil", "textual", "rich", "telegram",
+    assert not tops & {"pydantic", "watchfiles", "psutil", "textual", "rich", "telegram",
                        "platformdirs", "httpx"}
     assert not {m for m in modules if m.startswith(("loomtui.store", "loomtui.actions", "loomtui.daemon",
                                                       "loomtui.config", "loomtui.context", "loomtui.agent"))}
