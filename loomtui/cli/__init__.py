@@ -25,6 +25,7 @@ COMMANDS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
     ("status", (("status", "show the agent, supervisor and store at a glance"),)),
     ("doctor", (("doctor", "check tmux, config, state dir, store and ledger, and simulate the config; "
                            "non-zero if any fails"),)),
+    ("check", (("check", "one line and a monitoring plugin's exit code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN"),)),
     ("ledger_cmd", (("ledger", "read or verify the hash-chained event ledger"),)),
     ("agent_cmds", (
         ("inject", "type one line into the agent's pane (through the one injection path)"),

@@ -24,6 +24,7 @@ from loomtui.durations import format_duration
 from loomtui.pump import transcript
 from loomtui.report import incidents
 from loomtui.report import status as status_mod
+from loomtui.report.check_rules import supervisor_stale_after
 from loomtui.store import ledger
 from loomtui.store.db import DB_NAME, Store
 from loomtui.text import dumps
@@ -291,7 +292,7 @@ def header_from(status: status_mod.Status, pane: PaneView, config: Any, *,
         # Up is not heard: until a canary acks after the relaunch, recovery is only claimed.
         claim = (f"relaunched {format_duration(max(status.taken - status.relaunch.ts, 0))} ago "
                  f"({status.relaunch.cause}), unwitnessed: no canary ack since")
-    stale_after = max(3 * min(config.watchdog.interval, 5.0), 15.0)
+    stale_after = supervisor_stale_after(config.watchdog.interval)  # as `loom check` judges it
     beat = status.supervisor
     if beat is None:
         sup, sup_level = "no supervisor heartbeat", "bad"

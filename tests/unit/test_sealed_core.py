@@ -39,6 +39,7 @@ STDLIB = {
     "shlex": "queue_rules quotes a log path for the agent's prompt (shlex.quote only; it imports os, "
              "but shlex.quote touches nothing)",
     "hashlib": "text.digest: the ledger's short sha256 of a message (a pure function of bytes)",
+    "math": "canary.rules: math.inf, the time left of a hold that lasts until released",
     # logscan reads the literals every match of a failure pattern must contain ("needles") from the
     # pattern as Python's own `re` parses it: any other parser could disagree with `re` about what a
     # pattern means, and a needle that a match need not contain would hide failure lines. These

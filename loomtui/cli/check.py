@@ -1,0 +1,72 @@
+"""`loom check [--agent NAME]`: one line and a monitoring plugin's exit code (0 OK, 1 WARNING,
+2 CRITICAL, 3 UNKNOWN) for Nagios, Icinga, Monit, cron and healthchecks wrappers. The verdict is
+report/check_rules.py's; this gathers its facts from the same status `loom status` shows.
+
+A config that does not load exits 2, as every command does (it is critical to the operator too);
+a state dir or store that cannot be read is UNKNOWN: nothing is known of the agent.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from loomtui.cli.common import add_agent_option, base_context, choose_agent, subcommand
+from loomtui.errors import ConfigError, LoomError
+from loomtui.text import printable
+
+
+def register(sub) -> None:
+    parser = subcommand(sub, "check", "one line and a monitoring plugin's exit code: "
+                        "0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN")
+    add_agent_option(parser, "only this agent (default: every agent)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from loomtui.report import check_rules as rules
+
+    try:
+        code, line = _verdict(args)
+    except ConfigError:
+        raise  # one line naming the file and key, exit 2
+    except LoomError as exc:
+        code, line = rules.UNKNOWN, f"LOOM UNKNOWN - {exc}"
+    print(printable(line))
+    return code
+
+
+def _verdict(args: argparse.Namespace) -> tuple[int, str]:
+    from loomtui.report import check_rules as rules
+    from loomtui.report import status as status_mod
+    from loomtui.sentinel import queue
+
+    base = base_context(args)
+    config = base.config
+    named = choose_agent(config.agent_names, args.agent, required=False)
+    statuses = ([status_mod.gather(base if base.agent == named else base.for_agent(named), events=0)]
+                if named is not None else status_mod.gather_all(base, events=0))
+    escalated: dict[str, int] = {}
+    for item in queue.unresolved_items(base.store):
+        if item.escalated_at is not None:
+            escalated[item.agent] = escalated.get(item.agent, 0) + 1
+    agents = []
+    for s in statuses:
+        view = config.for_agent(s.name)
+        claim = s.relaunch
+        agents.append(rules.AgentFacts(
+            name=s.name, state=s.agent_state(),
+            # The hold's reason is anyone's words: one line, and no `|` (monitoring splits perfdata there).
+            hold_reason=printable(s.hold.reason).replace("|", "/") if s.hold is not None else "",
+            unwitnessed_for=(s.taken - claim.ts) if s.unwitnessed and claim is not None else None,
+            witness_within=rules.witness_within(view.agent.boot_grace, view.canary.ack_timeout,
+                                                view.canary.misses_to_recycle, view.watchdog.interval),
+            past_backstop=escalated.get(s.name, 0)))
+    first = statuses[0]
+    beat = first.supervisor
+    box = first.outbox
+    host = rules.HostFacts(
+        heartbeat_age=beat.age if beat is not None else None,
+        stale_after=rules.supervisor_stale_after(config.watchdog.interval),
+        telegram_on=bool(config.telegram.chat_id), pending=box["pending"],
+        oldest_pending_age=box["oldest_pending_age"], failed=box["failed"])
+    return rules.verdict(agents, host)

@@ -1,0 +1,115 @@
+"""`loom check`'s verdict, pure: the facts of each agent and of the host → one line and the exit
+code monitoring plugins use (Nagios, Icinga, Monit, cron and healthchecks wrappers).
+
+0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; the worst finding decides, CRITICAL over WARNING over
+UNKNOWN (a tmux that did not answer says nothing about an agent that is also held). CRITICAL: an
+agent down, the ceiling's hold (automatic recovery has stopped), no fresh supervisor heartbeat
+(nobody is watching). WARNING: an operator's hold, a relaunch unwitnessed past the time its canary
+should have taken, queue items past their backstop, messages the operator has not been sent.
+UNKNOWN: the agent could not be looked at. `loom status` stays descriptive; this is for alerting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
+WORDS = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
+_RANK = {OK: 0, UNKNOWN: 1, WARNING: 2, CRITICAL: 3}
+
+# The agent's states (lifecycle.STATES) as monitoring reads them.
+_DOWN = {"gone": "its tmux server or session is gone", "exited": "its process exited",
+         "no_process": "no agent process in its pane"}
+_NOT_SEEN = {"unknown": "tmux did not answer", "process_unknown": "its process tree could not be read",
+             "not_looked": "not looked at"}
+# Messages waiting longer than this for Telegram are unsent, not on their way.
+UNSENT_AFTER = 600.0
+
+
+@dataclass(frozen=True)
+class AgentFacts:
+    name: str
+    state: str                          # lifecycle.agent_state's word
+    hold_reason: str = ""               # the hold in force, said
+    unwitnessed_for: float | None = None  # seconds since a relaunch no canary has acked yet
+    witness_within: float = 0.0         # how long a witness may take (boot grace and the canary's misses)
+    past_backstop: int = 0              # queue items escalated to the operator, not yet witnessed
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    heartbeat_age: float | None         # the supervisor's last heartbeat (None: never)
+    stale_after: float                  # a heartbeat older than this is not fresh
+    telegram_on: bool
+    pending: int = 0                    # outbox messages not yet sent
+    oldest_pending_age: float | None = None
+    failed: int = 0                     # outbox messages Telegram refused
+
+
+def supervisor_stale_after(watchdog_interval: float) -> float:
+    """How old a supervisor heartbeat may be and still count as fresh (it beats every few seconds)."""
+    return max(3 * min(watchdog_interval, 5.0), 15.0)
+
+
+def witness_within(boot_grace: float, ack_timeout: float, misses_to_recycle: int, watchdog_interval: float) -> float:
+    """The longest a relaunch stays unwitnessed while all is well: the agent boots, the canary
+    probes it and waits out its misses (after which it would recycle), plus a watchdog tick."""
+    return boot_grace + misses_to_recycle * ack_timeout + watchdog_interval
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def findings(agents: list[AgentFacts], host: HostFacts) -> list[tuple[int, str]]:
+    """Every finding, worst first (each with its code); none when all is well."""
+    found: list[tuple[int, str]] = []
+    several = len(agents) > 1
+    for a in agents:
+        who = f"agent {a.name}" if several else "agent"
+        if a.state in _DOWN:
+            found.append((CRITICAL, f"{who} down: {_DOWN[a.state]}"))
+        elif a.state in _NOT_SEEN:
+            found.append((UNKNOWN, f"{who}: {_NOT_SEEN[a.state]}"))
+        elif a.state == "held_ceiling":
+            found.append((CRITICAL, f"{who} held at the ceiling (automatic recovery stopped): {a.hold_reason}"))
+        elif a.state == "held_operator":
+            found.append((WARNING, f"{who} held: {a.hold_reason}"))
+        if a.unwitnessed_for is not None and a.unwitnessed_for > a.witness_within:
+            found.append((WARNING, f"{who} relaunched {_age(a.unwitnessed_for)} ago and no canary has acked since"))
+        if a.past_backstop:
+            items = "1 queue item" if a.past_backstop == 1 else f"{a.past_backstop} queue items"
+            found.append((WARNING, f"{who}: {items} past the backstop"))
+    if host.heartbeat_age is None:
+        found.append((CRITICAL, "no supervisor heartbeat: loom supervise is not running"))
+    elif host.heartbeat_age > host.stale_after:
+        found.append((CRITICAL, f"supervisor heartbeat {_age(host.heartbeat_age)} old: loom supervise is not running"))
+    messages = "1 message" if host.pending == 1 else f"{host.pending} messages"
+    if host.pending and not host.telegram_on:
+        found.append((WARNING, f"{messages} for the operator unsent: Telegram is off (telegram.chat_id = 0)"))
+    elif host.pending and (host.oldest_pending_age or 0.0) > UNSENT_AFTER:
+        found.append((WARNING, f"{messages} for the operator unsent for {_age(host.oldest_pending_age or 0.0)}"))
+    if host.failed:
+        found.append((WARNING, f"{host.failed} message{'' if host.failed == 1 else 's'} refused by Telegram"))
+    return sorted(found, key=lambda f: -_RANK[f[0]])
+
+
+def verdict(agents: list[AgentFacts], host: HostFacts) -> tuple[int, str]:
+    """(exit code, the one line): `LOOM STATE - what | perfdata`."""
+    found = findings(agents, host)
+    code = found[0][0] if found else OK
+    if found:
+        text = "; ".join(line for _, line in found)
+    else:
+        text = ", ".join(f"{a.name} {a.state}" for a in agents) + (
+            f"; supervisor heartbeat {_age(host.heartbeat_age or 0.0)} old")
+    perf = (f"agents={len(agents)} down={sum(a.state in _DOWN for a in agents)} "
+            f"held={sum(a.state.startswith('held') for a in agents)} "
+            f"past_backstop={sum(a.past_backstop for a in agents)} pending={host.pending}"
+            + (f" heartbeat_age={host.heartbeat_age:.0f}s" if host.heartbeat_age is not None else ""))
+    return code, f"LOOM {WORDS[code]} - {text} | {perf}"
