@@ -18,9 +18,9 @@ tmux server among it) when the daemon exits.
 from __future__ import annotations
 
 import os
+import plistlib
 import sys
 from pathlib import Path
-from xml.sax.saxutils import escape
 
 from loomtui.agent.tmux import UNIT_ENV, UNIT_ENV_VALUE
 from loomtui.context import Context
@@ -164,37 +164,33 @@ WantedBy=default.target
 """
 
 
-def launchd_plist(ctx: Context) -> str:
-    args = "\n".join(f"        <string>{escape(a)}</string>" for a in command(ctx))
-    log_dir = escape(str(ctx.state_dir))
-    return f"""<?xml version="1.0" encoding="UTF-8"?>
-<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
-<plist version="1.0">
-<dict>
-    <key>Label</key>
-    <string>{PLIST_LABEL}</string>
-    <key>ProgramArguments</key>
-    <array>
-{args}
-    </array>
-    <key>KeepAlive</key>
-    <true/>
-    <key>RunAtLoad</key>
-    <true/>
-    <key>ThrottleInterval</key>
-    <integer>5</integer>
-    <!-- The tmux server (and the agent in it) must outlive the daemon: launchd would otherwise
-         kill the daemon's whole process group when it exits. -->
-    <key>AbandonProcessGroup</key>
-    <true/>
-    <!-- 0077: what the daemon creates (its log among it) is the operator's alone. -->
-    <key>Umask</key>
-    <integer>63</integer>
-    <key>StandardErrorPath</key>
-    <string>{log_dir}/supervise.log</string>
-</dict>
-</plist>
-"""
+def launchd_plist(ctx: Context, environ: dict[str, str] | None = None) -> str:
+    """The launchd agent, made by plistlib (every value escaped as launchd reads it back).
+
+    launchd starts a job with PATH=/usr/bin:/bin:/usr/sbin:/sbin, where neither Homebrew's tmux
+    nor `claude` is: the PATH of the install goes in, with the config and state dir it names (and
+    TMUX_TMPDIR, so the daemon finds the socket the operator's `tmux -L` does).
+    AbandonProcessGroup: the tmux server (and the agent in it) must outlive the daemon, which
+    launchd would otherwise kill with the daemon's whole process group. Umask 0077: what the daemon
+    creates (its log among it) is the operator's alone."""
+    env = os.environ if environ is None else environ
+    variables = {"PATH": env.get("PATH", "/usr/bin:/bin:/usr/sbin:/sbin"), "LOOM_STATE_DIR": str(ctx.state_dir)}
+    if ctx.config_path is not None:
+        variables["LOOM_CONFIG"] = str(ctx.config_path)
+    if env.get("TMUX_TMPDIR"):
+        variables["TMUX_TMPDIR"] = env["TMUX_TMPDIR"]
+    plist = {
+        "Label": PLIST_LABEL,
+        "ProgramArguments": command(ctx),
+        "EnvironmentVariables": variables,
+        "KeepAlive": True,
+        "RunAtLoad": True,
+        "ThrottleInterval": 5,
+        "AbandonProcessGroup": True,
+        "Umask": 0o077,
+        "StandardErrorPath": str(ctx.state_dir / "supervise.log"),
+    }
+    return plistlib.dumps(plist, sort_keys=False).decode("utf-8")
 
 
 def target_path(kind: str) -> Path:

@@ -160,6 +160,18 @@ def test_the_plist_abandons_its_process_group_and_sets_the_umask(ctx):
     assert plist["KeepAlive"] is True
 
 
+def test_the_plist_carries_the_install_s_path_config_and_state_dir(ctx):
+    """launchd's own PATH finds neither Homebrew's tmux nor claude: the install's goes in, read back."""
+    env = {"PATH": "/opt/homebrew/bin:/usr/bin:/bin", "TMUX_TMPDIR": "/tmp/t <&> \"q\""}
+    plist = plistlib.loads(service.launchd_plist(ctx, env).encode())
+    variables = plist["EnvironmentVariables"]
+    assert variables["PATH"] == "/opt/homebrew/bin:/usr/bin:/bin"
+    assert variables["LOOM_STATE_DIR"] == str(ctx.state_dir)
+    assert variables.get("LOOM_CONFIG") == (str(ctx.config_path) if ctx.config_path else None)
+    assert variables["TMUX_TMPDIR"] == env["TMUX_TMPDIR"]  # XML's specials, escaped and read back whole
+    assert plist["StandardErrorPath"] == str(ctx.state_dir / "supervise.log")
+
+
 def test_install_writes_a_private_file(ctx, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     old = os.umask(0o022)
