@@ -355,3 +355,20 @@ def test_the_config_loom_would_read_is_the_one_simulated(capsys, monkeypatch, tm
     path.write_text("[canary]\nmises_to_recycle = 3\n")  # a bad one is the operator's error, named
     with pytest.raises(ConfigError, match="canary.mises_to_recycle: unknown key"):
         loom_sim(capsys, "--days", "0.05")
+
+
+def test_skipping_the_canary_looks_that_would_give_a_quiet_answer_again_changes_nothing_but_the_steps(monkeypatch):
+    """The simulator sleeps the canary loop through a hold until the store changes (the daemon looks
+    every CANARY_PERIOD); every look it skips would have given the same answer, so a stormy day reads
+    the same with every look taken, to the byte, in fewer steps."""
+    from dataclasses import replace
+
+    from loomtui.canary import loop as canary_loop
+
+    skipped = simulate(1, 1.0, "storm")
+    every_look = canary_loop.next_step
+    monkeypatch.setattr(canary_loop, "next_step", lambda facts: replace(every_look(facts), quiet=False))
+    taken = simulate(1, 1.0, "storm")
+    assert skipped["escalations"] > 0  # the day has holds to sleep through
+    assert taken["steps"] > skipped["steps"]
+    assert {**taken, "steps": 0} == {**skipped, "steps": 0}
