@@ -15,6 +15,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from loomtui.config import is_loopback as config_is_loopback
+
 # The token travels in the page's URL (`/?token=…`) and, after that, in the path of everything the
 # page loads (`/t/TOKEN/ws`, `/t/TOKEN/static/…`). Not in a cookie: a browser sends a cookie for
 # 127.0.0.1 to every port of 127.0.0.1, so any other local user's server the operator's browser
@@ -24,12 +26,8 @@ _HOST = re.compile(r"^(?P<name>\[[0-9a-f:.]+\]|[a-z0-9.-]+)(?::(?P<port>[0-9]{1,
 
 
 def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name other than localhost may resolve anywhere
+    """The config's rule (config.is_loopback), for an address as a URL writes it: IPv6 in brackets."""
+    return config_is_loopback(host.strip("[]"))
 
 
 def host_name(host: str) -> str:
