@@ -3,8 +3,9 @@
 Each file is untrusted: opened without following a link, read up to a bound, parsed by
 events.parse (which never raises), recorded as one hook_events row (and, for the few events worth
 it, a ledger event in the same transaction), then deleted. Prompt submitted, turn stopped and
-tool use go to the table only: they are too frequent for the ledger. A file half-written by a
-hook that died (its temporary name, never renamed) is removed once it is old.
+tool use go to the table only: they are too frequent for the ledger. A file that does not parse
+is taken for one still being written (a JSON object is whole only at its last byte) until it is
+PARTIAL_GRACE old; then it is recorded as unreadable, like any other.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from loomtui import clock
 from loomtui.context import Context
 from loomtui.hooks import events as hook_events
 from loomtui.hooks.events import HookEvent
-from loomtui.hooks.settings import DONE_SUFFIX, TEMP_PREFIX, events_dir
+from loomtui.hooks.settings import PREFIX, SUFFIX, events_dir
 from loomtui.store import hook_events as table
 from loomtui.store import ledger
 
 SOURCE = "hooks"
-STALE_TEMP = 600.0   # a temporary file this old belongs to a hook that died mid-write
+PARTIAL_GRACE = 30.0  # a file that does not parse and is older than this is no longer being written
 BATCH = 200          # files recorded per transaction
 
 # The ledger's kind for each event worth one; the rest are the table's alone.
@@ -39,24 +40,21 @@ class Recorded:
 
 
 def pending(directory: Path) -> list[tuple[int, str]]:
-    """(mtime in ns, name) of the complete event files, oldest first; stale temporaries removed."""
+    """(mtime in ns, name) of the event files (plain files named as the hook names them), oldest first."""
     out: list[tuple[int, str]] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:
         return out
-    now = clock.wall()
     for entry in entries:
+        if not (entry.name.startswith(PREFIX) and entry.name.endswith(SUFFIX)):
+            continue
         try:
             info = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        if not stat.S_ISREG(info.st_mode):
-            continue
-        if entry.name.endswith(DONE_SUFFIX):
+        if stat.S_ISREG(info.st_mode):
             out.append((info.st_mtime_ns, entry.name))
-        elif entry.name.startswith(TEMP_PREFIX) and now - info.st_mtime > STALE_TEMP:
-            _remove(Path(entry.path))
     out.sort()
     return out
 
@@ -92,14 +90,16 @@ def collect(ctx: Context) -> list[Recorded]:
     directory = events_dir(ctx.agent_dir)
     done: list[Recorded] = []
     names = pending(directory)
+    now = clock.wall()
     for start in range(0, len(names), BATCH):
         batch = []
         for _, name in names[start:start + BATCH]:
             path = directory / name
             read = read_event(path)
             if read is None:
-                _remove(path)
-                continue
+                continue  # gone, or not a plain file: never followed, never recorded
+            if read[0].event == hook_events.UNREADABLE and now - read[1] < PARTIAL_GRACE:
+                continue  # most likely still being written: its close wakes the loop again
             batch.append(Recorded(path, *read))
         if batch:
             _record(ctx, batch)

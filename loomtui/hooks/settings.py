@@ -2,13 +2,17 @@
 the CLI with `--settings {hook_settings}`, and the one fixed command each hook runs.
 
 The command appends the event as received and interprets nothing: the CLI writes the payload to
-its stdin, `cat` copies it to a file of its own (so concurrent hooks never interleave) and the
-rename to `.json` makes a reader never see half an event. No shell ever sees the payload; the
-only thing spliced into the command is the events directory, shell-quoted. No Python either:
-a hook runs at every prompt and tool call, and must cost milliseconds (bench/hooks.py). It writes
-nothing to stdout (Claude Code adds a SessionStart or UserPromptSubmit hook's output to the
-model's context) and always exits 0 (exit 2 from UserPromptSubmit would refuse the prompt): a lost
-event costs a canary probe, never the agent's turn.
+its stdin and `cat` copies it to a file named by the hook's own shell pid (`$$`: no two running
+hooks share one), so concurrent hooks never interleave; `set -C` makes the redirection refuse a
+file that is already there (a pid reused before the daemon read the earlier event): that event is
+lost, never another one overwritten. No shell ever sees the payload; the only thing spliced into
+the command is the events directory, shell-quoted. No Python, no temporary file and rename: a hook
+runs at every prompt and tool call and must cost milliseconds, and every process it starts costs
+one or two (bench/hooks.py); a JSON object is complete only when its last byte is written, so the
+reader tells a file still being written from a whole one by parsing it (hooks/ingest.py). The
+command writes nothing to stdout (Claude Code adds a SessionStart or UserPromptSubmit hook's
+output to the model's context) and always exits 0 (exit 2 from UserPromptSubmit would refuse the
+prompt): a lost event costs a canary probe, never the agent's turn.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ PLACEHOLDER = "{hook_settings}"
 HOOKS_DIR = "hooks"
 EVENTS_DIR = "events"
 SETTINGS = "settings.json"
-TEMP_PREFIX = ".ev."
-DONE_SUFFIX = ".json"
+PREFIX = "ev."
+SUFFIX = ".json"
 
 
 def hooks_dir(agent_dir: Path) -> Path:
@@ -47,8 +51,8 @@ def wanted(agent: object) -> bool:
 
 
 def hook_command(agent_dir: Path) -> str:
-    where = shlex.quote(str(events_dir(agent_dir)) + "/" + TEMP_PREFIX + "XXXXXX")
-    return f'f=$(mktemp {where}) && cat > "$f" && mv "$f" "$f{DONE_SUFFIX}"; exit 0'
+    where = shlex.quote(str(events_dir(agent_dir)))
+    return f"set -C; cat > {where}/{PREFIX}$${SUFFIX}; exit 0"
 
 
 def settings(agent_dir: Path) -> dict:

@@ -22,6 +22,7 @@ from loomtui.hooks import events, ingest, settings
 from loomtui.hooks.events import UNREADABLE, parse, said, typed_digest
 from loomtui.hooks.witness import Witness, probe_called_for
 from loomtui.hooks.witness_rules import EARLY, Prompt, Typed, probe_now, witness
+from loomtui.report.doctor import OK, WARN, check_hooks
 from loomtui.store import hook_events, ledger
 from loomtui.text import digest
 from loomtui.timing import Instant
@@ -82,8 +83,8 @@ def test_the_settings_file_has_one_fixed_command_for_each_event_and_is_private(t
     for groups in doc["hooks"].values():
         assert groups == [{"matcher": "", "hooks": [{"type": "command", "command": command}]}]
     # The events directory is the only thing spliced in, and it is shell-quoted.
-    quoted = shlex.quote(str(agent_dir / "hooks" / "events") + "/.ev.XXXXXX")
-    assert command == f'f=$(mktemp {quoted}) && cat > "$f" && mv "$f" "$f.json"; exit 0'
+    quoted = shlex.quote(str(agent_dir / "hooks" / "events"))
+    assert command == f"set -C; cat > {quoted}/ev.$$.json; exit 0"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     for directory in (agent_dir / "hooks", agent_dir / "hooks" / "events"):
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700
@@ -109,6 +110,20 @@ def test_without_the_placeholder_there_is_no_witness_and_a_bad_placeholder_names
         parse_config({"agent": {"fresh_command": "claude --settings {hook_setings} --session-id {session_id}"}}, "c.toml", None)
 
 
+def test_doctor_warns_when_a_claude_code_command_lacks_the_hooks_settings():
+    def config(fresh: str, resume: str):
+        return parse_config({"agent": {"fresh_command": fresh, "resume_command": resume}}, "c.toml", None)
+
+    bare = check_hooks(config("claude --session-id {session_id}", "claude --settings {hook_settings} --resume {session_id}"))
+    assert bare is not None and (bare.status, bare.name) == (WARN, "hooks")
+    assert bare.detail.startswith("agent.fresh_command lacks --settings {hook_settings}: no dispatch witness")
+    hooked = check_hooks(config("claude --settings {hook_settings} --session-id {session_id}",
+                                "/opt/bin/claude --settings {hook_settings} --resume {session_id}"))
+    assert hooked is not None and hooked.status == OK
+    assert check_hooks(config("python -m loomtui.demo.agent --session-id {session_id}",
+                              "python -m loomtui.demo.agent --resume {session_id}")) is None
+
+
 def run_hook(agent_dir: Path, payload: bytes) -> subprocess.CompletedProcess:
     return subprocess.run(["/bin/sh", "-c", settings.hook_command(agent_dir)], input=payload,
                           capture_output=True, timeout=30)
@@ -124,9 +139,15 @@ def test_the_hook_command_stores_the_payload_as_received_and_no_shell_reads_it(t
     # Nothing on stdout (Claude Code would add it to the model's context) and exit 0.
     assert done.returncode == 0 and done.stdout == b""
     [written] = list(settings.events_dir(agent_dir).iterdir())
-    assert written.name.startswith(".ev.") and written.name.endswith(".json")
+    assert written.name.startswith("ev.") and written.name.endswith(".json")
     assert written.read_bytes() == hostile
     assert not list(tmp_path.rglob("pwned")) and not (Path.cwd() / "pwned").exists()
+    # A file of that name already there (a pid reused before the daemon read it) is never overwritten.
+    blocker = settings.events_dir(agent_dir) / "ev.1.json"
+    blocker.write_bytes(b"earlier")
+    reused = subprocess.run(["/bin/sh", "-c", settings.hook_command(agent_dir).replace("$$", "1")],
+                            input=hostile, capture_output=True, timeout=30)
+    assert reused.returncode == 0 and blocker.read_bytes() == b"earlier"
 
 
 def test_concurrent_hooks_never_interleave_and_a_missing_directory_still_exits_0(tmp_path):
@@ -203,12 +224,16 @@ def test_event_files_are_recorded_in_the_store_and_the_ledger_then_deleted(tmp_p
                     event(hook_event_name="Stop"),
                     event(hook_event_name="StopFailure", error_type="rate_limit"),
                     event(hook_event_name="Notification", notification_type="idle_prompt"),
-                    event(hook_event_name="PreCompact", trigger="manual"),
-                    b"garbage"):
+                    event(hook_event_name="PreCompact", trigger="manual")):
         assert run_hook(ctx.agent_dir, payload).returncode == 0
     directory = settings.events_dir(ctx.agent_dir)
-    (directory / ".ev.halfdone").write_bytes(b'{"hook_event_name": "St')  # a hook still writing
-    os.symlink("/etc/passwd", directory / "link.json")
+    (directory / "ev.1.json").write_bytes(b'{"hook_event_name": "St')  # a hook still writing
+    garbage = directory / "ev.2.json"
+    garbage.write_bytes(b"garbage")
+    long_ago = garbage.stat().st_mtime - ingest.PARTIAL_GRACE - 1
+    os.utime(garbage, (long_ago, long_ago))  # no longer being written: unreadable
+    os.symlink("/etc/passwd", directory / "ev.3.json")
+    (directory / "other.txt").write_text("not an event")
     recorded = ingest.collect(ctx)
     assert len(recorded) == 7
     rows = list(reversed(hook_events.recent(ctx.store, ctx.agent)))
@@ -223,8 +248,8 @@ def test_event_files_are_recorded_in_the_store_and_the_ledger_then_deleted(tmp_p
     assert kinds["agent_notification"]["source"] == "idle_prompt"
     assert kinds["compaction"]["source"] == "manual"
     assert not {"inject", "dispatch_missing"} & set(kinds)  # prompt and stop: the table only
-    # Recorded files are gone; the one being written and the link are left alone.
-    assert sorted(p.name for p in directory.iterdir()) == [".ev.halfdone", "link.json"]
+    # Recorded files are gone; the one being written, the link and a stranger are left alone.
+    assert sorted(p.name for p in directory.iterdir()) == ["ev.1.json", "ev.3.json", "other.txt"]
     assert not any("root:" in (r["detail"] or "") for r in rows)
     assert ingest.collect(ctx) == []
 
