@@ -77,6 +77,11 @@ def test_a_line_the_wedged_agent_never_takes_is_missing_and_probed_at_once(make_
     assert probe["sent_at"] >= missing["ts"]
     relaunch = wait_for(lambda: relaunches(harness, "canary_failed"), LONG, what="the recycle")[0]
     assert relaunch["source"] == "canary"
+    # The relaunched agent's hooks ran from the refreshed settings: its SessionStart says how it began.
+    began = "resume" if relaunch["detail"]["mode"] == "resume" else "startup"
+    wait_for(lambda: [e for e in harness.events("session_started") if e["id"] > relaunch["id"]
+                      and e["detail"] == {"event": "SessionStart", "session_id": relaunch["detail"]["new_session"],
+                                          "source": began}], LONG, what=f"the relaunched agent's SessionStart ({began})")
     assert not prompted(harness, "are you there")
     # Only what the wedged agent never took was missing: not the lines it took, nor the start's probe.
     typed_missing = {e["detail"]["typed"] for e in harness.events("dispatch_missing")}
