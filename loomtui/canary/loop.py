@@ -15,7 +15,7 @@ from dataclasses import replace
 from loomtui import actions, clock
 from loomtui.agent import drivers, launches, recovery
 from loomtui.agent.ports import AgentDriver
-from loomtui.canary.rules import ASK, PROBE, RECOVER, WAIT, WITNESS, CanaryFacts, ProbeRun, due_in, next_step, \
+from loomtui.canary.rules import ASK, PROBE, RECOVER, WITNESS, CanaryFacts, ProbeRun, due_in, next_step, \
     should_recycle, witness_due
 from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
 from loomtui.context import Context
@@ -66,12 +66,6 @@ class CanaryLoop:
         facts, gather = CanaryFacts(self.waiting), self._facts()
         while (step := next_step(facts)).kind == ASK:
             facts = replace(facts, **{step.fact: gather[step.fact]()})
-        if step.kind == WAIT and (facts.due_in or 0) > 0 and witness.probe_called_for(ctx):
-            # A typed line the agent's hook never reported: the next probe is due now (the rest of
-            # the order, a relaunch under way or a probe pending, still holds it back).
-            facts = replace(facts, due_in=0.0)
-            while (step := next_step(facts)).kind == ASK:
-                facts = replace(facts, **{step.fact: gather[step.fact]()})
         self.next_look = step.after
         if step.kind == RECOVER:
             outcome = actions.recover(ctx, "canary_failed", source="canary",
@@ -95,7 +89,9 @@ class CanaryLoop:
             "ready": lambda: launches.agent_ready(ctx, self.driver),
             # On the monotonic clock from the last send (within a boot): a wall clock stepped back a
             # day must not leave the agent unprobed, and a deafness undetected, for that day.
-            "due_in": lambda: due_in(gather.last_run(), clock.now(), cfg.interval, cfg.ack_timeout),
+            # A typed line the agent's hooks never reported taken makes the next probe due now.
+            "due_in": lambda: 0.0 if witness.probe_called_for(ctx) else
+            due_in(gather.last_run(), clock.now(), cfg.interval, cfg.ack_timeout),
             "under_way": lambda: launches.relaunch_under_way(ctx),
             "pending": lambda: ctx.store.query_one("SELECT 1 FROM canary_runs WHERE agent = ? AND result = ?",
                                                    (ctx.agent, PENDING)) is not None,
