@@ -68,10 +68,10 @@ def _has_session_id(value: str) -> str:
     if "{session_id}" not in value:
         raise ValueError("must contain {session_id}: Loom resumes only the session it pinned")
     try:
-        value.format(session_id="x", memory_index="x", state_dir="x")
+        value.format(session_id="x", memory_index="x", state_dir="x", hook_settings="x")
     except (KeyError, IndexError, ValueError) as exc:
         raise ValueError(
-            f"bad placeholder {exc}; available: {{session_id}}, {{memory_index}}, {{state_dir}}"
+            f"bad placeholder {exc}; available: {{session_id}}, {{memory_index}}, {{state_dir}}, {{hook_settings}}"
         ) from None
     return value
 
@@ -200,6 +200,9 @@ class AgentConfig(Section):
     # May a command run from the agent's own shell (its LOOM_SESSION_ID) hold, release or recycle
     # this agent? Off: refused, recorded and told to the operator. On: done, and still told.
     may_hold = Field(boolean, False)
+    # With `{hook_settings}` in the commands, a line Loom types that the CLI's UserPromptSubmit hook
+    # has not reported within this long is `dispatch_missing`, and the canary probes at once.
+    dispatch_timeout = Field(positive_duration, 15.0)
 
 
 class WatchdogConfig(Section):

@@ -29,6 +29,8 @@ EventKind = Literal[
     "inject", "keys", "canary_sent", "canary",
     # the stream-json driver: a tool call the CLI's permissions refused (once per result)
     "permission_denied",
+    # the agent CLI's own hooks (loomtui/hooks): what it said happened, and a typed line it never took
+    "session_started", "turn_failed", "agent_notification", "compaction", "dispatch_missing",
     # the sentinel's queue
     "queue_new", "queue_nudge", "queue_claim", "queue_witness", "queue_reopen", "queue_escalate",
     # Telegram

@@ -10,6 +10,7 @@ import shlex
 from pathlib import Path
 
 from loomtui.context import Context
+from loomtui.hooks.settings import settings_path
 
 
 def memory_index_path(ctx: Context) -> Path:
@@ -23,4 +24,7 @@ def render_command(ctx: Context, template: str, session_id: str) -> str:
         memory_index=shlex.quote(str(memory_index_path(ctx))),
         # The agent's own directory: `--add-dir {state_dir}/acks` is its acks dir (the state dir for main).
         state_dir=shlex.quote(str(ctx.agent_dir)),
+        # Loom's own hooks settings for this agent (`--settings {hook_settings}`), written before
+        # each launch (launch.relaunch_locked): never the operator's own settings file.
+        hook_settings=shlex.quote(str(settings_path(ctx.agent_dir))),
     )

@@ -14,12 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from loomtui.agent import drivers
+from loomtui.agent import drivers, launches
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.stream_driver import origin_of
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context
 from loomtui.errors import LockHeld, LoomError
+from loomtui.hooks import settings as hook_settings
+from loomtui.hooks.events import typed_digest
 from loomtui.pump.facts import Delivery
 from loomtui.store import ledger, locks
 from loomtui.text import digest, sanitize
@@ -59,6 +61,9 @@ def inject(
     if len(clean) > MAX_LENGTH:
         raise LoomError(f"text too long to inject: {len(clean)} characters (limit {MAX_LENGTH})")
     info = {"length": len(clean), "digest": digest(clean), **(detail or {})}
+    witnessed_by = typed_digest(clean)  # what the dispatch witness matches the CLI's prompt with
+    if witnessed_by != info["digest"]:
+        info["said"] = witnessed_by
     driver = driver or drivers.of(ctx)
     # The agent as it is now: if a relaunch replaces it while we wait for inject.lock, the text
     # is not typed into the new one (it was meant for this one, and that one may be booting).
@@ -66,6 +71,8 @@ def inject(
     who = origin or origin_of(kind, source)
     error, event_id, delivery = _typed(ctx, lambda: driver.type_line(clean, expect, origin=who, ref=ref),
                                        kind, source, info, lock_timeout)
+    if not error and hook_settings.wanted(ctx.config.agent):
+        launches.ring(ctx.agent_dir, launches.TYPED)  # the hooks loop starts this line's dispatch timeout
     return InjectResult(not error, len(clean), info["digest"], error, event_id,
                         delivery=delivery.state if delivery else "", position=delivery.position if delivery else None)
 

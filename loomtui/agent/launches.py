@@ -34,6 +34,7 @@ PROCS_KEY = "agent_processes"
 SIGNALS_DIR = "signals"
 PANE_DIED = "pane-died"    # written by tmux itself (save-buffer of a fixed buffer: no shell, no pane text)
 RELAUNCHED = "relaunched"  # written by actions.recover once the new agent may be probed
+TYPED = "typed"            # written by inject once a line is typed: the hooks loop's witness looks
 
 
 def last_launch(ctx: Context) -> LaunchRecord | None:

@@ -20,6 +20,7 @@ from loomtui.canary.rules import ASK, PROBE, RECOVER, WITNESS, CanaryFacts, Prob
     should_recycle, witness_due
 from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
 from loomtui.context import Context
+from loomtui.hooks import witness
 from loomtui.store import locks
 
 
@@ -93,7 +94,9 @@ class CanaryLoop:
             "ready": lambda: launches.agent_ready(ctx, self.driver),
             # On the monotonic clock from the last send (within a boot): a wall clock stepped back a
             # day must not leave the agent unprobed, and a deafness undetected, for that day.
-            "due_in": lambda: due_in(gather.last_run(), clock.now(), cfg.interval, cfg.ack_timeout),
+            # A typed line the agent's hooks never reported taken makes the next probe due now.
+            "due_in": lambda: 0.0 if witness.probe_called_for(ctx) else
+            due_in(gather.last_run(), clock.now(), cfg.interval, cfg.ack_timeout),
             "under_way": lambda: launches.relaunch_under_way(ctx),
             "pending": lambda: ctx.store.query_one("SELECT 1 FROM canary_runs WHERE agent = ? AND result = ?",
                                                    (ctx.agent, PENDING)) is not None,

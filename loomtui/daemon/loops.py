@@ -21,6 +21,7 @@ from loomtui.agent.watchdog import Watchdog
 from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
 from loomtui.daemon.supervise import Doorbell, Service, TickLoop, loop_name
+from loomtui.hooks import settings as hook_settings
 
 log = logging.getLogger("loom.loops")
 
@@ -245,6 +246,58 @@ def signal_watch(bells: dict[str, object]) -> Callable[[Context, threading.Event
     return make
 
 
+# The hooks loop reads its events directory at least this often where inotify is not to be had,
+# and looks at the ledger for typed lines at least this often (a line rings TYPED when typed).
+HOOKS_POLL = 1.0
+HOOKS_RECHECK = 30.0
+
+
+def hooks_watch(canary: object, typed: Waker) -> Callable[[Context, threading.Event], Callable[[], object]]:
+    """The agent's hook events recorded as they arrive (inotify on its events directory), and the
+    dispatch witness looked at when a line is typed (`typed` rings), at each event, and when the
+    next line's timeout comes; a line missing rings the canary's bell."""
+
+    def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
+        from loomtui.hooks import ingest, settings, witness
+
+        directory = settings.events_dir(ctx.agent_dir)
+        seen = witness.Witness(ctx)
+
+        def look() -> float:
+            ingest.collect(ctx)
+            missing, due = seen.look()
+            if missing:
+                log.info("%s: %d typed line(s) not dispatched", loop_name("hooks", ctx.agent), missing)
+                canary.ring()  # type: ignore[attr-defined]
+            return HOOKS_RECHECK if due is None else min(HOOKS_RECHECK, max(due, 0.05))
+
+        def step() -> object:
+            settings.write(ctx.agent_dir)  # its directories, as the next launch will find them
+            fd = inotify_watch(directory)
+            try:
+                while not halt.is_set():
+                    wait = look()
+                    ready = _wait([typed] + ([fd] if fd is not None else []), halt,
+                                  wait if fd is not None else min(wait, HOOKS_POLL))
+                    if typed in ready:
+                        typed.drain()
+                    if fd is not None and fd in ready:
+                        try:
+                            _, _, ended = inotify_names(os.read(fd, 65536))
+                        except BlockingIOError:
+                            continue
+                        if ended:
+                            return None  # the directory went: the next step makes it and watches again
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            return None
+
+        return step
+
+    return make
+
+
 def exit_watch(bell: Doorbell, wake: Waker | None = None) -> Callable[[Context, threading.Event], Callable[[], object]]:
     """The kernel's own word that the pane's process exited (a Linux pidfd turns readable).
 
@@ -323,19 +376,26 @@ def agent_loops(ctx: Context) -> list[TickLoop]:
     """One agent's loops (`ctx` is that agent's): its doorbells, its signals dir, its pane's pidfd.
     Nothing in them is shared with another agent's, so one agent's trouble stays its own."""
     w, agent = ctx.config.watchdog, ctx.agent
-    died, relaunched, recheck = Doorbell(), Doorbell(), Waker()
+    died, relaunched, recheck, typed = Doorbell(), Doorbell(), Waker(), Waker()
 
     def loop(base: str, period: float, make, wake: Doorbell | None = None) -> TickLoop:
         return TickLoop(loop_name(base, agent), period, make, wake=wake, agent=agent, loop=base)
 
-    return [
+    signals = {launches.PANE_DIED: died, launches.RELAUNCHED: Bells(relaunched, recheck)}
+    hooked = hook_settings.wanted(ctx.config.agent)
+    if hooked:
+        signals[launches.TYPED] = typed
+    loops = [
         # The exit poll stays as the safety net for a hook that never fired.
         loop("watchdog", min(w.exit_check, w.interval), watchdog_tick, wake=died),
         loop("canary", CANARY_PERIOD, canary_tick(relaunched), wake=relaunched),
         # Its steps run until the daemon stops; the period is only the pause before a restart.
-        loop("signals", 5.0, signal_watch({launches.PANE_DIED: died, launches.RELAUNCHED: Bells(relaunched, recheck)})),
+        loop("signals", 5.0, signal_watch(signals)),
         loop("exit_watch", 5.0, exit_watch(died, recheck)),
     ]
+    if hooked:  # no hooks configured: no witness, and nothing is ever missing
+        loops.append(loop("hooks", 5.0, hooks_watch(relaunched, typed)))
+    return loops
 
 
 def tick_loops(ctx: Context) -> list[TickLoop]:

@@ -16,6 +16,12 @@ canary's `touch PATH`, keeps a poller child, and obeys fault switches sent as me
                     commands arrives, then run it: exactly N probes ack late, counted from
                     their arrival, however slow the machine
 
+With `--settings PATH` (Claude Code's flag: a settings file's hooks) it runs the file's hook
+commands at Claude Code's moments, each through /bin/sh with the event as JSON on stdin:
+SessionStart (`source` startup or resume, with the session id) before the first prompt,
+UserPromptSubmit with the prompt once a line is taken, Stop once its turn ends. A wedged agent
+takes no line, so a line typed after `/wedge` gets no UserPromptSubmit (it is never dispatched).
+
 Input is read with the terminal in non-canonical mode: a canonical tty line is capped at 4095
 bytes, and a long pasted message must arrive whole.
 
@@ -152,6 +158,24 @@ class Base:
         self.poller: subprocess.Popen[bytes] | None = None
         self.late_acks = 0
         self.late_by = 0.0
+
+    def hook(self, event: str, **fields: object) -> None:
+        """Run the settings file's commands for `event`, as Claude Code does: the event as JSON on
+        stdin, nothing from it on any command line; a hook that fails never stops the agent."""
+        payload = json.dumps({"session_id": self.session_id, "transcript_path": str(self.transcript.path),
+                              "cwd": os.getcwd(), "hook_event_name": event, **fields}, ensure_ascii=False)
+        for command in hook_commands(self.args.settings, event):
+            try:
+                subprocess.run(["/bin/sh", "-c", command], input=payload.encode("utf-8", "surrogatepass"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+
+    def turn(self, line: str) -> None:
+        """One prompt taken: UserPromptSubmit, the turn, Stop (a turn that never ends has none)."""
+        self.hook("UserPromptSubmit", prompt=line)
+        self.handle(line)
+        self.hook("Stop", stop_hook_active=False)
 
     def start_poller(self) -> None:
         if not self.args.bot:
@@ -292,6 +316,7 @@ class Agent(Base):
     def run(self, resumed: bool) -> int:
         self.start_poller()
         out(f"demo agent · session {self.session_id}\n")
+        self.hook("SessionStart", source="resume" if resumed else "startup")
         if resumed:
             turns = [t for t in self.transcript.turns() if t.get("role") in ("user", "agent")]
             out(f"resumed: {len(turns)} earlier turns\n")
@@ -311,7 +336,7 @@ class Agent(Base):
                 if line is None:
                     return 0
                 if line.strip():
-                    self.handle(line)
+                    self.turn(line)
         finally:
             self.term.restore()
             self.stop_poller()
@@ -477,6 +502,7 @@ class StreamAgent(Base):
                 self.transcript.add("fault", "hung on resume")
                 self.wedge()
             self.init()
+            self.hook("SessionStart", source="resume" if resumed else "startup")
             stdin = sys.stdin.buffer
             while True:
                 if self.stdin_closed:
@@ -490,7 +516,7 @@ class StreamAgent(Base):
                     err(f"Error parsing streaming input line: {raw[:200].decode('utf-8', 'replace').strip()!r}")
                     return 1
                 if text.strip():
-                    self.handle(text)
+                    self.turn(text)
         except BrokenPipeError:
             return 1    # the reader of our stdout is gone
         finally:
@@ -512,6 +538,19 @@ def user_text(raw: bytes) -> str | None:
         return "\n".join(b["text"] for b in content
                          if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
     return ""
+
+
+def hook_commands(settings: str | None, event: str) -> list[str]:
+    """The command hooks a settings file names for `event` (none without a file or on a bad one)."""
+    if not settings:
+        return []
+    try:
+        doc = json.loads(Path(settings).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    groups = doc.get("hooks", {}).get(event, []) if isinstance(doc, dict) and isinstance(doc.get("hooks"), dict) else []
+    return [h["command"] for g in groups if isinstance(g, dict) for h in g.get("hooks", [])
+            if isinstance(h, dict) and h.get("type") == "command" and isinstance(h.get("command"), str)]
 
 
 def err(text: str) -> None:
@@ -536,6 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input-format", choices=("text", "stream-json"), default="text")
     parser.add_argument("--output-format", choices=("text", "json", "stream-json"), default="text")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--settings", metavar="PATH", help="a settings file whose hooks to run (Claude Code's flag)")
     args = parser.parse_args(argv)
     stream = args.stream_json or args.input_format == "stream-json"
     problem = flag_problem(args)

@@ -15,6 +15,7 @@ from pathlib import Path
 from loomtui.agent.drivers import driver_class
 from loomtui.config import Config, load_config
 from loomtui.errors import LoomError
+from loomtui.hooks.settings import PLACEHOLDER
 from loomtui.store import ledger
 from loomtui.store.db import DB_NAME, Store
 from loomtui.store.statedir import agent_dir, prepare_state_dir, resolve_state_dir
@@ -64,6 +65,20 @@ def check_canary_permissions(config: Config, state_dir: Path) -> Check:
         return Check(FAIL, "canary", "; ".join(missing) + ": add --add-dir {state_dir}/acks "
                      "--allowedTools 'Bash(touch:*)' or a permission prompt eats every canary")
     return Check(OK, "canary", f"the agent may touch files in {acks} without asking")
+
+
+def check_hooks(config: Config) -> Check | None:
+    """Claude Code without Loom's hooks settings runs with no dispatch witness: a line typed and
+    never taken is noticed only at the next canary. A warning: it still works as before."""
+    lacking = [key for key in ("fresh_command", "resume_command")
+               if _CLAUDE.search(getattr(config.agent, key)) and PLACEHOLDER not in getattr(config.agent, key)]
+    if not any(_CLAUDE.search(getattr(config.agent, key)) for key in ("fresh_command", "resume_command")):
+        return None
+    if lacking:
+        verb = "lacks" if len(lacking) == 1 else "lack"
+        return Check(WARN, "hooks", f"agent.{' and agent.'.join(lacking)} {verb} --settings {PLACEHOLDER}: no "
+                     "dispatch witness (a typed line the agent never takes waits for the next canary)")
+    return Check(OK, "hooks", f"Loom's hooks settings are passed ({PLACEHOLDER}): every typed line is witnessed")
 
 
 # -- the stream-json driver -------------------------------------------------------------------
@@ -268,6 +283,9 @@ def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[
         for name in config.agent_names:
             view = config.for_agent(name)
             own = [*first_start.check_agent(view, env), check_canary_permissions(view, agent_dir(state_dir, name))]
+            hooks = check_hooks(view)
+            if hooks is not None:
+                own.append(hooks)
             if driver_class(view).owns_turns:  # the pump talks stream-json to the CLI: print mode
                 own.append(check_stream_flags(view))
             # With several agents each line says whose it is.

@@ -25,7 +25,7 @@ from loomtui.report.doctor import FAIL, OK, Check
 # (`env -i PATH=… claude`, `exec claude`, `nice -n 5 claude`).
 _RUNNERS = {"env", "exec", "nice", "nohup", "command", "stdbuf", "setsid", "timeout"}
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-_PLACEHOLDERS = {"session_id": "x", "memory_index": "x", "state_dir": "x"}
+_PLACEHOLDERS = {"session_id": "x", "memory_index": "x", "state_dir": "x", "hook_settings": "x"}
 
 
 def program(command: str) -> str | None:

@@ -206,4 +206,25 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE job_runs ADD COLUMN pid_started REAL
         """,
     ),
+    (
+        "0012_hook_events",
+        # What the agent CLI's own hooks reported (loomtui/hooks), compactly: the event's name, its
+        # session, its one qualifier (`source`: SessionStart's source, StopFailure's error type, a
+        # Notification's type, PreCompact's trigger, PostToolUse's tool) and a small JSON detail
+        # (a prompt's length and digests, never its text). `ts` is when the hook wrote the event.
+        """
+        CREATE TABLE hook_events (
+            id         INTEGER PRIMARY KEY,
+            agent      TEXT    NOT NULL,
+            ts         REAL    NOT NULL,
+            mono       REAL,
+            boot       TEXT,
+            event      TEXT    NOT NULL,
+            session_id TEXT,
+            source     TEXT,
+            detail     TEXT    NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX hook_events_agent ON hook_events(agent, event, id)
+        """,
+    ),
 ]

@@ -61,6 +61,10 @@ def test_a_claude_command_without_the_canary_permissions_fails_the_canary_check(
     assert "agent.fresh_command lacks --add-dir and --allowedTools 'Bash(touch:*)'" in checks["canary"]
     assert "agent.resume_command lacks" in checks["canary"]
     assert [name for name, line in checks.items() if status(line) != "ok"] == ["canary"], result.stdout
+    # Without Loom's hooks settings there is no dispatch witness: a warning, which fails nothing alone.
+    [hooks] = [line for line in result.stdout.splitlines() if line[6:].startswith("hooks")]
+    assert status(hooks) == "warn" and "agent.fresh_command and agent.resume_command lack --settings " \
+        "{hook_settings}" in hooks, hooks
 
 
 def test_an_unwritable_state_dir_fails_naming_the_path(harness):

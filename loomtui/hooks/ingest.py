@@ -1,0 +1,132 @@
+"""The events the agent's hooks left in its directory, recorded and removed (the daemon's hooks loop).
+
+Each file is untrusted: opened without following a link, read up to a bound, parsed by
+events.parse (which never raises), recorded as one hook_events row (and, for the few events worth
+it, a ledger event in the same transaction), then deleted. Prompt submitted, turn stopped and
+tool use go to the table only: they are too frequent for the ledger. A file that does not parse
+is taken for one still being written (a JSON object is whole only at its last byte) until it is
+PARTIAL_GRACE old; then it is recorded as unreadable, like any other.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from loomtui import clock
+from loomtui.context import Context
+from loomtui.hooks import events as hook_events
+from loomtui.hooks.events import HookEvent
+from loomtui.hooks.settings import PREFIX, SUFFIX, events_dir
+from loomtui.store import hook_events as table
+from loomtui.store import ledger
+
+SOURCE = "hooks"
+PARTIAL_GRACE = 30.0  # a file that does not parse and is older than this is no longer being written
+BATCH = 200          # files recorded per transaction
+
+# The ledger's kind for each event worth one; the rest are the table's alone.
+LEDGER_KIND = {"SessionStart": "session_started", "StopFailure": "turn_failed",
+               "Notification": "agent_notification", "PreCompact": "compaction"}
+
+
+@dataclass(frozen=True)
+class Recorded:
+    path: Path
+    event: HookEvent
+    wall: float
+
+
+def pending(directory: Path) -> list[tuple[int, str]]:
+    """(mtime in ns, name) of the event files (plain files named as the hook names them), oldest first."""
+    out: list[tuple[int, str]] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return out
+    for entry in entries:
+        if not (entry.name.startswith(PREFIX) and entry.name.endswith(SUFFIX)):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode):
+            out.append((info.st_mtime_ns, entry.name))
+    out.sort()
+    return out
+
+
+def read_event(path: Path) -> tuple[HookEvent, float] | None:
+    """The event in `path` and when it was written; None when it vanished or is not a plain file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        size = info.st_size
+        want = size if size <= hook_events.MAX_PARSED else hook_events.HEAD
+        chunks, got = [], 0
+        while got < want:
+            chunk = os.read(fd, min(1 << 20, want - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    except OSError as exc:
+        return HookEvent(hook_events.UNREADABLE, detail={"error": f"unreadable: {exc.strerror or exc}"}), clock.wall()
+    finally:
+        os.close(fd)
+    return hook_events.parse(b"".join(chunks), size), info.st_mtime
+
+
+def collect(ctx: Context) -> list[Recorded]:
+    """Record every complete event file in the agent's events directory, oldest first, and delete it."""
+    directory = events_dir(ctx.agent_dir)
+    done: list[Recorded] = []
+    names = pending(directory)
+    now = clock.wall()
+    for start in range(0, len(names), BATCH):
+        batch = []
+        for _, name in names[start:start + BATCH]:
+            path = directory / name
+            read = read_event(path)
+            if read is None:
+                continue  # gone, or not a plain file: never followed, never recorded
+            if read[0].event == hook_events.UNREADABLE and now - read[1] < PARTIAL_GRACE:
+                continue  # most likely still being written: its close wakes the loop again
+            batch.append(Recorded(path, *read))
+        if batch:
+            _record(ctx, batch)
+            for item in batch:
+                _remove(item.path)  # after the commit: a crash in between records it twice, never loses it
+            done.extend(batch)
+    return done
+
+
+def _record(ctx: Context, batch: list[Recorded]) -> None:
+    reading = clock.now()
+    with ctx.store.write() as db:
+        for item in batch:
+            event = item.event
+            at = clock.at_wall(item.wall, reading)
+            table.insert_in(db, ctx.agent, at, event.event, event.session_id, event.source, event.detail)
+            kind = LEDGER_KIND.get(event.event)
+            if kind is not None:
+                detail = {"event": event.event, **({"session_id": event.session_id} if event.session_id else {}),
+                          **({"source": event.source} if event.source else {})}
+                ledger.append_in(db, kind, source=SOURCE, detail=detail)  # type: ignore[arg-type]
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        pass  # read again next time: recorded twice at worst

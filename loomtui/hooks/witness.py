@@ -1,0 +1,112 @@
+"""The dispatch witness, run by the daemon's hooks loop: the lines Loom typed (the ledger), the
+prompts the agent's hook reported (hook_events), matched by witness_rules; a line unmatched past
+`agent.dispatch_timeout` is recorded as `dispatch_missing`, once. The caller rings the canary: a
+probe at once is all a missing dispatch ever causes (canary.loop asks `probe_called_for`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from loomtui import clock
+from loomtui.canary.runs import last_probe
+from loomtui.context import Context
+from loomtui.hooks.ingest import SOURCE
+from loomtui.hooks.settings import wanted
+from loomtui.hooks.witness_rules import EARLY, Prompt, Typed, probe_now, witness
+from loomtui.store import hook_events as table
+from loomtui.store import ledger
+from loomtui.timing import Instant, stored
+
+# How far back a witness that just started looks: the ledger's last events, and of those only the
+# lines typed within a few timeouts (older ones were judged by the daemon before, or typed before
+# the hooks were configured: neither is news).
+START_BACK = 5000
+HORIZON_TIMEOUTS = 4
+
+
+class Witness:
+    """The witness's memory between looks (the daemon's hooks loop, one thread per agent): where
+    in the ledger to read from, when each unsettled line was first seen, the prompts already used."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.timeout = ctx.config.agent.dispatch_timeout
+        self.floor = table.ledger_floor(ctx.store, START_BACK)
+        self.started = clock.wall()
+        self.first_seen: dict[int, Instant] = {}
+        self.used: set[int] = set()
+
+    def look(self) -> tuple[int, float | None]:
+        """Record the lines missing now; (how many, seconds until the next line's timeout or None)."""
+        ctx = self.ctx
+        now = clock.now()
+        rows = table.typed_since(ctx.store, ctx.agent, self.floor)
+        read_to = max([self.floor, *(int(r["id"]) for r in rows)])
+        horizon = max(now.wall, self.started) - HORIZON_TIMEOUTS * self.timeout - EARLY
+        typed = [line for line in self._typed(rows, now) if line.at.wall >= horizon]
+        if not typed:
+            self._advance(read_to, [])
+            return 0, None
+        oldest = min(line.at.wall for line in typed)
+        reported = table.prompts_since(ctx.store, ctx.agent, oldest - EARLY)
+        if reported:  # a prompt older than any read again can never be offered twice
+            self.used = {i for i in self.used if i >= reported[0]["id"]}
+        prompts = [Prompt(r["id"], stored(r["ts"], r["mono"], r["boot"]), frozenset(_said(r["detail"])))
+                   for r in reported if r["id"] not in self.used]
+        recorded = {int(r["typed"]) for r in table.missing_since(ctx.store, ctx.agent, self.floor)
+                    if isinstance(r["typed"], int)}
+        verdict = witness(typed, prompts, recorded, now, self.timeout)
+        if verdict.missing:
+            with ctx.store.write() as db:
+                for line in verdict.missing:
+                    ledger.append_in(db, "dispatch_missing", source=SOURCE, detail={
+                        "typed": line.id, "kind": line.kind, "typed_at": line.at.wall, "after": self.timeout})
+        self.used.update(verdict.dispatched.values())
+        settled = set(verdict.dispatched) | recorded | {line.id for line in verdict.missing}
+        self._advance(read_to, [line.id for line in typed if line.id not in settled])
+        return len(verdict.missing), verdict.next_due
+
+    def _typed(self, rows: list, now: Instant) -> list[Typed]:
+        out = []
+        for row in rows:
+            detail = _detail(row["detail"])
+            said = detail.get("said") or detail.get("digest")
+            if not isinstance(said, str) or detail.get("delivery") == "queued":
+                continue  # a line the pump holds behind a running turn is not the CLI's yet (issue 26: busy)
+            # Its deadline counts on the monotonic clock from the moment its event was written.
+            at = self.first_seen.setdefault(int(row["id"]), clock.at_wall(float(row["ts"]), now))
+            out.append(Typed(int(row["id"]), at, said, str(row["kind"])))
+        return out
+
+    def _advance(self, read_to: int, unsettled: list[int]) -> None:
+        """Read from the first line still unsettled next time, or past the last one read."""
+        self.floor = min(unsettled) - 1 if unsettled else read_to
+        self.first_seen = {i: at for i, at in self.first_seen.items() if i > self.floor}
+
+
+def probe_called_for(ctx: Context) -> bool:
+    """Whether a missing dispatch calls for a canary probe now, before the schedule (only for an
+    agent whose commands pass the hooks settings: with no hooks there is no witness)."""
+    if not wanted(ctx.config.agent):
+        return False
+    typed_at = table.last_missing_typed_at(ctx.store, ctx.agent)
+    if typed_at is None:
+        return False
+    last = last_probe(ctx)
+    if last is None:
+        return probe_now(typed_at, None, None, None)
+    return probe_now(typed_at, last.sent_at, last.result, last.ack_at)
+
+
+def _detail(raw: object) -> dict:
+    try:
+        doc = json.loads(raw) if isinstance(raw, str) else {}
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _said(raw: object) -> list[str]:
+    said = _detail(raw).get("said")
+    return [s for s in said if isinstance(s, str)] if isinstance(said, list) else []

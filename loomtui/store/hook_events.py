@@ -1,0 +1,69 @@
+"""The hook_events table (what the agent CLI's hooks reported) and the dispatch witness's reads of
+the ledger: the lines Loom typed and the ones already reported missing. Every query says whose."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from loomtui.store.db import Store
+from loomtui.timing import Instant
+
+# The ledger kinds of a line Loom typed: an operator's or the agent's inject, a sentinel nudge,
+# a canary probe (agent/inject.py records each with its digest).
+TYPED_KINDS = ("inject", "queue_nudge", "canary_sent")
+PROMPT = "UserPromptSubmit"
+
+
+def insert_in(db: sqlite3.Connection, agent: str, at: Instant, event: str, session_id: str, source: str,
+              detail: dict[str, Any]) -> int:
+    cur = db.execute(
+        "INSERT INTO hook_events(agent, ts, mono, boot, event, session_id, source, detail)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (agent, at.wall, at.mono, at.boot, event, session_id or None, source or None,
+         json.dumps(detail, sort_keys=True, separators=(",", ":"))),
+    )
+    return int(cur.lastrowid or 0)
+
+
+def recent(store: Store, agent: str, limit: int = 50, event: str | None = None) -> list[sqlite3.Row]:
+    """The agent's latest hook events, newest first (of one `event` where given)."""
+    if event is None:
+        return store.query("SELECT * FROM hook_events WHERE agent = ? ORDER BY id DESC LIMIT ?", (agent, limit))
+    return store.query("SELECT * FROM hook_events WHERE agent = ? AND event = ? ORDER BY id DESC LIMIT ?",
+                       (agent, event, limit))
+
+
+def prompts_since(store: Store, agent: str, wall: float) -> list[sqlite3.Row]:
+    """The agent's UserPromptSubmit events written at or after `wall`, oldest first."""
+    return store.query("SELECT id, ts, mono, boot, detail FROM hook_events WHERE agent = ? AND event = ? "
+                       "AND ts >= ? ORDER BY id", (agent, PROMPT, wall))
+
+
+def ledger_floor(store: Store, back: int) -> int:
+    """An id `back` events before the ledger's head: where a witness that just started looks from."""
+    row = store.query_one("SELECT COALESCE(MAX(id), 0) FROM ledger")
+    return max(0, int(row[0]) - back)
+
+
+def typed_since(store: Store, agent: str, after_id: int) -> list[sqlite3.Row]:
+    """The lines typed into the agent (ok) with a ledger id above `after_id`, oldest first."""
+    marks = ", ".join("?" for _ in TYPED_KINDS)
+    return store.query(f"SELECT id, ts, kind, detail FROM ledger WHERE agent = ? AND kind IN ({marks}) AND id > ? "
+                       "AND json_extract(detail, '$.ok') = 1 ORDER BY id", (agent, *TYPED_KINDS, after_id))
+
+
+def missing_since(store: Store, agent: str, after_id: int) -> list[sqlite3.Row]:
+    """dispatch_missing events for lines typed above `after_id`: (the typed line's id, its time)."""
+    return store.query("SELECT json_extract(detail, '$.typed') AS typed, json_extract(detail, '$.typed_at') AS "
+                       "typed_at FROM ledger WHERE agent = ? AND kind = 'dispatch_missing' AND id > ? "
+                       "ORDER BY id", (agent, after_id))
+
+
+def last_missing_typed_at(store: Store, agent: str) -> float | None:
+    """When the line of the agent's latest dispatch_missing was typed (None: none was ever missing)."""
+    row = store.query_one("SELECT json_extract(detail, '$.typed_at') FROM ledger WHERE agent = ? "
+                          "AND kind = 'dispatch_missing' ORDER BY id DESC LIMIT 1", (agent,))
+    value = row[0] if row else None
+    return float(value) if isinstance(value, (int, float)) else None

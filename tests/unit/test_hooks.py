@@ -1,0 +1,363 @@
+"""Issue 26, part 1: the hooks settings Loom writes, the hook command (run by a real /bin/sh), the
+parser of what a hook wrote, the ingest into a real store, the dispatch witness and its rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from loomtui import clock
+from loomtui.agent.commands import render_command
+from loomtui.config import parse_config
+from loomtui.context import Context
+from loomtui.errors import ConfigError
+from loomtui.hooks import events, ingest, settings
+from loomtui.hooks.events import UNREADABLE, parse, said, typed_digest
+from loomtui.hooks.witness import Witness, probe_called_for
+from loomtui.hooks.witness_rules import EARLY, Prompt, Typed, probe_now, witness
+from loomtui.report.doctor import OK, WARN, check_hooks
+from loomtui.store import hook_events, ledger
+from loomtui.text import digest
+from loomtui.timing import Instant
+
+BOOT = "b1"
+
+
+def at(wall: float, mono: float | None = None) -> Instant:
+    return Instant(wall, wall - 1000 if mono is None else mono, BOOT)
+
+
+class Virtual:
+    """The clock port on virtual time: moves only when told."""
+
+    def __init__(self, wall: float) -> None:
+        self.at_wall, self.at_mono = wall, wall - 1000
+
+    def wall(self) -> float:
+        return self.at_wall
+
+    def monotonic(self) -> float:
+        return self.at_mono
+
+    def boot_id(self) -> str | None:
+        return BOOT
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+
+    def advance(self, seconds: float) -> None:
+        self.at_wall += seconds
+        self.at_mono += seconds
+
+
+def hooked_ctx(tmp_path: Path, timeout: str = "15s", name: str = "state dir") -> Context:
+    state = tmp_path / name
+    config = tmp_path / "config.toml"
+    config.write_text(f'state_dir = {json.dumps(str(state))}\n[agent]\n'
+                      f'fresh_command = "claude --settings {{hook_settings}} --session-id {{session_id}}"\n'
+                      f'resume_command = "claude --settings {{hook_settings}} --resume {{session_id}}"\n'
+                      f'dispatch_timeout = "{timeout}"\n')
+    return Context.load(str(config), None, environ={})
+
+
+# -- the settings file and the placeholder -------------------------------------------------------
+
+
+def test_the_settings_file_has_one_fixed_command_for_each_event_and_is_private(tmp_path):
+    agent_dir = tmp_path / "it's an agent dir"
+    agent_dir.mkdir()
+    path = settings.write(agent_dir)
+    assert path == agent_dir / "hooks" / "settings.json"
+    doc = json.loads(path.read_text())
+    assert sorted(doc) == ["hooks"]
+    assert sorted(doc["hooks"]) == sorted(["SessionStart", "UserPromptSubmit", "Stop", "StopFailure",
+                                          "Notification", "PreCompact", "PostToolUse"])
+    command = settings.hook_command(agent_dir)
+    for groups in doc["hooks"].values():
+        assert groups == [{"matcher": "", "hooks": [{"type": "command", "command": command}]}]
+    # The events directory is the only thing spliced in, and it is shell-quoted.
+    quoted = shlex.quote(str(agent_dir / "hooks" / "events"))
+    assert command == f"set -C; cat > {quoted}/ev.$$.json; exit 0"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    for directory in (agent_dir / "hooks", agent_dir / "hooks" / "events"):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    path.write_text("{}")
+    settings.write(agent_dir)  # refreshed whole before each launch
+    assert json.loads(path.read_text()) == doc
+
+
+def test_the_placeholder_expands_to_the_agent_s_own_settings_file_quoted(tmp_path):
+    ctx = hooked_ctx(tmp_path)
+    rendered = render_command(ctx, ctx.config.agent.fresh_command, "abc")
+    expected = shlex.quote(str(ctx.agent_dir / "hooks" / "settings.json"))
+    assert rendered == f"claude --settings {expected} --session-id abc"
+    assert shlex.split(rendered)[2] == str(ctx.agent_dir / "hooks" / "settings.json")
+    assert settings.wanted(ctx.config.agent)
+    assert ctx.config.agent.dispatch_timeout == 15.0
+
+
+def test_without_the_placeholder_there_is_no_witness_and_a_bad_placeholder_names_it(tmp_path):
+    config = parse_config({"agent": {"fresh_command": "claude --session-id {session_id}"}}, "c.toml", None)
+    assert not settings.wanted(config.agent) and config.agent.dispatch_timeout == 15.0
+    with pytest.raises(ConfigError, match=r"\{hook_settings\}"):
+        parse_config({"agent": {"fresh_command": "claude --settings {hook_setings} --session-id {session_id}"}}, "c.toml", None)
+
+
+def test_doctor_warns_when_a_claude_code_command_lacks_the_hooks_settings():
+    def config(fresh: str, resume: str):
+        return parse_config({"agent": {"fresh_command": fresh, "resume_command": resume}}, "c.toml", None)
+
+    bare = check_hooks(config("claude --session-id {session_id}", "claude --settings {hook_settings} --resume {session_id}"))
+    assert bare is not None and (bare.status, bare.name) == (WARN, "hooks")
+    assert bare.detail.startswith("agent.fresh_command lacks --settings {hook_settings}: no dispatch witness")
+    hooked = check_hooks(config("claude --settings {hook_settings} --session-id {session_id}",
+                                "/opt/bin/claude --settings {hook_settings} --resume {session_id}"))
+    assert hooked is not None and hooked.status == OK
+    assert check_hooks(config("python -m loomtui.demo.agent --session-id {session_id}",
+                              "python -m loomtui.demo.agent --resume {session_id}")) is None
+
+
+def run_hook(agent_dir: Path, payload: bytes) -> subprocess.CompletedProcess:
+    return subprocess.run(["/bin/sh", "-c", settings.hook_command(agent_dir)], input=payload,
+                          capture_output=True, timeout=30)
+
+
+def test_the_hook_command_stores_the_payload_as_received_and_no_shell_reads_it(tmp_path):
+    agent_dir = tmp_path / "a b$(touch pwned)"
+    agent_dir.mkdir()
+    settings.write(agent_dir)
+    hostile = json.dumps({"hook_event_name": "UserPromptSubmit", "session_id": "s",
+                          "prompt": "$(touch pwned) `touch pwned` ; rm -rf / \x1b[31m \"'"}).encode()
+    done = run_hook(agent_dir, hostile)
+    # Nothing on stdout (Claude Code would add it to the model's context) and exit 0.
+    assert done.returncode == 0 and done.stdout == b""
+    [written] = list(settings.events_dir(agent_dir).iterdir())
+    assert written.name.startswith("ev.") and written.name.endswith(".json")
+    assert written.read_bytes() == hostile
+    assert not list(tmp_path.rglob("pwned")) and not (Path.cwd() / "pwned").exists()
+    # A file of that name already there (a pid reused before the daemon read it) is never overwritten.
+    blocker = settings.events_dir(agent_dir) / "ev.1.json"
+    blocker.write_bytes(b"earlier")
+    reused = subprocess.run(["/bin/sh", "-c", settings.hook_command(agent_dir).replace("$$", "1")],
+                            input=hostile, capture_output=True, timeout=30)
+    assert reused.returncode == 0 and blocker.read_bytes() == b"earlier"
+
+
+def test_concurrent_hooks_never_interleave_and_a_missing_directory_still_exits_0(tmp_path):
+    settings.write(tmp_path)
+    payloads = [json.dumps({"hook_event_name": "PostToolUse", "n": i, "pad": "x" * 200_000}).encode()
+                for i in range(12)]
+    with ThreadPoolExecutor(6) as pool:
+        assert all(r.returncode == 0 for r in pool.map(lambda p: run_hook(tmp_path, p), payloads))
+    stored = sorted(p.read_bytes() for p in settings.events_dir(tmp_path).iterdir())
+    assert stored == sorted(payloads)
+    gone = tmp_path / "elsewhere"
+    assert run_hook(gone, payloads[0]).returncode == 0  # an event lost, never the agent's turn
+
+
+# -- the parser ----------------------------------------------------------------------------------
+
+
+def event(**fields) -> bytes:
+    return json.dumps({"session_id": "0f0e-11", "transcript_path": "/x", "cwd": "/w", **fields}).encode()
+
+
+def test_each_event_is_typed_with_its_qualifier():
+    assert parse(event(hook_event_name="SessionStart", source="resume")) == \
+        events.HookEvent("SessionStart", "0f0e-11", "resume", {})
+    assert parse(event(hook_event_name="StopFailure", error_type="rate_limit")).source == "rate_limit"
+    assert parse(event(hook_event_name="Notification", notification_type="permission_prompt",
+                       message="Claude needs your permission to use Bash")).source == "permission_prompt"
+    assert parse(event(hook_event_name="PreCompact", trigger="auto")).source == "auto"
+    tool = parse(event(hook_event_name="PostToolUse", tool_name="Bash", tool_input={"command": "ls"},
+                       tool_response={"stdout": "secret"}))
+    assert (tool.event, tool.source, tool.detail) == ("PostToolUse", "Bash", {})
+    assert parse(event(hook_event_name="Stop", stop_hook_active=False)) == events.HookEvent("Stop", "0f0e-11")
+
+
+def test_a_prompt_is_kept_as_its_length_and_digests_never_its_text():
+    prompt = "first line\n  second   line \nthird"
+    parsed = parse(event(hook_event_name="UserPromptSubmit", prompt=prompt))
+    assert parsed.detail == {"length": len(prompt), "said": said(prompt)}
+    assert "line" not in json.dumps(parsed.detail)
+    # The whole prompt, and each line as typed (whitespace collapsed), carry a typed line.
+    assert typed_digest("second line") in parsed.detail["said"]
+    assert typed_digest("first line") in parsed.detail["said"] and typed_digest("third") in parsed.detail["said"]
+    # What inject records for a plain line is the very digest the prompt carries.
+    assert typed_digest("say hi") == digest("say hi")
+
+
+def test_what_is_not_an_event_is_recorded_as_unreadable_never_raised():
+    assert parse(b"{not json").event == UNREADABLE and "not JSON" in parse(b"{not json").detail["error"]
+    assert parse(b"[1, 2]").detail == {"error": "not a JSON object", "bytes": 6}
+    assert parse(b'{"session_id": "s"}').detail["error"] == "no hook_event_name"
+    assert parse(b"\xff\xfe garbage").event == UNREADABLE
+    assert parse(b"[" * 100_000).event == UNREADABLE  # nested past the parser's depth
+    shown = parse(event(hook_event_name="Stop\x1b[2J", session_id="s\x07id"))
+    assert "\x1b" not in shown.event and "\x07" not in shown.session_id
+    assert parse(event(hook_event_name="X" * 500)).event == "X" * events.WORD
+
+
+def test_an_event_too_large_to_parse_is_named_from_its_head():
+    head = event(hook_event_name="PostToolUse", tool_name="Read")[:-1] + b', "tool_response": "'
+    parsed = parse(head[: events.HEAD], size=events.MAX_PARSED + 1)
+    assert (parsed.event, parsed.session_id) == ("PostToolUse", "0f0e-11")
+    assert parsed.detail == {"error": "too large to parse", "bytes": events.MAX_PARSED + 1}
+    assert parse(b'{"x": "' + b"y" * 100, size=events.MAX_PARSED + 1).event == UNREADABLE
+
+
+# -- recording what the hooks wrote ---------------------------------------------------------------
+
+
+def test_event_files_are_recorded_in_the_store_and_the_ledger_then_deleted(tmp_path):
+    ctx = hooked_ctx(tmp_path)
+    settings.write(ctx.agent_dir)
+    for payload in (event(hook_event_name="SessionStart", source="startup"),
+                    event(hook_event_name="UserPromptSubmit", prompt="hello"),
+                    event(hook_event_name="Stop"),
+                    event(hook_event_name="StopFailure", error_type="rate_limit"),
+                    event(hook_event_name="Notification", notification_type="idle_prompt"),
+                    event(hook_event_name="PreCompact", trigger="manual")):
+        assert run_hook(ctx.agent_dir, payload).returncode == 0
+    directory = settings.events_dir(ctx.agent_dir)
+    (directory / "ev.1.json").write_bytes(b'{"hook_event_name": "St')  # a hook still writing
+    garbage = directory / "ev.2.json"
+    garbage.write_bytes(b"garbage")
+    long_ago = garbage.stat().st_mtime - ingest.PARTIAL_GRACE - 1
+    os.utime(garbage, (long_ago, long_ago))  # no longer being written: unreadable
+    os.symlink("/etc/passwd", directory / "ev.3.json")
+    (directory / "other.txt").write_text("not an event")
+    recorded = ingest.collect(ctx)
+    assert len(recorded) == 7
+    rows = list(reversed(hook_events.recent(ctx.store, ctx.agent)))
+    assert sorted(r["event"] for r in rows) == sorted(["SessionStart", "UserPromptSubmit", "Stop", "StopFailure",
+                                                       "Notification", "PreCompact", UNREADABLE])
+    prompt = next(r for r in rows if r["event"] == "UserPromptSubmit")
+    assert json.loads(prompt["detail"]) == {"length": 5, "said": [digest("hello")]}
+    assert prompt["session_id"] == "0f0e-11" and prompt["mono"] is not None and prompt["boot"] is not None
+    kinds = {e.kind: e.detail for e in ledger.tail(ctx.store, 20)}
+    assert kinds["session_started"] == {"event": "SessionStart", "session_id": "0f0e-11", "source": "startup"}
+    assert kinds["turn_failed"]["source"] == "rate_limit"
+    assert kinds["agent_notification"]["source"] == "idle_prompt"
+    assert kinds["compaction"]["source"] == "manual"
+    assert not {"inject", "dispatch_missing"} & set(kinds)  # prompt and stop: the table only
+    # Recorded files are gone; the one being written, the link and a stranger are left alone.
+    assert sorted(p.name for p in directory.iterdir()) == ["ev.1.json", "ev.3.json", "other.txt"]
+    assert not any("root:" in (r["detail"] or "") for r in rows)
+    assert ingest.collect(ctx) == []
+
+
+# -- the dispatch witness -------------------------------------------------------------------------
+
+
+def line(i: int, wall: float, text: str) -> Typed:
+    return Typed(i, at(wall), typed_digest(text), "inject")
+
+
+def prompt(i: int, wall: float, *texts: str) -> Prompt:
+    return Prompt(i, at(wall), frozenset(said("\n".join(texts))))
+
+
+def test_a_typed_line_is_dispatched_by_the_prompt_that_carries_it():
+    verdict = witness([line(1, 100, "hi")], [prompt(7, 101, "hi")], set(), at(200), 15)
+    assert verdict.dispatched == {1: 7} and verdict.missing == [] and verdict.next_due is None
+
+
+def test_a_line_unmatched_past_the_timeout_is_missing_once():
+    typed = [line(1, 100, "hi")]
+    early = witness(typed, [prompt(7, 101, "other")], set(), at(110), 15)
+    assert early.missing == [] and early.next_due == pytest.approx(5)
+    late = witness(typed, [prompt(7, 101, "other")], set(), at(115), 15)
+    assert late.missing == typed and late.next_due is None
+    assert witness(typed, [], {1}, at(500), 15).missing == []  # already recorded
+
+
+def test_the_timeout_is_counted_on_the_monotonic_clock_within_a_boot():
+    typed = [Typed(1, Instant(100, 50, BOOT), "d")]
+    # The wall clock stepped forward an hour: 5 s passed, nothing is missing yet.
+    assert witness(typed, [], set(), Instant(3700, 55, BOOT), 15).missing == []
+    assert witness(typed, [], set(), Instant(3700, 65, BOOT), 15).missing == typed
+
+
+def test_matching_is_one_to_one_in_order_and_a_prompt_long_before_the_line_does_not_count():
+    typed = [line(1, 100, "same"), line(2, 130, "same")]
+    one = witness(typed, [prompt(7, 101, "same")], set(), at(200), 15)
+    assert one.dispatched == {1: 7} and one.missing == [typed[1]]
+    assert witness(typed, [prompt(7, 101, "same"), prompt(8, 131, "same")], set(), at(200), 15).dispatched == \
+        {1: 7, 2: 8}
+    # Reported a moment before the typed line's event was written: still its dispatch.
+    assert witness([line(1, 100, "x")], [prompt(7, 100 - EARLY, "x")], set(), at(200), 15).dispatched == {1: 7}
+    assert witness([line(1, 100, "x")], [prompt(7, 99 - EARLY, "x")], set(), at(200), 15).dispatched == {}
+
+
+def test_queued_lines_sent_as_one_prompt_are_each_dispatched():
+    typed = [line(1, 100, "first"), line(2, 101, "  second  line ")]
+    verdict = witness(typed, [prompt(7, 120, "first", "second line")], set(), at(300), 15)
+    assert verdict.dispatched == {1: 7} and verdict.missing == [typed[1]]  # one prompt, one line
+    both = witness(typed, [prompt(7, 120, "first", "second line"), prompt(8, 121, "first", "second line")],
+                   set(), at(300), 15)
+    assert both.dispatched == {1: 7, 2: 8}
+
+
+def test_a_missing_line_calls_for_a_probe_only_if_no_probe_has_answered_since():
+    assert not probe_now(None, 50, "ok", 60)
+    assert probe_now(100, None, None, None)                 # never probed
+    assert probe_now(100, 50, "ok", 60)                     # typed after the last ack
+    assert not probe_now(100, 90, "ok", 110)                # the probe typed later acked: it heard
+    assert not probe_now(100, 90, "ok", 100)
+    assert probe_now(100, 90, "miss", None)                 # a line typed after a probe that missed
+    assert not probe_now(100, 100, "miss", None)
+    assert probe_now(100, 90, "ok", None)                   # an ok without an ack time counts from its send
+
+
+def typed_event(ctx: Context, text: str, kind: str = "inject", **extra) -> int:
+    return ledger.append(ctx.store, kind, source="cli", detail={
+        "length": len(text), "digest": digest(text), "ok": True, **extra}).id
+
+
+def test_the_witness_records_a_missing_dispatch_once_and_a_witnessed_one_never(tmp_path):
+    ctx = hooked_ctx(tmp_path, timeout="15s")
+    settings.write(ctx.agent_dir)
+    virtual = Virtual(1_000_000.0)
+    with clock.use(virtual):
+        seen = Witness(ctx)
+        heard = typed_event(ctx, "hello there")
+        lost = typed_event(ctx, "never taken", kind="queue_nudge")
+        typed_event(ctx, "failed", ok=False)  # typing failed: nothing is owed
+        queued = typed_event(ctx, "behind a turn", delivery="queued")
+        assert seen.look() == (0, 15.0)
+        with ctx.store.write() as db:
+            hook_events.insert_in(db, ctx.agent, clock.now(), "UserPromptSubmit", "s", "",
+                                  {"length": 11, "said": said("hello there")})
+        virtual.advance(10)
+        assert seen.look() == (0, pytest.approx(5.0))
+        assert not probe_called_for(ctx)
+        virtual.advance(6)
+        assert seen.look() == (1, None)
+        [missing] = [e for e in ledger.tail(ctx.store, 20) if e.kind == "dispatch_missing"]
+        assert missing.source == "hooks"
+        assert missing.detail == {"typed": lost, "kind": "queue_nudge", "typed_at": virtual.at_wall - 16,
+                                  "after": 15.0}
+        assert heard not in (missing.detail["typed"], queued)
+        assert probe_called_for(ctx)
+        virtual.advance(60)
+        assert seen.look() == (0, None)
+        # A witness started afresh (a daemon restart) does not report it again.
+        assert Witness(ctx).look() == (0, None)
+        assert len([e for e in ledger.tail(ctx.store, 50) if e.kind == "dispatch_missing"]) == 1
+
+
+def test_a_witness_that_starts_late_does_not_report_old_lines(tmp_path):
+    ctx = hooked_ctx(tmp_path, timeout="15s")
+    virtual = Virtual(1_000_000.0)
+    with clock.use(virtual):
+        typed_event(ctx, "typed before the hooks were configured")
+        virtual.advance(3600)
+        assert Witness(ctx).look() == (0, None)
