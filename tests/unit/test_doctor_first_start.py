@@ -22,6 +22,7 @@ def config_of(tmp_path, text: str):
 
 @pytest.mark.parametrize(("command", "word"), [
     ("claude --session-id {session_id}", "claude"),
+    ("claude --settings {hook_settings} --resume {session_id}", "claude"),
     ("/opt/bin/claude --resume {session_id}", "/opt/bin/claude"),
     ("FOO=1 BAR='a b' claude --session-id {session_id}", "claude"),
     ("env -i PATH=/usr/bin claude --session-id {session_id}", "claude"),
