@@ -19,7 +19,7 @@ from loomtui.canary.rules import ASK, PROBE, RECOVER, WITNESS, CanaryFacts, Prob
     should_recycle, witness_due
 from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
 from loomtui.context import Context
-from loomtui.store import locks
+from loomtui.store import canary_runs, locks
 
 
 class CanaryLoop:
@@ -90,8 +90,7 @@ class CanaryLoop:
             # day must not leave the agent unprobed, and a deafness undetected, for that day.
             "due_in": lambda: due_in(gather.last_run(), clock.now(), cfg.interval, cfg.ack_timeout),
             "under_way": lambda: launches.relaunch_under_way(ctx),
-            "pending": lambda: ctx.store.query_one("SELECT 1 FROM canary_runs WHERE agent = ? AND result = ?",
-                                                   (ctx.agent, PENDING)) is not None,
+            "pending": lambda: canary_runs.any_with_result(ctx.store, ctx.agent, PENDING),
         })
         return gather
 

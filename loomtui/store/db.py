@@ -163,6 +163,18 @@ class Store:
             finally:
                 self._rollback()
 
+    def data_version(self) -> int:
+        """SQLite's data_version: it moves when another connection commits (a cheap "anything new?")."""
+        return int(self.query_one("PRAGMA data_version")[0])
+
+    def lock_out(self) -> None:
+        """Hold an exclusive lock until `let_in`, as a backup or a `sqlite3` shell can: every other
+        connection's write fails with "database is locked" once its busy wait is over."""
+        self.conn.execute("BEGIN EXCLUSIVE")
+
+    def let_in(self) -> None:
+        self.conn.execute("ROLLBACK")
+
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         return self._read(sql, params, lambda cur: cur.fetchall())
 
