@@ -24,7 +24,7 @@ from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.durations import format_duration
 from loomtui.pump.facts import StreamFacts
-from loomtui.store import canary_runs, ledger, outbox, queue_items, session, telegram_state
+from loomtui.store import canary_runs, heartbeats, ledger, outbox, queue_items, session, telegram_state
 from loomtui.store.ledger import Event
 from loomtui.text import printable
 
@@ -247,7 +247,7 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
     at = clock.now() if now is None else clock.at_wall(now)
     now = at.wall
     store = ctx.store
-    beats = store.heartbeats()
+    beats = heartbeats.read(store)
     launched = launches.last_launch(ctx)
     settled = canary_runs.last_settled(store, ctx.agent, canary.PENDING)
     claim = relaunch_claim(ctx)

@@ -19,6 +19,7 @@ from typing import Any
 
 from loomtui import clock, redact
 from loomtui.states import AGENT_NAME_PATTERN, EVENT_KINDS, MAIN_AGENT, EventKind
+from loomtui.store import meta
 from loomtui.store.db import Store
 
 GENESIS = "0" * 64
@@ -94,9 +95,9 @@ def append_in(
     if not AGENT_NAME.fullmatch(agent):
         raise ValueError(f"bad agent name {agent!r}: expected [a-z0-9][a-z0-9-]{{0,31}}")
     detail_json = redact.scrub(canonical(detail or {}))
-    head = db.execute("SELECT value FROM meta WHERE key = ?", (HEAD_KEY,)).fetchone()
-    if head:
-        last = json.loads(head[0])
+    head = meta.get_in(db, HEAD_KEY)
+    if head is not None:
+        last = json.loads(head)
         prev_id, prev_hash = int(last["id"]), str(last["hash"])
     else:
         prev_id, prev_hash = 0, GENESIS
@@ -108,10 +109,7 @@ def append_in(
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (new_id, when, kind, source, cause, detail_json, prev_hash, digest, agent),
     )
-    db.execute(
-        "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (HEAD_KEY, canonical({"id": new_id, "hash": digest})),
-    )
+    meta.set_in(db, HEAD_KEY, canonical({"id": new_id, "hash": digest}))
     return Event(new_id, when, kind, source, cause, json.loads(detail_json), digest, agent)
 
 
@@ -184,7 +182,7 @@ def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = No
     if kept_seen and kept[1] != GENESIS:
         return Verdict(False, 0, 0, f"the kept head 0:{kept[1]} is not the genesis (event 0 is all zeros)")
     with store.read() as db:
-        head_row = db.execute("SELECT value FROM meta WHERE key = ?", (HEAD_KEY,)).fetchone()
+        head_value = meta.get_in(db, HEAD_KEY)
         cursor = db.execute("SELECT id, ts, kind, source, cause, detail, prev_hash, hash, agent FROM ledger ORDER BY id")
         while rows := cursor.fetchmany(batch):
             for r in rows:
@@ -212,11 +210,11 @@ def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = No
                 prev_hash = r["hash"]
                 expected_id += 1
                 count += 1
-    if head_row is None:
+    if head_value is None:
         if count:
             return Verdict(False, count, count, "the ledger head record is missing")
     else:
-        head = json.loads(head_row[0])
+        head = json.loads(head_value)
         if int(head["id"]) != count or head["hash"] != prev_hash:
             if int(head["id"]) > count:
                 return Verdict(False, count, count + 1, f"missing: the head says {head['id']} events exist: deleted")
@@ -228,8 +226,8 @@ def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = No
 
 
 def count(store: Store) -> int:
-    row = store.query_one("SELECT value FROM meta WHERE key = ?", (HEAD_KEY,))
-    return int(json.loads(row[0])["id"]) if row else 0
+    value = meta.get(store, HEAD_KEY)
+    return int(json.loads(value)["id"]) if value is not None else 0
 
 
 def tail(store: Store, n: int = 20, kinds: list[str] | None = None, agent: str | None = None) -> list[Event]:

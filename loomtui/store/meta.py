@@ -1,16 +1,26 @@
-"""The meta table: small named values (the ledger's head, the pinned session, a hold, Telegram's
-offset), read and written inside the caller's transaction. `Store.get_meta`/`set_meta` are the
-same outside one."""
+"""The meta table: small named values (the ledger's head, an agent's pinned session and hold, the
+sentinel's clock, Telegram's offset). `Store.get_meta`/`set_meta` read and write one on their own;
+the `_in` forms do it inside the caller's transaction, with the change the value belongs to."""
 
 from __future__ import annotations
 
 import sqlite3
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from loomtui.store.db import Store
+
+GET = "SELECT value FROM meta WHERE key = ?"
 UPSERT = "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
 
 
+def get(store: Store, key: str) -> str | None:
+    row = store.query_one(GET, (key,))
+    return row[0] if row else None
+
+
 def get_in(db: sqlite3.Connection, key: str) -> str | None:
-    row = db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    row = db.execute(GET, (key,)).fetchone()
     return row[0] if row else None
 
 
