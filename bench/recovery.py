@@ -33,6 +33,7 @@ from harness import AgentHarness, wait_for
 
 from loomtui.agent import launches
 from loomtui.demo.launcher import DEMO_READY
+from loomtui.store import heartbeats
 from loomtui.store.db import Store
 
 ROUNDS = 7
@@ -69,7 +70,7 @@ def ready_at(harness: AgentHarness) -> float | None:
 
 def watchdog_ticks(harness: AgentHarness) -> int:
     with Store.in_dir(harness.state_dir) as store:
-        beat = store.heartbeats().get("supervisor")
+        beat = heartbeats.read(store).get("supervisor")
     return beat["detail"]["loops"].get("watchdog", {}).get("ticks", 0) if beat else 0
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from loomtui.agent.recovery import HOLD_KEY
 from loomtui.context import Context
-from loomtui.store import ledger, session
+from loomtui.store import heartbeats, ledger, session
 from loomtui.store.db import Store
 
 NOW = 1_795_000_000.0  # fixed "now" for the console in snapshot tests
@@ -105,7 +105,7 @@ def populate(ctx: Context, *, hostile_job: str = "news[/bold]letter", held: bool
         if held:
             store.set_meta(HOLD_KEY, json.dumps({"ts": NOW - 60, "cause": "crash", "reasons": ["ceiling"]}), db)
             ledger.append_in(db, "escalation", source="watchdog", cause="crash", detail={"held": True}, ts=NOW - 60)
-    store.beat("supervisor", {"pid": 1, "loops": {}}, now=NOW - 2)
+    heartbeats.beat(store, "supervisor", {"pid": 1, "loops": {}}, now=NOW - 2)
 
 
 async def until(pilot, predicate, what: str, timeout: float = 60.0) -> None:
@@ -170,7 +170,7 @@ def populate_agents(ctx: Context) -> None:
     """Two agents' rows in one store, told apart: alpha acked and is idle; beta missed, was
     relaunched twice in the last hour, has a failing job's open item and an operator's hold."""
     store: Store = ctx.store
-    store.beat("supervisor", {"pid": 1, "loops": {}}, now=NOW - 2)
+    heartbeats.beat(store, "supervisor", {"pid": 1, "loops": {}}, now=NOW - 2)
     rows = [("alpha", NOW - 600, "ok", 0.7), ("beta", NOW - 900, "ok", 1.1), ("beta", NOW - 300, "miss", None)]
     for n, (agent, sent, result, latency) in enumerate(rows, start=1):
         with store.write() as db:

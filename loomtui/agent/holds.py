@@ -16,7 +16,7 @@ from loomtui.agent.hold_rules import Hold, active, describe, expired, first_refu
 from loomtui.timing import Instant, as_instant
 from loomtui.context import Context
 from loomtui.states import MAIN_AGENT
-from loomtui.store import counters, ledger, outbox
+from loomtui.store import counters, ledger, meta, outbox
 from loomtui.store.db import agent_key
 from loomtui.text import printable
 
@@ -29,8 +29,7 @@ def _key(db: sqlite3.Connection) -> str:
 
 
 def _read_in(db: sqlite3.Connection) -> Hold | None:
-    row = db.execute("SELECT value FROM meta WHERE key = ?", (_key(db),)).fetchone()
-    return _parse(row[0]) if row else None
+    return _parse(meta.get_in(db, _key(db)))
 
 
 def _parse(raw: str | None) -> Hold | None:
@@ -44,8 +43,7 @@ def _parse(raw: str | None) -> Hold | None:
 
 
 def _write_in(db: sqlite3.Connection, hold: Hold) -> None:
-    db.execute("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-               (_key(db), json.dumps(hold.record(), sort_keys=True)))
+    meta.set_in(db, _key(db), json.dumps(hold.record(), sort_keys=True))
 
 
 def stored(ctx: Context) -> Hold | None:
@@ -111,7 +109,7 @@ def release(ctx: Context, *, source: str, how: str, now: Instant | float, cause:
             return None
         if how == "expired" and not expired(hold, at):
             return None  # released or replaced meanwhile: nothing of ours to expire
-        db.execute("DELETE FROM meta WHERE key = ?", (_key(db),))
+        meta.delete_in(db, _key(db))
         ledger.append_in(db, "hold_cleared", source=source, cause=cause, ts=now,
                          detail={"by": source, "how": how, "held_by": hold.by, "reason": hold.reason,
                                  **who.detail()})

@@ -48,10 +48,7 @@ class Recovery:
 
 
 def history(ctx: Context) -> tuple[Relaunch, ...]:
-    rows = ctx.store.query(
-        "SELECT ts, cause, detail FROM ledger WHERE agent = ? AND kind = 'relaunch' ORDER BY id DESC LIMIT ?",
-        (ctx.agent, HISTORY_LIMIT),
-    )
+    rows = ledger.relaunches(ctx.store, ctx.agent, HISTORY_LIMIT)
     out = []
     for row in reversed(rows):
         try:
@@ -66,12 +63,7 @@ def history(ctx: Context) -> tuple[Relaunch, ...]:
 def canary_recycled(ctx: Context, pinned: str | None) -> frozenset[str]:
     if pinned is None:
         return frozenset()
-    row = ctx.store.query_one(
-        "SELECT 1 FROM ledger WHERE agent = ? AND kind = 'relaunch' AND cause = 'canary_failed' "
-        "AND json_extract(detail, '$.old_session') = ? LIMIT 1",
-        (ctx.agent, pinned),
-    )
-    return frozenset({pinned}) if row else frozenset()
+    return frozenset({pinned}) if ledger.canary_recycled(ctx.store, ctx.agent, pinned) else frozenset()
 
 
 def held(ctx: Context, now: Instant | float | None = None) -> Hold | None:

@@ -21,7 +21,7 @@ from loomtui.canary.rules import ASK, PROBE, RECOVER, WITNESS, CanaryFacts, Prob
 from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
 from loomtui.context import Context
 from loomtui.hooks import witness
-from loomtui.store import locks
+from loomtui.store import canary_runs, locks
 
 
 class CanaryLoop:
@@ -98,8 +98,7 @@ class CanaryLoop:
             "due_in": lambda: 0.0 if witness.probe_called_for(ctx) else
             due_in(gather.last_run(), clock.now(), cfg.interval, cfg.ack_timeout),
             "under_way": lambda: launches.relaunch_under_way(ctx),
-            "pending": lambda: ctx.store.query_one("SELECT 1 FROM canary_runs WHERE agent = ? AND result = ?",
-                                                   (ctx.agent, PENDING)) is not None,
+            "pending": lambda: canary_runs.any_with_result(ctx.store, ctx.agent, PENDING),
         })
         return gather
 

@@ -37,7 +37,7 @@ from loomtui.canary.runs import (
 )
 from loomtui.context import Context
 from loomtui.pump import transcript
-from loomtui.store import locks
+from loomtui.store import canary_runs, ledger, locks
 
 if TYPE_CHECKING:
     from loomtui.agent.inject import InjectResult
@@ -55,8 +55,7 @@ def probe(ctx: Context, send: Send, *, source: str, join: bool = True,
         settle_stale(ctx)
         # Only a probe typed into this launch's agent is worth joining: one typed before the
         # last relaunch went to an agent that is gone, and its miss says nothing about this one.
-        pending = ctx.store.query_one("SELECT * FROM canary_runs WHERE agent = ? AND result = ? AND launch_seq = ? "
-                                      "ORDER BY id DESC LIMIT 1", (ctx.agent, PENDING, launch_seq(ctx)))
+        pending = canary_runs.last_of_launch(ctx.store, ctx.agent, PENDING, launch_seq(ctx))
         if pending is None or not join:
             run = _send(ctx, send, source, ack_timeout)
         else:
@@ -132,7 +131,7 @@ def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe
         settle_run(ctx, run.id, result, ack_at=ack_at if result == OK else None, why=why)
         if result != ERROR:
             forget_ack(path)
-    row = ctx.store.query_one("SELECT * FROM canary_runs WHERE id = ?", (run.id,))
+    row = canary_runs.get(ctx.store, run.id)
     return probe_from(row, joined=run.joined)
 
 
@@ -141,7 +140,7 @@ def _end(ctx: Context, run: Probe) -> float:
     monotonic clock (within one boot), so a probe joined after a step of the wall clock waits
     neither a day (stepped back) nor not at all (stepped forward)."""
     now = clock.now()
-    row = ctx.store.query_one("SELECT sent_mono, boot FROM canary_runs WHERE id = ?", (run.id,))
+    row = canary_runs.sent_of(ctx.store, run.id)
     if row is not None and row["sent_mono"] is not None and now.mono is not None and row["boot"] == now.boot:
         return float(row["sent_mono"]) + (run.deadline - run.sent_at)
     return (now.mono if now.mono is not None else clock.monotonic()) + max(0.0, run.deadline - now.wall)
@@ -151,9 +150,7 @@ def _queued_note(ctx: Context, run_id: int) -> str:
     """For a missed probe the pump queued: whether it ever reached the CLI ("" when not queued)."""
     if not driver_class(ctx.config).owns_turns:
         return ""  # only a pump queues a line
-    row = ctx.store.query_one("SELECT detail FROM ledger WHERE agent = ? AND kind = 'canary_sent' AND id > "
-                              "(SELECT COALESCE(MAX(id), 0) - 1000 FROM ledger) AND json_extract(detail, '$.run') = ? "
-                              "ORDER BY id DESC LIMIT 1", (ctx.agent, run_id))
+    row = ledger.canary_sent(ctx.store, ctx.agent, run_id)
     try:
         sent = json.loads(row[0]) if row else {}
     except ValueError:
@@ -169,5 +166,5 @@ def _queued_note(ctx: Context, run_id: int) -> str:
 
 
 def _settled_elsewhere(ctx: Context, run_id: int) -> bool:
-    row = ctx.store.query_one("SELECT result FROM canary_runs WHERE id = ?", (run_id,))
+    row = canary_runs.result_of(ctx.store, run_id)
     return row is not None and row[0] != PENDING

@@ -35,7 +35,7 @@ from loomtui.canary.rules import (
     past_deadline,
 )  # noqa: F401  (re-exported: callers say canary.OK)
 from loomtui.context import Context
-from loomtui.store import ledger, session
+from loomtui.store import canary_runs, ledger, session
 
 CANARY_LOCK = "canary.lock"
 SETTLE_SLACK = 5.0
@@ -75,28 +75,22 @@ def probe_from(row: sqlite3.Row, joined: bool = False) -> Probe:
 
 def launch_seq(ctx: Context) -> int:
     """The id of the last relaunch event: misses are counted per launch."""
-    row = ctx.store.query_one("SELECT MAX(id) FROM ledger WHERE agent = ? AND kind = 'relaunch'", (ctx.agent,))
-    return int(row[0] or 0)
+    return ledger.last_relaunch_id(ctx.store, ctx.agent)
 
 
 def recent_runs(ctx: Context, limit: int = 50) -> list[ProbeRun]:
-    rows = ctx.store.query(
-        "SELECT sent_at, result, launch_seq, in_grace, sent_mono, boot FROM canary_runs WHERE agent = ? "
-        "ORDER BY id DESC LIMIT ?",
-        (ctx.agent, limit),
-    )
+    rows = canary_runs.recent_sends(ctx.store, ctx.agent, limit)
     return [ProbeRun(r["sent_at"], r["result"], r["launch_seq"], bool(r["in_grace"]), r["sent_mono"], r["boot"])
             for r in reversed(rows)]
 
 
 def last_probe(ctx: Context) -> Probe | None:
-    row = ctx.store.query_one("SELECT * FROM canary_runs WHERE agent = ? ORDER BY id DESC LIMIT 1", (ctx.agent,))
+    row = canary_runs.last(ctx.store, ctx.agent)
     return probe_from(row) if row else None
 
 
 def history(ctx: Context, limit: int = 100) -> list[Probe]:
-    return [probe_from(r) for r in ctx.store.query("SELECT * FROM canary_runs WHERE agent = ? ORDER BY id DESC LIMIT ?",
-                                                   (ctx.agent, limit))]
+    return [probe_from(r) for r in canary_runs.newest(ctx.store, ctx.agent, limit)]
 
 
 # -- recording ---------------------------------------------------------------------------------
@@ -108,15 +102,12 @@ def insert_run(ctx: Context, nonce: str, source: str, result: str, sent_at: floa
     boot's clocks): the next probe is measured from there, whatever the wall clock does."""
     sent = sent or clock.at_wall(sent_at)
     with ctx.store.write() as db:
-        cur = db.execute(
-            "INSERT INTO canary_runs(nonce, source, session_id, launch_seq, in_grace, sent_at, deadline, result, why,"
-            " agent, sent_mono, boot) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (nonce, source, session.pinned(ctx.store), launch_seq(ctx), int(launches.in_boot_grace(ctx)),
-             sent_at, deadline, result, why, ctx.agent, sent.mono, sent.boot),
-        )
-        run_id = int(cur.lastrowid)
+        run_id = canary_runs.insert_in(
+            db, nonce=nonce, source=source, session_id=session.pinned(ctx.store), launch_seq=launch_seq(ctx),
+            in_grace=launches.in_boot_grace(ctx), sent_at=sent_at, deadline=deadline, result=result, why=why,
+            agent=ctx.agent, sent_mono=sent.mono, boot=sent.boot)
         if result != PENDING:
-            seq = db.execute("SELECT launch_seq FROM canary_runs WHERE id = ?", (run_id,)).fetchone()[0]
+            seq = canary_runs.launch_seq_in(db, run_id)
             ledger.append_in(db, "canary", source=source, cause=None if result == OK else result,
                              detail={"run": run_id, "result": result, "why": why, "launch": seq}, ts=sent_at)
     return run_id
@@ -125,17 +116,13 @@ def insert_run(ctx: Context, nonce: str, source: str, result: str, sent_at: floa
 def settle_run(ctx: Context, run_id: int, result: str, *, ack_at: float | None = None, why: str = "") -> bool:
     """Record a pending run's result; False if someone else already did (first writer wins)."""
     with ctx.store.write() as db:
-        row = db.execute("SELECT sent_at, source, launch_seq, agent FROM canary_runs WHERE id = ? AND result = ?",
-                         (run_id, PENDING)).fetchone()
+        row = canary_runs.unsettled_in(db, run_id, PENDING)
         if row is None:
             return False
         latency = None if ack_at is None else max(0.0, ack_at - row["sent_at"])
         seq = int(row["launch_seq"])
-        first_ok = result == OK and seq > 0 and db.execute(
-            "SELECT 1 FROM canary_runs WHERE agent = ? AND launch_seq = ? AND result = ? LIMIT 1",
-            (row["agent"], seq, OK)).fetchone() is None
-        db.execute("UPDATE canary_runs SET result = ?, ack_at = ?, latency = ?, why = ? WHERE id = ?",
-                   (result, ack_at, latency, why, run_id))
+        first_ok = result == OK and seq > 0 and not canary_runs.launch_has_in(db, row["agent"], seq, OK)
+        canary_runs.settle_in(db, run_id, result, ack_at, latency, why)
         detail: dict[str, object] = {"run": run_id, "result": result, "launch": seq}
         if latency is not None:
             detail["latency"] = round(latency, 3)
@@ -151,10 +138,7 @@ def settle_run(ctx: Context, run_id: int, result: str, *, ack_at: float | None =
 def witness_of(ctx: Context, relaunch_id: int) -> dict | None:
     """The ledger's canary event that witnessed relaunch `relaunch_id` (id, ts, run), or None.
     An ack recorded before acks named their launch witnesses the relaunch before it, as it did."""
-    row = ctx.store.query_one(
-        "SELECT id, ts, detail FROM ledger WHERE id > ? AND agent = ? AND kind = 'canary' "
-        "AND (json_extract(detail, '$.witnessed') = ? OR (json_extract(detail, '$.result') = 'ok' "
-        "AND json_extract(detail, '$.launch') IS NULL)) ORDER BY id LIMIT 1", (relaunch_id, ctx.agent, relaunch_id))
+    row = ledger.canary_witness(ctx.store, ctx.agent, relaunch_id)
     if row is None:
         return None
     return {"event": row["id"], "ts": row["ts"], "run": json.loads(row["detail"]).get("run")}
@@ -181,8 +165,7 @@ def settle_stale(ctx: Context, now: Instant | float | None = None) -> int:
     back must not leave a dead prober's probe pending, and the canary waiting on it, for a day."""
     now = clock.now() if now is None else now
     settled = 0
-    for row in ctx.store.query("SELECT id, nonce, sent_at, sent_mono, boot, deadline FROM canary_runs "
-                               "WHERE agent = ? AND result = ?", (ctx.agent, PENDING)):
+    for row in canary_runs.with_result(ctx.store, ctx.agent, PENDING):
         sent = Instant(row["sent_at"], row["sent_mono"], row["boot"])
         if not past_deadline(sent, row["deadline"], now, SETTLE_SLACK):
             continue

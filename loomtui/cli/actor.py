@@ -32,8 +32,7 @@ def of_cli(ctx: Context, environ: Mapping[str, str] | None = None) -> Actor:
 def _once_pinned(ctx: Context, session: str) -> Actor | None:
     """The agent a session belonged to before its pin changed (a fresh relaunch, a salvage that
     found no pin): a session Loom ever launched is an agent's, never the operator's."""
-    row = ctx.store.query_one(
-        "SELECT agent FROM ledger WHERE kind = 'relaunch' AND json_valid(detail) AND "
-        "(json_extract(detail, '$.new_session') = ? OR json_extract(detail, '$.old_session') = ?) "
-        "ORDER BY id DESC LIMIT 1", (session, session))
-    return Actor(AGENT, session=session, agent=str(row[0])) if row is not None else None
+    from loomtui.store import ledger
+
+    agent = ledger.relaunched_agent(ctx.store, session)
+    return Actor(AGENT, session=session, agent=agent) if agent is not None else None

@@ -9,7 +9,7 @@ import time
 from loomtui import text as text_mod
 from loomtui.cli.common import choose_agent, context, print_json, subcommand
 from loomtui.durations import format_duration
-from loomtui.sentinel.queue_rules import CLAIMED, OPEN, WITNESSED, Item
+from loomtui.sentinel.queue_rules import CLAIMED, WITNESSED, Item
 
 
 def register(sub) -> None:
@@ -55,6 +55,7 @@ def run_job(args: argparse.Namespace) -> int:
 
 def run_queue(args: argparse.Namespace) -> int:
     from loomtui.sentinel import queue
+    from loomtui.store import queue_items
 
     ctx = context(args)
     store = ctx.store
@@ -66,9 +67,7 @@ def run_queue(args: argparse.Namespace) -> int:
         items = [i for i in queue.listing(store, include_witnessed=1 << 30) if i.agent == only]
         done = [i for i in items if i.state == WITNESSED]
         items = [i for i in items if i.state != WITNESSED] + done[max(0, len(done) - max(0, args.witnessed)):]
-        counts = {OPEN: 0, CLAIMED: 0, WITNESSED: 0}
-        for row in store.query("SELECT state, COUNT(*) FROM queue_items WHERE agent = ? GROUP BY state", (only,)):
-            counts[row[0]] = row[1]
+        counts = queue_items.counts(store, only)
     if args.json:
         print_json({"counts": counts, "items": [queue.as_dict(i) for i in items]})
         return 0

@@ -43,7 +43,7 @@ def line(seq: int, digest: str, day: str) -> str:
 def send_daily(ctx: Context, now: float, zone: tzinfo | None) -> int | None:
     """Enqueue today's line unless it is already in the outbox; its row id, or None if it was."""
     key = day_key(now, zone)
-    if ctx.store.query_one("SELECT 1 FROM outbox WHERE dedupe_key = ?", (key,)) is not None:
+    if outbox.has_key(ctx.store, key):
         return None  # asked first, so a look every PERIOD does not count a duplicate each time
     seq, digest = ledger.head(ctx.store)
     # enqueue dedupes too: a second daemon racing for the same day gets the first one's row.

@@ -33,7 +33,7 @@ from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.pump import client as pump_client
 from loomtui.report import status as status_mod
-from loomtui.store import counters
+from loomtui.store import canary_runs, counters, job_runs, ledger, outbox, queue_items
 from loomtui.text import one_line
 
 AGENT = "agent"
@@ -116,16 +116,11 @@ def agent_metrics(statuses: list[tuple[Context, status_mod.Status]], now: float)
     held = GaugeMetricFamily("loom_held", "1 while automatic relaunching is held at the ceiling", labels=[AGENT])
     for actx, status in statuses:
         name, store = actx.agent, actx.store
-        for row in store.query(
-            "SELECT cause, json_extract(detail, '$.mode') AS mode, COUNT(*) AS n FROM ledger "
-            "WHERE agent = ? AND kind = 'relaunch' GROUP BY cause, mode", (name,)
-        ):
+        for row in ledger.relaunch_counts(store, name):
             relaunches.add_metric([name, label(row["cause"]), label(row["mode"])], row["n"])
-        for row in store.query("SELECT result, COUNT(*) AS n FROM canary_runs WHERE agent = ? GROUP BY result",
-                               (name,)):
+        for row in canary_runs.counts_by_result(store, name):
             results.add_metric([name, label(row["result"])], row["n"])
-        last_ok = store.query_one("SELECT latency, sent_at FROM canary_runs WHERE agent = ? AND result = 'ok' "
-                                  "ORDER BY id DESC LIMIT 1", (name,))
+        last_ok = canary_runs.last_ok_latency(store, name)
         latency.add_metric([name], last_ok["latency"] if last_ok else float("nan"))
         ok_age.add_metric([name], now - last_ok["sent_at"] if last_ok else float("nan"))
         last = status.canary_settled
@@ -160,9 +155,7 @@ def pump_metrics(agents: list[Context], now: float) -> Iterator[Any]:
         turn.add_metric([name], 1.0 if running else 0.0)
         started = doc.get("turn_started")
         age.add_metric([name], max(0.0, now - started) if running and isinstance(started, (int, float)) else 0.0)
-        row = actx.store.query_one("SELECT COUNT(*) AS n FROM ledger WHERE agent = ? AND kind = 'permission_denied'",
-                                   (name,))
-        denied.add_metric([name], row["n"] if row else 0)
+        denied.add_metric([name], ledger.count_of(actx.store, name, "permission_denied"))
     yield from (waiting, turn, age, denied)
 
 
@@ -259,17 +252,16 @@ def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Stat
 
     backlog = GaugeMetricFamily("loom_outbox_oldest_pending_age_seconds",
                                 "Age of the oldest message still waiting to reach the operator (0: none)")
-    first = store.query_one("SELECT MIN(created) FROM outbox WHERE state = 'pending'")
-    backlog.add_metric([], now - first[0] if first and first[0] is not None else 0.0)
+    first = outbox.oldest_pending_created(store)
+    backlog.add_metric([], now - first if first is not None else 0.0)
     yield backlog
 
     stuck = GaugeMetricFamily("loom_stuck_age_seconds", "Age of the oldest open or claimed queue item, and of "
                               "the last relaunch while no canary has witnessed it (0: nothing stuck)",
                               labels=[AGENT, "what"])
     for actx, status in statuses:
-        oldest = actx.store.query_one("SELECT MIN(first_seen) FROM queue_items WHERE agent = ? AND "
-                                      "state IN ('open', 'claimed')", (actx.agent,))
-        stuck.add_metric([actx.agent, "queue_item"], now - oldest[0] if oldest and oldest[0] is not None else 0.0)
+        oldest = queue_items.oldest_unresolved(actx.store, actx.agent)
+        stuck.add_metric([actx.agent, "queue_item"], now - oldest if oldest is not None else 0.0)
         claim = status.relaunch
         # Only the last relaunch can be unwitnessed: a later one supersedes the claim of an earlier.
         stuck.add_metric([actx.agent, "relaunch"], now - claim.ts if claim is not None and status.unwitnessed else 0.0)
@@ -277,12 +269,8 @@ def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Stat
 
 
 def witness_counts(store: Any, agent: str) -> list[tuple[str, int, int]]:
-    row = store.query_one("SELECT SUM(kind = 'queue_witness') AS w, SUM(kind = 'queue_claim') AS c FROM ledger "
-                          "WHERE agent = ? AND kind IN ('queue_witness', 'queue_claim')", (agent,))
-    launched = store.query_one(
-        "SELECT COUNT(*) AS n, (SELECT COUNT(DISTINCT json_extract(detail, '$.witnessed')) FROM ledger "
-        "WHERE agent = ?1 AND kind = 'canary' AND json_extract(detail, '$.witnessed') IS NOT NULL) AS w "
-        "FROM ledger WHERE agent = ?1 AND kind = 'relaunch'", (agent,))
+    row = ledger.queue_witness_counts(store, agent)
+    launched = ledger.relaunch_witness_counts(store, agent)
     return [("queue", int(row["w"] or 0), int(row["c"] or 0)), ("relaunch", int(launched["w"]), int(launched["n"]))]
 
 
@@ -296,7 +284,7 @@ def schedule_drift(ctx: Context) -> list[tuple[str, float]]:
     for job in ctx.config.jobs:
         if not job.schedule:
             continue
-        rows = ctx.store.query("SELECT started FROM job_runs WHERE job = ? ORDER BY id DESC LIMIT 2", (job.name,))
+        rows = job_runs.last_starts(ctx.store, job.name)
         if not rows:
             continue
         try:

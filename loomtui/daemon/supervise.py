@@ -35,7 +35,7 @@ from loomtui.timing import backoff
 from loomtui.context import Context
 from loomtui.daemon import oneshot
 from loomtui.errors import LockHeld, LoomError
-from loomtui.store import counters, health, ledger, locks
+from loomtui.store import counters, health, heartbeats, ledger, locks
 from loomtui.store.db import DB_NAME
 
 log = logging.getLogger("loom.supervise")
@@ -324,7 +324,7 @@ async def run_heartbeat(rt: Runtime, stop: asyncio.Event, period: float) -> None
                       "loops": {name: asdict(s) for name, s in rt.stats.items()}}
             failed: Exception | None = None
             try:
-                await asyncio.to_thread(ctx.store.beat, HEARTBEAT, detail)
+                await asyncio.to_thread(heartbeats.beat, ctx.store, HEARTBEAT, detail)
                 failures = 0
                 await asyncio.to_thread(rt.tally.flush, ctx.store)
             except Exception as exc:

@@ -24,8 +24,7 @@ from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.durations import format_duration
 from loomtui.pump.facts import StreamFacts
-from loomtui.sentinel import queue as sentinel_queue
-from loomtui.store import ledger, outbox, session, telegram_state
+from loomtui.store import canary_runs, heartbeats, ledger, outbox, queue_items, session, telegram_state
 from loomtui.store.ledger import Event
 from loomtui.text import printable
 
@@ -248,10 +247,9 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
     at = clock.now() if now is None else clock.at_wall(now)
     now = at.wall
     store = ctx.store
-    beats = store.heartbeats()
+    beats = heartbeats.read(store)
     launched = launches.last_launch(ctx)
-    settled = store.query_one("SELECT * FROM canary_runs WHERE agent = ? AND result != ? ORDER BY id DESC LIMIT 1",
-                              (ctx.agent, canary.PENDING))
+    settled = canary_runs.last_settled(store, ctx.agent, canary.PENDING)
     claim = relaunch_claim(ctx)
     look_now = agent(ctx, now) if look else None
     if look_now is not None and claim is not None and not claim.failed and not claim.witnessed:
@@ -302,32 +300,23 @@ def gather_all(ctx: Context, *, events: int = 5, now: float | None = None, look:
 
 def queue_counts(ctx: Context) -> dict[str, int]:
     """The agent's queue items by state (the items whose nudges go to it)."""
-    out = dict.fromkeys((sentinel_queue.OPEN, sentinel_queue.CLAIMED, sentinel_queue.WITNESSED), 0)
-    for row in ctx.store.query("SELECT state, COUNT(*) FROM queue_items WHERE agent = ? GROUP BY state",
-                               (ctx.agent,)):
-        out[row[0]] = row[1]
-    return out
+    return queue_items.counts(ctx.store, ctx.agent)
 
 
 def relaunches_since(ctx: Context, since: float) -> int:
-    row = ctx.store.query_one("SELECT COUNT(*) FROM ledger WHERE agent = ? AND kind = 'relaunch' AND ts >= ?",
-                              (ctx.agent, since))
-    return int(row[0]) if row else 0
+    return ledger.relaunches_since(ctx.store, ctx.agent, since)
 
 
 def relaunch_claim(ctx: Context) -> RelaunchClaim | None:
     """The last relaunch as the ledger tells it: witnessed by a canary ack, failed, or a claim."""
-    row = ctx.store.query_one("SELECT id, ts, cause, source, detail FROM ledger WHERE agent = ? AND kind = 'relaunch' "
-                              "ORDER BY id DESC LIMIT 1", (ctx.agent,))
+    row = ledger.last_relaunch(ctx.store, ctx.agent)
     if row is None:
         return None
     try:
         mode = json.loads(row["detail"]).get("mode", "")
     except ValueError:
         mode = ""
-    failed = ctx.store.query_one("SELECT 1 FROM ledger WHERE id > ? AND agent = ? "
-                                 "AND kind IN ('relaunch_failed', 'launch_died') LIMIT 1",
-                                 (row["id"], ctx.agent)) is not None
+    failed = ledger.relaunch_failed_after(ctx.store, ctx.agent, row["id"])
     ack = canary.witness_of(ctx, row["id"])
     return RelaunchClaim(row["id"], row["ts"], row["cause"] or "", mode, row["source"] or "",
                          ack["event"] if ack else None, ack["ts"] if ack else None, failed)

@@ -15,7 +15,7 @@ from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.sentinel.queue import MAX_NOTE, from_row, save
 from loomtui.sentinel.queue_rules import CLAIMED, WITNESSED, Item
-from loomtui.store import ledger
+from loomtui.store import ledger, queue_items
 from loomtui.text import digest, sanitize
 
 
@@ -37,7 +37,7 @@ def resolve(ctx: Context, item_id: int, note: str, *, source: str, session_id: s
         raise LoomError(f"resolve: the note is {len(clean)} characters; keep it under {MAX_NOTE}")
     now = clock.wall() if now is None else now
     with ctx.store.write() as db:
-        row = db.execute("SELECT * FROM queue_items WHERE id = ?", (item_id,)).fetchone()
+        row = queue_items.get_in(db, item_id)
         if row is None:
             raise LoomError(f"resolve: there is no queue item {item_id} (see loom queue)")
         item = from_row(row)

@@ -23,6 +23,7 @@ from loomtui.agent import proctree
 from loomtui.context import Context
 from loomtui.errors import LoomError, StoreUnavailable
 from loomtui.sentinel import logscan
+from loomtui.store import job_runs
 from loomtui.store.statedir import open_private, private_dir
 
 CHUNK = 65536
@@ -116,10 +117,9 @@ def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
         # The start on both clocks: a claim is witnessed by a run that started after it, which a
         # step of the wall clock between the two must not decide (queue_rules.review).
         with store.write() as db:
-            run_id = int(db.execute("INSERT INTO job_runs(job, started, pid, pid_started, started_mono, boot) "
-                                    "VALUES (?, ?, ?, ?, ?, ?)",
-                                    (name, started, os.getpid(), proctree.start_time(os.getpid()), at.mono,
-                                     at.boot)).lastrowid)
+            run_id = job_runs.start_in(db, job=name, started=started, pid=os.getpid(),
+                                       pid_started=proctree.start_time(os.getpid()), started_mono=at.mono,
+                                       boot=at.boot)
         try:
             fd = open_log(job.log)
         except LoomError as exc:
@@ -210,8 +210,8 @@ def _finish(ctx: Context, run_id: int, code: int, t0: float, failures: int, erro
     for attempt in range(FINISH_ATTEMPTS):
         try:
             with ctx.store.write() as db:
-                db.execute("UPDATE job_runs SET ended = ?, exit_code = ?, duration = ?, failure_lines = ?, error = ? "
-                           "WHERE id = ?", (ended, code, duration, failures, error, run_id))
+                job_runs.finish_in(db, run_id, ended=ended, exit_code=code, duration=duration,
+                                   failure_lines=failures, error=error)
             return
         except StoreUnavailable:
             if attempt == FINISH_ATTEMPTS - 1:

@@ -17,6 +17,7 @@ from loomtui.sentinel import logscan
 from loomtui.sentinel.logscan import Carry, FileFacts, Line, Position
 from loomtui.sentinel.queue_rules import LINE, Failure
 from loomtui.sentinel.signature import normalize
+from loomtui.store import scan_offsets
 
 CHUNK = 1 << 20
 MAX_SIGNATURES = 20  # distinct failure signatures per job per scan; the rest fold into one item
@@ -206,12 +207,12 @@ NO_WATCH = Watch(None, None, None)
 
 
 def load_watch(db: sqlite3.Connection, job: str) -> Watch:
-    row = db.execute("SELECT * FROM scan_offsets WHERE job = ?", (job,)).fetchone()
+    row = scan_offsets.get_in(db, job)
     return NO_WATCH if row is None else _watch(row)
 
 
 def load_watches(db: sqlite3.Connection) -> dict[str, Watch]:
-    return {row["job"]: _watch(row) for row in db.execute("SELECT * FROM scan_offsets")}
+    return {row["job"]: _watch(row) for row in scan_offsets.every_in(db)}
 
 
 def _watch(row: sqlite3.Row) -> Watch:
@@ -223,16 +224,7 @@ def _watch(row: sqlite3.Row) -> Watch:
 
 def save_watch(db: sqlite3.Connection, job: str, pos: Position, watch_since: float, missed_mark: float | None,
                now: float) -> None:
-    db.execute(
-        "INSERT INTO scan_offsets(job, path, dev, inode, offset, carry, carry_len, carry_skip, head, mtime_ns, "
-        "prev_inode, prev_head, watch_since, missed_mark, updated) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT(job) DO UPDATE SET "
-        "path = excluded.path, dev = excluded.dev, inode = excluded.inode, offset = excluded.offset, "
-        "carry = excluded.carry, carry_len = excluded.carry_len, carry_skip = excluded.carry_skip, "
-        "head = excluded.head, mtime_ns = excluded.mtime_ns, prev_inode = excluded.prev_inode, "
-        "prev_head = excluded.prev_head, "
-        "watch_since = excluded.watch_since, missed_mark = excluded.missed_mark, updated = excluded.updated",
-        (job, pos.path, pos.dev, pos.inode, pos.offset, pos.carry.data, pos.carry.length, int(pos.carry.discard),
-         pos.head, pos.mtime_ns, pos.prev_inode, pos.prev_head, watch_since, missed_mark, now),
-    )
+    scan_offsets.save_in(db, job, path=pos.path, dev=pos.dev, inode=pos.inode, offset=pos.offset,
+                         carry=pos.carry.data, carry_len=pos.carry.length, carry_skip=pos.carry.discard,
+                         head=pos.head, mtime_ns=pos.mtime_ns, prev_inode=pos.prev_inode, prev_head=pos.prev_head,
+                         watch_since=watch_since, missed_mark=missed_mark, updated=now)

@@ -44,7 +44,7 @@ from loomtui.sentinel.queue_rules import (
     review,
 )
 from loomtui.sentinel.signature import normalize
-from loomtui.store import ledger, locks, outbox
+from loomtui.store import job_runs, ledger, locks, outbox, queue_items
 
 SENTINEL_LOCK = "sentinel.lock"
 LOCK_TIMEOUT = 60.0
@@ -129,15 +129,14 @@ def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> None:
     orphans = [r.id for rs in runs.values() for r in rs if r.job not in configured]
     if orphans:  # runs of a job since removed from the config: nothing to judge them against
         with ctx.store.write() as db:
-            db.executemany("UPDATE job_runs SET reviewed = 1 WHERE id = ?", [(i,) for i in orphans])
+            job_runs.reviewed_in(db, orphans)
     scheduled = any(job.schedule for job in ctx.config.jobs)
     landed = clock_step(ctx, at) if scheduled else None
     # Every job's position and last start in one read: an idle pass costs little more than a stat per job.
     # A start ahead of the wall clock (it was stepped back since) is no reference: schedule.wait_from.
     with ctx.store.read() as db:
         watches = jobscan.load_watches(db)
-        last_starts = dict(db.execute("SELECT job, MAX(started) FROM job_runs WHERE started <= ? GROUP BY job",
-                                      (now + timing.JUMP_TOLERANCE,)).fetchall())
+        last_starts = job_runs.last_starts_in(db, now + timing.JUMP_TOLERANCE)
     slots = cron.in_zone(clock.local_zone()) if scheduled else None
     for job in ctx.config.jobs:
         report.jobs += 1
@@ -149,7 +148,7 @@ def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
     """Unreviewed runs that ended, or whose run-job died without recording an end."""
     out: dict[str, list[JobRun]] = {}
     died = []
-    for row in ctx.store.query("SELECT * FROM job_runs WHERE reviewed = 0 ORDER BY id"):
+    for row in job_runs.unreviewed(ctx.store):
         error = row["error"]
         if row["ended"] is None:
             # A reused pid is not our run-job; a row from before its start was kept (migration
@@ -163,7 +162,7 @@ def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
                    row["started_mono"], row["boot"]))
     if died:
         with ctx.store.write() as db:
-            db.executemany("UPDATE job_runs SET ended = ?, error = ? WHERE id = ? AND ended IS NULL", died)
+            job_runs.died_in(db, died)
     return out
 
 
@@ -223,7 +222,7 @@ def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], at: Instant, repo
     with store.write() as db:
         jobscan.save_watch(db, job.name, position, watch_since, missed_mark, now)
         merge(db, job, failures, runs, at, report)
-        db.executemany("UPDATE job_runs SET reviewed = 1 WHERE id = ?", [(r.id,) for r in runs])
+        job_runs.reviewed_in(db, [r.id for r in runs])
     report.runs_reviewed += len(runs)
 
 
@@ -337,13 +336,13 @@ def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: SentinelR
         report.errors.append(f"nudge of item {item.id} failed: {error}")
         return
     with ctx.store.write() as db:
-        db.execute("UPDATE queue_items SET nudges = nudges + 1, last_nudge_at = ? WHERE id = ?", (now, item.id))
+        queue_items.nudged_in(db, item.id, now)
     report.nudged.append(item.id)
 
 
 def escalate(ctx: Context, item: Item, action: Escalate, now: float, report: SentinelReport) -> None:
     with ctx.store.write() as db:
-        row = db.execute("SELECT escalated_at FROM queue_items WHERE id = ?", (item.id,)).fetchone()
+        row = queue_items.escalated_at_in(db, item.id)
         if row is None or row[0] is not None:
             return
         # With several agents the human is told whose it was.
@@ -352,7 +351,7 @@ def escalate(ctx: Context, item: Item, action: Escalate, now: float, report: Sen
         # the history up to it (`loom ledger verify --head`).
         text += f" ledger {ledger.format_head(*ledger.head_in(db))}"
         message_id = outbox.enqueue(db, redact.scrub(text), dedupe_key=action.dedupe_key, now=now)
-        db.execute("UPDATE queue_items SET escalated_at = ? WHERE id = ?", (now, item.id))
+        queue_items.escalate_in(db, item.id, now)
         ledger.append_in(db, "queue_escalate", source=SOURCE, ts=now, agent=item.agent,
                          detail={"item": item.id, "job": item.job, "outbox": message_id})
     report.escalated.append(item.id)

@@ -12,6 +12,7 @@ from loomtui.errors import LoomError
 from loomtui.sentinel import logscan, queue_rules
 from loomtui.sim.sample import matching
 from loomtui.sim.world import BOOT
+from loomtui.store import job_runs
 
 if TYPE_CHECKING:
     from loomtui.sim.engine import Sim
@@ -162,8 +163,8 @@ class Jobs:
         self.pids += 1
         pid, pid_started = self.pids, w.wall
         with obs.write() as db:
-            run_id = int(db.execute("INSERT INTO job_runs(job, started, pid, pid_started, started_mono, boot) "
-                                    "VALUES (?, ?, ?, ?, ?, ?)", (name, w.wall, pid, pid_started, w.mono, BOOT)).lastrowid)
+            run_id = job_runs.start_in(db, job=name, started=w.wall, pid=pid, pid_started=pid_started,
+                                       started_mono=w.mono, boot=BOOT)
         self.running[pid] = pid_started
         mark = logscan.RUN_MARK.decode()
         self.log(name, [f"{mark}start run {run_id} of job {name!r}: ./{name}.sh"])
@@ -185,6 +186,6 @@ class Jobs:
         mark = logscan.RUN_MARK.decode()
         self.log(name, [*lines, f"{mark}run {run_id} exit {code} after {JOB_RUN_TIME:.1f}s"])
         with obs.write() as db:
-            db.execute("UPDATE job_runs SET ended = ?, exit_code = ?, duration = ?, failure_lines = ? WHERE id = ?",
-                       (w.wall, code, JOB_RUN_TIME, len(lines), run_id))
+            job_runs.finish_in(db, run_id, ended=w.wall, exit_code=code, duration=JOB_RUN_TIME,
+                               failure_lines=len(lines))
         del self.running[pid]

@@ -49,7 +49,7 @@ from loomtui.sim.report import Collector
 from loomtui.sim.sample import matching
 from loomtui.sim.scheduler import Scheduler, SimClock
 from loomtui.sim.world import BOOT, MODAL_SCREEN, PROMPT_SCREEN, Agent, Job, World
-from loomtui.store import session
+from loomtui.store import canary_runs, ledger, outbox, session
 from loomtui.store.db import Store
 from loomtui.store.statedir import prepare_agent_dir, prepare_state_dir
 
@@ -331,11 +331,11 @@ class Sim:
         busy wait would sleep in real time), its reads go on."""
         assert self.ctx is not None
         locker = Store.in_dir(self.ctx.state_dir, timeout=0, migrate=False)
-        locker.conn.execute("BEGIN EXCLUSIVE")
+        locker.lock_out()
         self.at(until, self.unlock_store, locker)
 
     def unlock_store(self, locker: Store) -> None:
-        locker.conn.execute("ROLLBACK")
+        locker.let_in()
         locker.close()
 
     def pinned(self) -> str | None:
@@ -349,11 +349,11 @@ class Sim:
         obs, ctx = self.observer, self.ctx
         assert obs is not None and ctx is not None
         # SQLite's data_version moves when another connection commits: most slices write nothing.
-        version = obs.conn.execute("PRAGMA data_version").fetchone()[0]
+        version = obs.data_version()
         if version != self.data_version:
             self.data_version = version
             self.item_cache.clear()
-            rows = obs.query("SELECT id, kind, cause, detail FROM ledger WHERE id > ? ORDER BY id", (self.ledger_seen,))
+            rows = ledger.after(obs, self.ledger_seen)
             for row in rows:
                 self.ledger_seen = row["id"]
                 self.on_ledger(row["id"], row["kind"], row["cause"] or "", row["detail"])
@@ -425,7 +425,7 @@ class Sim:
             c.on_queue_escalate(item_id, state)
             assert self.observer is not None
             # The operator hears of it when the outbox holds its message (the sender's part is not simulated).
-            if self.observer.query_one("SELECT id FROM outbox WHERE id = ?", (detail.get("outbox"),)) is not None:
+            if outbox.get(self.observer, detail.get("outbox")) is not None:
                 c.on_notice()
                 self.operator.told("queue", {"item": item_id})
         elif kind == "queue_nudge":
@@ -442,8 +442,7 @@ class Sim:
         """Each canary run once, when it has settled: from the first run still pending on."""
         obs = self.observer
         assert obs is not None
-        rows = obs.query("SELECT id, result, launch_seq FROM canary_runs WHERE id >= ? ORDER BY id",
-                         (self.runs_from,))
+        rows = canary_runs.from_id(obs, self.runs_from)
         pending = [row["id"] for row in rows if row["result"] == "pending"]
         for row in rows:
             if row["result"] == "pending" or row["id"] in self.runs_told:

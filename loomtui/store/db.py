@@ -7,8 +7,6 @@ up front (BEGIN IMMEDIATE) so a read-then-write can never interleave with anothe
 
 from __future__ import annotations
 
-import json
-import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -19,7 +17,7 @@ from typing import Any
 from loomtui import clock
 from loomtui.errors import StoreError, StoreUnavailable
 from loomtui.states import MAIN_AGENT
-from loomtui.store import health
+from loomtui.store import health, meta
 from loomtui.store.migrations import MIGRATIONS
 from loomtui.store.statedir import create_private_file
 
@@ -163,6 +161,18 @@ class Store:
             finally:
                 self._rollback()
 
+    def data_version(self) -> int:
+        """SQLite's data_version: it moves when another connection commits (a cheap "anything new?")."""
+        return int(self.query_one("PRAGMA data_version")[0])
+
+    def lock_out(self) -> None:
+        """Hold an exclusive lock until `let_in`, as a backup or a `sqlite3` shell can: every other
+        connection's write fails with "database is locked" once its busy wait is over."""
+        self.conn.execute("BEGIN EXCLUSIVE")
+
+    def let_in(self) -> None:
+        self.conn.execute("ROLLBACK")
+
     def query(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         return self._read(sql, params, lambda cur: cur.fetchall())
 
@@ -218,30 +228,15 @@ class Store:
         return agent_key(key, self.agent)
 
     def get_meta(self, key: str, default: str | None = None) -> str | None:
-        row = self.query_one("SELECT value FROM meta WHERE key = ?", (key,))
-        return row[0] if row else default
+        value = meta.get(self, key)
+        return value if value is not None else default
 
     def set_meta(self, key: str, value: str, db: sqlite3.Connection | None = None) -> None:
-        sql = "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value"
         if db is not None:
-            db.execute(sql, (key, value))
+            meta.set_in(db, key, value)
         else:
             with self.write() as tx:
-                tx.execute(sql, (key, value))
-
-    def beat(self, name: str, detail: dict[str, Any] | None = None, now: float | None = None) -> None:
-        with self.write() as db:
-            db.execute(
-                "INSERT INTO heartbeats(name, ts, pid, detail) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(name) DO UPDATE SET ts = excluded.ts, pid = excluded.pid, detail = excluded.detail",
-                (name, clock.wall() if now is None else now, os.getpid(), json.dumps(detail or {})),
-            )
-
-    def heartbeats(self) -> dict[str, dict[str, Any]]:
-        out = {}
-        for row in self.query("SELECT name, ts, pid, detail FROM heartbeats"):
-            out[row["name"]] = {"ts": row["ts"], "pid": row["pid"], "detail": json.loads(row["detail"])}
-        return out
+                meta.set_in(tx, key, value)
 
 
 def agent_key(key: str, agent: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 from loomtui import clock, redact
 from loomtui.states import AGENT_NAME_PATTERN, EVENT_KINDS, MAIN_AGENT, EventKind
+from loomtui.store import meta
 from loomtui.store.db import Store
 
 GENESIS = "0" * 64
@@ -94,9 +95,9 @@ def append_in(
     if not AGENT_NAME.fullmatch(agent):
         raise ValueError(f"bad agent name {agent!r}: expected [a-z0-9][a-z0-9-]{{0,31}}")
     detail_json = redact.scrub(canonical(detail or {}))
-    head = db.execute("SELECT value FROM meta WHERE key = ?", (HEAD_KEY,)).fetchone()
-    if head:
-        last = json.loads(head[0])
+    head = meta.get_in(db, HEAD_KEY)
+    if head is not None:
+        last = json.loads(head)
         prev_id, prev_hash = int(last["id"]), str(last["hash"])
     else:
         prev_id, prev_hash = 0, GENESIS
@@ -108,10 +109,7 @@ def append_in(
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (new_id, when, kind, source, cause, detail_json, prev_hash, digest, agent),
     )
-    db.execute(
-        "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (HEAD_KEY, canonical({"id": new_id, "hash": digest})),
-    )
+    meta.set_in(db, HEAD_KEY, canonical({"id": new_id, "hash": digest}))
     return Event(new_id, when, kind, source, cause, json.loads(detail_json), digest, agent)
 
 
@@ -184,7 +182,7 @@ def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = No
     if kept_seen and kept[1] != GENESIS:
         return Verdict(False, 0, 0, f"the kept head 0:{kept[1]} is not the genesis (event 0 is all zeros)")
     with store.read() as db:
-        head_row = db.execute("SELECT value FROM meta WHERE key = ?", (HEAD_KEY,)).fetchone()
+        head_value = meta.get_in(db, HEAD_KEY)
         cursor = db.execute("SELECT id, ts, kind, source, cause, detail, prev_hash, hash, agent FROM ledger ORDER BY id")
         while rows := cursor.fetchmany(batch):
             for r in rows:
@@ -212,11 +210,11 @@ def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = No
                 prev_hash = r["hash"]
                 expected_id += 1
                 count += 1
-    if head_row is None:
+    if head_value is None:
         if count:
             return Verdict(False, count, count, "the ledger head record is missing")
     else:
-        head = json.loads(head_row[0])
+        head = json.loads(head_value)
         if int(head["id"]) != count or head["hash"] != prev_hash:
             if int(head["id"]) > count:
                 return Verdict(False, count, count + 1, f"missing: the head says {head['id']} events exist: deleted")
@@ -228,8 +226,8 @@ def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = No
 
 
 def count(store: Store) -> int:
-    row = store.query_one("SELECT value FROM meta WHERE key = ?", (HEAD_KEY,))
-    return int(json.loads(row[0])["id"]) if row else 0
+    value = meta.get(store, HEAD_KEY)
+    return int(json.loads(value)["id"]) if value is not None else 0
 
 
 def tail(store: Store, n: int = 20, kinds: list[str] | None = None, agent: str | None = None) -> list[Event]:
@@ -267,3 +265,133 @@ def page(
     sql += " ORDER BY id DESC LIMIT ?"
     params.append(limit)
     return [Event.from_row(r) for r in store.query(sql, tuple(params))]
+
+
+# -- the questions asked of the ledger (rows as sqlite3.Row, newest first unless said) ------------
+
+
+def after(store: Store, seen: int) -> list[sqlite3.Row]:
+    """Every event past id `seen`, oldest first: id, kind, cause, detail (the simulator's reading)."""
+    return store.query("SELECT id, kind, cause, detail FROM ledger WHERE id > ? ORDER BY id", (seen,))
+
+
+def by_ids(store: Store, event_ids: list[int]) -> list[Event]:
+    """The events with these ids, oldest first."""
+    if not event_ids:
+        return []
+    marks = ",".join("?" * len(event_ids))
+    return [Event.from_row(r) for r in
+            store.query(f"SELECT * FROM ledger WHERE id IN ({marks}) ORDER BY id", tuple(event_ids))]
+
+
+def newest_ids(store: Store, agent: str, kind: str, limit: int) -> list[int]:
+    """The ids of the agent's last `limit` events of `kind` (one index range on (kind, id))."""
+    return [r[0] for r in store.query("SELECT id FROM ledger WHERE kind = ? AND agent = ? ORDER BY id DESC LIMIT ?",
+                                      (kind, agent, limit))]
+
+
+def count_of(store: Store, agent: str, kind: str) -> int:
+    row = store.query_one("SELECT COUNT(*) AS n FROM ledger WHERE agent = ? AND kind = ?", (agent, kind))
+    return row["n"] if row else 0
+
+
+# -- relaunches --
+
+
+def last_relaunch_id(store: Store, agent: str) -> int:
+    """The id of the agent's last relaunch event (0: none): the canary counts misses per launch."""
+    row = store.query_one("SELECT MAX(id) FROM ledger WHERE agent = ? AND kind = 'relaunch'", (agent,))
+    return int(row[0] or 0)
+
+
+def last_relaunch(store: Store, agent: str) -> sqlite3.Row | None:
+    """The agent's last relaunch: id, ts, cause, source, detail."""
+    return store.query_one("SELECT id, ts, cause, source, detail FROM ledger WHERE agent = ? AND kind = 'relaunch' "
+                           "ORDER BY id DESC LIMIT 1", (agent,))
+
+
+def relaunches(store: Store, agent: str, limit: int) -> list[sqlite3.Row]:
+    """The agent's last `limit` relaunches: ts, cause, detail."""
+    return store.query(
+        "SELECT ts, cause, detail FROM ledger WHERE agent = ? AND kind = 'relaunch' ORDER BY id DESC LIMIT ?",
+        (agent, limit),
+    )
+
+
+def relaunch_page(store: Store, agent: str, before_id: int | None, limit: int = 100) -> list[sqlite3.Row]:
+    """The agent's relaunches older than `before_id` (any, when None): id, ts, cause."""
+    return store.query("SELECT id, ts, cause FROM ledger WHERE kind = 'relaunch' AND agent = ?"
+                       + (" AND id < ?" if before_id is not None else "") + " ORDER BY id DESC LIMIT ?",
+                       (agent, before_id, limit) if before_id is not None else (agent, limit))
+
+
+def relaunches_since(store: Store, agent: str, since: float) -> int:
+    row = store.query_one("SELECT COUNT(*) FROM ledger WHERE agent = ? AND kind = 'relaunch' AND ts >= ?",
+                          (agent, since))
+    return int(row[0]) if row else 0
+
+
+def relaunch_failed_after(store: Store, agent: str, relaunch_id: int) -> bool:
+    """Whether a relaunch_failed or launch_died of the agent came after event `relaunch_id`."""
+    return store.query_one("SELECT 1 FROM ledger WHERE id > ? AND agent = ? "
+                           "AND kind IN ('relaunch_failed', 'launch_died') LIMIT 1",
+                           (relaunch_id, agent)) is not None
+
+
+def canary_recycled(store: Store, agent: str, session: str) -> bool:
+    """Whether the agent was ever relaunched off `session` because the canary failed."""
+    return store.query_one(
+        "SELECT 1 FROM ledger WHERE agent = ? AND kind = 'relaunch' AND cause = 'canary_failed' "
+        "AND json_extract(detail, '$.old_session') = ? LIMIT 1",
+        (agent, session),
+    ) is not None
+
+
+def relaunched_agent(store: Store, session: str) -> str | None:
+    """The agent whose last relaunch named `session`, as the new session or the old one."""
+    row = store.query_one(
+        "SELECT agent FROM ledger WHERE kind = 'relaunch' AND json_valid(detail) AND "
+        "(json_extract(detail, '$.new_session') = ? OR json_extract(detail, '$.old_session') = ?) "
+        "ORDER BY id DESC LIMIT 1", (session, session))
+    return str(row[0]) if row is not None else None
+
+
+def relaunch_counts(store: Store, agent: str) -> list[sqlite3.Row]:
+    """The agent's relaunches counted by cause and mode: cause, mode, n."""
+    return store.query(
+        "SELECT cause, json_extract(detail, '$.mode') AS mode, COUNT(*) AS n FROM ledger "
+        "WHERE agent = ? AND kind = 'relaunch' GROUP BY cause, mode", (agent,)
+    )
+
+
+def relaunch_witness_counts(store: Store, agent: str) -> sqlite3.Row:
+    """The agent's relaunches (n) and how many of them a canary ack witnessed (w)."""
+    return store.query_one(
+        "SELECT COUNT(*) AS n, (SELECT COUNT(DISTINCT json_extract(detail, '$.witnessed')) FROM ledger "
+        "WHERE agent = ?1 AND kind = 'canary' AND json_extract(detail, '$.witnessed') IS NOT NULL) AS w "
+        "FROM ledger WHERE agent = ?1 AND kind = 'relaunch'", (agent,))
+
+
+# -- the canary's and the queue's events --
+
+
+def canary_witness(store: Store, agent: str, relaunch_id: int) -> sqlite3.Row | None:
+    """The canary event that witnessed relaunch `relaunch_id` (id, ts, detail); an ack recorded
+    before acks named their launch witnesses the relaunch before it."""
+    return store.query_one(
+        "SELECT id, ts, detail FROM ledger WHERE id > ? AND agent = ? AND kind = 'canary' "
+        "AND (json_extract(detail, '$.witnessed') = ? OR (json_extract(detail, '$.result') = 'ok' "
+        "AND json_extract(detail, '$.launch') IS NULL)) ORDER BY id LIMIT 1", (relaunch_id, agent, relaunch_id))
+
+
+def canary_sent(store: Store, agent: str, run_id: int) -> sqlite3.Row | None:
+    """The detail of the canary_sent event of run `run_id`, among the last thousand events."""
+    return store.query_one("SELECT detail FROM ledger WHERE agent = ? AND kind = 'canary_sent' AND id > "
+                           "(SELECT COALESCE(MAX(id), 0) - 1000 FROM ledger) AND json_extract(detail, '$.run') = ? "
+                           "ORDER BY id DESC LIMIT 1", (agent, run_id))
+
+
+def queue_witness_counts(store: Store, agent: str) -> sqlite3.Row:
+    """The agent's queue witnesses (w) and claims (c)."""
+    return store.query_one("SELECT SUM(kind = 'queue_witness') AS w, SUM(kind = 'queue_claim') AS c FROM ledger "
+                           "WHERE agent = ? AND kind IN ('queue_witness', 'queue_claim')", (agent,))

@@ -88,6 +88,22 @@ def _enqueue_in(db: sqlite3.Connection, text: str, dedupe_key: str | None, chat_
 # -- readers (console, status, sender) ---------------------------------------------------
 
 
+def has_key(store: Store, dedupe_key: str) -> bool:
+    """Whether a message with this dedupe key was ever enqueued (pending, sent or failed)."""
+    return store.query_one("SELECT 1 FROM outbox WHERE dedupe_key = ?", (dedupe_key,)) is not None
+
+
+def has_key_in(db: sqlite3.Connection, dedupe_key: str) -> bool:
+    """`has_key`, inside the caller's transaction."""
+    return db.execute("SELECT 1 FROM outbox WHERE dedupe_key = ?", (dedupe_key,)).fetchone() is not None
+
+
+def oldest_pending_created(store: Store) -> float | None:
+    """When the oldest pending message was enqueued (None: none pending)."""
+    row = store.query_one("SELECT MIN(created) FROM outbox WHERE state = 'pending'")
+    return row[0] if row else None
+
+
 def get(store: Store, msg_id: int) -> Message | None:
     row = store.query_one("SELECT * FROM outbox WHERE id = ?", (msg_id,))
     return Message.from_row(row) if row else None

@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 from loomtui.states import MAIN_AGENT
+from loomtui.store import meta
 from loomtui.store.db import Store, agent_key
 
 KEY = "pinned_session"
@@ -30,10 +31,7 @@ def pinned(store: Store) -> str | None:
 
 def pin_in(db: sqlite3.Connection, session_id: str) -> None:
     """Pin the session of the agent whose store `db` came from (each agent has its own)."""
-    db.execute(
-        "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (agent_key(KEY, getattr(db, "agent", MAIN_AGENT)), session_id),
-    )
+    meta.set_in(db, agent_key(KEY, getattr(db, "agent", MAIN_AGENT)), session_id)
     state_dir = getattr(db, "agent_dir", None) or _state_dir(db)
     if state_dir is not None:
         try:
@@ -85,8 +83,7 @@ def sync_sidecar(store: Store) -> None:
     """
     state_dir = store.agent_dir
     with store.write() as db:
-        row = db.execute("SELECT value FROM meta WHERE key = ?", (store.agent_key(KEY),)).fetchone()
-        current = row[0] if row else None
+        current = meta.get_in(db, store.agent_key(KEY))
         try:
             if current is None:
                 (state_dir / SIDECAR).unlink(missing_ok=True)

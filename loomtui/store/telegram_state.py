@@ -6,6 +6,7 @@ import json
 import sqlite3
 from typing import Any
 
+from loomtui.store import meta
 from loomtui.store.db import Store
 
 OFFSET_KEY = "telegram_update_offset"
@@ -19,10 +20,7 @@ def offset(store: Store) -> int | None:
 
 
 def set_offset_in(db: sqlite3.Connection, value: int) -> None:
-    db.execute(
-        "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (OFFSET_KEY, str(value)),
-    )
+    meta.set_in(db, OFFSET_KEY, str(value))
 
 
 def conflict(store: Store) -> dict[str, Any] | None:
@@ -32,11 +30,8 @@ def conflict(store: Store) -> dict[str, Any] | None:
 
 def set_conflict_in(db: sqlite3.Connection, since: float, pid: int) -> None:
     value = json.dumps({"since": since, "pid": pid, "note": CONFLICT_NOTE})
-    db.execute(
-        "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (CONFLICT_KEY, value),
-    )
+    meta.set_in(db, CONFLICT_KEY, value)
 
 
 def clear_conflict_in(db: sqlite3.Connection) -> bool:
-    return db.execute("DELETE FROM meta WHERE key = ?", (CONFLICT_KEY,)).rowcount > 0
+    return meta.delete_in(db, CONFLICT_KEY)

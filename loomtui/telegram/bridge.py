@@ -218,7 +218,7 @@ class Bridge:
         with self.store.write() as db:
             for answer in answers:
                 text, _ = rules.truncate(redact.scrub(answer.text))
-                fresh = db.execute("SELECT 1 FROM outbox WHERE dedupe_key = ?", (answer.key,)).fetchone() is None
+                fresh = not outbox.has_key_in(db, answer.key)
                 outbox.enqueue(db, text, dedupe_key=answer.key, chat_id=self.chat_id)
                 queued += int(fresh)
                 # Lengths only: the agent's words and the operator's stay out of the log.

@@ -25,7 +25,7 @@ from loomtui.pump import transcript
 from loomtui.report import incidents
 from loomtui.report import status as status_mod
 from loomtui.report.check_rules import supervisor_stale_after
-from loomtui.store import ledger
+from loomtui.store import canary_runs, job_runs, ledger, queue_items
 from loomtui.store.db import DB_NAME, Store
 from loomtui.text import dumps
 from loomtui.tui.transcript_view import Entry, Follower
@@ -218,13 +218,11 @@ class Source:
 
 
 def _probes(store: Store, agent: str, limit: int = 100) -> list[Probe]:
-    return [canary.probe_from(r) for r in store.query("SELECT * FROM canary_runs WHERE agent = ? ORDER BY id DESC "
-                                                      "LIMIT ?", (agent, limit))]
+    return [canary.probe_from(r) for r in canary_runs.newest(store, agent, limit)]
 
 
 def _last_ack(store: Store, agent: str) -> tuple[float, float | None] | None:
-    row = store.query_one("SELECT ack_at, sent_at, latency FROM canary_runs WHERE result = ? AND agent = ? "
-                          "ORDER BY id DESC LIMIT 1", (canary.OK, agent))
+    row = canary_runs.last_ack(store, agent, canary.OK)
     return None if row is None else (row["ack_at"] or row["sent_at"], row["latency"])
 
 
@@ -234,9 +232,7 @@ def _relaunches(store: Store, agent: str, now: float) -> list[tuple[float, str]]
     out: list[tuple[float, str]] = []
     before = None
     while len(out) < RELAUNCH_EVENTS:
-        rows = store.query("SELECT id, ts, cause FROM ledger WHERE kind = 'relaunch' AND agent = ?"
-                           + (" AND id < ?" if before is not None else "") + " ORDER BY id DESC LIMIT 100",
-                           (agent, before) if before is not None else (agent,))
+        rows = ledger.relaunch_page(store, agent, before, 100)
         out += [(r["ts"], r["cause"] or "") for r in rows if r["ts"] >= now - DAY]
         if len(rows) < 100 or rows[-1]["ts"] < now - DAY:
             break
@@ -245,8 +241,7 @@ def _relaunches(store: Store, agent: str, now: float) -> list[tuple[float, str]]
 
 
 def _queue_spans(store: Store, agent: str, now: float) -> list[tuple[float, float | None]]:
-    rows = store.query("SELECT first_seen, witnessed_at FROM queue_items WHERE agent = ? AND (state != 'witnessed' "
-                       "OR witnessed_at >= ?)", (agent, now - DAY))
+    rows = queue_items.spans(store, agent, now - DAY)
     return [(r["first_seen"], r["witnessed_at"]) for r in rows]
 
 
@@ -255,8 +250,7 @@ def _latest_incidents(store: Store, agent: str) -> list[incidents.Incident]:
     # table backwards past ordinary traffic when trouble is rare, which is exactly when it is.
     ids: list[int] = []
     for kind in incidents.KINDS:
-        ids += [r[0] for r in store.query("SELECT id FROM ledger WHERE kind = ? AND agent = ? ORDER BY id DESC LIMIT ?",
-                                          (kind, agent, INCIDENT_EVENTS))]
+        ids += ledger.newest_ids(store, agent, kind, INCIDENT_EVENTS)
     events = event_detail(store, sorted(ids)[-INCIDENT_EVENTS:])  # oldest first
     return list(reversed(incidents.group(events)))[:LATEST_INCIDENTS]
 
@@ -344,10 +338,8 @@ def _queue(store: Store, agent: str) -> list[Any]:
     (the sentinel's own listing, for one agent's rows)."""
     from loomtui.sentinel import queue as sentinel_queue
 
-    live = store.query("SELECT * FROM queue_items WHERE agent = ? AND state != ? ORDER BY id",
-                       (agent, sentinel_queue.WITNESSED))
-    done = store.query("SELECT * FROM queue_items WHERE agent = ? AND state = ? ORDER BY witnessed_at DESC, id DESC "
-                       "LIMIT 10", (agent, sentinel_queue.WITNESSED))
+    live = queue_items.unwitnessed(store, agent)
+    done = queue_items.last_witnessed(store, 10, agent)
     return [sentinel_queue.from_row(r) for r in live] + [sentinel_queue.from_row(r) for r in reversed(done)]
 
 
@@ -356,8 +348,7 @@ def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobR
     from loomtui.sentinel.cron import in_zone
     from loomtui.sentinel.schedule import next_due
 
-    rows = {r["job"]: r for r in store.query(
-        "SELECT r.* FROM job_runs r JOIN (SELECT job, MAX(id) AS id FROM job_runs GROUP BY job) m ON r.id = m.id")}
+    rows = job_runs.last_of_each(store)
     open_by_job: dict[str, int] = {}
     for item in queue:
         if item.state != "witnessed":
@@ -381,11 +372,7 @@ def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobR
 
 
 def event_detail(store: Store, event_ids: list[int]) -> list[ledger.Event]:
-    if not event_ids:
-        return []
-    marks = ",".join("?" * len(event_ids))
-    return [ledger.Event.from_row(r) for r in
-            store.query(f"SELECT * FROM ledger WHERE id IN ({marks}) ORDER BY id", tuple(event_ids))]
+    return ledger.by_ids(store, event_ids)
 
 
 def pretty(detail: dict[str, Any]) -> str:

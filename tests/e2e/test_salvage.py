@@ -18,7 +18,7 @@ from loomtui.sentinel import jobscan
 from loomtui.sentinel import queue as sentinel_queue
 from loomtui.sentinel.logscan import Carry, Position
 from loomtui.sentinel.queue_rules import CLAIMED, OPEN, WITNESSED, Failure
-from loomtui.store import ledger, outbox, salvage, session
+from loomtui.store import heartbeats, ledger, outbox, salvage, session
 from loomtui.store.db import DB_NAME, Store
 from loomtui.store.salvage import open_or_salvage
 
@@ -267,7 +267,7 @@ def test_the_daemon_salvages_instead_of_crash_looping(tmp_path, state_dir):
         def beat():
             try:
                 with Store.in_dir(state_dir) as store:
-                    return store.heartbeats().get("supervisor")
+                    return heartbeats.read(store).get("supervisor")
             except (StoreError, sqlite3.Error):
                 return None  # the damaged file, until the daemon has moved it aside
         wait_for(beat, 60, what="the daemon running on a fresh store")

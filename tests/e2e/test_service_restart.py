@@ -18,6 +18,7 @@ from test_supervise import FAST, Daemon, relaunches
 
 from loomtui.agent import tmux
 from loomtui.daemon import service
+from loomtui.store import heartbeats
 from loomtui.store.db import Store
 
 pytestmark = pytest.mark.e2e
@@ -165,7 +166,7 @@ def test_the_agent_survives_systemctl_restart_and_a_crash_of_the_unit(make_harne
     def beat_of(pid: int):
         try:
             with Store.in_dir(harness.state_dir) as store:
-                beat = store.heartbeats().get("supervisor")
+                beat = heartbeats.read(store).get("supervisor")
         except Exception:
             return None
         return beat if beat and pid and beat["pid"] == pid else None

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from harness import wait_for
 
+from loomtui.store import heartbeats
 from loomtui.store.db import Store
 
 pytestmark = pytest.mark.e2e
@@ -37,7 +38,7 @@ class Daemon:
     def heartbeat(self):
         try:
             with Store.in_dir(self.harness.state_dir) as store:
-                beat = store.heartbeats().get("supervisor")
+                beat = heartbeats.read(store).get("supervisor")
         except Exception:
             return None
         return beat if beat and beat["pid"] == self.proc.pid else None
@@ -263,7 +264,7 @@ def test_a_crashing_loop_is_recorded_restarted_and_contained(tmp_path):
         rows = wait_for(lambda: len(errors()) >= 3 and errors(), 60, what="three recorded loop errors")
         assert all(json.loads(r[0])["loop"] == "boom" for r in rows)
         with Store.in_dir(state) as store:
-            stats = store.heartbeats()["supervisor"]["detail"]["loops"]["boom"]
+            stats = heartbeats.read(store)["supervisor"]["detail"]["loops"]["boom"]
         assert stats["errors"] >= 1 and stats["restarts"] >= 1
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)

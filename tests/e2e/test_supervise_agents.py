@@ -15,6 +15,7 @@ import psutil
 import pytest
 from harness import AgentsHarness, wait_for
 
+from loomtui.store import heartbeats
 from loomtui.store.db import Store
 
 pytestmark = pytest.mark.e2e
@@ -45,7 +46,7 @@ class Daemon:
     def loops(self) -> dict:
         try:
             with Store.in_dir(self.harness.state_dir) as store:
-                beat = store.heartbeats().get("supervisor")
+                beat = heartbeats.read(store).get("supervisor")
         except Exception:
             return {}
         return beat["detail"]["loops"] if beat and beat["pid"] == self.proc.pid else {}
@@ -150,7 +151,7 @@ def test_stuck_ticks_never_starve_another_loop_of_a_thread(tmp_path):
         def ticks():
             try:
                 with Store.in_dir(state) as store:
-                    beat = store.heartbeats().get("supervisor")
+                    beat = heartbeats.read(store).get("supervisor")
             except Exception:
                 return 0
             return beat["detail"]["loops"].get("alive", {}).get("ticks", 0) if beat else 0

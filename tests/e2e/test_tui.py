@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Static, TabbedContent
 from tui_state import NOW, populate, write_config
 
 from loomtui.context import Context
-from loomtui.store import ledger
+from loomtui.store import heartbeats, ledger
 from loomtui.store.db import DB_NAME
 from loomtui.tui.app import LoomApp
 from loomtui.tui.console_screen import AGENT_ACTIONS
@@ -392,7 +392,7 @@ def test_demo_starts_and_stops_everything(tmp_path):
         config = demo.start()
         ctx = Context.load(str(config), None, environ={})
         try:
-            wait_for(lambda: ctx.store.heartbeats().get("supervisor"), 30, what="the demo supervisor")
+            wait_for(lambda: heartbeats.read(ctx.store).get("supervisor"), 30, what="the demo supervisor")
             pids = [p.pid for p in demo.procs]
         finally:
             ctx.close()

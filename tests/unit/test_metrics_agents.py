@@ -12,7 +12,7 @@ from prometheus_client.core import CollectorRegistry
 from loomtui.agent import holds
 from loomtui.context import Context
 from loomtui.daemon.metrics import StoreCollector
-from loomtui.store import ledger, outbox
+from loomtui.store import heartbeats, ledger, outbox
 
 HOST_WIDE = ("loom_supervisor_heartbeat_age_seconds", "loom_outbox_pending", "loom_ledger_events",
              "loom_outbox_oldest_pending_age_seconds", "loom_schedule_drift_seconds", "loom_notify")
@@ -81,7 +81,7 @@ def test_each_agent_has_its_own_series_and_the_host_has_one(two):
                    "nudges, agent) VALUES ('j', 'line', 's', 'x', '/l', ?, ?, 1, 'open', 0, 'beta')", (now - 7200, now))
     holds.place(beta, by="operator", reason="upgrading", until=None, source="cli", now=now)
     outbox.enqueue(alpha.store, "hello")
-    alpha.store.beat("supervisor", {"pid": 1, "loops": {}}, now=now - 2)
+    heartbeats.beat(alpha.store, "supervisor", {"pid": 1, "loops": {}}, now=now - 2)
 
     # The daemon's loop names: each agent's watchdog named for it, the sentinel the host's.
     got = scrape(alpha, {"watchdog:alpha": {"ticks": 3, "errors": 0}, "watchdog:beta": {"ticks": 4, "errors": 1},

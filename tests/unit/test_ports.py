@@ -261,7 +261,8 @@ TIMED = [f"{p}.py" for p in (
     "actions", "agent/holds", "agent/launch", "agent/launches", "agent/recovery", "agent/watchdog", "agent/inject",
     "agent/hold_rules", "canary/loop", "canary/probe", "canary/runs", "sentinel/claims", "sentinel/tick",
     "sentinel/queue", "sentinel/jobscan", "store/db", "store/ledger", "store/outbox", "store/locks",
-    "store/counters", "store/session")]
+    "store/counters", "store/session", "store/meta", "store/heartbeats", "store/canary_runs", "store/job_runs",
+    "store/queue_items", "store/scan_offsets")]
 CLOCK_READS = {"time", "monotonic", "sleep", "perf_counter"}
 PROCESS_TABLE_READERS = {"actions.py", "agent/watchdog.py", "agent/launches.py", "sentinel/tick.py"}
 
