@@ -119,12 +119,6 @@ def at_wall(wall: float, reading: Instant | None = None) -> Instant:
     return Instant(wall, at.mono - (at.wall - wall), at.boot)
 
 
-def instant_from(detail: dict, wall: float) -> Instant:
-    """The Instant recorded in an event's detail (wall time from the event itself)."""
-    mono = detail.get("mono")
-    return Instant(wall, float(mono) if isinstance(mono, (int, float)) else None, detail.get("boot"))
-
-
 def local_zone():
     """The machine's local time zone, with its daylight-saving rules (cron schedules use it)."""
     from dateutil import tz

@@ -15,7 +15,7 @@ from loomtui import clock
 from loomtui.agent import holds
 from loomtui.agent.hold_rules import Hold
 from loomtui.agent.policy import Decision, Relaunch, Situation
-from loomtui.timing import Instant
+from loomtui.timing import Instant, stored
 from loomtui.context import Context
 from loomtui.store import ledger, locks, outbox, session
 
@@ -55,7 +55,8 @@ def history(ctx: Context) -> tuple[Relaunch, ...]:
             detail = json.loads(row["detail"])
         except ValueError:
             detail = {}
-        out.append(Relaunch(clock.instant_from(detail, row["ts"]), row["cause"] or "", detail.get("mode", ""),
+        out.append(Relaunch(stored(row["ts"], detail.get("mono"), detail.get("boot")), row["cause"] or "",
+                            detail.get("mode", ""),
                             detail.get("old_session"), detail.get("new_session")))
     return tuple(out)
 
