@@ -449,6 +449,7 @@ class Sim:
                 continue
             self.event("canary", result=row["result"], seq=row["launch_seq"])
             if row["result"] == "ok":
+                self.world.heard_since_disturbance = True
                 self.report.on_witness(self.checker.trouble_since)
                 self.checker.on_witness(row["launch_seq"])
             self.runs_told.add(row["id"])

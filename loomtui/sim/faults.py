@@ -1,9 +1,11 @@
 """The faults the world can suffer, each a small change to its truth at the current instant.
 
 Some faults only disturb probes (busy, a dialog, a slow boot): the world spaces them at least
-three ack timeouts apart, so that "busy" keeps its meaning (acks later than one timeout and
-sooner than two). Two disturbances back to back are indistinguishable from deafness, to Loom
-and to anyone, and a recycle then would not be a false one.
+three ack timeouts apart, and by a probe acked in time between them, so that "busy" keeps its
+meaning (acks later than one timeout and sooner than two). Two disturbances back to back are
+indistinguishable from deafness, to Loom and to anyone, and a recycle then would not be a false
+one; time alone does not keep them apart: a tmux that hangs between two leaves no probe between
+them (storm seed 12, day 18: a miss, fifteen minutes of probes that could not be typed, a miss).
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ def apply(sim: Sim, kind: str) -> bool:
     a = w.agent if w.agent is not None and w.agent.alive else None
     if kind in DISTURBING:
         pending = w.slow_boot_next or (a is not None and (a.busy_next or a.modal))
-        if pending or w.t - w.last_disturbance < 3 * T:
+        if pending or w.t - w.last_disturbance < 3 * T or not w.heard_since_disturbance:
             return False
-        w.last_disturbance = w.t
+        w.last_disturbance, w.heard_since_disturbance = w.t, False
     if kind == "crash":
         if a is None:
             return False

@@ -78,6 +78,7 @@ class World:
     jobs: list[Job] = field(default_factory=list)
     impaired: list[tuple[float, float]] = field(default_factory=list)  # windows Loom could not see or write
     last_disturbance: float = -1e18      # last fault that makes probes late or lost (busy, modal, boot, load)
+    heard_since_disturbance: bool = True  # a probe acked in time since then (the engine says, from the store)
     ack_timeout: float = 180.0
     latency_cap: float = 20.0            # an ordinary ack's latency is at most this (a tenth of ack_timeout)
     poller_lost_at: float | None = None
