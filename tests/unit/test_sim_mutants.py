@@ -160,8 +160,7 @@ def test_probes_filed_under_the_wrong_launch_are_caught(monkeypatch):
     # Every probe recorded as of launch 0: none ever witnesses the relaunch it was sent for.
     from loomtui.canary import runs as canary_runs
 
-    plant(monkeypatch, canary_runs, "insert_run", "launch_seq(ctx), int(launches.in_boot_grace(ctx))",
-          "0, int(launches.in_boot_grace(ctx))")
+    plant(monkeypatch, canary_runs, "insert_run", "launch_seq=launch_seq(ctx),", "launch_seq=0,")
     result = caught_in("exit_zero_is_failure", "relaunch_witnessed")
 
 
