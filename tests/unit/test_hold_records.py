@@ -170,6 +170,7 @@ def test_the_agents_own_hold_and_release_are_told_to_the_operator_with_its_name(
     assert released.describe() == "released the agent's hold (running migrations); automatic recovery is on again"
     [cleared] = events(beta, "hold_cleared")
     assert cleared.detail["actor"] == "agent" and cleared.detail["actor_session"] == "s-1"
+    assert holds.stored(beta) is None
     assert messages(beta) == [
         "[beta] Loom: the agent beta placed a hold: held by the agent: running migrations (10m left)",
         "[beta] Loom: the agent beta released the hold (held by the agent: running migrations (9m left)); "
@@ -177,10 +178,15 @@ def test_the_agents_own_hold_and_release_are_told_to_the_operator_with_its_name(
     ]
 
 
-def test_one_agent_is_not_named_in_its_messages(ctx):
-    holds.place(ctx, by="operator", reason="x", until=None, source="cli", now=T0,
-                actor=Actor("agent", session="s", agent="main"))
-    assert messages(ctx) == ["Loom: the agent main placed a hold: held by the agent: x (until released)"]
+def test_one_agent_is_not_named_in_its_messages_and_each_is_dated_when_it_happened(ctx):
+    me = Actor("agent", session="s", agent="main")
+    holds.place(ctx, by="operator", reason="x", until=None, source="cli", now=T0, actor=me)
+    holds.release(ctx, source="cli", how="release", now=T0 + 77, actor=me)
+    assert messages(ctx) == ["Loom: the agent main placed a hold: held by the agent: x (until released)",
+                             "Loom: the agent main released the hold (held by the agent: x (until released)); "
+                             "automatic recovery is on again"]
+    assert [m.created for m in outbox.pending(ctx.store)] == [T0, T0 + 77]
+    assert [(e.kind, e.ts) for e in ledger.tail(ctx.store, 10)] == [("hold_placed", T0), ("hold_cleared", T0 + 77)]
 
 
 def test_each_agent_has_its_own_hold_and_its_refusals_are_counted_under_its_name(beta, tmp_path):
@@ -190,13 +196,17 @@ def test_each_agent_has_its_own_hold_and_its_refusals_are_counted_under_its_name
         assert holds.current(main, T0 + 1) is None and holds.current(beta, T0 + 1).reason == "beta only"
         holds.refused(beta, action="relaunch", cause="crash", loop="watchdog", source="watchdog", now=T0 + 1)
         holds.refused(main, action="relaunch", cause="crash", loop="watchdog", source="watchdog", now=T0 + 1)
-        counted = {tuple(sorted(c.labels.items())): c.value for c in counters.read(main.store, "loom_admit_total")}
+        counted = {tuple(sorted(c.labels.items())): c.value for c in counters.read(main.store, "loom_admit_total")
+                   if c.name == "loom_admit_total"}
         assert counted == {
             (("agent", "beta"), ("decision", "refused"), ("loop", "watchdog"), ("reason", "hold")): 1.0,
             (("decision", "refused"), ("loop", "watchdog"), ("reason", "hold")): 1.0,
         }
         [refusal] = events(beta, "refused")  # main held nothing: counted, never recorded
         assert refusal.agent == "beta"
+        holds.place(main, by="operator", reason="main's", until=None, source="cli", now=T0)
+        assert holds.release(beta, source="cli", how="release", now=T0 + 2).reason == "beta only"
+        assert holds.stored(beta) is None and holds.stored(main).reason == "main's"
     finally:
         main.close()
 
@@ -215,6 +225,17 @@ def test_a_refusal_records_what_was_refused_and_whose_hold_refused_it_once(ctx):
     holds.place(ctx, by="operator", reason="again", until=None, source="cli", now=T0 + 7)
     holds.refused(ctx, action="relaunch", cause="crash", loop="watchdog", source="watchdog", now=T0 + 8)
     assert [e.detail["hold_reason"] for e in events(ctx, "refused")] == ["deploying", "deploying", "again"]
+
+
+def test_an_unreadable_record_holds_as_the_operators_until_released(ctx, ticking):
+    ctx.store.set_meta(holds.KEY, "{not json")
+    assert actions.admit(ctx, "relaunch", cause="crash", source="watchdog") is not None
+    change = actions.release(ctx, source="cli")
+    assert change.describe() == ("released the operator's hold (unreadable hold record (loom release clears it)); "
+                                 "automatic recovery is on again")
+    assert change.as_json() == {"action": "released", "hold": {
+        "by": "operator", "actor": "", "reason": "unreadable hold record (loom release clears it)", "since": 0.0,
+        "until": None, "remaining": None}}
 
 
 def test_the_ceiling_places_its_hold_only_where_none_is_in_force(ctx):
