@@ -80,6 +80,12 @@ def test_a_hold_refuses_the_watchdogs_reap_and_records_its_cause(ctx, server):
     [refusal] = ledger.tail(ctx.store, 10, kinds=["refused"])
     assert (refusal.source, refusal.cause, refusal.detail["action"]) == ("watchdog", "foreign_poller", "reap")
     assert server.poll() is None and fired(ctx) == {}
+    actions.release(ctx, source="cli")
+    name = open(f"/proc/{server.pid}/comm").read().strip()  # what ps shows for it
+    assert actions.reap_foreign(ctx, server.pid, source="watchdog", grace=10.0) == f"reaped foreign poller {server.pid}"
+    assert server.wait(10) is not None
+    [reaped] = ledger.tail(ctx.store, 10, kinds=["foreign_poller_reaped"])
+    assert (reaped.source, reaped.detail) == ("watchdog", {"pid": server.pid, "name": name, "ok": True})
 
 
 def test_a_claim_carries_the_agents_session_and_counts_as_the_sentinels(ctx):

@@ -164,9 +164,13 @@ def test_at_the_ceiling_loom_holds_and_tells_the_operator_once(ctx):
 
 def test_the_ceilings_message_names_the_agent_among_several_and_escalates_once_per_hold(beta):
     decision = policy.Decision(policy.HOLD, escalate=True, reasons=("ceiling: 6", "and more"))
-    recovery.escalate(beta, "crash", decision, "watchdog", clock.now())
+    decided = clock.Instant(T0 - 30.0, MONO - 30.0, BOOT)  # when the policy decided, a moment ago
+    recovery.escalate(beta, "crash", decision, "watchdog", decided)
     recovery.escalate(beta, "crash", decision, "watchdog", clock.now())
     [message] = outbox.pending(beta.store)
+    [escalation] = ledger.tail(beta.store, 10, kinds=["escalation"])
+    assert escalation.ts == T0 - 30.0 and message.created == T0 - 30.0
+    assert message.dedupe_key == f"hold-{escalation.id}"  # the sender's guard against sending it twice
     assert message.text.startswith("[beta] Loom stopped relaunching the agent: ceiling: 6; and more. Last cause: crash. "
                                    "Automatic recovery is on hold until you act (loom recycle --agent beta --resume "
                                    "or --fresh). ledger ")
