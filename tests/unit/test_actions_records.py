@@ -111,7 +111,10 @@ def test_releasing_a_timed_hold_says_what_was_left_and_a_lapsed_one_is_recorded_
         ("tui", "release", "deploying"), ("tui", "expired", "lapsed")]
 
 
-def test_a_refused_nudge_typed_nothing(ctx):
+def test_a_refused_nudge_typed_nothing_and_a_refused_dialog_press_pressed_nothing(ctx):
     actions.hold(ctx, "deploying", None, source="cli")
     result = actions.nudge(ctx, "item 1", source="sentinel", detail={"item": 1})
     assert (result.ok, result.length, result.digest, result.event_id) == (False, 0, "", 0)
+    pressed = actions.dismiss_modal(ctx, ["Enter"], source="watchdog", detail={"match": "trust"})
+    assert (pressed.ok, pressed.length, pressed.digest, pressed.event_id, pressed.refused) == (False, 0, "", 0, "hold")
+    assert pressed.error == "refused: held by the operator: deploying (until released)"

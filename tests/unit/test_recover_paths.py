@@ -11,7 +11,7 @@ import pytest
 
 from loomtui import actions, clock
 from loomtui.actors import Actor
-from loomtui.agent import holds, launches, policy, recovery
+from loomtui.agent import holds, launch, launches, policy, recovery
 from loomtui.context import Context
 from loomtui.store import counters, ledger, locks, outbox, session
 from loomtui.text import digest
@@ -201,6 +201,16 @@ def test_a_busy_recycle_lock_and_a_second_look_leave_the_agent_alone(ctx):
     assert resolved.status == "resolved" and looks == [1]
     assert resolved.describe() == "resolved: the failure was gone on a second look"
     assert "relaunch" not in kinds(ctx)
+
+
+def test_a_recovery_says_what_happened_in_one_line():
+    assert recovery.Recovery("busy").describe() == "busy"
+    assert recovery.Recovery("resolved", notes=["gone", "again"]).describe() == "resolved: gone; again"
+    held = policy.Decision(policy.HOLD, reasons=("a", "b"))
+    assert recovery.Recovery("held", held, notes=["ignored"]).describe() == "held: a; b"
+    relaunched = launch.Outcome(True, "fresh", "s-9", "s-8", "crash")
+    assert recovery.Recovery("relaunched", notes=["unwitnessed", "soon"], outcome=relaunched).describe() == (
+        "relaunched fresh: session s-9; unwitnessed; soon")
 
 
 def test_who_witnesses_a_relaunch_depends_on_a_running_supervisor(ctx):
