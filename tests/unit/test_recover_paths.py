@@ -238,7 +238,7 @@ def test_without_may_hold_the_agent_is_refused_recorded_and_the_operator_told(ct
     with pytest.raises(actions.Refused, match="^release refused"):
         actions.release(ctx, source="cli", actor=AGENT)
     with pytest.raises(actions.Refused, match="^recycle refused"):
-        actions.recycle(ctx, "fresh", source="cli", actor=AGENT)
+        actions.recycle(ctx, "fresh", source="cli", actor=AGENT, reason="stuck")
     assert holds.stored(ctx) is None and "hold_placed" not in kinds(ctx) and "relaunch" not in kinds(ctx)
     first, second, third = ledger.tail(ctx.store, 10, kinds=["refused"])
     assert (first.source, first.ts) == ("cli", T0)
@@ -246,12 +246,14 @@ def test_without_may_hold_the_agent_is_refused_recorded_and_the_operator_told(ct
                             "actor_agent": "main", "reason_length": 11, "reason_digest": digest("let me work")}
     assert second.detail == {"action": "release", "reason": "agent", "actor": "agent", "actor_session": "s-1",
                              "actor_agent": "main"}
-    assert third.detail["action"] == "recycle"
+    assert third.detail == {"action": "recycle", "reason": "agent", "actor": "agent", "actor_session": "s-1",
+                            "actor_agent": "main", "reason_length": 5, "reason_digest": digest("stuck")}
     assert [m.text for m in outbox.pending(ctx.store)] == [
         "Loom: refused a hold asked for by the agent main (session s-1): agent.may_hold is off "
         "(reason given: let me work).",
         "Loom: refused a release asked for by the agent main (session s-1): agent.may_hold is off.",
-        "Loom: refused a recycle asked for by the agent main (session s-1): agent.may_hold is off.",
+        "Loom: refused a recycle asked for by the agent main (session s-1): agent.may_hold is off "
+        "(reason given: stuck).",
     ]
     assert counters.read(ctx.store, "loom_fire_total") == []  # refused before it counted as fired
 
