@@ -63,8 +63,8 @@ def test_an_alert_from_the_cli_is_the_clis_and_each_goes_out_once(ctx):
     events = ledger.tail(ctx.store, 20, kinds=["operator_alert"])
     assert [(e.source, e.detail["note"]) for e in events] == [("cli", "disk full")] * 2
     # One agent: no name before it; the alert's own event, the ledger's head, goes with it.
-    assert [m.text for m in outbox.pending(ctx.store)] == [
-        f"Loom: disk full ledger {e.id}:{e.hash}" for e in events]
+    assert [(m.text, m.dedupe_key) for m in outbox.pending(ctx.store)] == [
+        (f"Loom: disk full ledger {e.id}:{e.hash}", f"alert-{e.id}") for e in events]
 
 
 def test_no_socket_repair_without_the_recorded_tmux_server(ctx):
@@ -127,11 +127,16 @@ def test_a_hold_refuses_the_watchdogs_reap_and_records_its_cause(ctx, server):
     assert (refusal.source, refusal.cause, refusal.detail["action"]) == ("watchdog", "foreign_poller", "reap")
     assert server.poll() is None and fired(ctx) == {}
     actions.release(ctx, source="cli")
-    name = open(f"/proc/{server.pid}/comm").read().strip()  # what ps shows for it
-    assert actions.reap_foreign(ctx, server.pid, source="watchdog", grace=10.0) == f"reaped foreign poller {server.pid}"
-    assert server.wait(10) is not None
+    sleeper = subprocess.Popen(["sleep", "600"])  # named unlike this test's own process
+    try:
+        assert actions.reap_foreign(ctx, sleeper.pid, source="watchdog", grace=10.0) == (
+            f"reaped foreign poller {sleeper.pid}")
+        assert sleeper.wait(10) == -signal.SIGTERM
+    finally:
+        sleeper.kill()
+        sleeper.wait()
     [reaped] = ledger.tail(ctx.store, 10, kinds=["foreign_poller_reaped"])
-    assert (reaped.source, reaped.detail) == ("watchdog", {"pid": server.pid, "name": name, "ok": True})
+    assert (reaped.source, reaped.detail) == ("watchdog", {"pid": sleeper.pid, "name": "sleep", "ok": True})
 
 
 def test_a_claim_carries_the_agents_session_and_counts_as_the_sentinels(ctx):
