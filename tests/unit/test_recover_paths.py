@@ -73,7 +73,8 @@ def relaunched(ctx, ago: float, cause: str = "crash", mode: str = "resume", old:
 
 
 def admitted(ctx):
-    return {tuple(sorted(c.labels.items())): c.value for c in counters.read(ctx.store, "loom_admit_total")}
+    return {tuple(sorted(c.labels.items())): c.value for c in counters.read(ctx.store, "loom_admit_total")
+            if c.name == "loom_admit_total"}
 
 
 def kinds(ctx):
@@ -211,6 +212,14 @@ def test_a_recovery_says_what_happened_in_one_line():
     relaunched = launch.Outcome(True, "fresh", "s-9", "s-8", "crash")
     assert recovery.Recovery("relaunched", notes=["unwitnessed", "soon"], outcome=relaunched).describe() == (
         "relaunched fresh: session s-9; unwitnessed; soon")
+
+
+def test_a_timed_hold_reads_as_held_until_its_end_on_the_clock(ctx, fixed_clock):
+    actions.hold(ctx, "deploying", 60.0, source="cli")
+    fixed_clock.sleep(59.0)
+    assert recovery.held(ctx).reason == "deploying"
+    fixed_clock.sleep(1.0)
+    assert recovery.held(ctx) is None and recovery.situation(ctx, "crash").held is False
 
 
 def test_who_witnesses_a_relaunch_depends_on_a_running_supervisor(ctx):
