@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 FOREIGN_PID = 700_000      # a foreign poller's pid (never one of the agent's)
 SERVER_PID = 500_000       # the tmux server's pids: one per server started
+DIALOG_ANSWERS = ("Enter", "1")  # the keys that answer the simulated trust dialog (world.MODAL_SCREEN)
 
 
 def pane(agent: Agent, *, status: int | None = None) -> PaneInfo:
@@ -130,7 +131,9 @@ class SimDriver:
 
     def send_keys(self, keys: list[str], expect_pane_pid: int | None = None) -> None:
         a = self._typable(expect_pane_pid)
-        if a.modal:
+        # The trust dialog closes on a key that chooses its first option (Enter on the highlighted
+        # "Yes", or 1), as the CLI's does; any other key leaves it on the screen.
+        if a.modal and keys and keys[0] in DIALOG_ANSWERS:
             a.modal = False
             self.sim.event("modal_dismissed_in_world")
 

@@ -1,0 +1,130 @@
+"""The canary loop's ticks that decide without touching the pane: misses that mean deaf go to
+actions.recover (the hold or the backoff answering), a hold in force waits out its time, a relaunch
+waits for recycle.lock before its witness, and a probe not yet due waits until it is. What the
+loop says and when it looks again are what the daemon acts on. A real store in a temporary state
+dir, on a clock the test sets; no tick here reaches the pane (the simulation covers those)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from loomtui import actions, clock
+from loomtui.canary import runs
+from loomtui.canary.loop import CanaryLoop
+from loomtui.context import Context
+from loomtui.store import ledger, locks
+
+T0 = 1_800_000_000.0
+MONO = 9000.0
+BOOT = "boot-a"
+
+
+class SetClock:
+    def __init__(self) -> None:
+        self.at_wall, self.at_mono = T0, MONO
+
+    def wall(self) -> float:
+        return self.at_wall
+
+    def monotonic(self) -> float:
+        return self.at_mono
+
+    def boot_id(self) -> str | None:
+        return BOOT
+
+    def sleep(self, seconds: float) -> None:
+        self.at_wall += seconds
+        self.at_mono += seconds
+
+
+@pytest.fixture(autouse=True)
+def fixed_clock():
+    with clock.use(SetClock()) as c:
+        yield c
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[canary]\ninterval = "20m"\nack_timeout = "2s"\nmisses_to_recycle = 2\n')
+    c = Context.load(str(config), str(tmp_path / "state"), environ={})
+    yield c
+    c.close()
+
+
+def probe(ctx, result: str, ago: float) -> int:
+    """A probe sent `ago` seconds before now, settled as `result`."""
+    sent = clock.Instant(T0 - ago, MONO - ago, BOOT)
+    run = runs.insert_run(ctx, f"n{ago}-{result}", "canary", runs.PENDING, sent.wall, sent.wall + 2, sent=sent)
+    runs.settle_run(ctx, run, result, ack_at=sent.wall + 1 if result == runs.OK else None)
+    return run
+
+
+def test_it_looks_often_while_something_is_pending_but_never_oftener_than_a_second(tmp_path, ctx):
+    assert CanaryLoop(ctx).waiting == 0.5  # a quarter of the 2 s ack timeout
+    slow = Context.load(None, str(tmp_path / "slow"), environ={})  # the default 3 min ack timeout
+    try:
+        assert CanaryLoop(slow).waiting == 1.0
+    finally:
+        slow.close()
+
+
+def test_two_misses_mean_deaf_and_a_hold_answers_the_recovery(ctx):
+    loop = CanaryLoop(ctx)
+    probe(ctx, runs.MISS, 120.0)
+    assert not loop.misses_mean_deaf()
+    probe(ctx, runs.MISS, 60.0)
+    assert loop.misses_mean_deaf()
+    actions.hold(ctx, "deploying", None, source="cli")
+    assert loop.tick() == "canary_failed: held: held by the operator: deploying (until released)"
+    [refusal] = ledger.tail(ctx.store, 10, kinds=["refused"])
+    assert (refusal.source, refusal.cause, refusal.detail["action"]) == ("canary", "canary_failed", "relaunch")
+
+
+def test_deaf_inside_the_backoff_waits_for_it(ctx):
+    ledger.append(ctx.store, "relaunch", source="watchdog", cause="crash", ts=T0 - 2.0,
+                  detail={"mode": "resume", "mono": MONO - 2.0, "boot": BOOT})
+    probe(ctx, runs.MISS, 1.5)
+    probe(ctx, runs.MISS, 1.0)  # both to the launch just made
+    assert CanaryLoop(ctx).tick() == "canary_failed: waiting: backoff: 5s after relaunch 1"
+    assert ledger.tail(ctx.store, 10, kinds=["escalation"]) == []
+
+
+def test_an_ok_after_the_misses_means_hearing(ctx):
+    probe(ctx, runs.MISS, 300.0)
+    probe(ctx, runs.MISS, 200.0)
+    probe(ctx, runs.OK, 100.0)
+    loop = CanaryLoop(ctx)
+    assert not loop.misses_mean_deaf()
+    assert loop.tick() == "" and loop.next_look == pytest.approx(1100.0)  # the 20 min interval from the ok
+    assert [r.result for r in runs.recent_runs(ctx)] == [runs.MISS, runs.MISS, runs.OK]  # nothing sent before it is due
+
+
+def test_a_hold_waits_out_its_time_or_until_released(ctx):
+    loop = CanaryLoop(ctx)
+    actions.hold(ctx, "deploying", 600.0, source="cli")
+    assert loop.tick() == "" and loop.next_look == 600.0 and loop.quiet
+    assert loop._hold_left() == 600.0
+    actions.release(ctx, source="cli")
+    assert loop._hold_left() == 0.0  # released since the look that found it
+    actions.hold(ctx, "until I say", None, source="cli")
+    assert loop._hold_left() == math.inf
+    assert loop.tick() == "" and loop.next_look is None and loop.quiet  # no end: nothing before its period
+
+
+def test_a_probe_pending_under_a_hold_is_looked_at_again(ctx):
+    runs.insert_run(ctx, "pending", "canary", runs.PENDING, T0 - 1.0, T0 + 60.0)
+    actions.hold(ctx, "deploying", 600.0, source="cli")
+    loop = CanaryLoop(ctx)
+    assert loop.tick() == "" and loop.next_look == 600.0 and not loop.quiet
+
+
+def test_a_relaunchs_witness_waits_for_recycle_lock(ctx):
+    ledger.append(ctx.store, "relaunch", source="watchdog", cause="crash", ts=T0 - 30.0,
+                  detail={"mode": "resume", "mono": MONO - 30.0, "boot": BOOT})
+    loop = CanaryLoop(ctx)
+    with locks.hold(ctx.agent_dir, locks.RECYCLE):
+        assert loop.tick() == "" and loop.next_look == loop.waiting and not loop.quiet
+    assert runs.recent_runs(ctx) == []  # nothing probed while the relaunch held the lock
