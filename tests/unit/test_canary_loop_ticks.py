@@ -10,6 +10,7 @@ import math
 
 import pytest
 
+from fake_clock import FakeClock
 from loomtui import actions, clock
 from loomtui.canary import runs
 from loomtui.canary.loop import CanaryLoop
@@ -21,27 +22,9 @@ MONO = 9000.0
 BOOT = "boot-a"
 
 
-class SetClock:
-    def __init__(self) -> None:
-        self.at_wall, self.at_mono = T0, MONO
-
-    def wall(self) -> float:
-        return self.at_wall
-
-    def monotonic(self) -> float:
-        return self.at_mono
-
-    def boot_id(self) -> str | None:
-        return BOOT
-
-    def sleep(self, seconds: float) -> None:
-        self.at_wall += seconds
-        self.at_mono += seconds
-
-
 @pytest.fixture(autouse=True)
 def fixed_clock():
-    with clock.use(SetClock()) as c:
+    with clock.use(FakeClock(T0, MONO, BOOT)) as c:
         yield c
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from fake_clock import FakeClock
 from loomtui import actions, clock
 from loomtui.actors import Actor
 from loomtui.agent import hold_rules, holds
@@ -20,32 +21,9 @@ TWO_AGENTS = '[[agents]]\nname = "main"\n[[agents]]\nname = "beta"\n'
 AGENT = Actor("agent", session="s-1", agent="beta")
 
 
-class SetClock:
-    """Time that moves only when the test says."""
-
-    def __init__(self, wall: float = T0, mono: float = 1000.0) -> None:
-        self.at_wall, self.at_mono = wall, mono
-
-    def wall(self) -> float:
-        return self.at_wall
-
-    def monotonic(self) -> float:
-        return self.at_mono
-
-    def boot_id(self) -> str | None:
-        return BOOT
-
-    def sleep(self, seconds: float) -> None:
-        self.advance(seconds)
-
-    def advance(self, seconds: float) -> None:
-        self.at_wall += seconds
-        self.at_mono += seconds
-
-
 @pytest.fixture
 def ticking():
-    with clock.use(SetClock()) as c:
+    with clock.use(FakeClock(T0, 1000.0, BOOT)) as c:
         yield c
 
 

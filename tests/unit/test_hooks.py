@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fake_clock import FakeClock
 from loomtui import clock
 from loomtui.agent.commands import render_command
 from loomtui.config import parse_config
@@ -32,29 +33,6 @@ BOOT = "b1"
 
 def at(wall: float, mono: float | None = None) -> Instant:
     return Instant(wall, wall - 1000 if mono is None else mono, BOOT)
-
-
-class Virtual:
-    """The clock port on virtual time: moves only when told."""
-
-    def __init__(self, wall: float) -> None:
-        self.at_wall, self.at_mono = wall, wall - 1000
-
-    def wall(self) -> float:
-        return self.at_wall
-
-    def monotonic(self) -> float:
-        return self.at_mono
-
-    def boot_id(self) -> str | None:
-        return BOOT
-
-    def sleep(self, seconds: float) -> None:
-        self.advance(seconds)
-
-    def advance(self, seconds: float) -> None:
-        self.at_wall += seconds
-        self.at_mono += seconds
 
 
 def hooked_ctx(tmp_path: Path, timeout: str = "15s", name: str = "state dir") -> Context:
@@ -325,7 +303,7 @@ def typed_event(ctx: Context, text: str, kind: str = "inject", **extra) -> int:
 def test_the_witness_records_a_missing_dispatch_once_and_a_witnessed_one_never(tmp_path):
     ctx = hooked_ctx(tmp_path, timeout="15s")
     settings.write(ctx.agent_dir)
-    virtual = Virtual(1_000_000.0)
+    virtual = FakeClock(1_000_000.0, 1_000_000.0 - 1000, BOOT)
     with clock.use(virtual):
         seen = Witness(ctx)
         heard = typed_event(ctx, "hello there")
@@ -356,7 +334,7 @@ def test_the_witness_records_a_missing_dispatch_once_and_a_witnessed_one_never(t
 
 def test_a_witness_that_starts_late_does_not_report_old_lines(tmp_path):
     ctx = hooked_ctx(tmp_path, timeout="15s")
-    virtual = Virtual(1_000_000.0)
+    virtual = FakeClock(1_000_000.0, 1_000_000.0 - 1000, BOOT)
     with clock.use(virtual):
         typed_event(ctx, "typed before the hooks were configured")
         virtual.advance(3600)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fake_clock import FakeClock
 from harness import toml_value
 from loomtui import clock
 from loomtui.agent import drivers, kill, proctree
@@ -29,26 +30,6 @@ from loomtui.states import MISSING, PRESENT
 from loomtui.timing import Instant
 
 LOOMTUI = Path(__file__).resolve().parents[2] / "loomtui"
-
-
-class FakeClock:
-    """Virtual time: it moves only when slept on (or told to)."""
-
-    def __init__(self, wall: float = 1_000_000.0, mono: float = 500.0, boot: str = "sim-boot") -> None:
-        self.at_wall, self.at_mono, self.boot = wall, mono, boot
-
-    def wall(self) -> float:
-        return self.at_wall
-
-    def monotonic(self) -> float:
-        return self.at_mono
-
-    def boot_id(self) -> str | None:
-        return self.boot
-
-    def sleep(self, seconds: float) -> None:
-        self.at_wall += max(seconds, 0.0)
-        self.at_mono += max(seconds, 0.0)
 
 
 class FakeTable:

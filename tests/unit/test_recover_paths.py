@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from fake_clock import FakeClock
 from loomtui import actions, clock
 from loomtui.actors import Actor
 from loomtui.agent import holds, launch, launches, policy, recovery
@@ -23,27 +24,9 @@ TWO_AGENTS = '[[agents]]\nname = "main"\n[[agents]]\nname = "beta"\n'
 AGENT = Actor("agent", session="s-1", agent="main")
 
 
-class SetClock:
-    def __init__(self) -> None:
-        self.at_wall, self.at_mono = T0, MONO
-
-    def wall(self) -> float:
-        return self.at_wall
-
-    def monotonic(self) -> float:
-        return self.at_mono
-
-    def boot_id(self) -> str | None:
-        return BOOT
-
-    def sleep(self, seconds: float) -> None:
-        self.at_wall += seconds
-        self.at_mono += seconds
-
-
 @pytest.fixture(autouse=True)
 def fixed_clock():
-    with clock.use(SetClock()) as c:
+    with clock.use(FakeClock(T0, MONO, BOOT)) as c:
         yield c
 
 
