@@ -228,8 +228,9 @@ def test_a_token_file_goes_when_its_server_is_gone_or_its_pid_is_another_process
         ours = token_file(os.getpid(), started=proctree.start_time(os.getpid()))
         dead = token_file(gone.pid, started=gone_started)
         reused = token_file(later.pid, started=gone_started)  # a live pid, but not the server's
-        # A pid no process holds now (pid + 1 may be another test's process, under xdist).
-        free = next(p for p in range(later.pid + 1, later.pid + 10_000) if not proctree.running(p))
+        # A pid no process can hold: above Linux's PID_MAX_LIMIT (2**22) and macOS's 99,998. A pid
+        # merely free now may be another test's process by the time the files are swept (xdist).
+        free = 2**22 + 1
         unstarted = token_file(free)
         half = token_file_path(tmp_path, 1)
         half.write_text("")  # a server between creating its file and writing it
