@@ -26,7 +26,7 @@ EventKind = Literal[
     # the watchdog's own looks and hands
     "observation_ambiguous", "operator_alert", "tmux_socket_repair", "foreign_poller_reaped", "modal_dismissed",
     # typing into the pane, and the canary
-    "inject", "keys", "canary_sent", "canary",
+    "inject", "keys", "canary_sent", "canary", "canary_late_ack",
     # the stream-json driver: a tool call the CLI's permissions refused (once per result)
     "permission_denied",
     # the agent CLI's own hooks (loomtui/hooks): what it said happened, and a typed line it never took

@@ -18,9 +18,10 @@ from loomtui.agent import drivers, hold_rules, launches, recovery
 from loomtui.agent.ports import AgentDriver
 from loomtui.canary.rules import ASK, PROBE, RECOVER, WITNESS, CanaryFacts, ProbeRun, due_in, next_step, \
     should_recycle, witness_due
-from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, recent_runs, settle_stale, sweep_acks
+from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, note_late_acks, recent_runs, \
+    settle_stale, sweep_acks
 from loomtui.context import Context
-from loomtui.hooks import witness
+from loomtui.hooks import turns, witness
 from loomtui.store import canary_runs, locks
 
 
@@ -58,8 +59,12 @@ class CanaryLoop:
             return self.unrecorded_error
 
     def misses_mean_deaf(self) -> bool:
+        """The misses of this launch mean deaf: an ack that came late since is looked for first (the
+        agent heard), and a miss the agent's turns excuse (hooks.turns) does not count."""
         cfg = self.ctx.config.canary
-        return should_recycle(recent_runs(self.ctx), launch_seq(self.ctx), cfg.misses_to_recycle)
+        note_late_acks(self.ctx)
+        runs = turns.excused(self.ctx, recent_runs(self.ctx), clock.now())
+        return should_recycle(runs, launch_seq(self.ctx), cfg.misses_to_recycle)
 
     def _tick(self) -> str:
         ctx, cfg = self.ctx, self.ctx.config.canary
@@ -94,13 +99,19 @@ class CanaryLoop:
             "ready": lambda: launches.agent_ready(ctx, self.driver),
             # On the monotonic clock from the last send (within a boot): a wall clock stepped back a
             # day must not leave the agent unprobed, and a deafness undetected, for that day.
-            # A typed line the agent's hooks never reported taken makes the next probe due now.
-            "due_in": lambda: 0.0 if witness.probe_called_for(ctx) else
+            # A typed line the agent's hooks never reported taken makes the next probe due now,
+            # unless it was typed into a turn still busy (a CLI queues a line behind its turn).
+            "due_in": lambda: 0.0 if self._hastened() else
             due_in(gather.last_run(), clock.now(), cfg.interval, cfg.ack_timeout),
             "under_way": lambda: launches.relaunch_under_way(ctx),
             "pending": lambda: canary_runs.any_with_result(ctx.store, ctx.agent, PENDING),
+            "withheld": lambda: turns.withholds_probe(ctx, clock.now()),
         })
         return gather
+
+    def _hastened(self) -> bool:
+        typed_at = witness.line_calling_for_probe(self.ctx)
+        return typed_at is not None and not turns.explains(self.ctx, typed_at, clock.now())
 
     def _hold_left(self) -> float:
         hold = recovery.held(self.ctx)
@@ -135,7 +146,7 @@ class _Facts(dict[str, Callable[[], object]]):
 
     def runs(self) -> list[ProbeRun]:
         if self._runs is None:
-            self._runs = recent_runs(self.ctx)
+            self._runs = turns.excused(self.ctx, recent_runs(self.ctx), clock.now())
         return self._runs
 
     def seq(self) -> int:

@@ -128,7 +128,7 @@ def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe
         deadline = clock.wall() + (end - clock.monotonic())
         if result == OK and ack_at is not None and ack_at > deadline:
             result, why = MISS, f"acked {ack_at - deadline:.1f}s after the deadline"
-        settle_run(ctx, run.id, result, ack_at=ack_at if result == OK else None, why=why)
+        settle_run(ctx, run.id, result, ack_at=ack_at, why=why)  # a miss acked late keeps its ack: it heard
         if result != ERROR:
             forget_ack(path)
     row = canary_runs.get(ctx.store, run.id)

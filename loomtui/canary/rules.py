@@ -3,7 +3,10 @@
 Only misses count toward a recycle: a probe we could not type (`inject_failed`), one we
 chose not to send (`skipped`) or one that failed on our side (`error`) says nothing about
 whether the agent hears. Misses are counted per launch (a relaunch starts the count again)
-and never during boot grace; an `ok` ends a run of misses.
+and never during boot grace; an `ok` ends a run of misses, and so does a miss whose ack came
+after all (`late`: the agent heard, slowly). A miss the agent's hooks explain (`excused`: it was
+typed into a busy turn, or one waiting on a permission prompt; hooks.turn_rules) neither counts
+nor ends a run, and does not call for the at-once re-probe a miss otherwise does.
 
 A relaunch is a claim until a probe of its own launch acks. Its first probe goes out as soon as
 the agent is ready, whatever the schedule; from then on the ordinary rules carry on (a miss
@@ -35,6 +38,8 @@ class ProbeRun:
     in_grace: bool = False
     sent_mono: float | None = None  # the monotonic clock at the send, on boot `boot`
     boot: str | None = None
+    late: bool = False              # a miss whose ack came after its deadline: the agent heard it
+    excused: str = ""               # why this miss says nothing of deafness ("" : it counts)
 
     @property
     def sent(self) -> Instant:
@@ -47,19 +52,20 @@ def consecutive_misses(runs: list[ProbeRun], launch_seq: int) -> int:
     for run in runs:
         if run.launch_seq != launch_seq or run.in_grace:
             continue
-        if run.result == OK:
+        if run.result == OK or (run.result == MISS and run.late):
             count = 0
-        elif run.result == MISS:
+        elif run.result == MISS and not run.excused:
             count += 1
     return count
 
 
 def due_in(last: ProbeRun | None, now: Instant | float, interval: float, ack_timeout: float) -> float:
     """Seconds until the next scheduled probe: a miss re-probes at once (its timeout already
-    passed), anything else waits a full interval from the last probe."""
+    passed), anything else waits a full interval from the last probe; so does a miss acked late
+    or excused by a busy turn (another probe would only queue behind the first)."""
     if last is None:
         return 0.0
-    if last.result == MISS:
+    if last.result == MISS and not (last.late or last.excused):
         return 0.0
     since = age(last.sent, as_instant(now))
     if last.result in (ERROR, INJECT_FAILED):
@@ -92,13 +98,14 @@ def witness_due(runs: list[ProbeRun], launch_seq: int, ready: bool) -> bool:
 # until it ends)? is a relaunch waiting for its witness (probe it once recycle.lock is free and the
 # agent is ready; one whose readiness only its boot grace can bring waits out the grace)?
 # is the next probe not yet due (wait that long)? is a relaunch under way, or a probe of another
-# process pending (look again soon)? else probe. A fact is gathered only when the rule asks for it
+# process pending (look again soon)? would a probe now be typed into an open permission prompt
+# (wait: the keys could answer it)? else probe. A fact is gathered only when the rule asks for it
 # (ASK): some cost a tmux capture (whether a booting agent is ready), and the loop took none of
 # them before an earlier answer decided.
 
 RECOVER, WAIT, PROBE, WITNESS, ASK = "recover", "wait", "probe", "witness", "ask"
 FACTS = ("misses_mean_deaf", "held", "witness_due", "recycle_locked", "ready", "due_in", "under_way", "pending",
-         "hold_left", "grace_left")
+         "hold_left", "grace_left", "withheld")
 
 
 @dataclass(frozen=True)
@@ -117,6 +124,7 @@ class CanaryFacts:
     hold_left: float | None = None        # seconds until the hold in force ends by itself (inf: until released)
     grace_left: float | None = None       # seconds until only the boot grace makes a booting agent ready
                                           # (0: a look at it may find it ready sooner: a ready_match, a pump)
+    withheld: bool | None = None          # the agent's hooks say a probe now would answer its permission prompt
 
 
 @dataclass(frozen=True)
@@ -174,4 +182,10 @@ def next_step(f: CanaryFacts) -> Step:
         return Step(WAIT, f.waiting)  # typed into a booting or replaced agent, a probe proves nothing
     if f.pending is None:
         return Step(ASK, fact="pending")
-    return Step(WAIT if f.pending else PROBE, f.waiting)
+    if f.pending:
+        return Step(WAIT, f.waiting)
+    if f.withheld is None:
+        return Step(ASK, fact="withheld")
+    if f.withheld:
+        return Step(WAIT)  # until the prompt closes (a hook event), looked at every period
+    return Step(PROBE, f.waiting)

@@ -80,7 +80,8 @@ def launch_seq(ctx: Context) -> int:
 
 def recent_runs(ctx: Context, limit: int = 50) -> list[ProbeRun]:
     rows = canary_runs.recent_sends(ctx.store, ctx.agent, limit)
-    return [ProbeRun(r["sent_at"], r["result"], r["launch_seq"], bool(r["in_grace"]), r["sent_mono"], r["boot"])
+    return [ProbeRun(r["sent_at"], r["result"], r["launch_seq"], bool(r["in_grace"]), r["sent_mono"], r["boot"],
+                     late=r["result"] == MISS and r["ack_at"] is not None)
             for r in reversed(rows)]
 
 
@@ -111,6 +112,29 @@ def insert_run(ctx: Context, nonce: str, source: str, result: str, sent_at: floa
             ledger.append_in(db, "canary", source=source, cause=None if result == OK else result,
                              detail={"run": run_id, "result": result, "why": why, "launch": seq}, ts=sent_at)
     return run_id
+
+
+def note_late_acks(ctx: Context, back: int = 10) -> int:
+    """Record the acks that came after their probe was settled as a miss (the agent ran the
+    probe's `touch`, late: it hears): each of the last `back` runs still a miss without one, whose
+    ack file is there now. A late ack ends a run of misses (canary.rules.consecutive_misses)."""
+    noted = 0
+    for row in canary_runs.recent_sends(ctx.store, ctx.agent, back):
+        if row["result"] != MISS or row["ack_at"] is not None:
+            continue
+        path = ctx.acks_dir / row["nonce"]
+        acked = ack_time(path)
+        if acked is None:
+            continue
+        with ctx.store.write() as db:
+            run = canary_runs.late_ack_in(db, row["id"], MISS, acked)
+            if run is not None:
+                ledger.append_in(db, "canary_late_ack", source=run["source"], agent=run["agent"], detail={
+                    "run": row["id"], "launch": int(run["launch_seq"]),
+                    "latency": round(max(0.0, acked - run["sent_at"]), 3)})
+                noted += 1
+        forget_ack(path)
+    return noted
 
 
 def settle_run(ctx: Context, run_id: int, result: str, *, ack_at: float | None = None, why: str = "") -> bool:
@@ -173,6 +197,9 @@ def settle_stale(ctx: Context, now: Instant | float | None = None) -> int:
         acked = ack_time(path)
         if acked is not None and acked <= row["deadline"]:
             settled += settle_run(ctx, row["id"], OK, ack_at=acked, why="settled after the prober went away")
+        elif acked is not None:
+            settled += settle_run(ctx, row["id"], MISS, ack_at=acked,
+                                  why=f"acked {acked - row['deadline']:.1f}s after the deadline (prober went away)")
         else:
             settled += settle_run(ctx, row["id"], MISS, why="no ack before the deadline (prober went away)")
         forget_ack(path)

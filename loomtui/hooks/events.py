@@ -35,6 +35,7 @@ MAX_PARSED = 2 << 20
 HEAD = 64 << 10
 WORD = 64           # longest name, qualifier or error type kept
 MAX_SESSION = 128
+MESSAGE = 200       # longest notification message kept
 MAX_LINES = 64      # a prompt's line digests kept (a queue of typed lines sent as one prompt)
 
 _NAMED = re.compile(rb'"hook_event_name"\s*:\s*"([A-Za-z]{1,64})"')
@@ -73,6 +74,10 @@ def parse(raw: bytes, size: int | None = None) -> HookEvent:
         detail = {"length": len(text), "said": said(text)}
     elif event == "StopFailure" and not source:
         source = _word(doc.get("error"))  # the name documented first; either one
+    elif event == "Notification":
+        # What it says ("Claude needs your permission to use Bash"): told to the operator, untrusted.
+        message = _word(doc.get("message"), MESSAGE)
+        detail = {"message": message} if message else {}
     return HookEvent(event, _session(doc.get("session_id")), source, detail)
 
 

@@ -11,6 +11,7 @@ PARTIAL_GRACE old; then it is recorded as unreadable, like any other.
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +22,11 @@ from loomtui.hooks import events as hook_events
 from loomtui.hooks.events import HookEvent
 from loomtui.hooks.settings import PREFIX, SUFFIX, events_dir
 from loomtui.store import hook_events as table
-from loomtui.store import ledger
+from loomtui.store import ledger, outbox
+from loomtui.text import printable
 
 SOURCE = "hooks"
+PERMISSION = "permission_prompt"  # a Notification's type when a tool waits for the operator's yes
 PARTIAL_GRACE = 30.0  # a file that does not parse and is older than this is no longer being written
 BATCH = 200          # files recorded per transaction
 
@@ -115,12 +118,23 @@ def _record(ctx: Context, batch: list[Recorded]) -> None:
         for item in batch:
             event = item.event
             at = clock.at_wall(item.wall, reading)
-            table.insert_in(db, ctx.agent, at, event.event, event.session_id, event.source, event.detail)
+            row_id = table.insert_in(db, ctx.agent, at, event.event, event.session_id, event.source, event.detail)
+            if event.event == "Notification" and event.source == PERMISSION:
+                _tell_permission_in(db, ctx, event, row_id)
             kind = LEDGER_KIND.get(event.event)
             if kind is not None:
                 detail = {"event": event.event, **({"session_id": event.session_id} if event.session_id else {}),
                           **({"source": event.source} if event.source else {})}
                 ledger.append_in(db, kind, source=SOURCE, detail=detail)  # type: ignore[arg-type]
+
+
+def _tell_permission_in(db: sqlite3.Connection, ctx: Context, event: HookEvent, row_id: int) -> None:
+    """The operator hears once of each permission prompt the agent waits on (its message names the
+    tool): a canary probe will not be typed into it meanwhile, and a miss then is not deafness."""
+    whose = f"[{ctx.agent}] " if len(ctx.config.agent_names) > 1 else ""
+    said = event.detail.get("message") if isinstance(event.detail.get("message"), str) else ""
+    outbox.enqueue(db, f"{whose}Loom: the agent waits for your permission: {printable(said) or 'a tool'}",
+                   dedupe_key=f"permission:{ctx.agent}:{row_id}")
 
 
 def _remove(path: Path) -> None:

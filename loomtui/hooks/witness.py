@@ -88,15 +88,22 @@ class Witness:
 def probe_called_for(ctx: Context) -> bool:
     """Whether a missing dispatch calls for a canary probe now, before the schedule (only for an
     agent whose commands pass the hooks settings: with no hooks there is no witness)."""
+    return line_calling_for_probe(ctx) is not None
+
+
+def line_calling_for_probe(ctx: Context) -> float | None:
+    """When the missing line that calls for a probe now was typed (`probe_called_for`), or None."""
     if not wanted(ctx.config.agent):
-        return False
+        return None
     typed_at = table.last_missing_typed_at(ctx.store, ctx.agent)
     if typed_at is None:
-        return False
+        return None
     last = last_probe(ctx)
     if last is None:
-        return probe_now(typed_at, None, None, None)
-    return probe_now(typed_at, last.sent_at, last.result, last.ack_at)
+        called = probe_now(typed_at, None, None, None)
+    else:
+        called = probe_now(typed_at, last.sent_at, last.result, last.ack_at)
+    return typed_at if called else None
 
 
 def _detail(raw: object) -> dict:

@@ -47,6 +47,17 @@ def settle_in(db: sqlite3.Connection, run_id: int, result: str, ack_at: float | 
                (result, ack_at, latency, why, run_id))
 
 
+def late_ack_in(db: sqlite3.Connection, run_id: int, miss: str, ack_at: float) -> sqlite3.Row | None:
+    """Record the ack of a run already settled as `miss` (it came after the deadline), once: the
+    run's (sent_at, source, launch_seq, agent) when this was the first to record it, else None."""
+    row = db.execute("SELECT sent_at, source, launch_seq, agent FROM canary_runs WHERE id = ? AND result = ? "
+                     "AND ack_at IS NULL", (run_id, miss)).fetchone()
+    if row is not None:
+        db.execute("UPDATE canary_runs SET ack_at = ?, latency = ? WHERE id = ?",
+                   (ack_at, max(0.0, ack_at - row["sent_at"]), run_id))
+    return row
+
+
 # -- reads --------------------------------------------------------------------------------------
 
 
@@ -75,7 +86,8 @@ def last(store: Store, agent: str) -> sqlite3.Row | None:
 def recent_sends(store: Store, agent: str, limit: int) -> list[sqlite3.Row]:
     """The agent's last `limit` runs, newest first: what the canary's rules decide from."""
     return store.query(
-        "SELECT sent_at, result, launch_seq, in_grace, sent_mono, boot FROM canary_runs WHERE agent = ? "
+        "SELECT id, nonce, sent_at, result, launch_seq, in_grace, sent_mono, boot, ack_at FROM canary_runs "
+        "WHERE agent = ? "
         "ORDER BY id DESC LIMIT ?",
         (agent, limit),
     )

@@ -14,6 +14,9 @@ from loomtui.timing import Instant
 # a canary probe (agent/inject.py records each with its digest).
 TYPED_KINDS = ("inject", "queue_nudge", "canary_sent")
 PROMPT = "UserPromptSubmit"
+TOOL = "PostToolUse"
+# The events that begin, end or pause a turn (hooks.turn_rules); a tool's use is only a sign of life.
+TURN_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "StopFailure", "Notification")
 
 
 def insert_in(db: sqlite3.Connection, agent: str, at: Instant, event: str, session_id: str, source: str,
@@ -67,3 +70,17 @@ def last_missing_typed_at(store: Store, agent: str) -> float | None:
                           "AND kind = 'dispatch_missing' ORDER BY id DESC LIMIT 1", (agent,))
     value = row[0] if row else None
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def turn_marks(store: Store, agent: str, limit: int) -> list[sqlite3.Row]:
+    """The agent's latest `limit` events that begin, end or pause a turn (TURN_EVENTS), oldest first."""
+    marks = ", ".join("?" for _ in TURN_EVENTS)
+    rows = store.query(f"SELECT id, ts, mono, boot, event, source, detail FROM hook_events WHERE agent = ? "
+                       f"AND event IN ({marks}) ORDER BY id DESC LIMIT ?", (agent, *TURN_EVENTS, limit))
+    return rows[::-1]
+
+
+def last_tool_use(store: Store, agent: str) -> sqlite3.Row | None:
+    """The agent's latest PostToolUse: the newest sign of life inside a turn, and its tool."""
+    return store.query_one("SELECT id, ts, mono, boot, event, source, detail FROM hook_events WHERE agent = ? "
+                           "AND event = ? ORDER BY id DESC LIMIT 1", (agent, TOOL))

@@ -1,7 +1,8 @@
 """The canary loop's order as one pure rule (canary.rules.next_step), over every combination of
 its facts: deaf → recover; held → nothing until it ends; a relaunch waiting for its witness → wait for
 recycle.lock and the agent's readiness, then probe it; not yet due → wait that long; a relaunch
-under way or a probe pending → look again soon; else probe. And the rule asks for a fact only when
+under way or a probe pending → look again soon; a probe that would be typed into an open
+permission prompt → wait (its keys could answer the prompt); else probe. And the rule asks for a fact only when
 the facts before it have not decided (the loop gathers lazily: some facts cost a tmux capture)."""
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def expected(f: CanaryFacts) -> Step:
         return Step(WAIT, max(WAITING, f.grace_left))  # only its boot grace can make it ready
     if f.due_in > 0:
         return Step(WAIT, f.due_in)
-    return Step(PROBE if not f.under_way and not f.pending else WAIT, WAITING)
+    if f.under_way or f.pending:
+        return Step(WAIT, WAITING)
+    return Step(WAIT) if f.withheld else Step(PROBE, WAITING)
 
 
 @pytest.mark.parametrize("facts", ALL)
@@ -69,7 +72,7 @@ HELD = ["misses_mean_deaf", "held", "hold_left", "pending"]
 
 def test_each_outcome_and_what_was_asked_for_it():
     base = replace(CanaryFacts(WAITING, False, False, False, False, True, 0.0, False, False),
-                   hold_left=math.inf, grace_left=0.0)
+                   hold_left=math.inf, grace_left=0.0, withheld=False)
     cases = [
         ({"misses_mean_deaf": True, "held": True}, Step(RECOVER), ["misses_mean_deaf"]),
         ({"held": True, "witness_due": True}, Step(WAIT, quiet=True), HELD),
@@ -87,7 +90,8 @@ def test_each_outcome_and_what_was_asked_for_it():
          ["misses_mean_deaf", "held", "witness_due", "recycle_locked", "ready"]),
         ({"due_in": 12.5, "under_way": True}, Step(WAIT, 12.5), ["misses_mean_deaf", "held", "witness_due", "due_in"]),
         ({"under_way": True}, Step(WAIT, WAITING), ["misses_mean_deaf", "held", "witness_due", "due_in", "under_way"]),
-        ({"pending": True}, Step(WAIT, WAITING), UNHELD),
+        ({"pending": True}, Step(WAIT, WAITING), [f for f in UNHELD if f != "withheld"]),
+        ({"withheld": True}, Step(WAIT), UNHELD),
         ({}, Step(PROBE, WAITING), UNHELD),
     ]
     for change, step, asked in cases:
@@ -111,7 +115,8 @@ MAYBE = st.one_of(st.none(), st.booleans())
 
 @given(st.builds(CanaryFacts, st.floats(0.01, 60), MAYBE, MAYBE, MAYBE, MAYBE, MAYBE,
                  st.one_of(st.none(), st.floats(-1e6, 1e6)), MAYBE, MAYBE,
-                 st.one_of(st.none(), st.just(math.inf), st.floats(0, 1e6)), st.one_of(st.none(), st.floats(0, 1e6))))
+                 st.one_of(st.none(), st.just(math.inf), st.floats(0, 1e6)), st.one_of(st.none(), st.floats(0, 1e6)),
+                 MAYBE))
 def test_any_partial_facts_either_decide_or_name_a_missing_fact(facts):
     step = next_step(facts)
     if step.kind == ASK:

@@ -1,0 +1,140 @@
+"""The agent's turns as its hooks tell them, and what they say of a canary miss (sealed: the
+standard library and timing only, `now` passed in).
+
+A turn begins with a UserPromptSubmit and ends with Stop or StopFailure; an `idle_prompt`
+notification says no turn is running; a SessionStart is a new process, so a turn still open
+before it ended with the old one. Every hook event inside a turn is a sign of life: a turn whose
+last event is within `quiet` is busy, one that says nothing for longer is quiet, and a quiet turn,
+or one older than `max_turn`, counts as a wedge. A `permission_prompt` notification leaves the
+turn waiting on the operator until its next event (at most `max_turn`).
+
+A probe typed while the agent was busy with an earlier prompt may miss because of that turn: its
+miss is excused (`excuse`) while the turn is busy or waiting for permission, and for good once the
+turn ended by itself (the agent was alive and working); a quiet turn's misses count. A probe that
+began a turn of its own is never excused by it. This can withhold a probe, or keep its miss from
+counting, never act: only the canary's misses recycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loomtui.timing import Instant, age
+
+PROMPT, STOP, STOP_FAILURE, NOTIFICATION, SESSION_START = (
+    "UserPromptSubmit", "Stop", "StopFailure", "Notification", "SessionStart")
+PERMISSION, IDLE = "permission_prompt", "idle_prompt"
+
+# A turn's outcome once it ended.
+STOPPED, FAILED, IDLE_END, GONE = "stopped", "failed", "idle", "gone"
+# What a miss is excused by ("": it counts).
+BUSY, WAITING = "busy", "permission"
+# The current turn, as status and the console say it.
+NO_TURN, TURN_BUSY, TURN_QUIET, TURN_LONG, TURN_WAITING = "idle", "busy", "quiet", "too long", "waiting for permission"
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One hook event as the turns read it: when, its name, its qualifier (a Notification's type,
+    a tool's name, a failure's error type) and, for a notification, its message."""
+
+    at: Instant
+    event: str
+    source: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Turn:
+    began: Instant
+    last: Instant                  # its latest hook event
+    ended: Instant | None = None
+    outcome: str = ""              # "" while open; STOPPED, FAILED, IDLE_END or GONE
+    waiting: str = ""              # an open permission prompt's message ("" when none is open)
+    waiting_since: Instant | None = None
+    tool: str = ""                 # the last tool it used
+    error: str = ""                # a failed turn's error type
+
+
+def turns(marks: list[Mark]) -> list[Turn]:
+    """The turns the events (oldest first) tell of, oldest first."""
+    out: list[Turn] = []
+    open_: Turn | None = None
+
+    def close(at: Instant, outcome: str, error: str = "") -> None:
+        nonlocal open_
+        if open_ is not None:
+            out.append(Turn(open_.began, at, at, outcome, "", None, open_.tool, error))
+            open_ = None
+
+    for mark in marks:
+        if mark.event == SESSION_START:
+            close(open_.last if open_ is not None else mark.at, GONE)
+        elif mark.event == PROMPT:
+            if open_ is None:
+                open_ = Turn(mark.at, mark.at)
+            else:  # a prompt queued into a running turn: the same turn, alive
+                open_ = Turn(open_.began, mark.at, tool=open_.tool)
+        elif mark.event == STOP:
+            close(mark.at, STOPPED)
+        elif mark.event == STOP_FAILURE:
+            close(mark.at, FAILED, mark.source)
+        elif mark.event == NOTIFICATION and mark.source == IDLE:
+            close(mark.at, IDLE_END)
+        elif open_ is not None:
+            waiting = (mark.message or mark.source) if mark.event == NOTIFICATION and mark.source == PERMISSION else ""
+            open_ = Turn(open_.began, mark.at, waiting=waiting, waiting_since=mark.at if waiting else None,
+                         tool=mark.source if mark.event == "PostToolUse" and mark.source else open_.tool)
+    if open_ is not None:
+        out.append(open_)
+    return out
+
+
+def state(turn: Turn | None, now: Instant, quiet: float, max_turn: float) -> str:
+    """The turn's state now: NO_TURN (none open), TURN_WAITING, TURN_BUSY, TURN_QUIET or TURN_LONG."""
+    if turn is None or turn.ended is not None:
+        return NO_TURN
+    if turn.waiting and turn.waiting_since is not None and age(turn.waiting_since, now) < max_turn:
+        return TURN_WAITING
+    if age(turn.began, now) >= max_turn:
+        return TURN_LONG
+    if age(turn.last, now) >= quiet:
+        return TURN_QUIET
+    return TURN_BUSY
+
+
+def current(all_turns: list[Turn]) -> Turn | None:
+    """The turn still open, if any (only the last can be)."""
+    return all_turns[-1] if all_turns and all_turns[-1].ended is None else None
+
+
+def excuse(all_turns: list[Turn], sent: Instant, now: Instant, quiet: float, max_turn: float) -> str:
+    """Why a miss of a probe sent at `sent` says nothing about deafness: BUSY, WAITING, or "" (it counts).
+
+    The turn that matters is one begun before the probe was typed, not ended by then."""
+    for turn in reversed(all_turns):
+        if turn.began.wall > sent.wall:
+            continue  # begun after the probe (maybe by it): no excuse for it
+        if turn.ended is not None and turn.ended.wall <= sent.wall:
+            return ""  # the agent was between turns when the probe came: nothing excuses its miss
+        if turn.ended is not None:
+            return BUSY if turn.outcome in (STOPPED, FAILED, IDLE_END) else ""
+        now_state = state(turn, now, quiet, max_turn)
+        return {TURN_BUSY: BUSY, TURN_WAITING: WAITING}.get(now_state, "")
+    return ""
+
+
+def holds_back(all_turns: list[Turn], typed: Instant, now: Instant, quiet: float, max_turn: float) -> str:
+    """Why a line typed at `typed` may not be dispatched yet: the turn it was typed into is still
+    open and busy (BUSY) or waiting for permission (WAITING): the CLI queues it behind that turn.
+    Once the turn ended the line should have been taken: "" then, as when no turn explains it."""
+    turn = current(all_turns)
+    if turn is None or turn.began.wall > typed.wall:
+        return ""
+    return excuse(all_turns, typed, now, quiet, max_turn)
+
+
+def withholds_probe(all_turns: list[Turn], now: Instant, quiet: float, max_turn: float) -> bool:
+    """A probe now would be typed into an open permission prompt: keys meant for the prompt box
+    could answer the dialog instead. It waits until the prompt closes, at most `max_turn`."""
+    return state(current(all_turns), now, quiet, max_turn) == TURN_WAITING

@@ -1,0 +1,84 @@
+"""The agent's turns read from its recorded hook events (hook_events), and the canary's runs told
+which of their misses a turn excuses (hooks.turn_rules decides; this only reads).
+
+With no hooks configured there are no events, so no turns and no excuses: the canary counts
+every miss, as it always did.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from loomtui.canary.rules import MISS, OK, ProbeRun
+from loomtui.context import Context
+from loomtui.hooks import turn_rules
+from loomtui.hooks.turn_rules import Mark, Turn
+from loomtui.store import hook_events
+from loomtui.timing import Instant, stored
+
+# The turn events read back: a prompt and a stop per turn, so the last hundred or so turns, far more
+# than the misses in one run of them can span.
+MARKS = 240
+
+
+def read(ctx: Context) -> list[Turn]:
+    """The agent's recent turns, oldest first (the last one open while it runs)."""
+    rows = hook_events.turn_marks(ctx.store, ctx.agent, MARKS)
+    marks = [_mark(r) for r in rows]
+    tool = hook_events.last_tool_use(ctx.store, ctx.agent)
+    if tool is not None and (not rows or int(tool["id"]) > int(rows[0]["id"])):
+        # A tool's use is a sign of life inside whatever turn it fell in: the latest one is all the
+        # open turn needs (ended turns excuse or not by how they ended, not by their activity).
+        at = _mark(tool)
+        place = next((i for i, r in enumerate(rows) if int(r["id"]) > int(tool["id"])), len(marks))
+        marks.insert(place, at)
+    return turn_rules.turns(marks)
+
+
+def excused(ctx: Context, runs: list[ProbeRun], now: Instant) -> list[ProbeRun]:
+    """`runs` (oldest first) with each miss since the last ok marked by what excuses it, if anything."""
+    trailing = []
+    for i in range(len(runs) - 1, -1, -1):
+        if runs[i].result == OK or (runs[i].result == MISS and runs[i].late):
+            break  # a run of misses ends here: older ones no longer count
+        if runs[i].result == MISS:
+            trailing.append(i)
+    if not trailing:
+        return runs
+    cfg = ctx.config.canary
+    turns = read(ctx)
+    if not turns:
+        return runs
+    out = list(runs)
+    for i in trailing:
+        why = turn_rules.excuse(turns, runs[i].sent, now, cfg.turn_quiet, cfg.max_turn)
+        if why:
+            out[i] = replace(runs[i], excused=why)
+    return out
+
+
+def explains(ctx: Context, typed_at: float, now: Instant) -> str:
+    """Why a line typed at `typed_at` (wall) may not have been dispatched yet: the turn it was
+    typed into is still busy or waits for permission (the line is queued behind it), or ""."""
+    cfg = ctx.config.canary
+    turns = read(ctx)
+    return turn_rules.holds_back(turns, Instant(typed_at), now, cfg.turn_quiet, cfg.max_turn) if turns else ""
+
+
+def withholds_probe(ctx: Context, now: Instant) -> bool:
+    """A probe now would land in an open permission prompt (hooks.turn_rules.withholds_probe)."""
+    cfg = ctx.config.canary
+    return turn_rules.withholds_probe(read(ctx), now, cfg.turn_quiet, cfg.max_turn)
+
+
+def _mark(row) -> Mark:
+    message = ""
+    if row["event"] == turn_rules.NOTIFICATION:
+        try:
+            detail = json.loads(row["detail"] or "{}")
+        except ValueError:
+            detail = {}
+        message = detail.get("message", "") if isinstance(detail, dict) and isinstance(detail.get("message"), str) \
+            else ""
+    return Mark(stored(row["ts"], row["mono"], row["boot"]), str(row["event"]), str(row["source"] or ""), message)

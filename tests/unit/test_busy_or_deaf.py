@@ -1,0 +1,145 @@
+"""Issue 26, busy or deaf, on a real store: the canary loop's count of misses reads the agent's
+turns from its recorded hook events and the acks that came late; a permission prompt withholds the
+probe and is told to the operator; a line typed into a busy turn does not hasten a probe."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from fake_clock import FakeClock
+from loomtui import clock
+from loomtui.canary.loop import CanaryLoop
+from loomtui.canary.rules import MISS, OK, PENDING
+from loomtui.canary.runs import insert_run, note_late_acks, recent_runs, settle_run
+from loomtui.context import Context
+from loomtui.hooks import ingest, settings, turns
+from loomtui.store import canary_runs, hook_events, ledger, outbox
+
+BOOT = "b1"
+
+
+def hooked_ctx(tmp_path: Path, **canary: str) -> Context:
+    state = tmp_path / "state"
+    config = tmp_path / "config.toml"
+    extra = "".join(f'{k} = "{v}"\n' for k, v in canary.items())
+    config.write_text(f'state_dir = {json.dumps(str(state))}\n[agent]\n'
+                      f'fresh_command = "claude --settings {{hook_settings}} --session-id {{session_id}}"\n'
+                      f'resume_command = "claude --settings {{hook_settings}} --resume {{session_id}}"\n'
+                      f'[canary]\ninterval = "20m"\nack_timeout = "3m"\nmisses_to_recycle = 2\n{extra}')
+    return Context.load(str(config), None, environ={})
+
+
+def hook(ctx: Context, event: str, source: str = "", **detail) -> None:
+    with ctx.store.write() as db:
+        hook_events.insert_in(db, ctx.agent, clock.now(), event, "s-1", source, detail)
+
+
+def miss(ctx: Context, virtual: FakeClock, wait: float = 180.0) -> int:
+    """A probe sent now that gets no ack within its timeout (the clock moves past it)."""
+    sent = clock.wall()
+    run = insert_run(ctx, os.urandom(6).hex(), "canary", PENDING, sent, sent + 180.0)
+    virtual.advance(wait)
+    settle_run(ctx, run, MISS, why="no ack")
+    return run
+
+
+def test_misses_typed_into_a_busy_turn_do_not_count_until_the_turn_goes_quiet(tmp_path):
+    ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        loop = CanaryLoop(ctx)
+        hook(ctx, "UserPromptSubmit")  # the operator's long task begins
+        virtual.advance(60)
+        for _ in range(3):
+            hook(ctx, "PostToolUse", "Bash")
+            miss(ctx, virtual)
+        assert not loop.misses_mean_deaf()
+        assert {r.excused for r in turns.excused(ctx, recent_runs(ctx), clock.now()) if r.result == MISS} == {"busy"}
+        virtual.advance(15 * 60)  # nothing from the turn for turn_quiet: a wedge, and its misses count
+        assert loop.misses_mean_deaf()
+        # The turn ends by itself after all: the agent was alive and working, its misses excused for good.
+        hook(ctx, "Stop")
+        assert not loop.misses_mean_deaf()
+        # A probe after the turn ended counts as ever, and so does the next one.
+        miss(ctx, virtual)
+        assert not loop.misses_mean_deaf()
+        miss(ctx, virtual)
+        assert loop.misses_mean_deaf()
+
+
+def test_without_hooks_every_miss_counts(tmp_path):
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        miss(ctx, virtual)
+        miss(ctx, virtual)
+        assert CanaryLoop(ctx).misses_mean_deaf()
+
+
+def test_an_ack_that_comes_after_its_miss_was_recorded_ends_the_run_of_misses(tmp_path):
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        first = miss(ctx, virtual)
+        nonce = canary_runs.get(ctx.store, first)["nonce"]
+        ctx.acks_dir.mkdir(mode=0o700, exist_ok=True)
+        ack = ctx.acks_dir / nonce
+        ack.touch()
+        os.utime(ack, (clock.wall(), clock.wall()))
+        assert note_late_acks(ctx) == 1
+        assert note_late_acks(ctx) == 0  # once
+        assert not ack.exists()
+        row = canary_runs.get(ctx.store, first)
+        assert row["result"] == MISS and row["ack_at"] == clock.wall() and row["latency"] == 180.0
+        [late] = [e for e in ledger.tail(ctx.store, 20) if e.kind == "canary_late_ack"]
+        assert late.detail == {"run": first, "launch": 0, "latency": 180.0}
+        miss(ctx, virtual)
+        assert not CanaryLoop(ctx).misses_mean_deaf()  # the late ack broke the run: one miss since
+        # The loop looks for late acks itself before it counts.
+        third = miss(ctx, virtual)
+        (ctx.acks_dir / canary_runs.get(ctx.store, third)["nonce"]).touch()
+        assert not CanaryLoop(ctx).misses_mean_deaf()
+        assert canary_runs.get(ctx.store, third)["ack_at"] is not None
+
+
+def test_a_permission_prompt_is_told_once_and_withholds_the_probe_until_it_closes(tmp_path):
+    ctx = hooked_ctx(tmp_path)
+    settings.write(ctx.agent_dir)
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        hook(ctx, "UserPromptSubmit")
+        # The hook's file, through ingest: the operator hears of it once, its message made printable.
+        (settings.events_dir(ctx.agent_dir) / "ev.7.json").write_text(json.dumps({
+            "hook_event_name": "Notification", "notification_type": "permission_prompt", "session_id": "s-1",
+            "message": "Claude needs your permission to use Bash\x1b[2J"}))
+        assert len(ingest.collect(ctx)) == 1
+        [told] = outbox.pending(ctx.store)
+        assert told.text == "Loom: the agent waits for your permission: Claude needs your permission to use Bash[2J"
+        loop = CanaryLoop(ctx)
+        virtual.advance(3 * 3600)  # long past the interval: a probe is due, and would answer the dialog
+        assert loop.tick() == "" and loop.next_look is None
+        assert canary_runs.last(ctx.store, ctx.agent) is None
+        miss_run = miss(ctx, virtual)  # a probe typed before the prompt opened would have been excused too
+        assert canary_runs.get(ctx.store, miss_run)["result"] == MISS
+        assert {r.excused for r in turns.excused(ctx, recent_runs(ctx), clock.now())} == {"permission"}
+        hook(ctx, "PostToolUse", "Bash")  # answered: the tool ran
+        assert not turns.withholds_probe(ctx, clock.now())
+
+
+def test_a_line_typed_into_a_busy_turn_does_not_hasten_a_probe_until_the_turn_goes_quiet(tmp_path):
+    ctx = hooked_ctx(tmp_path, turn_quiet="15m")
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        sent = clock.wall()
+        ok = insert_run(ctx, "n0", "canary", PENDING, sent, sent + 180)
+        settle_run(ctx, ok, OK, ack_at=sent + 1)
+        hook(ctx, "UserPromptSubmit")
+        virtual.advance(30)
+        ledger.append(ctx.store, "dispatch_missing", source="hooks",
+                      detail={"typed": 1, "kind": "inject", "typed_at": clock.wall() - 20, "after": 15.0})
+        due = CanaryLoop(ctx)._facts()["due_in"]
+        assert due() == 1200 - 30  # queued behind the busy turn: the schedule stands
+        virtual.advance(15 * 60)
+        assert due() == 0.0  # the turn went quiet: the line was never taken, probe now

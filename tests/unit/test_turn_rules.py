@@ -1,0 +1,180 @@
+"""Issue 26, busy or deaf: the agent's turns as its hooks tell them (hooks.turn_rules), what they
+say of a canary miss, and the canary's count of misses with late acks and excused misses in it."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loomtui.canary.rules import MISS, OK, ProbeRun, consecutive_misses, due_in, should_recycle
+from loomtui.hooks import turn_rules as tr
+from loomtui.hooks.turn_rules import BUSY, WAITING, Mark, Turn, excuse, holds_back, state, turns, withholds_probe
+from loomtui.timing import Instant
+
+BOOT = "b1"
+QUIET, MAX_TURN = 900.0, 7200.0
+
+
+def at(t: float) -> Instant:
+    return Instant(1_000_000.0 + t, 5_000.0 + t, BOOT)
+
+
+def m(t: float, event: str, source: str = "", message: str = "") -> Mark:
+    return Mark(at(t), event, source, message)
+
+
+PROMPT = lambda t: m(t, tr.PROMPT)  # noqa: E731
+STOP = lambda t: m(t, tr.STOP)  # noqa: E731
+TOOL = lambda t, name="Bash": m(t, "PostToolUse", name)  # noqa: E731
+
+
+# -- the turns -----------------------------------------------------------------------------------
+
+
+def test_a_prompt_begins_a_turn_and_stop_failure_idle_or_a_new_session_ends_it():
+    [done] = turns([PROMPT(0), TOOL(5), STOP(9)])
+    assert (done.began, done.ended, done.outcome, done.tool) == (at(0), at(9), tr.STOPPED, "Bash")
+    [failed] = turns([PROMPT(0), m(3, tr.STOP_FAILURE, "rate_limit")])
+    assert (failed.outcome, failed.error) == (tr.FAILED, "rate_limit")
+    [idle] = turns([PROMPT(0), m(70, tr.NOTIFICATION, tr.IDLE)])
+    assert idle.outcome == tr.IDLE_END
+    # A new process: the old turn ended with it, at its last sign of life.
+    gone, now_open = turns([PROMPT(0), TOOL(4), m(50, tr.SESSION_START, "resume"), PROMPT(60), TOOL(61, "Edit")])
+    assert (gone.outcome, gone.ended) == (tr.GONE, at(4))
+    assert (now_open.began, now_open.last, now_open.ended, now_open.tool) == (at(60), at(61), None, "Edit")
+
+
+def test_a_prompt_queued_into_a_running_turn_is_the_same_turn_and_events_outside_a_turn_are_none():
+    [one] = turns([TOOL(0), STOP(1), PROMPT(10), PROMPT(20), TOOL(30)])
+    assert (one.began, one.last, one.ended) == (at(10), at(30), None)
+    assert turns([]) == [] and turns([STOP(1), TOOL(2), m(3, tr.NOTIFICATION, tr.PERMISSION)]) == []
+
+
+def test_a_permission_prompt_leaves_the_turn_waiting_until_its_next_event():
+    [waiting] = turns([PROMPT(0), m(5, tr.NOTIFICATION, tr.PERMISSION, "Claude needs your permission to use Bash")])
+    assert (waiting.waiting, waiting.waiting_since) == ("Claude needs your permission to use Bash", at(5))
+    [answered] = turns([PROMPT(0), m(5, tr.NOTIFICATION, tr.PERMISSION, "x"), TOOL(400)])
+    assert answered.waiting == "" and answered.ended is None
+    [no_message] = turns([PROMPT(0), m(5, tr.NOTIFICATION, tr.PERMISSION)])
+    assert no_message.waiting == tr.PERMISSION  # still waiting, said by its type
+
+
+def test_the_state_of_a_turn_now():
+    busy = Turn(at(0), at(100))
+    assert state(None, at(50), QUIET, MAX_TURN) == tr.NO_TURN
+    assert state(Turn(at(0), at(9), at(9), tr.STOPPED), at(10), QUIET, MAX_TURN) == tr.NO_TURN
+    assert state(busy, at(100 + QUIET - 1), QUIET, MAX_TURN) == tr.TURN_BUSY
+    assert state(busy, at(100 + QUIET), QUIET, MAX_TURN) == tr.TURN_QUIET
+    lively_but_long = Turn(at(0), at(MAX_TURN))
+    assert state(lively_but_long, at(MAX_TURN), QUIET, MAX_TURN) == tr.TURN_LONG
+    waiting = Turn(at(0), at(5), waiting="x", waiting_since=at(5))
+    # Waiting on the operator is not quiet, however long, up to max_turn after the prompt opened.
+    assert state(waiting, at(5 + QUIET * 3), QUIET, MAX_TURN) == tr.TURN_WAITING
+    assert state(waiting, at(5 + MAX_TURN), QUIET, MAX_TURN) == tr.TURN_LONG
+
+
+# -- what a turn says of a miss ------------------------------------------------------------------
+
+
+def test_a_miss_typed_into_a_busy_turn_is_excused_while_it_is_busy_and_counts_once_it_goes_quiet():
+    marks = [PROMPT(0), TOOL(100), TOOL(200)]
+    assert excuse(turns(marks), at(150), at(300), QUIET, MAX_TURN) == BUSY
+    assert excuse(turns(marks), at(150), at(200 + QUIET), QUIET, MAX_TURN) == ""  # quiet: a wedge
+    assert excuse(turns([PROMPT(0), TOOL(MAX_TURN - 1)]), at(10), at(MAX_TURN), QUIET, MAX_TURN) == ""  # too long
+
+
+def test_a_miss_typed_into_a_turn_that_then_ended_by_itself_stays_excused():
+    for end in (STOP(400), m(400, tr.STOP_FAILURE, "server_error"), m(400, tr.NOTIFICATION, tr.IDLE)):
+        assert excuse(turns([PROMPT(0), end]), at(150), at(400 + 10 * MAX_TURN), QUIET, MAX_TURN) == BUSY
+    # Ended by the process going away: nothing says it was alive and working.
+    gone = turns([PROMPT(0), TOOL(100), m(400, tr.SESSION_START, "startup")])
+    assert excuse(gone, at(150), at(500), QUIET, MAX_TURN) == ""
+
+
+def test_no_excuse_between_turns_or_from_a_turn_the_probe_began():
+    marks = [PROMPT(0), STOP(10), PROMPT(100), TOOL(110)]
+    assert excuse(turns(marks), at(50), at(120), QUIET, MAX_TURN) == ""     # between turns
+    assert excuse(turns(marks), at(99), at(120), QUIET, MAX_TURN) == ""     # the probe's own prompt: it began it
+    assert excuse(turns(marks), at(105), at(120), QUIET, MAX_TURN) == BUSY  # typed into the running turn
+    assert excuse([], at(105), at(120), QUIET, MAX_TURN) == ""              # no hooks: every miss counts
+
+
+def test_a_permission_prompt_excuses_a_miss_and_withholds_the_next_probe():
+    marks = [PROMPT(0), m(5, tr.NOTIFICATION, tr.PERMISSION, "Claude needs your permission to use Bash")]
+    all_turns = turns(marks)
+    assert excuse(all_turns, at(10), at(5 + 3 * QUIET), QUIET, MAX_TURN) == WAITING
+    assert withholds_probe(all_turns, at(5 + 3 * QUIET), QUIET, MAX_TURN)
+    assert not withholds_probe(all_turns, at(5 + MAX_TURN), QUIET, MAX_TURN)  # a prompt lost its close: bounded
+    assert not withholds_probe(turns(marks + [TOOL(60)]), at(70), QUIET, MAX_TURN)
+    assert not withholds_probe(turns([PROMPT(0), TOOL(3)]), at(10), QUIET, MAX_TURN)
+
+
+def test_a_line_is_held_back_only_by_the_open_turn_it_was_typed_into():
+    busy = turns([PROMPT(0), TOOL(100)])
+    assert holds_back(busy, at(50), at(120), QUIET, MAX_TURN) == BUSY
+    assert holds_back(busy, at(50), at(100 + QUIET), QUIET, MAX_TURN) == ""
+    ended = turns([PROMPT(0), STOP(100)])
+    assert holds_back(ended, at(50), at(120), QUIET, MAX_TURN) == ""  # it should have been taken after the stop
+    assert holds_back(turns([PROMPT(60), TOOL(70)]), at(50), at(80), QUIET, MAX_TURN) == ""
+
+
+EVENTS = st.sampled_from([tr.PROMPT, tr.STOP, tr.STOP_FAILURE, tr.SESSION_START, "PostToolUse",
+                          tr.NOTIFICATION + ":" + tr.PERMISSION, tr.NOTIFICATION + ":" + tr.IDLE])
+
+
+def marks_of(steps: list[tuple[float, str]]) -> list[Mark]:
+    out, t = [], 0.0
+    for gap, name in steps:
+        t += gap
+        event, _, source = name.partition(":")
+        out.append(m(t, event, source))
+    return out
+
+
+@given(st.lists(st.tuples(st.floats(0, 3000), EVENTS), max_size=30), st.floats(0, 60_000), st.floats(0, 60_000))
+def test_an_excuse_only_ever_comes_from_a_turn_open_when_the_probe_was_typed(steps, sent_t, later):
+    marks = marks_of(steps)
+    all_turns = turns(marks)
+    sent, now = at(sent_t), at(sent_t + later)
+    why = excuse(all_turns, sent, now, QUIET, MAX_TURN)
+    assert why in ("", BUSY, WAITING)
+    spans = [t for t in all_turns if t.began.wall <= sent.wall and (t.ended is None or t.ended.wall >= sent.wall)]
+    if why:
+        assert spans, "an excuse without a turn that spans the probe"
+    if why == WAITING:
+        assert spans[-1].ended is None and spans[-1].waiting
+    # Turns never overlap, and each ends no earlier than it began.
+    for a, b in itertools.pairwise(all_turns):
+        assert a.ended is not None and a.ended.wall <= b.began.wall
+    for t in all_turns:
+        assert t.ended is None or t.ended.wall >= t.began.wall
+    # What is held back is also excused (the stricter of the two).
+    if holds_back(all_turns, sent, now, QUIET, MAX_TURN):
+        assert why
+
+
+# -- the canary's count with late acks and excused misses ---------------------------------------
+
+
+def run(t: float, result: str = MISS, **kw) -> ProbeRun:
+    return ProbeRun(1_000_000.0 + t, result, 1, **kw)
+
+
+def test_a_late_ack_ends_a_run_of_misses_and_an_excused_miss_neither_counts_nor_ends_one():
+    assert consecutive_misses([run(0), run(1)], 1) == 2
+    assert consecutive_misses([run(0), run(1, late=True)], 1) == 0
+    assert consecutive_misses([run(0), run(1, late=True), run(2)], 1) == 1
+    assert consecutive_misses([run(0), run(1, excused=BUSY), run(2)], 1) == 2
+    assert consecutive_misses([run(0, OK), run(1, excused=BUSY), run(2, excused=WAITING)], 1) == 0
+    assert not should_recycle([run(i, excused=BUSY) for i in range(10)], 1, 2)
+    # A late ack of another launch says nothing of this one.
+    assert consecutive_misses([run(0), ProbeRun(1_000_001.0, MISS, 0, late=True), run(2)], 1) == 2
+
+
+def test_a_miss_re_probes_at_once_unless_it_was_acked_late_or_excused():
+    interval, timeout = 1200.0, 180.0
+    assert due_in(run(0), 1_000_000.0 + 200, interval, timeout) == 0.0
+    assert due_in(run(0, late=True), 1_000_000.0 + 200, interval, timeout) == interval - 200
+    assert due_in(run(0, excused=BUSY), 1_000_000.0 + 200, interval, timeout) == interval - 200
