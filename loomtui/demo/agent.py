@@ -11,6 +11,10 @@ canary's `touch PATH`, keeps a poller child, and obeys fault switches sent as me
   /kill-poller      kill the poller child
   /foreign-poller   start a poller outside this process tree
   /slow SECONDS     busy (not reading input) for SECONDS
+  /busy SECONDS     a long turn: busy for SECONDS (not reading input), using a tool every
+                    BUSY_TOOL_EVERY seconds (a PostToolUse hook event each time)
+  /permission       a tool waits for permission: a Notification `permission_prompt` hook
+                    event, then a dialog that takes the next line (1/y: allow, 2/n: deny)
   /late-acks N SECONDS
                     busy for SECONDS (not reading input) when each of the next N `touch`
                     commands arrives, then run it: exactly N probes ack late, counted from
@@ -63,6 +67,7 @@ from pathlib import Path
 
 TOUCH = re.compile(r"\btouch\s+(.+)$")
 SPINNER = "|/-\\"
+BUSY_TOOL_EVERY = 2.0  # seconds between the tool uses of a /busy turn
 
 
 class Transcript:
@@ -247,6 +252,35 @@ class Agent(Base):
                 return
             out(" (press Enter)\n")
 
+    def busy(self, seconds: float) -> None:
+        """A turn that works for `seconds`, reading nothing, a tool's use (and its hook) every few."""
+        out(f"working for {seconds:g}s, with tools ...\n")
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(BUSY_TOOL_EVERY, left))
+            self.hook("PostToolUse", tool_name="Bash", tool_input={"command": "make test"})
+            out(".")
+        self.reply(f"done after {seconds:g}s")
+
+    def permission(self) -> None:
+        """Claude Code's permission dialog: its Notification hook, then the next line answers it."""
+        self.hook("Notification", notification_type="permission_prompt",
+                  message="Claude needs your permission to use Bash")
+        out("\n Bash command: make deploy\n Do you want to proceed?\n > 1. Yes\n   2. No\n")
+        while True:
+            line = self.term.readline(echo=False)
+            if line is None:
+                raise SystemExit(0)
+            answer = line.strip().lower()
+            if answer in ("1", "y", "yes", "2", "n", "no"):
+                break
+            out(" (answer 1 or 2)\n")
+        if answer in ("1", "y", "yes"):
+            self.hook("PostToolUse", tool_name="Bash", tool_input={"command": "make deploy"})
+            self.reply("allowed: ran make deploy")
+        else:
+            self.reply("denied: did not run make deploy")
+
     def handle(self, line: str) -> None:
         text = line.strip()
         self.transcript.add("user", line)
@@ -276,6 +310,15 @@ class Agent(Base):
             out(f"working for {seconds:g}s ...\n")
             time.sleep(seconds)
             self.reply(f"done after {seconds:g}s")
+        elif text.startswith("/busy"):
+            try:
+                seconds = float(text.split()[1])
+            except (IndexError, ValueError):
+                self.reply("usage: /busy SECONDS")
+                return
+            self.busy(seconds)
+        elif text == "/permission":
+            self.permission()
         elif text.startswith("/late-acks"):
             try:
                 count, seconds = int(text.split()[1]), float(text.split()[2])
@@ -444,6 +487,15 @@ class StreamAgent(Base):
             os.close(0)
             self.stdin_closed = True
             self.say("closed my stdin")
+        elif text.startswith("/busy"):
+            try:
+                seconds = float(text.split()[1])
+            except (IndexError, ValueError):
+                self.reply("usage: /busy SECONDS")
+                return
+            self.busy(seconds)
+        elif text == "/permission":
+            self.permission()
         elif text.startswith("/late-acks"):
             try:
                 count, seconds = int(text.split()[1]), float(text.split()[2])
