@@ -37,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
     if len(base.config.agent_names) > 1:
         print(f"agent name      {status.name}")
     print(f"agent           {printable(status.agent.describe())}")
+    if status.turn is not None:
+        print(f"turn            {status.turn.describe()}")
     if status.hold:
         print(f"hold            HELD: {_hold_line(status)}")
     print(f"pinned session  {printable(status.pinned_session or '(none)')}")

@@ -19,12 +19,14 @@ from loomtui import clock
 from loomtui.agent import drivers, launches, lifecycle, recovery
 from loomtui.agent.hold_rules import Hold
 from loomtui.agent.records import LaunchRecord
-from loomtui.timing import Instant
+from loomtui.timing import Instant, age, stored
 from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.durations import format_duration
+from loomtui.hooks import settings as hook_settings
+from loomtui.hooks import turn_rules, turns
 from loomtui.pump.facts import StreamFacts
-from loomtui.store import canary_runs, heartbeats, ledger, outbox, queue_items, session, telegram_state
+from loomtui.store import canary_runs, heartbeats, hook_events, ledger, outbox, queue_items, session, telegram_state
 from loomtui.store.ledger import Event
 from loomtui.text import printable
 
@@ -134,6 +136,66 @@ class CanaryLast:
         return printable(line + (f" (acked in {self.latency:.2f}s)" if self.latency is not None else ""))
 
 
+@dataclass(frozen=True)
+class TurnLook:
+    """The agent's turn as its hooks tell it (hooks.turn_rules): its state now, how long it has
+    run, how long since its last event, the tool it last used, an open permission prompt's words;
+    and the hooks' own last event. None in a Status whose agent has no hooks configured."""
+
+    state: str                       # turn_rules: idle, busy, quiet, too long, waiting for permission
+    age: float | None = None         # since the open turn began
+    quiet: float | None = None       # since the open turn's last event
+    tool: str = ""
+    waiting: str = ""
+    last_event: str = ""             # the hooks' latest event of any kind, and its age
+    last_event_age: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"state": self.state, "age": self.age, "quiet": self.quiet, "tool": self.tool or None,
+                "waiting": self.waiting or None}
+
+    def hooks_json(self) -> dict[str, Any]:
+        return {"last_event": self.last_event or None, "age": self.last_event_age}
+
+    def describe(self) -> str:
+        """`busy 4m, last tool Bash`; `waiting for permission: Claude needs …`; `idle`."""
+        if self.state == turn_rules.NO_TURN:
+            line = "idle"
+        elif self.state == turn_rules.TURN_WAITING:
+            line = f"waiting for permission: {self.waiting}"
+        else:
+            line = f"{self.state} {format_duration(max(self.age or 0, 0))}"
+            if self.state == turn_rules.TURN_QUIET:
+                line += f" (nothing for {format_duration(max(self.quiet or 0, 0))}: its misses count)"
+            elif self.state == turn_rules.TURN_LONG:
+                line += " (past canary.max_turn: its misses count)"
+            if self.tool:
+                line += f", last tool {self.tool}"
+        if self.last_event:
+            line += f"; last hook {self.last_event} {format_duration(max(self.last_event_age or 0, 0))} ago"
+        else:
+            line += "; no hook event yet"
+        return printable(line)
+
+
+def turn_look(ctx: Context, at: Instant) -> TurnLook | None:
+    """The turn now (None: the agent's commands pass no hooks settings, so no turn is known)."""
+    if not hook_settings.wanted(ctx.config.agent):
+        return None
+    cfg = ctx.config.canary
+    now_turn = turn_rules.current(turns.read(ctx))
+    state = turn_rules.state(now_turn, at, cfg.turn_quiet, cfg.max_turn)
+    newest = hook_events.recent(ctx.store, ctx.agent, 1)
+    last_event, last_age = "", None
+    if newest:
+        last_event = printable(str(newest[0]["event"]))
+        last_age = age(stored(newest[0]["ts"], newest[0]["mono"], newest[0]["boot"]), at)
+    if now_turn is None:
+        return TurnLook(state, last_event=last_event, last_event_age=last_age)
+    return TurnLook(state, age(now_turn.began, at), age(now_turn.last, at), printable(now_turn.tool),
+                    printable(now_turn.waiting) if state == turn_rules.TURN_WAITING else "", last_event, last_age)
+
+
 # `loom status`'s words for each state (its per-agent line and the JSON's "state"): the words it
 # has always printed, booting added by the one lifecycle.
 STATE_WORDS: dict[str, str] = {
@@ -173,6 +235,7 @@ class Status:
     relaunches_last_hour: int = 0
     at: Instant | None = None               # `taken` on both clocks: what hold times are measured at
     boot_grace: float = 0.0                 # the agent's boot grace (agent.boot_grace): for the lifecycle
+    turn: TurnLook | None = None            # the turn as the hooks tell it (None: no hooks configured)
 
     @property
     def moment(self) -> Instant | float:
@@ -225,13 +288,21 @@ class Status:
             "heartbeats": {name: {"age": b.age, "pid": b.pid} for name, b in self.heartbeats.items()},
             "last_events": [e.as_dict() for e in self.last_events],
             "telegram": {"outbox": self.outbox, "conflict": self.conflict},
-            "agent": self.agent.as_json() if self.agent else None,
+            "agent": self._agent_json(),
             "canary": self.canary.as_json() if self.canary else None,
             "queue": self.queue,
             "hold": self.hold.record() if self.hold is not None else None,
             "last_launch": self.last_launch.as_dict() if self.last_launch is not None else None,
             "relaunch": self.relaunch.as_json() if self.relaunch else None,
         }
+
+    def _agent_json(self) -> dict[str, Any] | None:
+        if self.agent is None:
+            return None
+        out = self.agent.as_json()
+        if self.turn is not None:
+            out["turn"], out["hooks"] = self.turn.as_json(), self.turn.hooks_json()
+        return out
 
     def as_agent_json(self) -> dict[str, Any]:
         """`as_json` with whose it is, where several agents are shown: a single-agent setup's
@@ -276,6 +347,7 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         relaunches_last_hour=relaunches_since(ctx, now - 3600),
         at=at,
         boot_grace=ctx.config.agent.boot_grace,
+        turn=turn_look(ctx, at),
     )
 
 

@@ -66,6 +66,10 @@ def test_a_permission_prompt_is_told_once_gets_no_probe_and_is_not_recycled(make
     told = wait_for(lambda: [t for t in messages(harness) if "waits for your permission" in t], LONG,
                     what="the operator told")
     assert told == ["Loom: the agent waits for your permission: Claude needs your permission to use Bash"]
+    shown = harness.loom("status")
+    assert "turn            waiting for permission: Claude needs your permission to use Bash;" in shown.stdout
+    turn = json.loads(harness.loom("status", "--json").stdout)["agent"]["turn"]
+    assert turn["state"] == "waiting for permission" and turn["waiting"] == "Claude needs your permission to use Bash"
     # Three canary intervals pass with the dialog open: no probe is typed into it (its Enter could
     # answer the dialog), and nothing is recycled.
     wait_for(lambda: [e for e in harness.events("agent_notification") if e["ts"] >= asked["ts"]], LONG,

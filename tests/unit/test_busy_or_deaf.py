@@ -143,3 +143,32 @@ def test_a_line_typed_into_a_busy_turn_does_not_hasten_a_probe_until_the_turn_go
         assert due() == 1200 - 30  # queued behind the busy turn: the schedule stands
         virtual.advance(15 * 60)
         assert due() == 0.0  # the turn went quiet: the line was never taken, probe now
+
+
+def test_status_says_the_turn_as_the_hooks_tell_it(tmp_path):
+    from loomtui.report import status
+
+    ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        assert status.gather(ctx, look=False).turn.describe() == "idle; no hook event yet"
+        hook(ctx, "UserPromptSubmit")
+        virtual.advance(240)
+        hook(ctx, "PostToolUse", "Bash")
+        virtual.advance(5)
+        turn = status.gather(ctx, look=False).turn
+        assert turn.describe() == "busy 4m5s, last tool Bash; last hook PostToolUse 5s ago"
+        assert (turn.as_json(), turn.hooks_json()) == (
+            {"state": "busy", "age": 245.0, "quiet": 5.0, "tool": "Bash", "waiting": None},
+            {"last_event": "PostToolUse", "age": 5.0})
+        virtual.advance(15 * 60)
+        assert status.gather(ctx, look=False).turn.describe().startswith(
+            "quiet 19m5s (nothing for 15m5s: its misses count), last tool Bash; last hook PostToolUse 15m5s ago")
+        hook(ctx, "Notification", "permission_prompt", message="Claude needs your permission to use Bash\x07")
+        assert status.gather(ctx, look=False).turn.describe().startswith(
+            "waiting for permission: Claude needs your permission to use Bash\u2407;")  # the BEL made visible
+        hook(ctx, "Stop")
+        assert status.gather(ctx, look=False).turn.describe() == "idle; last hook Stop 0s ago"
+    unhooked = tmp_path / "plain.toml"
+    unhooked.write_text(f'state_dir = {json.dumps(str(tmp_path / "plain"))}\n')
+    assert status.gather(Context.load(str(unhooked), None, environ={}), look=False).turn is None
