@@ -168,8 +168,15 @@ COUNTED = {
     "loom_run_total": ("Loop runs by outcome", ("loop", "status", AGENT)),
     "loom_notify_total": ("Messages to the operator: sent, failed attempts, given up, deduplicated",
                           ("sink", "result")),
+    # The agent CLI's hooks (loomtui/hooks): always kept with the agent's name.
+    "loom_dispatch_missing_total": ("Typed lines the agent's hooks never reported taken within "
+                                    "agent.dispatch_timeout", (AGENT,)),
+    "loom_turns_total": ("Agent turns ended, by outcome (Stop; StopFailure with its error type)",
+                         (AGENT, "outcome", "error")),
 }
-HISTOGRAMS = {"loom_tick_duration_seconds": ("Tick duration per loop", ("loop", AGENT))}
+HISTOGRAMS = {"loom_tick_duration_seconds": ("Tick duration per loop", ("loop", AGENT)),
+              "loom_dispatch_latency_seconds": ("From a line typed to the agent's UserPromptSubmit that carried it",
+                                                (AGENT,))}
 # The intervals alert rules compare with, each agent's own (sentinel.backstop is the host's, repeated
 # per agent so a rule can compare an agent's queue with it label for label).
 SETTINGS = ("canary.interval", "canary.ack_timeout", "sentinel.backstop", "watchdog.interval",

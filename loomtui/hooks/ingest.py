@@ -22,10 +22,14 @@ from loomtui.hooks import events as hook_events
 from loomtui.hooks.events import HookEvent
 from loomtui.hooks.settings import PREFIX, SUFFIX, events_dir
 from loomtui.store import hook_events as table
-from loomtui.store import ledger, outbox
+from loomtui.store import counters, ledger, outbox
 from loomtui.text import printable
 
 SOURCE = "hooks"
+# Turns ended, by outcome (and a failure's error type), for the metrics: counted as they are recorded,
+# so a retention of hook_events never makes the counter go back.
+TURNS_TOTAL = "loom_turns_total"
+TURN_OUTCOME = {"Stop": "stopped", "StopFailure": "failed"}
 PERMISSION = "permission_prompt"  # a Notification's type when a tool waits for the operator's yes
 PARTIAL_GRACE = 30.0  # a file that does not parse and is older than this is no longer being written
 BATCH = 200          # files recorded per transaction
@@ -119,6 +123,9 @@ def _record(ctx: Context, batch: list[Recorded]) -> None:
             event = item.event
             at = clock.at_wall(item.wall, reading)
             row_id = table.insert_in(db, ctx.agent, at, event.event, event.session_id, event.source, event.detail)
+            if event.event in ("Stop", "StopFailure"):
+                counters.bump_in(db, TURNS_TOTAL, {"agent": ctx.agent, "outcome": TURN_OUTCOME[event.event],
+                                                   "error": event.source if event.event == "StopFailure" else ""})
             if event.event == "Notification" and event.source == PERMISSION:
                 _tell_permission_in(db, ctx, event, row_id)
             kind = LEDGER_KIND.get(event.event)

@@ -14,15 +14,18 @@ from loomtui.context import Context
 from loomtui.hooks.ingest import SOURCE
 from loomtui.hooks.settings import wanted
 from loomtui.hooks.witness_rules import EARLY, Prompt, Typed, probe_now, witness
+from loomtui.store import counters, ledger
 from loomtui.store import hook_events as table
-from loomtui.store import ledger
-from loomtui.timing import Instant, stored
+from loomtui.timing import Instant, raw_age, stored
 
 # How far back a witness that just started looks: the ledger's last events, and of those only the
 # lines typed within a few timeouts (older ones were judged by the daemon before, or typed before
 # the hooks were configured: neither is news).
 START_BACK = 5000
 HORIZON_TIMEOUTS = 4
+# The metrics' counters (daemon/metrics.py): lines never taken, and how long the taken ones took.
+MISSING_TOTAL = "loom_dispatch_missing_total"
+LATENCY = "loom_dispatch_latency_seconds"
 
 
 class Witness:
@@ -57,11 +60,18 @@ class Witness:
         recorded = {int(r["typed"]) for r in table.missing_since(ctx.store, ctx.agent, self.floor)
                     if isinstance(r["typed"], int)}
         verdict = witness(typed, prompts, recorded, now, self.timeout)
-        if verdict.missing:
+        taken = {p.id: p for p in prompts}
+        if verdict.missing or verdict.dispatched:
             with ctx.store.write() as db:
                 for line in verdict.missing:
                     ledger.append_in(db, "dispatch_missing", source=SOURCE, detail={
                         "typed": line.id, "kind": line.kind, "typed_at": line.at.wall, "after": self.timeout})
+                    counters.bump_in(db, MISSING_TOTAL, {"agent": ctx.agent})
+                by_id = {line.id: line for line in typed}
+                for line_id, prompt_id in verdict.dispatched.items():
+                    # A prompt may be reported before the line's event was written (EARLY): 0 then.
+                    latency = max(0.0, raw_age(by_id[line_id].at, taken[prompt_id].at))
+                    counters.observe_in(db, LATENCY, {"agent": ctx.agent}, latency, counters.DISPATCH_BUCKETS)
         self.used.update(verdict.dispatched.values())
         settled = set(verdict.dispatched) | recorded | {line.id for line in verdict.missing}
         self._advance(read_to, [line.id for line in typed if line.id not in settled])

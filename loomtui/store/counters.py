@@ -19,6 +19,9 @@ from loomtui.store.db import Store
 
 # Tick durations: a fast tick is milliseconds, a relaunch or a resume check tens of seconds.
 TICK_BUCKETS = (0.005, 0.025, 0.1, 0.5, 2.5, 10.0, 60.0, math.inf)
+# From a line typed to the prompt that carried it: a second when the CLI is idle, a turn's length
+# when it queued the line behind one.
+DISPATCH_BUCKETS = (0.25, 1.0, 2.5, 5.0, 15.0, 60.0, 300.0, 1800.0, math.inf)
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -36,6 +39,15 @@ def bump_in(db: sqlite3.Connection, name: str, labels: dict[str, str], by: float
 def bump(store: Store, name: str, labels: dict[str, str], by: float = 1.0) -> None:
     with store.write() as db:
         bump_in(db, name, labels, by)
+
+
+def observe_in(db: sqlite3.Connection, name: str, labels: dict[str, str], value: float,
+               buckets: Iterable[float]) -> None:
+    """A histogram observation in the caller's transaction (Tally.observe's parts)."""
+    for bound in buckets:
+        bump_in(db, f"{name}_bucket", {**labels, "le": le(bound)}, 1.0 if value <= bound else 0.0)
+    bump_in(db, f"{name}_sum", labels, value)
+    bump_in(db, f"{name}_count", labels)
 
 
 @dataclass(frozen=True)

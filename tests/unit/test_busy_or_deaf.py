@@ -172,3 +172,37 @@ def test_status_says_the_turn_as_the_hooks_tell_it(tmp_path):
     unhooked = tmp_path / "plain.toml"
     unhooked.write_text(f'state_dir = {json.dumps(str(tmp_path / "plain"))}\n')
     assert status.gather(Context.load(str(unhooked), None, environ={}), look=False).turn is None
+
+
+def test_the_metrics_count_turns_missing_lines_and_dispatch_latency(tmp_path):
+    from test_kpis import scrape
+
+    from loomtui.hooks.events import said
+    from loomtui.hooks.witness import Witness
+    from loomtui.text import digest
+
+    ctx = hooked_ctx(tmp_path)
+    settings.write(ctx.agent_dir)
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        seen = Witness(ctx)
+        for n, payload in enumerate(({"hook_event_name": "Stop"}, {"hook_event_name": "Stop"},
+                                     {"hook_event_name": "StopFailure", "error_type": "rate_limit"})):
+            (settings.events_dir(ctx.agent_dir) / f"ev.{n}.json").write_text(json.dumps(payload))
+        ingest.collect(ctx)
+        for text in ("taken quickly", "never taken"):
+            ledger.append(ctx.store, "inject", source="cli", detail={"length": len(text), "digest": digest(text),
+                                                                    "ok": True})
+        virtual.advance(2)
+        hook(ctx, "UserPromptSubmit", length=13, said=said("taken quickly"))
+        seen.look()
+        virtual.advance(20)
+        seen.look()
+    got = scrape(ctx)
+    assert got['loom_turns_total{agent="main",error="",outcome="stopped"}'] == 2
+    assert got['loom_turns_total{agent="main",error="rate_limit",outcome="failed"}'] == 1
+    assert got['loom_dispatch_missing_total{agent="main"}'] == 1
+    assert got['loom_dispatch_latency_seconds_count{agent="main"}'] == 1
+    assert got['loom_dispatch_latency_seconds_sum{agent="main"}'] == 2.0
+    assert got['loom_dispatch_latency_seconds_bucket{agent="main",le="1.0"}'] == 0
+    assert got['loom_dispatch_latency_seconds_bucket{agent="main",le="2.5"}'] == 1
