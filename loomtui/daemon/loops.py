@@ -262,9 +262,14 @@ def hooks_watch(canary: object, typed: Waker) -> Callable[[Context, threading.Ev
 
         directory = settings.events_dir(ctx.agent_dir)
         seen = witness.Witness(ctx)
+        pruned_at = float("-inf")
 
         def look() -> float:
+            nonlocal pruned_at
             ingest.collect(ctx)
+            if clock.monotonic() - pruned_at >= ingest.PRUNE_EVERY:
+                ingest.prune(ctx)
+                pruned_at = clock.monotonic()
             missing, due = seen.look()
             if missing:
                 log.info("%s: %d typed line(s) not dispatched", loop_name("hooks", ctx.agent), missing)

@@ -33,6 +33,8 @@ TURN_OUTCOME = {"Stop": "stopped", "StopFailure": "failed"}
 PERMISSION = "permission_prompt"  # a Notification's type when a tool waits for the operator's yes
 PARTIAL_GRACE = 30.0  # a file that does not parse and is older than this is no longer being written
 BATCH = 200          # files recorded per transaction
+KEEP = 7 * 86400.0   # how long a hook event is kept in the store (a tool's use is one row each)
+PRUNE_EVERY = 3600.0  # how often the hooks loop forgets the older ones
 
 # The ledger's kind for each event worth one; the rest are the table's alone.
 LEDGER_KIND = {"SessionStart": "session_started", "StopFailure": "turn_failed",
@@ -114,6 +116,12 @@ def collect(ctx: Context) -> list[Recorded]:
                 _remove(item.path)  # after the commit: a crash in between records it twice, never loses it
             done.extend(batch)
     return done
+
+
+def prune(ctx: Context) -> int:
+    """Forget hook events older than KEEP: the turns, the witness and status read hours back at most,
+    and what they counted is in the counters and the ledger already."""
+    return table.prune(ctx.store, ctx.agent, clock.wall() - KEEP)
 
 
 def _record(ctx: Context, batch: list[Recorded]) -> None:

@@ -84,3 +84,9 @@ def last_tool_use(store: Store, agent: str) -> sqlite3.Row | None:
     """The agent's latest PostToolUse: the newest sign of life inside a turn, and its tool."""
     return store.query_one("SELECT id, ts, mono, boot, event, source, detail FROM hook_events WHERE agent = ? "
                            "AND event = ? ORDER BY id DESC LIMIT 1", (agent, TOOL))
+
+
+def prune(store: Store, agent: str, before: float) -> int:
+    """Forget the agent's hook events written before `before` (wall): how many went."""
+    with store.write() as db:
+        return db.execute("DELETE FROM hook_events WHERE agent = ? AND ts < ?", (agent, before)).rowcount

@@ -206,3 +206,16 @@ def test_the_metrics_count_turns_missing_lines_and_dispatch_latency(tmp_path):
     assert got['loom_dispatch_latency_seconds_sum{agent="main"}'] == 2.0
     assert got['loom_dispatch_latency_seconds_bucket{agent="main",le="1.0"}'] == 0
     assert got['loom_dispatch_latency_seconds_bucket{agent="main",le="2.5"}'] == 1
+
+
+def test_hook_events_older_than_a_week_are_forgotten(tmp_path):
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        hook(ctx, "PostToolUse", "Bash")
+        virtual.advance(ingest.KEEP - 60)
+        hook(ctx, "Stop")
+        assert ingest.prune(ctx) == 0
+        virtual.advance(61)
+        assert ingest.prune(ctx) == 1
+        assert [r["event"] for r in hook_events.recent(ctx.store, ctx.agent)] == ["Stop"]
