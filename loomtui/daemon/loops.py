@@ -252,29 +252,44 @@ HOOKS_POLL = 1.0
 HOOKS_RECHECK = 30.0
 
 
+def hooks_look(ctx: Context) -> Callable[[], tuple[int, float]]:
+    """One look of the hooks loop (the simulator runs it too): the event files recorded, the old
+    events forgotten once an hour, the dispatch witness; (lines missing now, seconds until the
+    next look is owed: the next line's timeout, or HOOKS_RECHECK)."""
+    from loomtui.hooks import ingest, witness
+
+    seen = witness.Witness(ctx)
+    pruned_at = float("-inf")
+
+    def look() -> tuple[int, float]:
+        nonlocal pruned_at
+        ingest.collect(ctx)
+        if clock.monotonic() - pruned_at >= ingest.PRUNE_EVERY:
+            ingest.prune(ctx)
+            pruned_at = clock.monotonic()
+        missing, due = seen.look()
+        return missing, HOOKS_RECHECK if due is None else min(HOOKS_RECHECK, max(due, 0.05))
+
+    return look
+
+
 def hooks_watch(canary: object, typed: Waker) -> Callable[[Context, threading.Event], Callable[[], object]]:
     """The agent's hook events recorded as they arrive (inotify on its events directory), and the
     dispatch witness looked at when a line is typed (`typed` rings), at each event, and when the
     next line's timeout comes; a line missing rings the canary's bell."""
 
     def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
-        from loomtui.hooks import ingest, settings, witness
+        from loomtui.hooks import settings
 
         directory = settings.events_dir(ctx.agent_dir)
-        seen = witness.Witness(ctx)
-        pruned_at = float("-inf")
+        hooks = hooks_look(ctx)
 
         def look() -> float:
-            nonlocal pruned_at
-            ingest.collect(ctx)
-            if clock.monotonic() - pruned_at >= ingest.PRUNE_EVERY:
-                ingest.prune(ctx)
-                pruned_at = clock.monotonic()
-            missing, due = seen.look()
+            missing, wait = hooks()
             if missing:
                 log.info("%s: %d typed line(s) not dispatched", loop_name("hooks", ctx.agent), missing)
                 canary.ring()  # type: ignore[attr-defined]
-            return HOOKS_RECHECK if due is None else min(HOOKS_RECHECK, max(due, 0.05))
+            return wait
 
         def step() -> object:
             settings.write(ctx.agent_dir)  # its directories, as the next launch will find them

@@ -38,10 +38,12 @@ from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
 from loomtui.daemon import loops
 from loomtui.errors import LoomError
+from loomtui.hooks import settings as hook_settings
 from loomtui.sentinel import queue
 from loomtui.sentinel.queue_rules import Item
 from loomtui.sim import faults
 from loomtui.sim.actors import Jobs, Operator, QueueWorker
+from loomtui.sim.hooks_model import HookModel
 from loomtui.sim.invariants import Checker, Violation
 from loomtui.sim.machine import SERVER_PID, SimDriver, SimProcesses, SimSignals, SimWatch
 from loomtui.sim.profiles import with_jobs
@@ -79,6 +81,9 @@ class Sim:
         self.days = days
         self.end = days * DAY
         self.rng = random.Random(seed)
+        # The agent's hooks, modelled when its commands pass the hooks settings (hooks_model.py).
+        self.hooked = hook_settings.wanted(config.agent)
+        self.hooks = HookModel(self) if self.hooked else None
         T = config.canary.ack_timeout
         agent = config.agent
         # What the simulated CLI shows and runs as: texts the operator's own patterns find.
@@ -225,6 +230,18 @@ class Sim:
             else:
                 sched.sleep_until(sched.t + (soon if soon is not None else CANARY_PERIOD))
 
+    def hooks_thread(self, ctx: Context) -> None:
+        """The daemon's hooks loop: a look when an event file is written or a line typed (both
+        wake it, as inotify and the `typed` signal do), and when the next line's timeout comes."""
+        look = loops.hooks_look(ctx)
+        sched = self.scheduler
+        while True:
+            seen = self.guarded("hooks", look)
+            missing, wait = seen if isinstance(seen, tuple) else (0, loops.HOOKS_POLL)
+            if missing:
+                self.wake("canary")  # the canary's doorbell (the ledger's dispatch_missing is in the trace)
+            sched.sleep_until(sched.t + wait)
+
     def sentinel_thread(self, ctx: Context) -> None:
         step = loops.sentinel_tick(ctx, self.halt)  # the daemon's own: sentinel.tick.sentinel_tick(ctx)
         interval = self.config.sentinel.interval
@@ -285,12 +302,29 @@ class Sim:
             self.at(agent.started + self.rng.uniform(10.0, 80.0), self.crash_looped, agent.pid)
         if not agent.alive:
             self.exit_noticed()
+        elif self.hooks is not None:
+            self.hooks.started(agent)
         return agent
+
+    def probe_path(self, text: str) -> Path | None:
+        """The file a probe's line asks the agent to touch (None: not a probe)."""
+        if NUDGE.search(text) is not None:
+            return None
+        m = PROBE.search(text)
+        return Path(m.group(1)) if m else None
 
     def typed_into(self, agent: Agent, text: str) -> None:
         self.checker.on_typed(text)
+        if agent.modal:
+            agent.eaten_at = self.world.t  # the dialog takes it: a miss now is the dialog's
         item = NUDGE.search(text)
         m = PROBE.search(text)
+        if self.hooks is not None:
+            self.wake("hooks")  # inject rings the hooks loop's `typed`: the witness looks
+            self.hooks.typed(agent, text, is_probe=bool(m and item is None))
+            if item:
+                self.worker.nudged(int(item.group(1)))
+            return
         if m and item is None:
             ack = self.world.ack_time(self.world.t)
             if ack is not None:
@@ -467,8 +501,9 @@ class Sim:
         p = self.profile
         if p.fault_mean is None:
             return
-        kinds = [k for k, _ in p.weights]
-        weights = [w for _, w in p.weights]
+        table = (*p.weights, *faults.HOOKED_WEIGHTS) if self.hooked else p.weights
+        kinds = [k for k, _ in table]
+        weights = [w for _, w in table]
 
         def next_fault() -> None:
             self.fault(self.rng.choices(kinds, weights)[0])
@@ -496,6 +531,8 @@ class Sim:
         self.spawn("watchdog", self.watchdog_thread, when=cfg.watchdog.interval)
         self.spawn("canary", self.canary_thread, when=0.0)
         self.spawn("sentinel", self.sentinel_thread, when=cfg.sentinel.interval)
+        if self.hooks is not None:
+            self.spawn("hooks", self.hooks_thread, when=0.0)
         self.jobs.start()
         self.random_faults()
 

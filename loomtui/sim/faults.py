@@ -18,10 +18,15 @@ if TYPE_CHECKING:
 KINDS = (
     "crash", "exit0", "wedge", "sticky_wedge", "busy", "modal", "slow_boot", "resume_fails", "crash_loop",
     "poller_lost", "foreign_poller", "store_locked", "load", "tmux_hang", "tmux_vanish", "socket_lost",
-    "job_break", "ignore_queue", "operator_recycle", "clock_forward", "clock_back",
+    "job_break", "ignore_queue", "operator_recycle", "clock_forward", "clock_back", "long_turn",
 )
+# Faults only an agent with hooks can suffer, drawn beside the profile's (only then, so that a run
+# without hooks replays as it always did): a long turn of the operator's, which misses every probe
+# typed into it and must not be recycled before canary.max_turn.
+HOOKED_KINDS = ("long_turn",)
+HOOKED_WEIGHTS = (("long_turn", 2.0),)
 CLOCK_STEP = 86400.0  # a wall-clock step: a day forward or a day back (NTP after a wrong RTC, an operator's `date -s`)
-DISTURBING = ("busy", "modal", "slow_boot")
+DISTURBING = ("busy", "modal", "slow_boot", "long_turn")
 
 
 def apply(sim: Sim, kind: str) -> bool:
@@ -30,8 +35,10 @@ def apply(sim: Sim, kind: str) -> bool:
     cfg = sim.config
     T = cfg.canary.ack_timeout
     a = w.agent if w.agent is not None and w.agent.alive else None
+    if kind in HOOKED_KINDS and sim.hooks is None:
+        return False
     if kind in DISTURBING:
-        pending = w.slow_boot_next or (a is not None and (a.busy_next or a.modal))
+        pending = w.slow_boot_next or (a is not None and (a.busy_next or a.modal or a.turn_since is not None))
         if pending or w.t - w.last_disturbance < 3 * T or not w.heard_since_disturbance:
             return False
         w.last_disturbance, w.heard_since_disturbance = w.t, False
@@ -54,6 +61,12 @@ def apply(sim: Sim, kind: str) -> bool:
         if a is None:
             return False
         a.busy_next = True
+        if sim.hooks is not None:
+            sim.hooks.begin_turn(a, None)  # a turn in progress: it ends once the next probe has waited
+    elif kind == "long_turn":
+        if a is None:
+            return False
+        sim.hooks.begin_turn(a, w.t + rng.uniform(3 * T, 0.8 * cfg.canary.max_turn))
     elif kind == "modal":
         if a is None:
             return False

@@ -29,7 +29,7 @@ NAMES = (
     "one_agent", "one_relaunch_at_a_time", "ceiling", "escalate_once_and_hold", "never_silent",
     "no_resume_after_canary_failed", "resume_only_the_pinned", "definitive_signal", "deaf_bound",
     "relaunch_witnessed", "queue_backstop", "backstop_not_early", "witness_is_clean", "no_typing_into_a_booting_agent",
-    "foreign_poller_reaped", "poller_restored", "fuse", "backoff", "exit_relaunched",
+    "foreign_poller_reaped", "poller_restored", "fuse", "backoff", "exit_relaunched", "busy_not_recycled",
 )
 
 
@@ -48,7 +48,8 @@ class Checker:
         relaunch_time = STOP_TIME + agent.resume_check
         self.detect = (max(canary.interval, agent.boot_grace) + canary.misses_to_recycle * (canary.ack_timeout + 1.0)
                        + wd.backoff_max + relaunch_time)
-        self.deaf_bound = self.detect + 5.0
+        # With hooks, a wedge inside a turn looks busy until the turn has been quiet for turn_quiet.
+        self.deaf_bound = self.detect + 5.0 + (canary.turn_quiet if sim.hooked else 0.0)
         self.silent_bound = (self.detect + 3 * wd.interval + wd.poller_grace + wd.ambiguous_alert
                              + agent.boot_grace + SLACK)
         self.witness_bound = self.detect + SLACK
@@ -104,6 +105,8 @@ class Checker:
                 if len(self.automatic) > sim.config.watchdog.ceiling_count:
                     self.fail("ceiling", f"{len(self.automatic)} automatic relaunches within {window:g}s "
                                          f"(ceiling {sim.config.watchdog.ceiling_count})")
+                if cause == "canary_failed":
+                    self.check_busy_not_recycled()
                 why = self.unjustified(cause)
                 if why:
                     sim.report.false_recycles += 1
@@ -128,8 +131,30 @@ class Checker:
         if cause == "canary_failed":
             if a is None or not a.alive or a.deaf_since is not None or a.modal or not w.tmux_session:
                 return ""
+            canary = self.sim.config.canary
+            if w.t - a.eaten_at <= canary.misses_to_recycle * (canary.ack_timeout + 1.0) + SLACK:
+                return ""  # a dialog ate the probes it missed, and was closed since
+            if self.sim.hooked and a.turn_since is not None and not self.turn_in_evidence(a):
+                return ""  # a turn too long, or one whose hook events were lost: a wedge, by design
             return "the agent could hear (busy or healthy) and was recycled"
         return ""
+
+    def turn_in_evidence(self, a) -> bool:
+        """The agent's running turn is busy as Loom could have seen it: begun less than
+        `canary.max_turn` ago, its start reported, a hook event of it within `canary.turn_quiet`."""
+        cfg, t = self.sim.config.canary, self.sim.world.t
+        return (a.turn_since is not None and t - a.turn_since < cfg.max_turn - SLACK and a.seen_open
+                and t - a.seen_last < cfg.turn_quiet - SLACK)
+
+    def check_busy_not_recycled(self) -> None:
+        """With hooks, an agent busy with a turn (its events reported, younger than max_turn) is
+        never recycled for canary_failed, however many probes it missed."""
+        a = self.sim.world.agent
+        if not self.sim.hooked or a is None or not a.hearing() or a.modal or not self.turn_in_evidence(a):
+            return
+        t = self.sim.world.t
+        self.fail("busy_not_recycled", f"recycled for canary_failed {t - a.turn_since:.0f}s into a busy turn "
+                                       f"(its last hook event {t - a.seen_last:.0f}s ago)")
 
     def check_fuse_and_backoff(self, d: dict, operator: bool) -> None:
         """The thrash fuse: with `fuse_count` automatic relaunches inside `fuse_window` before it, an
@@ -272,7 +297,7 @@ class Checker:
                 self.fail("deaf_bound", f"deaf for {t - since:.0f}s (bound {self.deaf_bound:.0f}s)")
         if self.pending_witness is not None:
             seq, at = self.pending_witness
-            if self.late(t - at, self.witness_bound, at):
+            if self.late(t - at, self.witness_bound + w.busy_between(at, t), at):
                 self.fail("relaunch_witnessed", f"relaunch {seq} at {at:.0f}s neither witnessed by an ack nor "
                                                 f"followed by a relaunch or an escalation")
         booting = alive and self.booting(a, t)

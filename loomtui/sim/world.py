@@ -38,6 +38,14 @@ class Agent:
     poller: bool = True              # its Telegram poller child
     ignores_queue: bool = False      # acks canaries but never works its queue (incident 8)
     handled_nudges: int = 0
+    # With hooks modelled (hooks_model.py): a turn the operator gave it runs since `turn_since`
+    # (until `turn_until`, once known); what Loom could see of it: the last hook event written,
+    # and whether the last turn boundary it got began a turn.
+    turn_since: float | None = None
+    turn_until: float | None = None
+    seen_last: float = -1e18
+    seen_open: bool = False
+    eaten_at: float = -1e18          # the last time a dialog on its screen ate a typed line
 
     def hearing(self) -> bool:
         return self.alive and self.deaf_since is None
@@ -77,6 +85,7 @@ class World:
     pinned_truth: str | None = None      # the session Loom minted last: what a resume may continue
     jobs: list[Job] = field(default_factory=list)
     impaired: list[tuple[float, float]] = field(default_factory=list)  # windows Loom could not see or write
+    turns: list[list] = field(default_factory=list)   # [start, end or None, pid]: the operator's turns (hooks)
     last_disturbance: float = -1e18      # last fault that makes probes late or lost (busy, modal, boot, load)
     heard_since_disturbance: bool = True  # a probe acked in time since then (the engine says, from the store)
     ack_timeout: float = 180.0
@@ -109,6 +118,18 @@ class World:
 
     def loaded(self) -> bool:
         return self.t < self.load_until
+
+    def busy_between(self, start: float, end: float) -> float:
+        """Seconds of [start, end] the agent spent in a turn of the operator's (hooks modelled): a
+        relaunch's witness waits for it, as it should."""
+        total = 0.0
+        for a, b, pid in self.turns:
+            if b is None:
+                agent = self.agent
+                b = self.t if agent is not None and agent.pid == pid and agent.alive else (
+                    agent.died_at if agent is not None and agent.pid == pid and agent.died_at is not None else a)
+            total += max(0.0, min(end, b) - max(start, a))
+        return total
 
     def impaired_between(self, start: float, end: float) -> float:
         """Seconds of [start, end] during which Loom could not see or write: its bounds stretch by this."""

@@ -272,6 +272,17 @@ def test_a_claim_witnessed_by_a_run_started_before_it_is_caught():
 
 
 # Each invariant and the test above (or in test_sim.py) whose planted bug it catches.
+def test_misses_counted_through_a_busy_turn_are_caught(monkeypatch):
+    # The canary loop blind to the agent's turns: every miss of a long busy turn counts, and recycles it.
+    from loomtui.hooks import turns
+    from test_sim_hooks import hooked, scripted
+
+    plant(monkeypatch, turns, "excused", "    trailing = []", "    return runs\n    trailing = []")
+    sim = scripted(hooked(), 5, [(1 * 3600.0, "long_turn")])
+    assert sim.violation is not None and sim.violation.name == "busy_not_recycled", sim.violation
+    assert "into a busy turn" in sim.violation.message
+
+
 CAUGHT_BY = {
     "definitive_signal": test_recycling_on_one_miss_is_caught,
     "ceiling": test_a_ceiling_that_lets_two_more_through_is_caught,
@@ -290,6 +301,7 @@ CAUGHT_BY = {
     "one_agent": test_launching_beside_an_agent_that_would_not_die_is_caught,
     "one_relaunch_at_a_time": test_an_operators_relaunch_that_takes_no_lock_is_caught,
     "witness_is_clean": test_a_claim_witnessed_by_a_run_started_before_it_is_caught,
+    "busy_not_recycled": test_misses_counted_through_a_busy_turn_are_caught,
     # In test_sim.py: deadlines kept on the wall clock, under the clockjump profile's steps.
     "deaf_bound": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
     "backstop_not_early": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",

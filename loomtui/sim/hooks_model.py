@@ -1,0 +1,162 @@
+"""The agent CLI's hooks, modelled (only for a config whose commands pass `{hook_settings}`): the
+simulated agent writes its hook events as Claude Code's hook command does, one JSON file each in
+the agent's events directory, and Loom's own hooks loop (`loops.hooks_look`: ingest, the dispatch
+witness) reads them on the virtual clock.
+
+What the agent reports: SessionStart when it starts; UserPromptSubmit when it takes a typed line
+(a probe, a nudge) and Stop once that turn ends; and the turns the operator gives it, which Loom
+never typed: a `busy` fault is such a turn, in progress when the next probe arrives (which queues
+behind it and acks late), a `long_turn` fault a longer one, up to most of `canary.max_turn`, using
+a tool (PostToolUse) every few minutes. A probe or a line typed while a turn runs is queued, as
+Claude Code queues it, and taken when the turn ends. A wedged agent (deaf) reports nothing, a
+dialog eats what is typed.
+
+Hook events are sometimes lost (HOOK_LOST) or late (HOOK_LATE, by up to LATE_BY): the witness and
+the turns must cope with both. The world keeps what Loom could have seen (`seen_open`, `seen_last`)
+beside the truth (`turn_since`), so an invariant can tell a recycle Loom had the evidence against
+from one whose evidence was lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING
+
+from loomtui.hooks import settings
+
+if TYPE_CHECKING:
+    from loomtui.sim.engine import Sim
+    from loomtui.sim.world import Agent
+
+HOOK_LOST = 0.01
+HOOK_LATE = 0.02
+LATE_BY = 60.0
+TOOL_EVERY = (30.0, 240.0)   # seconds between a working turn's tool uses (well inside turn_quiet)
+TAKE_GAP = 0.5               # between queued lines taken one after another at a turn's end
+OPERATOR_PROMPT = "work through the backlog in notes/todo.md"
+
+
+class HookModel:
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        self.written = 0
+        self.queued: dict[int, list[tuple[str, str]]] = {}   # agent pid -> lines typed into its running turn
+
+    # -- the hook command ---------------------------------------------------------------------
+
+    def fire(self, pid: int, event: str, fields: dict | None = None) -> None:
+        """The agent's hook for `event` runs now (with the payload's `fields`): written, late, or
+        (rarely) lost."""
+        fields = fields or {}
+        sim = self.sim
+        a = sim.world.agent
+        if a is None or a.pid != pid or not a.hearing():
+            return  # a dead or wedged CLI runs no hooks
+        r = sim.rng.random()
+        if r < HOOK_LOST:
+            sim.event("hook_lost", hook=event)
+            return
+        if r < HOOK_LOST + HOOK_LATE:
+            sim.after(sim.rng.uniform(1.0, LATE_BY), self.write, pid, event, fields)
+            return
+        self.write(pid, event, fields)
+
+    def write(self, pid: int, event: str, fields: dict) -> None:
+        sim, w = self.sim, self.sim.world
+        a = w.agent
+        if a is None or a.pid != pid:
+            return
+        assert sim.ctx is not None
+        directory = settings.events_dir(sim.ctx.agent_dir)
+        self.written += 1
+        path = directory / f"ev.{self.written}.json"
+        try:
+            path.write_text(json.dumps({"hook_event_name": event, "session_id": a.session, **fields}))
+            os.utime(path, (w.wall, w.wall))
+        except OSError:
+            return
+        a.seen_last = w.t
+        if event == "UserPromptSubmit":
+            a.seen_open = True
+        elif event in ("Stop", "StopFailure"):
+            a.seen_open = False
+        sim.wake("hooks")  # inotify on the events directory
+
+    # -- the agent's moments --------------------------------------------------------------------
+
+    def started(self, a: Agent) -> None:
+        self.sim.at(max(a.started, self.sim.world.t) + 0.1, self.fire, a.pid, "SessionStart",
+                    {"source": "resume" if a.mode == "resume" else "startup"})
+
+    def typed(self, a: Agent, text: str, is_probe: bool) -> None:
+        """A line typed into the agent: taken now, after its boot, or queued behind its turn; a
+        probe's ack and its turn's Stop follow."""
+        w = self.sim.world
+        if not a.alive or a.deaf_since is not None or a.modal:
+            return  # never taken: no UserPromptSubmit, no ack
+        if a.turn_since is not None:
+            if is_probe and a.busy_next:
+                # The probe a `busy` turn was waiting for: the turn ends after one ack timeout, before two.
+                a.busy_next = False
+                w.last_disturbance = w.t
+                self.end_at(a, w.t + w.rng.uniform(1.05, 1.65) * w.ack_timeout)
+            self.queued.setdefault(a.pid, []).append((text, "probe" if is_probe else "line"))
+            return
+        self.take(a.pid, text, is_probe, max(w.t, a.ready_at))
+
+    def take(self, pid: int, text: str, is_probe: bool, when: float) -> None:
+        """The CLI takes the line at `when`: its prompt, the probe's `touch` a moment later, the Stop."""
+        sim, w = self.sim, self.sim.world
+        sim.at(when, self.fire, pid, "UserPromptSubmit", {"prompt": text})
+        done = when + w.latency()
+        if is_probe:
+            path = sim.probe_path(text)
+            if path is not None:
+                sim.at(done, sim.acked, pid, path)
+        sim.at(done + 0.2, self.fire, pid, "Stop", {"stop_hook_active": False})
+
+    # -- turns the operator gave it ------------------------------------------------------------
+
+    def begin_turn(self, a: Agent, until: float | None) -> None:
+        """A turn of the operator's begins now (its prompt), using tools until it ends (`until`, or
+        when the probe a `busy` turn waits for sets its end)."""
+        w = self.sim.world
+        a.turn_since = w.t
+        a.turn_until = until
+        w.turns.append([w.t, None, a.pid])
+        if len(w.turns) > 200:
+            del w.turns[:100]
+        self.fire(a.pid, "UserPromptSubmit", {"prompt": OPERATOR_PROMPT})
+        self.sim.after(w.rng.uniform(*TOOL_EVERY), self.tool, a.pid)
+        if until is not None:
+            self.end_at(a, until)
+
+    def end_at(self, a: Agent, until: float) -> None:
+        a.turn_until = until
+        self.sim.at(until, self.end_turn, a.pid)
+
+    def tool(self, pid: int) -> None:
+        w = self.sim.world
+        a = w.agent
+        if a is None or a.pid != pid or a.turn_since is None or not a.hearing():
+            return  # the turn ended, or the agent with it; a wedged one uses no tools
+        self.fire(pid, "PostToolUse", {"tool_name": "Bash"})
+        self.sim.after(w.rng.uniform(*TOOL_EVERY), self.tool, pid)
+
+    def end_turn(self, pid: int) -> None:
+        """The turn ends (Stop), and the lines queued behind it are taken, one after another."""
+        w = self.sim.world
+        a = w.agent
+        if a is None or a.pid != pid or a.turn_since is None:
+            return
+        a.turn_since, a.turn_until = None, None
+        a.busy_next = False
+        for turn in w.turns:
+            if turn[2] == pid and turn[1] is None:
+                turn[1] = w.t
+        self.fire(pid, "Stop", {"stop_hook_active": False})
+        when = w.t
+        for text, kind in self.queued.pop(pid, []):
+            when += TAKE_GAP
+            self.take(pid, text, kind == "probe", when)

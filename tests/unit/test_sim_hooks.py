@@ -1,0 +1,62 @@
+"""Issue 26 in the simulator: with `{hook_settings}` in the agent's commands the simulated agent
+writes its hook events (hooks_model.py; some lost, some late) and Loom's own hooks loop reads them.
+A long busy turn misses every probe typed into it and is not recycled (`busy_not_recycled`); a
+wedge inside a turn is still recycled, once the turn has gone quiet; a run without hooks is the
+run it always was."""
+
+from __future__ import annotations
+
+from loomtui.sim import simulate
+from loomtui.sim.engine import Sim
+from loomtui.sim.profiles import PROFILES, default_config
+
+H = 3600.0
+HOOKED = {"fresh_command": "claude --settings {hook_settings} --session-id {session_id}",
+          "resume_command": "claude --settings {hook_settings} --resume {session_id}"}
+
+
+def hooked(**canary) -> object:
+    return default_config({"agent": dict(HOOKED), **({"canary": canary} if canary else {})})
+
+
+def scripted(config, hours: float, faults: list[tuple[float, str]], seed: int = 1) -> Sim:
+    sim = Sim(config, PROFILES["incident"], seed, hours / 24)
+    for at, kind in faults:
+        sim.at(at, sim.fault, kind)
+    return sim.run()
+
+
+def automatic(sim: Sim) -> dict:
+    return {c: m for c, m in sim.report.relaunches.items() if not c.startswith("operator_")}
+
+
+def test_a_long_busy_turn_misses_its_probes_and_is_not_recycled():
+    sim = scripted(hooked(), 5, [(1 * H, "long_turn")])
+    assert sim.violation is None, sim.violation
+    [(start, end, _)] = sim.world.turns
+    cfg = sim.config.canary
+    # Long enough to have been recycled twice over without the hooks.
+    assert end - start > cfg.interval + 2 * (cfg.misses_to_recycle * cfg.ack_timeout)
+    assert sim.report.probes.get("miss", 0) >= cfg.misses_to_recycle
+    assert automatic(sim) == {}
+    assert sim.hooks is not None and sim.hooks.written > 10
+
+
+def test_a_wedge_inside_a_turn_is_recycled_once_the_turn_goes_quiet():
+    sim = scripted(hooked(), 6, [(1 * H, "long_turn"), (1.1 * H, "wedge")])
+    assert sim.violation is None, sim.violation
+    assert sum(automatic(sim).get("canary_failed", {}).values()) == 1
+    a = sim.world.agent
+    assert a is not None and a.hearing()
+
+
+def test_a_hooked_storm_holds_every_invariant():
+    for seed in (1, 2):
+        report = simulate(seed, 1.0, "storm", hooked())
+        assert report["violation"] is None, report["violation"]
+
+
+def test_a_run_without_hooks_draws_no_hooked_fault_and_writes_no_hook_event():
+    sim = Sim(default_config(), PROFILES["storm"], 3, 0.5).run()
+    assert sim.hooks is None and "long_turn" not in sim.report.faults
+    assert sim.world.turns == []
