@@ -51,7 +51,7 @@ class Checker:
         # With hooks, a wedge inside a turn looks busy until the turn has been quiet for turn_quiet.
         self.deaf_bound = self.detect + 5.0 + (canary.turn_quiet if sim.hooked else 0.0)
         self.silent_bound = (self.detect + 3 * wd.interval + wd.poller_grace + wd.ambiguous_alert
-                             + agent.boot_grace + SLACK)
+                             + agent.boot_grace + SLACK + (canary.turn_quiet if sim.hooked else 0.0))
         self.witness_bound = self.detect + SLACK
         # From the moment the agent is plainly seen (alive, booted, no relaunch under way, tmux answering).
         self.foreign_bound = wd.foreign_scan + wd.interval + SLACK
