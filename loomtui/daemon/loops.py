@@ -255,21 +255,24 @@ HOOKS_RECHECK = 30.0
 def hooks_watch(canary: object, typed: Waker) -> Callable[[Context, threading.Event], Callable[[], object]]:
     """The agent's hook events recorded as they arrive (inotify on its events directory), and the
     dispatch witness looked at when a line is typed (`typed` rings), at each event, and when the
-    next line's timeout comes; a line missing rings the canary's bell."""
+    next line's timeout comes; a line missing rings the canary's bell. A resume is judged by its
+    SessionStart at each look (hooks/resume.py)."""
 
     def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
-        from loomtui.hooks import ingest, settings, witness
+        from loomtui.hooks import ingest, resume, settings, witness
 
         directory = settings.events_dir(ctx.agent_dir)
         seen = witness.Witness(ctx)
 
         def look() -> float:
             ingest.collect(ctx)
+            again = resume.look(ctx)  # a resume proven or failed by its SessionStart
             missing, due = seen.look()
             if missing:
                 log.info("%s: %d typed line(s) not dispatched", loop_name("hooks", ctx.agent), missing)
                 canary.ring()  # type: ignore[attr-defined]
-            return HOOKS_RECHECK if due is None else min(HOOKS_RECHECK, max(due, 0.05))
+            due = min(d for d in (due, again, HOOKS_RECHECK) if d is not None)
+            return max(due, 0.05)
 
         def step() -> object:
             settings.write(ctx.agent_dir)  # its directories, as the next launch will find them
