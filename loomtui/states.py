@@ -21,7 +21,7 @@ PRESENT, MISSING = "present", "missing"
 # reader, rule or metric ever looks for); old ledgers with retired kinds still read and verify.
 EventKind = Literal[
     # the agent: launches, relaunches and what decided them
-    "relaunch", "relaunch_failed", "resume_failed", "launch_died", "escalation",
+    "relaunch", "relaunch_failed", "resume_failed", "resume_proven", "launch_died", "escalation",
     "hold_placed", "hold_cleared", "refused",
     # the watchdog's own looks and hands
     "observation_ambiguous", "operator_alert", "tmux_socket_repair", "foreign_poller_reaped", "modal_dismissed",

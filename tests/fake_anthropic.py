@@ -173,6 +173,9 @@ class FakeAnthropic:
         self.requests: list[Request] = []
         self.log = log
         self.slow = 0.0
+        # While set, every Messages request is refused with a 429 rate_limit_error (the CLI retries
+        # as its CLAUDE_CODE_MAX_RETRIES says, then fails the turn: a StopFailure `rate_limit`).
+        self.rate_limited = False
         self._silent = False
         self._changed = threading.Condition()
         self._closing = False
@@ -352,6 +355,11 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self, request: Request) -> None:
             if not fake.wait_while_silent():
+                return
+            if fake.rate_limited:
+                self._json(429, {"type": "error", "error": {
+                    "type": "rate_limit_error", "message": "This request would exceed the rate limit for your "
+                                                           "organization. Please try again later."}})
                 return
             body = request.body if isinstance(request.body, dict) else {}
             blocks = plan(request)

@@ -1,8 +1,10 @@
 """What a hold is and what it refuses: pure rules over the hold's record and `now`.
 
-One mechanism for both kinds of hold. The ceiling places one when automatic relaunches run out
+One mechanism for every kind of hold. The ceiling places one when automatic relaunches run out
 (released by an operator's relaunch or `loom release`); an operator places one with a reason and
-maybe an end (`loom hold --for 30m`). While a hold is active, automatic destructive actions are
+maybe an end (`loom hold --for 30m`); the harness places one when the agent CLI reports a turn
+failed for a quota or a login (hooks/harness_rules: timed, and ended by the next turn that
+succeeds, or by `loom release`). While a hold is active, automatic destructive actions are
 refused with reason `hold`; observation, probes on request, recording and an operator's own
 actions go on.
 
@@ -20,7 +22,8 @@ from typing import Any, Literal
 from loomtui.timing import Instant, as_instant, stored
 from loomtui.durations import format_duration, parse_duration
 
-By = Literal["ceiling", "operator"]
+By = Literal["ceiling", "operator", "harness"]
+BYS = ("ceiling", "operator", "harness")
 # What a hold suspends: the actions Loom takes by itself that change the agent's pane or processes.
 Guarded = Literal["relaunch", "reap", "dismiss_modal", "nudge"]
 GUARDED: frozenset[str] = frozenset(("relaunch", "reap", "dismiss_modal", "nudge"))
@@ -50,7 +53,7 @@ class Hold:
         reason = record.get("reason") or "; ".join(str(r) for r in reasons) or "held at the ceiling"
         until = record.get("until")
         start = stored(float(record.get("ts", 0.0)), record.get("mono"), record.get("boot"))
-        return cls(start.wall, "operator" if by == "operator" else "ceiling", str(reason),
+        return cls(start.wall, by if by in BYS else "ceiling", str(reason),  # type: ignore[arg-type]
                    float(until) if until is not None else None, str(record.get("cause") or ""),
                    tuple(str(k) for k in record.get("refused", ())), str(record.get("actor") or ""),
                    start.mono, start.boot)
@@ -117,7 +120,8 @@ def describe(hold: Hold, now: Instant | float) -> str:
     """One line for the header, `loom status` and Telegram: who, why, and how long is left."""
     left = remaining(hold, now)
     tail = "until released" if left is None else f"{format_duration(left)} left"
-    who = "at the ceiling" if hold.by == "ceiling" else "by the agent" if hold.actor == "agent" else "by the operator"
+    who = ("at the ceiling" if hold.by == "ceiling" else f"by the harness ({hold.cause})" if hold.by == "harness"
+           else "by the agent" if hold.actor == "agent" else "by the operator")
     return f"held {who}: {hold.reason} ({tail})"
 
 

@@ -62,21 +62,34 @@ def place(ctx: Context, *, by: str, reason: str, until: float | None, source: st
           cause: str = "", actor: Actor | None = None) -> Hold:
     """Hold (or replace the hold in force); recorded as `hold_placed` with who and why. `actor` is
     who asked (the console, the CLI, Telegram or the agent; by default the source)."""
+    with ctx.store.write() as db:
+        return place_in(db, ctx, by=by, reason=reason, until=until, source=source, now=now, cause=cause, actor=actor)
+
+
+def place_in(db: sqlite3.Connection, ctx: Context, *, by: str, reason: str, until: float | None, source: str,
+             now: Instant | float, cause: str = "", actor: Actor | None = None, tell: bool = True) -> Hold:
+    """`place`, in the caller's transaction (the harness's hold, with the hook event that caused it).
+    Anyone's hold but the operator's is told to the operator, unless `tell` is off (the caller
+    words its own message, or has nothing new to say)."""
     who = actor or of_source(source)
     at = as_instant(now)
     now = at.wall  # the ledger's and the outbox's time; the hold's start keeps both clocks (its end survives a jump)
-    hold = Hold(now, "operator" if by == "operator" else "ceiling", reason, until, cause, actor=who.kind,
-                mono=at.mono, boot=at.boot)
-    with ctx.store.write() as db:
-        before = _read_in(db)
-        _write_in(db, hold)
-        ledger.append_in(db, "hold_placed", source=source, cause=cause or None, ts=now, detail={
-            "by": hold.by, "reason": reason, "until": until, **who.detail(),
-            **({"replaced": before.by} if before is not None and active(before, at) else {}),
-        })
-        if not who.is_operator:
-            tell_in(db, ctx, f"{who.describe()} placed a hold: {describe(hold, now)}", now=now)
+    hold = Hold(now, by if by in ("operator", "harness") else "ceiling", reason, until, cause,  # type: ignore[arg-type]
+                actor=who.kind, mono=at.mono, boot=at.boot)
+    before = _read_in(db)
+    _write_in(db, hold)
+    ledger.append_in(db, "hold_placed", source=source, cause=cause or None, ts=now, detail={
+        "by": hold.by, "reason": reason, "until": until, **who.detail(),
+        **({"replaced": before.by} if before is not None and active(before, at) else {}),
+    })
+    if tell and not who.is_operator:
+        tell_in(db, ctx, f"{who.describe()} placed a hold: {describe(hold, now)}", now=now)
     return hold
+
+
+def held_in(db: sqlite3.Connection) -> Hold | None:
+    """The record as it is, in the caller's transaction (active or not: the caller judges at its `now`)."""
+    return _read_in(db)
 
 
 def tell_in(db: sqlite3.Connection, ctx: Context, text: str, *, now: float) -> None:
@@ -98,24 +111,33 @@ def place_if_free(db: sqlite3.Connection, hold: Hold) -> bool:
 
 def release(ctx: Context, *, source: str, how: str, now: Instant | float, cause: str | None = None,
             actor: Actor | None = None) -> Hold | None:
-    """End the hold (`how`: release, relaunch or expired). None when nothing was held. `actor` is
-    who asked (by default the source)."""
+    """End the hold (`how`: release, relaunch, expired, or succeeded: the harness's, by a turn that
+    succeeded). None when nothing was held. `actor` is who asked (by default the source)."""
+    with ctx.store.write() as db:
+        return release_in(db, ctx, source=source, how=how, now=now, cause=cause, actor=actor)
+
+
+def release_in(db: sqlite3.Connection, ctx: Context, *, source: str, how: str, now: Instant | float,
+               cause: str | None = None, actor: Actor | None = None) -> Hold | None:
+    """`release`, in the caller's transaction."""
     who = actor or of_source(source)
     at = as_instant(now)
     now = at.wall
-    with ctx.store.write() as db:
-        hold = _read_in(db)
-        if hold is None:
-            return None
-        if how == "expired" and not expired(hold, at):
-            return None  # released or replaced meanwhile: nothing of ours to expire
-        meta.delete_in(db, _key(db))
-        ledger.append_in(db, "hold_cleared", source=source, cause=cause, ts=now,
-                         detail={"by": source, "how": how, "held_by": hold.by, "reason": hold.reason,
-                                 **who.detail()})
-        if how == "release" and not who.is_operator:
-            tell_in(db, ctx, f"{who.describe()} released the hold ({describe(hold, now)}); "
-                             "automatic recovery is on again", now=now)
+    hold = _read_in(db)
+    if hold is None:
+        return None
+    if how == "expired" and not expired(hold, at):
+        return None  # released or replaced meanwhile: nothing of ours to expire
+    meta.delete_in(db, _key(db))
+    # The harness's hold keeps its cause on the way out: the next failure of the same cause asks
+    # how the last one ended (hooks/harness.py).
+    cause = cause or (hold.cause if hold.by == "harness" else None)
+    ledger.append_in(db, "hold_cleared", source=source, cause=cause, ts=now,
+                     detail={"by": source, "how": how, "held_by": hold.by, "reason": hold.reason,
+                             **who.detail()})
+    if how == "release" and not who.is_operator:
+        tell_in(db, ctx, f"{who.describe()} released the hold ({describe(hold, now)}); "
+                         "automatic recovery is on again", now=now)
     return hold
 
 
@@ -158,7 +180,7 @@ class HoldChange:
         if self.hold is None:
             return "nothing was held"
         if self.action == "released":
-            who = ("the ceiling's" if self.hold.by == "ceiling" else
+            who = ("the ceiling's" if self.hold.by == "ceiling" else "the harness's" if self.hold.by == "harness" else
                    "the agent's" if self.hold.actor == "agent" else "the operator's")
             return f"released {who} hold ({self.hold.reason}); automatic recovery is on again"
         return describe(self.hold, self.at) + "; automatic relaunches, reaps, modal dismissals and nudges wait"

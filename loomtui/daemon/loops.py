@@ -254,9 +254,10 @@ HOOKS_RECHECK = 30.0
 
 def hooks_look(ctx: Context) -> Callable[[], tuple[int, float]]:
     """One look of the hooks loop (the simulator runs it too): the event files recorded, the old
-    events forgotten once an hour, the dispatch witness; (lines missing now, seconds until the
-    next look is owed: the next line's timeout, or HOOKS_RECHECK)."""
-    from loomtui.hooks import ingest, witness
+    events forgotten once an hour, a resume judged by its SessionStart (hooks/resume.py), the
+    dispatch witness; (lines missing now, seconds until the next look is owed: the next line's
+    timeout, the resume's backoff, or HOOKS_RECHECK)."""
+    from loomtui.hooks import ingest, resume, witness
 
     seen = witness.Witness(ctx)
     pruned_at = float("-inf")
@@ -267,8 +268,9 @@ def hooks_look(ctx: Context) -> Callable[[], tuple[int, float]]:
         if clock.monotonic() - pruned_at >= ingest.PRUNE_EVERY:
             ingest.prune(ctx)
             pruned_at = clock.monotonic()
+        again = resume.look(ctx)  # a resume proven or failed by its SessionStart
         missing, due = seen.look()
-        return missing, HOOKS_RECHECK if due is None else min(HOOKS_RECHECK, max(due, 0.05))
+        return missing, max(min(d for d in (due, again, HOOKS_RECHECK) if d is not None), 0.05)
 
     return look
 
@@ -276,7 +278,8 @@ def hooks_look(ctx: Context) -> Callable[[], tuple[int, float]]:
 def hooks_watch(canary: object, typed: Waker) -> Callable[[Context, threading.Event], Callable[[], object]]:
     """The agent's hook events recorded as they arrive (inotify on its events directory), and the
     dispatch witness looked at when a line is typed (`typed` rings), at each event, and when the
-    next line's timeout comes; a line missing rings the canary's bell."""
+    next line's timeout comes; a line missing rings the canary's bell. A resume is judged by its
+    SessionStart at each look (hooks/resume.py)."""
 
     def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
         from loomtui.hooks import settings

@@ -242,14 +242,14 @@ def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Stat
 
     from loomtui.agent import hold_rules, holds
 
-    by = GaugeMetricFamily("loom_hold", "1 while a hold is in force, by who placed it (ceiling, operator) and why",
+    by = GaugeMetricFamily("loom_hold", "1 while a hold is in force, by who placed it (ceiling, operator, harness) and why",
                            labels=[AGENT, "by", "reason"])
     left = GaugeMetricFamily("loom_hold_remaining_seconds", "Time left on a timed hold (NaN: none, or until released)",
                              labels=[AGENT])
     for actx, status in statuses:
         at = status.moment  # both clocks: the hold shown is the hold enforced, whatever the wall clock did
         hold = holds.current(actx, at)
-        for who in ("ceiling", "operator"):
+        for who in hold_rules.BYS:
             mine = hold is not None and hold.by == who
             by.add_metric([actx.agent, who, label(hold.reason) if mine else ""], 1.0 if mine else 0.0)
         remaining = hold_rules.remaining(hold, at) if hold is not None else None

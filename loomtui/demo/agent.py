@@ -19,6 +19,9 @@ canary's `touch PATH`, keeps a poller child, and obeys fault switches sent as me
                     busy for SECONDS (not reading input) when each of the next N `touch`
                     commands arrives, then run it: exactly N probes ack late, counted from
                     their arrival, however slow the machine
+  /ratelimit [N|off]
+                    the next N turns (1 by default) fail at once with an API error line and a
+                    StopFailure hook event `rate_limit` (no Stop); `/ratelimit off` ends it sooner
 
 With `--settings PATH` (Claude Code's flag: a settings file's hooks) it runs the file's hook
 commands at Claude Code's moments, each through /bin/sh with the event as JSON on stdin:
@@ -163,6 +166,7 @@ class Base:
         self.poller: subprocess.Popen[bytes] | None = None
         self.late_acks = 0
         self.late_by = 0.0
+        self.rate_limited = 0  # turns left that fail with rate_limit (/ratelimit N, /ratelimit off)
 
     def hook(self, event: str, **fields: object) -> None:
         """Run the settings file's commands for `event`, as Claude Code does: the event as JSON on
@@ -177,9 +181,25 @@ class Base:
                 pass
 
     def turn(self, line: str) -> None:
-        """One prompt taken: UserPromptSubmit, the turn, Stop (a turn that never ends has none)."""
+        """One prompt taken: UserPromptSubmit, the turn, Stop (a turn that never ends has none;
+        one failed by `/ratelimit` ends with StopFailure `rate_limit` instead, as Claude Code's does)."""
         self.hook("UserPromptSubmit", prompt=line)
-        self.handle(line)
+        words = line.split()
+        if words[:1] == ["/ratelimit"]:
+            self.transcript.add("user", line)
+            count = 0 if words[1:] == ["off"] else int(words[1]) if words[1:2] and words[1].isdigit() else 1
+            self.rate_limited = count
+            self.answer(f"the next {count} turns fail with rate_limit" if count else "rate limit off")
+        elif self.rate_limited > 0:
+            self.transcript.add("user", line)
+            self.transcript.add("fault", "rate limited")
+            self.rate_limited -= 1
+            self.answer("API Error: 429 rate_limit_error: rate limit reached; try again later", failed=True)
+            self.hook("StopFailure", error="rate_limit", error_details="429 rate_limit_error",
+                      last_assistant_message="API Error: 429 rate_limit_error")
+            return
+        else:
+            self.handle(line)
         self.hook("Stop", stop_hook_active=False)
 
     def start_poller(self) -> None:
@@ -356,6 +376,10 @@ class Agent(Base):
         self.transcript.add("agent", text)
         out(f"  {text}\n")
 
+    def answer(self, text: str, failed: bool = False) -> None:
+        """A whole turn's answer (Base.turn's): a line on the screen, failed or not."""
+        self.reply(text)
+
     def run(self, resumed: bool) -> int:
         self.start_poller()
         out(f"demo agent · session {self.session_id}\n")
@@ -426,6 +450,13 @@ class StreamAgent(Base):
         self.emit({"type": "result", "subtype": subtype, "is_error": is_error, "result": self.final,
                    "session_id": self.session_id, "duration_ms": int((time.monotonic() - self.turn_started) * 1000),
                    "duration_api_ms": 0, "num_turns": 1, "total_cost_usd": 0, "permission_denials": denials or []})
+
+    def answer(self, text: str, failed: bool = False) -> None:
+        """A whole turn's answer (Base.turn's): its init, the text, its result (an error one when failed)."""
+        self.turn_started, self.final = time.monotonic(), ""
+        self.init()
+        self.say(text)
+        self.result(is_error=failed)
 
     def init(self) -> None:
         self.emit({"type": "system", "subtype": "init", "session_id": self.session_id, "cwd": os.getcwd(),

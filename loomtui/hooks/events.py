@@ -72,8 +72,13 @@ def parse(raw: bytes, size: int | None = None) -> HookEvent:
         prompt = doc.get("prompt")
         text = prompt if isinstance(prompt, str) else ""
         detail = {"length": len(text), "said": said(text)}
-    elif event == "StopFailure" and not source:
-        source = _word(doc.get("error"))  # the name documented first; either one
+    elif event == "StopFailure":
+        source = source or _word(doc.get("error"))  # the name documented first; either one
+        # When the limit resets (epoch seconds), where a CLI gives one: Claude Code 2.1's payload
+        # has none (error, error_details, last_assistant_message); harness_rules bounds it.
+        reset = doc.get("resets_at")
+        if isinstance(reset, (int, float)) and not isinstance(reset, bool) and abs(reset) < 1e11:
+            detail = {"resets_at": float(reset)}
     elif event == "Notification":
         # What it says ("Claude needs your permission to use Bash"): told to the operator, untrusted.
         message = _word(doc.get("message"), MESSAGE)

@@ -5,7 +5,9 @@ events.parse (which never raises), recorded as one hook_events row (and, for the
 it, a ledger event in the same transaction), then deleted. Prompt submitted, turn stopped and
 tool use go to the table only: they are too frequent for the ledger. A file that does not parse
 is taken for one still being written (a JSON object is whole only at its last byte) until it is
-PARTIAL_GRACE old; then it is recorded as unreadable, like any other.
+PARTIAL_GRACE old; then it is recorded as unreadable, like any other. A turn that failed for a
+quota or a login holds the agent, and the next that succeeds ends the hold, in the same
+transaction as the event's row (hooks/harness.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from loomtui import clock
 from loomtui.context import Context
 from loomtui.hooks import events as hook_events
+from loomtui.hooks import harness
 from loomtui.hooks.events import HookEvent
 from loomtui.hooks.settings import PREFIX, SUFFIX, events_dir
 from loomtui.store import hook_events as table
@@ -141,6 +144,7 @@ def _record(ctx: Context, batch: list[Recorded]) -> None:
                 detail = {"event": event.event, **({"session_id": event.session_id} if event.session_id else {}),
                           **({"source": event.source} if event.source else {})}
                 ledger.append_in(db, kind, source=SOURCE, detail=detail)  # type: ignore[arg-type]
+            harness.apply_in(db, ctx, event, at, reading)  # a quota's or a login's hold, and its end
 
 
 def _tell_permission_in(db: sqlite3.Connection, ctx: Context, event: HookEvent, row_id: int) -> None:

@@ -90,3 +90,38 @@ def prune(store: Store, agent: str, before: float) -> int:
     """Forget the agent's hook events written before `before` (wall): how many went."""
     with store.write() as db:
         return db.execute("DELETE FROM hook_events WHERE agent = ? AND ts < ?", (agent, before)).rowcount
+
+
+# The harness's holds and the resume's proof (hooks/harness.py, hooks/resume.py): the questions
+# asked in the hooks loop's transaction (`_in`, on its `db`) and after it.
+
+def last_harness_end_in(db: sqlite3.Connection, agent: str) -> sqlite3.Row | None:
+    """How the agent's last hold placed by the harness ended: ts, cause, how (None: never held so)."""
+    return db.execute("SELECT ts, cause, json_extract(detail, '$.how') AS how FROM ledger WHERE agent = ? "
+                      "AND kind = 'hold_cleared' AND json_extract(detail, '$.held_by') = 'harness' "
+                      "ORDER BY id DESC LIMIT 1", (agent,)).fetchone()
+
+
+def stopped_since_in(db: sqlite3.Connection, agent: str, wall: float) -> bool:
+    """Whether a turn of the agent succeeded (a Stop hook event) at or after `wall`."""
+    return db.execute("SELECT 1 FROM hook_events WHERE agent = ? AND event = 'Stop' AND ts >= ? LIMIT 1",
+                      (agent, wall)).fetchone() is not None
+
+
+def first_session_start(store: Store, agent: str, wall: float) -> sqlite3.Row | None:
+    """The agent's first SessionStart written at or after `wall` (a launch's): id, ts, session_id, source."""
+    return store.query_one("SELECT id, ts, session_id, source FROM hook_events WHERE agent = ? "
+                           "AND event = 'SessionStart' AND ts >= ? ORDER BY id LIMIT 1", (agent, wall))
+
+
+def resume_judged(store: Store, agent: str, relaunch_id: int) -> sqlite3.Row | None:
+    """The verdict on relaunch `relaunch_id`'s resume, if one was given: the first resume_proven or
+    resume_failed event after it (kind, source)."""
+    return store.query_one("SELECT id, kind, source FROM ledger WHERE agent = ? AND id > ? "
+                           "AND kind IN ('resume_proven', 'resume_failed') ORDER BY id LIMIT 1", (agent, relaunch_id))
+
+
+def last_relaunch(store: Store, agent: str) -> sqlite3.Row | None:
+    """The agent's last relaunch event: id, ts, detail."""
+    return store.query_one("SELECT id, ts, detail FROM ledger WHERE agent = ? AND kind = 'relaunch' "
+                           "ORDER BY id DESC LIMIT 1", (agent,))

@@ -1,0 +1,200 @@
+"""Issue 26: the harness's holds in a real store. A StopFailure file in the agent's events
+directory, recorded by the hooks loop's ingest, holds the agent with its cause in the same
+transaction (one message to the operator per episode); a later Stop ends the hold; every loop's
+admission refuses relaunches meanwhile; `loom status` and `loom release` see it as any hold.
+And a resume's SessionStart judged: proven once, by the pinned session, within the boot grace."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from conftest import run_loom
+from fake_clock import FakeClock
+from loomtui import actions, clock
+from loomtui.agent import hold_rules, holds
+from loomtui.agent.launches import LAUNCH_KEY
+from loomtui.agent.records import LaunchRecord
+from loomtui.context import Context
+from loomtui.hooks import harness_rules, ingest, resume, settings
+from loomtui.store import ledger, outbox
+
+BOOT = "b1"
+
+
+def hooked_ctx(tmp_path: Path) -> Context:
+    state = tmp_path / "state"
+    config = tmp_path / "config.toml"
+    config.write_text(f'state_dir = {json.dumps(str(state))}\n[agent]\n'
+                      f'fresh_command = "claude --settings {{hook_settings}} --session-id {{session_id}}"\n'
+                      f'resume_command = "claude --settings {{hook_settings}} --resume {{session_id}}"\n'
+                      'boot_grace = "90s"\n')
+    ctx = Context.load(str(config), None, environ={})
+    settings.write(ctx.agent_dir)
+    return ctx
+
+
+class Hooks:
+    """Event files as the hook command leaves them, each dated on the virtual clock, then ingested."""
+
+    def __init__(self, ctx: Context, virtual: FakeClock) -> None:
+        self.ctx, self.virtual, self.n = ctx, virtual, 0
+
+    def __call__(self, event: str, **fields) -> None:
+        self.n += 1
+        path = settings.events_dir(self.ctx.agent_dir) / f"ev.{self.n}.json"
+        path.write_text(json.dumps({"session_id": "s-1", "hook_event_name": event, **fields}))
+        os.utime(path, (self.virtual.at_wall, self.virtual.at_wall))
+        self.virtual.advance(1)
+        assert len(ingest.collect(self.ctx)) == 1
+
+
+def messages(ctx: Context) -> list[str]:
+    return [m.text for m in reversed(outbox.recent(ctx.store))]
+
+
+def kinds(ctx: Context, *wanted: str) -> list:
+    return [e for e in ledger.tail(ctx.store, 500) if e.kind in wanted]
+
+
+def test_a_rate_limit_holds_without_a_relaunch_tells_once_and_a_success_releases(tmp_path):
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    hook = Hooks(ctx, virtual)
+    with clock.use(virtual):
+        hook("StopFailure", error="rate_limit", error_details="429 Too Many Requests")
+        hold = holds.current(ctx, clock.now())
+        assert (hold.by, hold.cause, hold.actor) == ("harness", "rate_limited", "hooks")
+        assert hold.until == hold.since + harness_rules.DEFAULT_HOLD
+        assert "by the harness (rate_limited)" in hold_rules.describe(hold, clock.now())
+        [told] = messages(ctx)
+        assert "rate_limit" in told and "rate_limited" in told and "no relaunch" in told and "30m" in told
+        [placed] = kinds(ctx, "hold_placed")
+        assert placed.source == "hooks" and placed.cause == "rate_limited" and placed.detail["by"] == "harness"
+
+        # Nothing destructive runs while it holds: the watchdog's and the canary's recover, a nudge.
+        for source, cause in (("watchdog", "crash"), ("canary", "canary_failed")):
+            assert actions.recover(ctx, cause, source=source).status == "held"
+        assert actions.admit(ctx, "nudge", cause="queue_item", source="sentinel") is not None
+        assert not kinds(ctx, "relaunch")
+
+        hook("StopFailure", error="rate_limit")  # the next failed turn: the hold renewed, nothing said
+        assert len(messages(ctx)) == 1 and holds.current(ctx, clock.now()).since == virtual.at_wall - 1
+        hook("StopFailure", error="server_error")  # the normal path: recorded, nothing else
+        assert len(messages(ctx)) == 1 and holds.current(ctx, clock.now()).cause == "rate_limited"
+        assert [e.detail["source"] for e in kinds(ctx, "turn_failed")] == ["rate_limit", "rate_limit", "server_error"]
+
+        hook("Stop")  # a turn that succeeded: the hold ends by itself, silently
+        assert holds.current(ctx, clock.now()) is None
+        [cleared] = kinds(ctx, "hold_cleared")
+        assert cleared.detail["how"] == "succeeded" and cleared.detail["held_by"] == "harness"
+        assert cleared.cause == "rate_limited" and len(messages(ctx)) == 1
+
+        hook("StopFailure", error="rate_limit")  # after a success: a new episode, told again
+        assert len(messages(ctx)) == 2 and holds.current(ctx, clock.now()) is not None
+
+
+def test_a_hold_that_ran_out_is_renewed_silently_by_the_next_failure_and_a_login_is_news(tmp_path):
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    hook = Hooks(ctx, virtual)
+    with clock.use(virtual):
+        hook("StopFailure", error="rate_limit")
+        virtual.advance(harness_rules.DEFAULT_HOLD + 5)
+        assert holds.current(ctx, clock.now()) is None
+        assert actions.admit(ctx, "relaunch", cause="crash", source="watchdog") is None  # recorded as expired
+        assert kinds(ctx, "hold_cleared")[-1].detail["how"] == "expired"
+        hook("StopFailure", error="rate_limit")  # the canary's next look fails too: held again, silently
+        assert holds.current(ctx, clock.now()).cause == "rate_limited" and len(messages(ctx)) == 1
+        # A hold past its end that no loop expired yet is expired by the next event, and judged the same.
+        virtual.advance(harness_rules.DEFAULT_HOLD + 5)
+        hook("StopFailure", error="rate_limit")
+        assert len(messages(ctx)) == 1 and [e.detail["how"] for e in kinds(ctx, "hold_cleared")] == ["expired"] * 2
+        hook("StopFailure", error="authentication_failed")  # another cause: told
+        assert holds.current(ctx, clock.now()).cause == "auth" and len(messages(ctx)) == 2
+        assert "authentication_failed" in messages(ctx)[-1]
+
+
+def test_a_reset_time_in_the_payload_ends_the_hold_but_never_beyond_a_day(tmp_path):
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    hook = Hooks(ctx, virtual)
+    with clock.use(virtual):
+        failed_at = virtual.at_wall
+        hook("StopFailure", error="rate_limit", resets_at=failed_at + 7200)
+        assert holds.current(ctx, clock.now()).until == failed_at + 7200
+        assert "2h" in messages(ctx)[-1] and "reset time" in messages(ctx)[-1]
+        failed_at = virtual.at_wall
+        hook("StopFailure", error="rate_limit", resets_at=failed_at + 30 * 86400)
+        assert holds.current(ctx, clock.now()).until == failed_at + harness_rules.MAX_AHEAD
+
+
+def test_an_operator_s_hold_is_left_as_it_is(tmp_path):
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    hook = Hooks(ctx, virtual)
+    with clock.use(virtual):
+        actions.hold(ctx, "deploying", None, source="cli")
+        hook("StopFailure", error="billing_error")
+        hook("Stop")
+        hold = holds.current(ctx, clock.now())
+        assert (hold.by, hold.reason) == ("operator", "deploying")
+        assert messages(ctx) == [] and not kinds(ctx, "hold_cleared")
+
+
+def test_loom_status_shows_the_harness_s_hold_with_its_cause_and_loom_release_ends_it(tmp_path):
+    ctx = hooked_ctx(tmp_path)
+    hook = Hooks(ctx, FakeClock(time.time(), time.monotonic(), None))
+    hook("StopFailure", error="billing_error")
+    config = str(tmp_path / "config.toml")
+    shown = run_loom("status", "--config", config)
+    assert "held by the harness (billing)" in shown.stdout, shown.stdout + shown.stderr
+    status = json.loads(run_loom("status", "--json", "--config", config).stdout)
+    assert status["hold"]["by"] == "harness" and status["hold"]["cause"] == "billing"
+    released = run_loom("release", "--config", config)
+    assert released.returncode == 0 and "the harness's hold" in released.stdout, released.stdout + released.stderr
+    assert holds.current(ctx, clock.now()) is None
+
+
+# -- a resume judged by its SessionStart ---------------------------------------------------------
+
+
+def launched(ctx: Context, mode: str, session: str, at: float) -> int:
+    """A launch as relaunch_locked records it: the relaunch event and the launch record."""
+    with ctx.store.write() as db:
+        event = ledger.append_in(db, "relaunch", source="watchdog", cause="crash", ts=at,
+                                 detail={"mode": mode, "old_session": session, "new_session": session})
+        ctx.store.set_meta(ctx.store.agent_key(LAUNCH_KEY), LaunchRecord(at, None, None, mode, session, "crash").to_json(), db)
+    return event.id
+
+
+def test_a_resume_is_proven_once_by_the_pinned_session_s_start(tmp_path):
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    hook = Hooks(ctx, virtual)
+    with clock.use(virtual):
+        relaunch = launched(ctx, "resume", "pinned-1", virtual.at_wall - 0.5)
+        assert resume.look(ctx) is None and not kinds(ctx, "resume_proven")  # no word yet
+        hook("SessionStart", source="resume", session_id="pinned-1")
+        assert resume.look(ctx) is None and resume.look(ctx) is None
+        [proof] = kinds(ctx, "resume_proven")
+        assert proof.source == "hooks" and proof.detail["relaunch"] == relaunch
+        assert proof.detail["started"] == {"source": "resume", "session_id": "pinned-1"}
+        assert not kinds(ctx, "resume_failed", "relaunch_failed") and len(kinds(ctx, "relaunch")) == 1
+
+
+def test_no_verdict_from_a_fresh_launch_nor_from_a_start_past_the_boot_grace(tmp_path):
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    hook = Hooks(ctx, virtual)
+    with clock.use(virtual):
+        launched(ctx, "fresh", "new-1", virtual.at_wall - 0.5)
+        hook("SessionStart", source="startup", session_id="other")
+        assert resume.look(ctx) is None
+        launched(ctx, "resume", "pinned-2", virtual.at_wall - 0.5)
+        virtual.advance(ctx.config.agent.boot_grace + 1)
+        hook("SessionStart", source="startup", session_id="other")  # too late to speak for the boot
+        assert resume.look(ctx) is None
+        assert not kinds(ctx, "resume_proven", "resume_failed") and len(kinds(ctx, "relaunch")) == 2
