@@ -4,7 +4,8 @@ It keeps a transcript per session id, resumes one by id (an unknown id prints "N
 found" and exits non-zero, as Claude Code does), refuses a fresh id already in use, runs the
 canary's `touch PATH`, keeps a poller child, and obeys fault switches sent as messages:
 
-  /wedge            keep redrawing, never read input again
+  /wedge            its turn ends, then it keeps redrawing and never reads input again (the
+                    seed's outage: lines typed into the input box, never dispatched)
   /poison           wedge now, and wedge again right after every resume of this session
   /crash            exit 1            /exit0   exit 0
   /modal            a blocking trust prompt until Enter
@@ -305,9 +306,11 @@ class Agent(Base):
         text = line.strip()
         self.transcript.add("user", line)
         if text == "/wedge":
+            self.hook("Stop", stop_hook_active=False)  # its turn ends; then the input box is dead
             self.wedge()
         elif text == "/poison":
             self.transcript.add("fault", "poison")
+            self.hook("Stop", stop_hook_active=False)
             self.wedge()
         elif text == "/crash":
             out("Error: simulated crash\n")
