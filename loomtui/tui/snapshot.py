@@ -284,14 +284,14 @@ def header_from(status: status_mod.Status, pane: PaneView, config: Any, *,
     claim = ""
     if status.unwitnessed and status.relaunch is not None:
         # Up is not heard: until a canary acks after the relaunch, recovery is only claimed.
-        claim = (f"relaunched {format_duration(max(status.taken - status.relaunch.ts, 0))} ago "
-                 f"({status.relaunch.cause}), unwitnessed: no canary ack since")
+        claim = (f"unwitnessed relaunch {format_duration(max(status.taken - status.relaunch.ts, 0))} ago "
+                 f"({status.relaunch.cause})")
     stale_after = supervisor_stale_after(config.watchdog.interval)  # as `loom check` judges it
     beat = status.supervisor
     if beat is None:
-        sup, sup_level = "no supervisor heartbeat", "bad"
+        sup, sup_level = "no heartbeat", "bad"  # after "supervisor " in the summary
     elif beat.age > stale_after:
-        sup, sup_level = f"NO FRESH HEARTBEAT ({format_duration(beat.age)} old)", "bad"
+        sup, sup_level = f"STALE: beat {format_duration(beat.age)} ago", "bad"
     else:
         sup, sup_level = f"heartbeat {format_duration(max(beat.age, 0))} ago", "ok"
     last = status.canary_settled

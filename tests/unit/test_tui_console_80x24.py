@@ -107,3 +107,115 @@ def test_a_kind_filter_shows_the_incidents_that_hold_it_each_as_it_is_unfiltered
             assert rows(app, "timeline-table")[0][4].startswith("foreign poller 4242 reaped")
 
     asyncio.run(run())
+
+
+# -- 5. nothing that matters cut at 80 columns ------------------------------------------------------
+
+
+def dialog_text(app) -> str:
+    """The open dialog's words, its lines joined (a wrapped prompt reads as one sentence)."""
+    return " ".join(" ".join(line.replace("█", " ").split()) for line in screen_lines(app))
+
+
+def test_the_release_dialog_shows_its_prompt_whole_and_enter_says_what_is_needed(ctx):
+    from loomtui.tui.modals import PromptScreen
+
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.snapshot is not None and app.snapshot.header.hold, "the held state")
+            await pilot.press("h")
+            await until(pilot, lambda: isinstance(app.screen, PromptScreen), "the release dialog")
+            await pilot.pause()
+            assert "held at the ceiling: ceiling (until released). Type release to end it" in dialog_text(app)
+            await pilot.press("enter")
+            await until(pilot, lambda: "type release to end the hold, or Esc to keep it" in dialog_text(app),
+                        "what the empty field needs")
+            await pilot.press(*"relax", "enter")
+            await until(pilot, lambda: "only the word release ends the hold" in dialog_text(app), "the wrong word")
+            assert isinstance(app.screen, PromptScreen)  # still open: nothing was released, and it says so
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, PromptScreen), "the dialog closed")
+            assert app.outcomes == []
+
+    asyncio.run(run())
+
+
+def test_the_hold_prompt_shows_its_question_whole_and_asks_for_a_reason(ctx):
+    from loomtui.agent.recovery import HOLD_KEY
+    from loomtui.tui.modals import PromptScreen
+
+    with ctx.store.write() as db:
+        db.execute("DELETE FROM meta WHERE key = ?", (HOLD_KEY,))
+
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            assert not app.snapshot.header.hold
+            await pilot.press("h")
+            await until(pilot, lambda: isinstance(app.screen, PromptScreen), "the hold prompt")
+            await pilot.pause()
+            assert ("Hold Loom's own hands: [duration] reason (relaunches, reaps, modals and nudges wait; "
+                    "observation goes on)") in dialog_text(app)
+            for typed in ((), ("3", "0", "m")):
+                await pilot.press(*typed, "enter")
+                await until(pilot, lambda: "a hold needs a reason, e.g. 30m swapping the model" in dialog_text(app),
+                            "what a hold needs")
+            assert isinstance(app.screen, PromptScreen) and app.outcomes == []
+
+    asyncio.run(run())
+
+
+def test_the_header_keeps_its_words_whole_and_its_first_line_one_width(ctx):
+    from dataclasses import replace
+
+    from rich.cells import cell_len
+
+    from loomtui.tui.header import render_header
+
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            await pilot.pause()
+            top = screen_lines(app)[:3]
+            assert "agent HELD  session bbbbbbbb  supervisor heartbeat 2s ago" in top[0] and "…" not in top[0]
+            assert "canary ok 20m ago (0.60s)  queue 1 open · 1 claimed" in top[1] and "…" not in top[1]
+            # The hold says why in full; the incident's status and age are whole (its title may be cut).
+            assert "hold held at the ceiling: ceiling (until released)  last incident held 1m ago" in top[2]
+            return app.snapshot.header
+
+    header = asyncio.run(run())
+    firsts = {cell_len(render_header(replace(header, supervisor=beat)).plain.split("\n")[0])
+              for beat in ("heartbeat 2s ago", "heartbeat 59m59s ago", "STALE: beat 23h59m ago", "no heartbeat")}
+    assert len(firsts) == 1 and firsts.pop() <= 78  # 80 columns less the header's padding
+    busy = render_header(replace(header, unsent=3, held=False, agent="running", hold="")).plain.split("\n")
+    assert busy[1].endswith("  3 unsent (loom status)") and cell_len(busy[1]) <= 78
+
+
+def test_the_queue_line_shows_the_log_text_not_its_timestamp(ctx):
+    with ctx.store.write() as db:
+        db.execute(
+            "INSERT INTO queue_items(job, kind, signature, sample, log, first_seen, last_seen, count, state, nudges) "
+            "VALUES ('backup', 'line', 'sig4', ?, '/var/log/b.log', ?, ?, 1, 'open', 0)",
+            ("2026-12-02T03:46:53.123+00:00 ConnectionError: refused", NOW - 100, NOW - 100))
+
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            await pilot.press("3")
+            await until(pilot, lambda: app.query_one("#queue-table", DataTable).row_count == 4, "the queue")
+            await pilot.pause()
+            assert headings(app, "queue-table") == ["#", "state", "job", "×", "seen", "line"]
+            line = next(line for line in screen_lines(app) if " 4 " in line and "open" in line)
+            assert "ConnectionError: refused" in line and "2026-12-02" not in line
+            assert "11-18 11:05" in line  # when, in its own column
+            # The detail below keeps the line whole, its stamp too.
+            table = app.query_one("#queue-table", DataTable)
+            table.move_cursor(row=[r.key.value for r in table.ordered_rows].index("q4"))
+            await until(pilot, lambda: any("2026-12-02T03:46:53.123+00:00 ConnectionError" in x
+                                           for x in screen_lines(app)), "the whole line in the detail")
+
+    asyncio.run(run())
