@@ -17,14 +17,25 @@ from loomtui.tui.tables import shown
 MAX_LINES = 400
 
 
+def last_words(view: PaneView) -> Text:
+    """Why the agent died and the last lines its pane printed, as text (never markup)."""
+    out = Text()
+    if view.died:
+        out.append(f"\n\n{printable(view.died)}; the last lines it printed:", style="bold red")
+        for line in view.last_words:
+            out.append("\n  ")
+            out.append(printable(line))
+    return out
+
+
 def render_pane(view: PaneView) -> Text:
     if view.conversation is not None:
         body = transcript_view.render(list(view.conversation))
         if view.state in ("gone", "unknown"):
             body.append(f"\n\n— no agent pane: {printable(view.why or view.state)} —", style="yellow")
-            return body
+            return body.append_text(last_words(view))
     elif view.state in ("gone", "unknown") and not view.text:
-        return Text(f"no agent pane: {printable(view.why or view.state)}", style="italic")
+        return Text(f"no agent pane: {printable(view.why or view.state)}", style="italic").append_text(last_words(view))
     else:
         lines = view.text.splitlines()[-MAX_LINES:]
         while lines and not lines[-1].strip():
@@ -33,7 +44,10 @@ def render_pane(view: PaneView) -> Text:
         # unterminated sequence) is shown as a symbol.
         body = shown(Text.from_ansi("\n".join(lines))) if lines else Text("(empty screen)", style="dim")
     if view.state == "dead":
-        body.append("\n\n— the agent's process has exited —", style="bold red")
+        # The exit status is the driver's ("the pane's process exited (status 127)").
+        ended = printable(view.why) if view.why else "the agent's process has exited"
+        body.append(f"\n\n— {ended} —", style="bold red")
+        body.append_text(last_words(view))
     elif view.why:
         body.append(f"\n\n— {printable(view.why)} —", style="yellow")
     return body

@@ -45,6 +45,10 @@ class PaneView:
     why: str = ""
     # With the stream-json driver, the conversation from the pump's transcript (None: show the screen).
     conversation: tuple[Entry, ...] | None = None
+    # The pane is dead or gone and the agent's last launch died booting: how it ended and the last
+    # lines its pane printed (the launch_died event's), untrusted text.
+    died: str = ""
+    last_words: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -204,6 +208,8 @@ class Source:
 
     def _from_store(self, store: Store, pane: PaneView, now: float) -> Snapshot:
         ctx = self.ctx
+        if pane.state in ("dead", GONE):
+            pane = _with_last_words(store, self.agent, pane)
         # The pane is looked at above (with its text); everything else is the one status model.
         status = status_mod.gather(ctx, events=0, now=now, look=False)
         queue = _queue(store, self.agent)
@@ -215,6 +221,22 @@ class Source:
             header = replace(header, name=self.agent)
         return Snapshot(now, header, pane, _probes(store, self.agent), queue, _jobs(ctx, store, queue, now),
                         status.ledger_events, overview=overview, agent=self.agent)
+
+
+def _with_last_words(store: Store, agent: str, pane: PaneView) -> PaneView:
+    """`pane` with why the agent's last launch died and the lines its pane printed, when that
+    launch died booting (its launch_died event is newer than its relaunch): the pane's own screen
+    then shows tmux's `Pane is dead`, the cause is in the lines before it."""
+    died = ledger.newest_ids(store, agent, "launch_died", 1)
+    launched = ledger.newest_ids(store, agent, "relaunch", 1)
+    if not died or (launched and launched[0] > died[0]):
+        return pane
+    event = ledger.by_ids(store, died)[0]
+    tail = str(event.detail.get("screen_tail") or "")
+    status = event.detail.get("status")
+    lines = tuple(line.strip() for line in tail.split(" | ") if line.strip())
+    return replace(pane, died=f"the agent exited at once (status {status})" if status is not None
+                   else "the agent exited at once", last_words=lines)
 
 
 def _probes(store: Store, agent: str, limit: int = 100) -> list[Probe]:

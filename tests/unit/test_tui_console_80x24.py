@@ -219,3 +219,49 @@ def test_the_queue_line_shows_the_log_text_not_its_timestamp(ctx):
                                            for x in screen_lines(app)), "the whole line in the detail")
 
     asyncio.run(run())
+
+
+# -- 6. the console says why the agent died ---------------------------------------------------------
+
+
+def pane_text(app) -> str:
+    return app.query_one("#agent-panel").query_one("#pane-text", Static).content.plain
+
+
+def test_the_agent_tab_says_how_the_last_launch_died_and_the_lines_it_printed(ctx):
+    from loomtui.store import ledger
+
+    ledger.append(ctx.store, "relaunch", source="cli", cause="operator_fresh",
+                  detail={"mode": "fresh", "old_session": None, "new_session": "cccccccc"}, ts=NOW - 30)
+    ledger.append(ctx.store, "launch_died", source="cli", cause="operator_fresh", ts=NOW - 29,
+                  detail={"mode": "fresh", "session": "cccccccc", "status": 127,
+                          "screen_tail": "bash: line 1: claude: command not found | [bold]x[/bold] \x1b[31mred"})
+
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: "last lines" in pane_text(app), "the last words on the Agent tab")
+            text = pane_text(app)
+            assert "the agent exited at once (status 127); the last lines it printed:" in text
+            assert "\n  bash: line 1: claude: command not found\n  [bold]x[/bold] ␛[31mred" in text
+            await until(pilot, lambda: any("bash: line 1: claude: command not found" in line
+                                           for line in screen_lines(app)), "the lines on screen")
+            # A launch since: that death is old news.
+            ledger.append(ctx.store, "relaunch", source="cli", cause="operator_fresh",
+                          detail={"mode": "fresh", "old_session": "cccccccc", "new_session": "dddddddd"}, ts=NOW - 5)
+            app.console_screen.refresh_data()
+            await until(pilot, lambda: "last lines" not in pane_text(app), "the old death gone")
+            assert pane_text(app).startswith("no agent pane: no tmux session")
+
+    asyncio.run(run())
+
+
+def test_a_dead_pane_shows_its_exit_status_and_its_last_words():
+    from loomtui.tui.agent_panel import render_pane
+    from loomtui.tui.snapshot import PaneView
+
+    shown = render_pane(PaneView("dead", "Pane is dead (status 127, Wed Dec  2 03:00:00 2026)\n",
+                                 "the pane's process exited (status 127)", died="the agent exited at once (status 127)",
+                                 last_words=("bash: line 1: claude: command not found",))).plain
+    assert "— the pane's process exited (status 127) —" in shown
+    assert shown.endswith("the last lines it printed:\n  bash: line 1: claude: command not found")
