@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
@@ -12,9 +13,10 @@ from textual.widgets import Static
 from loomtui.text import printable
 from loomtui.tui import transcript_view
 from loomtui.tui.snapshot import PaneView
+from loomtui.tui.snapshot import SCROLLBACK
 from loomtui.tui.tables import shown
 
-MAX_LINES = 400
+MAX_LINES = SCROLLBACK + 200  # the scrollback and a tall screen
 
 
 def last_words(view: PaneView) -> Text:
@@ -53,10 +55,24 @@ def render_pane(view: PaneView) -> Text:
     return body
 
 
+class PaneScroll(VerticalScroll, can_focus=True):
+    """The pane's text, scrolled with the keys as with the wheel; it follows new output only while
+    it is at the end (scrolled back, a refresh keeps the place)."""
+
+    BINDINGS = [
+        Binding("up", "scroll_up", "Scroll up", id="pane.up", show=False),
+        Binding("down", "scroll_down", "Scroll down", id="pane.down", show=False),
+        Binding("pageup", "page_up", "Page up", id="pane.page_up", show=False),
+        Binding("pagedown", "page_down", "Page down", id="pane.page_down", show=False),
+        Binding("home", "scroll_home", "Top of the scrollback", id="pane.home", show=False),
+        Binding("end", "scroll_end", "End (follow new output)", id="pane.end", show=False),
+    ]
+
+
 class AgentPanel(Widget):
     DEFAULT_CSS = """
     AgentPanel { height: 1fr; }
-    AgentPanel VerticalScroll { height: 1fr; }
+    AgentPanel PaneScroll { height: 1fr; }
     """
 
     def __init__(self, **kwargs) -> None:
@@ -64,12 +80,15 @@ class AgentPanel(Widget):
         self._last: PaneView | None = None
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
+        with PaneScroll():
             yield Static(Text("loading…", style="dim"), id="pane-text", markup=False)
 
     def show(self, view: PaneView) -> None:
         if view == self._last:
             return
         self._last = view
+        scroll = self.query_one(PaneScroll)
+        following = scroll.scroll_y >= scroll.max_scroll_y
         self.query_one("#pane-text", Static).update(render_pane(view))
-        self.query_one(VerticalScroll).scroll_end(animate=False)
+        if following:
+            scroll.scroll_end(animate=False)

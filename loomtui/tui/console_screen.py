@@ -141,6 +141,7 @@ class ConsoleScreen(Screen):
 
     def on_mount(self) -> None:
         self._lay_out(self.app.size.width)
+        self.call_after_refresh(self.action_show_tab, "agent")  # the pane's keys scroll it from the start
         self.refresh_data()
         if self.watch_state:
             self._watch_state_dir()
@@ -447,9 +448,11 @@ class ConsoleScreen(Screen):
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
         panel = self.query_one(f"#{tab}", TabPane)
-        for widget in panel.query("DataTable"):
-            widget.focus()
-            break
+        # The first table shown, or on tab 1 below 150 columns the agent's pane (its keys scroll it).
+        for widget in panel.query("DataTable, PaneScroll"):
+            if all(node.display for node in widget.ancestors_with_self if node is not panel):
+                widget.focus()
+                break
 
     def action_filter(self) -> None:
         if self.query_one(TabbedContent).active == "memory":

@@ -36,6 +36,7 @@ INCIDENT_EVENTS = 200     # the newest incident-kind events grouped for "last in
 LATEST_INCIDENTS = 8
 RELAUNCH_EVENTS = 1000    # relaunches read for the per-hour plot (the ceiling keeps a day far below this)
 DAY = 86400.0
+SCROLLBACK = 1000         # lines of the agent pane's history above its screen the console keeps
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,8 @@ class Source:
         if facts.tmux != UP or facts.pane is None:
             return PaneView(facts.tmux, why=facts.why or "no tmux session")
         try:
-            screen = self.driver.screen(ansi=True, pane_id=facts.pane.pane_id) if capture else ""
+            # With its scrollback (bounded), joined where tmux wrapped lines (-J): the pane scrolls back.
+            screen = self.driver.screen(SCROLLBACK, ansi=True, pane_id=facts.pane.pane_id) if capture else ""  # type: ignore[arg-type]
         except TmuxError as exc:
             return PaneView(UNKNOWN, why=str(exc))
         if facts.pane.dead:

@@ -265,3 +265,67 @@ def test_a_dead_pane_shows_its_exit_status_and_its_last_words():
                                  last_words=("bash: line 1: claude: command not found",))).plain
     assert "— the pane's process exited (status 127) —" in shown
     assert shown.endswith("the last lines it printed:\n  bash: line 1: claude: command not found")
+
+
+# -- 7. the agent's pane scrolls with the keys, with scrollback ------------------------------------
+
+
+def test_the_agent_pane_scrolls_with_the_keys_and_keeps_its_place_on_refresh(ctx):
+    from loomtui.tui.agent_panel import PaneScroll
+    from loomtui.tui.snapshot import PaneView
+
+    history = "\n".join(f"line {n} of the agent's output" for n in range(1, 301))
+
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            panel = app.query_one("#agent-panel")
+            scroll = panel.query_one(PaneScroll)
+            await until(pilot, lambda: app.focused is scroll, "the pane focused on tab 1")
+            panel.show(PaneView("up", history))
+            await until(pilot, lambda: scroll.max_scroll_y > 0 and scroll.scroll_y == scroll.max_scroll_y,
+                        "the end of the output")
+            bottom = scroll.scroll_y
+            await pilot.press("pageup")
+            await until(pilot, lambda: scroll.scroll_y < bottom, "a page up")
+            await pilot.press("up")
+            place = scroll.scroll_y
+            # New output while scrolled back: the place is kept, not snapped to the end.
+            panel.show(PaneView("up", history + "\nline 301"))
+            await pilot.pause()
+            assert scroll.scroll_y == place
+            await pilot.press("home")
+            await until(pilot, lambda: scroll.scroll_y == 0, "the top of the scrollback")
+            assert any("line 1 of the agent's output" in line for line in screen_lines(app))
+            await pilot.press("end")
+            await until(pilot, lambda: scroll.scroll_y == scroll.max_scroll_y, "the end again")
+            panel.show(PaneView("up", history + "\nline 301\nline 302"))
+            await until(pilot, lambda: any("line 302" in line for line in screen_lines(app)), "following again")
+
+    asyncio.run(run())
+
+
+@pytest.mark.e2e
+def test_the_console_captures_the_panes_scrollback_bounded(tmp_path, make_pane):
+    from loomtui.agent import drivers
+    from loomtui.context import Context
+    from loomtui.tui.snapshot import SCROLLBACK
+
+    pane = make_pane()
+    count = SCROLLBACK + 500
+    assert pane.tmux("respawn-pane", "-k", "-t", f"={pane.session}:0.0",
+                     f"seq 1 {count}; exec sleep 2147483647").returncode == 0
+    config = tmp_path / "loom.toml"
+    config.write_text("[agent]\n" + "".join(f'{k} = "{v}"\n' for k, v in pane.agent_keys().items()))
+    ctx = Context.load(str(config), str(tmp_path / "state"), environ={})
+    try:
+        from harness import wait_for
+
+        driver = drivers.of(ctx)
+        wait_for(lambda: str(count) in driver.screen(), 30, what="the numbers printed")
+        lines = [line for line in driver.screen(SCROLLBACK).splitlines() if line.strip()]
+        assert lines[-1] == str(count) and str(count - SCROLLBACK) in lines  # the scrollback above the screen
+        assert "1" not in lines and len(lines) <= SCROLLBACK + 50  # bounded: the oldest lines stay in tmux
+    finally:
+        ctx.close()
