@@ -68,6 +68,17 @@ class PaneScroll(VerticalScroll, can_focus=True):
         Binding("end", "scroll_end", "End (follow new output)", id="pane.end", show=False),
     ]
 
+    following = True  # at the end: new output scrolls into view; a key that scrolls back stops it, End resumes
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        self.following = new >= self.max_scroll_y
+
+    def watch_virtual_size(self, size: object) -> None:
+        # After the layout measured the new text (a scroll_end asked for earlier may see the old size).
+        if self.following:
+            self.scroll_end(animate=False, immediate=True)
+
 
 class AgentPanel(Widget):
     DEFAULT_CSS = """
@@ -87,8 +98,4 @@ class AgentPanel(Widget):
         if view == self._last:
             return
         self._last = view
-        scroll = self.query_one(PaneScroll)
-        following = scroll.scroll_y >= scroll.max_scroll_y
         self.query_one("#pane-text", Static).update(render_pane(view))
-        if following:
-            scroll.scroll_end(animate=False)

@@ -285,12 +285,15 @@ def test_the_agent_pane_scrolls_with_the_keys_and_keeps_its_place_on_refresh(ctx
             await until(pilot, lambda: app.focused is scroll, "the pane focused on tab 1")
             panel.show(PaneView("up", history))
             await until(pilot, lambda: scroll.max_scroll_y > 0 and scroll.scroll_y == scroll.max_scroll_y,
-                        "the end of the output")
+                        f"the end of the output {scroll.scroll_y} {scroll.max_scroll_y}", timeout=5)
             bottom = scroll.scroll_y
             await pilot.press("pageup")
             await until(pilot, lambda: scroll.scroll_y < bottom, "a page up")
             await pilot.press("up")
+            await pilot.wait_for_scheduled_animations()  # the keys scroll smoothly: the place once settled
+            await until(pilot, lambda: not app.animator.is_being_animated(scroll, "scroll_y"), "the scroll settled")
             place = scroll.scroll_y
+            assert 0 < place < bottom
             # New output while scrolled back: the place is kept, not snapped to the end.
             panel.show(PaneView("up", history + "\nline 301"))
             await pilot.pause()
