@@ -731,10 +731,14 @@ class AgentPane:
             raise TmuxGone(f"tmux -L {self.socket}: the pane vanished right after respawn")
         return info
 
-    def capture(self, *, history: bool = False, ansi: bool = False, pane_id: str | None = None) -> str:
-        """The pane's text; `ansi` keeps its colour escapes (the console renders them, never as markup)."""
+    def capture(self, *, history: bool | int = False, ansi: bool = False, pane_id: str | None = None) -> str:
+        """The pane's text; `ansi` keeps its colour escapes (the console renders them, never as markup).
+        `history`: True for all of it, a number N for the last N lines above the screen (the console's
+        scrollback, bounded whatever the history-limit)."""
         args = ["-p", "-J", *(["-e"] if ansi else [])]
-        if history:
+        if history is not False and history is not True and history > 0:
+            args += ["-S", f"-{int(history)}"]
+        elif history:
             args += ["-S", "-"]
         result = self._check(self.server.cmd("capture-pane", *args, target=pane_id or self.target), "capture-pane")
         return "\n".join(result.stdout)

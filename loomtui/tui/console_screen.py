@@ -62,6 +62,17 @@ AGENT_ACTIONS = ("agents", "next_agent")  # the keys that choose an agent: only 
 OVERVIEW_TITLE = "Overview"
 
 
+HOLD_NEEDS = "a hold needs a reason, e.g. 30m swapping the model (Esc to cancel)"
+
+
+def hold_needed(raw: str) -> str:
+    return "" if parse_request(raw.split()) is not None else HOLD_NEEDS
+
+
+def release_needed(raw: str) -> str:
+    return "" if raw.strip().lower() == "release" else "only the word release ends the hold (Esc keeps it)"
+
+
 class ConsoleScreen(Screen):
     BINDINGS = APP_KEYS
 
@@ -130,6 +141,7 @@ class ConsoleScreen(Screen):
 
     def on_mount(self) -> None:
         self._lay_out(self.app.size.width)
+        self.call_after_refresh(self.action_show_tab, "agent")  # the pane's keys scroll it from the start
         self.refresh_data()
         if self.watch_state:
             self._watch_state_dir()
@@ -329,8 +341,8 @@ class ConsoleScreen(Screen):
             if text:
                 self._run_inject(agent, text)
 
-        self.app.push_screen(PromptScreen(f"Type into {self._whose('the agent')}'s pane", "one line; Enter sends it"),
-                             submitted)
+        self.app.push_screen(PromptScreen(f"Type into {self._whose('the agent')}'s pane", "one line; Enter sends it",
+                                          empty="type the line to send, or Esc to cancel"), submitted)
 
     @work(thread=True, group="action-inject", exit_on_error=False)
     def _run_inject(self, agent: Context, text: str) -> None:
@@ -360,7 +372,8 @@ class ConsoleScreen(Screen):
             if note:
                 self._run_resolve(agent, item.id, note)
 
-        self.app.push_screen(PromptScreen(f"Resolve #{item.id} ({item.job}): what did you find and do?"), submitted)
+        self.app.push_screen(PromptScreen(f"Resolve #{item.id} ({item.job}): what did you find and do?",
+                                          empty="a note is needed: what you found and did (Esc to cancel)"), submitted)
 
     @work(thread=True, group="action-resolve", exit_on_error=False)
     def _run_resolve(self, agent: Context, item_id: int, note: str) -> None:
@@ -383,21 +396,20 @@ class ConsoleScreen(Screen):
                     self._run_release(agent)
 
             whose = self._title("", " for agent ")
-            self.app.push_screen(PromptScreen(f"{held}{whose}. Type release to end it", "release"), answered)
+            self.app.push_screen(PromptScreen(f"{held}{whose}. Type release to end it", "release",
+                                              empty="type release to end the hold, or Esc to keep it",
+                                              needs=release_needed), answered)
             return
 
         def submitted(raw: str | None) -> None:
             parsed = parse_request(raw.split()) if raw else None
-            if raw and parsed is None:
-                self.notify("a hold needs a reason, e.g. 30m swapping the model", title="hold", severity="warning",
-                            markup=False)
-            elif parsed is not None:
+            if parsed is not None:
                 self._run_hold(agent, *parsed)
 
         whose = self._title("", " for agent ")
         self.app.push_screen(PromptScreen(f"Hold Loom's own hands{whose}: [duration] reason (relaunches, reaps, "
-                                          "modals and nudges wait; observation goes on)", "30m swapping the model"),
-                             submitted)
+                                          "modals and nudges wait; observation goes on)", "30m swapping the model",
+                                          empty=HOLD_NEEDS, needs=hold_needed), submitted)
 
     @work(thread=True, group="action-hold", exit_on_error=False)
     def _run_hold(self, agent: Context, reason: str, duration: float | None) -> None:
@@ -436,9 +448,11 @@ class ConsoleScreen(Screen):
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
         panel = self.query_one(f"#{tab}", TabPane)
-        for widget in panel.query("DataTable"):
-            widget.focus()
-            break
+        # The first table shown, or on tab 1 below 150 columns the agent's pane (its keys scroll it).
+        for widget in panel.query("DataTable, PaneScroll"):
+            if all(node.display for node in widget.ancestors_with_self if node is not panel):
+                widget.focus()
+                break
 
     def action_filter(self) -> None:
         if self.query_one(TabbedContent).active == "memory":

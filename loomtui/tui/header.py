@@ -21,9 +21,16 @@ def shown(h: Header) -> Header:
                          if isinstance(value := getattr(h, f.name), str)})
 
 
+BEAT_WIDTH = 22  # the longest heartbeat phrase ("STALE: beat 23h59m ago"): line 1 keeps its width as it ages
+
+
 def render_header(h: Header) -> Text:
-    # Lines that never wrap (a long state is cut, not pushed onto another line). The state text
-    # comes from the store and the pane's facts, never from the pane's text, but stays Text anyway.
+    """Three lines that never wrap, laid out for 80 columns: what matters first on each line,
+    whole (the session's 8 characters, the heartbeat in a field of its own fixed width, the
+    last incident's status and age); what may be cut is at a line's end (an incident's title,
+    a hold's reason), and the full words are a key away (`loom status`, the timeline)."""
+    # The state text comes from the store and the pane's facts, never from the pane's text, but
+    # stays Text anyway.
     h = shown(h)
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append("agent ", style="dim")
@@ -31,18 +38,16 @@ def render_header(h: Header) -> Text:
         # Several agents: which one every panel and key is about, before anything else.
         out.append(f" {h.name} ", style="bold reverse")
         out.append(" ")
-    out.append(h.agent, style=LEVELS.get(h.agent_level, ""))
+    # Held: the third line says who holds, why and for how long.
+    out.append("HELD" if h.held else h.agent, style=LEVELS.get(h.agent_level, ""))
+    out.append("  session ", style="dim")
+    out.append((h.pinned or "none")[:8])
     if h.supervisor_level == "bad" and h.supervisor.startswith("store unavailable"):
-        out.append("  session ", style="dim")
-        out.append((h.pinned or "none")[:8])
         out.append("\n")
         out.append(h.supervisor, style=LEVELS["bad"])  # the reason first, before the line is cut
         return out
-    # The heartbeat before the session: at 80 columns the line's end is what gets cut.
     out.append("  supervisor ", style="dim")
-    out.append(h.supervisor, style=LEVELS.get(h.supervisor_level, ""))
-    out.append("  session ", style="dim")
-    out.append((h.pinned or "none")[:8])
+    out.append(h.supervisor[:BEAT_WIDTH].ljust(BEAT_WIDTH), style=LEVELS.get(h.supervisor_level, ""))
     out.append("\n")
     out.append("canary ", style="dim")
     out.append(h.canary, style=LEVELS.get(h.canary_level, ""))
@@ -50,16 +55,15 @@ def render_header(h: Header) -> Text:
         # The last probe was not an ack: when did the agent last hear?
         out.append("  last ack ", style="dim")
         out.append(h.last_ack or "never", style=LEVELS.get(h.last_ack_level, ""))
-    if h.claim:
-        out.append("  " + h.claim, style="bold yellow")
     out.append("  queue ", style="dim")
     out.append(f"{h.queue_open} open", style="bold red" if h.queue_open else "green")
     out.append(" · ", style="dim")
     out.append(f"{h.queue_claimed} claimed", style="bold yellow" if h.queue_claimed else "green")
     if h.unsent:
         # Alerts and escalations wait in the outbox when Telegram is off or failing: say so here.
-        out.append(f"  {h.unsent} message{'s' if h.unsent != 1 else ''} for you unsent (loom status)",
-                   style="bold yellow")
+        out.append(f"  {h.unsent} unsent (loom status)", style="bold yellow")
+    if h.claim:
+        out.append("  " + h.claim, style="bold yellow")
     out.append("\n")
     out.append("hold ", style="dim")
     out.append(h.hold or "none", style=LEVELS["bad"] if h.hold else "green")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -51,28 +53,45 @@ class RecycleScreen(ModalScreen[str | None]):
         self.dismiss(choice)
 
 
+HINT = "Enter to confirm · Esc to cancel"
+
+
 class PromptScreen(ModalScreen[str | None]):
+    """One line asked for. The title wraps (at 80 columns the question is read whole); Enter on
+    an answer the caller cannot act on keeps the dialog open and says what is needed instead
+    (`needs`: the answer -> "" when it will do, else the sentence; empty answers are refused by
+    default with `empty`'s sentence)."""
+
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="prompt.cancel")]
 
-    def __init__(self, title: str, placeholder: str = "", value: str = "", allow_empty: bool = False) -> None:
+    def __init__(self, title: str, placeholder: str = "", value: str = "", allow_empty: bool = False,
+                 *, empty: str = "type something first, or Esc to cancel",
+                 needs: Callable[[str], str] | None = None) -> None:
         super().__init__()
         self.title_text = title
         self.placeholder = placeholder
         self.value = value
         self.allow_empty = allow_empty
+        self.empty = empty
+        self.needs = needs
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(Text(printable(self.title_text)), classes="dialog-title")
+            yield Static(Text(printable(self.title_text)), classes="dialog-title", id="prompt-title", markup=False)
             yield Input(value=self.value, placeholder=self.placeholder, id="prompt-input")
-            yield Static(Text("Enter to confirm · Esc to cancel", style="dim"), markup=False)
+            yield Static(Text(HINT, style="dim"), id="prompt-hint", markup=False)
 
     def on_mount(self) -> None:
         self.query_one(Input).focus()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.value.strip() or self.allow_empty:
-            self.dismiss(event.value)
+        missing = self.empty if not event.value.strip() and not self.allow_empty else ""
+        if not missing and self.needs is not None:
+            missing = self.needs(event.value)
+        if missing:
+            self.query_one("#prompt-hint", Static).update(Text(printable(missing), style="bold yellow"))
+            return
+        self.dismiss(event.value)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -15,7 +15,7 @@ from loomtui.durations import format_duration
 from loomtui.tui import fleet_panel
 from loomtui.tui.canary_panel import when
 from loomtui.tui.plots import PlotsPanel
-from loomtui.tui.queue_panel import STATE_STYLES
+from loomtui.tui.queue_panel import STATE_STYLES, log_text
 from loomtui.tui.snapshot import Snapshot
 from loomtui.tui.tables import KeyedTable, safe
 from loomtui.tui.timeline_panel import STATUS_STYLES
@@ -36,7 +36,7 @@ def waiting_rows(items: list[Any], now: float) -> list[tuple[str, list]]:
         if item.state == "witnessed":
             continue
         out.append((f"q{item.id}", [safe(item.id), safe(item.state, STATE_STYLES.get(item.state, "")), safe(item.job),
-                                    safe(format_duration(max(now - item.first_seen, 0))), safe(item.sample)]))
+                                    safe(format_duration(max(now - item.first_seen, 0))), safe(log_text(item.sample))]))
     return out
 
 

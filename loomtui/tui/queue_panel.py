@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from typing import Any
 
 from rich.text import Text
@@ -11,18 +13,30 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from loomtui.text import for_terminal
-from loomtui.tui.canary_panel import when
 from loomtui.tui.tables import KeyedTable, safe
 
 STATE_STYLES = {"open": "bold red", "claimed": "yellow", "witnessed": "green"}
+# `loom run-job` stamps every line it logs (jobrun.stamp: ISO 8601, milliseconds, the offset); a
+# sample starting with one would fill a narrow `line` cell with the stamp and never the text.
+STAMP = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?(?:Z|[+-]\d\d:?\d\d)?\s+")
+
+
+def log_text(sample: str) -> str:
+    """The log line without its leading timestamp (the item's `seen` column says when): the
+    text the cell has room for. The detail below the table shows the line whole."""
+    return STAMP.sub("", sample or "", count=1)
+
+
+def seen(ts: float | None) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%m-%d %H:%M") if ts else ""
 
 
 def rows(items: list[Any]) -> list[tuple[str, list]]:
     out = []
     for item in items:
         out.append((f"q{item.id}", [
-            safe(item.id), safe(item.state, STATE_STYLES.get(item.state, "")), safe(item.job), safe(item.kind),
-            safe(item.count), safe(item.nudges), safe(when(item.last_seen)), safe(item.sample),
+            safe(item.id), safe(item.state, STATE_STYLES.get(item.state, "")), safe(item.job), safe(item.count),
+            safe(seen(item.last_seen)), safe(log_text(item.sample)),
         ]))
     return out
 
@@ -57,9 +71,9 @@ class QueuePanel(Widget):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield KeyedTable([("id", "#", 4), ("state", "state", 9), ("job", "job", 14), ("kind", "kind", 8),
-                              ("count", "×", 4), ("nudges", "nudged", 6), ("last", "last seen", 14),
-                              ("sample", "line", None)], stretch="sample", id="queue-table")
+            # The kind and the nudges are in the detail below: at 80 columns the line keeps room to show.
+            yield KeyedTable([("id", "#", 3), ("state", "state", 9), ("job", "job", 12), ("count", "×", 3),
+                              ("last", "seen", 11), ("sample", "line", None)], stretch="sample", id="queue-table")
             yield Static(Text("no item selected", style="dim"), id="queue-detail", markup=False)
 
     def show(self, items: list[Any]) -> None:

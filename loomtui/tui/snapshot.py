@@ -36,6 +36,7 @@ INCIDENT_EVENTS = 200     # the newest incident-kind events grouped for "last in
 LATEST_INCIDENTS = 8
 RELAUNCH_EVENTS = 1000    # relaunches read for the per-hour plot (the ceiling keeps a day far below this)
 DAY = 86400.0
+SCROLLBACK = 1000         # lines of the agent pane's history above its screen the console keeps
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,10 @@ class PaneView:
     why: str = ""
     # With the stream-json driver, the conversation from the pump's transcript (None: show the screen).
     conversation: tuple[Entry, ...] | None = None
+    # The pane is dead or gone and the agent's last launch died booting: how it ended and the last
+    # lines its pane printed (the launch_died event's), untrusted text.
+    died: str = ""
+    last_words: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,8 @@ class Source:
         if facts.tmux != UP or facts.pane is None:
             return PaneView(facts.tmux, why=facts.why or "no tmux session")
         try:
-            screen = self.driver.screen(ansi=True, pane_id=facts.pane.pane_id) if capture else ""
+            # With its scrollback (bounded), joined where tmux wrapped lines (-J): the pane scrolls back.
+            screen = self.driver.screen(SCROLLBACK, ansi=True, pane_id=facts.pane.pane_id) if capture else ""  # type: ignore[arg-type]
         except TmuxError as exc:
             return PaneView(UNKNOWN, why=str(exc))
         if facts.pane.dead:
@@ -204,6 +210,8 @@ class Source:
 
     def _from_store(self, store: Store, pane: PaneView, now: float) -> Snapshot:
         ctx = self.ctx
+        if pane.state in ("dead", GONE):
+            pane = _with_last_words(store, self.agent, pane)
         # The pane is looked at above (with its text); everything else is the one status model.
         status = status_mod.gather(ctx, events=0, now=now, look=False)
         queue = _queue(store, self.agent)
@@ -215,6 +223,22 @@ class Source:
             header = replace(header, name=self.agent)
         return Snapshot(now, header, pane, _probes(store, self.agent), queue, _jobs(ctx, store, queue, now),
                         status.ledger_events, overview=overview, agent=self.agent)
+
+
+def _with_last_words(store: Store, agent: str, pane: PaneView) -> PaneView:
+    """`pane` with why the agent's last launch died and the lines its pane printed, when that
+    launch died booting (its launch_died event is newer than its relaunch): the pane's own screen
+    then shows tmux's `Pane is dead`, the cause is in the lines before it."""
+    died = ledger.newest_ids(store, agent, "launch_died", 1)
+    launched = ledger.newest_ids(store, agent, "relaunch", 1)
+    if not died or (launched and launched[0] > died[0]):
+        return pane
+    event = ledger.by_ids(store, died)[0]
+    tail = str(event.detail.get("screen_tail") or "")
+    status = event.detail.get("status")
+    lines = tuple(line.strip() for line in tail.split(" | ") if line.strip())
+    return replace(pane, died=f"the agent exited at once (status {status})" if status is not None
+                   else "the agent exited at once", last_words=lines)
 
 
 def _probes(store: Store, agent: str, limit: int = 100) -> list[Probe]:
@@ -284,14 +308,14 @@ def header_from(status: status_mod.Status, pane: PaneView, config: Any, *,
     claim = ""
     if status.unwitnessed and status.relaunch is not None:
         # Up is not heard: until a canary acks after the relaunch, recovery is only claimed.
-        claim = (f"relaunched {format_duration(max(status.taken - status.relaunch.ts, 0))} ago "
-                 f"({status.relaunch.cause}), unwitnessed: no canary ack since")
+        claim = (f"unwitnessed relaunch {format_duration(max(status.taken - status.relaunch.ts, 0))} ago "
+                 f"({status.relaunch.cause})")
     stale_after = supervisor_stale_after(config.watchdog.interval)  # as `loom check` judges it
     beat = status.supervisor
     if beat is None:
-        sup, sup_level = "no supervisor heartbeat", "bad"
+        sup, sup_level = "no heartbeat", "bad"  # after "supervisor " in the summary
     elif beat.age > stale_after:
-        sup, sup_level = f"NO FRESH HEARTBEAT ({format_duration(beat.age)} old)", "bad"
+        sup, sup_level = f"STALE: beat {format_duration(beat.age)} ago", "bad"
     else:
         sup, sup_level = f"heartbeat {format_duration(max(beat.age, 0))} ago", "ok"
     last = status.canary_settled

@@ -51,10 +51,23 @@ class KeyedTable(DataTable):
         self._cells: dict[str, tuple[Text, ...]] = {}
 
     def on_mount(self) -> None:
+        self._add_columns()
+
+    def _add_columns(self) -> None:
         for key, label, width in self._columns:
             self.add_column(label, key=key, width=width if width is not None or key != self._stretch
                             else self.MIN_STRETCH)
         self.stretch()
+
+    def set_columns(self, columns: Sequence[tuple[str, str, int | None]], *, stretch: str | None = None) -> None:
+        """Other columns (another view of the panel's data, with headings of its own): the rows
+        go with the old ones, the next `sync` fills the new."""
+        if list(columns) == list(self._columns) and stretch == self._stretch:
+            return
+        self._columns, self._stretch = columns, stretch
+        self.clear(columns=True)
+        self._order, self._cells = [], {}
+        self._add_columns()
 
     def on_resize(self) -> None:
         self.stretch()

@@ -32,6 +32,12 @@ from loomtui.tui.tables import KeyedTable, safe
 
 INCIDENT_PAGE = 3000
 EVENT_PAGE = 300
+# Each view its own headings: an incident's span and sessions, an event's kind, source and cause.
+INCIDENT_COLUMNS = [("when", "when", 14), ("status", "status", 10), ("took", "took", 7),
+                    ("sessions", "sessions", 17), ("what", "what", None)]
+EVENT_COLUMNS = [("when", "when", 14), ("kind", "kind", 14), ("source", "source", 10), ("cause", "cause", 13),
+                 ("detail", "detail", None)]
+COLUMNS = {"incidents": (INCIDENT_COLUMNS, "what"), "events": (EVENT_COLUMNS, "detail")}
 STATUS_STYLES = {"recovered": "green", "ongoing": "bold red", "held": "bold magenta", "note": "dim"}
 
 
@@ -87,10 +93,14 @@ def load_page(store: Store, mode: str, flt: Filter, before_id: int | None, now: 
         events = ledger.page(store, before_id=before_id, limit=EVENT_PAGE, kinds=list(flt.kinds) or None,
                              text=flt.text or None, agent=agent)
         return event_rows(events), (events[-1].id if events else None)
-    kinds = [k for k in incidents.KINDS if not flt.kinds or k in flt.kinds]
-    events = ledger.page(store, before_id=before_id, limit=INCIDENT_PAGE, kinds=kinds, agent=agent)
+    # Grouped from every incident event, filtered after: a filter chooses which incidents show,
+    # never what one says (its canary ack filtered away, a recovered incident would read ongoing).
+    events = ledger.page(store, before_id=before_id, limit=INCIDENT_PAGE, kinds=list(incidents.KINDS), agent=agent)
     oldest = events[-1].id if events else None
     found = incidents.group(list(reversed(events)))
+    if flt.kinds:
+        kind_of = {e.id: e.kind for e in events}
+        found = [i for i in found if any(kind_of.get(n) in flt.kinds for n in i.event_ids)]
     if flt.text:
         needle = flt.text.lower()
         found = [i for i in found if needle in " ".join([i.title, *i.causes, i.old_session or "",
@@ -149,9 +159,8 @@ class TimelinePanel(Widget):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(Text(""), id="timeline-status", markup=False)
-            yield KeyedTable([("when", "when", 14), ("status", "status", 10), ("took", "took", 7),
-                              ("sessions", "sessions", 17), ("what", "what", None)], stretch="what",
-                             id="timeline-table")
+            columns, stretch = COLUMNS[self.mode]
+            yield KeyedTable(columns, stretch=stretch, id="timeline-table")
 
     def on_mount(self) -> None:
         self.reload()
@@ -190,7 +199,10 @@ class TimelinePanel(Widget):
             return
         self.oldest = message.oldest_id
         self._rows = {key: obj for key, _, obj in message.rows}
-        self.query_one(KeyedTable).sync([(key, cells) for key, cells, _ in message.rows])
+        table = self.query_one(KeyedTable)
+        columns, stretch = COLUMNS[self.mode]  # the mode these rows were loaded for (a newer one: a newer generation)
+        table.set_columns(columns, stretch=stretch)
+        table.sync([(key, cells) for key, cells, _ in message.rows])
         page = len(self.pages)
         what = "incidents" if self.mode == "incidents" else "events"
         flt = f" · filter {self.filter}" if str(self.filter) else ""

@@ -129,7 +129,7 @@ def test_panels_show_the_store_and_hostile_text_renders_literally(populated):
             queue = cells(app, "queue-table")
             assert [r[1].plain for r in queue] == ["open", "claimed", "witnessed"]
             assert queue[0][2].plain == "news[/bold]letter"
-            assert "[/foo] [bold]x" in queue[0][7].plain
+            assert "[/foo] [bold]x" in queue[0][5].plain
             await until(pilot, lambda: "news[/bold]letter" in screen_text(app), what="the job name on screen")
             await pilot.press("4")
             fleet = cells(app, "fleet-table")

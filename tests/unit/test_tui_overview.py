@@ -257,5 +257,5 @@ def test_the_summary_says_who_holds_why_and_how_long_and_an_unwitnessed_relaunch
     ledger.append(ctx.store, "relaunch", source="watchdog", cause="crash",
                   detail={"mode": "resume", "old_session": "s", "new_session": "s"}, ts=now - 5)
     claimed = header()
-    assert claimed.claim == "relaunched 5s ago (crash), unwitnessed: no canary ack since"
+    assert claimed.claim == "unwitnessed relaunch 5s ago (crash)"
     assert "unwitnessed" in render_header(claimed).plain and not expired.claim
