@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+from loomtui.agent import launches
 from loomtui.canary.rules import MISS, OK, ProbeRun
 from loomtui.context import Context
 from loomtui.hooks import turn_rules
@@ -33,6 +34,12 @@ def read(ctx: Context) -> list[Turn]:
         at = _mark(tool)
         place = next((i for i, r in enumerate(rows) if int(r["id"]) > int(tool["id"])), len(marks))
         marks.insert(place, at)
+    launched = launches.last_launch(ctx)
+    if launched is not None:
+        # Loom's own launch is a new process, whatever its hooks said (a wedged or slow one says
+        # nothing): a turn of the process before it ended with it.
+        place = next((i for i, m in enumerate(marks) if m.at.wall > launched.ts), len(marks))
+        marks.insert(place, Mark(launched.at, turn_rules.SESSION_START, "launch"))
     return turn_rules.turns(marks)
 
 

@@ -219,3 +219,23 @@ def test_hook_events_older_than_a_week_are_forgotten(tmp_path):
         virtual.advance(61)
         assert ingest.prune(ctx) == 1
         assert [r["event"] for r in hook_events.recent(ctx.store, ctx.agent)] == ["Stop"]
+
+
+def test_a_turn_of_the_process_before_the_last_launch_excuses_nothing(tmp_path):
+    from loomtui.agent.launches import LAUNCH_KEY
+    from loomtui.agent.records import LaunchRecord
+
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        hook(ctx, "UserPromptSubmit")  # the old process's turn, never ended: it died in it
+        virtual.advance(30)
+        now = clock.now()
+        launched = LaunchRecord(now.wall, now.mono, now.boot, "resume", "s-1", "exit")
+        with ctx.store.write() as db:
+            ctx.store.set_meta(ctx.store.agent_key(LAUNCH_KEY), launched.to_json(), db)
+        virtual.advance(100)  # past its boot grace; the new process says nothing (wedged at its start)
+        miss(ctx, virtual)
+        miss(ctx, virtual)
+        assert CanaryLoop(ctx).misses_mean_deaf()
+        assert turns.explains(ctx, clock.wall() - 5, clock.now()) == ""
