@@ -90,6 +90,20 @@ def turns(marks: list[Mark]) -> list[Turn]:
     return out
 
 
+def closed_by_acks(all_turns: list[Turn], acks: list[tuple[float, float]]) -> list[Turn]:
+    """The open turn, if a canary probe began it and acked (`acks`: (sent, acked) wall times):
+    a probe's turn is one command and no reply, done once its ack is written. So a Stop hook event
+    that was lost does not leave an idle agent looking busy for `quiet`."""
+    turn = current(all_turns)
+    if turn is None:
+        return all_turns
+    for sent, acked in acks:
+        if sent <= turn.began.wall <= acked and turn.last.wall <= acked:
+            done = Instant(acked)
+            return [*all_turns[:-1], Turn(turn.began, done, done, STOPPED, "", None, turn.tool)]
+    return all_turns
+
+
 def state(turn: Turn | None, now: Instant, quiet: float, max_turn: float) -> str:
     """The turn's state now: NO_TURN (none open), TURN_WAITING, TURN_BUSY, TURN_QUIET or TURN_LONG."""
     if turn is None or turn.ended is not None:

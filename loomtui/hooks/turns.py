@@ -15,12 +15,13 @@ from loomtui.canary.rules import MISS, OK, ProbeRun
 from loomtui.context import Context
 from loomtui.hooks import turn_rules
 from loomtui.hooks.turn_rules import Mark, Turn
-from loomtui.store import hook_events
+from loomtui.store import canary_runs, hook_events
 from loomtui.timing import Instant, stored
 
 # The turn events read back: a prompt and a stop per turn, so the last hundred or so turns, far more
 # than the misses in one run of them can span.
 MARKS = 240
+ACKS = 3  # the last probes whose ack may close the turn their own prompt began (turn_rules.closed_by_acks)
 
 
 def read(ctx: Context) -> list[Turn]:
@@ -40,7 +41,9 @@ def read(ctx: Context) -> list[Turn]:
         # nothing): a turn of the process before it ended with it.
         place = next((i for i, m in enumerate(marks) if m.at.wall > launched.ts), len(marks))
         marks.insert(place, Mark(launched.at, turn_rules.SESSION_START, "launch"))
-    return turn_rules.turns(marks)
+    acks = [(float(r["sent_at"]), float(r["ack_at"])) for r in canary_runs.recent_sends(ctx.store, ctx.agent, ACKS)
+            if r["result"] == OK and r["ack_at"] is not None]
+    return turn_rules.closed_by_acks(turn_rules.turns(marks), acks)
 
 
 def excused(ctx: Context, runs: list[ProbeRun], now: Instant) -> list[ProbeRun]:

@@ -135,8 +135,9 @@ def test_a_line_typed_into_a_busy_turn_does_not_hasten_a_probe_until_the_turn_go
         sent = clock.wall()
         ok = insert_run(ctx, "n0", "canary", PENDING, sent, sent + 180)
         settle_run(ctx, ok, OK, ack_at=sent + 1)
-        hook(ctx, "UserPromptSubmit")
-        virtual.advance(30)
+        virtual.advance(10)
+        hook(ctx, "UserPromptSubmit")  # the operator's turn, after the probe's
+        virtual.advance(20)
         ledger.append(ctx.store, "dispatch_missing", source="hooks",
                       detail={"typed": 1, "kind": "inject", "typed_at": clock.wall() - 20, "after": 15.0})
         due = CanaryLoop(ctx)._facts()["due_in"]

@@ -178,3 +178,18 @@ def test_a_miss_re_probes_at_once_unless_it_was_acked_late_or_excused():
     assert due_in(run(0), 1_000_000.0 + 200, interval, timeout) == 0.0
     assert due_in(run(0, late=True), 1_000_000.0 + 200, interval, timeout) == interval - 200
     assert due_in(run(0, excused=BUSY), 1_000_000.0 + 200, interval, timeout) == interval - 200
+
+
+def test_a_turn_a_probe_began_ends_with_its_ack_whatever_became_of_its_stop():
+    from loomtui.hooks.turn_rules import closed_by_acks, current
+
+    probe_turn = turns([PROMPT(101), TOOL(102)])  # the probe's own prompt at 101; its Stop was lost
+    [closed] = closed_by_acks(probe_turn, [(1_000_100.0, 1_000_103.0)])
+    assert (closed.outcome, closed.ended.wall) == (tr.STOPPED, 1_000_103.0)
+    assert current(closed_by_acks(probe_turn, [(1_000_100.0, 1_000_103.0)])) is None
+    # The operator's turn, begun before the probe: the probe's ack (queued behind it, or taken
+    # inside it) says nothing of when that turn ends.
+    operators = turns([PROMPT(50), TOOL(90), TOOL(120)])
+    assert closed_by_acks(operators, [(1_000_100.0, 1_000_103.0)]) == operators
+    # Events after the ack: the turn went on working (more was asked in it).
+    assert closed_by_acks(turns([PROMPT(101), TOOL(200)]), [(1_000_100.0, 1_000_103.0)])[-1].ended is None
