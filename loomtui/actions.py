@@ -25,6 +25,7 @@ from loomtui.agent.ports import AgentDriver
 from loomtui.agent.recovery import Recovery
 from loomtui.context import Context
 from loomtui.errors import LockHeld, LoomError
+from loomtui.hooks import turns
 from loomtui.sentinel import claims
 from loomtui.states import MAIN_AGENT
 from loomtui.store import counters, ledger, locks, outbox
@@ -213,11 +214,17 @@ def inject(ctx: Context, text: str, *, source: str, kind: str = "inject",
 
 
 def nudge(ctx: Context, text: str, *, source: str, detail: dict[str, Any]) -> InjectResult:
-    """Tell the agent about a queue item (refused while a hold is in force)."""
+    """Tell the agent about a queue item (refused while a hold is in force, or while its hooks
+    say a permission prompt is open)."""
     refused = admit(ctx, "nudge", cause="queue_item", source=source)
     if refused is not None:
         return InjectResult(False, 0, "", error=f"refused: {hold_rules.describe(refused, clock.now())}",
                             refused="hold")
+    if turns.withholds_probe(ctx, clock.now()):
+        # A line and its Enter typed into an open permission dialog could answer it: not tried, not
+        # counted (the next tick tries again; the backstop still reaches the operator).
+        return InjectResult(False, 0, "", error="refused: the agent waits for the operator's permission",
+                            refused="permission")
     return _type_text(ctx, text, source=source, kind="queue_nudge", detail=detail)
 
 

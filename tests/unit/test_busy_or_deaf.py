@@ -124,6 +124,11 @@ def test_a_permission_prompt_is_told_once_and_withholds_the_probe_until_it_close
         miss_run = miss(ctx, virtual)  # a probe typed before the prompt opened would have been excused too
         assert canary_runs.get(ctx.store, miss_run)["result"] == MISS
         assert {r.excused for r in turns.excused(ctx, recent_runs(ctx), clock.now())} == {"permission"}
+        # Nor is a sentinel's nudge typed into the dialog: refused, not tried (the next tick tries again).
+        from loomtui import actions
+        nudged = actions.nudge(ctx, "[loom sentinel] Queue item 1: ...", source="sentinel", detail={"item": 1})
+        assert (nudged.ok, nudged.refused) == (False, "permission")
+        assert not [e for e in ledger.tail(ctx.store, 50) if e.kind == "queue_nudge"]
         hook(ctx, "PostToolUse", "Bash")  # answered: the tool ran
         assert not turns.withholds_probe(ctx, clock.now())
 
