@@ -149,9 +149,15 @@ def test_readmes_claude_code_config_passes_the_simulation(tmp_path):
     assert "every invariant held" in checks["simulation"]
 
 
+FAST = '[canary]\nmisses_to_recycle = 1\nack_timeout = "5s"\n'
+
+
 def test_a_config_that_recycles_busy_agents_fails_naming_the_invariant_and_the_replay(tmp_path):
-    # README's config with one missed probe enough to recycle and 5 s to answer one: a busy agent is recycled.
-    result, checks = doctor(tmp_path, readme_config() + '[canary]\nmisses_to_recycle = 1\nack_timeout = "5s"\n')
+    # README's config without the hooks, one missed probe enough to recycle and 5 s to answer one: a
+    # busy agent is recycled (nothing tells a busy agent from a deaf one but waiting).
+    unhooked = readme_config().replace("--settings {hook_settings} ", "")
+    assert "{hook_settings}" not in unhooked
+    result, checks = doctor(tmp_path, unhooked + FAST)
     assert result.returncode == 1, result.stdout + result.stderr
     assert [name for name, line in checks.items() if status(line) != "ok"] == ["simulation"], result.stdout
     path = tmp_path / "loom.toml"
@@ -165,3 +171,10 @@ def test_a_config_that_recycles_busy_agents_fails_naming_the_invariant_and_the_r
     replay = run_loom(*shlex.split(found[3])[1:], timeout=300)
     assert replay.returncode == 1, replay.stdout + replay.stderr
     assert "VIOLATION definitive_signal at step " in replay.stdout and f"({found[2]}): canary_failed" in replay.stdout
+
+
+def test_with_the_hooks_the_same_fast_config_recycles_no_busy_agent(tmp_path):
+    # The same with README's hooks: the misses typed into a busy turn do not count (issue 26).
+    result, checks = doctor(tmp_path, readme_config() + FAST)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "every invariant held" in checks["simulation"], checks["simulation"]
