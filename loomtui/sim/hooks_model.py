@@ -78,6 +78,8 @@ class HookModel:
             return
         a.seen_last = w.t
         if event == "UserPromptSubmit":
+            if not a.seen_open:
+                a.seen_began = w.t  # a late prompt says the turn began when it was written
             a.seen_open = True
         elif event in ("Stop", "StopFailure"):
             a.seen_open = False

@@ -141,9 +141,13 @@ class Checker:
 
     def turn_in_evidence(self, a) -> bool:
         """The agent's running turn is busy as Loom could have seen it: begun less than
-        `canary.max_turn` ago, its start reported, a hook event of it within `canary.turn_quiet`."""
+        `canary.max_turn` ago, its start reported long enough before now that the probes which
+        recycled it came after, a hook event of it within `canary.turn_quiet`."""
         cfg, t = self.sim.config.canary, self.sim.world.t
-        return (a.turn_since is not None and t - a.turn_since < cfg.max_turn - SLACK and a.seen_open
+        # The misses that recycle were typed after the turn was reported begun: a prompt hook that
+        # came late (or was lost) left Loom no evidence that they fell in a turn.
+        reported = t - a.seen_began >= cfg.misses_to_recycle * (cfg.ack_timeout + 1.0)
+        return (a.turn_since is not None and t - a.turn_since < cfg.max_turn - SLACK and a.seen_open and reported
                 and t - a.seen_last < cfg.turn_quiet - SLACK)
 
     def check_busy_not_recycled(self) -> None:

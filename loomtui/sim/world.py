@@ -45,6 +45,7 @@ class Agent:
     turn_until: float | None = None
     seen_last: float = -1e18
     seen_open: bool = False
+    seen_began: float = -1e18        # when the turn Loom saw open was reported begun (its prompt written)
     eaten_at: float = -1e18          # the last time a dialog on its screen ate a typed line
 
     def hearing(self) -> bool:
