@@ -61,7 +61,7 @@ class LoomApp(App):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for binding in APP_KEYS:
-            if binding.action == "app.quit" or not self.console_screen.check_action(binding.action, ()):
+            if binding.action == "app.quit" or not self.console_screen.shows_action(binding.action):
                 continue
             yield SystemCommand(binding.description, binding.tooltip,
                                 lambda action=binding.action: self.run_action(action, self.console_screen))

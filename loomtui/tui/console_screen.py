@@ -218,11 +218,21 @@ class ConsoleScreen(Screen):
     def several(self) -> bool:
         return len(self.agents) > 1
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # With one agent there is nothing to switch to: the keys are neither shown nor run.
+    def shows_action(self, action: str) -> bool:
+        """Whether the footer and the palette offer `action`: with one agent there is nothing to
+        switch to, so its keys are not offered (help lists them; pressed, they say why)."""
         return self.several or action not in AGENT_ACTIONS
 
+    def _one_agent(self, title: str) -> bool:
+        if self.several:
+            return False
+        self.notify(f"only agent {self.ctx.agent} is configured: there is no other to switch to "
+                    "(several come from [[agents]] in the config)", title=title, severity="warning", markup=False)
+        return True
+
     def action_agents(self) -> None:
+        if self._one_agent("agents"):
+            return
         def chosen(name: str | None) -> None:
             if name:
                 self.select_agent(name)
@@ -231,6 +241,8 @@ class ConsoleScreen(Screen):
                                           refresh_every=self.refresh_every), chosen)
 
     def action_next_agent(self) -> None:
+        if self._one_agent("next agent"):
+            return
         names = list(self.agents)
         self.select_agent(names[(names.index(self.ctx.agent) + 1) % len(names)])
 
@@ -358,9 +370,18 @@ class ConsoleScreen(Screen):
         self.app.push_screen(PlotNumbersScreen(self.snapshot))
 
     def action_resolve(self) -> None:
-        item = self.query_one(OverviewPanel).selected or self.query_one(QueuePanel).selected
+        # Only a row the operator is looking at: the Queue tab's highlighted one, or the overview's
+        # queue list under the cursor. A row selected earlier on a tab not shown is never resolved.
+        on_queue = self.query_one(TabbedContent).active == "queue"
+        item = self.query_one(OverviewPanel).selected or (self.query_one(QueuePanel).selected if on_queue else None)
         if item is None:
-            self.notify("select a queue item first (panel 3)", title="resolve", severity="warning", markup=False)
+            if on_queue:
+                why = "the queue has no item to resolve"
+            elif self.wide and self.query_one(TabbedContent).active == "agent":
+                why = "d resolves the queue item highlighted here in the overview's queue list or on the Queue tab (3)"
+            else:
+                why = "d resolves the queue item highlighted on the Queue tab: press 3 and choose one"
+            self.notify(why, title=self._title("resolve"), severity="warning", markup=False)
             return
         if item.state == "witnessed":
             self.notify(f"#{item.id} is already witnessed fixed", title="resolve", markup=False)

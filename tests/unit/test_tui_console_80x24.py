@@ -332,3 +332,52 @@ def test_the_console_captures_the_panes_scrollback_bounded(tmp_path, make_pane):
         assert "1" not in lines and len(lines) <= SCROLLBACK + 50  # bounded: the oldest lines stay in tmux
     finally:
         ctx.close()
+
+
+# -- 8. keys that cannot act say why ----------------------------------------------------------------
+
+
+def notices(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+def test_g_and_n_with_one_agent_say_there_is_no_other(ctx):
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            for key in ("g", "n"):
+                await pilot.press(key)
+                await until(pilot, lambda: len(notices(app)) == ("g", "n").index(key) + 1, f"what {key} says")
+            assert all(text.startswith("only agent main is configured: there is no other to switch to")
+                       for text in notices(app))
+            assert app.screen is app.console_screen  # no agents view opened
+            assert not any("Agents" in line for line in screen_lines(app)[-1:])  # nor offered in the footer
+
+    asyncio.run(run())
+
+
+def test_d_resolves_only_the_queue_tabs_highlighted_row_and_elsewhere_says_where(ctx):
+    from loomtui.tui.modals import PromptScreen
+
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            await pilot.press("3")
+            await until(pilot, lambda: app.query_one("#queue-table", DataTable).row_count == 3, "the queue")
+            table = app.query_one("#queue-table", DataTable)
+            table.move_cursor(row=1)
+            chosen = app.query_one("#queue-panel").selected
+            assert chosen is not None and chosen.state != "witnessed"
+            await pilot.press("1", "d")  # the Agent tab: the row selected on the Queue tab is not resolved
+            await until(pilot, lambda: notices(app), "what d says on the Agent tab")
+            assert notices(app) == ["d resolves the queue item highlighted on the Queue tab: press 3 and choose one"]
+            assert not isinstance(app.screen, PromptScreen)
+            await pilot.press("3", "d")
+            await until(pilot, lambda: isinstance(app.screen, PromptScreen), "the resolve prompt")
+            assert app.screen.title_text.startswith(f"Resolve #{chosen.id} ")
+            await pilot.press("escape")
+            assert app.outcomes == []
+
+    asyncio.run(run())
