@@ -37,7 +37,9 @@ INCIDENT_COLUMNS = [("when", "when", 14), ("status", "status", 10), ("took", "to
                     ("sessions", "sessions", 17), ("what", "what", None)]
 EVENT_COLUMNS = [("when", "when", 14), ("kind", "kind", 14), ("source", "source", 10), ("cause", "cause", 13),
                  ("detail", "detail", None)]
-COLUMNS = {"incidents": (INCIDENT_COLUMNS, "what"), "events": (EVENT_COLUMNS, "detail")}
+# The view's columns, the one that stretches, and whether it wraps: an incident's `what` is read
+# whole at 80 columns (a row as tall as it needs); an event's detail stays one line (Enter: all of it).
+COLUMNS = {"incidents": (INCIDENT_COLUMNS, "what", True), "events": (EVENT_COLUMNS, "detail", False)}
 STATUS_STYLES = {"recovered": "green", "ongoing": "bold red", "held": "bold magenta", "note": "dim"}
 
 
@@ -159,8 +161,8 @@ class TimelinePanel(Widget):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(Text(""), id="timeline-status", markup=False)
-            columns, stretch = COLUMNS[self.mode]
-            yield KeyedTable(columns, stretch=stretch, id="timeline-table")
+            columns, stretch, wrap = COLUMNS[self.mode]
+            yield KeyedTable(columns, stretch=stretch, wrap=wrap, id="timeline-table")
 
     def on_mount(self) -> None:
         self.reload()
@@ -200,8 +202,8 @@ class TimelinePanel(Widget):
         self.oldest = message.oldest_id
         self._rows = {key: obj for key, _, obj in message.rows}
         table = self.query_one(KeyedTable)
-        columns, stretch = COLUMNS[self.mode]  # the mode these rows were loaded for (a newer one: a newer generation)
-        table.set_columns(columns, stretch=stretch)
+        columns, stretch, wrap = COLUMNS[self.mode]  # the mode these rows were loaded for (a newer one: a newer generation)
+        table.set_columns(columns, stretch=stretch, wrap=wrap)
         table.sync([(key, cells) for key, cells, _ in message.rows])
         page = len(self.pages)
         what = "incidents" if self.mode == "incidents" else "events"

@@ -221,6 +221,28 @@ def test_the_queue_line_shows_the_log_text_not_its_timestamp(ctx):
     asyncio.run(run())
 
 
+def test_the_timelines_what_wraps_whole_at_80_columns_and_the_events_view_stays_one_line_a_row(ctx):
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await open_timeline(pilot)
+            await pilot.pause()
+            lines = screen_lines(app)
+            heading = next(n for n, line in enumerate(lines) if " sessions " in line and " what" in line)
+            column = lines[heading].index(" what") + 1
+            what = " ".join(" ".join(line[column:].split()) for line in lines[heading + 1:-1] if line[column:].strip())
+            for title in (r[4] for r in rows(app, "timeline-table")):
+                assert title in what  # every incident's words, whole, the row as tall as they need
+            assert "canary_failed; 2 relaunches (resume→fresh); 2 misses" in what and "…" not in what
+            await pilot.press("t")
+            await until(pilot, lambda: timeline_status(app).startswith("events · page 1"), "the events")
+            table = app.query_one("#timeline-table", DataTable)
+            await until(pilot, lambda: table.row_count > 0, "the events' rows")
+            assert all(row.height == 1 for row in table.rows.values())
+
+    asyncio.run(run())
+
+
 # -- 6. the console says why the agent died ---------------------------------------------------------
 
 
