@@ -48,8 +48,9 @@ from loomtui.tui.canary_panel import CanaryPanel
 from loomtui.tui.fleet_panel import FleetPanel
 from loomtui.tui.footer import FittingFooter
 from loomtui.tui.header import StatusHeader
-from loomtui.tui.keymap import APP_KEYS, TABS
+from loomtui.tui.keymap import APP_KEYS, OVERVIEW_TITLE, TABS, described
 from loomtui.tui.memory_panel import MemoryPanel
+from loomtui.tui.notice_bar import NoticeBar
 from loomtui.tui.modals import HelpScreen, PromptScreen, RecycleScreen
 from loomtui.tui.overview_panel import OverviewPanel
 from loomtui.tui.plots import PlotNumbersScreen
@@ -59,7 +60,6 @@ from loomtui.tui.timeline_panel import TimelinePanel
 
 WIDE = 150
 AGENT_ACTIONS = ("agents", "next_agent")  # the keys that choose an agent: only with several
-OVERVIEW_TITLE = "Overview"
 
 
 HOLD_NEEDS = "a hold needs a reason, e.g. 30m swapping the model (Esc to cancel)"
@@ -75,6 +75,8 @@ def release_needed(raw: str) -> str:
 
 class ConsoleScreen(Screen):
     BINDINGS = APP_KEYS
+    # Its notifications are the notice bar's lines (tui/notice_bar.py): no toast over the pane.
+    DEFAULT_CSS = "ConsoleScreen ToastHolder { display: none; }"
 
     @dataclass
     class Refreshed(Message):
@@ -109,6 +111,7 @@ class ConsoleScreen(Screen):
         self._timer = None
         self._stop_watch = threading.Event()
         self._recycling: set[str] = set()  # the agents a relaunch from this console is running for
+        self.notices = NoticeBar(id="notices")
 
     # -- layout ------------------------------------------------------------------------------
 
@@ -122,6 +125,7 @@ class ConsoleScreen(Screen):
                             yield OverviewPanel(id="overview")
                         yield self._panel(tab)
             yield AgentPanel(id="side-agent")
+        yield self.notices
         # The palette is on ctrl+p (and in help); its footer entry would cost the keys room at 80 columns.
         yield FittingFooter(compact=True, show_command_palette=False)
 
@@ -483,7 +487,7 @@ class ConsoleScreen(Screen):
         self.query_one(TimelinePanel).ask_filter()
 
     def action_help(self) -> None:
-        rows = [(self.app.get_key_display(b), b.description, b.tooltip) for b in APP_KEYS]
+        rows = [(self.app.get_key_display(b), *described(b, self.wide)) for b in APP_KEYS]
         for panel in (TimelinePanel, MemoryPanel):
             where = panel.__name__.replace("Panel", "").lower()
             rows += [(self.app.get_key_display(b), b.description, f"in the {where} panel") for b in panel.BINDINGS]

@@ -305,13 +305,27 @@ def turn_text(turn: status_mod.TurnLook | None) -> tuple[str, str]:
     return turn.describe(), TURN_LEVELS.get(turn.state, "warn")
 
 
+def incident_age(inc: incidents.Incident, now: float) -> str:
+    """An incident's time in the one wording the summary and the timeline share: `for 30s` while
+    it is open (ongoing or held: how long so far), `12m ago` once it ended (when it began)."""
+    if inc.end is None:
+        return f"for {format_duration(inc.duration(now))}"
+    return f"{format_duration(max(now - inc.start, 0))} ago"
+
+
+def took(inc: incidents.Incident, now: float) -> str:
+    """The timeline's `took`: how long it lasted, or `for 30s` so far while open ("" for a note)."""
+    if inc.status == incidents.NOTE:
+        return ""
+    return incident_age(inc, now) if inc.end is None else format_duration(inc.duration(now))
+
+
 def incident_line(found: list[incidents.Incident], now: float) -> tuple[str, str]:
     """The last incident that was trouble (not a note), one line, and how bad it is."""
     for inc in found:
         if inc.status != incidents.NOTE:
             level = {incidents.RECOVERED: "ok", incidents.ONGOING: "bad", incidents.HELD: "bad"}.get(inc.status, "warn")
-            age = format_duration(max(now - inc.start, 0))
-            return f"{inc.status} {age} ago: {inc.title}", level
+            return f"{inc.status} {incident_age(inc, now)}: {inc.title}", level
     return "none lately", "ok"
 
 
