@@ -145,7 +145,9 @@ class ConsoleScreen(Screen):
 
     def on_mount(self) -> None:
         self._lay_out(self.app.size.width)
-        self.call_after_refresh(self.action_show_tab, "agent")  # the pane's keys scroll it from the start
+        # The pane's keys scroll it from the start: its tab's widget focused once laid out, on the
+        # tab shown then (a key pressed before the first refresh, `6` say, keeps its tab).
+        self.call_after_refresh(lambda: self.action_show_tab(self.query_one(TabbedContent).active or "agent"))
         self.refresh_data()
         if self.watch_state:
             self._watch_state_dir()
