@@ -79,6 +79,11 @@ class PaneScroll(VerticalScroll, can_focus=True):
         if self.following:
             self.scroll_end(animate=False, immediate=True)
 
+    def on_resize(self) -> None:
+        # Shorter (a notice took a line above the footer): the newest lines stay in view.
+        if self.following:
+            self.scroll_end(animate=False, immediate=True)
+
 
 class AgentPanel(Widget):
     DEFAULT_CSS = """

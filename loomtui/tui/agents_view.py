@@ -30,6 +30,7 @@ from loomtui.context import Context
 from loomtui.durations import format_duration
 from loomtui.report import status as status_mod
 from loomtui.text import printable
+from loomtui.tui import hold_words
 from loomtui.tui.footer import FittingFooter
 from loomtui.tui.tables import KeyedTable, safe
 
@@ -87,6 +88,9 @@ def hold_cell(held: hold_rules.Hold | None, now: Instant | float) -> str:
         return ""
     if not hold_rules.active(held, now):
         return ""
+    plain = hold_words.cell(held, now)  # the harness's: what is wrong and what ends it
+    if plain:
+        return plain
     remaining = hold_rules.remaining(held, now)
     left = f" {format_duration(remaining)}" if remaining is not None else ""
     return f"{held.by}{left}: {held.reason}"

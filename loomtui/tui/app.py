@@ -11,11 +11,13 @@ from collections.abc import Callable, Iterable
 from importlib.resources import files
 
 from textual.app import App, SystemCommand
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from loomtui.context import Context
 from loomtui.tui.console_screen import ConsoleScreen
-from loomtui.tui.keymap import APP_KEYS
+from loomtui.tui.keymap import APP_KEYS, described
+from loomtui.tui.notice_bar import NoticeBar
 from loomtui.tui.snapshot import Snapshot, Source
 
 REFRESH_EVERY = 1.5
@@ -51,6 +53,14 @@ class LoomApp(App):
         """Every action's outcome as (action, text, ok), in the order they were shown."""
         return self.console_screen.outcomes
 
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Recorded and toasted as Textual does (a dialog on top shows it), and a line of the
+        console's notice bar, which takes room instead of covering the agent's pane."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+        self.console_screen.notices.post_message(NoticeBar.Notice(
+            str(title), str(message), severity, self.NOTIFICATION_TIMEOUT if timeout is None else timeout))
+
     def get_default_screen(self) -> Screen:
         return self.console_screen
 
@@ -61,7 +71,7 @@ class LoomApp(App):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for binding in APP_KEYS:
-            if binding.action == "app.quit" or not self.console_screen.check_action(binding.action, ()):
+            if binding.action == "app.quit" or not self.console_screen.shows_action(binding.action):
                 continue
-            yield SystemCommand(binding.description, binding.tooltip,
+            yield SystemCommand(*described(binding, self.console_screen.wide),
                                 lambda action=binding.action: self.run_action(action, self.console_screen))

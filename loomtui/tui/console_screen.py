@@ -48,8 +48,9 @@ from loomtui.tui.canary_panel import CanaryPanel
 from loomtui.tui.fleet_panel import FleetPanel
 from loomtui.tui.footer import FittingFooter
 from loomtui.tui.header import StatusHeader
-from loomtui.tui.keymap import APP_KEYS, TABS
+from loomtui.tui.keymap import APP_KEYS, OVERVIEW_TITLE, TABS, described
 from loomtui.tui.memory_panel import MemoryPanel
+from loomtui.tui.notice_bar import NoticeBar
 from loomtui.tui.modals import HelpScreen, PromptScreen, RecycleScreen
 from loomtui.tui.overview_panel import OverviewPanel
 from loomtui.tui.plots import PlotNumbersScreen
@@ -59,7 +60,6 @@ from loomtui.tui.timeline_panel import TimelinePanel
 
 WIDE = 150
 AGENT_ACTIONS = ("agents", "next_agent")  # the keys that choose an agent: only with several
-OVERVIEW_TITLE = "Overview"
 
 
 HOLD_NEEDS = "a hold needs a reason, e.g. 30m swapping the model (Esc to cancel)"
@@ -75,6 +75,8 @@ def release_needed(raw: str) -> str:
 
 class ConsoleScreen(Screen):
     BINDINGS = APP_KEYS
+    # Its notifications are the notice bar's lines (tui/notice_bar.py): no toast over the pane.
+    DEFAULT_CSS = "ConsoleScreen ToastHolder { display: none; }"
 
     @dataclass
     class Refreshed(Message):
@@ -109,6 +111,7 @@ class ConsoleScreen(Screen):
         self._timer = None
         self._stop_watch = threading.Event()
         self._recycling: set[str] = set()  # the agents a relaunch from this console is running for
+        self.notices = NoticeBar(id="notices")
 
     # -- layout ------------------------------------------------------------------------------
 
@@ -122,6 +125,7 @@ class ConsoleScreen(Screen):
                             yield OverviewPanel(id="overview")
                         yield self._panel(tab)
             yield AgentPanel(id="side-agent")
+        yield self.notices
         # The palette is on ctrl+p (and in help); its footer entry would cost the keys room at 80 columns.
         yield FittingFooter(compact=True, show_command_palette=False)
 
@@ -141,7 +145,9 @@ class ConsoleScreen(Screen):
 
     def on_mount(self) -> None:
         self._lay_out(self.app.size.width)
-        self.call_after_refresh(self.action_show_tab, "agent")  # the pane's keys scroll it from the start
+        # The pane's keys scroll it from the start: its tab's widget focused once laid out, on the
+        # tab shown then (a key pressed before the first refresh, `6` say, keeps its tab).
+        self.call_after_refresh(lambda: self.action_show_tab(self.query_one(TabbedContent).active or "agent"))
         self.refresh_data()
         if self.watch_state:
             self._watch_state_dir()
@@ -218,11 +224,21 @@ class ConsoleScreen(Screen):
     def several(self) -> bool:
         return len(self.agents) > 1
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # With one agent there is nothing to switch to: the keys are neither shown nor run.
+    def shows_action(self, action: str) -> bool:
+        """Whether the footer and the palette offer `action`: with one agent there is nothing to
+        switch to, so its keys are not offered (help lists them; pressed, they say why)."""
         return self.several or action not in AGENT_ACTIONS
 
+    def _one_agent(self, title: str) -> bool:
+        if self.several:
+            return False
+        self.notify(f"only agent {self.ctx.agent} is configured: there is no other to switch to "
+                    "(several come from [[agents]] in the config)", title=title, severity="warning", markup=False)
+        return True
+
     def action_agents(self) -> None:
+        if self._one_agent("agents"):
+            return
         def chosen(name: str | None) -> None:
             if name:
                 self.select_agent(name)
@@ -231,6 +247,8 @@ class ConsoleScreen(Screen):
                                           refresh_every=self.refresh_every), chosen)
 
     def action_next_agent(self) -> None:
+        if self._one_agent("next agent"):
+            return
         names = list(self.agents)
         self.select_agent(names[(names.index(self.ctx.agent) + 1) % len(names)])
 
@@ -358,9 +376,18 @@ class ConsoleScreen(Screen):
         self.app.push_screen(PlotNumbersScreen(self.snapshot))
 
     def action_resolve(self) -> None:
-        item = self.query_one(OverviewPanel).selected or self.query_one(QueuePanel).selected
+        # Only a row the operator is looking at: the Queue tab's highlighted one, or the overview's
+        # queue list under the cursor. A row selected earlier on a tab not shown is never resolved.
+        on_queue = self.query_one(TabbedContent).active == "queue"
+        item = self.query_one(OverviewPanel).selected or (self.query_one(QueuePanel).selected if on_queue else None)
         if item is None:
-            self.notify("select a queue item first (panel 3)", title="resolve", severity="warning", markup=False)
+            if on_queue:
+                why = "the queue has no item to resolve"
+            elif self.wide and self.query_one(TabbedContent).active == "agent":
+                why = "d resolves the queue item highlighted here in the overview's queue list or on the Queue tab (3)"
+            else:
+                why = "d resolves the queue item highlighted on the Queue tab: press 3 and choose one"
+            self.notify(why, title=self._title("resolve"), severity="warning", markup=False)
             return
         if item.state == "witnessed":
             self.notify(f"#{item.id} is already witnessed fixed", title="resolve", markup=False)
@@ -462,7 +489,7 @@ class ConsoleScreen(Screen):
         self.query_one(TimelinePanel).ask_filter()
 
     def action_help(self) -> None:
-        rows = [(self.app.get_key_display(b), b.description, b.tooltip) for b in APP_KEYS]
+        rows = [(self.app.get_key_display(b), *described(b, self.wide)) for b in APP_KEYS]
         for panel in (TimelinePanel, MemoryPanel):
             where = panel.__name__.replace("Panel", "").lower()
             rows += [(self.app.get_key_display(b), b.description, f"in the {where} panel") for b in panel.BINDINGS]

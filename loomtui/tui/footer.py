@@ -48,8 +48,9 @@ class FittingFooter(Footer):
     def compose(self) -> ComposeResult:
         if not self._bindings_ready:
             return
+        offered = getattr(self.screen, "shows_action", lambda action: True)  # the console's: g, n with several agents
         shown = [(binding, enabled, tooltip) for (_, binding, enabled, tooltip) in self.screen.active_bindings.values()
-                 if binding.show]
+                 if binding.show and offered(binding.action)]
         # One key per action (the first), as Textual's footer shows them.
         seen: set[str] = set()
         unique = []

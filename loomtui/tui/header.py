@@ -1,5 +1,6 @@
 """The summary above the tabs: agent state, supervisor heartbeat, the canary and the last ack,
-open and claimed queue items, the hold and the last incident, three lines at any width."""
+open and claimed queue items, the hold and the last incident, three lines at any width; a fourth,
+the turn as the agent's hooks tell it, where hooks are configured."""
 
 from __future__ import annotations
 
@@ -69,7 +70,22 @@ def render_header(h: Header) -> Text:
     out.append(h.hold or "none", style=LEVELS["bad"] if h.hold else "green")
     out.append("  last incident ", style="dim")
     out.append(h.incident or "none lately", style=LEVELS.get(h.incident_level, ""))
+    if h.turn:
+        # The hooks' word on the turn, as `loom status` says it: the state first and whole, the
+        # last hook and its age after it (cut first at 80 columns; a permission prompt's own words,
+        # which may be long, are the prompt on the Agent tab too).
+        state, _, hook = h.turn.rpartition("; ")
+        out.append("\n")
+        out.append("turn ", style="dim")
+        out.append(state or hook, style=LEVELS.get(h.turn_level, ""))
+        if state:
+            out.append("  " + hook, style="dim")
     return out
+
+
+def height(h: Header) -> int:
+    """The header's lines: three, and the turn's where the agent's hooks are configured."""
+    return 4 if h.turn else 3
 
 
 class StatusHeader(Static):
@@ -78,6 +94,7 @@ class StatusHeader(Static):
     """
 
     def show(self, header: Header) -> None:
+        self.styles.height = height(header)
         self.update(render_header(header))
 
     def show_loading(self, name: str) -> None:

@@ -27,7 +27,19 @@ APP_KEYS: list[Binding] = [
     Binding("question_mark", "help", "Help", id="loom.help", tooltip="Every key and what it does"),
     Binding("q", "app.quit", "Quit", id="loom.quit", tooltip="Quit the console (supervision keeps running)"),
 ] + [
-    Binding(str(n), f"show_tab('{tab}')", title, id=f"loom.tab.{tab}", show=False,
+    # "… tab": in the palette the Canary tab is not the canary probe (`c`), both once named "Canary".
+    Binding(str(n), f"show_tab('{tab}')", f"{title} tab", id=f"loom.tab.{tab}", show=False,
             tooltip=f"Jump to the {title} panel" + (" (the overview, at 150 columns and more)" if tab == "agent" else ""))
     for n, (tab, title) in enumerate(TABS, start=1)
 ]
+OVERVIEW_TITLE = "Overview"  # tab 1's title from 150 columns on, where the pane moves to the right
+OVERVIEW_TAB = (f"{OVERVIEW_TITLE} tab",
+                "Jump to the overview: plots, latest incidents, the queue, the fleet (the agent's pane is on the right)")
+
+
+def described(binding: Binding, wide: bool) -> tuple[str, str]:
+    """A key's description and tooltip as the screen is laid out now: tab 1 is the overview when
+    wide, so help and the palette say what the tab itself reads."""
+    if wide and binding.id == "loom.tab.agent":
+        return OVERVIEW_TAB
+    return binding.description, binding.tooltip

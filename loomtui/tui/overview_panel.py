@@ -16,7 +16,7 @@ from loomtui.tui import fleet_panel
 from loomtui.tui.canary_panel import when
 from loomtui.tui.plots import PlotsPanel
 from loomtui.tui.queue_panel import STATE_STYLES, log_text
-from loomtui.tui.snapshot import Snapshot
+from loomtui.tui.snapshot import Snapshot, took
 from loomtui.tui.tables import KeyedTable, safe
 from loomtui.tui.timeline_panel import STATUS_STYLES
 
@@ -24,9 +24,8 @@ from loomtui.tui.timeline_panel import STATUS_STYLES
 def incident_rows(snap: Snapshot) -> list[tuple[str, list]]:
     out = []
     for inc in snap.overview.incidents:
-        took = "" if inc.status == "note" else format_duration(inc.duration(snap.taken))
-        out.append((inc.key, [safe(when(inc.start)), safe(inc.status, STATUS_STYLES.get(inc.status, "")), safe(took),
-                              safe(inc.title)]))
+        out.append((inc.key, [safe(when(inc.start)), safe(inc.status, STATUS_STYLES.get(inc.status, "")),
+                              safe(took(inc, snap.taken)), safe(inc.title)]))
     return out
 
 
@@ -61,7 +60,7 @@ class OverviewPanel(Widget):
             yield PlotsPanel()
         with Vertical(id="overview-incidents", classes="section") as box:
             box.border_title = "latest incidents · 6: timeline"
-            yield KeyedTable([("when", "when", 14), ("status", "status", 10), ("took", "took", 7),
+            yield KeyedTable([("when", "when", 14), ("status", "status", 10), ("took", "took", 10),
                               ("what", "what", None)], stretch="what", id="overview-incidents-table")
         with Vertical(id="overview-queue", classes="section") as box:
             box.border_title = "waiting in the queue · 3: queue · d: resolve"

@@ -21,6 +21,7 @@ from loomtui.canary import runs as canary
 from loomtui.canary.runs import Probe
 from loomtui.context import Context
 from loomtui.durations import format_duration
+from loomtui.hooks import turn_rules
 from loomtui.pump import transcript
 from loomtui.report import incidents
 from loomtui.report import status as status_mod
@@ -28,6 +29,7 @@ from loomtui.report.check_rules import supervisor_stale_after
 from loomtui.store import canary_runs, job_runs, ledger, queue_items
 from loomtui.store.db import DB_NAME, Store
 from loomtui.text import dumps
+from loomtui.tui import hold_words
 from loomtui.tui.transcript_view import Entry, Follower
 
 STORE_TIMEOUT = 2.0  # the console must say "store busy" promptly, not hang for the daemon's 10 s
@@ -73,6 +75,8 @@ class Header:
     hold: str = ""         # why automatic relaunching is held, "" when it is not
     claim: str = ""        # the last relaunch while no canary has acked since, "" once one has
     name: str = ""         # the selected agent's name, with several agents ("" with one: nothing to tell apart)
+    turn: str = ""         # the turn as the hooks tell it (TurnLook.describe); "" when no hooks are configured
+    turn_level: str = "ok"
 
 
 @dataclass(frozen=True)
@@ -281,10 +285,39 @@ def _latest_incidents(store: Store, agent: str) -> list[incidents.Incident]:
 
 def hold_text(hold: hold_rules.Hold | None, now: Instant | float) -> str:
     """Who holds automatic recovery, why and for how long ("" when nothing holds it): the hold
-    rules' own line, so the summary says what `loom status` says."""
-    if hold is None:
+    rules' own line, so the summary says what `loom status` says; a hold the harness placed (the
+    agent CLI reported a quota or a login) in plain words (hold_words)."""
+    if hold is None or not hold_rules.active(hold, now):
         return ""
-    return hold_rules.describe(hold, now) if hold_rules.active(hold, now) else ""
+    return hold_words.line(hold, now) or hold_rules.describe(hold, now)
+
+
+# A turn's state and how it reads: waiting on the operator is news, a quiet or too long turn counts
+# toward a recycle.
+TURN_LEVELS = {turn_rules.NO_TURN: "ok", turn_rules.TURN_BUSY: "ok", turn_rules.TURN_WAITING: "warn",
+               turn_rules.TURN_QUIET: "bad", turn_rules.TURN_LONG: "bad"}
+
+
+def turn_text(turn: status_mod.TurnLook | None) -> tuple[str, str]:
+    """The turn as `loom status` says it, and how it reads ("" when no hooks are configured)."""
+    if turn is None:
+        return "", "ok"
+    return turn.describe(), TURN_LEVELS.get(turn.state, "warn")
+
+
+def incident_age(inc: incidents.Incident, now: float) -> str:
+    """An incident's time in the one wording the summary and the timeline share: `for 30s` while
+    it is open (ongoing or held: how long so far), `12m ago` once it ended (when it began)."""
+    if inc.end is None:
+        return f"for {format_duration(inc.duration(now))}"
+    return f"{format_duration(max(now - inc.start, 0))} ago"
+
+
+def took(inc: incidents.Incident, now: float) -> str:
+    """The timeline's `took`: how long it lasted, or `for 30s` so far while open ("" for a note)."""
+    if inc.status == incidents.NOTE:
+        return ""
+    return incident_age(inc, now) if inc.end is None else format_duration(inc.duration(now))
 
 
 def incident_line(found: list[incidents.Incident], now: float) -> tuple[str, str]:
@@ -292,8 +325,7 @@ def incident_line(found: list[incidents.Incident], now: float) -> tuple[str, str
     for inc in found:
         if inc.status != incidents.NOTE:
             level = {incidents.RECOVERED: "ok", incidents.ONGOING: "bad", incidents.HELD: "bad"}.get(inc.status, "warn")
-            age = format_duration(max(now - inc.start, 0))
-            return f"{inc.status} {age} ago: {inc.title}", level
+            return f"{inc.status} {incident_age(inc, now)}: {inc.title}", level
     return "none lately", "ok"
 
 
@@ -336,9 +368,10 @@ def header_from(status: status_mod.Status, pane: PaneView, config: Any, *,
         ack += f" ({last_ack[1]:.2f}s)" if last_ack[1] is not None else ""
         ack_level = "ok" if can_level == "ok" else "warn"
     incident, incident_level = incident_line(incidents_ or [], now)
+    turn, turn_level = turn_text(status.turn)
     return Header(agent, level, status.pinned_session, can, can_level, sup, sup_level, status.unresolved, held,
                   unsent, ack, ack_level, status.queue.get("open", 0), status.queue.get("claimed", 0), incident,
-                  incident_level, hold, claim)
+                  incident_level, hold, claim, turn=turn, turn_level=turn_level)
 
 
 def _agent_text(pane: PaneView, held: bool, booting_for: float | None) -> tuple[str, str]:

@@ -2,7 +2,8 @@
 
 One column may stretch: it takes whatever width the others leave, so a column of free text (the
 timeline's "what", the queue's "line") uses the screen instead of being cut at its first measure.
-Its cells are cut with an ellipsis there; the full text is in the panel's detail view.
+Its cells are cut with an ellipsis there (the full text is in the panel's detail view), or, in a
+table that wraps, they wrap: each row as tall as its text (the timeline's incidents at 80 columns).
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ class KeyedTable(DataTable):
     MIN_STRETCH = 12
 
     def __init__(self, columns: Sequence[tuple[str, str, int | None]], *, stretch: str | None = None,
-                 **kwargs) -> None:
+                 wrap: bool = False, **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
         self._columns = columns
         self._stretch = stretch
+        self._wrap = wrap  # the stretching column's cells wrap, each row as tall as they need
         self._order: list[str] = []
         self._cells: dict[str, tuple[Text, ...]] = {}
 
@@ -59,12 +61,13 @@ class KeyedTable(DataTable):
                             else self.MIN_STRETCH)
         self.stretch()
 
-    def set_columns(self, columns: Sequence[tuple[str, str, int | None]], *, stretch: str | None = None) -> None:
+    def set_columns(self, columns: Sequence[tuple[str, str, int | None]], *, stretch: str | None = None,
+                    wrap: bool = False) -> None:
         """Other columns (another view of the panel's data, with headings of its own): the rows
         go with the old ones, the next `sync` fills the new."""
-        if list(columns) == list(self._columns) and stretch == self._stretch:
+        if list(columns) == list(self._columns) and stretch == self._stretch and wrap == self._wrap:
             return
-        self._columns, self._stretch = columns, stretch
+        self._columns, self._stretch, self._wrap = columns, stretch, wrap
         self.clear(columns=True)
         self._order, self._cells = [], {}
         self._add_columns()
@@ -88,6 +91,9 @@ class KeyedTable(DataTable):
             self._require_update_dimensions = True
             self._clear_caches()
             self.refresh()
+            if self._wrap and self._order:
+                # A row's height is measured when it is added: at the new width, added again.
+                self._rebuild(list(self._cells.items()))
 
     @property
     def selected_key(self) -> str | None:
@@ -98,6 +104,12 @@ class KeyedTable(DataTable):
     def sync(self, rows: Sequence[tuple[str, Sequence[Text]]]) -> None:
         """Show exactly `rows` (key, cells) in this order, touching only cells that changed."""
         keys = [key for key, _ in rows]
+        if self._wrap:
+            rows = [(key, self._wrapped(cells)) for key, cells in rows]
+            if keys == self._order and any(tuple(map(_sig, cells)) != tuple(map(_sig, self._cells.get(key, ())))
+                                           for key, cells in rows):
+                self._rebuild(rows)  # a changed text may need another height: only a new row is measured
+                return
         if keys == self._order:
             for key, cells in rows:
                 old = self._cells.get(key, ())
@@ -106,10 +118,24 @@ class KeyedTable(DataTable):
                         self.update_cell(key, col, new)
                 self._cells[key] = tuple(cells)
             return
+        self._rebuild(rows)
+
+    def _wrapped(self, cells: Sequence[Text]) -> tuple[Text, ...]:
+        """`cells` with the stretching column's text free to wrap (every other cell stays one line)."""
+        out = []
+        for (col, _, _), cell in zip(self._columns, cells):
+            if col == self._stretch:
+                cell = cell.copy()
+                cell.no_wrap, cell.overflow = False, "fold"
+            out.append(cell)
+        return tuple(out)
+
+    def _rebuild(self, rows: Sequence[tuple[str, Sequence[Text]]]) -> None:
+        keys = [key for key, _ in rows]
         keep = self.selected_key
         self.clear()
         for key, cells in rows:
-            self.add_row(*cells, key=key)
+            self.add_row(*cells, key=key, height=None if self._wrap else 1)
         self._order = keys
         self._cells = {key: tuple(cells) for key, cells in rows}
         if keep in self._cells:

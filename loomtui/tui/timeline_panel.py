@@ -21,23 +21,24 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Static
 
-from loomtui.durations import format_duration
 from loomtui.report import incidents
 from loomtui.store import ledger
 from loomtui.store.db import Store
 from loomtui.tui.canary_panel import when
 from loomtui.tui.modals import DetailScreen, PromptScreen
-from loomtui.tui.snapshot import event_detail, pretty
+from loomtui.tui.snapshot import event_detail, pretty, took
 from loomtui.tui.tables import KeyedTable, safe
 
 INCIDENT_PAGE = 3000
 EVENT_PAGE = 300
 # Each view its own headings: an incident's span and sessions, an event's kind, source and cause.
-INCIDENT_COLUMNS = [("when", "when", 14), ("status", "status", 10), ("took", "took", 7),
+INCIDENT_COLUMNS = [("when", "when", 14), ("status", "status", 10), ("took", "took", 10),
                     ("sessions", "sessions", 17), ("what", "what", None)]
 EVENT_COLUMNS = [("when", "when", 14), ("kind", "kind", 14), ("source", "source", 10), ("cause", "cause", 13),
                  ("detail", "detail", None)]
-COLUMNS = {"incidents": (INCIDENT_COLUMNS, "what"), "events": (EVENT_COLUMNS, "detail")}
+# The view's columns, the one that stretches, and whether it wraps: an incident's `what` is read
+# whole at 80 columns (a row as tall as it needs); an event's detail stays one line (Enter: all of it).
+COLUMNS = {"incidents": (INCIDENT_COLUMNS, "what", True), "events": (EVENT_COLUMNS, "detail", False)}
 STATUS_STYLES = {"recovered": "green", "ongoing": "bold red", "held": "bold magenta", "note": "dim"}
 
 
@@ -70,9 +71,8 @@ def incident_rows(found: list[incidents.Incident], now: float) -> list[tuple[str
         sessions = short(inc.old_session)
         if inc.new_session and inc.new_session != inc.old_session:
             sessions = f"{sessions}→{short(inc.new_session)}" if sessions else short(inc.new_session)
-        took = "" if inc.status == incidents.NOTE else format_duration(inc.duration(now))
         rows.append((inc.key, [safe(when(inc.start)), safe(inc.status, STATUS_STYLES.get(inc.status, "")),
-                               safe(took), safe(sessions), safe(inc.title)], inc))
+                               safe(took(inc, now)), safe(sessions), safe(inc.title)], inc))
     return rows
 
 
@@ -153,14 +153,15 @@ class TimelinePanel(Widget):
         self.pages: list[int | None] = [None]   # before_id of each page visited; [None] = newest
         self.oldest: int | None = None
         self.generation = 0
+        self._shown_generation = -1  # the generation whose rows the table shows
         self._rows: dict[str, object] = {}
         self.seen_count = -1
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static(Text(""), id="timeline-status", markup=False)
-            columns, stretch = COLUMNS[self.mode]
-            yield KeyedTable(columns, stretch=stretch, id="timeline-table")
+            columns, stretch, wrap = COLUMNS[self.mode]
+            yield KeyedTable(columns, stretch=stretch, wrap=wrap, id="timeline-table")
 
     def on_mount(self) -> None:
         self.reload()
@@ -198,10 +199,11 @@ class TimelinePanel(Widget):
             status.update(safe(f"timeline unavailable: {message.error}", "bold red"))
             return
         self.oldest = message.oldest_id
+        self._shown_generation = message.generation
         self._rows = {key: obj for key, _, obj in message.rows}
         table = self.query_one(KeyedTable)
-        columns, stretch = COLUMNS[self.mode]  # the mode these rows were loaded for (a newer one: a newer generation)
-        table.set_columns(columns, stretch=stretch)
+        columns, stretch, wrap = COLUMNS[self.mode]  # the mode these rows were loaded for (a newer one: a newer generation)
+        table.set_columns(columns, stretch=stretch, wrap=wrap)
         table.sync([(key, cells) for key, cells, _ in message.rows])
         page = len(self.pages)
         what = "incidents" if self.mode == "incidents" else "events"
@@ -210,11 +212,17 @@ class TimelinePanel(Widget):
                            no_wrap=True, overflow="ellipsis"))
 
     def ledger_changed(self, count: int) -> None:
-        """New events arrived: refresh if we are looking at the newest page."""
+        """New events arrived: refresh if we are looking at the newest page. None did: an open
+        incident's time so far is still said as of now (the summary's, at the same refresh)."""
         if count != self.seen_count:
             self.seen_count = count
             if self.pages == [None]:
                 self.reload()
+        elif self.mode == "incidents" and self.generation == self._shown_generation:
+            found = [obj for obj in self._rows.values() if isinstance(obj, incidents.Incident)]
+            if any(inc.end is None and inc.status != incidents.NOTE for inc in found):
+                rows = incident_rows(list(reversed(found)), self._now())
+                self.query_one(KeyedTable).sync([(key, cells) for key, cells, _ in rows])
 
     # -- keys --------------------------------------------------------------------------------
 

@@ -183,7 +183,7 @@ def test_the_header_keeps_its_words_whole_and_its_first_line_one_width(ctx):
             assert "agent HELD  session bbbbbbbb  supervisor heartbeat 2s ago" in top[0] and "…" not in top[0]
             assert "canary ok 20m ago (0.60s)  queue 1 open · 1 claimed" in top[1] and "…" not in top[1]
             # The hold says why in full; the incident's status and age are whole (its title may be cut).
-            assert "hold held at the ceiling: ceiling (until released)  last incident held 1m ago" in top[2]
+            assert "hold held at the ceiling: ceiling (until released)  last incident held for 1m" in top[2]
             return app.snapshot.header
 
     header = asyncio.run(run())
@@ -217,6 +217,28 @@ def test_the_queue_line_shows_the_log_text_not_its_timestamp(ctx):
             table.move_cursor(row=[r.key.value for r in table.ordered_rows].index("q4"))
             await until(pilot, lambda: any("2026-12-02T03:46:53.123+00:00 ConnectionError" in x
                                            for x in screen_lines(app)), "the whole line in the detail")
+
+    asyncio.run(run())
+
+
+def test_the_timelines_what_wraps_whole_at_80_columns_and_the_events_view_stays_one_line_a_row(ctx):
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await open_timeline(pilot)
+            await until(pilot, lambda: any(" sessions " in line for line in screen_lines(app)), "the rows on screen")
+            lines = screen_lines(app)
+            heading = next(n for n, line in enumerate(lines) if " sessions " in line and " what" in line)
+            column = lines[heading].index(" what") + 1
+            what = " ".join(" ".join(line[column:].split()) for line in lines[heading + 1:-1] if line[column:].strip())
+            for title in (r[4] for r in rows(app, "timeline-table")):
+                assert title in what  # every incident's words, whole, the row as tall as they need
+            assert "canary_failed; 2 relaunches (resume→fresh); 2 misses" in what and "…" not in what
+            await pilot.press("t")
+            await until(pilot, lambda: timeline_status(app).startswith("events · page 1"), "the events")
+            table = app.query_one("#timeline-table", DataTable)
+            await until(pilot, lambda: table.row_count > 0, "the events' rows")
+            assert all(row.height == 1 for row in table.rows.values())
 
     asyncio.run(run())
 
@@ -332,3 +354,143 @@ def test_the_console_captures_the_panes_scrollback_bounded(tmp_path, make_pane):
         assert "1" not in lines and len(lines) <= SCROLLBACK + 50  # bounded: the oldest lines stay in tmux
     finally:
         ctx.close()
+
+
+# -- 8. keys that cannot act say why ----------------------------------------------------------------
+
+
+def notices(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+def test_g_and_n_with_one_agent_say_there_is_no_other(ctx):
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            for key in ("g", "n"):
+                await pilot.press(key)
+                await until(pilot, lambda: len(notices(app)) == ("g", "n").index(key) + 1, f"what {key} says")
+            assert all(text.startswith("only agent main is configured: there is no other to switch to")
+                       for text in notices(app))
+            assert app.screen is app.console_screen  # no agents view opened
+            assert not any("Agents" in line for line in screen_lines(app)[-1:])  # nor offered in the footer
+
+    asyncio.run(run())
+
+
+def test_d_resolves_only_the_queue_tabs_highlighted_row_and_elsewhere_says_where(ctx):
+    from loomtui.tui.modals import PromptScreen
+
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            await pilot.press("3")
+            await until(pilot, lambda: app.query_one("#queue-table", DataTable).row_count == 3, "the queue")
+            table = app.query_one("#queue-table", DataTable)
+            table.move_cursor(row=1)
+            chosen = app.query_one("#queue-panel").selected
+            assert chosen is not None and chosen.state != "witnessed"
+            await pilot.press("1", "d")  # the Agent tab: the row selected on the Queue tab is not resolved
+            await until(pilot, lambda: notices(app), "what d says on the Agent tab")
+            assert notices(app) == ["d resolves the queue item highlighted on the Queue tab: press 3 and choose one"]
+            assert not isinstance(app.screen, PromptScreen)
+            await pilot.press("3", "d")
+            await until(pilot, lambda: isinstance(app.screen, PromptScreen), "the resolve prompt")
+            assert app.screen.title_text.startswith(f"Resolve #{chosen.id} ")
+            await pilot.press("escape")
+            assert app.outcomes == []
+
+    asyncio.run(run())
+
+
+# -- 10. help and tabs say the same, distinct palette names, the canary's why, notices ------------
+
+
+@pytest.mark.parametrize("size, first", [((80, 24), "Agent"), ((160, 48), "Overview")])
+def test_help_names_tab_1_as_the_tab_reads_and_the_palette_names_are_distinct(ctx, size, first):
+    from loomtui.tui.modals import HelpScreen
+
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=size) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            assert f"{first} 1 " in screen_lines(app)[3]
+            titles = [c.title for c in app.get_system_commands(app.screen)]
+            assert len(titles) == len(set(titles)) and {"Canary", "Canary tab", f"{first} tab"} <= set(titles)
+            await pilot.press("question_mark")
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+            shown = {key: what for key, what, _ in app.screen.rows}
+            assert shown["1"] == f"{first} tab" and shown["2"] == "Canary tab" and shown["c"] == "Canary"
+
+    asyncio.run(run())
+
+
+def test_the_canary_tabs_why_says_what_each_run_came_to_whole(ctx):
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            await pilot.press("2")
+            await until(pilot, lambda: app.query_one("#canary-table", DataTable).row_count == 7, "the runs")
+            await until(pilot, lambda: any(" why" in line for line in screen_lines(app)), "the runs on screen")
+            why = {r[0]: r[5] for r in rows(app, "canary-table")}
+            assert why["2"] == why["3"] == "no ack within 3m" and why["7"] == "acked at 10:46:40"
+            assert why["4"] == "a relaunch is under way" and why["6"].startswith("acks dir gone [/foo] [bold]x")
+            # The error's words wrap in their column, whole and literal.
+            lines = screen_lines(app)
+            column = next(line for line in lines if " why" in line).index(" why") + 1
+            shown = " ".join(" ".join(line[column:].split()) for line in lines if line[column:].strip())
+            assert "acks dir gone [/foo] [bold]x [link=x]y ␛[31mred␛[0m bell␇ [/]" in shown
+
+    asyncio.run(run())
+
+
+def test_a_notice_takes_room_above_the_footer_and_never_covers_the_agent_pane(ctx):
+    from loomtui.tui.agent_panel import PaneScroll
+    from loomtui.tui.notice_bar import NoticeBar
+    from loomtui.tui.snapshot import PaneView
+
+    history = "\n".join(f"line {n} of the agent's output" for n in range(1, 301))
+
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            panel = app.query_one("#agent-panel")
+            panel.show(PaneView("up", history))
+            await until(pilot, lambda: any("line 300 of" in line for line in screen_lines(app)), "the newest line")
+            await pilot.press("g")
+            bar = app.query_one(NoticeBar)
+            await until(pilot, lambda: bar.display and bar.region.height > 0, "the notice")
+            await until(pilot, lambda: any("line 300 of" in line for line in screen_lines(app)[:bar.region.y]),
+                        "the newest line above the notice")
+            scroll = panel.query_one(PaneScroll)
+            assert scroll.region.bottom <= bar.region.y  # room made, nothing covered
+            assert "agents: only agent main is configured" in screen_lines(app)[bar.region.y]
+            assert all("only agent main" not in line for line in screen_lines(app)[:bar.region.y])  # no toast
+            assert len(app._notifications) == 1  # still recorded as Textual's notification
+
+    asyncio.run(run())
+
+
+def test_an_open_incident_reads_for_so_long_in_the_summary_and_the_timeline_alike(ctx):
+    clock_now = [NOW]
+
+    async def run():
+        app = LoomApp(ctx, now=lambda: clock_now[0], watch=False, refresh_every=3600)
+        async with app.run_test(size=SIZE) as pilot:
+            await open_timeline(pilot)
+            held = next(r for r in rows(app, "timeline-table") if r[1] == "held")
+            assert held[2] == "for 1m" and "last incident held for 1m: crash" in app.snapshot.header.incident.join(
+                ["last incident ", ""])
+            clock_now[0] = NOW + 30  # no new event: the open incident's time goes on, in both places
+            app.console_screen.refresh_data()
+            await until(pilot, lambda: app.snapshot.taken == NOW + 30, "the next refresh")
+            await until(pilot, lambda: next(r for r in rows(app, "timeline-table") if r[1] == "held")[2]
+                        == "for 1m30s", "the timeline's time so far")
+            assert app.snapshot.header.incident.startswith("held for 1m30s: ")
+            assert not any("ongoing" in r[2] or r[2].endswith("ago") for r in rows(app, "timeline-table"))
+
+    asyncio.run(run())

@@ -103,7 +103,7 @@ def fitted_actions(app) -> list[str]:
     """The actions the footer should show now: the screen's shown keys, one per action, fitted."""
     unique: dict[str, Binding] = {}
     for _, binding, _, _ in app.screen.active_bindings.values():
-        if binding.show:
+        if binding.show and app.screen.shows_action(binding.action):  # g and n: only with several agents
             unique.setdefault(binding.action, binding)
     footer = app.screen.query_one(FittingFooter)
     width = footer.size.width or app.size.width
