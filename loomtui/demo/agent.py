@@ -521,15 +521,6 @@ class StreamAgent(Base):
             os.close(0)
             self.stdin_closed = True
             self.say("closed my stdin")
-        elif text.startswith("/busy"):
-            try:
-                seconds = float(text.split()[1])
-            except (IndexError, ValueError):
-                self.reply("usage: /busy SECONDS")
-                return
-            self.busy(seconds)
-        elif text == "/permission":
-            self.permission()
         elif text.startswith("/late-acks"):
             try:
                 count, seconds = int(text.split()[1]), float(text.split()[2])
