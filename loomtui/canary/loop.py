@@ -18,7 +18,7 @@ from loomtui.agent import drivers, hold_rules, launches, recovery
 from loomtui.agent.ports import AgentDriver
 from loomtui.canary.rules import ASK, PROBE, RECOVER, WITNESS, CanaryFacts, ProbeRun, due_in, next_step, \
     should_recycle, witness_due
-from loomtui.canary.runs import ERROR, MISS, OK, PENDING, insert_run, launch_seq, note_late_acks, recent_runs, \
+from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, note_late_acks, recent_runs, \
     settle_stale, sweep_acks
 from loomtui.context import Context
 from loomtui.hooks import turns, witness
@@ -62,10 +62,10 @@ class CanaryLoop:
         """The misses of this launch mean deaf: an ack that came late since is looked for first (the
         agent heard), and a miss the agent's turns excuse (hooks.turns) does not count."""
         cfg = self.ctx.config.canary
-        runs = recent_runs(self.ctx)
-        if unacked_misses(runs) and note_late_acks(self.ctx):
-            runs = recent_runs(self.ctx)
-        runs = turns.excused(self.ctx, runs, clock.now())
+        # Every late ack is recorded, even one a later ok has made moot: the ledger says the agent
+        # heard that probe (canary_late_ack).
+        note_late_acks(self.ctx)
+        runs = turns.excused(self.ctx, recent_runs(self.ctx), clock.now())
         return should_recycle(runs, launch_seq(self.ctx), cfg.misses_to_recycle)
 
     def _tick(self) -> str:
@@ -134,16 +134,6 @@ class CanaryLoop:
             return f"{label}{result.describe()}; canary_failed: {outcome.describe()}"
         sweep_acks(ctx)
         return label + result.describe()
-
-
-def unacked_misses(runs: list[ProbeRun]) -> bool:
-    """A miss since the last ok (or late ack) that no ack has come for yet: one a late ack could end."""
-    for run in reversed(runs):
-        if run.result == OK or (run.result == MISS and run.late):
-            return False
-        if run.result == MISS:
-            return True
-    return False
 
 
 class _Facts(dict[str, Callable[[], object]]):
