@@ -20,7 +20,7 @@ import uuid
 import pytest
 from conftest import REPO
 from harness import AgentHarness, wait_for
-from test_canary import FAST_WATCH, runs
+from test_canary import FAST_WATCH, heard_after, runs
 from test_supervise import FAST, Daemon, relaunches
 from test_witnessed_recovery import witnessing
 
@@ -176,14 +176,7 @@ def test_a_busy_agent_is_not_recycled(make_stream):
     probe = json.loads(result.stdout)
     assert result.returncode == 1 and probe["result"] == "miss"
 
-    def heard() -> list:
-        rows = runs(harness)
-        late = [r for r in rows if r["id"] == probe["id"] and r["ack_at"] is not None]
-        return late or [r for r in rows if r["id"] > probe["id"] and r["result"] == "ok"]
-
-    [answer] = wait_for(heard, 60, what="the missed probe acked late, or the re-probe after it acking")[:1]
-    if answer["id"] != probe["id"]:
-        assert [r["result"] for r in runs(harness) if probe["id"] < r["id"] < answer["id"]] == []
+    heard_after(harness, probe)
     daemon.settle(5)
     assert relaunches(harness, "canary_failed") == []
     assert daemon.stop() == 0
