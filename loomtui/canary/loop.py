@@ -22,6 +22,7 @@ from loomtui.canary.runs import ERROR, MISS, PENDING, insert_run, launch_seq, no
     settle_stale, sweep_acks
 from loomtui.context import Context
 from loomtui.hooks import turns, witness
+from loomtui.hooks.turn_rules import Turn
 from loomtui.store import canary_runs, locks
 
 
@@ -92,7 +93,7 @@ class CanaryLoop:
         ctx, cfg = self.ctx, self.ctx.config.canary
         gather = _Facts(ctx)
         gather.update({
-            "misses_mean_deaf": self.misses_mean_deaf,
+            "misses_mean_deaf": gather.misses_mean_deaf,
             "held": lambda: recovery.held(ctx) is not None,
             "hold_left": self._hold_left,
             "grace_left": lambda: launches.grace_left(ctx, self.driver),
@@ -103,17 +104,17 @@ class CanaryLoop:
             # day must not leave the agent unprobed, and a deafness undetected, for that day.
             # A typed line the agent's hooks never reported taken makes the next probe due now,
             # unless it was typed into a turn still busy (a CLI queues a line behind its turn).
-            "due_in": lambda: 0.0 if self._hastened() else
+            "due_in": lambda: 0.0 if self._hastened(gather.agent_turns) else
             due_in(gather.last_run(), clock.now(), cfg.interval, cfg.ack_timeout),
             "under_way": lambda: launches.relaunch_under_way(ctx),
             "pending": lambda: canary_runs.any_with_result(ctx.store, ctx.agent, PENDING),
-            "withheld": lambda: turns.withholds_probe(ctx, clock.now()),
+            "withheld": lambda: turns.withholds_probe(ctx, clock.now(), gather.agent_turns),
         })
         return gather
 
-    def _hastened(self) -> bool:
+    def _hastened(self, seen: turns.Seen) -> bool:
         typed_at = witness.line_calling_for_probe(self.ctx)
-        return typed_at is not None and not turns.explains(self.ctx, typed_at, clock.now())
+        return typed_at is not None and not turns.explains(self.ctx, typed_at, clock.now(), seen)
 
     def _hold_left(self) -> float:
         hold = recovery.held(self.ctx)
@@ -137,19 +138,31 @@ class CanaryLoop:
 
 
 class _Facts(dict[str, Callable[[], object]]):
-    """How to gather each of the rule's facts this tick; the runs and the launch they count for
-    are read once, when a fact first needs them (as the tick always read them)."""
+    """How to gather each of the rule's facts this tick; the runs, the launch they count for and
+    the agent's turns are read once, when a fact first needs them. (recover's second look reads
+    afresh: CanaryLoop.misses_mean_deaf.)"""
 
     def __init__(self, ctx: Context) -> None:
         super().__init__()
         self.ctx = ctx
         self._runs: list[ProbeRun] | None = None
         self._seq: int | None = None
+        self._turns: list[Turn] | None = None
+
+    def misses_mean_deaf(self) -> bool:
+        # Late acks first, every tick: one that came since makes its miss late (the agent heard).
+        note_late_acks(self.ctx)
+        return should_recycle(self.runs(), self.seq(), self.ctx.config.canary.misses_to_recycle)
 
     def runs(self) -> list[ProbeRun]:
         if self._runs is None:
-            self._runs = turns.excused(self.ctx, recent_runs(self.ctx), clock.now())
+            self._runs = turns.excused(self.ctx, recent_runs(self.ctx), clock.now(), self.agent_turns)
         return self._runs
+
+    def agent_turns(self) -> list[Turn]:
+        if self._turns is None:
+            self._turns = turns.read(self.ctx)
+        return self._turns
 
     def seq(self) -> int:
         if self._seq is None:

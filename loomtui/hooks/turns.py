@@ -8,6 +8,7 @@ every miss, as it always did.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 
 from loomtui.agent import launches
@@ -46,8 +47,13 @@ def read(ctx: Context) -> list[Turn]:
     return turn_rules.closed_by_acks(turn_rules.turns(marks), acks)
 
 
-def excused(ctx: Context, runs: list[ProbeRun], now: Instant) -> list[ProbeRun]:
-    """`runs` (oldest first) with each miss since the last ok marked by what excuses it, if anything."""
+# The turns as one tick read them (a caller that asks several questions reads them once).
+Seen = Callable[[], list[Turn]]
+
+
+def excused(ctx: Context, runs: list[ProbeRun], now: Instant, seen: Seen | None = None) -> list[ProbeRun]:
+    """`runs` (oldest first) with each miss since the last ok marked by what excuses it, if anything.
+    The turns are read only when there is a miss to excuse."""
     trailing = []
     for i in range(len(runs) - 1, -1, -1):
         if runs[i].result == OK or (runs[i].result == MISS and runs[i].late):
@@ -57,7 +63,7 @@ def excused(ctx: Context, runs: list[ProbeRun], now: Instant) -> list[ProbeRun]:
     if not trailing:
         return runs
     cfg = ctx.config.canary
-    turns = read(ctx)
+    turns = seen() if seen else read(ctx)
     if not turns:
         return runs
     out = list(runs)
@@ -68,18 +74,18 @@ def excused(ctx: Context, runs: list[ProbeRun], now: Instant) -> list[ProbeRun]:
     return out
 
 
-def explains(ctx: Context, typed_at: float, now: Instant) -> str:
+def explains(ctx: Context, typed_at: float, now: Instant, seen: Seen | None = None) -> str:
     """Why a line typed at `typed_at` (wall) may not have been dispatched yet: the turn it was
     typed into is still busy or waits for permission (the line is queued behind it), or ""."""
     cfg = ctx.config.canary
-    turns = read(ctx)
+    turns = seen() if seen else read(ctx)
     return turn_rules.holds_back(turns, Instant(typed_at), now, cfg.turn_quiet, cfg.max_turn) if turns else ""
 
 
-def withholds_probe(ctx: Context, now: Instant) -> bool:
+def withholds_probe(ctx: Context, now: Instant, seen: Seen | None = None) -> bool:
     """A probe now would land in an open permission prompt (hooks.turn_rules.withholds_probe)."""
     cfg = ctx.config.canary
-    return turn_rules.withholds_probe(read(ctx), now, cfg.turn_quiet, cfg.max_turn)
+    return turn_rules.withholds_probe(seen() if seen else read(ctx), now, cfg.turn_quiet, cfg.max_turn)
 
 
 def _mark(row) -> Mark:

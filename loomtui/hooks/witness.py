@@ -1,7 +1,7 @@
 """The dispatch witness, run by the daemon's hooks loop: the lines Loom typed (the ledger), the
 prompts the agent's hook reported (hook_events), matched by witness_rules; a line unmatched past
 `agent.dispatch_timeout` is recorded as `dispatch_missing`, once. The caller rings the canary: a
-probe at once is all a missing dispatch ever causes (canary.loop asks `probe_called_for`).
+probe at once is all a missing dispatch ever causes (canary.loop asks `line_calling_for_probe`).
 """
 
 from __future__ import annotations
@@ -95,14 +95,10 @@ class Witness:
         self.first_seen = {i: at for i, at in self.first_seen.items() if i > self.floor}
 
 
-def probe_called_for(ctx: Context) -> bool:
-    """Whether a missing dispatch calls for a canary probe now, before the schedule (only for an
-    agent whose commands pass the hooks settings: with no hooks there is no witness)."""
-    return line_calling_for_probe(ctx) is not None
-
-
 def line_calling_for_probe(ctx: Context) -> float | None:
-    """When the missing line that calls for a probe now was typed (`probe_called_for`), or None."""
+    """When the missing line that calls for a canary probe now, before the schedule, was typed, or
+    None (always None for an agent whose commands do not pass the hooks settings: with no hooks
+    there is no witness)."""
     if not wanted(ctx.config.agent):
         return None
     typed_at = table.last_missing_typed_at(ctx.store, ctx.agent)

@@ -21,7 +21,7 @@ from loomtui.context import Context
 from loomtui.errors import ConfigError
 from loomtui.hooks import events, ingest, settings
 from loomtui.hooks.events import UNREADABLE, parse, said, typed_digest
-from loomtui.hooks.witness import Witness, probe_called_for
+from loomtui.hooks.witness import Witness, line_calling_for_probe
 from loomtui.hooks.witness_rules import EARLY, Prompt, Typed, probe_now, witness
 from loomtui.report.doctor import OK, WARN, check_hooks
 from loomtui.store import hook_events, ledger
@@ -316,7 +316,7 @@ def test_the_witness_records_a_missing_dispatch_once_and_a_witnessed_one_never(t
                                   {"length": 11, "said": said("hello there")})
         virtual.advance(10)
         assert seen.look() == (0, pytest.approx(5.0))
-        assert not probe_called_for(ctx)
+        assert line_calling_for_probe(ctx) is None
         virtual.advance(6)
         assert seen.look() == (1, None)
         [missing] = [e for e in ledger.tail(ctx.store, 20) if e.kind == "dispatch_missing"]
@@ -324,7 +324,7 @@ def test_the_witness_records_a_missing_dispatch_once_and_a_witnessed_one_never(t
         assert missing.detail == {"typed": lost, "kind": "queue_nudge", "typed_at": virtual.at_wall - 16,
                                   "after": 15.0}
         assert heard not in (missing.detail["typed"], queued)
-        assert probe_called_for(ctx)
+        assert line_calling_for_probe(ctx) == virtual.at_wall - 16
         virtual.advance(60)
         assert seen.look() == (0, None)
         # A witness started afresh (a daemon restart) does not report it again.
