@@ -50,7 +50,7 @@ APP_NAME = "loom"
 MAIN = MAIN_AGENT  # the agent a single [agent] table describes
 AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
 
-__all__ = ["APP_NAME", "AgentConfig", "AgentSpec", "CanaryConfig", "Config", "JobConfig", "MemoryConfig",
+__all__ = ["APP_NAME", "AgentConfig", "AgentSpec", "CanaryConfig", "Config", "HeartbeatConfig", "JobConfig", "MemoryConfig",
            "MetricsConfig", "Modal", "SentinelConfig", "TelegramConfig", "WatchdogConfig", "expand_path",
            "find_config_path", "load_config", "parse_config"]
 
@@ -162,6 +162,41 @@ def _api_base(value: str) -> str:
         raise ValueError(f"plain http:// to {host!r} would send the bot token in clear text; use https://, "
                          f"or http:// only to {LOOPBACK}")
     return value
+
+
+def _push_url(value: str) -> str:
+    # A push URL's path is its secret (healthchecks.io's ping UUID, Uptime Kuma's push token): it is
+    # never echoed back, and over plain http only to this machine.
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    try:
+        host = parts.hostname or ""
+        parts.port  # noqa: B018
+    except ValueError:
+        raise ValueError("not a usable URL (its port is not a number)") from None
+    if parts.scheme.lower() not in ("http", "https") or not host:
+        raise ValueError("expected an https:// push URL, e.g. https://hc-ping.com/<uuid>")
+    if parts.scheme.lower() == "http" and not is_loopback(host):
+        raise ValueError(f"plain http:// to {host!r} would send the URL's secret in clear text; use https://, "
+                         f"or http:// only to {LOOPBACK}")
+    return value
+
+
+class HeartbeatConfig(Section):
+    """A push heartbeat (healthchecks.io, Uptime Kuma): a GET to `url` every `interval` while this
+    host's agents are well, `url` + /fail while one is down; silence if the daemon is gone."""
+
+    url = Field(also(string(1, 2000), _push_url))
+    name = Field(also(string(0, 60), _no_control_characters), "")  # "" = heartbeat1, heartbeat2, ... in order
+    interval = Field(positive_duration, 60.0)
+    timeout = Field(positive_duration, 10.0)
+    # The agents it speaks for; [] = every agent of this host.
+    agents = Field(list_of(string(1)), factory=list)
+    # A hold (the ceiling's or an operator's) counts as a failure only where this says so.
+    hold_fails = Field(boolean, False)
+    # A relaunch no canary ack has witnessed for this long counts as down.
+    unwitnessed_after = Field(positive_duration, 600.0)
 
 
 class Modal(Section):
@@ -378,6 +413,7 @@ class Config(Section):
     jobs = Field(list_of(section(JobConfig)), factory=list)
     telegram = Field(section(TelegramConfig), factory=TelegramConfig)
     metrics = Field(section(MetricsConfig), factory=MetricsConfig)
+    heartbeat = Field(list_of(section(HeartbeatConfig)), factory=list)
     # Not fields of their own: [agent], [watchdog], [canary], [memory] and [[agents]] are read by
     # `_agents`, and these are the agent's the view is of (the first, as loaded; see for_agent).
     read_elsewhere = ("agents", "agent", *_OVERRIDES)
@@ -409,6 +445,16 @@ class Config(Section):
                 object.__setattr__(job, "agent", first.name)
             elif job.agent not in names:
                 raise Bad(("jobs", i, "agent"), f"no agent named {job.agent!r} (agents: {', '.join(names)})")
+        beats: set[str] = set()
+        for i, beat in enumerate(self.heartbeat):
+            if not beat.name:
+                object.__setattr__(beat, "name", f"heartbeat{i + 1}")
+            if beat.name in beats:
+                raise Bad(("heartbeat", i, "name"), f"duplicate heartbeat name {beat.name!r}")
+            beats.add(beat.name)
+            for j, who in enumerate(beat.agents):
+                if who not in names:
+                    raise Bad(("heartbeat", i, "agents", j), f"no agent named {who!r} (agents: {', '.join(names)})")
         if self.telegram.bridge and self.agent.driver != "stream-json":
             raise Bad(("telegram", "bridge"), 'needs agent.driver = "stream-json" (of the first agent)')
         if self.telegram.bridge and not self.telegram.chat_id:

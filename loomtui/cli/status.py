@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"supervisor      {_supervisor_line(status)}")
     print(f"ledger          {status.ledger_events} events")
     print(f"telegram        {_telegram_line(status.outbox, status.conflict, base.config.telegram.chat_id)}")
+    _print_pushes(status)
     if status.last_events:
         print("last events:")
         for e in status.last_events:
@@ -67,6 +68,7 @@ def run_all(args: argparse.Namespace, statuses: list, chat_id: int) -> int:
     print(f"supervisor      {_supervisor_line(first)}")
     print(f"ledger          {first.ledger_events} events")
     print(f"telegram        {_telegram_line(first.outbox, first.conflict, chat_id)}")
+    _print_pushes(first)
     width = max(len("AGENT"), *(len(s.name) for s in statuses))
     print(f"{'AGENT':<{width}}  {'STATE':<16}  {'LAST CANARY':<24}  {'RELAUNCHES 1H':>13}  {'QUEUE':>5}  HOLD")
     for s in statuses:
@@ -79,6 +81,26 @@ def run_all(args: argparse.Namespace, statuses: list, chat_id: int) -> int:
             print(printable(f"{s.name}: {s.agent.describe()}"))
     print("loom status --agent NAME shows one agent in full")
     return 0
+
+
+def _print_pushes(status) -> None:
+    for name, beat in status.pushes.items():
+        print(printable(f"heartbeat       {name} to {beat['url']}: {push_line(beat, status.taken)}"))
+
+
+def push_line(beat: dict, now: float) -> str:
+    """A push heartbeat's last beat in words: what it said, when, and why or what went wrong."""
+    if "at" not in beat:
+        return "no beat yet"
+    ago = format_duration(max(now - float(beat["at"]), 0))
+    says = str(beat.get("says", "?"))
+    if says == "skip":
+        line = f"skipped {ago} ago"
+    elif beat.get("sent"):
+        line = f"{says} sent {ago} ago"
+    else:
+        line = f"{says} NOT sent {ago} ago ({beat.get('error', '')})"
+    return line + (f": {beat['why']}" if beat.get("why") else "")
 
 
 def _hold_line(status) -> str:

@@ -429,6 +429,10 @@ def tick_loops(ctx: Context) -> list[TickLoop]:
         from loomtui.daemon.head_notice import PERIOD, head_tick  # the ledger's head, off the machine daily
 
         out.append(TickLoop("ledger_head", PERIOD, head_tick))
+    if ctx.config.heartbeat:
+        from loomtui.daemon.heartbeat_push import heartbeat_tick, period
+
+        out.append(TickLoop("heartbeat_push", period(ctx), heartbeat_tick))
     return out
 
 

@@ -173,6 +173,8 @@ COUNTED = {
                                     "agent.dispatch_timeout", (AGENT,)),
     "loom_turns_total": ("Agent turns ended, by outcome (Stop; StopFailure with its error type)",
                          (AGENT, "outcome", "error")),
+    # [[heartbeat]] pushes: ok and fail sent, error (not delivered), skip (the look could not tell).
+    "loom_heartbeat_push_total": ("Push heartbeats by result (ok, fail, error, skip)", ("heartbeat", "result")),
 }
 HISTOGRAMS = {"loom_tick_duration_seconds": ("Tick duration per loop", ("loop", AGENT)),
               "loom_dispatch_latency_seconds": ("From a line typed to the agent's UserPromptSubmit that carried it",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loomtui import clock
@@ -26,7 +26,8 @@ from loomtui.durations import format_duration
 from loomtui.hooks import settings as hook_settings
 from loomtui.hooks import turn_rules, turns
 from loomtui.pump.facts import StreamFacts
-from loomtui.store import canary_runs, heartbeats, hook_events, ledger, outbox, queue_items, session, telegram_state
+from loomtui.report import heartbeat_rules
+from loomtui.store import canary_runs, heartbeat_pushes, heartbeats, hook_events, ledger, outbox, queue_items, session, telegram_state
 from loomtui.store.ledger import Event
 from loomtui.text import printable
 
@@ -236,6 +237,7 @@ class Status:
     at: Instant | None = None               # `taken` on both clocks: what hold times are measured at
     boot_grace: float = 0.0                 # the agent's boot grace (agent.boot_grace): for the lifecycle
     turn: TurnLook | None = None            # the turn as the hooks tell it (None: no hooks configured)
+    pushes: dict[str, dict[str, Any]] = field(default_factory=dict)  # each push heartbeat's last beat (the host's)
 
     @property
     def moment(self) -> Instant | float:
@@ -288,6 +290,7 @@ class Status:
             "heartbeats": {name: {"age": b.age, "pid": b.pid} for name, b in self.heartbeats.items()},
             "last_events": [e.as_dict() for e in self.last_events],
             "telegram": {"outbox": self.outbox, "conflict": self.conflict},
+            **({"heartbeat_push": self.pushes} if self.pushes else {}),
             "agent": self._agent_json(),
             "canary": self.canary.as_json() if self.canary else None,
             "queue": self.queue,
@@ -348,7 +351,14 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         at=at,
         boot_grace=ctx.config.agent.boot_grace,
         turn=turn_look(ctx, at),
+        pushes=pushes(ctx),
     )
+
+
+def pushes(ctx: Context) -> dict[str, dict[str, Any]]:
+    """Each push heartbeat's last beat, by name, with where it goes as it may be shown (never the URL)."""
+    return {b.name: {"url": heartbeat_rules.shown(b.url), **heartbeat_pushes.last(ctx.store, b.name)}
+            for b in ctx.config.heartbeat}
 
 
 def gather_all(ctx: Context, *, events: int = 5, now: float | None = None, look: bool = True) -> list[Status]:

@@ -1,0 +1,139 @@
+"""The push heartbeats (`[[heartbeat]]`): the daemon's GETs to healthchecks.io, Uptime Kuma and the like.
+
+The loop's tick decides (report.heartbeat_rules) and hands the GET to that heartbeat's own sender
+thread; it never waits for one. A receiver that hangs holds up only its own next beat (one GET at a
+time per heartbeat, each bounded by its `timeout`), never a tick of this or any other loop. The
+last beat of each is kept in the store (meta `heartbeat_push:NAME`), shown by `loom status`, and
+counted (`loom_heartbeat_push_total{heartbeat,result}`). The URL is a secret: only its scheme and
+host are ever shown or logged (heartbeat_rules.shown).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from loomtui import clock
+from loomtui.config import HeartbeatConfig
+from loomtui.context import Context
+from loomtui.report import heartbeat_rules as rules
+from loomtui.report import status as status_mod
+from loomtui.store import counters, heartbeat_pushes
+from loomtui.text import printable
+
+log = logging.getLogger("loom.heartbeat")
+
+COUNTER = "loom_heartbeat_push_total"
+# How often the loop looks: the shortest interval's beat is at most this late.
+PERIOD = 5.0
+
+
+def period(ctx: Context) -> float:
+    return min([PERIOD, *(b.interval for b in ctx.config.heartbeat)])
+
+
+def health(statuses: list[status_mod.Status], now: float) -> list[rules.AgentHealth]:
+    out = []
+    for s in statuses:
+        claim = s.relaunch
+        waited = now - claim.ts if claim is not None and s.unwitnessed else None
+        out.append(rules.AgentHealth(s.name, s.agent_state(), waited))
+    return out
+
+
+class Sender:
+    """One heartbeat's GETs, one at a time, in a thread of their own."""
+
+    def __init__(self, ctx: Context, beat: HeartbeatConfig, halt: threading.Event,
+                 opener: Callable[..., Any] = urllib.request.urlopen) -> None:
+        self.ctx, self.beat, self.halt, self.opener = ctx, beat, halt, opener
+        self.slot: queue.Queue[tuple[str, str]] = queue.Queue(maxsize=1)
+        self.last_offer: float | None = None  # monotonic: when the tick last handed it a beat
+        self.thread = threading.Thread(target=self._run, name=f"loom-heartbeat-{beat.name}", daemon=True)
+        self.thread.start()
+
+    def offer(self, says: str, why: str) -> bool:
+        """Hand a beat to the thread; False while it still sends the last one (this beat is dropped:
+        the receiver hears the next)."""
+        try:
+            self.slot.put_nowait((says, why))
+        except queue.Full:
+            return False
+        return True
+
+    def _run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                says, why = self.slot.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            self._send(says, why)
+
+    def _send(self, says: str, why: str) -> None:
+        beat = self.beat
+        error = ""
+        try:
+            request = urllib.request.Request(rules.ping_url(beat.url, says), method="GET",
+                                             headers={"User-Agent": "loom-heartbeat"})
+            with self.opener(request, timeout=beat.timeout) as response:
+                response.read(1024)
+        except urllib.error.HTTPError as exc:
+            error = f"HTTP {exc.code}"
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            error = f"{type(exc).__name__}: {reason}"
+        # Neither the URL nor any part of it: a reason that quotes it is cut to what is safe to show.
+        error = printable(error.replace(beat.url, rules.shown(beat.url)))[:200]
+        self.record(says, why, error)
+        if error:
+            log.warning("heartbeat %s to %s: %s", beat.name, rules.shown(beat.url), error)
+
+    def record(self, says: str, why: str, error: str = "") -> None:
+        """The beat in the store: what it said, why, whether it went (a skipped one did not try)."""
+        beat = self.beat
+        result = "error" if error else says
+        record = {"at": clock.wall(), "says": says, "why": printable(why)[:200],
+                  "sent": says != rules.SKIP and not error, **({"error": error} if error else {})}
+        try:
+            with self.ctx.store.write() as db:
+                heartbeat_pushes.record_in(db, beat.name, record)
+                counters.bump_in(db, COUNTER, {"heartbeat": beat.name, "result": result})
+        except Exception as exc:  # noqa: BLE001  # the store's trouble is the other loops' to report
+            log.warning("heartbeat %s: could not record the beat: %s", beat.name, exc)
+
+
+def heartbeat_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
+    """The host-wide loop (the first agent's Context): each heartbeat due gets its verdict and a beat."""
+    senders = [Sender(ctx, beat, halt) for beat in ctx.config.heartbeat]
+
+    def step() -> object:
+        now = clock.monotonic()
+        due = [s for s in senders if rules.due_in(s.last_offer, s.beat.interval, now) <= 0]
+        if not due:
+            return None
+        try:
+            well = health(status_mod.gather_all(ctx, events=0), clock.wall())
+        except Exception as exc:  # noqa: BLE001  # no look, no verdict: a skipped beat, not a wrong one
+            well, unseen = None, f"status unavailable: {type(exc).__name__}"
+        said = {}
+        for sender in due:
+            beat = sender.beat
+            sender.last_offer = now
+            if well is None:
+                verdict = rules.Verdict(rules.SKIP, unseen)
+            else:
+                mine = [h for h in well if not beat.agents or h.name in beat.agents]
+                verdict = rules.verdict(mine, hold_fails=beat.hold_fails, unwitnessed_after=beat.unwitnessed_after)
+            if verdict.says == rules.SKIP:
+                sender.record(rules.SKIP, verdict.why)
+                said[beat.name] = f"skipped ({verdict.why})"
+                continue
+            said[beat.name] = verdict.says if sender.offer(verdict.says, verdict.why) else "still sending the last"
+        return said
+
+    return step

@@ -1,0 +1,196 @@
+"""Push heartbeats ([[heartbeat]]): the verdict for every lifecycle state, the URL it goes to, its
+config, and the sender against a real loopback HTTP receiver (tests/e2e/test_heartbeat_e2e.py runs
+them under the real daemon)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from push_receiver import Receiver
+
+from loomtui.agent import lifecycle
+from loomtui.config import load_config
+from loomtui.context import Context
+from loomtui.daemon.heartbeat_push import COUNTER, Sender
+from loomtui.errors import ConfigError
+from loomtui.report import heartbeat_rules as rules
+from loomtui.report.heartbeat_rules import FAIL, OK, SKIP, AgentHealth, verdict
+from loomtui.store import counters, heartbeat_pushes
+
+DOWN = {lifecycle.GONE, lifecycle.EXITED, lifecycle.NO_PROCESS}
+UNSURE = {lifecycle.NOT_LOOKED, lifecycle.UNKNOWN, lifecycle.PROCESS_UNKNOWN}
+WELL = {lifecycle.BOOTING, lifecycle.RUNNING}
+
+
+@pytest.mark.parametrize("state", lifecycle.STATES)
+@pytest.mark.parametrize("hold_fails", [False, True])
+def test_each_state_alone_says_what_it_is(state, hold_fails):
+    got = verdict([AgentHealth("main", state, 5.0)], hold_fails=hold_fails, unwitnessed_after=600)
+    if state in DOWN:
+        assert got.says == FAIL and got.why == f"main {state}"
+    elif state in lifecycle.HELD:
+        assert got.says == (FAIL if hold_fails else OK)
+    elif state in UNSURE:
+        assert got.says == SKIP and state in got.why
+    else:
+        assert state in WELL | {lifecycle.UNWITNESSED}
+        assert got.says == OK  # unwitnessed for 5 s: within its bound
+
+
+def test_an_unwitnessed_relaunch_fails_only_past_its_bound():
+    def says(waited):
+        return verdict([AgentHealth("main", lifecycle.UNWITNESSED, waited)], hold_fails=False,
+                       unwitnessed_after=600).says
+    assert says(599.9) == OK
+    assert says(600) == FAIL
+    assert says(None) == OK  # the status could not say since when: not down on a guess
+
+
+def test_no_agents_is_well_the_supervisor_is_up():
+    assert verdict([], hold_fails=True, unwitnessed_after=1).says == OK
+
+
+@given(st.lists(st.tuples(st.sampled_from(lifecycle.STATES), st.one_of(st.none(), st.floats(0, 1e6))), max_size=6),
+       st.booleans())
+def test_one_down_agent_fails_the_beat_whatever_the_others(agents, hold_fails):
+    health = [AgentHealth(f"a{i}", s, w) for i, (s, w) in enumerate(agents)]
+    got = verdict(health, hold_fails=hold_fails, unwitnessed_after=600)
+    alone = [verdict([h], hold_fails=hold_fails, unwitnessed_after=600).says for h in health]
+    if FAIL in alone:
+        assert got.says == FAIL
+    elif SKIP in alone:
+        assert got.says == SKIP
+    else:
+        assert got.says == OK and got.why == ""
+
+
+def test_fail_goes_to_the_path_with_fail_and_keeps_the_query():
+    assert rules.ping_url("https://hc-ping.com/abc", OK) == "https://hc-ping.com/abc"
+    assert rules.ping_url("https://hc-ping.com/abc", FAIL) == "https://hc-ping.com/abc/fail"
+    assert rules.ping_url("https://hc-ping.com/abc/", FAIL) == "https://hc-ping.com/abc/fail"
+    assert rules.ping_url("http://127.0.0.1:8080/p/x?rid=1", FAIL) == "http://127.0.0.1:8080/p/x/fail?rid=1"
+
+
+def test_a_push_url_is_shown_without_its_secret():
+    assert rules.shown("https://hc-ping.com/5f4e-secret") == "https://hc-ping.com/…"
+    assert rules.shown("http://127.0.0.1:8080/p/secret?x=1") == "http://127.0.0.1:8080/…"
+
+
+def test_due_on_the_monotonic_clock():
+    assert rules.due_in(None, 60, 100) == 0
+    assert rules.due_in(100, 60, 130) == 30
+    assert rules.due_in(100, 60, 170) == 0
+    assert rules.due_in(100, 60, 50) == 0  # the clock went back (a new boot): beat now
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_heartbeats_are_named_in_order_with_defaults(tmp_path):
+    config, _ = load_config(str(write(tmp_path, '[[heartbeat]]\nurl = "https://hc-ping.com/a"\n'
+                                                '[[heartbeat]]\nurl = "https://hc-ping.com/b"\nname = "kuma"\n'
+                                                'interval = "5m"\nhold_fails = true\n')), {})
+    first, second = config.heartbeat
+    assert (first.name, first.interval, first.timeout, first.hold_fails, first.agents) == \
+        ("heartbeat1", 60.0, 10.0, False, [])
+    assert (second.name, second.interval, second.hold_fails) == ("kuma", 300.0, True)
+
+
+@pytest.mark.parametrize("text,key", [
+    ('[[heartbeat]]\nurl = "ftp://x/secretpath"\n', "heartbeat[0].url"),
+    ('[[heartbeat]]\nurl = "http://example.com/secretpath"\n', "heartbeat[0].url"),
+    ('[[heartbeat]]\nurl = "https://x:port/secretpath"\n', "heartbeat[0].url"),
+    ('[[heartbeat]]\nname = "a"\nurl = "https://x/secretpath"\n[[heartbeat]]\nname = "a"\nurl = "https://y/z"\n',
+     "heartbeat[1].name"),
+    ('[[heartbeat]]\nurl = "https://x/secretpath"\nagents = ["nobody"]\n', "heartbeat[0].agents[0]"),
+    ('[[heartbeat]]\nurl = "https://x/secretpath"\nintervl = "1m"\n', "heartbeat[0].intervl"),
+    ('[[heartbeat]]\nname = "a"\n', "heartbeat[0].url"),
+])
+def test_a_bad_heartbeat_names_its_key_and_never_echoes_the_url(tmp_path, text, key):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path), {})
+    message = str(info.value)
+    assert info.value.exit_code == 2 and "\n" not in message and key in message
+    assert "secretpath" not in message
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def beat_ctx(tmp_path: Path, url: str) -> Context:
+    path = write(tmp_path, f'state_dir = "{tmp_path / "state"}"\n[[heartbeat]]\nurl = "{url}"\ntimeout = "2s"\n')
+    return Context.load(str(path), None, environ={})
+
+
+def sent(ctx, halt, says, why="") -> Sender:
+    from harness import wait_for
+
+    sender = Sender(ctx, ctx.config.heartbeat[0], halt)
+    assert sender.offer(says, why)
+    wait_for(lambda: heartbeat_pushes.last(ctx.store, "heartbeat1"), 30, what="the beat recorded")
+    return sender
+
+
+def test_a_sender_gets_ok_and_fail_and_records_them(tmp_path, receiver):
+    ctx = beat_ctx(tmp_path, receiver.url + "/ping/s3cret")
+    halt = threading.Event()
+    try:
+        sent(ctx, halt, OK)
+        assert receiver.paths == ["/ping/s3cret"]
+        beat = heartbeat_pushes.last(ctx.store, "heartbeat1")
+        assert (beat["says"], beat["sent"]) == (OK, True)
+        with ctx.store.write() as db:
+            db.execute("DELETE FROM meta WHERE key LIKE 'heartbeat_push:%'")
+        sent(ctx, halt, FAIL, "main exited")
+        assert receiver.paths[-1] == "/ping/s3cret/fail"
+        beat = heartbeat_pushes.last(ctx.store, "heartbeat1")
+        assert (beat["says"], beat["why"], beat["sent"]) == (FAIL, "main exited", True)
+        got = {c.labels["result"]: c.value for c in counters.read(ctx.store, COUNTER)}
+        assert got == {OK: 1, FAIL: 1}
+    finally:
+        halt.set()
+        ctx.close()
+
+
+def test_a_receiver_that_refuses_is_recorded_without_the_url(tmp_path, receiver):
+    ctx = beat_ctx(tmp_path, receiver.url + "/missing/s3cret")
+    halt = threading.Event()
+    try:
+        sent(ctx, halt, OK)
+        beat = heartbeat_pushes.last(ctx.store, "heartbeat1")
+        assert (beat["sent"], beat["error"]) == (False, "HTTP 404")
+        assert "s3cret" not in str(beat)
+        assert [c.labels["result"] for c in counters.read(ctx.store, COUNTER)] == ["error"]
+    finally:
+        halt.set()
+        ctx.close()
+
+
+def test_a_hanging_receiver_holds_up_only_its_own_next_beat(tmp_path, receiver):
+    from harness import wait_for
+
+    ctx = beat_ctx(tmp_path, receiver.url + "/hang/s3cret")
+    halt = threading.Event()
+    try:
+        sender = Sender(ctx, ctx.config.heartbeat[0], halt)
+        assert sender.offer(OK, "")
+        wait_for(lambda: receiver.paths, 30, what="the GET arriving")
+        assert sender.offer(OK, "")  # waits in the slot: one beat queued behind the one in flight
+        assert not sender.offer(OK, "")  # dropped at once, never waited for
+        receiver.release.set()
+        wait_for(lambda: len(receiver.paths) == 2, 30, what="the queued beat sent after the release")
+    finally:
+        halt.set()
+        ctx.close()
