@@ -13,23 +13,10 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
 from typing import Protocol
 
+from loomtui import platform
 from loomtui.timing import Instant
-
-_BOOT_ID = "/proc/sys/kernel/random/boot_id"
-
-
-@cache
-def _machine_boot_id() -> str | None:
-    # The monotonic clock is comparable across processes only within one boot.
-    try:
-        with open(_BOOT_ID, encoding="ascii") as fh:
-            return fh.read().strip() or None
-    except OSError:
-        return None
-
 
 # The clock a deadline is measured on within one boot: one that keeps counting while the machine
 # sleeps, so a 30-minute hold placed before a night's suspend has ended at wake and the canary is
@@ -52,7 +39,8 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """The machine's clocks: time.time, CLOCK_BOOTTIME (or its platform's like), the kernel's boot id."""
+    """The machine's clocks: time.time, CLOCK_BOOTTIME (or its platform's like), the kernel's boot id
+    (loomtui.platform: /proc on Linux, kern.bootsessionuuid on macOS)."""
 
     def wall(self) -> float:
         return time.time()
@@ -61,7 +49,8 @@ class SystemClock:
         return time.clock_gettime(_SINCE_BOOT) if _SINCE_BOOT is not None else time.monotonic()
 
     def boot_id(self) -> str | None:
-        return _machine_boot_id()
+        # The monotonic clock is comparable across processes only within one boot.
+        return platform.current().boot_id()
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(seconds, 0.0))

@@ -29,7 +29,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def loom_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_")}
+    # The operator's own LOOM_ settings never leak into a test's loom; the platform forced for a
+    # whole run (LOOM_PLATFORM=portable, make test-portable) reaches every loom it starts.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOM_") or k == "LOOM_PLATFORM"}
     env["PYTHONPATH"] = str(REPO)
     env["HOME"] = env.get("HOME", "/tmp")
     env.update(extra or {})

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from loomtui import platform
 from loomtui.errors import Ambiguous  # noqa: F401  (re-exported: callers say proctree.Ambiguous)
 from loomtui.sentinel.logscan import pattern_needles
 from loomtui.states import MISSING, PRESENT, UNKNOWN  # noqa: F401  (re-exported)
@@ -29,7 +29,11 @@ if TYPE_CHECKING:
     from loomtui.context import Context
 
 _PROC = "/proc"
-_HAVE_CHILDREN_FILES = sys.platform.startswith("linux") and os.path.exists(f"/proc/{os.getpid()}/task")
+
+
+def _proc_files() -> bool:
+    """The /proc files are there to read (loomtui.platform; LOOM_PLATFORM=portable walks with psutil)."""
+    return platform.current().proc_files
 
 
 def _children_linux(pid: int) -> list[int]:
@@ -63,12 +67,12 @@ def _children_psutil(pid: int) -> list[int]:
 
 
 def children(pid: int) -> list[int]:
-    return _children_linux(pid) if _HAVE_CHILDREN_FILES else _children_psutil(pid)
+    return _children_linux(pid) if _proc_files() else _children_psutil(pid)
 
 
 def cmdline(pid: int) -> str:
     """The command line joined by spaces; raises Ambiguous when it cannot be read."""
-    if _HAVE_CHILDREN_FILES:
+    if _proc_files():
         try:
             with open(f"{_PROC}/{pid}/cmdline", "rb") as fh:
                 raw = fh.read()
@@ -98,7 +102,7 @@ def is_zombie(pid: int) -> bool:
 
 def _state(pid: int) -> str | None:
     """The process's state letter (R, S, Z, ...), None when it cannot be read (gone, denied)."""
-    if _HAVE_CHILDREN_FILES:
+    if _proc_files():
         try:
             with open(f"{_PROC}/{pid}/stat", "rb") as fh:
                 raw = fh.read()
@@ -200,7 +204,7 @@ def foreign_pollers(poller_match: str, tree: set[int], exclude: set[int] | None 
         return []
     pattern = re.compile(poller_match)
     skip = set(tree) | {os.getpid()} | (exclude or set())
-    if not _HAVE_CHILDREN_FILES:
+    if not _proc_files():
         return _foreign_pollers_psutil(pattern, skip)
     needles = pattern_needles(poller_match)
     plain = [n.text for n in needles if not n.caseless] if needles is not None else []
@@ -299,7 +303,7 @@ def start_time(pid: int) -> float | None:
     pid reused within the slack and disowns our own process after a step forward. Elsewhere
     (macOS) psutil's create_time is the start as the kernel stored it, to the hundredth.
     """
-    if _HAVE_CHILDREN_FILES:
+    if _proc_files():
         try:
             with open(f"{_PROC}/{pid}/stat", encoding="ascii", errors="replace") as fh:
                 fields = fh.read().rsplit(")", 1)[1].split()
@@ -362,7 +366,7 @@ def session_members(pid: int) -> list[int]:
         sid = os.getsid(pid)
     except OSError:
         return [pid]
-    if _HAVE_CHILDREN_FILES:
+    if _proc_files():
         pids = _pids()
     else:
         import psutil

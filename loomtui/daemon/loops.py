@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import os
 import select
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from loomtui import clock
+from loomtui import clock, platform
 from loomtui.agent import drivers, launches, proctree
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.tmux import TmuxError
@@ -22,6 +20,7 @@ from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
 from loomtui.daemon.supervise import Doorbell, Service, TickLoop, loop_name
 from loomtui.hooks import settings as hook_settings
+from loomtui.platform import DirectoryWatch, Waitable
 
 log = logging.getLogger("loom.loops")
 
@@ -148,52 +147,13 @@ def sentinel_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
     return step
 
 
-IN_CLOSE_WRITE, IN_MOVED_TO = 0x8, 0x80
-IN_Q_OVERFLOW, IN_IGNORED = 0x4000, 0x8000
-_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
-
-
-def inotify_watch(directory: Path) -> int | None:
-    """A non-blocking inotify descriptor told of every file written (closed after writing) or moved
-    into `directory`; None where there is no inotify (not Linux) or it cannot be had."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        init1, add_watch = libc.inotify_init1, libc.inotify_add_watch
-    except (OSError, AttributeError):
-        return None
-    add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-    fd = init1(os.O_NONBLOCK | os.O_CLOEXEC)
-    if fd < 0:
-        return None
-    if add_watch(fd, os.fsencode(directory), IN_CLOSE_WRITE | IN_MOVED_TO) < 0:
-        os.close(fd)
-        return None
-    return fd
-
-
-def inotify_names(data: bytes) -> tuple[set[str], bool, bool]:
-    """(names of the files in these events, whether events were lost, whether the watch ended)."""
-    names: set[str] = set()
-    lost = ended = False
-    offset = 0
-    while offset + _EVENT.size <= len(data):
-        _, mask, _, length = _EVENT.unpack_from(data, offset)
-        name = data[offset + _EVENT.size:offset + _EVENT.size + length].split(b"\0", 1)[0]
-        offset += _EVENT.size + length
-        lost |= bool(mask & IN_Q_OVERFLOW)
-        ended |= bool(mask & IN_IGNORED)
-        if name:
-            names.add(os.fsdecode(name))
-    return names, lost, ended
-
-
 def signal_watch(bells: dict[str, object]) -> Callable[[Context, threading.Event], Callable[[], object]]:
     """A tick that watches the signals DIRECTORY until the daemon stops (a watched file is lost
     to an atomic rename) and rings the loop each signal file is meant for.
 
-    On Linux the kernel's inotify says when, and the thread sleeps in between (watchfiles wakes
-    every `step` to look, 20 times a second at 50 ms: most of an idle daemon's CPU); elsewhere,
-    watchfiles."""
+    Where the platform has a directory watch (Linux's inotify) the kernel says when, and the thread
+    sleeps in between (watchfiles wakes every `step` to look, 20 times a second at 50 ms: most of
+    an idle daemon's CPU); elsewhere, watchfiles."""
 
     def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
         directory = launches.signals_dir(ctx.agent_dir)  # each agent's own: its tmux hook writes there
@@ -204,29 +164,25 @@ def signal_watch(bells: dict[str, object]) -> Callable[[Context, threading.Event
                 if bell is not None:
                     bell.ring()  # type: ignore[attr-defined]
 
-        def by_inotify(fd: int) -> None:
+        def by_kernel(watch: DirectoryWatch) -> None:
             # The watch is in place: what happened before it was never seen, so every loop looks now.
             ring(bells)
             while not halt.is_set():
-                if not select.select([fd], [], [], HALT_CHECK)[0]:
+                if not select.select([watch], [], [], HALT_CHECK)[0]:
                     continue
-                try:
-                    data = os.read(fd, 65536)
-                except BlockingIOError:
-                    continue
-                names, lost, ended = inotify_names(data)
+                names, lost, ended = watch.changes()
                 ring(bells if lost else names)
                 if ended:
                     return  # the directory went: the next step makes it and watches again
 
         def step() -> object:
             directory.mkdir(mode=0o700, exist_ok=True)
-            fd = inotify_watch(directory)
-            if fd is not None:
+            watch = platform.current().directory_watch(directory)
+            if watch is not None:
                 try:
-                    by_inotify(fd)
+                    by_kernel(watch)
                 finally:
-                    os.close(fd)
+                    watch.close()
                 return None
             import watchfiles  # the daemon's alone: no other `loom` command pays for it
 
@@ -276,7 +232,8 @@ def hooks_look(ctx: Context) -> Callable[[], tuple[int, float]]:
 
 
 def hooks_watch(canary: object, typed: Waker) -> Callable[[Context, threading.Event], Callable[[], object]]:
-    """The agent's hook events recorded as they arrive (inotify on its events directory), and the
+    """The agent's hook events recorded as they arrive (the platform's directory watch on its events
+    directory, else a look every HOOKS_POLL), and the
     dispatch witness looked at when a line is typed (`typed` rings), at each event, and when the
     next line's timeout comes; a line missing rings the canary's bell. A resume is judged by its
     SessionStart at each look (hooks/resume.py)."""
@@ -296,24 +253,21 @@ def hooks_watch(canary: object, typed: Waker) -> Callable[[Context, threading.Ev
 
         def step() -> object:
             settings.write(ctx.agent_dir)  # its directories, as the next launch will find them
-            fd = inotify_watch(directory)
+            watch = platform.current().directory_watch(directory)
             try:
                 while not halt.is_set():
                     wait = look()
-                    ready = _wait([typed] + ([fd] if fd is not None else []), halt,
-                                  wait if fd is not None else min(wait, HOOKS_POLL))
+                    ready = _wait([typed] + ([watch] if watch is not None else []), halt,
+                                  wait if watch is not None else min(wait, HOOKS_POLL))
                     if typed in ready:
                         typed.drain()
-                    if fd is not None and fd in ready:
-                        try:
-                            _, _, ended = inotify_names(os.read(fd, 65536))
-                        except BlockingIOError:
-                            continue
+                    if watch is not None and watch in ready:
+                        _, _, ended = watch.changes()
                         if ended:
                             return None  # the directory went: the next step makes it and watches again
             finally:
-                if fd is not None:
-                    os.close(fd)
+                if watch is not None:
+                    watch.close()
             return None
 
         return step
@@ -322,7 +276,8 @@ def hooks_watch(canary: object, typed: Waker) -> Callable[[Context, threading.Ev
 
 
 def exit_watch(bell: Doorbell, wake: Waker | None = None) -> Callable[[Context, threading.Event], Callable[[], object]]:
-    """The kernel's own word that the pane's process exited (a Linux pidfd turns readable).
+    """The kernel's own word that the pane's process exited (the platform's exit watch: a Linux pidfd,
+    a macOS kqueue, turns readable).
 
     tmux's pane-died hook is not enough alone: tmux 3.3a skips it whenever it loses the exit
     status (about half of the kill -9s here). A pidfd needs no polling; the pane process to watch
@@ -337,8 +292,8 @@ def exit_watch(bell: Doorbell, wake: Waker | None = None) -> Callable[[Context, 
 
         def forget() -> None:
             fd = watched["fd"]
-            if isinstance(fd, int):
-                os.close(fd)
+            if fd is not None:
+                fd.close()  # type: ignore[attr-defined]
             watched["fd"] = None
 
         def step() -> object:
@@ -348,12 +303,12 @@ def exit_watch(bell: Doorbell, wake: Waker | None = None) -> Callable[[Context, 
                 if key != watched["key"]:
                     forget()
                     watched["key"] = key
-                    watched["fd"] = _open_pidfd(*key)
+                    watched["fd"] = _exit_watch(*key)
                     if watched["fd"] is None and key[0]:
                         bell.ring()  # recorded but not running as recorded: have the watchdog look
                         return None  # nothing to watch until a relaunch records another process
                 fd = watched["fd"]
-                ready = _wait([relaunched, fd] if isinstance(fd, int) else [relaunched], halt, EXIT_WATCH_RECHECK)
+                ready = _wait([relaunched, fd] if fd is not None else [relaunched], halt, EXIT_WATCH_RECHECK)
                 if fd in ready:
                     forget()  # until a relaunch records another process
                     _until_tmux_sees_it(driver, halt)
@@ -381,18 +336,18 @@ def _until_tmux_sees_it(driver: AgentDriver, halt: threading.Event, limit: float
         halt.wait(0.01)
 
 
-def _open_pidfd(pid: object, started: object) -> int | None:
-    if not hasattr(os, "pidfd_open") or not isinstance(pid, int) or not isinstance(started, (int, float)):
-        return None  # not Linux: the hook and the exit poll remain
-    try:
-        fd = os.pidfd_open(pid)
-    except OSError:
+def _exit_watch(pid: object, started: object) -> Waitable | None:
+    if not isinstance(pid, int) or not isinstance(started, (int, float)):
         return None
-    # Opened, then checked: the fd now pins this pid, so a match means it is the recorded process.
+    watch = platform.current().exit_watch(pid)
+    if watch is None:
+        return None  # no such facility here (or gone already): the hook and the exit poll remain
+    # Opened, then checked: a pidfd pins this pid (a kqueue filter is on this pid too), so a match
+    # means it is the recorded process.
     if not proctree.alive_as(pid, started):
-        os.close(fd)
+        watch.close()
         return None
-    return fd
+    return watch
 
 
 def agent_loops(ctx: Context) -> list[TickLoop]:

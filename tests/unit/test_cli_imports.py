@@ -13,7 +13,7 @@ import sys
 import pytest
 from conftest import REPO, loom_env
 
-from loomtui import cli
+from loomtui import cli, platform
 
 # The order and names of `loom --help`; a new command is added here and to cli.COMMANDS.
 ORDER = ["status", "doctor", "check", "ledger", "inject", "recycle", "canary", "supervise", "install-service", "memory",
@@ -79,4 +79,6 @@ def test_resolve_help_and_a_resolve_import_neither_telegram_nor_textual(tmp_path
 
 
 def test_status_imports_neither_telegram_nor_textual(tmp_path):
-    assert not loaded_by(tmp_path, "status") & {"telegram", "textual", "psutil"}
+    # psutil only where the platform tells the boot by it (the portable module: LOOM_PLATFORM=portable).
+    lean = {"telegram", "textual"} | ({"psutil"} if platform.current().name != "portable" else set())
+    assert not loaded_by(tmp_path, "status") & lean

@@ -11,10 +11,22 @@ import threading
 
 import pytest
 
+from loomtui import platform
 from loomtui.agent import launches, proctree
 from loomtui.context import Context
 from loomtui.daemon.loops import exit_watch, signal_watch
 from loomtui.daemon.supervise import Doorbell
+
+
+def _exit_watch_here() -> bool:
+    watch = platform.current().exit_watch(os.getpid())
+    if watch is None:
+        return False
+    watch.close()
+    return True
+
+
+EXIT_WATCH = _exit_watch_here()
 
 
 @pytest.fixture
@@ -82,7 +94,8 @@ def test_only_the_named_signal_rings_once_the_watch_is_up(ctx):
     assert asyncio.run(scenario()) == (True, False)
 
 
-@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="pidfds are Linux's")
+@pytest.mark.skipif(not EXIT_WATCH, reason="no exit watch on this platform (LOOM_PLATFORM=portable: the hook and "
+                    "the exit poll alone)")
 def test_the_recorded_pane_process_ending_rings_the_watchdog(ctx):
     proc = subprocess.Popen(["sleep", "600"])
     try:
@@ -96,7 +109,8 @@ def test_the_recorded_pane_process_ending_rings_the_watchdog(ctx):
         proc.wait()
 
 
-@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="pidfds are Linux's")
+@pytest.mark.skipif(not EXIT_WATCH, reason="no exit watch on this platform (LOOM_PLATFORM=portable: the hook and "
+                    "the exit poll alone)")
 def test_a_reused_pid_is_never_watched_as_the_agent(ctx):
     proc = subprocess.Popen(["sleep", "600"])
     try:

@@ -13,6 +13,7 @@ import psutil
 import pytest
 from harness import wait_for
 
+from loomtui import platform
 from loomtui.agent import kill, proctree
 from loomtui.agent.proctree import MISSING, PRESENT, UNKNOWN
 
@@ -122,6 +123,7 @@ def fake_proc(root, entries: dict[str, bytes | None | str]):
     return root
 
 
+@pytest.mark.skipif(not platform.current().proc_files, reason="the scan of /proc's files (the portable one is psutil's)")
 def test_foreign_scan_passes_over_vanished_unreadable_and_kernel_entries(tmp_path):
     from conftest import REPO
 

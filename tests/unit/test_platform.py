@@ -1,0 +1,110 @@
+"""The platform modules behind loomtui.platform: which one is chosen, and what each gives, on a real
+process and a real directory. (On Linux the linux module's facilities are the kernel's own; the
+portable one, which macOS shares but for its kqueue and sysctl, is run by `make test-portable`.)"""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+from loomtui import platform
+from loomtui.errors import ConfigError
+from loomtui.platform import darwin, linux, portable
+
+LINUX = sys.platform.startswith("linux")
+
+
+@pytest.mark.parametrize("os_name,want", [("linux", "linux"), ("darwin", "darwin"), ("freebsd14", "portable"),
+                                          ("win32", "portable")])
+def test_each_os_gets_its_own_module(os_name, want):
+    assert platform.chosen({}, os_name) == want
+
+
+def test_the_portable_module_can_be_forced_on_any_os():
+    assert platform.chosen({"LOOM_PLATFORM": "portable"}, "linux") == "portable"
+    assert platform.chosen({"LOOM_PLATFORM": ""}, "darwin") == "darwin"
+
+
+def test_a_mistyped_platform_is_one_clear_line_exit_2():
+    with pytest.raises(ConfigError) as info:
+        platform.chosen({"LOOM_PLATFORM": "portabel"}, "linux")
+    assert info.value.exit_code == 2 and "LOOM_PLATFORM='portabel'" in str(info.value)
+
+
+def test_every_module_has_the_whole_interface():
+    for module in (linux, darwin, portable):
+        p = module.PLATFORM
+        assert p.name in platform.NAMES
+        for name in ("boot_id", "exit_watch", "directory_watch"):
+            assert callable(getattr(p, name))
+        assert isinstance(p.proc_files, bool)
+
+
+def test_the_portable_boot_id_is_the_boot_s_own():
+    first = portable.PLATFORM.boot_id()
+    assert first is not None and first.startswith("boot-time-")
+    again = subprocess.run([sys.executable, "-c", "from loomtui.platform import portable; "
+                            "print(portable.PLATFORM.boot_id())"], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert again.stdout.strip() == first  # another process of this boot says the same
+
+
+def test_the_portable_module_has_no_kernel_watches(tmp_path):
+    assert portable.PLATFORM.exit_watch(os.getpid()) is None
+    assert portable.PLATFORM.directory_watch(tmp_path) is None
+    assert not portable.PLATFORM.proc_files
+
+
+@pytest.mark.skipif(not LINUX, reason="Linux's facilities")
+def test_linux_s_exit_watch_turns_readable_when_the_process_ends():
+    proc = subprocess.Popen(["sleep", "600"])
+    watch = linux.PLATFORM.exit_watch(proc.pid)
+    try:
+        assert watch is not None
+        assert not select.select([watch], [], [], 0.2)[0]
+        proc.kill()
+        assert select.select([watch], [], [], 30)[0] == [watch]
+    finally:
+        proc.kill()
+        proc.wait()
+        if watch is not None:
+            watch.close()
+            watch.close()  # closed once, whoever asks twice
+
+
+@pytest.mark.skipif(not LINUX, reason="Linux's facilities")
+def test_linux_s_boot_id_is_the_kernel_s():
+    with open(linux.BOOT_ID) as fh:
+        assert linux.PLATFORM.boot_id() == fh.read().strip()
+
+
+@pytest.mark.skipif(not LINUX, reason="Linux's facilities")
+def test_linux_s_directory_watch_names_files_written_and_moved_in_and_ends_with_the_directory(tmp_path):
+    watched = tmp_path / "signals"
+    watched.mkdir()
+    watch = linux.PLATFORM.directory_watch(watched)
+    assert watch is not None
+    try:
+        (watched / "pane-died").write_text("x")
+        (tmp_path / "elsewhere").write_text("y")
+        os.replace(tmp_path / "elsewhere", watched / "relaunched")
+        seen: set[str] = set()
+        while seen != {"pane-died", "relaunched"}:
+            assert select.select([watch], [], [], 30)[0], f"only {seen}"
+            names, lost, ended = watch.changes()
+            assert not lost and not ended
+            seen |= names
+        for name in seen:
+            (watched / name).unlink()
+        watched.rmdir()
+        ended = False
+        while not ended:
+            assert select.select([watch], [], [], 30)[0]
+            _, _, ended = watch.changes()
+    finally:
+        watch.close()
