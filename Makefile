@@ -6,7 +6,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test test-stress lint mutants venv clean screenshots bench
+.PHONY: demo test test-stress test-portable lint mutants venv clean screenshots bench
 
 # constraints.txt pins the versions the tests (and their snapshots) were made with; pyproject
 # keeps only lower bounds, for installs of the package itself.
@@ -52,6 +52,12 @@ SIM_TESTS := --ignore=tests/unit/test_sim.py --ignore=tests/unit/test_sim_mutant
 	--ignore=tests/unit/test_sim_wired.py
 test-stress: $(STAMP) $(CLAUDE_STAMP)
 	$(VENV)/bin/python tools/stress.py -- $(VENV)/bin/python -m pytest -n 4 $(PYTEST_ARGS) $(SIM_TESTS)
+
+# The code macOS runs, run here: the unit tests and the watchdog's e2e tests with the portable
+# platform forced (psutil's process tree, watchfiles, no pidfd, no inotify; loomtui/platform).
+test-portable: $(STAMP) $(CLAUDE_STAMP)
+	LOOM_PLATFORM=portable $(VENV)/bin/python -m pytest -n 4 $(PYTEST_ARGS) tests/unit $(SIM_TESTS) \
+		tests/e2e/test_supervise.py tests/e2e/test_witnessed_recovery.py
 
 # Mutation testing of the pure decision modules against their fast unit tests, and of the wired
 # modules (actions, recovery, holds, the loops) against real-store unit tests and the
