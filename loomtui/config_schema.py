@@ -15,12 +15,18 @@ import re
 from collections.abc import Callable
 from dataclasses import FrozenInstanceError
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
 from loomtui.durations import parse_duration
 
+if TYPE_CHECKING:
+    from typing import Self
+
+T = TypeVar("T")
+S = TypeVar("S", bound="Section")
 Loc = tuple[Any, ...]
-Check = Callable[[Any, Loc, "Path | None"], Any]
+# A check: (value, key path, base directory) -> the value to keep, of type T.
+Check = Callable[[Any, Loc, "Path | None"], T]
 
 
 class Bad(ValueError):
@@ -53,11 +59,24 @@ def expand_path(value: str | os.PathLike[str], base: Path | None) -> Path:
 _REQUIRED = object()
 
 
-class Field:
-    def __init__(self, check: Check, default: Any = _REQUIRED, factory: Callable[[], Any] | None = None) -> None:
+class Field(Generic[T]):
+    """A key of a section: its check, and its default (or a factory of one). On an instance the
+    attribute is the checked value: a type checker reads `section.key` as the check's type T
+    (`__get__` below is for it alone; Section removes the Field from the class)."""
+
+    def __init__(self, check: Check[T], default: Any = _REQUIRED, factory: Callable[[], Any] | None = None) -> None:
         self.check = check
         self.default = default
         self.factory = factory
+
+    if TYPE_CHECKING:
+        @overload
+        def __get__(self, obj: None, owner: type) -> Field[T]: ...
+
+        @overload
+        def __get__(self, obj: object, owner: type) -> T: ...
+
+        def __get__(self, obj: object, owner: type) -> Any: ...
 
     def missing(self, loc: Loc) -> Any:
         if self.factory is not None:
@@ -70,7 +89,7 @@ class Field:
 class Section:
     """A table of the file. Built from a dict by `build` (or by keyword, for code and tests)."""
 
-    fields: ClassVar[dict[str, Field]] = {}
+    fields: ClassVar[dict[str, Field[Any]]] = {}
     # Keys a subclass reads itself, outside `fields` (for "did you mean" only).
     read_elsewhere: ClassVar[tuple[str, ...]] = ()
 
@@ -85,7 +104,7 @@ class Section:
         self._fill(data, (), None)
 
     @classmethod
-    def build(cls, data: Any, loc: Loc, base: Path | None) -> Any:
+    def build(cls, data: Any, loc: Loc, base: Path | None) -> Self:
         obj = cls.__new__(cls)
         obj._fill(data, loc, base)
         return obj
@@ -107,7 +126,7 @@ class Section:
     def validate(self, loc: Loc) -> None:
         """Checks across fields; raise Bad."""
 
-    def replace(self, **changes: Any) -> Any:
+    def replace(self, **changes: Any) -> Self:
         obj = self.__class__.__new__(self.__class__)
         obj.__dict__.update(self.__dict__)
         obj.__dict__.update(changes)
@@ -136,7 +155,7 @@ def _got(value: Any) -> str:
     return f"(got {value!r})"
 
 
-def string(min_length: int = 0, max_length: int | None = None) -> Check:
+def string(min_length: int = 0, max_length: int | None = None) -> Check[str]:
     def check(value: Any, loc: Loc, base: Path | None) -> str:
         if not isinstance(value, str):
             raise Bad(loc, f"expected a string {_got(value)}")
@@ -148,7 +167,7 @@ def string(min_length: int = 0, max_length: int | None = None) -> Check:
     return check
 
 
-def integer(ge: int | None = None, le: int | None = None) -> Check:
+def integer(ge: int | None = None, le: int | None = None) -> Check[int]:
     def check(value: Any, loc: Loc, base: Path | None) -> int:
         # true is an int to Python; `fuse_count = true` is a mistake to report, not a 1.
         if isinstance(value, bool) or not isinstance(value, int):
@@ -200,7 +219,7 @@ def screen_regex(value: Any, loc: Loc, base: Path | None) -> str:
     return text
 
 
-def one_of(*choices: str) -> Check:
+def one_of(*choices: str) -> Check[str]:
     def check(value: Any, loc: Loc, base: Path | None) -> str:
         if value not in choices or not isinstance(value, str):
             raise Bad(loc, f"expected one of {', '.join(repr(c) for c in choices)} {_got(value)}")
@@ -218,8 +237,8 @@ def optional_path(value: Any, loc: Loc, base: Path | None) -> Path | None:
     return None if value == "" else path(value, loc, base)
 
 
-def list_of(item: Check, min_length: int = 0) -> Check:
-    def check(value: Any, loc: Loc, base: Path | None) -> list[Any]:
+def list_of(item: Check[T], min_length: int = 0) -> Check[list[T]]:
+    def check(value: Any, loc: Loc, base: Path | None) -> list[T]:
         if not isinstance(value, list):
             raise Bad(loc, f"expected a list {_got(value)}")
         if len(value) < min_length:
@@ -237,15 +256,15 @@ def table_of_strings(value: Any, loc: Loc, base: Path | None) -> dict[str, str]:
     return dict(value)
 
 
-def section(cls: type[Section]) -> Check:
-    def check(value: Any, loc: Loc, base: Path | None) -> Any:
+def section(cls: type[S]) -> Check[S]:
+    def check(value: Any, loc: Loc, base: Path | None) -> S:
         return cls.build(value, loc, base)
     return check
 
 
-def also(first: Check, *then: Callable[[Any], Any]) -> Check:
+def also(first: Check[T], *then: Callable[[T], T]) -> Check[T]:
     """`first`, then plain functions of the value that raise ValueError with the message."""
-    def check(value: Any, loc: Loc, base: Path | None) -> Any:
+    def check(value: Any, loc: Loc, base: Path | None) -> T:
         out = first(value, loc, base)
         for step in then:
             try:
