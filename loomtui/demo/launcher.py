@@ -141,7 +141,7 @@ class Demo:
         finally:
             ctx.close()
         if not outcome.ok:
-            raise LoomError(f"the demo agent did not start: {outcome.error}")
+            raise LoomError(f"the demo agent did not start: {outcome.describe()}")
         log = open(self.root / "supervise.log", "ab")
         self.procs.append(subprocess.Popen(
             [sys.executable, "-m", "loomtui", "--config", str(self.config_path), "supervise"],
