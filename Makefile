@@ -42,9 +42,11 @@ demo: $(DEMO_STAMP)
 test: $(STAMP) $(CLAUDE_STAMP)
 	$(VENV)/bin/python -m pytest -n 4 $(PYTEST_ARGS)
 
-# The architecture contracts in pyproject.toml (sealed core, layers, one control path).
+# The architecture contracts in pyproject.toml (sealed core, layers, one control path), and the
+# type checker over loomtui/ ([tool.mypy]).
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 # The same suite on a busy machine: one CPU-bound process per core runs beside it. But the
 # simulator's: they run on its virtual clock, so a busy machine changes only how long they take.

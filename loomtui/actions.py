@@ -27,7 +27,7 @@ from loomtui.context import Context
 from loomtui.errors import LockHeld, LoomError
 from loomtui.hooks import turns
 from loomtui.sentinel import claims
-from loomtui.states import MAIN_AGENT
+from loomtui.states import MAIN_AGENT, EventKind
 from loomtui.store import counters, ledger, locks, outbox
 from loomtui.text import digest, printable
 
@@ -166,7 +166,7 @@ def recover(
             _admitted(ctx, source, "admitted")
             if operator:
                 recovery.clear_hold(ctx, source=source, cause=cause, at=at)
-            outcome = launch.relaunch_locked(ctx, decision.mode, cause=cause, source=source,
+            outcome = launch.relaunch_locked(ctx, decision.launch_mode, cause=cause, source=source,
                                              reason=reason or "; ".join(decision.reasons), evidence=evidence,
                                              driver=driver)
             result = Recovery("relaunched" if outcome.ok else "failed", decision, outcome)
@@ -203,7 +203,7 @@ def recycle(ctx: Context, mode: str, *, source: str, reason: str | None = None,
     return result
 
 
-def inject(ctx: Context, text: str, *, source: str, kind: str = "inject",
+def inject(ctx: Context, text: str, *, source: str, kind: EventKind = "inject",
            detail: dict[str, Any] | None = None, ref: str = "", actor: Actor | None = None) -> InjectResult:
     """Type one line into the agent's pane (the probe's instruction and the nudges too); `ref` is the
     asker's own id for it (a Telegram message), kept with the line by the stream-json pump. An
@@ -257,10 +257,10 @@ def repair_socket(ctx: Context, *, source: str) -> str:
     _fired(ctx, "watchdog", source)
     recorded = launches.recorded_processes(ctx) or {}
     pid = recorded.get("server_pid")
-    if not proctree.of(ctx).alive_as(pid, recorded.get("server_started")):
+    if not isinstance(pid, int) or not proctree.of(ctx).alive_as(pid, recorded.get("server_started")):
         return "repair_socket: the tmux server is no longer running"
     try:
-        kill.of(ctx).recreate_socket(int(pid))
+        kill.of(ctx).recreate_socket(pid)
     except OSError as exc:
         return f"repair_socket: {exc.strerror or exc}"
     ledger.append(ctx.store, "tmux_socket_repair", source=source, detail={"server_pid": pid})

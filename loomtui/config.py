@@ -363,13 +363,19 @@ def _table(data: dict[str, Any], key: str, loc: Loc) -> dict[str, Any]:
     return value
 
 
+def _spec(name: str, agent: AgentConfig, tables: dict[str, dict[str, Any]], base: Path | None) -> AgentSpec:
+    """An agent with its effective watchdog, canary and memory tables (checked as the top-level ones)."""
+    return AgentSpec(name, agent, WatchdogConfig.build(tables["watchdog"], ("watchdog",), base),
+                     CanaryConfig.build(tables["canary"], ("canary",), base),
+                     MemoryConfig.build(tables["memory"], ("memory",), base))
+
+
 def _agents(data: dict[str, Any], base: Path | None) -> tuple[AgentSpec, ...]:
     """Every agent the file describes, with its effective settings."""
     tops = {key: _table(data, key, ()) for key in _OVERRIDES}
     if "agents" not in data:
-        built = {key: cls.build(tops[key], (key,), base) for key, cls in _OVERRIDES.items()}
         agent = AgentConfig.build(_table(data, "agent", ()), ("agent",), base)
-        return (AgentSpec(MAIN, agent, **built),)
+        return (_spec(MAIN, agent, tops, base),)
     if "agent" in data:
         raise Bad(("agent",), "use either one [agent] table (an agent named main) or [[agents]] tables, not both")
     entries = data["agents"]
@@ -402,8 +408,8 @@ def _agents(data: dict[str, Any], base: Path | None) -> tuple[AgentSpec, ...]:
         for key, cls in _OVERRIDES.items():
             own = _table(entry, key, loc)
             cls.build(own, (*loc, key), base)  # its own keys checked where they are written
-            effective[key] = cls.build({**tops[key], **own}, (key,), base)
-        specs.append(AgentSpec(name, agent, **effective))
+            effective[key] = {**tops[key], **own}
+        specs.append(_spec(name, agent, effective, base))
     return tuple(specs)
 
 

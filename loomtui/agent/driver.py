@@ -12,6 +12,7 @@ import os
 import secrets
 import time
 from pathlib import Path
+from typing import ClassVar
 
 from loomtui.agent import kill, proctree
 from loomtui.agent.ports import AgentFacts
@@ -24,9 +25,9 @@ from loomtui.states import GONE, UNKNOWN, UP  # noqa: F401  (re-exported: caller
 class TmuxDriver:
     """An interactive CLI on a screen: it draws dialogs, and nothing but the screen tells its turns."""
 
-    name = "tmux"
-    has_dialogs = True
-    owns_turns = False
+    name: ClassVar[str] = "tmux"
+    has_dialogs: ClassVar[bool] = True
+    owns_turns: ClassVar[bool] = False
 
     def __init__(self, config: Config) -> None:
         self.agent: AgentConfig = config.agent
@@ -76,7 +77,7 @@ class TmuxDriver:
         """What a pump knows about the CLI: nothing here, a screen has no pump."""
         return None
 
-    def screen(self, history: bool = False, *, ansi: bool = False, pane_id: str | None = None) -> str:
+    def screen(self, history: bool | int = False, *, ansi: bool = False, pane_id: str | None = None) -> str:
         return self.pane.capture(history=history, ansi=ansi, pane_id=pane_id)
 
     def pane_info(self) -> PaneInfo | None:
@@ -115,6 +116,7 @@ class TmuxDriver:
         if mid is None or mid.dead or (mid.pane_id, mid.pane_pid) != (before.pane_id, before.pane_pid):
             raise TmuxGone("the agent's pane died or was replaced during the injection")
         self.pane.send_key(before.pane_id, "Enter")
+        return None  # a screen has no delivery to report (the pump's driver does)
 
     def send_keys(self, keys: list[str], expect_pane_pid: int | None = None) -> None:
         info = self._live(expect_pane_pid)

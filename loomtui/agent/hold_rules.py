@@ -53,7 +53,7 @@ class Hold:
         reason = record.get("reason") or "; ".join(str(r) for r in reasons) or "held at the ceiling"
         until = record.get("until")
         start = stored(float(record.get("ts", 0.0)), record.get("mono"), record.get("boot"))
-        return cls(start.wall, by if by in BYS else "ceiling", str(reason),  # type: ignore[arg-type]
+        return cls(start.wall, by if by in BYS else "ceiling", str(reason),
                    float(until) if until is not None else None, str(record.get("cause") or ""),
                    tuple(str(k) for k in record.get("refused", ())), str(record.get("actor") or ""),
                    start.mono, start.boot)

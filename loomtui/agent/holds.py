@@ -74,7 +74,7 @@ def place_in(db: sqlite3.Connection, ctx: Context, *, by: str, reason: str, unti
     who = actor or of_source(source)
     at = as_instant(now)
     now = at.wall  # the ledger's and the outbox's time; the hold's start keeps both clocks (its end survives a jump)
-    hold = Hold(now, by if by in ("operator", "harness") else "ceiling", reason, until, cause,  # type: ignore[arg-type]
+    hold = Hold(now, "operator" if by == "operator" else "harness" if by == "harness" else "ceiling", reason, until, cause,
                 actor=who.kind, mono=at.mono, boot=at.boot)
     before = _read_in(db)
     _write_in(db, hold)

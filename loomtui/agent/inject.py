@@ -23,6 +23,7 @@ from loomtui.errors import LockHeld, LoomError
 from loomtui.hooks import settings as hook_settings
 from loomtui.hooks.events import typed_digest
 from loomtui.pump.facts import Delivery
+from loomtui.states import EventKind
 from loomtui.store import ledger, locks
 from loomtui.text import digest, sanitize
 
@@ -46,7 +47,7 @@ def inject(
     text: str,
     *,
     source: str,
-    kind: str = "inject",
+    kind: EventKind = "inject",
     detail: dict[str, Any] | None = None,
     lock_timeout: float = 30.0,
     driver: AgentDriver | None = None,
@@ -77,7 +78,7 @@ def inject(
                         delivery=delivery.state if delivery else "", position=delivery.position if delivery else None)
 
 
-def _typed(ctx: Context, typing: Callable[[], Delivery | None], kind: str, source: str, detail: dict[str, Any],
+def _typed(ctx: Context, typing: Callable[[], Delivery | None], kind: EventKind, source: str, detail: dict[str, Any],
            lock_timeout: float) -> tuple[str, int, Delivery | None]:
     """Run `typing` under inject.lock and record it, ok or not: (error or "", ledger event id, delivery)."""
     error = ""
@@ -100,7 +101,7 @@ def press(
     keys: list[str],
     *,
     source: str,
-    kind: str = "keys",
+    kind: EventKind = "keys",
     detail: dict[str, Any] | None = None,
     lock_timeout: float = 30.0,
     driver: AgentDriver | None = None,

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from loomtui.agent.ports import Signals
     from loomtui.context import Context
     import psutil
 
@@ -89,6 +90,6 @@ class MachineSignals:
 MACHINE = MachineSignals()
 
 
-def of(ctx: Context) -> MachineSignals:
+def of(ctx: Context) -> Signals:
     """The context's signals: the simulator's where it filled them in, else this machine's."""
-    return ctx.signals if ctx.signals is not None else MACHINE  # type: ignore[return-value]
+    return ctx.signals if ctx.signals is not None else MACHINE

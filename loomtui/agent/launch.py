@@ -97,7 +97,8 @@ def relaunch_locked(
     with store.write() as db:
         if mode == FRESH:
             session.pin_in(db, new)
-        detail = {"mode": mode, "old_session": old, "new_session": new, "mono": at.mono, "boot": at.boot}
+        detail: dict[str, Any] = {"mode": mode, "old_session": old, "new_session": new, "mono": at.mono,
+                                  "boot": at.boot}
         if reason:
             detail["reason"] = reason.strip()
         if evidence:
@@ -141,7 +142,7 @@ def relaunch_locked(
         screen, status = died
         resume_failed = resuming and re.search(agent.resume_failed_match, screen) is not None
     if resume_failed:
-        detail: dict[str, Any] = {"session": new, "pane_pid": info.pane_pid}
+        detail = {"session": new, "pane_pid": info.pane_pid}
         if why:
             detail["why"] = why
         event = ledger.append(store, "resume_failed", source=source, cause="resume_failed", detail=detail)

@@ -19,6 +19,7 @@ lie in the future counts as just now, the safe direction.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from loomtui.timing import Instant, age, backoff, raw_age
 
@@ -73,6 +74,13 @@ class Decision:
     wait: float = 0.0
     escalate: bool = False
     reasons: tuple[str, ...] = ()
+
+    @property
+    def launch_mode(self) -> str:
+        """A relaunch's mode (resume or fresh): every relaunch decided has one."""
+        if self.mode is None:
+            raise ValueError(f"a {self.action} decision has no launch mode")
+        return self.mode
 
 
 def counted(history: tuple[Relaunch, ...], window: float, now: Instant) -> list[Relaunch]:
@@ -136,6 +144,33 @@ def decide(s: Situation, limits: Limits, now: Instant) -> Decision:
     return Decision(RELAUNCH, mode, reasons=tuple(reasons))
 
 
-def limits_from(config: object) -> Limits:
-    w = config.watchdog  # type: ignore[attr-defined]
+class _Limited(Protocol):
+    """The watchdog's keys the policy reads (loomtui.config.WatchdogConfig has them)."""
+
+    @property
+    def fuse_window(self) -> float: ...
+
+    @property
+    def fuse_count(self) -> int: ...
+
+    @property
+    def ceiling_window(self) -> float: ...
+
+    @property
+    def ceiling_count(self) -> int: ...
+
+    @property
+    def backoff_base(self) -> float: ...
+
+    @property
+    def backoff_max(self) -> float: ...
+
+
+class Configured(Protocol):
+    @property
+    def watchdog(self) -> _Limited: ...
+
+
+def limits_from(config: Configured) -> Limits:
+    w = config.watchdog
     return Limits(w.fuse_window, w.fuse_count, w.ceiling_window, w.ceiling_count, w.backoff_base, w.backoff_max)

@@ -26,6 +26,7 @@ from loomtui.sentinel.logscan import pattern_needles
 from loomtui.states import MISSING, PRESENT, UNKNOWN  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
+    from loomtui.agent.ports import Processes
     from loomtui.context import Context
 
 _PROC = "/proc"
@@ -416,6 +417,6 @@ class MachineProcesses:
 MACHINE = MachineProcesses()
 
 
-def of(ctx: Context) -> MachineProcesses:
+def of(ctx: Context) -> Processes:
     """The context's process table: the simulator's where it filled one in, else this machine's."""
-    return ctx.processes if ctx.processes is not None else MACHINE  # type: ignore[return-value]
+    return ctx.processes if ctx.processes is not None else MACHINE

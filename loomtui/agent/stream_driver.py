@@ -14,6 +14,7 @@ import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.ports import AgentFacts
@@ -84,9 +85,9 @@ def origin_of(kind: str, source: str) -> str:
 
 
 class StreamJsonDriver(TmuxDriver):
-    name = "stream-json"
-    has_dialogs = False   # print mode: permissions come from the command's flags
-    owns_turns = True     # the pump: turns, queue, receipts, pump.json, the transcript
+    name: ClassVar[str] = "stream-json"
+    has_dialogs: ClassVar[bool] = False   # print mode: permissions come from the command's flags
+    owns_turns: ClassVar[bool] = True     # the pump: turns, queue, receipts, pump.json, the transcript
 
     def __init__(self, config: Config, state_dir: Path | None = None) -> None:
         super().__init__(config)

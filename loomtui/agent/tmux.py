@@ -331,8 +331,10 @@ class ControlClient:
 
     def close(self) -> None:
         for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is None:
+                continue
             try:
-                pipe.close()  # type: ignore[union-attr]
+                pipe.close()
             except OSError:
                 pass
         if self.proc.poll() is None:
@@ -406,7 +408,7 @@ class TimedServer:
         self.session = session
         self._env_drop = env_drop
 
-    def cmd(  # type: ignore[override]
+    def cmd(
         self,
         cmd: str,
         *args: object,

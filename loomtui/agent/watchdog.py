@@ -7,6 +7,7 @@ can never ack).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -17,7 +18,7 @@ from typing import Any
 from loomtui import actions, clock
 from loomtui.agent import drivers, holds, launches, proctree
 from loomtui.agent.driver import GONE, UP
-from loomtui.agent.ports import AgentDriver
+from loomtui.agent.ports import AgentDriver, AgentFacts
 from loomtui.agent.proctree import MISSING, PRESENT, UNKNOWN
 from loomtui.agent.tmux import TmuxError
 from loomtui.agent.watchdog_rules import Looks, Observation, Step, assess, settings_from
@@ -45,7 +46,7 @@ class Watchdog:
 
     # -- observe ---------------------------------------------------------------------------
 
-    def observe(self) -> tuple[Observation, object]:
+    def observe(self) -> tuple[Observation, AgentFacts]:
         # With modals to look for, the screen comes with the pane: one tmux call, not two.
         facts = self.driver.observe(with_screen=bool(self.settings.modals))
         launched = launches.last_launch(self.ctx)
@@ -110,7 +111,7 @@ class Watchdog:
 
     # -- act -------------------------------------------------------------------------------
 
-    def act(self, step: Step, obs: Observation, facts: object) -> str:
+    def act(self, step: Step, obs: Observation, facts: AgentFacts) -> str:
         if step.kind == "ambiguous":
             ledger.append(self.ctx.store, "observation_ambiguous", source="watchdog", detail={"why": step.note})
             return f"ambiguous: {step.note}"
@@ -125,16 +126,17 @@ class Watchdog:
                 return f"modal left on screen: {result.error}"
             return "modal dismissed" if result.ok else f"modal dismissal failed: {result.error}"
         assert step.kind == "recover" and step.cause
+        cause = step.cause
         evidence: dict[str, object] = {"note": step.note}
         if obs.pane_dead:
             evidence["status"] = obs.dead_status
             if obs.dead_signal:
                 evidence["signal"] = obs.dead_signal
-        pane_pid = facts.pane.pane_pid if getattr(facts, "pane", None) else None  # type: ignore[attr-defined]
-        outcome = actions.recover(self.ctx, step.cause, source="watchdog", evidence=evidence,
-                                  still_failing=lambda: self.still_failing(step.cause, pane_pid),
+        pane_pid = facts.pane.pane_pid if facts.pane is not None else None
+        outcome = actions.recover(self.ctx, cause, source="watchdog", evidence=evidence,
+                                  still_failing=lambda: self.still_failing(cause, pane_pid),
                                   driver=self.driver)
-        return f"{step.cause}: {outcome.describe()}"
+        return f"{cause}: {outcome.describe()}"
 
     def socket_lost(self) -> bool:
         """Our tmux server runs but does not answer on its socket (a /tmp cleaner deleted it).
@@ -205,7 +207,7 @@ class Watchdog:
         results = []
         for pid, _line in proctree.of(self.ctx).foreign_pollers(self.ctx.config.agent.poller_match, ours):
             result = actions.reap_foreign(self.ctx, pid, source="watchdog",
-                                          still_foreign=lambda pid=pid: self._confirm_foreign(pid))
+                                          still_foreign=functools.partial(self._confirm_foreign, pid))
             if result is not None:
                 results.append(result)
         return results

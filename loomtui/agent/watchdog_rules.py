@@ -9,8 +9,9 @@ ambiguous and triggers nothing, not even progress toward a trigger.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 from loomtui.states import GONE, MISSING, PRESENT
 from loomtui.states import UNKNOWN as TMUX_UNKNOWN
@@ -56,11 +57,11 @@ class Looks:
     alerted: frozenset[str] = frozenset()       # operator alerts already sent for the current runs
 
 
-def _with(mem: Looks, **changes: object) -> Looks:
+def _with(mem: Looks, **changes: Any) -> Looks:
     """`replace`, but the same Looks when nothing changes: a healthy tick builds nothing new."""
     for name, value in changes.items():
         if getattr(mem, name) != value:
-            return replace(mem, **changes)  # type: ignore[arg-type]
+            return replace(mem, **changes)
     return mem
 
 
@@ -81,20 +82,56 @@ class Step:
     note: str = ""
 
 
-def settings_from(config: object, *, has_dialogs: bool) -> Settings:
+# The configuration as these rules read it (loomtui.config.Config has it; the core may not import it).
+class _Modal(Protocol):
+    @property
+    def match(self) -> str: ...
+
+    @property
+    def keys(self) -> list[str]: ...
+
+
+class _AgentKeys(Protocol):
+    @property
+    def boot_grace(self) -> float: ...
+
+    @property
+    def resume_failed_match(self) -> str: ...
+
+    @property
+    def modals(self) -> Sequence[_Modal]: ...
+
+
+class _WatchdogKeys(Protocol):
+    @property
+    def poller_grace(self) -> float: ...
+
+    @property
+    def ambiguous_alert(self) -> float: ...
+
+
+class Configured(Protocol):
+    @property
+    def agent(self) -> _AgentKeys: ...
+
+    @property
+    def watchdog(self) -> _WatchdogKeys: ...
+
+
+def settings_from(config: Configured, *, has_dialogs: bool) -> Settings:
     """`has_dialogs` is the driver's: without dialogs (the stream-json driver) the pane shows the
     assistant's own text, which may quote a dialog's words, so no modal is ever looked for."""
-    agent = config.agent  # type: ignore[attr-defined]
+    agent = config.agent
     return Settings(
         boot_grace=agent.boot_grace,
-        poller_grace=config.watchdog.poller_grace,  # type: ignore[attr-defined]
+        poller_grace=config.watchdog.poller_grace,
         resume_failed_match=agent.resume_failed_match,
         modals=tuple((m.match, tuple(m.keys)) for m in agent.modals) if has_dialogs else (),
-        ambiguous_alert=config.watchdog.ambiguous_alert,  # type: ignore[attr-defined]
+        ambiguous_alert=config.watchdog.ambiguous_alert,
     )
 
 
-def exit_cause(obs: Observation, s: Settings) -> str:
+def exit_cause(obs: Observation, s: Settings) -> Cause:
     booting = obs.since_launch is not None and obs.since_launch < max(s.boot_grace, 1.0)
     if (obs.last_mode == "resume" and booting and obs.screen
             and re.search(s.resume_failed_match, obs.screen)):
@@ -156,7 +193,7 @@ def assess(obs: Observation, mem: Looks, s: Settings, mono: float) -> tuple[list
                 Looks(alerted=mem.alerted)
         return [], _with(mem, agent_missing=missing)
 
-    steps: list[Step] = []
+    steps = []
     booting = obs.since_launch is not None and obs.since_launch < s.boot_grace
     if obs.poller_configured and not booting and obs.poller not in (PRESENT, MISSING):
         # The agent is seen but its poller cannot be told: no progress toward poller_missing.

@@ -11,6 +11,7 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Callable
+from typing import Any
 from dataclasses import replace
 
 from loomtui import actions, clock
@@ -137,7 +138,7 @@ class CanaryLoop:
         return label + result.describe()
 
 
-class _Facts(dict[str, Callable[[], object]]):
+class _Facts(dict[str, Callable[[], Any]]):  # each fact its own type: CanaryFacts says which
     """How to gather each of the rule's facts this tick; the runs, the launch they count for and
     the agent's turns are read once, when a fact first needs them. (recover's second look reads
     afresh: CanaryLoop.misses_mean_deaf.)"""

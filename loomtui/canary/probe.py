@@ -36,6 +36,7 @@ from loomtui.canary.runs import (
     settle_stale,
 )
 from loomtui.context import Context
+from loomtui.errors import LoomError
 from loomtui.pump import transcript
 from loomtui.store import canary_runs, ledger, locks
 
@@ -132,6 +133,8 @@ def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe
         if result != ERROR:
             forget_ack(path)
     row = canary_runs.get(ctx.store, run.id)
+    if row is None:  # inserted above, and runs are never deleted while a probe waits
+        raise LoomError(f"canary run {run.id} is gone from the store")
     return probe_from(row, joined=run.joined)
 
 

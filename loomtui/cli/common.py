@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from loomtui.errors import LoomError
 
@@ -39,6 +39,16 @@ def subcommand(sub: Any, name: str, help: str, *, agent: bool = False, **kwargs:
 def add_agent_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
     parser.add_argument("--agent", metavar="NAME", default=None,
                         help=help or f"which agent (default: the only one, or {AGENT_ENV})")
+
+
+@overload
+def choose_agent(names: Sequence[str], named: str | None, environ: Mapping[str, str] | None = None, *,
+                 required: Literal[True] = True) -> str: ...
+
+
+@overload
+def choose_agent(names: Sequence[str], named: str | None, environ: Mapping[str, str] | None = None, *,
+                 required: bool) -> str | None: ...
 
 
 def choose_agent(names: Sequence[str], named: str | None, environ: Mapping[str, str] | None = None, *,

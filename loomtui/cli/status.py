@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"config          {status.config or '(defaults)'}")
     if len(base.config.agent_names) > 1:
         print(f"agent name      {status.name}")
-    print(f"agent           {printable(status.agent.describe())}")
+    print(f"agent           {printable(status.agent.describe()) if status.agent else 'not looked at'}")
     if status.turn is not None:
         print(f"turn            {status.turn.describe()}")
     if status.hold:

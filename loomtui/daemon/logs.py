@@ -26,7 +26,7 @@ class SafeFormatter(logging.Formatter):
             record.exc_text = printable(record.exc_text, keep_newlines=True)
         return super().format(record)
 
-    def formatException(self, ei) -> str:  # type: ignore[no-untyped-def]
+    def formatException(self, ei) -> str:
         return printable(super().formatException(ei), keep_newlines=True)
 
     def formatStack(self, stack_info: str) -> str:

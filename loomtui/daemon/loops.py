@@ -8,8 +8,9 @@ import os
 import select
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from loomtui import clock, platform
 from loomtui.agent import drivers, launches, proctree
@@ -21,6 +22,11 @@ from loomtui.context import Context
 from loomtui.daemon.supervise import Doorbell, Service, TickLoop, loop_name
 from loomtui.hooks import settings as hook_settings
 from loomtui.platform import DirectoryWatch, Waitable
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
+
+    from loomtui.agent.watchdog import WatchdogReport
 
 log = logging.getLogger("loom.loops")
 
@@ -35,15 +41,21 @@ EXIT_WATCH_RECHECK = 30.0
 CANARY_PERIOD = 10.0
 
 
+class Bell(Protocol):
+    """Anything a loop can be rung by: a Doorbell, a Waker, Bells."""
+
+    def ring(self) -> None: ...
+
+
 class Bells:
     """Several doorbells rung as one (a signal meant for more than one loop)."""
 
-    def __init__(self, *bells: object) -> None:
+    def __init__(self, *bells: Bell) -> None:
         self.bells = bells
 
     def ring(self) -> None:
         for bell in self.bells:
-            bell.ring()  # type: ignore[attr-defined]
+            bell.ring()
 
 
 class Waker:
@@ -72,7 +84,7 @@ class Waker:
             pass
 
 
-def _wait(fds: list[object], halt: threading.Event, limit: float) -> list[object]:
+def _wait(fds: Sequence[FileDescriptorLike], halt: threading.Event, limit: float) -> list[FileDescriptorLike]:
     """What of `fds` turns readable within `limit` seconds; [] on the halt or at the limit."""
     deadline = time.monotonic() + limit
     while not halt.is_set():
@@ -94,6 +106,7 @@ def watchdog_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
 
     def step() -> object:
         now = clock.monotonic()
+        report: WatchdogReport | None
         if not last_full or now - last_full[0] >= interval:
             last_full[:] = [now]
             report = watchdog.tick()
@@ -106,7 +119,7 @@ def watchdog_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
     return step
 
 
-def canary_tick(bell: object | None = None) -> Callable[[Context, threading.Event], Callable[[], object]]:
+def canary_tick(bell: Bell | None = None) -> Callable[[Context, threading.Event], Callable[[], object]]:
     """The canary's tick. The loop looks every CANARY_PERIOD; a tick that has something to look at
     sooner (CanaryLoop.next_look) has `bell` rung then, so an idle daemon does not wake each second."""
 
@@ -123,7 +136,7 @@ def canary_tick(bell: object | None = None) -> Callable[[Context, threading.Even
                 log.info("%s: %s", loop_name("canary", ctx.agent), line)
             soon = loop.next_look
             if bell is not None and soon is not None and soon < CANARY_PERIOD:
-                later = threading.Timer(soon, bell.ring)  # type: ignore[attr-defined]
+                later = threading.Timer(soon, bell.ring)
                 later.daemon = True
                 later.start()
                 timer.append(later)
@@ -147,7 +160,7 @@ def sentinel_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
     return step
 
 
-def signal_watch(bells: dict[str, object]) -> Callable[[Context, threading.Event], Callable[[], object]]:
+def signal_watch(bells: dict[str, Bell]) -> Callable[[Context, threading.Event], Callable[[], object]]:
     """A tick that watches the signals DIRECTORY until the daemon stops (a watched file is lost
     to an atomic rename) and rings the loop each signal file is meant for.
 
@@ -162,7 +175,7 @@ def signal_watch(bells: dict[str, object]) -> Callable[[Context, threading.Event
             for name in names:
                 bell = bells.get(name)
                 if bell is not None:
-                    bell.ring()  # type: ignore[attr-defined]
+                    bell.ring()
 
         def by_kernel(watch: DirectoryWatch) -> None:
             # The watch is in place: what happened before it was never seen, so every loop looks now.
@@ -231,7 +244,7 @@ def hooks_look(ctx: Context) -> Callable[[], tuple[int, float]]:
     return look
 
 
-def hooks_watch(canary: object, typed: Waker) -> Callable[[Context, threading.Event], Callable[[], object]]:
+def hooks_watch(canary: Bell, typed: Waker) -> Callable[[Context, threading.Event], Callable[[], object]]:
     """The agent's hook events recorded as they arrive (the platform's directory watch on its events
     directory, else a look every HOOKS_POLL), and the
     dispatch witness looked at when a line is typed (`typed` rings), at each event, and when the
@@ -248,7 +261,7 @@ def hooks_watch(canary: object, typed: Waker) -> Callable[[Context, threading.Ev
             missing, wait = hooks()
             if missing:
                 log.info("%s: %d typed line(s) not dispatched", loop_name("hooks", ctx.agent), missing)
-                canary.ring()  # type: ignore[attr-defined]
+                canary.ring()
             return wait
 
         def step() -> object:
@@ -286,28 +299,29 @@ def exit_watch(bell: Doorbell, wake: Waker | None = None) -> Callable[[Context, 
     """
 
     def make(ctx: Context, halt: threading.Event) -> Callable[[], object]:
-        watched: dict[str, object] = {"key": None, "fd": None}
+        watched_key: list[tuple[object, object] | None] = [None]
+        watched_fd: list[Waitable | None] = [None]
         driver = drivers.of(ctx)
         relaunched = wake or Waker()
 
         def forget() -> None:
-            fd = watched["fd"]
+            fd = watched_fd[0]
             if fd is not None:
-                fd.close()  # type: ignore[attr-defined]
-            watched["fd"] = None
+                fd.close()
+            watched_fd[0] = None
 
         def step() -> object:
             while not halt.is_set():
                 recorded = launches.recorded_processes(ctx) or {}
                 key = (recorded.get("pane_pid"), recorded.get("pane_started"))
-                if key != watched["key"]:
+                if key != watched_key[0]:
                     forget()
-                    watched["key"] = key
-                    watched["fd"] = _exit_watch(*key)
-                    if watched["fd"] is None and key[0]:
+                    watched_key[0] = key
+                    watched_fd[0] = _exit_watch(*key)
+                    if watched_fd[0] is None and key[0]:
                         bell.ring()  # recorded but not running as recorded: have the watchdog look
                         return None  # nothing to watch until a relaunch records another process
-                fd = watched["fd"]
+                fd = watched_fd[0]
                 ready = _wait([relaunched, fd] if fd is not None else [relaunched], halt, EXIT_WATCH_RECHECK)
                 if fd in ready:
                     forget()  # until a relaunch records another process
@@ -359,7 +373,7 @@ def agent_loops(ctx: Context) -> list[TickLoop]:
     def loop(base: str, period: float, make, wake: Doorbell | None = None) -> TickLoop:
         return TickLoop(loop_name(base, agent), period, make, wake=wake, agent=agent, loop=base)
 
-    signals = {launches.PANE_DIED: died, launches.RELAUNCHED: Bells(relaunched, recheck)}
+    signals: dict[str, Bell] = {launches.PANE_DIED: died, launches.RELAUNCHED: Bells(relaunched, recheck)}
     hooked = hook_settings.wanted(ctx.config.agent)
     if hooked:
         signals[launches.TYPED] = typed

@@ -253,7 +253,8 @@ def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Stat
         hold = holds.current(actx, at)
         for who in hold_rules.BYS:
             mine = hold is not None and hold.by == who
-            by.add_metric([actx.agent, who, label(hold.reason) if mine else ""], 1.0 if mine else 0.0)
+            by.add_metric([actx.agent, who, label(hold.reason) if hold is not None and mine else ""],
+                          1.0 if mine else 0.0)
         remaining = hold_rules.remaining(hold, at) if hold is not None else None
         left.add_metric([actx.agent], remaining if remaining is not None else float("nan"))
     yield by

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import plistlib
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from loomtui.agent.tmux import UNIT_ENV, UNIT_ENV_VALUE
@@ -78,13 +79,13 @@ def environment(name: str, value: str) -> str:
     return "Environment=" + systemd_quote(f"{name}={value}")
 
 
-def tmux_tmpdir(environ: dict[str, str] | None = None) -> Path:
+def tmux_tmpdir(environ: Mapping[str, str] | None = None) -> Path:
     """Where tmux keeps its socket directory (tmux-UID): $TMUX_TMPDIR, else /tmp."""
     env = os.environ if environ is None else environ
     return Path(os.path.realpath(env.get("TMUX_TMPDIR") or "/tmp"))
 
 
-def writable_paths(ctx: Context, environ: dict[str, str] | None = None) -> list[Path]:
+def writable_paths(ctx: Context, environ: Mapping[str, str] | None = None) -> list[Path]:
     """What the daemon itself writes: the state dir (the store, locks, acks, signals, the pump's
     sockets: every agent's dir is inside it), and the tmux temp dir (a tmux client makes the
     socket directory there when it is missing, and SQLite and Python put temporary files there).

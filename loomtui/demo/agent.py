@@ -132,7 +132,7 @@ class Terminal:
             if not chunk:
                 return None if not self.pending else self._flush()
             text = self.decoder.decode(chunk)
-            kept = []
+            kept: list[str] = []
             for ch in text:
                 if ch in ("\x7f", "\b"):
                     if kept:
@@ -180,6 +180,12 @@ class Base:
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60, check=False)
             except (OSError, subprocess.TimeoutExpired):
                 pass
+
+    def answer(self, text: str, failed: bool = False) -> None:
+        raise NotImplementedError  # each mode answers its own way (Agent, StreamAgent)
+
+    def handle(self, line: str) -> None:
+        raise NotImplementedError
 
     def turn(self, line: str) -> None:
         """One prompt taken: UserPromptSubmit, the turn, Stop (a turn that never ends has none;

@@ -24,6 +24,7 @@ from loomtui.hooks import events as hook_events
 from loomtui.hooks import harness
 from loomtui.hooks.events import HookEvent
 from loomtui.hooks.settings import PREFIX, SUFFIX, events_dir
+from loomtui.states import EventKind
 from loomtui.store import hook_events as table
 from loomtui.store import counters, ledger, outbox
 from loomtui.text import printable
@@ -40,7 +41,7 @@ KEEP = 7 * 86400.0   # how long a hook event is kept in the store (a tool's use 
 PRUNE_EVERY = 3600.0  # how often the hooks loop forgets the older ones
 
 # The ledger's kind for each event worth one; the rest are the table's alone.
-LEDGER_KIND = {"SessionStart": "session_started", "StopFailure": "turn_failed",
+LEDGER_KIND: dict[str, EventKind] = {"SessionStart": "session_started", "StopFailure": "turn_failed",
                "Notification": "agent_notification", "PreCompact": "compaction"}
 
 
@@ -143,7 +144,7 @@ def _record(ctx: Context, batch: list[Recorded]) -> None:
             if kind is not None:
                 detail = {"event": event.event, **({"session_id": event.session_id} if event.session_id else {}),
                           **({"source": event.source} if event.source else {})}
-                ledger.append_in(db, kind, source=SOURCE, detail=detail)  # type: ignore[arg-type]
+                ledger.append_in(db, kind, source=SOURCE, detail=detail)
             harness.apply_in(db, ctx, event, at, reading)  # a quota's or a login's hold, and its end
 
 
@@ -151,7 +152,8 @@ def _tell_permission_in(db: sqlite3.Connection, ctx: Context, event: HookEvent, 
     """The operator hears once of each permission prompt the agent waits on (its message names the
     tool): a canary probe will not be typed into it meanwhile, and a miss then is not deafness."""
     whose = f"[{ctx.agent}] " if len(ctx.config.agent_names) > 1 else ""
-    said = event.detail.get("message") if isinstance(event.detail.get("message"), str) else ""
+    message = event.detail.get("message")
+    said = message if isinstance(message, str) else ""
     outbox.enqueue(db, f"{whose}Loom: the agent waits for your permission: {printable(said) or 'a tool'}",
                    dedupe_key=f"permission:{ctx.agent}:{row_id}")
 

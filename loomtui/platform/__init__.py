@@ -14,6 +14,7 @@ the unit tests and the watchdog's e2e tests a second time so, which runs here th
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from functools import cache
@@ -75,11 +76,5 @@ def chosen(environ: dict[str, str] | os._Environ[str] = os.environ, platform: st
 
 @cache
 def current() -> Platform:
-    name = chosen()
-    if name == "linux":
-        from loomtui.platform import linux as module
-    elif name == "darwin":
-        from loomtui.platform import darwin as module
-    else:
-        from loomtui.platform import portable as module
-    return module.PLATFORM
+    platform: Platform = importlib.import_module(f"loomtui.platform.{chosen()}").PLATFORM
+    return platform

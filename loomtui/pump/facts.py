@@ -92,11 +92,15 @@ def facts_from(doc: dict[str, Any], pane_pid: int | None) -> StreamFacts | None:
         turn="running" if doc.get("turn") == "running" else "idle",
         turn_started=_number(doc.get("turn_started")),
         turn_seq=doc.get("turn_seq") if isinstance(doc.get("turn_seq"), int) else None,
-        queue=doc.get("queue") if isinstance(doc.get("queue"), int) else 0,
-        turns=doc.get("turns") if isinstance(doc.get("turns"), int) else 0,
+        queue=_count(doc.get("queue")),
+        turns=_count(doc.get("turns")),
         last_result=last,
         cli_exit=cli_exit if isinstance(cli_exit, dict) else None,
     )
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _number(value: Any) -> float | None:

@@ -10,6 +10,7 @@ nothing about the new one. Pure: events in (oldest first), incidents out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,11 +20,21 @@ from loomtui.agent.policy import OPERATOR
 class TimelineEvent(Protocol):
     """A ledger event as the grouping reads it (ledger.TimelineEvent has these fields)."""
 
-    id: int
-    ts: float
-    kind: str
-    cause: str | None
-    detail: dict[str, Any]
+    # Read-only: the ledger's events are frozen.
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def ts(self) -> float: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def cause(self) -> str | None: ...
+
+    @property
+    def detail(self) -> dict[str, Any]: ...
 
 
 # The kinds the timeline reads; everything else is ordinary traffic (injections, heartbeats).
@@ -143,7 +154,7 @@ def heard_again(inc: Incident, e: TimelineEvent) -> bool:
     return not isinstance(launch, int) or launch >= inc.last_relaunch
 
 
-def group(events: list[TimelineEvent]) -> list[Incident]:
+def group(events: Sequence[TimelineEvent]) -> list[Incident]:
     """Incidents, oldest first. `events` must be oldest first."""
     out: list[Incident] = []
     current: Incident | None = None

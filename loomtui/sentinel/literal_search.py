@@ -10,13 +10,20 @@ database that will not compile) logscan's own bytes.find search is used.
 from __future__ import annotations
 
 import threading
+from types import ModuleType
 
 from loomtui.sentinel.logscan import Finder, Needle
 
-try:  # an optional accelerator: Linux x86-64 wheels only
-    import hyperscan
-except ImportError:  # pragma: no cover - depends on the platform
-    hyperscan = None
+
+def _accelerator() -> ModuleType | None:
+    try:  # an optional accelerator: Linux x86-64 wheels only
+        import hyperscan as module
+    except ImportError:  # pragma: no cover - depends on the platform
+        return None
+    return module
+
+
+hyperscan = _accelerator()
 
 
 def available() -> bool:

@@ -386,8 +386,9 @@ def _sequence(items: list, caseless: bool) -> frozenset[Needle] | None:
             best = _better(best, frozenset(Needle(ch.encode("utf-8"), caseless) for ch in chars))
         elif op is _c.BRANCH:
             alternatives = [_sequence(list(alt), caseless) for alt in av[1]]
-            if all(a is not None for a in alternatives):
-                best = _better(best, frozenset().union(*alternatives))
+            found = [a for a in alternatives if a is not None]
+            if len(found) == len(alternatives):
+                best = _better(best, frozenset[Needle]().union(*found))
         # Anything else (a class, any character, an assertion, a group reference, a conditional)
         # names no literal: it only ends the run of literals before it.
     close()

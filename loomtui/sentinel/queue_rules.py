@@ -18,6 +18,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from loomtui.states import EventKind
 from loomtui.timing import Instant, age, as_instant, raw_age
 
 OPEN, CLAIMED, WITNESSED = "open", "claimed", "witnessed"
@@ -122,7 +123,7 @@ def after_claim(item: Item, failure: Failure) -> bool:
 
 
 # Events: (kind, detail) pairs for the ledger, in order.
-Events = list[tuple[str, dict]]
+Events = list[tuple[EventKind, dict]]
 
 
 def absorb(item: Item, failure: Failure, now: float) -> tuple[Item, Events]:

@@ -44,6 +44,7 @@ from loomtui.sentinel.queue_rules import (
     review,
 )
 from loomtui.sentinel.signature import normalize
+from loomtui.states import EventKind
 from loomtui.store import job_runs, ledger, locks, outbox, queue_items
 
 SENTINEL_LOCK = "sentinel.lock"
@@ -241,7 +242,7 @@ def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs:
     now = at.wall
     items = queue.live(db, job.name)
     touched: dict[int, Item] = {}
-    events: list[tuple[str, dict]] = []
+    events: list[tuple[EventKind, dict]] = []
     for failure in failures:
         key = (failure.kind, failure.signature)
         item = items.get(key)

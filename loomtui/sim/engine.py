@@ -444,7 +444,8 @@ class Sim:
 
     def on_queue_ledger(self, kind: str, detail: dict) -> None:
         """What the sentinel (sentinel/tick.py, claims.py, the nudge's inject) wrote about the queue."""
-        c, item_id = self.checker, detail.get("item")
+        c = self.checker
+        item_id: Any = detail.get("item")  # the ledger's detail, as the sentinel wrote it
         if kind == "queue_new":
             self.event(kind, item=item_id, job=detail.get("job"))
             c.unresolved.add(item_id)
@@ -459,7 +460,8 @@ class Sim:
             c.on_queue_escalate(item_id, state)
             assert self.observer is not None
             # The operator hears of it when the outbox holds its message (the sender's part is not simulated).
-            if outbox.get(self.observer, detail.get("outbox")) is not None:
+            sent = detail.get("outbox")
+            if isinstance(sent, int) and outbox.get(self.observer, sent) is not None:
                 c.on_notice()
                 self.operator.told("queue", {"item": item_id})
         elif kind == "queue_nudge":

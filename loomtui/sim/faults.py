@@ -64,7 +64,7 @@ def apply(sim: Sim, kind: str) -> bool:
         if sim.hooks is not None:
             sim.hooks.begin_turn(a, None)  # a turn in progress: it ends once the next probe has waited
     elif kind == "long_turn":
-        if a is None:
+        if a is None or sim.hooks is None:  # drawn only where hooks are modelled (HOOKED_KINDS)
             return False
         sim.hooks.begin_turn(a, w.t + rng.uniform(3 * T, 0.8 * cfg.canary.max_turn))
     elif kind == "modal":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 from bisect import bisect_left
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from loomtui.sentinel import cron, schedule
 from loomtui.sim.world import STOP_TIME
@@ -72,7 +72,7 @@ class Checker:
         self.decisions: list[float] = []
         self.exit_since: float | None = None          # the agent died (crash or exit, 0 included) at
 
-    def fail(self, name: str, message: str) -> None:
+    def fail(self, name: str, message: str) -> NoReturn:
         raise Violation(name, message)
 
     # -- events -----------------------------------------------------------------------------
@@ -156,6 +156,7 @@ class Checker:
         a = self.sim.world.agent
         if not self.sim.hooked or a is None or not a.hearing() or a.modal or not self.turn_in_evidence(a):
             return
+        assert a.turn_since is not None  # turn_in_evidence: a turn is open
         t = self.sim.world.t
         self.fail("busy_not_recycled", f"recycled for canary_failed {t - a.turn_since:.0f}s into a busy turn "
                                        f"(its last hook event {t - a.seen_last:.0f}s ago)")
@@ -284,7 +285,8 @@ class Checker:
             self.fail("one_agent", f"{w.running_agents()} agents running")
         held = self.held
         tmux_seen = w.tmux_session and not w.socket_lost
-        if self.trouble_since is None and (not alive or a.deaf_since is not None or a.modal or not tmux_seen):
+        if self.trouble_since is None and (a is None or not alive or a.deaf_since is not None or a.modal
+                                           or not tmux_seen):
             self.trouble_since = t
         if held:
             self.exit_since = None
@@ -295,7 +297,7 @@ class Checker:
             if self.late(t - quiet_since, self.silent_bound, quiet_since):
                 self.fail("never_silent", f"in trouble since {self.trouble_since:.0f}s; no relaunch and no word to "
                                           f"the operator for {t - quiet_since:.0f}s")
-        if alive and a.deaf_since is not None:
+        if a is not None and alive and a.deaf_since is not None:
             since = max(a.deaf_since, sim.hold_released_at)
             if self.late(t - since, self.deaf_bound, since):
                 self.fail("deaf_bound", f"deaf for {t - since:.0f}s (bound {self.deaf_bound:.0f}s)")

@@ -22,6 +22,7 @@ from loomtui.sim.world import STOP_TIME, Agent
 
 if TYPE_CHECKING:
     from loomtui.sim.engine import Sim
+    from loomtui.sim.scheduler import SimThread
 
 FOREIGN_PID = 700_000      # a foreign poller's pid (never one of the agent's)
 SERVER_PID = 500_000       # the tmux server's pids: one per server started
@@ -89,7 +90,7 @@ class SimDriver:
         tree = self.sim.processes.inspect(info.pane_pid, "", "")
         return AgentFacts(states.UP, info, tree, tree.why, screen=self.sim.world_screen() if with_screen else None)
 
-    def screen(self, history: bool = False, *, ansi: bool = False, pane_id: str | None = None) -> str:
+    def screen(self, history: bool | int = False, *, ansi: bool = False, pane_id: str | None = None) -> str:
         self._answers()
         w = self.sim.world
         if not w.tmux_session or w.socket_lost or w.agent is None:
@@ -275,7 +276,7 @@ class SimWatch:
 
     def __init__(self, sim: Sim) -> None:
         self.sim = sim
-        self.waiting: dict[str, object] = {}
+        self.waiting: dict[str, SimThread | None] = {}
 
     def changes(self, directory: Path, stop, until: float):
         sched = self.sim.scheduler
@@ -292,4 +293,4 @@ class SimWatch:
     def written(self, directory: Path) -> None:
         th = self.waiting.get(os.fspath(directory))
         if th is not None:
-            self.sim.scheduler.wake(th)  # type: ignore[arg-type]
+            self.sim.scheduler.wake(th)

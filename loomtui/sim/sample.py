@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import re
 
-# The private parser (Python 3.11: re._parser; 3.10: sre_parse): the public API has no parse tree.
-try:
-    from re import _constants as _c
-    from re import _parser as _p
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as _c  # type: ignore[no-redef]
-    import sre_parse as _p  # type: ignore[no-redef]
+# The private parser (re._parser, Python 3.11 on, as requires-python says): the public API has no parse tree.
+from re import _constants as _c
+from re import _parser as _p
 
 _CATEGORY = {"CATEGORY_DIGIT": "0", "CATEGORY_WORD": "a", "CATEGORY_SPACE": " ",
              "CATEGORY_NOT_DIGIT": "a", "CATEGORY_NOT_WORD": "-", "CATEGORY_NOT_SPACE": "a"}

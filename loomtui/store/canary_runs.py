@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from loomtui.store.db import Store
+from loomtui.store.db import Store, inserted
 
 
 def insert_in(db: sqlite3.Connection, *, nonce: str, source: str, session_id: str | None, launch_seq: int,
@@ -21,7 +21,7 @@ def insert_in(db: sqlite3.Connection, *, nonce: str, source: str, session_id: st
         (nonce, source, session_id, launch_seq, int(in_grace), sent_at, deadline, result, why, agent, sent_mono,
          boot),
     )
-    return int(cur.lastrowid)
+    return inserted(cur)
 
 
 def launch_seq_in(db: sqlite3.Connection, run_id: int) -> int:

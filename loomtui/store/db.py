@@ -68,16 +68,17 @@ class Store:
             else:
                 self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # SQLite opens the log
             # The files this connection holds, once it holds the log too: the health check's baseline.
-            self.opened = health.Opened(health.FileId.of(self.path), health.FileId.of(health.wal_path(self.path)))
+            db_file, wal_file = health.FileId.of(self.path), health.FileId.of(health.wal_path(self.path))
         except sqlite3.Error as exc:
             self.conn.close()
             raise StoreError(f"store {self.path} is unusable: {exc}") from None
         except OSError as exc:
             self.conn.close()
             raise StoreError(f"store {self.path} cannot be opened: {exc.strerror or exc}") from None
-        if self.opened.db is None:  # removed between the open and the look
+        if db_file is None:  # removed between the open and the look
             self.conn.close()
             raise health.StoreBroken(self.path, "the file was removed while Loom opened it")
+        self.opened = health.Opened(db_file, wal_file)
 
     @classmethod
     def in_dir(cls, state_dir: Path, **kwargs: Any) -> Store:
@@ -98,7 +99,8 @@ class Store:
     def _unavailable(self, exc: sqlite3.Error) -> StoreUnavailable:
         health.note(self.opened, exc, self.path)
         named = StoreUnavailable(f"store {self.path}: {exc}")
-        named.sqlite_errorcode = getattr(exc, "sqlite_errorcode", None)  # health.classify reads SQLite's code
+        # health.classify reads SQLite's code (None when the error had none: set, never guessed).
+        setattr(named, "sqlite_errorcode", getattr(exc, "sqlite_errorcode", None))  # noqa: B010
         return named
 
     def unusable(self, exc: BaseException | None = None) -> str | None:
@@ -163,7 +165,7 @@ class Store:
 
     def data_version(self) -> int:
         """SQLite's data_version: it moves when another connection commits (a cheap "anything new?")."""
-        return int(self.query_one("PRAGMA data_version")[0])
+        return int(self.pragma("data_version"))
 
     def lock_out(self) -> None:
         """Hold an exclusive lock until `let_in`, as a backup or a `sqlite3` shell can: every other
@@ -178,6 +180,17 @@ class Store:
 
     def query_one(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> sqlite3.Row | None:
         return self._read(sql, params, lambda cur: cur.fetchone())
+
+    def query_row(self, sql: str, params: tuple[Any, ...] | dict[str, Any] = ()) -> sqlite3.Row:
+        """A query that always answers one row (an aggregate, a PRAGMA): that row."""
+        row = self.query_one(sql, params)
+        if row is None:
+            raise self._unavailable(sqlite3.DatabaseError(f"no row from a query that always has one: {sql[:60]}"))
+        return row
+
+    def pragma(self, name: str) -> Any:
+        """A PRAGMA's (first) value."""
+        return self.query_row(f"PRAGMA {name}")[0]
 
     def _read(self, sql: str, params: tuple[Any, ...] | dict[str, Any], fetch: Any) -> Any:
         with self._lock:
@@ -216,10 +229,10 @@ class Store:
         return applied_now
 
     def schema_version(self) -> int:
-        return int(self.query_one("PRAGMA user_version")[0])
+        return int(self.pragma("user_version"))
 
     def integrity_check(self) -> str:
-        return str(self.query_one("PRAGMA integrity_check")[0])
+        return str(self.pragma("integrity_check"))
 
     # -- small shared tables --------------------------------------------------------------
 
@@ -237,6 +250,13 @@ class Store:
         else:
             with self.write() as tx:
                 meta.set_in(tx, key, value)
+
+
+def inserted(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT just made (SQLite always has one after an INSERT)."""
+    if cur.lastrowid is None:
+        raise sqlite3.DatabaseError("an INSERT made no row id")
+    return int(cur.lastrowid)
 
 
 def agent_key(key: str, agent: str) -> str:

@@ -46,7 +46,7 @@ def prompts_since(store: Store, agent: str, wall: float) -> list[sqlite3.Row]:
 
 def ledger_floor(store: Store, back: int) -> int:
     """An id `back` events before the ledger's head: where a witness that just started looks from."""
-    row = store.query_one("SELECT COALESCE(MAX(id), 0) FROM ledger")
+    row = store.query_row("SELECT COALESCE(MAX(id), 0) FROM ledger")
     return max(0, int(row[0]) - back)
 
 

@@ -8,17 +8,16 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from loomtui.store.db import Store
+from loomtui.store.db import Store, inserted
 
 _KEEP = object()  # finish_in without an error: the row's error stays as it is
 
 
-def start_in(db: sqlite3.Connection, *, job: str, started: float, pid: int, pid_started: int | None,
+def start_in(db: sqlite3.Connection, *, job: str, started: float, pid: int, pid_started: float | None,
              started_mono: float | None, boot: str | None) -> int:
     """A run that started: its id."""
-    return int(db.execute("INSERT INTO job_runs(job, started, pid, pid_started, started_mono, boot) "
-                          "VALUES (?, ?, ?, ?, ?, ?)",
-                          (job, started, pid, pid_started, started_mono, boot)).lastrowid)
+    return inserted(db.execute("INSERT INTO job_runs(job, started, pid, pid_started, started_mono, boot) "
+                               "VALUES (?, ?, ?, ?, ?, ?)", (job, started, pid, pid_started, started_mono, boot)))
 
 
 def finish_in(db: sqlite3.Connection, run_id: int, *, ended: float, exit_code: int, duration: float,

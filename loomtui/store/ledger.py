@@ -179,7 +179,7 @@ def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = No
     prev_hash = GENESIS
     count = 0
     kept_seen = kept is not None and kept[0] == 0
-    if kept_seen and kept[1] != GENESIS:
+    if kept is not None and kept_seen and kept[1] != GENESIS:
         return Verdict(False, 0, 0, f"the kept head 0:{kept[1]} is not the genesis (event 0 is all zeros)")
     with store.read() as db:
         head_value = meta.get_in(db, HEAD_KEY)
@@ -245,7 +245,8 @@ def page(
     agent: str | None = None,
 ) -> list[Event]:
     """Newest first, `limit` events older than `before_id`: one index range scan, whatever the size."""
-    where, params = [], []
+    where: list[str] = []
+    params: list[object] = []
     if agent is not None:
         where.append("agent = ?")
         params.append(agent)
@@ -300,7 +301,7 @@ def count_of(store: Store, agent: str, kind: str) -> int:
 
 def last_relaunch_id(store: Store, agent: str) -> int:
     """The id of the agent's last relaunch event (0: none): the canary counts misses per launch."""
-    row = store.query_one("SELECT MAX(id) FROM ledger WHERE agent = ? AND kind = 'relaunch'", (agent,))
+    row = store.query_row("SELECT MAX(id) FROM ledger WHERE agent = ? AND kind = 'relaunch'", (agent,))
     return int(row[0] or 0)
 
 
@@ -366,7 +367,7 @@ def relaunch_counts(store: Store, agent: str) -> list[sqlite3.Row]:
 
 def relaunch_witness_counts(store: Store, agent: str) -> sqlite3.Row:
     """The agent's relaunches (n) and how many of them a canary ack witnessed (w)."""
-    return store.query_one(
+    return store.query_row(
         "SELECT COUNT(*) AS n, (SELECT COUNT(DISTINCT json_extract(detail, '$.witnessed')) FROM ledger "
         "WHERE agent = ?1 AND kind = 'canary' AND json_extract(detail, '$.witnessed') IS NOT NULL) AS w "
         "FROM ledger WHERE agent = ?1 AND kind = 'relaunch'", (agent,))
@@ -393,5 +394,5 @@ def canary_sent(store: Store, agent: str, run_id: int) -> sqlite3.Row | None:
 
 def queue_witness_counts(store: Store, agent: str) -> sqlite3.Row:
     """The agent's queue witnesses (w) and claims (c)."""
-    return store.query_one("SELECT SUM(kind = 'queue_witness') AS w, SUM(kind = 'queue_claim') AS c FROM ledger "
+    return store.query_row("SELECT SUM(kind = 'queue_witness') AS w, SUM(kind = 'queue_claim') AS c FROM ledger "
                            "WHERE agent = ? AND kind IN ('queue_witness', 'queue_claim')", (agent,))

@@ -17,8 +17,9 @@ from typing import Any
 
 from loomtui import clock, redact
 from loomtui.errors import LoomError
+from loomtui.states import EventKind
 from loomtui.store import counters, ledger
-from loomtui.store.db import Store
+from loomtui.store.db import Store, inserted
 
 PENDING, SENT, FAILED = "pending", "sent", "failed"
 # The loop KPI of the notify loop: messages sent, attempts failed, rows given up, duplicates dropped.
@@ -82,7 +83,7 @@ def _enqueue_in(db: sqlite3.Connection, text: str, dedupe_key: str | None, chat_
         "INSERT INTO outbox(created, chat_id, text, dedupe_key) VALUES (?, ?, ?, ?)",
         (clock.wall() if now is None else now, chat_id, text, dedupe_key),
     )
-    return int(cur.lastrowid)
+    return inserted(cur)
 
 
 # -- readers (console, status, sender) ---------------------------------------------------
@@ -170,7 +171,7 @@ def mark_sent(store: Store, msg_id: int, *, message_id: int, chat_id: int, lengt
 
 
 def defer(store: Store, msg_id: int, *, until: float, error: str, fail: bool = False,
-          event: str | None = None, event_detail: dict[str, Any] | None = None) -> None:
+          event: EventKind | None = None, event_detail: dict[str, Any] | None = None) -> None:
     """Count a failed attempt; `fail` gives the row up (it stays in the store, visible as failed)."""
     error = redact.scrub(error)[:500]
     with store.write() as db:

@@ -12,7 +12,7 @@ import sqlite3
 from typing import Any
 
 from loomtui.sentinel.queue_rules import CLAIMED, OPEN, WITNESSED
-from loomtui.store.db import Store
+from loomtui.store.db import Store, inserted
 
 
 def _of(agent: str | None) -> tuple[str, tuple[Any, ...]]:
@@ -39,7 +39,10 @@ def insert_in(db: sqlite3.Connection, *, job: str, kind: str, signature: str, sa
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (job, kind, signature, sample, log, now, now, count, agent),
     )
-    return get_in(db, cur.lastrowid)
+    row = get_in(db, inserted(cur))
+    if row is None:
+        raise sqlite3.DatabaseError("a queue item inserted could not be read back")
+    return row
 
 
 def update_in(db: sqlite3.Connection, item_id: int, values: dict[str, Any]) -> None:

@@ -75,7 +75,7 @@ def open_checked(state_dir: Path) -> Store:
     """
     store = Store.in_dir(state_dir, migrate=False)
     try:
-        verdict = str(store.query_one("PRAGMA quick_check")[0])
+        verdict = str(store.pragma("quick_check"))
         if verdict == "ok":
             store.migrate()
     except sqlite3.DatabaseError as exc:

@@ -66,8 +66,9 @@ async def _run(ctx: Context) -> int:
     stop.set()
     await asyncio.gather(*tasks, return_exceptions=True)
     for task in tasks:
-        if task.exception() is not None:
-            raise task.exception()
+        failed = task.exception()
+        if failed is not None:
+            raise failed
     return 0
 
 

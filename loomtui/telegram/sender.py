@@ -19,6 +19,7 @@ from telegram.error import BadRequest, RetryAfter, TelegramError
 from loomtui.timing import backoff
 from loomtui.config import TelegramConfig
 from loomtui.context import Context
+from loomtui.states import EventKind
 from loomtui.store import outbox
 from loomtui.store.db import Store
 from loomtui.store.locks import FileLock
@@ -145,6 +146,7 @@ class Sender:
         delay = backoff(row.attempts + 1, self.cfg.backoff_base, self.cfg.backoff_max)
         error = describe(exc)
         self._hold = (row.id, self.clock.monotonic() + delay)
+        event: EventKind | None
         if permanent:
             event = "telegram_failed"
             log.error("telegram: outbox %d refused by Telegram, giving it up: %s", row.id, error)

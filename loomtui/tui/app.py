@@ -40,7 +40,7 @@ class LoomApp(App):
         agents = {name: ctx if name == ctx.agent else ctx.for_agent(name) for name in ctx.config.agent_names}
         self.source = Source(ctx, several=len(agents) > 1)
         self.now = now
-        self.console_screen = ConsoleScreen(ctx, self.source, refresh_every=refresh_every, watch=watch,
+        self.console_screen = ConsoleScreen(ctx, self.source, refresh_every=refresh_every, watch=watch, now=now,
                                             agents=agents)
 
     @property

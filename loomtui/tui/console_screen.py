@@ -22,17 +22,21 @@ from __future__ import annotations
 
 import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import watchfiles
 from textual import events, on, work
 from textual.app import ComposeResult, SuspendNotSupported
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
@@ -74,7 +78,7 @@ def release_needed(raw: str) -> str:
 
 
 class ConsoleScreen(Screen):
-    BINDINGS = APP_KEYS
+    BINDINGS: ClassVar[list[BindingType]] = [*APP_KEYS]
     # Its notifications are the notice bar's lines (tui/notice_bar.py): no toast over the pane.
     DEFAULT_CSS = "ConsoleScreen ToastHolder { display: none; }"
 
@@ -94,9 +98,10 @@ class ConsoleScreen(Screen):
         agent: str = ""
 
     def __init__(self, ctx: Context, source: Source, *, refresh_every: float, watch: bool,
-                 agents: dict[str, Context] | None = None) -> None:
+                 agents: dict[str, Context] | None = None, now: Callable[[], float] = time.time) -> None:
         super().__init__(id="console")
         self.ctx = ctx
+        self.now = now  # the app's clock (a test's virtual one)
         self.source = source
         # Every agent's Context (made before the app runs: a new agent's directory is made then),
         # and each one's Source once it was selected (its store connection kept for coming back).
@@ -108,7 +113,7 @@ class ConsoleScreen(Screen):
         self.outcomes: list[tuple[str, str, bool]] = []
         self._refreshing = False
         self._dirty = False
-        self._timer = None
+        self._timer: Timer | None = None
         self._stop_watch = threading.Event()
         self._recycling: set[str] = set()  # the agents a relaunch from this console is running for
         self.notices = NoticeBar(id="notices")
@@ -141,7 +146,7 @@ class ConsoleScreen(Screen):
         if tab == "memory":
             memory = self.ctx.config.memory
             return MemoryPanel(memory.dir, memory.index, id="memory-panel")
-        return TimelinePanel(self.source.store, self.app.now, self.ctx.agent, id="timeline-panel")
+        return TimelinePanel(self.source.store, self.now, self.ctx.agent, id="timeline-panel")
 
     def on_mount(self) -> None:
         self._lay_out(self.app.size.width)
@@ -179,7 +184,7 @@ class ConsoleScreen(Screen):
 
     @work(thread=True, exclusive=True, group="refresh", exit_on_error=False)
     def _load_snapshot(self) -> None:
-        self.post_message(self.Refreshed(self.source.load(self.app.now())))
+        self.post_message(self.Refreshed(self.source.load(self.now())))
 
     @on(Refreshed)
     def _refreshed(self, message: Refreshed) -> None:
@@ -243,7 +248,7 @@ class ConsoleScreen(Screen):
             if name:
                 self.select_agent(name)
 
-        self.app.push_screen(AgentsScreen(self.agents[self.ctx.agent], self.ctx.agent, now=self.app.now,
+        self.app.push_screen(AgentsScreen(self.agents[self.ctx.agent], self.ctx.agent, now=self.now,
                                           refresh_every=self.refresh_every), chosen)
 
     def action_next_agent(self) -> None:
@@ -492,5 +497,6 @@ class ConsoleScreen(Screen):
         rows = [(self.app.get_key_display(b), *described(b, self.wide)) for b in APP_KEYS]
         for panel in (TimelinePanel, MemoryPanel):
             where = panel.__name__.replace("Panel", "").lower()
-            rows += [(self.app.get_key_display(b), b.description, f"in the {where} panel") for b in panel.BINDINGS]
+            rows += [(self.app.get_key_display(b), b.description, f"in the {where} panel") for b in panel.BINDINGS
+                     if isinstance(b, Binding)]
         self.app.push_screen(HelpScreen(rows))

@@ -5,6 +5,7 @@ the turn as the agent's hooks tell it, where hooks are configured."""
 from __future__ import annotations
 
 from dataclasses import fields, replace
+from typing import Any
 
 from rich.text import Text
 from textual.widgets import Static
@@ -18,8 +19,9 @@ LEVELS = {"ok": "bold green", "warn": "bold yellow", "bad": "bold red"}
 def shown(h: Header) -> Header:
     """Every text of the header as the terminal may show it: the hold's reason is anyone's words
     (CLI, console, Telegram, the agent), the store's error and tmux's are not ours either."""
-    return replace(h, **{f.name: printable(value) for f in fields(h)
-                         if isinstance(value := getattr(h, f.name), str)})
+    texts: dict[str, Any] = {f.name: printable(value) for f in fields(h)
+                             if isinstance(value := getattr(h, f.name), str)}
+    return replace(h, **texts)
 
 
 BEAT_WIDTH = 22  # the longest heartbeat phrase ("STALE: beat 23h59m ago"): line 1 keeps its width as it ages

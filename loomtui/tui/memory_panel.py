@@ -344,7 +344,11 @@ class MemoryPanel(Widget):
 
     def ask_search(self) -> None:
         self.app.push_screen(PromptScreen("Search the memory (titles, hooks and file bodies)", "a word"),
-                             lambda term: self.search(term) if term else None)
+                             self._search_for)
+
+    def _search_for(self, term: str | None) -> None:
+        if term:
+            self.search(term)
 
     @work(thread=True, group="memory-search", exit_on_error=False)
     def search(self, term: str) -> None:

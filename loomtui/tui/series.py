@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 HOUR = 3600.0
 DAY_HOURS = 24
@@ -33,13 +34,25 @@ class Latency:
         return sum(1 for p in self.points if p.result == "miss")
 
 
-def latency(probes: Iterable[object], last: int = 60) -> Latency:
+class Probed(Protocol):
+    """A probe as the plot reads it (canary.runs.Probe has these)."""
+
+    @property
+    def sent_at(self) -> float: ...
+
+    @property
+    def result(self) -> str: ...
+
+    @property
+    def latency(self) -> float | None: ...
+
+
+def latency(probes: Iterable[Probed], last: int = 60) -> Latency:
     """The last `last` settled probes (`probes` newest first, as the canary history is).
 
     A probe that was not acked is drawn at the top of the scale, as tall as the slowest ack (not at
     the ack timeout, which would flatten every real latency to the floor), and marked under it."""
-    points = [ProbePoint(p.sent_at, p.result, p.latency) for p in probes  # type: ignore[attr-defined]
-              if p.result in SETTLED][:last]
+    points = [ProbePoint(p.sent_at, p.result, p.latency) for p in probes if p.result in SETTLED][:last]
     points.reverse()
     acked = [p.latency for p in points if p.result == "ok" and p.latency is not None]
     top = max(acked, default=1.0)

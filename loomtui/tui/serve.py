@@ -131,7 +131,7 @@ def _bind_tcp(host: str, port: int) -> list[socket.socket]:
     seen: set = set()
     failure: OSError | None = None
     for family, kind, proto, _, addr in infos:
-        if addr in seen or not is_loopback(addr[0]):
+        if addr in seen or not is_loopback(str(addr[0])):
             continue
         seen.add(addr)
         sock = socket.socket(family, kind, proto)
@@ -242,6 +242,7 @@ def _make_server(command: str, listen: Listen, token: str):
 
         async def handle_session(self, request: web.Request) -> web.StreamResponse:
             task = asyncio.current_task()
+            assert task is not None  # a request is always handled in a task of its own
             self._sessions.add(task)
             try:
                 return await self.handle_websocket(request)

@@ -67,7 +67,7 @@ def host_ok(listen: Listen, host: str) -> bool:
     if not listen.socket_path:
         return host in listen.hosts()
     match = _HOST.match(host)
-    return bool(match) and is_loopback(match["name"]) and (match["port"] is None or 0 < int(match["port"]) < 65536)
+    return match is not None and is_loopback(match["name"]) and (match["port"] is None or 0 < int(match["port"]) < 65536)
 
 
 def token_of(path: str, query_token: str | None) -> str | None:

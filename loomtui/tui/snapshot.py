@@ -190,7 +190,7 @@ class Source:
             return PaneView(facts.tmux, why=facts.why or "no tmux session")
         try:
             # With its scrollback (bounded), joined where tmux wrapped lines (-J): the pane scrolls back.
-            screen = self.driver.screen(SCROLLBACK, ansi=True, pane_id=facts.pane.pane_id) if capture else ""  # type: ignore[arg-type]
+            screen = self.driver.screen(SCROLLBACK, ansi=True, pane_id=facts.pane.pane_id) if capture else ""
         except TmuxError as exc:
             return PaneView(UNKNOWN, why=str(exc))
         if facts.pane.dead:
@@ -423,7 +423,8 @@ def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobR
                 due = None
         out.append(JobRow(
             job.name, job.schedule, row["started"] if row else None, row["exit_code"] if row else None,
-            row["duration"] if row else None, bool(row) and row["ended"] is None, open_by_job.get(job.name, 0), due,
+            row["duration"] if row else None, row is not None and row["ended"] is None, open_by_job.get(job.name, 0),
+            due,
         ))
     return out
 

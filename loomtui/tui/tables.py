@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
 
 from loomtui.text import for_terminal, printable
 
@@ -80,7 +81,7 @@ class KeyedTable(DataTable):
         room kept free, so rows appearing never push the table into a horizontal scroll)."""
         if self._stretch is None or not self.size.width:
             return
-        column = self.columns.get(self._stretch)  # type: ignore[call-overload]
+        column = self.columns.get(ColumnKey(self._stretch))
         if column is None:
             return
         others = sum(c.get_render_width(self) for key, c in self.columns.items() if key != self._stretch)

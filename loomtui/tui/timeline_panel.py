@@ -49,7 +49,8 @@ class Filter:
 
     @classmethod
     def parse(cls, raw: str) -> Filter:
-        kinds, words = [], []
+        kinds: list[str] = []
+        words: list[str] = []
         for part in raw.split():
             if part.startswith("kind:") and len(part) > 5:
                 kinds.extend(k for k in part[5:].split(",") if k)
@@ -65,8 +66,12 @@ def short(session: str | None) -> str:
     return (session or "")[:8]
 
 
-def incident_rows(found: list[incidents.Incident], now: float) -> list[tuple[str, list]]:
-    rows = []
+# A row of the table: its key, its cells, and what it shows (Enter opens its detail).
+TimelineRow = tuple[str, list[Text], "incidents.Incident | ledger.Event"]
+
+
+def incident_rows(found: list[incidents.Incident], now: float) -> list[TimelineRow]:
+    rows: list[TimelineRow] = []
     for inc in reversed(found):
         sessions = short(inc.old_session)
         if inc.new_session and inc.new_session != inc.old_session:
@@ -76,8 +81,8 @@ def incident_rows(found: list[incidents.Incident], now: float) -> list[tuple[str
     return rows
 
 
-def event_rows(events: list[ledger.Event]) -> list[tuple[str, list]]:
-    rows = []
+def event_rows(events: list[ledger.Event]) -> list[TimelineRow]:
+    rows: list[TimelineRow] = []
     for e in events:
         detail = " ".join(f"{k}={v}" for k, v in sorted(e.detail.items()))
         rows.append((f"e{e.id}", [safe(when(e.ts)), safe(e.kind), safe(e.source), safe(e.cause or ""),
@@ -86,7 +91,7 @@ def event_rows(events: list[ledger.Event]) -> list[tuple[str, list]]:
 
 
 def load_page(store: Store, mode: str, flt: Filter, before_id: int | None, now: float,
-              agent: str | None = None) -> tuple[list, int | None]:
+              agent: str | None = None) -> tuple[list[TimelineRow], int | None]:
     """(rows, oldest id on the page): the events of `agent` (every agent's with None). Runs in a
     worker thread."""
     if mode == "events":
@@ -133,7 +138,7 @@ class TimelinePanel(Widget):
     @dataclass
     class Loaded(Message):
         generation: int
-        rows: list[Any]
+        rows: list[TimelineRow]
         oldest_id: int | None
         error: str = ""
 
@@ -154,7 +159,7 @@ class TimelinePanel(Widget):
         self.oldest: int | None = None
         self.generation = 0
         self._shown_generation = -1  # the generation whose rows the table shows
-        self._rows: dict[str, object] = {}
+        self._rows: dict[str, incidents.Incident | ledger.Event] = {}
         self.seen_count = -1
 
     def compose(self) -> ComposeResult:
@@ -256,18 +261,18 @@ class TimelinePanel(Widget):
     @on(KeyedTable.RowSelected)
     def _selected(self, event: KeyedTable.RowSelected) -> None:
         event.stop()
-        obj = self._rows.get(event.row_key.value if event.row_key else "")
+        obj = self._rows.get(event.row_key.value or "") if event.row_key else None
         if obj is not None:
             self._detail(obj)
 
     @work(thread=True, group="timeline-detail", exit_on_error=False)
-    def _detail(self, obj: object) -> None:
+    def _detail(self, obj: incidents.Incident | ledger.Event) -> None:
         if isinstance(obj, incidents.Incident):
             events = event_detail(self._store(), obj.event_ids)
             title = f"incident {obj.first_id}: {obj.title}"
         else:
-            events = [obj]  # type: ignore[list-item]
-            title = f"event {obj.id}: {obj.kind}"  # type: ignore[attr-defined]
+            events = [obj]
+            title = f"event {obj.id}: {obj.kind}"
         self.post_message(self.DetailLoaded(title, detail_text(title, events)))
 
     @on(DetailLoaded)

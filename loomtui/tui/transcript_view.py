@@ -48,8 +48,10 @@ def _content_text(content: Any) -> str:
 
 def _from_event(event: dict[str, Any]) -> list[Entry]:
     kind = event.get("type")
-    message = event.get("message") if isinstance(event.get("message"), dict) else {}
-    parts = message.get("content") if isinstance(message.get("content"), list) else []
+    raw = event.get("message")
+    message: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    content = message.get("content")
+    parts: list[Any] = content if isinstance(content, list) else []
     if kind == "assistant":
         out = []
         for part in parts:
