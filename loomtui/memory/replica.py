@@ -25,7 +25,7 @@ from typing import Any
 from loomtui import clock
 from loomtui.memory import replica_rules as rules
 from loomtui.memory.git import Git, GitError, Result
-from loomtui.sentinel.queue_rules import CLAIMED, WITNESSED
+from loomtui.sentinel.queue_rules import CLAIMED, MEMORY_CONFLICT, WITNESSED
 from loomtui.store import ledger, queue_items
 from loomtui.store.db import Store
 from loomtui.store.locks import FileLock
@@ -34,7 +34,7 @@ STATE_FILE = "loom-replica.json"
 LOCK_FILE = "loom-replica.lock"
 CHECKPOINTS = ".loom/checkpoints"
 JOB = "memory"                 # the queue's name for the replica, where a job's name stands
-CONFLICT = "memory_conflict"   # the queue item kind (sentinel.queue_rules words its nudge)
+CONFLICT = MEMORY_CONFLICT      # the queue item kind (sentinel.queue_rules words its nudge)
 MAX_REBASE_STOPS = 200         # a rebase stops once per conflicting commit; never loop for ever
 
 
@@ -126,11 +126,12 @@ class Replica:
     def remote_ref(self) -> str:
         return f"refs/remotes/origin/{self.branch}"
 
-    def lock(self) -> FileLock:
-        """The daemon's loop and `loom memory sync` never run git in this tree at once."""
+    def lock(self, timeout: float | None = None) -> FileLock:
+        """The daemon's loop and `loom memory sync` never run git in this tree at once (LockHeld
+        after `timeout`, by default the git timeout)."""
         self.ensure_repository()
         lock = FileLock(self.dir / ".git", LOCK_FILE)
-        lock.acquire(timeout=self.git.timeout)
+        lock.acquire(timeout=self.git.timeout if timeout is None else timeout)
         return lock
 
     # -- the repository ---------------------------------------------------------------------------
@@ -309,8 +310,8 @@ class Replica:
 
     # -- one sync ---------------------------------------------------------------------------------
 
-    def sync(self, settings: rules.Settings, *, forced: bool = False, now: float | None = None,
-             checkpoint: tuple[int, str] | None = None) -> tuple[Outcome, State]:
+    def sync(self, settings: rules.Settings, *, forced: bool = False, starting: bool = False,
+             now: float | None = None, checkpoint: tuple[int, str] | None = None) -> tuple[Outcome, State]:
         """One look and whatever is due (everything, `forced`); `checkpoint` is a ledger head to commit
         first. Returns what was done and the state now stored. The caller holds `lock()`."""
         now = clock.wall() if now is None else now
@@ -324,7 +325,8 @@ class Replica:
         if fingerprint != state.fingerprint:
             state.fingerprint, state.changed_at = fingerprint, (now if dirty else None)
         look = rules.Look(dirty=dirty, changed_at=state.changed_at, ahead=self.ahead(), last_pull=state.last_pull,
-                          last_try=state.last_try, failures=state.failures, forced=forced, rejected=state.rejected)
+                          last_try=state.last_try, failures=state.failures, forced=forced, starting=starting,
+                          rejected=state.rejected)
         plan = rules.plan(look, now, settings)
         if plan.commit and self.commit(now):
             outcome.committed = True
@@ -432,3 +434,90 @@ def witness_reconciled(store: Store, directory: Path, pushed_all: bool, now: flo
                              detail={"item": row["id"], "job": JOB, "claimed_by": row["claimed_by"]})
         done.append(int(row["id"]))
     return done
+
+
+# -- what is replicated where, from the configuration ----------------------------------------------
+
+LEDGER_DIR = "ledger-replica"  # under the state dir: the work tree of `ledger.remote`
+
+
+@dataclass(frozen=True)
+class Target:
+    """One replicated work tree: its loop's name, the agent its conflicts go to, its settings (a
+    `[memory]` table's), and whether the ledger's checkpoints are committed there."""
+
+    name: str
+    agent: str
+    memory: Any
+    checkpoints: bool
+    interval: float  # ledger.checkpoint_interval
+
+    def replica(self) -> Replica:
+        return Replica.of_memory(self.memory)
+
+    @property
+    def settings(self) -> rules.Settings:
+        return rules.Settings(quiet=self.memory.sync_quiet, pull_interval=self.memory.pull_interval)
+
+
+def targets(config: Any, state_dir: Path) -> list[Target]:
+    """Every memory directory with a remote, once (agents may share one), and the ledger's own
+    work tree where `ledger.remote` is set. The checkpoints go to `ledger.remote`, or else to the
+    first memory remote."""
+    out: list[Target] = []
+    seen: set[Path] = set()
+    interval = config.ledger.checkpoint_interval
+    for name in config.agent_names:
+        memory = config.for_agent(name).memory
+        if not memory.remote or Path(memory.dir) in seen:
+            continue
+        seen.add(Path(memory.dir))
+        first = not out and not config.ledger.remote
+        out.append(Target("replica" if not out else f"replica-{name}", name, memory, first, interval))
+    if config.ledger.remote:
+        own = config.memory.replace(dir=Path(state_dir) / LEDGER_DIR, remote=config.ledger.remote)
+        out.append(Target("ledger_replica", config.agent_names[0], own, True, interval))
+    return out
+
+
+def checkpoint_target(config: Any, state_dir: Path) -> Target | None:
+    return next((t for t in targets(config, state_dir) if t.checkpoints), None)
+
+
+# -- one sync as the daemon and `loom memory sync` do it --------------------------------------------
+
+
+def due_checkpoint(store: Store, target: Target, now: float) -> tuple[int, str] | None:
+    if not target.checkpoints:
+        return None
+    state = read_state(target.memory.dir) or State()
+    seq, digest = ledger.head(store)
+    escalated = state.checkpoint_seq is not None and ledger.escalated_after(store, state.checkpoint_seq,
+                                                                            rules.ESCALATIONS)
+    if rules.checkpoint_due(seq, state.checkpoint_seq, state.checkpoint_at, escalated, now, target.interval):
+        return seq, digest
+    return None
+
+
+def sync_once(store: Store, target: Target, *, forced: bool = False, starting: bool = False,
+              lock_timeout: float | None = None) -> tuple[Outcome, State]:
+    """One sync of `target` under its lock, its conflicts queued and reconciled ones witnessed: the
+    daemon's tick and `loom memory sync` alike."""
+    replica = target.replica()
+    now = clock.wall()
+    checkpoint = due_checkpoint(store, target, now)
+    if forced and target.checkpoints and checkpoint is None and ledger.head(store)[0] > 0:
+        checkpoint = ledger.head(store)  # by hand: the head as it is now (committed only if it moved)
+    with replica.lock(lock_timeout):
+        outcome, state = replica.sync(target.settings, forced=forced, starting=starting, now=now,
+                                      checkpoint=checkpoint)
+    if outcome.conflicts:
+        open_conflicts(store, target.agent, replica.dir, outcome.conflicts, now)
+    witness_reconciled(store, replica.dir, state.ahead == 0 and not state.error, now)
+    return outcome, state
+
+
+def lag_line(state: State | None, now: float | None = None, *, short: bool = False) -> str:
+    """The replica's lag in words (`replica_rules.lag_words`), for status, the console and the CLI."""
+    return rules.lag_words(state.lag() if state is not None else None, clock.wall() if now is None else now,
+                           short=short)

@@ -38,6 +38,7 @@ class Look:
     last_try: float | None           # the last time the remote was tried (pull or push), reached or not
     failures: int                    # tries in a row that did not reach the remote
     forced: bool = False             # `loom memory sync`: everything now
+    starting: bool = False           # the daemon's first look: a pull, whatever the last one was
     rejected: bool = False           # the last push was refused (the remote moved): pull first
 
 
@@ -67,7 +68,10 @@ def remote_due(look: Look, now: float) -> bool:
 
 
 def pull_due(look: Look, now: float, settings: Settings) -> bool:
-    """At start (never pulled), every pull_interval, and before a push the remote refused."""
+    """At start (never pulled, or the daemon's first look), every pull_interval, and before a push
+    the remote refused."""
+    if look.starting:
+        return True
     if not remote_due(look, now):
         return False
     if look.forced or look.rejected or look.last_pull is None:

@@ -152,3 +152,99 @@ def test_checkpoints_are_read_back_from_the_remote_history(tmp_path, remote):
     sync(a, checkpoint=(9, "b" * 64), forced=True)
     assert remote_file(remote, ".loom/checkpoints/a") == f"9:{'b' * 64}\n"
     assert a.remote_checkpoints() == [(9, "b" * 64), (3, "a" * 64)]  # every version, newest first
+
+
+# -- through `loom`: the commands, the status line, the configuration --------------------------------
+
+
+def write_config(tmp_path: Path, remote: Path, host: str = "a", **memory: str) -> Path:
+    config = tmp_path / f"config-{host}.toml"
+    lines = [f'state_dir = "{tmp_path / ("state-" + host)}"', "[memory]", f'dir = "{tmp_path / host / "memory"}"',
+             f'remote = "{remote}"', f'host = "{host}"']
+    lines += [f'{key} = "{value}"' for key, value in memory.items()]
+    config.write_text("\n".join(lines) + "\n")
+    return config
+
+
+def loom_at(config: Path, *args: str):
+    from conftest import run_loom
+
+    return run_loom("--config", str(config), *args,
+                    env={"HOME": str(Path.home()), "GIT_CONFIG_GLOBAL": str(Path.home() / "gitconfig")})
+
+
+def test_loom_memory_sync_commits_pushes_and_says_so_and_status_shows_the_lag(tmp_path, remote):
+    config = write_config(tmp_path, remote)
+    (tmp_path / "a" / "memory").mkdir(parents=True)
+    (tmp_path / "a" / "memory" / "MEMORY.md").write_text("- [One](one.md) — the first\n")
+    done = loom_at(config, "memory", "sync")
+    assert done.returncode == 0, done.stderr
+    assert "committed" in done.stdout and "pushed" in done.stdout and "0 commits to push" in done.stdout
+    assert remote_file(remote, "MEMORY.md").startswith("- [One]")
+    status = loom_at(config, "status")
+    assert "memory replica  pushed" in status.stdout and "0 commits to push" in status.stdout
+    data = __import__("json").loads(loom_at(config, "status", "--json").stdout)
+    assert data["replica"]["unpushed"] == 0 and data["replica"]["last_push"] is not None
+    assert data["replica"]["remote"] == str(remote)
+
+
+def test_loom_memory_sync_offline_keeps_the_commit_and_fails(tmp_path, remote):
+    config = write_config(tmp_path, tmp_path / "nowhere.git")
+    (tmp_path / "a" / "memory").mkdir(parents=True)
+    (tmp_path / "a" / "memory" / "note.md").write_text("kept\n")
+    done = loom_at(config, "memory", "sync")
+    assert done.returncode == 1
+    assert "remote unreachable" in done.stdout and "1 commit kept locally" in done.stdout
+    assert git("log", "-1", "--format=%s", cwd=tmp_path / "a" / "memory").startswith("memory on a")
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("remote", "-oProxyCommand=touch pwned", "must not start with '-'"),
+    ("sync_quiet", "0s", "must be longer than 0s"),
+    ("pull_interval", "soon", "duration"),
+    ("host", "a/b", "letters, digits"),
+])
+def test_a_bad_replica_setting_is_one_line_naming_the_file_and_key(tmp_path, remote, key, value, words):
+    config = write_config(tmp_path, remote)
+    text = config.read_text()
+    text = text.replace(f'remote = "{remote}"', f'remote = "{value}"') if key == "remote" else text + \
+        f'{key} = "{value}"\n'
+    if key == "host":
+        text = text.replace('host = "a"\n', "")
+    config.write_text(text)
+    done = loom_at(config, "memory", "sync")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(config) in lines[0] and f"memory.{key}" in lines[0] and words in lines[0]
+
+
+def test_ledger_verify_remote_passes_then_fails_after_a_local_rewrite_with_recomputed_hashes(tmp_path, remote):
+    from test_ledger_head import fill, rewrite
+
+    config = write_config(tmp_path, remote)
+    state_dir = tmp_path / "state-a"
+    state_dir.mkdir(mode=0o700)
+    with Store.in_dir(state_dir) as store:
+        fill(store, 12)
+    assert loom_at(config, "memory", "sync").returncode == 0  # the head goes off the box with the sync
+    assert remote_file(remote, ".loom/checkpoints/a").startswith("12:")
+    with Store.in_dir(state_dir) as store:
+        fill(store, 3)  # the ledger goes on after the checkpoint
+    ok = loom_at(config, "ledger", "verify", "--remote")
+    assert ok.returncode == 0, ok.stderr
+    assert "1 checkpoint on the remote" in ok.stdout and "(the newest 12:" in ok.stdout
+
+    rewrite(state_dir, 5, {"i": 999, "forged": True})
+    assert loom_at(config, "ledger", "verify").returncode == 0  # the chain alone cannot tell
+    caught = loom_at(config, "ledger", "verify", "--remote")
+    assert caught.returncode == 1
+    assert "ledger broken at event 12" in caught.stderr and "the checkpoint's" in caught.stderr
+
+
+def test_ledger_verify_remote_without_a_remote_or_a_checkpoint_says_why(tmp_path, remote):
+    bare = tmp_path / "config.toml"
+    bare.write_text(f'state_dir = "{tmp_path / "s"}"\n')
+    none = loom_at(bare, "ledger", "verify", "--remote")
+    assert none.returncode == 2 and "neither is set" in none.stderr
+    empty = loom_at(write_config(tmp_path, remote), "ledger", "verify", "--remote")
+    assert empty.returncode == 1 and "no ledger checkpoint of host a" in empty.stderr
