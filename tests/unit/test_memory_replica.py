@@ -12,6 +12,7 @@ import pytest
 from loomtui.memory import replica as rep
 from loomtui.memory import replica_rules as rules
 from loomtui.memory.git import GIT
+from loomtui.sentinel import queue, queue_rules
 from loomtui.store import ledger, queue_items
 from loomtui.store.db import Store
 
@@ -116,6 +117,22 @@ def test_the_same_file_edited_on_both_keeps_both_versions_and_opens_a_queue_item
         assert item["job"] == rep.JOB and item["kind"] == rep.CONFLICT and item["count"] == 2
         assert item["log"] == str(b.dir / copy)
         assert [e.kind for e in ledger.tail(store, 5)] == ["queue_new"]
+        nudge = queue_rules.nudge_text(queue.from_row(item))
+        assert "kept both sides" in nudge and copy in nudge and f"loom resolve {opened[0]}" in nudge
+
+        # The agent merges, deletes the copy and claims it; the replica, once that is pushed, witnesses it.
+        assert rep.witness_reconciled(store, b.dir, True, T0 + 2) == []  # not claimed yet
+        from conftest import run_loom
+
+        claimed = run_loom("--state-dir", str(state_dir), "resolve", str(opened[0]), "--note", "merged both")
+        assert claimed.returncode == 0, claimed.stderr
+        assert rep.witness_reconciled(store, b.dir, True, T0 + 3) == []  # the copy is still there
+        (b.dir / copy).unlink()
+        done, state = sync(b, forced=True)
+        assert done.pushed and state.conflicts == 0
+        assert rep.witness_reconciled(store, b.dir, True, T0 + 4) == [opened[0]]
+        assert queue_items.get(store, opened[0])["state"] == "witnessed"
+        assert ledger.tail(store, 1)[0].kind == "queue_witness"
     finally:
         store.close()
 
@@ -248,3 +265,41 @@ def test_ledger_verify_remote_without_a_remote_or_a_checkpoint_says_why(tmp_path
     assert none.returncode == 2 and "neither is set" in none.stderr
     empty = loom_at(write_config(tmp_path, remote), "ledger", "verify", "--remote")
     assert empty.returncode == 1 and "no ledger checkpoint of host a" in empty.stderr
+
+
+def test_the_console_memory_summary_shows_the_lag_at_80_columns(tmp_path, remote):
+    import asyncio
+
+    from test_memory_panel import PanelApp, until
+    from textual.widgets import Static
+
+    a = box(tmp_path, remote, "a")
+    a.dir.mkdir(parents=True)
+    (a.dir / "MEMORY.md").write_text("- [One](one.md) — the first\n")
+    (a.dir / "one.md").write_text("1\n")
+    sync(a, forced=True)
+    (a.dir / "two.md").write_text("2\n")
+    remote.rename(tmp_path / "away.git")
+    sync(a, forced=True)  # offline: one commit kept locally
+
+    async def run() -> None:
+        app = PanelApp(a.dir)
+        async with app.run_test(size=(80, 24)) as pilot:
+            summary = app.query_one("#memory-summary", Static)
+            await until(pilot, lambda: "replica" in summary.content.plain, what="the replica's lag")
+            line = summary.content.plain
+            assert "MEMORY.md: 1 entry" in line and "1 to push offline" in line and "↑" in line
+            assert len(line) <= 78 and summary.region.width <= 80  # one line inside the padding
+
+    asyncio.run(run())
+
+
+def test_a_remote_that_hangs_is_given_up_after_the_git_timeout_and_the_commit_kept(tmp_path, monkeypatch):
+    # ssh that never answers (a sleep in its place): git waits on it until Loom ends the group.
+    monkeypatch.setenv("GIT_SSH_COMMAND", "sleep 600; true")  # git appends its arguments to `true`
+    hung = rep.Replica(tmp_path / "h" / "memory", "ssh://nowhere.invalid/memory.git", host="h", timeout=1)
+    hung.dir.mkdir(parents=True)
+    (hung.dir / "note.md").write_text("kept\n")
+    done, state = sync(hung, forced=True)
+    assert done.committed and not done.pushed
+    assert "did not finish within 1s" in state.error and state.ahead == 1
