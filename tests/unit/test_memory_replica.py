@@ -217,6 +217,7 @@ def test_loom_memory_sync_offline_keeps_the_commit_and_fails(tmp_path, remote):
 
 @pytest.mark.parametrize(("key", "value", "words"), [
     ("remote", "-oProxyCommand=touch pwned", "must not start with '-'"),
+    ("remote", "https://me:ghp_secret@forge.example/mem.git", "credential helper"),
     ("sync_quiet", "0s", "must be longer than 0s"),
     ("pull_interval", "soon", "duration"),
     ("host", "a/b", "letters, digits"),
@@ -233,6 +234,7 @@ def test_a_bad_replica_setting_is_one_line_naming_the_file_and_key(tmp_path, rem
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and str(config) in lines[0] and f"memory.{key}" in lines[0] and words in lines[0]
+    assert "ghp_secret" not in done.stderr  # a secret in the URL is refused without being repeated
 
 
 def test_ledger_verify_remote_passes_then_fails_after_a_local_rewrite_with_recomputed_hashes(tmp_path, remote):
