@@ -50,8 +50,8 @@ APP_NAME = "loom"
 MAIN = MAIN_AGENT  # the agent a single [agent] table describes
 AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
 
-__all__ = ["APP_NAME", "AgentConfig", "AgentSpec", "CanaryConfig", "Config", "HeartbeatConfig", "JobConfig", "MemoryConfig",
-           "MetricsConfig", "Modal", "SentinelConfig", "TelegramConfig", "WatchdogConfig", "expand_path",
+__all__ = ["APP_NAME", "AgentConfig", "AgentSpec", "CanaryConfig", "Config", "HeartbeatConfig", "JobConfig",
+           "LedgerConfig", "MemoryConfig", "MetricsConfig", "Modal", "SentinelConfig", "TelegramConfig", "WatchdogConfig", "expand_path",
            "find_config_path", "load_config", "parse_config"]
 
 
@@ -320,9 +320,57 @@ class TelegramConfig(Section):
                       "may command Loom (with commands or the bridge on, every member could otherwise)")
 
 
+def _git_remote(value: str) -> str:
+    # Handed to git as an argument: one that starts with '-' would be read as an option.
+    if value.startswith("-"):
+        raise ValueError("must not start with '-' (git would read it as an option)")
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@]*:[^/@]*@", value):
+        # It would be in git's argv, the status line and the console: keep secrets in a credential helper.
+        raise ValueError("must not hold a password or token (user:secret@); use a git credential helper or ssh keys")
+    return _no_control_characters(value)
+
+
+def _branch(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}", value) or ".." in value or value.endswith((".lock", "/")):
+        raise ValueError("expected a plain git branch name (letters, digits, '.', '_', '-', '/')")
+    return value
+
+
+def _host_name(value: str) -> str:
+    # It names files in the replica (conflict copies, checkpoints): no separators, nothing hidden.
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", value):
+        raise ValueError("use 1-63 letters, digits, '_' and '-', starting with a letter or digit")
+    return value
+
+
+def default_host() -> str:
+    """This machine's short host name, made a valid `memory.host` (the replica's name for it)."""
+    import socket
+
+    name = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname().split(".")[0]).strip("-_")[:63]
+    return name or "host"
+
+
 class MemoryConfig(Section):
     dir = Field(path, factory=lambda: Path("~/.claude/memory").expanduser())
     index = Field(string(1), "MEMORY.md")
+    # A git remote the memory directory is replicated to (a path, ssh, a forge); "" = no replica.
+    remote = Field(also(string(), _git_remote), "")
+    branch = Field(also(string(1), _branch), "main")
+    # Changes are committed once the directory has been still this long (not a commit per keystroke).
+    sync_quiet = Field(positive_duration, 30.0)
+    # How often the remote is pulled (rebased onto) besides at start and by `loom memory sync`.
+    pull_interval = Field(positive_duration, 300.0)
+    # Every git call is ended after this long: a remote that hangs never holds a loop.
+    git_timeout = Field(positive_duration, 60.0)
+    # This box's name in the replica: conflict copies (FILE.conflict-HOST-TIME), ledger checkpoints.
+    host = Field(also(string(1), _host_name), factory=default_host)
+
+
+class LedgerConfig(Section):
+    # Where the ledger's head is checkpointed off the box: "" = the first agent's memory remote.
+    remote = Field(also(string(), _git_remote), "")
+    checkpoint_interval = Field(positive_duration, 3600.0)
 
 
 class MetricsConfig(Section):
@@ -420,6 +468,7 @@ class Config(Section):
     telegram = Field(section(TelegramConfig), factory=TelegramConfig)
     metrics = Field(section(MetricsConfig), factory=MetricsConfig)
     heartbeat = Field(list_of(section(HeartbeatConfig)), factory=list)
+    ledger = Field(section(LedgerConfig), factory=LedgerConfig)
     # Not fields of their own: [agent], [watchdog], [canary], [memory] and [[agents]] are read by
     # `_agents`, and these are the agent's the view is of (the first, as loaded; see for_agent).
     read_elsewhere = ("agents", "agent", *_OVERRIDES)

@@ -27,6 +27,9 @@ def register(sub) -> None:
     verify.add_argument("--head", metavar="SEQ:HASH",
                         help="also prove the chain still leads to this head, kept earlier off the machine "
                              "(from `loom ledger head`, an escalation or the daily Telegram line)")
+    verify.add_argument("--remote", action="store_true",
+                        help="also fetch the replica's checkpoints (ledger.remote, or the memory remote) and prove "
+                             "the chain still leads to every one of them")
     verify.set_defaults(func=run_verify)
     head = subcommand(inner, "head", "print SEQ:HASH of the newest event: keep it elsewhere, "
                                      "then `loom ledger verify --head` proves nothing before it was rewritten")
@@ -66,10 +69,16 @@ def run_verify(args: argparse.Namespace) -> int:
             kept = ledger.parse_head(args.head)
         except ValueError as exc:
             raise LoomError(f"ledger verify --head: {exc}", exit_code=2) from None
-    verdict = ledger.verify(context(args).store, kept=kept)
+    ctx = context(args)
+    checkpoints = _remote_checkpoints(ctx) if args.remote else []
+    verdict = ledger.verify(ctx.store, kept=kept, checkpoints=checkpoints)
     line = verdict.describe()
     if verdict.ok and kept is not None:
         line += f", and it leads to the kept head {ledger.format_head(*kept)}"
+    if verdict.ok and checkpoints:
+        newest = max(checkpoints)
+        line += (f", and to all {len(checkpoints)} checkpoint{'s' * (len(checkpoints) != 1)} on the remote "
+                 f"(the newest {ledger.format_head(*newest)})")
     print(line, file=sys.stdout if verdict.ok else sys.stderr)
     return 0 if verdict.ok else 1
 
@@ -77,3 +86,19 @@ def run_verify(args: argparse.Namespace) -> int:
 def run_head(args: argparse.Namespace) -> int:
     print(ledger.format_head(*ledger.head(context(args).store)))
     return 0
+
+
+def _remote_checkpoints(ctx) -> list[tuple[int, str]]:
+    from loomtui.memory import replica
+
+    target = replica.checkpoint_target(ctx.config, ctx.state_dir)
+    if target is None:
+        raise LoomError(f"{ctx.config_path or 'the config'}: ledger.remote and memory.remote: neither is set, "
+                        "so there are no checkpoints off the box", exit_code=2)
+    work = target.replica()
+    with work.lock():
+        found = work.remote_checkpoints()
+    if not found:
+        raise LoomError(f"{target.memory.remote}: no ledger checkpoint of host {target.memory.host} there yet "
+                        f"({work.checkpoint_path()}): nothing to prove against")
+    return found

@@ -1,4 +1,4 @@
-"""`loom memory [search TERM | lint | add TITLE --hook TEXT]`: the agent's memory directory.
+"""`loom memory [search TERM | lint | add TITLE --hook TEXT | sync]`: the agent's memory directory.
 
 Memory files are untrusted text: everything printed goes through `memory.printable`.
 """
@@ -16,7 +16,7 @@ from loomtui.memory import index as memory
 def register(sub) -> None:
     parser = subcommand(sub, "memory", "list, search, lint or add to the agent's memory index", agent=True)
     parser.set_defaults(func=run_list)
-    inner = parser.add_subparsers(dest="memory_command", metavar="search|lint|add")
+    inner = parser.add_subparsers(dest="memory_command", metavar="search|lint|add|sync")
     search = subcommand(inner, "search", "case-insensitive search of titles, hooks and file bodies; 1 if none")
     search.add_argument("term", metavar="TERM")
     _agent_here(search)
@@ -35,6 +35,10 @@ def register(sub) -> None:
     add.add_argument("--body", metavar="TEXT", help="file content (default: the title and the hook)")
     _agent_here(add)
     add.set_defaults(func=run_add)
+    sync = subcommand(inner, "sync", "commit, pull (rebase), push and checkpoint the ledger head now, for every "
+                                     "memory directory with a memory.remote; 1 if a remote could not be reached")
+    _agent_here(sync)
+    sync.set_defaults(func=run_sync)
 
 
 def _agent_here(parser: argparse.ArgumentParser) -> None:
@@ -102,3 +106,21 @@ def run_add(args: argparse.Namespace) -> int:
     _say(f"created {path}")
     _say(f"{index}: {line}")
     return 0
+
+
+def run_sync(args: argparse.Namespace) -> int:
+    from loomtui.memory import replica
+
+    ctx = base_context(args)
+    found = replica.targets(ctx.config, ctx.state_dir)
+    if not found:
+        where = ctx.config_path or "the config"
+        raise LoomError(f"{where}: memory.remote: not set, so there is no replica to sync", exit_code=2)
+    failed = 0
+    for target in found:
+        outcome, state = replica.sync_once(ctx.store, target, forced=True)
+        for line in outcome.lines() or ["nothing to do"]:
+            _say(f"{target.memory.dir}: {line}")
+        _say(f"{target.memory.dir}: {replica.lag_line(state)}")
+        failed += bool(outcome.error)
+    return 1 if failed else 0

@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
           f"{queue.get('witnessed', 0)} witnessed")
     print(f"supervisor      {_supervisor_line(status)}")
     print(f"ledger          {status.ledger_events} events")
+    if status.replica is not None:
+        print(f"memory replica  {printable(status.replica.describe())}")
     print(f"telegram        {_telegram_line(status.outbox, status.conflict, base.config.telegram.chat_id)}")
     _print_pushes(status)
     if status.last_events:
@@ -67,6 +69,11 @@ def run_all(args: argparse.Namespace, statuses: list, chat_id: int) -> int:
     print(f"config          {first.config or '(defaults)'}")
     print(f"supervisor      {_supervisor_line(first)}")
     print(f"ledger          {first.ledger_events} events")
+    shown: set[str] = set()
+    for s in statuses:  # one line per replicated memory directory (agents may share one)
+        if s.replica is not None and s.replica.dir not in shown:
+            shown.add(s.replica.dir)
+            print(printable(f"memory replica  {s.replica.describe()}" + (f" ({s.replica.dir})" if len(statuses) > 1 else "")))
     print(f"telegram        {_telegram_line(first.outbox, first.conflict, chat_id)}")
     _print_pushes(first)
     width = max(len("AGENT"), *(len(s.name) for s in statuses))

@@ -391,9 +391,15 @@ def agent_loops(ctx: Context) -> list[TickLoop]:
 
 
 def tick_loops(ctx: Context) -> list[TickLoop]:
-    """Every agent's loops, then the host's: the sentinel scans every job once, whichever agent it nudges."""
+    """Every agent's loops, then the host's: the sentinel scans every job once, whichever agent it
+    nudges; each replicated memory directory (and the ledger's own replica) has a loop of its own."""
     out = [spec for name in ctx.config.agent_names for spec in agent_loops(ctx.for_agent(name))]
     out.append(TickLoop("sentinel", ctx.config.sentinel.interval, sentinel_tick))
+    from loomtui.daemon import replica_loop  # memory replicated with git (memory/replica.py)
+    from loomtui.memory.replica import targets
+
+    for target in targets(ctx.config, ctx.state_dir):
+        out.append(TickLoop(target.name, replica_loop.period(target), replica_loop.replica_tick(target)))
     if ctx.config.telegram.chat_id:
         from loomtui.daemon.head_notice import PERIOD, head_tick  # the ledger's head, off the machine daily
 

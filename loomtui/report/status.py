@@ -208,6 +208,40 @@ STATE_WORDS: dict[str, str] = {
 
 
 @dataclass(frozen=True)
+class ReplicaLook:
+    """The memory replica as its last sync left it (`.git/loom-replica.json`; no git is run)."""
+
+    remote: str
+    dir: str
+    lag: Any  # replica_rules.Lag, or None before the first sync
+    at: float
+
+    def describe(self, *, short: bool = False) -> str:
+        from loomtui.memory import replica_rules
+
+        return replica_rules.lag_words(self.lag, self.at, short=short)
+
+    def as_json(self) -> dict[str, Any]:
+        lag = self.lag
+        return {"remote": self.remote, "dir": self.dir, "synced": lag is not None,
+                "last_push": lag.last_push if lag else None, "last_pull": lag.last_pull if lag else None,
+                "unpushed": lag.ahead if lag else None, "error": lag.error if lag else "",
+                "error_since": lag.error_since if lag else None, "conflicts": lag.conflicts if lag else 0,
+                "describe": self.describe()}
+
+
+def replica_look(ctx: Context, now: float) -> ReplicaLook | None:
+    """None where the agent's memory has no remote."""
+    memory = ctx.config.memory
+    if not memory.remote:
+        return None
+    from loomtui.memory import replica
+
+    state = replica.read_state(memory.dir)
+    return ReplicaLook(memory.remote, str(memory.dir), state.lag() if state is not None else None, now)
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     age: float
     pid: int | None
@@ -238,6 +272,7 @@ class Status:
     boot_grace: float = 0.0                 # the agent's boot grace (agent.boot_grace): for the lifecycle
     turn: TurnLook | None = None            # the turn as the hooks tell it (None: no hooks configured)
     pushes: dict[str, dict[str, Any]] = field(default_factory=dict)  # each push heartbeat's last beat (the host's)
+    replica: ReplicaLook | None = None      # the memory replica's lag (None: no memory.remote)
 
     @property
     def moment(self) -> Instant | float:
@@ -297,6 +332,7 @@ class Status:
             "hold": self.hold.record() if self.hold is not None else None,
             "last_launch": self.last_launch.as_dict() if self.last_launch is not None else None,
             "relaunch": self.relaunch.as_json() if self.relaunch else None,
+            "replica": self.replica.as_json() if self.replica else None,
         }
 
     def _agent_json(self) -> dict[str, Any] | None:
@@ -352,6 +388,7 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         boot_grace=ctx.config.agent.boot_grace,
         turn=turn_look(ctx, at),
         pushes=pushes(ctx),
+        replica=replica_look(ctx, now),
     )
 
 

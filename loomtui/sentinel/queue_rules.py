@@ -226,7 +226,15 @@ def quoted(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+MEMORY_CONFLICT = "memory_conflict"  # the memory replica kept both sides of a file (memory/replica.py)
+
+
 def nudge_text(item: Item) -> str:
+    if item.kind == MEMORY_CONFLICT:
+        # The sample is Loom's own sentence around file names from the memory directory: quoted.
+        return (f"[loom sentinel] Queue item {item.id}: the memory replica met a conflict and kept both sides: "
+                f"{quoted(item.sample)}. Merge what is worth keeping into the file, delete the copy "
+                f"{shlex.quote(item.log)}, then run: {resolve_command(item.id)}")
     what = {LINE: "failure lines in its log", EXIT: "a failed run", MISSED: "a missed schedule",
             SCAN: "an unreadable log"}.get(item.kind, item.kind)
     what += f" (seen {item.count}x)" if item.count > 1 else ""
@@ -240,6 +248,10 @@ def escalation_text(item: Item, now: Instant | float) -> str:
     from loomtui.durations import format_duration
 
     open_for = format_duration(age(item.seen, as_instant(now)))
+    if item.kind == MEMORY_CONFLICT:
+        return (f"Loom: a memory conflict has waited {open_for} for the agent to reconcile it (queue item "
+                f"{item.id}, agent nudged {item.nudges}x): {item.signature[:120]}; this box's side is {item.log}. "
+                "See loom queue.")
     return (f"Loom: job {quoted(item.job)} has an open failure for {open_for} "
             f"(queue item {item.id}, seen {item.count}x, agent nudged {item.nudges}x): {item.signature[:120]}. "
             f"Log: {item.log}. See loom queue.")

@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,13 +169,21 @@ def parse_head(text: str) -> tuple[int, str]:
     return int(match[1]), match[2]
 
 
-def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = None) -> Verdict:
+def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = None,
+           checkpoints: Iterable[tuple[int, str]] = ()) -> Verdict:
     """Walk the chain in id order; the first event that does not hold is named.
 
     With `kept` (a head the operator kept elsewhere: `loom ledger head` earlier, an escalation,
     the daily line), the chain must also still lead to it: the event at that id has exactly that
     hash. The chain alone cannot see a rewrite that recomputed every later hash and the head (the
-    agent runs as the same user and can do that); a head kept off the machine can."""
+    agent runs as the same user and can do that); a head kept off the machine can.
+
+    `checkpoints` are more such heads (every one the replica's remote holds): each must hold too."""
+    wanted: dict[int, list[str]] = {}
+    for seq, digest in checkpoints:
+        wanted.setdefault(seq, []).append(digest)
+    if any(d != GENESIS for d in wanted.get(0, [])):
+        return Verdict(False, 0, 0, "a checkpoint of event 0 is not the genesis (event 0 is all zeros)")
     expected_id = 1
     prev_hash = GENESIS
     count = 0
@@ -207,6 +216,10 @@ def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = No
                     if r["hash"] != kept[1]:
                         return Verdict(False, count, rid, f"its hash is {r['hash']}, not the kept head's "
                                                           f"{kept[1]}: the history up to it was rewritten")
+                for digest in wanted.pop(rid, ()):
+                    if r["hash"] != digest:
+                        return Verdict(False, count, rid, f"its hash is {r['hash']}, not the checkpoint's "
+                                                          f"{digest}: the history up to it was rewritten")
                 prev_hash = r["hash"]
                 expected_id += 1
                 count += 1
@@ -219,10 +232,21 @@ def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = No
             if int(head["id"]) > count:
                 return Verdict(False, count, count + 1, f"missing: the head says {head['id']} events exist: deleted")
             return Verdict(False, count, int(head["id"]), "the ledger head does not match the last event")
+    wanted.pop(0, None)
+    if wanted:
+        return Verdict(False, count, min(wanted), f"the ledger ends at event {count}, before the checkpoint of "
+                                                  f"event {min(wanted)}: events were removed and the chain rebuilt")
     if kept is not None and not kept_seen:
         return Verdict(False, count, kept[0], f"the ledger ends at event {count}, before the kept head: "
                                               "events were removed and the chain rebuilt")
     return Verdict(True, count)
+
+
+def escalated_after(store: Store, seen: int, kinds: Iterable[str]) -> bool:
+    """Whether an event of one of `kinds` (an escalation, an alert) came after event `seen`."""
+    names = list(kinds)
+    return store.query_one(f"SELECT 1 FROM ledger WHERE id > ? AND kind IN ({','.join('?' * len(names))}) LIMIT 1",
+                           (seen, *names)) is not None
 
 
 def count(store: Store) -> int:

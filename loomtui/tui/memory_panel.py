@@ -31,6 +31,7 @@ from loomtui.memory import index as memory
 from loomtui.tui.modals import DetailScreen, PromptScreen
 
 PREVIEW_LIMIT = 64 * 1024
+REPLICA_REFRESH = 15.0  # seconds between looks at the replica's lag (a small JSON file in .git)
 WATCH_DEBOUNCE_MS = 200
 
 # One column of symbols keeps the table narrow enough for 80 columns.
@@ -119,6 +120,10 @@ class MemoryPanel(Widget):
         error: str | None
 
     @dataclass
+    class ReplicaLoaded(Message):
+        words: str | None  # the replica's lag, short (None: this directory is not replicated)
+
+    @dataclass
     class PreviewLoaded(Message):
         key: str
         text: Text
@@ -145,6 +150,8 @@ class MemoryPanel(Widget):
         self._rewatch = threading.Event()
         self._watch_dirs: frozenset[str] = frozenset()
         self._head = Text()
+        self._summary = Text("loading…")
+        self._replica_words: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(Text("loading…"), id="memory-summary", markup=False)
@@ -161,6 +168,26 @@ class MemoryPanel(Widget):
         self._stop = threading.Event()
         self.reload()
         self._watch()
+        # The lag reads "pushed 2m ago": it ages without any change in the directory to reload on.
+        self.set_interval(REPLICA_REFRESH, self._replica)
+
+    @work(thread=True, exclusive=True, group="memory-replica", exit_on_error=False)
+    def _replica(self) -> None:
+        from loomtui.memory import replica
+
+        state = replica.read_state(self.memory_dir)
+        self.post_message(self.ReplicaLoaded(None if state is None else replica.lag_line(state, short=True)))
+
+    def on_memory_panel_replica_loaded(self, message: ReplicaLoaded) -> None:
+        self._replica_words = message.words
+        self._show_summary()
+
+    def _show_summary(self) -> None:
+        text = self._summary.copy()
+        if self._replica_words is not None:
+            text.append(" · replica " + memory.printable(self._replica_words),
+                        style="yellow" if "offline" in self._replica_words else "")
+        self.query_one("#memory-summary", Static).update(text)
 
     def on_unmount(self) -> None:
         self._stop.set()
@@ -170,6 +197,7 @@ class MemoryPanel(Widget):
     def reload(self) -> None:
         self._generation += 1
         self._load(self._generation)
+        self._replica()
 
     @work(thread=True, exclusive=True, group="memory-load", exit_on_error=False)
     def _load(self, generation: int) -> None:
@@ -240,13 +268,13 @@ class MemoryPanel(Widget):
         if message.generation != self._generation:
             return  # a slower, older load finished after a newer one started
         table = self.query_one(DataTable)
-        summary = self.query_one("#memory-summary", Static)
         current = self._selected_key()
         table.clear()
         self._rows = {}
         self.report = message.report
         if message.report is None:
-            summary.update(Text(memory.printable(message.error or "no memory"), style="red"))
+            self._summary = Text(memory.printable(message.error or "no memory"), style="red")
+            self._show_summary()
             self._show_preview(None)
             return
         report = message.report
@@ -270,7 +298,8 @@ class MemoryPanel(Widget):
         text.append(memory.printable(f"{report.index_name}: {count}"))
         text.append(f" · {problems} problem{'s' * (problems != 1)}" if problems else " · clean",
                     style="bold red" if problems else "green")
-        summary.update(text)
+        self._summary = text
+        self._show_summary()
         if current in self._rows:
             table.move_cursor(row=table.get_row_index(current))
         self._show_preview(self._selected_key(), refresh=current == self._selected_key())

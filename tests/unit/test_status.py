@@ -15,13 +15,14 @@ from loomtui.tui.snapshot import PaneView, header_from
 # The keys `loom status --json` has printed since the first release: scripts rely on them.
 KEYS = {"state_dir", "config", "pinned_session", "ledger", "supervisor", "heartbeats", "last_events", "telegram",
         "agent", "canary", "queue", "hold", "last_launch"}
-# Keys added since, beside the old ones: the last relaunch and whether a canary ack witnessed it.
-ADDED = {"relaunch"}
+# Keys added since, beside the old ones: the last relaunch and whether a canary ack witnessed it; the
+# memory replica's lag (null without memory.remote).
+ADDED = {"relaunch", "replica"}
 
 
 def test_loom_status_json_keeps_its_keys(loom):
     data = json.loads(loom("status", "--json").stdout)
-    assert set(data) == KEYS | ADDED and data["relaunch"] is None
+    assert set(data) == KEYS | ADDED and data["relaunch"] is None and data["replica"] is None
     assert set(data["supervisor"]) == {"heartbeat_age", "pid"} and set(data["telegram"]) == {"outbox", "conflict"}
     assert set(data["agent"]) >= {"tmux", "why"} and set(data["ledger"]) == {"events"}
 

@@ -1,0 +1,97 @@
+"""The system's git, run for the memory replica: an argv list (never a shell), a timeout on every
+call, and an environment of Loom's own so no system config or prompt changes what it does.
+
+What is Loom's: the identity (`Loom on HOST`), no system config (GIT_CONFIG_NOSYSTEM), never a
+prompt for a password or a host key (GIT_TERMINAL_PROMPT=0, ssh in BatchMode unless GIT_SSH_COMMAND
+says otherwise), no hooks, no signing, no pager. What stays the operator's: the global config
+(GIT_CONFIG_GLOBAL or ~/.gitconfig: credential helpers, `url.insteadOf`), and ssh's own config.
+A call that outlives its timeout is ended with its whole process group (git's ssh included).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from loomtui.errors import LoomError
+
+GIT = "/usr/bin/git" if os.path.exists("/usr/bin/git") else "git"
+# Settings that would change what a command does, pinned whatever the operator's global config says.
+PINNED = ("-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false", "-c", "core.autocrlf=false",
+          "-c", "core.quotepath=false", "-c", "rebase.autoStash=false", "-c", "rebase.autoSquash=false",
+          "-c", "advice.detachedHead=false", "-c", "init.defaultBranch=main", "-c", "protocol.ext.allow=never")
+
+
+class GitError(LoomError):
+    """A git call that failed or timed out: one line naming the command and the directory."""
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int
+    out: str
+    err: str
+    data: bytes = b""  # stdout as it came (a blob need not be UTF-8)
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0
+
+    def first_error_line(self) -> str:
+        for line in (self.err or self.out).splitlines():
+            line = line.strip()
+            if line and not line.startswith("hint:"):
+                return line[:200]
+        return f"exit {self.code}"
+
+
+def environment(host: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    for name in list(env):
+        # A caller's GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE... would point git somewhere else.
+        if name.startswith("GIT_") and name not in ("GIT_CONFIG_GLOBAL", "GIT_SSH_COMMAND", "GIT_SSH"):
+            del env[name]
+    who = f"Loom on {host}"
+    env.update({
+        "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_EDITOR": "true",
+        "GIT_AUTHOR_NAME": who, "GIT_AUTHOR_EMAIL": f"loom@{host}", "GIT_COMMITTER_NAME": who,
+        "GIT_COMMITTER_EMAIL": f"loom@{host}", "LC_ALL": "C",
+    })
+    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    return env
+
+
+class Git:
+    """git in one work tree, every call ended after `timeout` seconds."""
+
+    def __init__(self, work_tree: Path, host: str, timeout: float) -> None:
+        self.work_tree = Path(work_tree)
+        self.timeout = timeout
+        self.env = environment(host)
+        self.hooks = self.work_tree / ".git" / "loom-no-hooks"  # an empty directory: no hook runs
+
+    def run(self, *args: str, check: bool = True, timeout: float | None = None) -> Result:
+        argv = [GIT, *PINNED, "-c", f"core.hooksPath={self.hooks}", "-C", str(self.work_tree), *args]
+        limit = self.timeout if timeout is None else timeout
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=self.env, start_new_session=True)
+        except OSError as exc:
+            raise GitError(f"{self.work_tree}: cannot run git: {exc.strerror or exc}") from None
+        try:
+            out, err = proc.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # its own session: git and the ssh it started
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+            raise GitError(f"{self.work_tree}: git {args[0]} did not finish within {limit:g}s "
+                           "(memory.git_timeout)") from None
+        result = Result(proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), out)
+        if check and not result.ok:
+            raise GitError(f"{self.work_tree}: git {args[0]} failed: {result.first_error_line()}")
+        return result

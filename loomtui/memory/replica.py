@@ -1,0 +1,523 @@
+"""The memory directory replicated with git: committed after a quiet period, pulled with rebase,
+pushed; the ledger's head checkpointed beside it. The decisions are `replica_rules`; this is git.
+
+The memory directory is its own git work tree (`git init` on the first sync), its remote `origin`.
+A rebase that conflicts never loses a side: for each conflicting file the remote's version stays
+as FILE and this box's is kept as FILE.conflict-HOST-TIME, both committed, and a queue item asks
+the agent to reconcile them (its nudges come from the sentinel, as for a failing job's). A remote
+that cannot be reached leaves the commits local; the next try (with a backoff) pushes them.
+
+What the last sync left (push and pull times, commits not pushed, the error while offline) is kept
+in `.git/loom-replica.json`, beside the repository it describes: `loom status` and the console read
+it without running git, and the daemon and `loom memory sync` share it under `.git/loom-replica.lock`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loomtui import clock
+from loomtui.memory import replica_rules as rules
+from loomtui.memory.git import Git, GitError, Result
+from loomtui.sentinel.queue_rules import CLAIMED, MEMORY_CONFLICT, WITNESSED
+from loomtui.store import ledger, queue_items
+from loomtui.store.db import Store
+from loomtui.store.locks import FileLock
+
+STATE_FILE = "loom-replica.json"
+LOCK_FILE = "loom-replica.lock"
+CHECKPOINTS = ".loom/checkpoints"
+JOB = "memory"                 # the queue's name for the replica, where a job's name stands
+CONFLICT = MEMORY_CONFLICT      # the queue item kind (sentinel.queue_rules words its nudge)
+MAX_REBASE_STOPS = 200         # a rebase stops once per conflicting commit; never loop for ever
+
+
+@dataclass
+class State:
+    """The replica as the last sync left it (stored as JSON in .git)."""
+
+    last_push: float | None = None
+    last_pull: float | None = None
+    last_try: float | None = None
+    failures: int = 0
+    ahead: int = 0
+    error: str = ""
+    error_since: float | None = None
+    rejected: bool = False
+    fingerprint: str = ""
+    changed_at: float | None = None
+    conflicts: int = 0
+    checkpoint_seq: int | None = None
+    checkpoint_at: float | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> State:
+        if not isinstance(data, dict):
+            return cls()
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        try:
+            return cls(**known)
+        except TypeError:
+            return cls()
+
+    def lag(self) -> rules.Lag:
+        return rules.Lag(self.last_push, self.last_pull, self.ahead, self.error, self.error_since, self.conflicts)
+
+
+@dataclass
+class Outcome:
+    """What one sync did, in lines for `loom memory sync` and the daemon's log."""
+
+    committed: bool = False
+    pulled: bool = False
+    pushed: bool = False
+    checkpoint: str = ""
+    conflicts: list[tuple[str, str]] = field(default_factory=list)  # (file, where this box's side went)
+    error: str = ""
+    ahead: int = 0
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.committed:
+            out.append("committed the memory directory's changes")
+        if self.checkpoint:
+            out.append(f"checkpointed the ledger head {self.checkpoint}")
+        if self.pulled:
+            out.append("pulled (rebased onto the remote)")
+        for path, copy in self.conflicts:
+            out.append(f"conflict in {path}: the remote's version kept as {path}, this box's as {copy}")
+        if self.pushed:
+            out.append("pushed")
+        if self.error:
+            out.append(f"remote unreachable: {self.error}; {self.ahead} commit{'s' * (self.ahead != 1)} kept "
+                       "locally until the next try")
+        return out
+
+
+def read_state(directory: Path) -> State | None:
+    """The last sync's record, or None where none was made (no replica, or never synced)."""
+    try:
+        return State.from_json(json.loads((Path(directory) / ".git" / STATE_FILE).read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+class Replica:
+    """One work tree and its remote."""
+
+    def __init__(self, directory: Path, remote: str, *, branch: str = "main", host: str, timeout: float) -> None:
+        self.dir = Path(directory)
+        self.remote = remote
+        self.branch = branch
+        self.host = host
+        self.git = Git(self.dir, host, timeout)
+
+    @classmethod
+    def of_memory(cls, memory: Any) -> Replica:
+        return cls(memory.dir, memory.remote, branch=memory.branch, host=memory.host, timeout=memory.git_timeout)
+
+    @property
+    def remote_ref(self) -> str:
+        return f"refs/remotes/origin/{self.branch}"
+
+    def lock(self, timeout: float | None = None) -> FileLock:
+        """The daemon's loop and `loom memory sync` never run git in this tree at once (LockHeld
+        after `timeout`, by default the git timeout)."""
+        self.ensure_repository()
+        lock = FileLock(self.dir / ".git", LOCK_FILE)
+        lock.acquire(timeout=self.git.timeout if timeout is None else timeout)
+        return lock
+
+    # -- the repository ---------------------------------------------------------------------------
+
+    def ensure_repository(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not (self.dir / ".git").exists():
+            self.git.run("init", "-q", "-b", self.branch)
+
+    def ensure(self) -> None:
+        """A work tree on the branch with `origin` at the configured remote, no rebase left half done."""
+        self.ensure_repository()
+        found = self.git.run("remote", "get-url", "origin", check=False)
+        if not found.ok:
+            self.git.run("remote", "add", "origin", "--", self.remote)
+        elif found.out.strip() != self.remote:
+            self.git.run("remote", "set-url", "origin", "--", self.remote)
+        if self._rebasing():
+            # An earlier sync ended mid-rebase (killed, timed out): its commits are still in the
+            # reflog-safe original branch, which the abort restores.
+            self.git.run("rebase", "--abort", check=False)
+
+    def _rebasing(self) -> bool:
+        git_dir = self.dir / ".git"
+        return (git_dir / "rebase-merge").exists() or (git_dir / "rebase-apply").exists()
+
+    def _has(self, ref: str) -> bool:
+        return self.git.run("rev-parse", "-q", "--verify", ref + "^{commit}", check=False).ok
+
+    def status(self) -> tuple[bool, str]:
+        """(changes not committed, a fingerprint of them: what changed and each file's size and mtime)."""
+        out = self.git.run("status", "--porcelain=v1", "-z", "--untracked-files=all").out
+        if not out:
+            return False, ""
+        parts = [out]
+        for entry in out.split("\0"):
+            rel = entry[3:]
+            if not rel:
+                continue
+            try:
+                st = os.lstat(self.dir / rel)
+                parts.append(f"{rel}:{st.st_size}:{st.st_mtime_ns}")
+            except OSError:
+                parts.append(f"{rel}:gone")
+        return True, "\n".join(parts)
+
+    def commit(self, now: float, message: str | None = None) -> bool:
+        self.git.run("add", "-A")
+        if self.git.run("diff", "--cached", "--quiet", check=False).ok:
+            return False
+        self.git.run("commit", "-q", "--no-verify", "-m", message or f"memory on {self.host} at {_stamp(now)}")
+        return True
+
+    def ahead(self) -> int:
+        if not self._has("HEAD"):
+            return 0
+        spec = f"{self.remote_ref}..HEAD" if self._has(self.remote_ref) else "HEAD"
+        return int(self.git.run("rev-list", "--count", spec).out.strip() or 0)
+
+    def fetch(self) -> None:
+        if not self.git.run("fetch", "-q", "--no-tags", "origin", f"+refs/heads/{self.branch}:{self.remote_ref}",
+                            check=False).ok:
+            self._fetch_empty()
+
+    def _fetch_empty(self) -> None:
+        """The branch may not exist yet (a new, empty remote): that is a reachable remote. Anything
+        else (the remote missing, refusing, timing out) is an error."""
+        probe = self.git.run("ls-remote", "--heads", "origin", check=False)
+        if not probe.ok:
+            raise GitError(f"{self.dir}: git fetch from {self.remote} failed: {probe.first_error_line()}")
+        if f"refs/heads/{self.branch}" in probe.out:
+            self.git.run("fetch", "-q", "--no-tags", "origin", f"+refs/heads/{self.branch}:{self.remote_ref}")
+
+    def integrate(self, now: float) -> list[tuple[str, str]]:
+        """Rebase onto the fetched remote; every conflict resolved by keeping both sides."""
+        if not self._has(self.remote_ref):
+            return []
+        if not self._has("HEAD"):
+            self.git.run("checkout", "-q", "-B", self.branch, self.remote_ref)
+            return []
+        conflicts: list[tuple[str, str]] = []
+        result = self.git.run("rebase", "-q", self.remote_ref, check=False)
+        stops = 0
+        while not result.ok or self._rebasing():
+            stops += 1
+            unmerged = self._unmerged()
+            if not unmerged or stops > MAX_REBASE_STOPS:
+                self.git.run("rebase", "--abort", check=False)
+                raise GitError(f"{self.dir}: git rebase onto {self.remote_ref} failed: {result.first_error_line()}")
+            for path, stages in unmerged.items():
+                conflicts.append((path, self._keep_both(path, stages, now)))
+            self.git.run("add", "-A")
+            result = self.git.run("-c", "core.editor=true", "rebase", "--continue", check=False)
+            if not result.ok and not self._unmerged() and self._rebasing():
+                # Nothing left to commit in this step (the sides agreed after all): skip it.
+                result = self.git.run("rebase", "--skip", check=False)
+        return conflicts
+
+    def _unmerged(self) -> dict[str, dict[int, str]]:
+        found: dict[str, dict[int, str]] = {}
+        for entry in self.git.run("ls-files", "-u", "-z").out.split("\0"):
+            if not entry:
+                continue
+            info, _, path = entry.partition("\t")
+            _mode, sha, stage = info.split()
+            found.setdefault(path, {})[int(stage)] = sha
+        return found
+
+    def _keep_both(self, path: str, stages: dict[int, str], now: float) -> str:
+        """In a rebase stage 2 is the remote's side (the commits replayed onto), 3 this box's."""
+        copy = ""
+        if 3 in stages:
+            copy = self._free_name(rules.conflict_name(path, self.host, _stamp(now)))
+            target = self.dir / copy
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(self._blob(stages[3]))
+        if 2 in stages:
+            self.git.run("checkout", "-q", "--ours", "--", path)
+        else:
+            self.git.run("rm", "-q", "--cached", "--", path)
+            (self.dir / path).unlink(missing_ok=True)
+        return copy or "(deleted here)"
+
+    def _free_name(self, name: str) -> str:
+        candidate, n = name, 1
+        while (self.dir / candidate).exists():
+            n += 1
+            candidate = f"{name}-{n}"
+        return candidate
+
+    def _blob(self, sha: str) -> bytes:
+        return self.git.run("cat-file", "blob", sha).data
+
+    def push(self) -> Result:
+        return self.git.run("push", "-q", "--no-verify", "origin", f"HEAD:refs/heads/{self.branch}", check=False)
+
+    def conflict_copies(self) -> int:
+        listed = self.git.run("ls-files", "-z").out.split("\0")
+        return sum(1 for p in listed if p and rules.is_conflict_copy(p))
+
+    # -- the ledger's checkpoints -----------------------------------------------------------------
+
+    def checkpoint_path(self, host: str | None = None) -> str:
+        return f"{CHECKPOINTS}/{host or self.host}"
+
+    def write_checkpoint(self, seq: int, digest: str, now: float) -> bool:
+        """The head in `.loom/checkpoints/HOST`, committed alone (the memory's own changes keep their
+        quiet period); pushed with the next push."""
+        rel = self.checkpoint_path()
+        target = self.dir / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(target, ledger.format_head(seq, digest) + "\n")
+        self.git.run("add", "--", rel)
+        if self.git.run("diff", "--cached", "--quiet", "--", rel, check=False).ok:
+            return False
+        self.git.run("commit", "-q", "--no-verify", "-m", f"ledger head {seq} on {self.host}", "--only", "--", rel)
+        return True
+
+    def remote_checkpoints(self, host: str | None = None) -> list[tuple[int, str]]:
+        """Every head ever checkpointed for `host` on the remote's branch, as fetched now (an error
+        when the remote cannot be reached: a proof needs the remote's word, not a stale copy)."""
+        self.ensure()
+        self.fetch()
+        if not self._has(self.remote_ref):
+            return []
+        log = self.git.run("log", "-p", "--no-renames", "--format=", self.remote_ref, "--",
+                           self.checkpoint_path(host)).out
+        found: list[tuple[int, str]] = []
+        for line in log.splitlines():
+            if line.startswith("+") and not line.startswith("+++"):
+                try:
+                    found.append(ledger.parse_head(line[1:]))
+                except ValueError:
+                    continue
+        return found
+
+    # -- one sync ---------------------------------------------------------------------------------
+
+    def sync(self, settings: rules.Settings, *, forced: bool = False, starting: bool = False,
+             now: float | None = None, checkpoint: tuple[int, str] | None = None) -> tuple[Outcome, State]:
+        """One look and whatever is due (everything, `forced`); `checkpoint` is a ledger head to commit
+        first. Returns what was done and the state now stored. The caller holds `lock()`."""
+        now = clock.wall() if now is None else now
+        self.ensure()
+        state = read_state(self.dir) or State()
+        outcome = Outcome()
+        if checkpoint is not None and self.write_checkpoint(*checkpoint, now):
+            outcome.checkpoint = ledger.format_head(*checkpoint)
+            state.checkpoint_seq, state.checkpoint_at = checkpoint[0], now
+        dirty, fingerprint = self.status()
+        if fingerprint != state.fingerprint:
+            state.fingerprint, state.changed_at = fingerprint, (now if dirty else None)
+        look = rules.Look(dirty=dirty, changed_at=state.changed_at, ahead=self.ahead(), last_pull=state.last_pull,
+                          last_try=state.last_try, failures=state.failures, forced=forced, starting=starting,
+                          rejected=state.rejected)
+        plan = rules.plan(look, now, settings)
+        if plan.commit and self.commit(now):
+            outcome.committed = True
+            state.fingerprint, state.changed_at = "", None
+        reached, tried = True, plan.pull
+        if plan.pull:
+            state.last_try = now
+            try:
+                self.fetch()
+                outcome.conflicts = self.integrate(now)
+                outcome.pulled, state.last_pull, state.rejected = True, now, False
+            except GitError as exc:
+                reached = False
+                outcome.error = _short(exc)
+        ahead = self.ahead()
+        if reached and ahead and (plan.push or outcome.pulled):
+            state.last_try, tried = now, True
+            pushed = self.push()
+            if pushed.ok:
+                outcome.pushed, state.last_push, ahead = True, now, 0
+            elif _rejected(pushed):
+                state.rejected = True  # the remote moved since the fetch: the next look pulls first
+            else:
+                reached = False
+                outcome.error = _short(GitError(pushed.first_error_line()))
+        if tried and reached:
+            state.failures, state.error, state.error_since = 0, "", None
+        elif not reached:
+            state.failures += 1
+            state.error = outcome.error
+            state.error_since = state.error_since if state.error_since is not None else now
+        state.ahead = outcome.ahead = ahead
+        state.conflicts = self.conflict_copies()
+        _write_atomic(self.dir / ".git" / STATE_FILE, json.dumps(asdict(state), sort_keys=True))
+        return outcome, state
+
+
+def _rejected(result: Result) -> bool:
+    text = result.err + result.out
+    return "[rejected]" in text or "non-fast-forward" in text or "fetch first" in text
+
+
+def _short(exc: Exception) -> str:
+    # "DIR: git fetch failed: WHY" → the part after the directory: the state says whose it is.
+    text = str(exc)
+    return text.split(": ", 1)[1][:300] if ": " in text else text[:300]
+
+
+def _stamp(now: float) -> str:
+    return dt.datetime.fromtimestamp(now).strftime("%Y%m%dT%H%M%S")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# -- the queue: a conflict is the agent's to reconcile ---------------------------------------------
+
+
+def open_conflicts(store: Store, agent: str, directory: Path, conflicts: list[tuple[str, str]], now: float) -> list[int]:
+    """A queue item per conflicting file (one live item per file: a second conflict adds to its count)."""
+    opened = []
+    with store.write() as db:
+        live = {(r["kind"], r["signature"]): r for r in queue_items.live_in(db, JOB)}
+        for path, copy in conflicts:
+            sample = (f"{path} in {directory}: the remote's version kept as {path}, this box's as {copy}; "
+                      "merge them into the file and delete the copy")
+            row = live.get((CONFLICT, path))
+            if row is not None:
+                queue_items.update_in(db, row["id"], {"count": row["count"] + 1, "last_seen": now, "sample": sample,
+                                                      "log": str(directory / copy)})
+                continue
+            row = queue_items.insert_in(db, job=JOB, kind=CONFLICT, signature=path, sample=sample,
+                                        log=str(directory / copy), now=now, count=1, agent=agent)
+            ledger.append_in(db, "queue_new", source="replica", ts=now, agent=agent,
+                             detail={"item": row["id"], "job": JOB, "kind": CONFLICT, "count": 1})
+            live[(CONFLICT, path)] = row
+            opened.append(int(row["id"]))
+    return opened
+
+
+def witness_reconciled(store: Store, directory: Path, pushed_all: bool, now: float) -> list[int]:
+    """A claimed conflict whose copy is gone from the tree, with nothing left unpushed, is done:
+    the replica itself is the clean run that witnesses it."""
+    if not pushed_all:
+        return []
+    done = []
+    prefix = str(directory) + os.sep
+    for row in queue_items.unwitnessed(store):
+        if row["job"] != JOB or row["kind"] != CONFLICT or row["state"] != CLAIMED:
+            continue
+        copy = str(row["log"])
+        if not copy.startswith(prefix) or os.path.lexists(copy):
+            continue
+        with store.write() as db:
+            queue_items.update_in(db, row["id"], {"state": WITNESSED, "witnessed_at": now})
+            ledger.append_in(db, "queue_witness", source="replica", ts=now, agent=row["agent"],
+                             detail={"item": row["id"], "job": JOB, "claimed_by": row["claimed_by"]})
+        done.append(int(row["id"]))
+    return done
+
+
+# -- what is replicated where, from the configuration ----------------------------------------------
+
+LEDGER_DIR = "ledger-replica"  # under the state dir: the work tree of `ledger.remote`
+
+
+@dataclass(frozen=True)
+class Target:
+    """One replicated work tree: its loop's name, the agent its conflicts go to, its settings (a
+    `[memory]` table's), and whether the ledger's checkpoints are committed there."""
+
+    name: str
+    agent: str
+    memory: Any
+    checkpoints: bool
+    interval: float  # ledger.checkpoint_interval
+
+    def replica(self) -> Replica:
+        return Replica.of_memory(self.memory)
+
+    @property
+    def settings(self) -> rules.Settings:
+        return rules.Settings(quiet=self.memory.sync_quiet, pull_interval=self.memory.pull_interval)
+
+
+def targets(config: Any, state_dir: Path) -> list[Target]:
+    """Every memory directory with a remote, once (agents may share one), and the ledger's own
+    work tree where `ledger.remote` is set. The checkpoints go to `ledger.remote`, or else to the
+    first memory remote."""
+    out: list[Target] = []
+    seen: set[Path] = set()
+    interval = config.ledger.checkpoint_interval
+    for name in config.agent_names:
+        memory = config.for_agent(name).memory
+        if not memory.remote or Path(memory.dir) in seen:
+            continue
+        seen.add(Path(memory.dir))
+        first = not out and not config.ledger.remote
+        out.append(Target("replica" if not out else f"replica-{name}", name, memory, first, interval))
+    if config.ledger.remote:
+        own = config.memory.replace(dir=Path(state_dir) / LEDGER_DIR, remote=config.ledger.remote)
+        out.append(Target("ledger_replica", config.agent_names[0], own, True, interval))
+    return out
+
+
+def checkpoint_target(config: Any, state_dir: Path) -> Target | None:
+    return next((t for t in targets(config, state_dir) if t.checkpoints), None)
+
+
+# -- one sync as the daemon and `loom memory sync` do it --------------------------------------------
+
+
+def due_checkpoint(store: Store, target: Target, now: float) -> tuple[int, str] | None:
+    if not target.checkpoints:
+        return None
+    state = read_state(target.memory.dir) or State()
+    seq, digest = ledger.head(store)
+    escalated = state.checkpoint_seq is not None and ledger.escalated_after(store, state.checkpoint_seq,
+                                                                            rules.ESCALATIONS)
+    if rules.checkpoint_due(seq, state.checkpoint_seq, state.checkpoint_at, escalated, now, target.interval):
+        return seq, digest
+    return None
+
+
+def sync_once(store: Store, target: Target, *, forced: bool = False, starting: bool = False,
+              lock_timeout: float | None = None) -> tuple[Outcome, State]:
+    """One sync of `target` under its lock, its conflicts queued and reconciled ones witnessed: the
+    daemon's tick and `loom memory sync` alike."""
+    replica = target.replica()
+    now = clock.wall()
+    checkpoint = due_checkpoint(store, target, now)
+    if forced and target.checkpoints and checkpoint is None and ledger.head(store)[0] > 0:
+        checkpoint = ledger.head(store)  # by hand: the head as it is now (committed only if it moved)
+    with replica.lock(lock_timeout):
+        outcome, state = replica.sync(target.settings, forced=forced, starting=starting, now=now,
+                                      checkpoint=checkpoint)
+    if outcome.conflicts:
+        open_conflicts(store, target.agent, replica.dir, outcome.conflicts, now)
+    witness_reconciled(store, replica.dir, state.ahead == 0 and not state.error, now)
+    return outcome, state
+
+
+def lag_line(state: State | None, now: float | None = None, *, short: bool = False) -> str:
+    """The replica's lag in words (`replica_rules.lag_words`), for status, the console and the CLI."""
+    return rules.lag_words(state.lag() if state is not None else None, clock.wall() if now is None else now,
+                           short=short)

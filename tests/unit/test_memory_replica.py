@@ -1,0 +1,307 @@
+"""The memory replica with the real git: a bare remote under tmp_path, two boxes' memory directories
+(host a and host b), each synced by Loom's own code. No user or system git config is read: HOME and
+GIT_CONFIG_GLOBAL point at files of the test's, and Loom sets its own identity."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from loomtui.memory import replica as rep
+from loomtui.memory import replica_rules as rules
+from loomtui.memory.git import GIT
+from loomtui.sentinel import queue, queue_rules
+from loomtui.store import ledger, queue_items
+from loomtui.store.db import Store
+
+QUIET = rules.Settings(quiet=30.0, pull_interval=300.0)
+T0 = 1_800_000_000.0
+
+
+@pytest.fixture(autouse=True)
+def git_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "gitconfig").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / "gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    return home
+
+
+def git(*args: str, cwd: Path | None = None) -> str:
+    env = {"HOME": str(Path.home()), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(Path.home() / "gitconfig"),
+           "PATH": "/usr/bin:/bin"}
+    return subprocess.run([GIT, *args], cwd=cwd, env=env, capture_output=True, text=True, check=True,
+                          timeout=60).stdout
+
+
+@pytest.fixture
+def remote(tmp_path) -> Path:
+    bare = tmp_path / "remote.git"
+    git("init", "-q", "--bare", "-b", "main", str(bare))
+    return bare
+
+
+def box(tmp_path: Path, remote: Path, host: str) -> rep.Replica:
+    return rep.Replica(tmp_path / host / "memory", str(remote), host=host, timeout=60)
+
+
+def sync(replica: rep.Replica, **kwargs) -> tuple[rep.Outcome, rep.State]:
+    with replica.lock():
+        return replica.sync(QUIET, **kwargs)
+
+
+def remote_file(remote: Path, path: str) -> str:
+    return git("--git-dir", str(remote), "show", f"main:{path}")
+
+
+def test_an_entry_added_on_a_reaches_the_remote_and_b_after_its_pull(tmp_path, remote):
+    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
+    a.dir.mkdir(parents=True)
+    (a.dir / "MEMORY.md").write_text("- [Deploys](deploys.md) — how we deploy\n")
+    (a.dir / "deploys.md").write_text("blue/green\n")
+    done, state = sync(a, forced=True)
+    assert done.committed and done.pushed and state.ahead == 0 and state.last_push is not None
+    assert remote_file(remote, "deploys.md") == "blue/green\n"
+
+    done, _ = sync(b, forced=True)
+    assert done.pulled and (b.dir / "deploys.md").read_text() == "blue/green\n"
+    assert (b.dir / "MEMORY.md").read_text() == (a.dir / "MEMORY.md").read_text()
+    assert "Loom on a" in git("log", "-1", "--format=%an", cwd=b.dir)
+
+
+def test_changes_wait_for_the_quiet_period_before_a_commit(tmp_path, remote):
+    a = box(tmp_path, remote, "a")
+    sync(a, now=T0)  # the start: a pull (of an empty remote) and nothing to commit
+    (a.dir / "note.md").write_text("one\n")
+    done, state = sync(a, now=T0 + 1)
+    assert not done.committed and state.changed_at == T0 + 1  # first seen: the quiet period starts
+    (a.dir / "note.md").write_text("one two\n")
+    done, state = sync(a, now=T0 + 20)
+    assert not done.committed and state.changed_at == T0 + 20  # changed again: it starts over
+    done, state = sync(a, now=T0 + 49)
+    assert not done.committed
+    done, state = sync(a, now=T0 + 50)
+    assert done.committed and done.pushed and remote_file(remote, "note.md") == "one two\n"
+
+
+def test_the_same_file_edited_on_both_keeps_both_versions_and_opens_a_queue_item(tmp_path, remote):
+    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
+    a.dir.mkdir(parents=True)
+    (a.dir / "MEMORY.md").write_text("- [Base](base.md) — the start\n")
+    sync(a, forced=True)
+    sync(b, forced=True)
+    (a.dir / "MEMORY.md").write_text("- [Base](base.md) — the start\n- [From a](a.md) — a's\n")
+    (b.dir / "MEMORY.md").write_text("- [Base](base.md) — the start\n- [From b](b.md) — b's\n")
+    sync(a, forced=True)
+    done, state = sync(b, forced=True, now=T0)
+    assert len(done.conflicts) == 1 and done.pushed
+    path, copy = done.conflicts[0]
+    assert path == "MEMORY.md" and copy.startswith("MEMORY.md.conflict-b-")
+    assert "From a" in (b.dir / "MEMORY.md").read_text()  # the remote's side as the file
+    assert "From b" in (b.dir / copy).read_text()         # this box's beside it
+    assert "From b" in remote_file(remote, copy) and state.conflicts == 1  # both committed and pushed
+    assert not (b.dir / ".git" / "rebase-merge").exists()
+
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    store = Store.in_dir(state_dir)
+    try:
+        opened = rep.open_conflicts(store, "main", b.dir, done.conflicts, T0)
+        again = rep.open_conflicts(store, "main", b.dir, done.conflicts, T0 + 1)
+        assert len(opened) == 1 and again == []  # one live item per file
+        item = queue_items.get(store, opened[0])
+        assert item["job"] == rep.JOB and item["kind"] == rep.CONFLICT and item["count"] == 2
+        assert item["log"] == str(b.dir / copy)
+        assert [e.kind for e in ledger.tail(store, 5)] == ["queue_new"]
+        nudge = queue_rules.nudge_text(queue.from_row(item))
+        assert "kept both sides" in nudge and copy in nudge and f"loom resolve {opened[0]}" in nudge
+
+        # The agent merges, deletes the copy and claims it; the replica, once that is pushed, witnesses it.
+        assert rep.witness_reconciled(store, b.dir, True, T0 + 2) == []  # not claimed yet
+        from conftest import run_loom
+
+        claimed = run_loom("--state-dir", str(state_dir), "resolve", str(opened[0]), "--note", "merged both")
+        assert claimed.returncode == 0, claimed.stderr
+        assert rep.witness_reconciled(store, b.dir, True, T0 + 3) == []  # the copy is still there
+        (b.dir / copy).unlink()
+        done, state = sync(b, forced=True)
+        assert done.pushed and state.conflicts == 0
+        assert rep.witness_reconciled(store, b.dir, True, T0 + 4) == [opened[0]]
+        assert queue_items.get(store, opened[0])["state"] == "witnessed"
+        assert ledger.tail(store, 1)[0].kind == "queue_witness"
+    finally:
+        store.close()
+
+
+def test_offline_commits_stay_local_and_are_pushed_once_the_remote_is_back(tmp_path, remote):
+    a = box(tmp_path, remote, "a")
+    a.dir.mkdir(parents=True)
+    (a.dir / "one.md").write_text("1\n")
+    sync(a, forced=True)
+    away = tmp_path / "away.git"
+    remote.rename(away)  # the remote unreachable
+    (a.dir / "two.md").write_text("2\n")
+    done, state = sync(a, forced=True, now=T0)
+    assert done.committed and not done.pushed and done.error
+    assert state.ahead == 1 and state.failures == 1 and state.error_since == T0
+    (a.dir / "three.md").write_text("3\n")
+    done, state = sync(a, forced=True, now=T0 + 5)
+    assert done.committed and state.ahead == 2 and state.failures == 2 and state.error_since == T0
+    assert "remote unreachable" in rules.lag_words(state.lag(), T0 + 5)
+    # Not forced: inside the backoff the remote is not tried again.
+    done, state = sync(a, now=T0 + 6)
+    assert not done.error and state.failures == 2
+
+    away.rename(remote)
+    done, state = sync(a, forced=True, now=T0 + 30)
+    assert done.pushed and state.ahead == 0 and state.failures == 0 and not state.error
+    assert remote_file(remote, "two.md") == "2\n" and remote_file(remote, "three.md") == "3\n"
+    assert rules.lag_words(state.lag(), T0 + 30).startswith("pushed 0s ago")
+
+
+def test_checkpoints_are_read_back_from_the_remote_history(tmp_path, remote):
+    a = box(tmp_path, remote, "a")
+    sync(a, checkpoint=(3, "a" * 64), forced=True)
+    sync(a, checkpoint=(9, "b" * 64), forced=True)
+    assert remote_file(remote, ".loom/checkpoints/a") == f"9:{'b' * 64}\n"
+    assert a.remote_checkpoints() == [(9, "b" * 64), (3, "a" * 64)]  # every version, newest first
+
+
+# -- through `loom`: the commands, the status line, the configuration --------------------------------
+
+
+def write_config(tmp_path: Path, remote: Path, host: str = "a", **memory: str) -> Path:
+    config = tmp_path / f"config-{host}.toml"
+    lines = [f'state_dir = "{tmp_path / ("state-" + host)}"', "[memory]", f'dir = "{tmp_path / host / "memory"}"',
+             f'remote = "{remote}"', f'host = "{host}"']
+    lines += [f'{key} = "{value}"' for key, value in memory.items()]
+    config.write_text("\n".join(lines) + "\n")
+    return config
+
+
+def loom_at(config: Path, *args: str):
+    from conftest import run_loom
+
+    return run_loom("--config", str(config), *args,
+                    env={"HOME": str(Path.home()), "GIT_CONFIG_GLOBAL": str(Path.home() / "gitconfig")})
+
+
+def test_loom_memory_sync_commits_pushes_and_says_so_and_status_shows_the_lag(tmp_path, remote):
+    config = write_config(tmp_path, remote)
+    (tmp_path / "a" / "memory").mkdir(parents=True)
+    (tmp_path / "a" / "memory" / "MEMORY.md").write_text("- [One](one.md) — the first\n")
+    done = loom_at(config, "memory", "sync")
+    assert done.returncode == 0, done.stderr
+    assert "committed" in done.stdout and "pushed" in done.stdout and "0 commits to push" in done.stdout
+    assert remote_file(remote, "MEMORY.md").startswith("- [One]")
+    status = loom_at(config, "status")
+    assert "memory replica  pushed" in status.stdout and "0 commits to push" in status.stdout
+    data = __import__("json").loads(loom_at(config, "status", "--json").stdout)
+    assert data["replica"]["unpushed"] == 0 and data["replica"]["last_push"] is not None
+    assert data["replica"]["remote"] == str(remote)
+
+
+def test_loom_memory_sync_offline_keeps_the_commit_and_fails(tmp_path, remote):
+    config = write_config(tmp_path, tmp_path / "nowhere.git")
+    (tmp_path / "a" / "memory").mkdir(parents=True)
+    (tmp_path / "a" / "memory" / "note.md").write_text("kept\n")
+    done = loom_at(config, "memory", "sync")
+    assert done.returncode == 1
+    assert "remote unreachable" in done.stdout and "1 commit kept locally" in done.stdout
+    assert git("log", "-1", "--format=%s", cwd=tmp_path / "a" / "memory").startswith("memory on a")
+
+
+@pytest.mark.parametrize(("key", "value", "words"), [
+    ("remote", "-oProxyCommand=touch pwned", "must not start with '-'"),
+    ("remote", "https://me:ghp_secret@forge.example/mem.git", "credential helper"),
+    ("sync_quiet", "0s", "must be longer than 0s"),
+    ("pull_interval", "soon", "duration"),
+    ("host", "a/b", "letters, digits"),
+])
+def test_a_bad_replica_setting_is_one_line_naming_the_file_and_key(tmp_path, remote, key, value, words):
+    config = write_config(tmp_path, remote)
+    text = config.read_text()
+    text = text.replace(f'remote = "{remote}"', f'remote = "{value}"') if key == "remote" else text + \
+        f'{key} = "{value}"\n'
+    if key == "host":
+        text = text.replace('host = "a"\n', "")
+    config.write_text(text)
+    done = loom_at(config, "memory", "sync")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(config) in lines[0] and f"memory.{key}" in lines[0] and words in lines[0]
+    assert "ghp_secret" not in done.stderr  # a secret in the URL is refused without being repeated
+
+
+def test_ledger_verify_remote_passes_then_fails_after_a_local_rewrite_with_recomputed_hashes(tmp_path, remote):
+    from test_ledger_head import fill, rewrite
+
+    config = write_config(tmp_path, remote)
+    state_dir = tmp_path / "state-a"
+    state_dir.mkdir(mode=0o700)
+    with Store.in_dir(state_dir) as store:
+        fill(store, 12)
+    assert loom_at(config, "memory", "sync").returncode == 0  # the head goes off the box with the sync
+    assert remote_file(remote, ".loom/checkpoints/a").startswith("12:")
+    with Store.in_dir(state_dir) as store:
+        fill(store, 3)  # the ledger goes on after the checkpoint
+    ok = loom_at(config, "ledger", "verify", "--remote")
+    assert ok.returncode == 0, ok.stderr
+    assert "1 checkpoint on the remote" in ok.stdout and "(the newest 12:" in ok.stdout
+
+    rewrite(state_dir, 5, {"i": 999, "forged": True})
+    assert loom_at(config, "ledger", "verify").returncode == 0  # the chain alone cannot tell
+    caught = loom_at(config, "ledger", "verify", "--remote")
+    assert caught.returncode == 1
+    assert "ledger broken at event 12" in caught.stderr and "the checkpoint's" in caught.stderr
+
+
+def test_ledger_verify_remote_without_a_remote_or_a_checkpoint_says_why(tmp_path, remote):
+    bare = tmp_path / "config.toml"
+    bare.write_text(f'state_dir = "{tmp_path / "s"}"\n')
+    none = loom_at(bare, "ledger", "verify", "--remote")
+    assert none.returncode == 2 and "neither is set" in none.stderr
+    empty = loom_at(write_config(tmp_path, remote), "ledger", "verify", "--remote")
+    assert empty.returncode == 1 and "no ledger checkpoint of host a" in empty.stderr
+
+
+def test_the_console_memory_summary_shows_the_lag_at_80_columns(tmp_path, remote):
+    import asyncio
+
+    from test_memory_panel import PanelApp, until
+    from textual.widgets import Static
+
+    a = box(tmp_path, remote, "a")
+    a.dir.mkdir(parents=True)
+    (a.dir / "MEMORY.md").write_text("- [One](one.md) — the first\n")
+    (a.dir / "one.md").write_text("1\n")
+    sync(a, forced=True)
+    (a.dir / "two.md").write_text("2\n")
+    remote.rename(tmp_path / "away.git")
+    sync(a, forced=True)  # offline: one commit kept locally
+
+    async def run() -> None:
+        app = PanelApp(a.dir)
+        async with app.run_test(size=(80, 24)) as pilot:
+            summary = app.query_one("#memory-summary", Static)
+            await until(pilot, lambda: "replica" in summary.content.plain, what="the replica's lag")
+            line = summary.content.plain
+            assert "MEMORY.md: 1 entry" in line and "1 to push offline" in line and "↑" in line
+            assert len(line) <= 78 and summary.region.width <= 80  # one line inside the padding
+
+    asyncio.run(run())
+
+
+def test_a_remote_that_hangs_is_given_up_after_the_git_timeout_and_the_commit_kept(tmp_path, monkeypatch):
+    # ssh that never answers (a sleep in its place): git waits on it until Loom ends the group.
+    monkeypatch.setenv("GIT_SSH_COMMAND", "sleep 600; true")  # git appends its arguments to `true`
+    hung = rep.Replica(tmp_path / "h" / "memory", "ssh://nowhere.invalid/memory.git", host="h", timeout=1)
+    hung.dir.mkdir(parents=True)
+    (hung.dir / "note.md").write_text("kept\n")
+    done, state = sync(hung, forced=True)
+    assert done.committed and not done.pushed
+    assert "did not finish within 1s" in state.error and state.ahead == 1
