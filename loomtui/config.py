@@ -44,7 +44,7 @@ from loomtui.config_schema import (
 )
 from loomtui.durations import parse_duration
 from loomtui.errors import ConfigError
-from loomtui.states import AGENT_NAME_PATTERN, MAIN_AGENT
+from loomtui.states import AGENT_NAME_PATTERN, MAIN_AGENT, MEMORY_QUEUE
 
 APP_NAME = "loom"
 MAIN = MAIN_AGENT  # the agent a single [agent] table describes
@@ -500,6 +500,11 @@ class Config(Section):
                 object.__setattr__(job, "agent", first.name)
             elif job.agent not in names:
                 raise Bad(("jobs", i, "agent"), f"no agent named {job.agent!r} (agents: {', '.join(names)})")
+        if any(a.memory.remote for a in agents):
+            for i, job in enumerate(self.jobs):
+                if job.name == MEMORY_QUEUE:
+                    raise Bad(("jobs", i, "name"), f"{MEMORY_QUEUE!r} is the memory replica's own queue (memory.remote "
+                              "is set; a clean run of this job would witness its conflicts): rename the job")
         beats: set[str] = set()
         for i, beat in enumerate(self.heartbeat):
             if not beat.name:

@@ -9,6 +9,9 @@ from typing import Literal, get_args
 # Agents: the one agent of a single [agent] table (and of every row written before agents had
 # names), and the names [[agents]] may take (they appear in tmux session names and paths).
 MAIN_AGENT = "main"
+# The queue's job name for the memory replica's conflicts: no [[jobs]] entry may take it while a
+# memory remote is set (its clean runs would witness them).
+MEMORY_QUEUE = "memory"
 AGENT_NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,31}"
 
 # tmux: the server and session answered (UP), said they are not there (GONE), or did not answer.

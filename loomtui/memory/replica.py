@@ -26,6 +26,7 @@ from loomtui import clock
 from loomtui.memory import replica_rules as rules
 from loomtui.memory.git import Git, GitError, Result
 from loomtui.sentinel.queue_rules import CLAIMED, MEMORY_CONFLICT, WITNESSED
+from loomtui.states import MEMORY_QUEUE
 from loomtui.store import ledger, queue_items
 from loomtui.store.db import Store
 from loomtui.store.locks import FileLock
@@ -33,7 +34,7 @@ from loomtui.store.locks import FileLock
 STATE_FILE = "loom-replica.json"
 LOCK_FILE = "loom-replica.lock"
 CHECKPOINTS = ".loom/checkpoints"
-JOB = "memory"                 # the queue's name for the replica, where a job's name stands
+JOB = MEMORY_QUEUE             # the queue's name for the replica, where a job's name stands
 CONFLICT = MEMORY_CONFLICT      # the queue item kind (sentinel.queue_rules words its nudge)
 MAX_REBASE_STOPS = 200         # a rebase stops once per conflicting commit; never loop for ever
 

@@ -352,3 +352,12 @@ def test_an_unknown_key_names_the_known_one_it_is_closest_to(tmp_path, text, lin
     with pytest.raises(ConfigError) as err:
         load_config(str(path), {})
     assert str(err.value) == f"{path}: {line}"
+
+
+def test_a_job_may_not_take_the_memory_replica_s_queue_name(tmp_path):
+    job = '[[jobs]]\nname = "memory"\nlog = "x.log"\n'
+    config, _ = load_config(str(write(tmp_path, job)), {})  # no replica: the name is free
+    assert config.jobs[0].name == "memory"
+    with pytest.raises(ConfigError) as info:
+        load_config(str(write(tmp_path, '[memory]\nremote = "/srv/memory.git"\n' + job)), {})
+    assert info.value.exit_code == 2 and "jobs[0].name" in str(info.value) and "memory replica" in str(info.value)
