@@ -2,17 +2,25 @@
 prompts the agent's hook reported (hook_events), matched by witness_rules; a line unmatched past
 `agent.dispatch_timeout` is recorded as `dispatch_missing`, once. The caller rings the canary: a
 probe at once is all a missing dispatch ever causes (canary.loop asks `line_calling_for_probe`).
+
+A line typed into a turn still busy (or waiting for permission) is queued by the CLI behind it
+(hooks.turns.explains): it is not missing while that turn runs, and its timeout starts again when
+the turn is seen ended, since the CLI takes the queued line only then.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import replace
 
 from loomtui import clock
 from loomtui.canary.runs import last_probe
 from loomtui.context import Context
 from loomtui.hooks.ingest import SOURCE
+from loomtui.hooks import turns
 from loomtui.hooks.settings import wanted
+from loomtui.hooks.turn_rules import Turn
 from loomtui.hooks.witness_rules import EARLY, Prompt, Typed, probe_now, witness
 from loomtui.store import counters, ledger
 from loomtui.store import hook_events as table
@@ -38,6 +46,7 @@ class Witness:
         self.floor = table.ledger_floor(ctx.store, START_BACK)
         self.started = clock.wall()
         self.first_seen: dict[int, Instant] = {}
+        self.typed_at: dict[int, float] = {}  # a held-back line's own typing time (first_seen moved on)
         self.used: set[int] = set()
 
     def look(self) -> tuple[int, float | None]:
@@ -60,12 +69,17 @@ class Witness:
         recorded = {int(r["typed"]) for r in table.missing_since(ctx.store, ctx.agent, self.floor)
                     if isinstance(r["typed"], int)}
         verdict = witness(typed, prompts, recorded, now, self.timeout)
+        held = self._held_back(verdict.missing, now)
+        if held:
+            verdict = replace(verdict, missing=[line for line in verdict.missing if line.id not in held],
+                              next_due=min(verdict.next_due or self.timeout, self.timeout))
         taken = {p.id: p for p in prompts}
         if verdict.missing or verdict.dispatched:
             with ctx.store.write() as db:
                 for line in verdict.missing:
                     ledger.append_in(db, "dispatch_missing", source=SOURCE, detail={
-                        "typed": line.id, "kind": line.kind, "typed_at": line.at.wall, "after": self.timeout})
+                        "typed": line.id, "kind": line.kind, "typed_at": self.typed_at.get(line.id, line.at.wall),
+                        "after": self.timeout})
                     counters.bump_in(db, MISSING_TOTAL, {"agent": ctx.agent})
                 by_id = {line.id: line for line in typed}
                 for line_id, prompt_id in verdict.dispatched.items():
@@ -89,10 +103,25 @@ class Witness:
             out.append(Typed(int(row["id"]), at, said, str(row["kind"])))
         return out
 
+    def _held_back(self, late: list[Typed], now: Instant) -> set[int]:
+        """Of the lines past their timeout, those a busy turn still holds back: each one's timeout
+        starts again now (it is owed a prompt `timeout` after the turn that holds it ends)."""
+        if not late:
+            return set()
+        seen = _lazy(lambda: turns.read(self.ctx))
+        held = set()
+        for line in late:
+            if turns.explains(self.ctx, self.typed_at.get(line.id, line.at.wall), now, seen):
+                self.typed_at.setdefault(line.id, line.at.wall)
+                self.first_seen[line.id] = now
+                held.add(line.id)
+        return held
+
     def _advance(self, read_to: int, unsettled: list[int]) -> None:
         """Read from the first line still unsettled next time, or past the last one read."""
         self.floor = min(unsettled) - 1 if unsettled else read_to
         self.first_seen = {i: at for i, at in self.first_seen.items() if i > self.floor}
+        self.typed_at = {i: at for i, at in self.typed_at.items() if i > self.floor}
 
 
 def line_calling_for_probe(ctx: Context) -> float | None:
@@ -110,6 +139,17 @@ def line_calling_for_probe(ctx: Context) -> float | None:
     else:
         called = probe_now(typed_at, last.sent_at, last.result, last.ack_at)
     return typed_at if called else None
+
+
+def _lazy(read: Callable[[], list[Turn]]) -> Callable[[], list[Turn]]:
+    """`read` once, at the first call."""
+    kept: list[list[Turn]] = []
+
+    def get() -> list[Turn]:
+        if not kept:
+            kept.append(read())
+        return kept[0]
+    return get
 
 
 def _detail(raw: object) -> dict:

@@ -314,6 +314,8 @@ def test_the_witness_records_a_missing_dispatch_once_and_a_witnessed_one_never(t
         with ctx.store.write() as db:
             hook_events.insert_in(db, ctx.agent, clock.now(), "UserPromptSubmit", "s", "",
                                   {"length": 11, "said": said("hello there")})
+            # Its turn over at once: nothing holds the other lines back (a busy turn would, below).
+            hook_events.insert_in(db, ctx.agent, clock.now(), "Stop", "s", "", {})
         virtual.advance(10)
         assert seen.look() == (0, pytest.approx(5.0))
         assert line_calling_for_probe(ctx) is None
@@ -330,6 +332,52 @@ def test_the_witness_records_a_missing_dispatch_once_and_a_witnessed_one_never(t
         # A witness started afresh (a daemon restart) does not report it again.
         assert Witness(ctx).look() == (0, None)
         assert len([e for e in ledger.tail(ctx.store, 50) if e.kind == "dispatch_missing"]) == 1
+
+
+def test_a_line_typed_into_a_busy_turn_is_owed_its_prompt_only_once_the_turn_ends(tmp_path):
+    ctx = hooked_ctx(tmp_path, timeout="15s")
+    settings.write(ctx.agent_dir)
+    virtual = FakeClock(1_000_000.0, 1_000_000.0 - 1000, BOOT)
+
+    def hook(event: str, **detail) -> None:
+        with ctx.store.write() as db:
+            hook_events.insert_in(db, ctx.agent, clock.now(), event, "s", "", detail)
+
+    def missing() -> list:
+        return [e for e in ledger.tail(ctx.store, 50) if e.kind == "dispatch_missing"]
+
+    with clock.use(virtual):
+        seen = Witness(ctx)
+        hook("UserPromptSubmit", length=9, said=said("long task"))  # a turn begins, and runs
+        virtual.advance(1)
+        queued = typed_event(ctx, "queued behind the turn")
+        typed_at = virtual.at_wall
+        for _ in range(6):  # a minute and a half of work, a tool's use every 15 s: the CLI queues the line
+            virtual.advance(15)
+            hook("PostToolUse", tool_name="Bash")
+            assert seen.look()[0] == 0
+        assert not missing()
+        virtual.advance(5)
+        hook("Stop")  # the turn ends: the line is owed its prompt from now
+        assert seen.look() == (0, pytest.approx(15.0, abs=5.0))
+        virtual.advance(16)
+        assert seen.look() == (1, None)
+        [event] = missing()
+        assert event.detail["typed"] == queued and event.detail["typed_at"] == typed_at  # when it was typed
+
+        # The same, taken once the turn ended: dispatched, never missing.
+        hook("UserPromptSubmit", length=7, said=said("another"))
+        virtual.advance(1)
+        typed_event(ctx, "taken after the turn")
+        virtual.advance(20)
+        hook("PostToolUse", tool_name="Read")
+        assert seen.look()[0] == 0
+        hook("Stop")
+        virtual.advance(1)
+        hook("UserPromptSubmit", length=20, said=said("taken after the turn"))
+        virtual.advance(30)
+        assert seen.look()[0] == 0
+        assert len(missing()) == 1
 
 
 def test_a_witness_that_starts_late_does_not_report_old_lines(tmp_path):
