@@ -64,6 +64,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import textwrap
 import termios
 import time
 import uuid
@@ -398,7 +399,9 @@ class Agent(Base):
             out(f"resumed: {len(turns)} earlier turns\n")
             for turn in turns[-20:]:
                 prefix = "> " if turn["role"] == "user" else "  "
-                out(prefix + "".join(c if c.isprintable() else "?" for c in str(turn["text"]))[:200] + "\n")
+                shown = "".join(c if c.isprintable() else "?" for c in str(turn["text"]))
+                # A long turn is cut at a word, marked as cut (a replay, not the whole history).
+                out(prefix + textwrap.shorten(shown, width=200, placeholder=" …") + "\n")
             if self.transcript.poisoned():
                 self.wedge()
         try:

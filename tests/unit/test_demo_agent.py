@@ -33,6 +33,16 @@ def test_session_id_in_use_is_refused(tmp_path):
     assert "resumed: 2 earlier turns" in resumed.stdout and "hello" in resumed.stdout
 
 
+def test_a_resumed_long_turn_is_cut_at_a_word_and_marked(tmp_path):
+    sid = str(uuid.uuid4())
+    words = " ".join(f"word{i:03d}" for i in range(60))  # 479 characters
+    assert agent(tmp_path, "--session-id", sid, input=words + "\n").returncode == 0
+    resumed = agent(tmp_path, "--resume", sid, input="")
+    [line] = [x for x in resumed.stdout.splitlines() if x.startswith("> word000")]
+    assert line.endswith(" …") and len(line) <= 2 + 200
+    assert line[2:-2].split() == words.split()[:len(line[2:-2].split())]  # whole words only
+
+
 def test_canary_instruction_is_run(tmp_path):
     target = tmp_path / "acks" / "nonce123"
     target.parent.mkdir()
