@@ -207,8 +207,30 @@ class Modal(Section):
 DEFAULT_MODALS = (Modal(match="Yes, I trust this folder", keys=["Enter"]),)
 
 
+# Loom's own tmux socket names (`tmux -L NAME`): "loom" alone is another orchestrator's too
+# (rjwalters/loom), and two tools on one server would share it. The names before this one
+# (LEGACY) are where an agent launched by an older Loom still runs: it stays there until its next
+# relaunch (agent.driver.socket_in_use), so an upgrade never starts a second agent beside it.
+DEFAULT_SOCKET = "loomtui"
+LEGACY_SOCKET = "loom"
+
+
+def default_socket(agent: str) -> str:
+    return DEFAULT_SOCKET if agent == MAIN else f"{DEFAULT_SOCKET}-{agent}"
+
+
+def legacy_socket(socket: str) -> str:
+    """Where an older Loom ran the agent whose socket is `socket` now: the old default for a default
+    name, the same name for one the operator chose."""
+    if socket == DEFAULT_SOCKET:
+        return LEGACY_SOCKET
+    if socket.startswith(DEFAULT_SOCKET + "-"):
+        return f"{LEGACY_SOCKET}-{socket[len(DEFAULT_SOCKET) + 1:]}"
+    return socket
+
+
 class AgentConfig(Section):
-    tmux_socket = Field(also(string(1), _tmux_name), "loom")
+    tmux_socket = Field(also(string(1), _tmux_name), DEFAULT_SOCKET)
     session = Field(also(string(1), _tmux_name), "agent")
     cwd = Field(path, factory=lambda: Path("~").expanduser())
     fresh_command = Field(also(string(1), _has_session_id), "claude --session-id {session_id}")
@@ -445,7 +467,7 @@ def _agents(data: dict[str, Any], base: Path | None) -> tuple[AgentSpec, ...]:
         # Each agent gets a tmux server of its own by default (docs/DESIGN.md, "Several agents"):
         # a server that hangs, is stopped or crashes then takes one agent down, not all of them.
         # `main` keeps the single-agent names, so moving [agent] into [[agents]] changes nothing.
-        keys.setdefault("tmux_socket", "loom" if name == MAIN else f"loom-{name}")
+        keys.setdefault("tmux_socket", default_socket(name))
         keys.setdefault("session", "agent" if name == MAIN else name)
         agent = AgentConfig.build(keys, loc, base)
         for other in specs:

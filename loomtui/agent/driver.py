@@ -9,6 +9,7 @@ this module never imports the stream driver (it imports this one).
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import time
 from pathlib import Path
@@ -17,9 +18,48 @@ from typing import ClassVar
 from loomtui.agent import kill, proctree
 from loomtui.agent.ports import AgentFacts
 from loomtui.agent.tmux import AgentPane, PaneInfo, TmuxError, TmuxGone, TmuxTimeout
-from loomtui.config import AgentConfig, Config
+from loomtui.config import AgentConfig, Config, legacy_socket
+from loomtui.errors import LoomError
 from loomtui.pump.facts import Delivery, StreamFacts
 from loomtui.states import GONE, UNKNOWN, UP  # noqa: F401  (re-exported: callers say driver.UP)
+from loomtui.store.session import SIDECAR
+
+
+SOCKET_FILE = "tmux-socket"  # in the agent's directory: the socket of its last launch
+
+
+def socket_in_use(agent_dir: Path | None, configured: str) -> str:
+    """The socket the agent was last launched on (its directory's socket file); with none, the
+    configured one, or, where an older Loom launched it (a pinned session and no socket file), the
+    socket that Loom used (config.legacy_socket). Every process reads the same file, so a daemon
+    follows a relaunch that another process made onto a new socket."""
+    if agent_dir is None:
+        return configured
+    try:
+        name = (agent_dir / SOCKET_FILE).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        name = ""
+    except (OSError, UnicodeDecodeError):
+        name = ""  # unreadable: as if there were none (the next launch writes it again)
+    if name and re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        return name
+    if (agent_dir / SIDECAR).exists():
+        return legacy_socket(configured)
+    return configured
+
+
+def record_socket(agent_dir: Path | None, socket: str) -> None:
+    """Say which socket the agent now runs on (atomically: a reader sees the old name or the new)."""
+    if agent_dir is None:
+        return
+    path = agent_dir / SOCKET_FILE
+    tmp = path.with_name(f".{SOCKET_FILE}.{os.getpid()}")
+    try:
+        tmp.write_text(socket + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise LoomError(f"cannot record the agent's tmux socket in {path}: {exc.strerror or exc}") from None
 
 
 class TmuxDriver:
@@ -29,16 +69,28 @@ class TmuxDriver:
     has_dialogs: ClassVar[bool] = True
     owns_turns: ClassVar[bool] = False
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, agent_dir: Path | None = None) -> None:
         self.agent: AgentConfig = config.agent
         token_env = config.telegram.token_env
-        self.pane = AgentPane(
-            self.agent.tmux_socket,
-            self.agent.session,
-            width=self.agent.width,
-            height=self.agent.height,
-            env_drop=(token_env,) if token_env else (),
-        )
+        self._env_drop: tuple[str, ...] = (token_env,) if token_env else ()
+        self.agent_dir = agent_dir
+        self._panes: dict[str, AgentPane] = {}
+
+    @property
+    def socket(self) -> str:
+        """The tmux socket the agent runs on now (socket_in_use): every look and key goes there."""
+        return socket_in_use(self.agent_dir, self.agent.tmux_socket)
+
+    @property
+    def pane(self) -> AgentPane:
+        return self._pane_on(self.socket)
+
+    def _pane_on(self, socket: str) -> AgentPane:
+        pane = self._panes.get(socket)
+        if pane is None:
+            pane = self._panes[socket] = AgentPane(socket, self.agent.session, width=self.agent.width,
+                                                   height=self.agent.height, env_drop=self._env_drop)
+        return pane
 
     def observe(self, *, with_screen: bool = False) -> AgentFacts:
         """One look. `with_screen`: the live pane's visible screen too (what `screen()` gives), in the
@@ -161,14 +213,25 @@ class TmuxDriver:
         return int(text) if text.isdigit() else None
 
     def launch(self, command: str, cwd: Path, env: dict[str, str], exit_signal: Path | None = None) -> PaneInfo:
-        """Start `command` in the pane; with `exit_signal`, tmux writes that file when it exits."""
-        self.pane.ensure_session(cwd)
+        """Start `command` in the pane on the configured socket; with `exit_signal`, tmux writes that
+        file when it exits. An agent that ran on another socket (an older Loom's default, or before
+        the operator changed it) was stopped by the relaunch: its session there is closed, and the
+        socket file says where the agent runs from now on."""
+        before, pane = self.pane, self._pane_on(self.agent.tmux_socket)
+        if before is not pane:
+            try:
+                before.end_session()
+            except TmuxError:
+                pass  # a server that does not answer keeps a dead session at worst: never a second agent
+        pane.ensure_session(cwd)
         if exit_signal is not None:
             try:
-                self.pane.watch_exit(exit_signal)
+                pane.watch_exit(exit_signal)
             except TmuxError:
                 pass  # the exit poll still notices; the hook only makes it sooner
-        return self.pane.respawn(command, cwd, env)
+        info = pane.respawn(command, cwd, env)
+        record_socket(self.agent_dir, pane.socket)
+        return info
 
     def attach_argv(self) -> list[str]:
         return self.pane.attach_argv()

@@ -35,7 +35,7 @@ def make_driver(config: Config, state_dir: Path | None = None) -> AgentDriver:
     """
     if driver_class(config) is StreamJsonDriver:
         return StreamJsonDriver(config, state_dir)
-    return TmuxDriver(config)
+    return TmuxDriver(config, state_dir)
 
 
 def of(ctx: Context) -> AgentDriver:

@@ -90,7 +90,7 @@ class StreamJsonDriver(TmuxDriver):
     owns_turns: ClassVar[bool] = True     # the pump: turns, queue, receipts, pump.json, the transcript
 
     def __init__(self, config: Config, state_dir: Path | None = None) -> None:
-        super().__init__(config)
+        super().__init__(config, state_dir)
         self.state_dir = Path(state_dir) if state_dir is not None else None
 
     def _state_dir(self) -> Path:

@@ -779,5 +779,9 @@ class AgentPane:
     def kill_server(self) -> None:
         self.server.cmd("kill-server")
 
+    def end_session(self) -> None:
+        """Close this session (a server left with none exits); nothing when it is not there."""
+        self.server.cmd("kill-session", "-t", f"={self.session}")
+
     def attach_argv(self) -> list[str]:
         return [tmux_binary(), f"-L{self.socket}", "attach-session", "-t", f"={self.session}"]

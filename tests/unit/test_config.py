@@ -205,7 +205,7 @@ agent = "beta-2"
     config, _ = load_config(str(path), {})
     assert config.agent_names == ["alpha", "beta-2"]
     # The config as loaded is the first agent's view; the top level stands where it has no override.
-    assert config.agent_name == "alpha" and (config.agent.tmux_socket, config.agent.session) == ("loom-alpha", "alpha")
+    assert config.agent_name == "alpha" and (config.agent.tmux_socket, config.agent.session) == ("loomtui-alpha", "alpha")
     assert config.watchdog.fuse_count == 5 and config.canary.interval == 1200
     beta = config.for_agent("beta-2")
     assert beta.agent_name == "beta-2"
@@ -234,8 +234,8 @@ def test_sections_built_in_code_are_checked_too():
 
 def test_an_agent_named_main_keeps_the_single_agent_server_and_session():
     config = parse_config({"agents": [{"name": "main"}, {"name": "b"}]}, "c.toml", None)
-    assert (config.agent.tmux_socket, config.agent.session) == ("loom", "agent")
-    assert (config.for_agent("b").agent.tmux_socket, config.for_agent("b").agent.session) == ("loom-b", "b")
+    assert (config.agent.tmux_socket, config.agent.session) == ("loomtui", "agent")
+    assert (config.for_agent("b").agent.tmux_socket, config.for_agent("b").agent.session) == ("loomtui-b", "b")
 
 
 # -- who may command Loom over Telegram, where the token may travel, who may read the metrics (issue 24)
