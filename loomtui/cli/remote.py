@@ -80,8 +80,9 @@ def run(host_name: str, before: list[str], words: list[str]) -> int:
     finally:
         ctx.close()
     if not reply.reached:
-        raise LoomError(f"host {host_name} ({host.ssh}) is unreachable, nothing was done there: {reply.reason}",
-                        exit_code=UNREACHABLE)
+        # Said as it is known: ssh's failure is most often before the command ran, but a timeout or a
+        # connection lost midway may come after; the host's ledger says what it did.
+        raise LoomError(f"host {host_name} ({host.ssh}) is unreachable: {reply.reason}", exit_code=UNREACHABLE)
     # The host's words: main() has wrapped both streams in text.PrintableStream.
     sys.stdout.write(reply.stdout)
     sys.stderr.write(reply.stderr)

@@ -233,7 +233,7 @@ def test_a_host_nobody_answers_for_is_refused_with_ssh_s_reason(tmp_path):
     result = run_loom("--config", str(path), "--host", "b", "recycle", "--fresh")
     assert result.returncode == remote.UNREACHABLE, result.stderr
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("loom: host b (127.0.0.1) is unreachable, nothing was done there: ssh: connect to host")
+    assert line.startswith("loom: host b (127.0.0.1) is unreachable: ssh: connect to host")
     assert "Connection refused" in line
 
 
@@ -276,3 +276,30 @@ def test_status_list_is_a_list_of_agents_whatever_their_number(tmp_path):
     assert (main["name"], main["state"]) == ("main", "tmux gone")
     assert view.parse_status(done.stdout)[0].name == "main"
     assert shlex.join(view.STATUS_WORDS) == "status --json --list"
+
+
+def test_a_host_that_never_answers_is_cut_off_at_its_timeout(tmp_path):
+    """A loopback listener that takes the connection and never says a word (a hung box): each
+    host's call ends at its own `timeout`, and `loom hosts` still reports this machine."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        known = tmp_path / "known_hosts"
+        known.write_text("")
+        entries = "".join(
+            f'[[hosts]]\nname = "{name}"\nssh = "127.0.0.1"\nconnect_timeout = "5m"\ntimeout = "2s"\ncommand_timeout = "3s"\n'
+            f'ssh_options = ["-p", "{port}", "-o", "UserKnownHostsFile={known}", "-o", "GlobalKnownHostsFile=none"]\n'
+            for name in ("b", "c"))
+        path = config_file(tmp_path, entries)
+        done = run_loom("--config", str(path), "hosts", "--json", timeout=120)
+        assert done.returncode == 0, done.stderr
+        local, b, c = json.loads(done.stdout)
+        assert local["reachable"] and [a["name"] for a in local["agents"]] == ["main"]
+        for far in (b, c):
+            assert not far["reachable"] and far["why"] == "no answer within 2s" and far["agents"] == []
+        refused = run_loom("--config", str(path), "--host", "b", "status", timeout=120)
+        assert refused.returncode == remote.UNREACHABLE
+        assert refused.stderr.strip() == "loom: host b (127.0.0.1) is unreachable: no answer within 3s"
