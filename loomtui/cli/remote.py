@@ -92,11 +92,11 @@ def run(host_name: str, before: list[str], words: list[str]) -> int:
 def check_via(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:
     """`--via-ssh ORIGIN` is what another machine's `loom --host` adds: honoured only in an ssh
     session (sshd sets SSH_CONNECTION), so a local command cannot pass for a remote one."""
-    from loomtui.hosts.ssh import valid_origin
-
     via = getattr(args, "via_ssh", None)
     if via is None:
         return
+    from loomtui.hosts.ssh import valid_origin  # only then: `loom pump` imports no config or store
+
     env = os.environ if environ is None else environ
     if not env.get("SSH_CONNECTION"):
         raise LoomError("--via-ssh is for a command another machine's `loom --host` runs over ssh "
