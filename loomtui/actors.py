@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 # The operator's own hands: where a person typed the command.
-OPERATOR_KINDS = frozenset(("tui", "cli", "telegram"))
+# `ssh`: the operator's CLI on another machine, run here through `loom --host` (cli/remote.py).
+OPERATOR_KINDS = frozenset(("tui", "cli", "telegram", "ssh"))
 AGENT = "agent"
+SSH = "ssh"
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,8 @@ class Actor:
     user: int | None = None      # telegram: the sender's user id
     session: str | None = None   # agent: the session id it ran with
     agent: str | None = None     # agent: the agent whose pinned session that is
+    origin: str | None = None    # ssh: the machine the command came from, as it names itself
+    address: str | None = None   # ssh: the client's address and port, as sshd saw them (SSH_CONNECTION)
 
     @property
     def is_agent(self) -> bool:
@@ -39,6 +43,9 @@ class Actor:
         if self.is_agent:
             out["actor_session"] = self.session
             out["actor_agent"] = self.agent
+        if self.kind == SSH:
+            out["actor_from"] = self.origin
+            out["actor_address"] = self.address
         return out
 
     def describe(self) -> str:
@@ -49,6 +56,8 @@ class Actor:
             return "Telegram" + (f" user {self.user}" if self.user is not None else "")
         if self.kind == "tui":
             return "the console"
+        if self.kind == SSH:
+            return f"the CLI over ssh from {self.origin}"
         return "the CLI" if self.kind == "cli" else self.kind
 
 

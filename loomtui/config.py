@@ -50,9 +50,9 @@ APP_NAME = "loom"
 MAIN = MAIN_AGENT  # the agent a single [agent] table describes
 AGENT_NAME = re.compile(AGENT_NAME_PATTERN)
 
-__all__ = ["APP_NAME", "AgentConfig", "AgentSpec", "CanaryConfig", "Config", "HeartbeatConfig", "JobConfig",
-           "LedgerConfig", "MemoryConfig", "MetricsConfig", "Modal", "SentinelConfig", "TelegramConfig", "WatchdogConfig", "expand_path",
-           "find_config_path", "load_config", "parse_config"]
+__all__ = ["APP_NAME", "AgentConfig", "AgentSpec", "CanaryConfig", "Config", "HeartbeatConfig", "HostConfig",
+           "JobConfig", "LedgerConfig", "MemoryConfig", "MetricsConfig", "Modal", "SentinelConfig", "TelegramConfig",
+           "WatchdogConfig", "expand_path", "find_config_path", "load_config", "parse_config"]
 
 
 def _tmux_name(value: str) -> str:
@@ -358,7 +358,7 @@ def _branch(value: str) -> str:
     return value
 
 
-def _host_name(value: str) -> str:
+def _replica_host(value: str) -> str:
     # It names files in the replica (conflict copies, checkpoints): no separators, nothing hidden.
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", value):
         raise ValueError("use 1-63 letters, digits, '_' and '-', starting with a letter or digit")
@@ -386,7 +386,7 @@ class MemoryConfig(Section):
     # Every git call is ended after this long: a remote that hangs never holds a loop.
     git_timeout = Field(positive_duration, 60.0)
     # This box's name in the replica: conflict copies (FILE.conflict-HOST-TIME), ledger checkpoints.
-    host = Field(also(string(1), _host_name), factory=default_host)
+    host = Field(also(string(1), _replica_host), factory=default_host)
 
 
 class LedgerConfig(Section):
@@ -408,6 +408,79 @@ class MetricsConfig(Section):
         if not is_loopback(host):
             raise Bad((*loc, "listen"), f"{host!r} is not {LOOPBACK}: anyone who can reach it could read the "
                       "metrics; listen on 127.0.0.1 or [::1], or set metrics.allow_remote = true")
+
+
+def _ssh_destination(value: str) -> str:
+    # The destination is one word to ssh; a leading '-' would be read as an option of ssh's own.
+    if value.startswith("-"):
+        raise ValueError("must not start with '-' (ssh would read it as an option)")
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("must be one word: no spaces or control characters")
+    return value
+
+
+_NO_KEY_CHECK = re.compile(r"(?i)(?:-o)?\s*stricthostkeychecking\s*[=\s]\s*(?:no|off)")
+
+
+def _checked_options(value: list[str]) -> list[str]:
+    # Host keys are checked as the operator's ssh checks them: an option that turns that off would
+    # hand the remote Loom's commands and output to whoever answers on the way.
+    for i, word in enumerate(value):
+        if _NO_KEY_CHECK.fullmatch(word.strip()):
+            raise Bad(("ssh_options", i), "turns host key checking off: Loom never does; "
+                      "add the host's key to a known_hosts file instead")
+    return value
+
+
+def _argv(value: Any, loc: Loc, base: Path | None) -> list[str]:
+    """A command as an argv list, or a string split the way a POSIX shell splits words."""
+    import shlex
+
+    if isinstance(value, str):
+        try:
+            words = shlex.split(value)
+        except ValueError as exc:
+            raise Bad(loc, f"cannot split {value!r} into words: {exc}") from None
+    else:
+        words = list_of(string(1))(value, loc, base)
+    if not words:
+        raise Bad(loc, "must name a command")
+    return words
+
+
+LOCAL_HOST = "local"  # `loom hosts`' name for this machine's own agents
+
+
+def _host_name(value: str) -> str:
+    if not AGENT_NAME.fullmatch(value):
+        raise ValueError(f"must be 1-32 of a-z, 0-9 and '-', starting with a letter or digit (got {value!r})")
+    if value == LOCAL_HOST:
+        raise ValueError(f"{LOCAL_HOST!r} is this machine's own name in `loom hosts`: choose another")
+    return value
+
+
+class HostConfig(Section):
+    """Another machine's Loom, reached with the system OpenSSH client (loomtui/hosts/ssh.py)."""
+
+    name = Field(also(string(1), _host_name))
+    # A destination as the operator's own `ssh` understands it (~/.ssh/config, ProxyJump, agents apply).
+    ssh = Field(also(string(1), _ssh_destination))
+    ssh_options = Field(list_of(string(1)), factory=list)
+    # The remote Loom command ("loom", "/opt/loom/bin/loom", ["python3", "-m", "loomtui"]).
+    loom = Field(_argv, factory=lambda: ["loom"])
+    # The remote config file and state dir, as the remote Loom reads them ("": its own defaults).
+    config = Field(also(string(), _no_control_characters), "")
+    state_dir = Field(also(string(), _no_control_characters), "")
+    # How long ssh may take to connect, a read (`loom hosts`) to answer, and a command (`--host`) to end.
+    connect_timeout = Field(positive_duration, 10.0)
+    timeout = Field(positive_duration, 30.0)
+    command_timeout = Field(positive_duration, 600.0)
+
+    def validate(self, loc: Loc) -> None:
+        try:
+            _checked_options(self.ssh_options)
+        except Bad as exc:
+            raise Bad((*loc, *exc.loc), exc.message) from None
 
 
 @dataclass(frozen=True)
@@ -491,6 +564,7 @@ class Config(Section):
     metrics = Field(section(MetricsConfig), factory=MetricsConfig)
     heartbeat = Field(list_of(section(HeartbeatConfig)), factory=list)
     ledger = Field(section(LedgerConfig), factory=LedgerConfig)
+    hosts = Field(list_of(section(HostConfig)), factory=list)
     # Not fields of their own: [agent], [watchdog], [canary], [memory] and [[agents]] are read by
     # `_agents`, and these are the agent's the view is of (the first, as loaded; see for_agent).
     read_elsewhere = ("agents", "agent", *_OVERRIDES)
@@ -537,6 +611,11 @@ class Config(Section):
             for j, who in enumerate(beat.agents):
                 if who not in names:
                     raise Bad(("heartbeat", i, "agents", j), f"no agent named {who!r} (agents: {', '.join(names)})")
+        hosts: set[str] = set()
+        for i, host in enumerate(self.hosts):
+            if host.name in hosts:
+                raise Bad(("hosts", i, "name"), f"duplicate host name {host.name!r}")
+            hosts.add(host.name)
         if self.telegram.bridge and self.agent.driver != "stream-json":
             raise Bad(("telegram", "bridge"), 'needs agent.driver = "stream-json" (of the first agent)')
         if self.telegram.bridge and not self.telegram.chat_id:
@@ -556,6 +635,9 @@ class Config(Section):
             raise KeyError(name)
         return self.replace(agent_name=name, agent=spec.agent, watchdog=spec.watchdog, canary=spec.canary,
                             memory=spec.memory)
+
+    def host(self, name: str) -> HostConfig | None:
+        return next((h for h in self.hosts if h.name == name), None)
 
     def job(self, name: str) -> JobConfig | None:
         return next((j for j in self.jobs if j.name == name), None)

@@ -14,15 +14,17 @@ import importlib
 import os
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from loomtui import text
 from loomtui.cli import common
+from loomtui.cli import remote as _remote
 from loomtui.errors import LoomError
 
 # Order is the order of `loom --help`: (module under loomtui.cli, ((command, help line), ...)).
 COMMANDS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
     ("status", (("status", "show the agent, supervisor and store at a glance"),)),
+    ("hosts_cmd", (("hosts", "every host's agents: state, last canary, queue, hold, heartbeat (over ssh)"),)),
     ("doctor", (("doctor", "check tmux, config, state dir, store and ledger, and simulate the config; "
                            "non-zero if any fails"),)),
     ("check", (("check", "one line and a monitoring plugin's exit code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN"),)),
@@ -56,7 +58,7 @@ COMMANDS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
 ]
 
 # Options of `loom` itself that take a value: the command is the first word that is not one of these.
-_VALUED = ("--config", "--state-dir")
+_VALUED = ("--config", "--state-dir", "--host", "--via-ssh")
 
 
 def build_parser(argv: Sequence[str] | None = None, *, every: bool = False) -> argparse.ArgumentParser:
@@ -68,6 +70,10 @@ def build_parser(argv: Sequence[str] | None = None, *, every: bool = False) -> a
         description="Loom: keep an AI agent CLI alive, reachable and honest.",
     )
     common.add_common_options(parser, top_level=True)
+    # Read by main() before this parser (cli/remote.py); here for `loom --help`.
+    parser.add_argument("--host", metavar="NAME", help="run the command on that host's own Loom, over ssh ([[hosts]])")
+    # What another machine's `loom --host` adds: the source it records (cli/remote.py:check_via).
+    parser.add_argument("--via-ssh", metavar="ORIGIN", default=None, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     known = any(name == chosen for _, commands in COMMANDS for name, _ in commands)
     for module, commands in COMMANDS:
@@ -106,14 +112,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if refused:
         print(f"loom: {refused}", file=sys.stderr)
         return 2
-    if command_in(words) in _RAW_OUTPUT:
+    try:
+        remote = _remote.split(words, _VALUED)
+    except LoomError as exc:
+        print(f"loom: {exc}", file=sys.stderr)
+        return exc.exit_code
+    if remote is None and command_in(words) in _RAW_OUTPUT:
         return _run(words)
     # Every other command's output is untrusted text at least in part (reasons, notes, job names,
-    # log lines, pane text): whatever prints it, the terminal gets it through text.printable.
+    # log lines, pane text, another host's answer): whatever prints it, the terminal gets it
+    # through text.printable.
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = text.PrintableStream(out), text.PrintableStream(err)
     try:
-        return _run(words)
+        return _run(words) if remote is None else _guarded(lambda: _remote.run(*remote))
     finally:
         sys.stdout, sys.stderr = out, err
 
@@ -134,8 +146,21 @@ def not_utf8(words: Sequence[str], environ: Mapping[str, str] | None = None) -> 
 def _run(argv: list[str]) -> int:
     parser = build_parser(argv)
     args = parser.parse_args(argv)
+
+    def command() -> int:
+        _remote.check_via(args)
+        return args.func(args)
+
     try:
-        code = args.func(args)
+        return _guarded(command)
+    finally:
+        common.close_contexts(args)
+
+
+def _guarded(command: Callable[[], int | None]) -> int:
+    """Run a command: a LoomError is one line and its exit code, anything else non-zero."""
+    try:
+        code = command()
     except LoomError as exc:
         print(f"loom: {exc}", file=sys.stderr)
         code = exc.exit_code
@@ -146,8 +171,6 @@ def _run(argv: list[str]) -> int:
     except Exception:  # an unexpected failure must still end non-zero, with the trace to fix it
         traceback.print_exc()
         code = 1
-    finally:
-        common.close_contexts(args)
     return int(code or 0)
 
 

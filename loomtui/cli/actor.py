@@ -7,17 +7,30 @@ pinned session of one of the agents is that agent's, and is recorded and treated
 
 from __future__ import annotations
 
+import argparse
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from loomtui.actors import AGENT, Actor, agent_session
+from loomtui.actors import AGENT, SSH, Actor, agent_session
 
 if TYPE_CHECKING:
     from loomtui.context import Context
 
 
-def of_cli(ctx: Context, environ: Mapping[str, str] | None = None) -> Actor:
-    """The agent whose pinned session this command runs with, else the operator at the CLI."""
+def source_of(args: argparse.Namespace | None) -> str:
+    """The ledger's `source` for this command: `ssh` when another machine's `loom --host` ran it
+    (`--via-ssh`, honoured only inside an ssh session: cli.remote.check_via), else `cli`."""
+    return SSH if args is not None and getattr(args, "via_ssh", None) else "cli"
+
+
+def of_cli(ctx: Context, args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None) -> Actor:
+    """The operator over ssh (`source_of`), else the agent whose pinned session this command runs
+    with, else the operator at the CLI."""
+    if args is not None and source_of(args) == SSH:
+        env = os.environ if environ is None else environ
+        client = env.get("SSH_CONNECTION", "").split()
+        return Actor(SSH, origin=args.via_ssh, address=" ".join(client[:2]) or None)
     from loomtui.sentinel.queue import claimer_session
     from loomtui.store.db import agent_key
     from loomtui.store.session import KEY

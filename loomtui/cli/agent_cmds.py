@@ -25,10 +25,10 @@ def register(sub) -> None:
 def run_inject(args: argparse.Namespace) -> int:
     from loomtui import actions
 
-    from loomtui.cli.actor import of_cli
+    from loomtui.cli.actor import of_cli, source_of
 
     ctx = context(args)
-    result = actions.inject(ctx, " ".join(args.text), source="cli", actor=of_cli(ctx))
+    result = actions.inject(ctx, " ".join(args.text), source=source_of(args), actor=of_cli(ctx, args))
     if not result.ok:
         print(f"loom: inject failed: {result.error}", file=sys.stderr)
         return 1
@@ -39,9 +39,9 @@ def run_inject(args: argparse.Namespace) -> int:
 def run_recycle(args: argparse.Namespace) -> int:
     from loomtui import actions
 
-    from loomtui.cli.actor import of_cli
+    from loomtui.cli.actor import of_cli, source_of
 
     ctx = context(args)
-    outcome = actions.recycle(ctx, args.mode, source="cli", reason=args.reason, actor=of_cli(ctx))
+    outcome = actions.recycle(ctx, args.mode, source=source_of(args), reason=args.reason, actor=of_cli(ctx, args))
     print(outcome.describe(), file=sys.stdout if outcome.ok else sys.stderr)
     return 0 if outcome.ok else 1

@@ -18,8 +18,9 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from loomtui import actions
     from loomtui.canary import runs as canary
+    from loomtui.cli.actor import source_of
 
-    result = actions.canary_now(context(args), source="cli")
+    result = actions.canary_now(context(args), source=source_of(args))
     if args.json:
         print_json(result.__dict__)
     else:

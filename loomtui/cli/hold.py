@@ -41,10 +41,10 @@ def run_hold(args: argparse.Namespace) -> int:
     if not reason:
         print("loom: hold: --reason must say why", file=sys.stderr)
         return 2
-    from loomtui.cli.actor import of_cli
+    from loomtui.cli.actor import of_cli, source_of
 
     ctx = context(args)
-    result = actions.hold(ctx, reason, args.duration, source="cli", actor=of_cli(ctx))
+    result = actions.hold(ctx, reason, args.duration, source=source_of(args), actor=of_cli(ctx, args))
     if args.json:
         print_json(result.as_json())
     else:
@@ -55,10 +55,10 @@ def run_hold(args: argparse.Namespace) -> int:
 def run_release(args: argparse.Namespace) -> int:
     from loomtui import actions
 
-    from loomtui.cli.actor import of_cli
+    from loomtui.cli.actor import of_cli, source_of
 
     ctx = context(args)
-    result = actions.release(ctx, source="cli", actor=of_cli(ctx))
+    result = actions.release(ctx, source=source_of(args), actor=of_cli(ctx, args))
     if args.json:
         print_json(result.as_json())
     else:

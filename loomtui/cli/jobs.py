@@ -105,9 +105,10 @@ def format_item(item: Item, now: float, with_agent: bool = False) -> list[str]:
 
 def run_resolve(args: argparse.Namespace) -> int:
     from loomtui import actions
+    from loomtui.cli.actor import source_of
     from loomtui.sentinel import queue
 
-    item, changed = actions.resolve(context(args), args.id, args.note, source="cli",
+    item, changed = actions.resolve(context(args), args.id, args.note, source=source_of(args),
                                     session_id=queue.claimer_session())
     if not changed:
         print(f"queue item {item.id} was already witnessed; nothing to do")

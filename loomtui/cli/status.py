@@ -2,7 +2,8 @@
 
 JSON: a single-agent setup prints the object `loom status --json` has always printed; with
 several agents, `--agent NAME` prints that agent's object with its `name`, `state` and
-`relaunches_last_hour` added, and no --agent a list of those objects, one per agent.
+`relaunches_last_hour` added, and no --agent a list of those objects, one per agent. `--list`
+prints that list whatever the number of agents (`loom hosts` reads it from every host).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from loomtui.text import printable
 def register(sub) -> None:
     parser = subcommand(sub, "status", "show the agent, supervisor and store at a glance")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--list", action="store_true",
+                        help="with --json: a list of every agent's object (with its name and state), one agent or several")
     add_agent_option(parser, "only this agent, in full (default: every agent; LOOM_AGENT in an agent's pane)")
     parser.set_defaults(func=run)
 
@@ -26,6 +29,12 @@ def run(args: argparse.Namespace) -> int:
     from loomtui.report import status as status_mod
 
     base = base_context(args)
+    if args.list and args.json:
+        # Every agent, or the one named: always the same shape, for a reader on another host.
+        named = args.agent is not None
+        statuses = [status_mod.gather(context(args))] if named else status_mod.gather_all(base)
+        print_json([s.as_agent_json() for s in statuses])
+        return 0
     if choose_agent(base.config.agent_names, args.agent, required=False) is None:
         return run_all(args, status_mod.gather_all(base), base.config.telegram.chat_id)
     status = status_mod.gather(context(args))

@@ -1,0 +1,145 @@
+"""The one transport to another host: the system OpenSSH client running that host's own `loom`.
+
+The system client, not a library: the operator's ~/.ssh/config, agent, ProxyJump and known_hosts
+apply exactly as they do to their own `ssh`, and host keys are checked as it checks them (nothing
+here turns that off; the config refuses StrictHostKeyChecking=no). BatchMode: a prompt for a
+password or a new host key would hang a loop, so it fails instead, and says why. One master
+connection per host (ControlMaster/ControlPersist) under the state dir's `ssh/` (0700): a read of
+twenty hosts costs twenty round trips, not twenty handshakes.
+
+The remote side is a shell: every word of the remote command is quoted (shlex.quote), whatever it
+holds. What comes back is untrusted text: the caller shows it through `text.printable` and parses
+JSON with `json.loads`, nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loomtui.durations import format_duration
+from loomtui.store.statedir import private_dir
+from loomtui.text import printable
+
+if TYPE_CHECKING:
+    from loomtui.config import HostConfig
+
+CONTROL_DIR = "ssh"
+# How long an idle master connection stays up after its last use: `loom hosts` every few seconds
+# from the console reuses it; an operator who walked away leaves nothing open for long.
+PERSIST = "10m"
+# A unix socket's path holds at most 104 bytes (macOS; 108 on Linux), and ssh first binds the
+# master's socket at the path plus a 17-character random suffix.
+MAX_CONTROL_PATH = 104 - 1 - 17
+SSH_FAILED = 255  # ssh's own exit status for a failure of its own (the remote Loom never uses it)
+_ORIGIN = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What one call brought back. `reached`: the remote Loom ran (whatever its own exit status);
+    otherwise `reason` says why not, in ssh's words or the timeout's."""
+
+    host: str
+    code: int | None          # the remote command's exit status; None when the call timed out
+    stdout: str
+    stderr: str
+    reason: str = ""
+
+    @property
+    def reached(self) -> bool:
+        return self.code is not None and self.code != SSH_FAILED
+
+
+def origin() -> str:
+    """This machine's name, as the remote ledger records who came over ssh (letters, digits, . _ -)."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:64]
+    return name if _ORIGIN.fullmatch(name) else "unknown"
+
+
+def valid_origin(value: str) -> bool:
+    return _ORIGIN.fullmatch(value) is not None
+
+
+def control_dir(state_dir: Path) -> Path:
+    """The state dir's `ssh/`, 0700 (whoever can reach a master's socket can use its connection)."""
+    path = private_dir(state_dir / CONTROL_DIR)
+    os.chmod(path, 0o700)
+    return path
+
+
+def control_path(state_dir: Path, host: str) -> str | None:
+    """The master's socket for `host` as ssh's ControlPath wants it ('%' doubled: ssh expands
+    tokens there); None when the path is too long for a socket or cannot be written as one word
+    (then each call connects on its own: slower, never wrong)."""
+    path = str(Path(state_dir).absolute() / CONTROL_DIR / host)
+    if len(os.fsencode(path)) > MAX_CONTROL_PATH or any(c.isspace() or c in "\"'\\" for c in path):
+        return None
+    return path.replace("%", "%%")
+
+
+def remote_command(host: HostConfig, words: list[str], via: str) -> str:
+    """The command line the remote shell runs: the host's Loom with its config and state dir, the
+    origin it records (`--via-ssh`), then `words`; every word quoted."""
+    argv = [*host.loom]
+    if host.config:
+        argv += ["--config", host.config]
+    if host.state_dir:
+        argv += ["--state-dir", host.state_dir]
+    argv += ["--via-ssh", via, *words]
+    return " ".join(shlex.quote(word) for word in argv)
+
+
+def ssh_argv(host: HostConfig, words: list[str], *, control: str | None, via: str) -> list[str]:
+    """`ssh` with Loom's options first (ssh keeps the first value it is given for an option, so
+    the host's `ssh_options` cannot undo BatchMode), then the host's options, the destination after
+    `--` (never read as an option) and the remote command as one word."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, math.ceil(host.connect_timeout))}",
+            "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3"]
+    if control is None:
+        argv += ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
+    else:
+        argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={control}", "-o", f"ControlPersist={PERSIST}"]
+    return [*argv, *host.ssh_options, "--", host.ssh, remote_command(host, words, via)]
+
+
+def run(host: HostConfig, words: list[str], *, state_dir: Path, timeout: float, via: str | None = None) -> Reply:
+    """Run `words` on `host`'s Loom and wait at most `timeout` seconds (ssh is then killed)."""
+    control_dir(state_dir)
+    argv = ssh_argv(host, words, control=control_path(state_dir, host.name), via=via or origin())
+    try:
+        # input="": the remote command reads no terminal and no operator's keys.
+        done = subprocess.run(argv, input=b"", capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Reply(host.name, None, "", "", f"no answer within {format_duration(timeout)}")
+    except OSError as exc:
+        return Reply(host.name, None, "", "", f"cannot run ssh: {exc.strerror or exc}")
+    out = done.stdout.decode("utf-8", "replace")
+    err = done.stderr.decode("utf-8", "replace")
+    reason = (last_line(err) or f"ssh exited {done.returncode}") if done.returncode == SSH_FAILED else ""
+    return Reply(host.name, done.returncode, out, err, reason)
+
+
+def last_line(text: str, limit: int = 300) -> str:
+    """The last non-empty line of untrusted text, safe for a terminal and bounded."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return printable(lines[-1][:limit]) if lines else ""
+
+
+def close(host: HostConfig, state_dir: Path, timeout: float = 10.0) -> bool:
+    """Ask `host`'s master connection to exit (`ssh -O exit`); whether one was there to ask."""
+    control = control_path(state_dir, host.name)
+    if control is None or not Path(control.replace("%%", "%")).exists():
+        return False
+    argv = ["ssh", "-o", f"ControlPath={control}", *host.ssh_options, "-O", "exit", "--", host.ssh]
+    try:
+        return subprocess.run(argv, input=b"", capture_output=True, timeout=timeout).returncode == 0
+    except (subprocess.TimeoutExpired, OSError):
+        return False

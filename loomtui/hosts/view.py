@@ -1,0 +1,117 @@
+"""What `loom hosts` shows: each host's agents, read from its own `loom status --json --list`
+(untrusted JSON: parsed with json.loads, every field checked for its type, every string made
+printable), or why the host is not there to ask."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from loomtui.durations import format_duration
+from loomtui.hosts.reach import Unreachable
+from loomtui.text import printable
+
+# The remote command `loom hosts` runs on each host: every agent's object, whatever their number.
+STATUS_WORDS = ["status", "--json", "--list"]
+
+
+@dataclass(frozen=True)
+class AgentRow:
+    name: str
+    state: str
+    canary_result: str | None       # the last probe's result (None: no probe yet)
+    canary_age: float | None
+    queue: int                       # open and claimed items
+    hold: str                        # "" when nothing holds it; else who and why
+    heartbeat_age: float | None      # the host's supervisor's heartbeat (None: none yet)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "state": self.state,
+                "canary": None if self.canary_result is None else {"result": self.canary_result, "age": self.canary_age},
+                "queue": self.queue, "hold": self.hold or None, "heartbeat_age": self.heartbeat_age}
+
+    def canary(self) -> str:
+        if self.canary_result is None:
+            return "no probe yet"
+        return f"{self.canary_result} {format_duration(max(self.canary_age or 0, 0))} ago"
+
+    def heartbeat(self) -> str:
+        return "none" if self.heartbeat_age is None else f"{format_duration(max(self.heartbeat_age, 0))} ago"
+
+
+@dataclass(frozen=True)
+class HostView:
+    host: str
+    agents: tuple[AgentRow, ...] = ()
+    unreachable: Unreachable | None = None   # ssh could not reach it: nothing is said of its agents
+    error: str = ""                          # reached, but its Loom failed or did not answer in JSON
+
+    def as_json(self) -> dict[str, Any]:
+        return {"host": self.host, "reachable": self.unreachable is None,
+                "unreachable_since": self.unreachable.since if self.unreachable else None,
+                "why": self.unreachable.why if self.unreachable else (self.error or None),
+                "agents": [a.as_json() for a in self.agents]}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _text(value: Any, limit: int = 200) -> str:
+    return printable(str(value)[:limit]) if value is not None else ""
+
+
+def _table(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
+
+
+def agent_row(data: Any) -> AgentRow:
+    """One agent's object of `loom status --json` (`as_agent_json`); ValueError when it is not one."""
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(data.get("state"), str):
+        raise ValueError("an agent without a name or a state")
+    canary = _table(data.get("canary"))
+    queue = _table(data.get("queue")) or {}
+    hold = _table(data.get("hold"))
+    supervisor = _table(data.get("supervisor")) or {}
+    unresolved = sum(n for k in ("open", "claimed") if isinstance(n := queue.get(k), int) and not isinstance(n, bool))
+    return AgentRow(
+        name=_text(data["name"], 64), state=_text(data["state"], 64),
+        canary_result=_text(canary.get("result"), 32) or None if canary else None,
+        canary_age=_number(canary.get("age")) if canary else None,
+        queue=unresolved,
+        hold=f"{_text(hold.get('by'), 32) or 'held'}: {_text(hold.get('reason'))}" if hold else "",
+        heartbeat_age=_number(supervisor.get("heartbeat_age")))
+
+
+def parse_status(stdout: str) -> tuple[AgentRow, ...]:
+    """The agents in a host's `loom status --json --list` output; ValueError when it is not that."""
+    data = json.loads(stdout)
+    if not isinstance(data, list):
+        raise ValueError("not a list of agents")
+    return tuple(agent_row(item) for item in data)
+
+
+def since(moment: float, now: float) -> str:
+    """`2026-12-02 07:41:02 (3m ago)` in the local zone."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(moment))
+    return f"{stamp} ({format_duration(max(now - moment, 0))} ago)"
+
+
+def lines(views: list[HostView], now: float) -> list[str]:
+    """The table: a line per host and agent; a host that did not answer says since when, in place."""
+    header = ("HOST", "AGENT", "STATE", "LAST CANARY", "QUEUE", "HOLD", "HEARTBEAT")
+    rows: list[tuple[str, ...] | str] = [header]
+    for view in views:
+        if view.unreachable is not None:
+            rows.append(f"{view.host}  unreachable since {since(view.unreachable.since, now)}: {view.unreachable.why}")
+        elif view.error:
+            rows.append(f"{view.host}  reached, but its Loom did not answer: {view.error}")
+        else:
+            rows += [(view.host, a.name, a.state, a.canary(), str(a.queue), a.hold or "-", a.heartbeat())
+                     for a in view.agents]
+    table = [r for r in rows if isinstance(r, tuple)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header) - 1)]
+    return [r if isinstance(r, str) else "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]
+            for r in rows]

@@ -1,0 +1,223 @@
+"""Two Loom installs as two hosts over a real OpenSSH: host a is the operator's machine (its own
+config with `[[hosts]]` b), host b another Loom with its own config, state dir and demo agent in
+tmux, reached through a real sshd that this test starts on 127.0.0.1 with a host key, an
+authorized key and a known_hosts file of its own (nothing of the machine's ssh setup is read or
+changed: the client gets them with `-F FILE`, since ssh reads the passwd home, not $HOME).
+
+Shown: `loom hosts --json` lists both hosts' agents; `loom --host b recycle --fresh` relaunches
+b's agent only and b's ledger records it as ssh from a; an operator's words reach b's agent as
+they were typed, through the remote shell; a host key that is not the known one is refused;
+sshd stopped: b reads `unreachable since …`, `loom --host b status` is refused with ssh's reason,
+and a's own agent reads as before.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+from conftest import REPO
+from harness import free_port, toml_value, wait_for
+
+from loomtui.cli.remote import UNREACHABLE
+from loomtui.hosts import ssh
+from loomtui.report.status import STATE_WORDS
+
+pytestmark = pytest.mark.e2e
+
+SSHD = "/usr/sbin/sshd"
+# The remote Loom: this checkout's, whatever PATH an ssh session gets.
+REMOTE_LOOM = ["env", f"PYTHONPATH={REPO}", sys.executable, "-m", "loomtui"]
+
+
+def keygen(path: Path) -> str:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "loom-test", "-f", str(path)],
+                   check=True, capture_output=True, timeout=60)
+    return path.with_suffix(".pub").read_text().split()[1]
+
+
+class Sshd:
+    """A real sshd on a free loopback port, every file of it under `root`, ended by pid (its
+    sessions too). As root it needs its privilege separation directory, /run/sshd, which only the
+    system's ssh service makes: missing, the test's sshd runs in a mount namespace of its own with
+    a private /run (unshare), so nothing of the machine's is touched."""
+
+    def __init__(self, root: Path) -> None:
+        root.mkdir(parents=True)
+        self.root = root
+        self.port = free_port()
+        self.user = getpass.getuser()
+        keygen(root / "host_key")
+        self.host_key = (root / "host_key.pub").read_text().split()[:2]
+        keygen(root / "client_key")
+        (root / "authorized_keys").write_text((root / "client_key.pub").read_text())
+        (root / "known_hosts").write_text(f"[127.0.0.1]:{self.port} {' '.join(self.host_key)}\n")
+        (root / "sshd_config").write_text("\n".join([
+            "ListenAddress 127.0.0.1", f"Port {self.port}", f"HostKey {root / 'host_key'}",
+            f"PidFile {root / 'sshd.pid'}", f"AuthorizedKeysFile {root / 'authorized_keys'}",
+            # No PAM (it would read the machine's own stack), and the test's files live under a
+            # tmp dir whose modes sshd's StrictModes would refuse.
+            "UsePAM no", "StrictModes no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
+            "PubkeyAuthentication yes", "PermitRootLogin prohibit-password", f"AllowUsers {self.user}",
+            "PrintMotd no", "LogLevel VERBOSE", ""]))
+        self.proc: subprocess.Popen | None = None
+        self.log = root / "sshd.log"
+
+    def client_config(self, known_hosts: Path | None = None) -> Path:
+        """An ssh client config for this sshd (the destination `b` is its alias)."""
+        path = self.root / f"ssh_config{'' if known_hosts is None else '-' + known_hosts.name}"
+        path.write_text("\n".join([
+            "Host *", "  HostName 127.0.0.1", f"  Port {self.port}", f"  User {self.user}",
+            f"  IdentityFile {self.root / 'client_key'}", "  IdentitiesOnly yes", "  IdentityAgent none",
+            f"  UserKnownHostsFile {known_hosts or self.root / 'known_hosts'}", "  GlobalKnownHostsFile none",
+            "  StrictHostKeyChecking yes", ""]))
+        return path
+
+    def start(self) -> Sshd:
+        argv = [SSHD, "-D", "-e", "-f", str(self.root / "sshd_config")]
+        if os.geteuid() == 0 and not Path("/run/sshd").is_dir():
+            assert shutil.which("unshare"), "root without /run/sshd needs unshare for a private /run"
+            argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                    'mount -t tmpfs tmpfs /run && mkdir -m 0755 /run/sshd && exec "$@"', "sh", *argv]
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        wait_for(lambda: "Server listening on 127.0.0.1" in self.log.read_text() or self.proc.poll() is not None,
+                 30, what="sshd listening")
+        assert self.proc.poll() is None, self.log.read_text()
+        return self
+
+    def stop(self) -> None:
+        """The listener and every session it forked: no connection to it survives."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            victims = [*psutil.Process(self.proc.pid).children(recursive=True), psutil.Process(self.proc.pid)]
+        except psutil.Error:
+            victims = []
+        for victim in victims:
+            try:
+                victim.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                pass
+        self.proc.wait(30)
+
+
+def masters(state_dir: Path) -> list[psutil.Process]:
+    """The ssh master connections Loom left running (`ssh: PATH [mux]`) for hosts under `state_dir`."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if line.startswith("ssh") and str(state_dir / ssh.CONTROL_DIR) in line:
+            found.append(proc)
+    return found
+
+
+@pytest.fixture
+def sshd(tmp_path):
+    if not Path(SSHD).exists():
+        pytest.skip(f"{SSHD} is missing (Debian's openssh-server; .ci/run installs it)")
+    server = Sshd(tmp_path / "sshd")
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+def add_host(path: Path, name: str, **keys) -> None:
+    lines = ["", "[[hosts]]", f"name = {toml_value(name)}", *(f"{k} = {toml_value(v)}" for k, v in keys.items())]
+    path.write_text(path.read_text() + "\n".join(lines) + "\n")
+
+
+def test_two_hosts(make_harness, sshd):
+    a, b = make_harness(), make_harness()
+    add_host(a.config_path, "b", ssh="b", ssh_options=["-F", str(sshd.client_config())], loom=REMOTE_LOOM,
+             config=str(b.config_path), state_dir=str(b.state_dir), connect_timeout="10s", timeout="60s")
+    try:
+        a_session, b_session = a.start(), b.start()
+        a_relaunches = len(a.events("relaunch"))
+
+        # Both hosts' agents, b's read over ssh from its own `loom status`.
+        listed = a.loom("hosts", "--json")
+        assert listed.returncode == 0, listed.stderr
+        views = {v["host"]: v for v in json.loads(listed.stdout)}
+        assert list(views) == ["local", "b"]
+        assert views["b"]["reachable"] and views["b"]["why"] is None
+        for view in views.values():
+            (agent,) = view["agents"]
+            assert agent["name"] == "main" and agent["state"] in STATE_WORDS.values()
+        # One master connection for b, its socket in the state dir's private ssh/.
+        control = a.state_dir / ssh.CONTROL_DIR
+        assert stat.S_IMODE(control.stat().st_mode) == 0o700
+        assert ssh.control_path(a.state_dir, "b") is not None, "the test's state dir is too deep for a socket"
+        assert (control / "b").is_socket()
+        text = a.loom("hosts")
+        assert text.returncode == 0 and [line.split()[:2] for line in text.stdout.splitlines()[1:]] == \
+            [["local", "main"], ["b", "main"]], text.stdout
+
+        # An operator's relaunch of b's agent, over ssh: b's agent only, recorded by b as ssh from a.
+        done = a.loom("--host", "b", "recycle", "--fresh", "--reason", "over ssh")
+        assert done.returncode == 0, done.stderr
+        wait_for(lambda: b.pinned() != b_session, 30, what="b's fresh session pinned")
+        wait_for(lambda: "> " in b.screen(), 30, what="b's agent's prompt")
+        relaunch = b.events("relaunch")[-1]
+        assert (relaunch["source"], relaunch["cause"]) == ("ssh", "operator_fresh")
+        assert relaunch["detail"]["evidence"]["actor"] == "ssh"
+        assert relaunch["detail"]["evidence"]["actor_from"] == ssh.origin()
+        assert relaunch["detail"]["evidence"]["actor_address"].startswith("127.0.0.1 ")
+        assert a.pinned() == a_session and len(a.events("relaunch")) == a_relaunches
+
+        # The remote side is a shell: the words reach b's agent as they were typed, and run nothing.
+        trap = sshd.root / "pwned"
+        words = f"$(id>{trap}) `id>{trap}2`; 'quoted' \"double\" \\ * ${{HOME}}"
+        typed = a.loom("--host", "b", "inject", words)
+        assert typed.returncode == 0, typed.stderr
+        wait_for(lambda: words in b.transcript(b.pinned()), 30, what="the words in b's transcript")
+        assert not list(sshd.root.glob("pwned*"))
+        assert [e["source"] for e in b.events("inject")][-1] == "ssh"
+
+        # A host key that is not the one known for b: refused, as the operator's ssh refuses it.
+        stranger = sshd.root / "stranger_known_hosts"
+        stranger_key = keygen(sshd.root / "stranger")
+        stranger.write_text(f"[127.0.0.1]:{sshd.port} ssh-ed25519 {stranger_key}\n")
+        c_config = a.config_path.read_text()
+        add_host(a.config_path, "c", ssh="c", ssh_options=["-F", str(sshd.client_config(stranger))],
+                 loom=REMOTE_LOOM, config=str(b.config_path), state_dir=str(b.state_dir))
+        refused = a.loom("--host", "c", "status")
+        assert refused.returncode == UNREACHABLE
+        assert "host c (c) is unreachable" in refused.stderr and "Host key verification failed" in refused.stderr
+        a.config_path.write_text(c_config)
+
+        # sshd stopped: b reads unreachable since the first failure; a's own agent as before.
+        sshd.stop()
+        wait_for(lambda: not masters(a.state_dir), 30, what="b's master connection gone with its sshd")
+        down = a.loom("hosts", "--json")
+        assert down.returncode == 0, down.stderr
+        local, far = json.loads(down.stdout)
+        assert not far["reachable"] and far["agents"] == [] and "Connection refused" in far["why"]
+        assert local["reachable"] and [x["name"] for x in local["agents"]] == ["main"]
+        assert local["agents"][0]["state"] in STATE_WORDS.values()
+        again = json.loads(a.loom("hosts", "--json").stdout)[1]
+        assert again["unreachable_since"] == far["unreachable_since"]
+        shown = a.loom("hosts").stdout.splitlines()
+        assert any(line.startswith("b  unreachable since ") for line in shown), shown
+        assert not any(line.split()[:1] == ["b"] and "gone" in line for line in shown)
+        status = a.loom("--host", "b", "status")
+        assert status.returncode == UNREACHABLE
+        assert status.stderr.startswith("loom: host b (b) is unreachable: ssh: connect to host")
+        assert a.loom("status").returncode == 0
+        assert a.pinned() == a_session and len(a.events("relaunch")) == a_relaunches
+    finally:
+        for proc in masters(a.state_dir):
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass

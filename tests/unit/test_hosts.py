@@ -1,0 +1,305 @@
+"""Hosts over OpenSSH, the parts that need no sshd: `[[hosts]]` checked like the rest of the
+config, the ssh command line Loom builds (its options, its ControlPath, every remote word quoted,
+shown through a real shell), what a host's answer may say, since when a host is unreachable, and
+the CLI's refusals (an unknown host, a host nobody answers for, `--via-ssh` outside ssh). The real
+sshd is tests/e2e/test_hosts_ssh.py's."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_loom
+from harness import free_port
+
+from loomtui.cli import remote
+from loomtui.config import HostConfig, load_config
+from loomtui.errors import ConfigError, LoomError
+from loomtui.hosts import reach, ssh, view
+from loomtui.store import ledger
+from loomtui.store.db import Store
+
+
+def config_file(tmp_path: Path, hosts: str) -> Path:
+    path = tmp_path / "loom.toml"
+    path.write_text(f'state_dir = "{tmp_path / "state"}"\n{hosts}[agent]\ntmux_socket = "loomtest-hosts"\n')
+    return path
+
+
+def host(**keys) -> HostConfig:
+    return HostConfig.build({"name": "b", "ssh": "op@box", **keys}, ("hosts", 0), None)
+
+
+# -- [[hosts]] in the config ----------------------------------------------------------------------
+
+def test_a_host_with_only_name_and_ssh_takes_the_defaults(tmp_path):
+    config, _ = load_config(str(config_file(tmp_path, '[[hosts]]\nname = "b"\nssh = "op@box.tailnet"\n')), {})
+    (b,) = config.hosts
+    assert (b.name, b.ssh, b.ssh_options, b.loom, b.config, b.state_dir) == ("b", "op@box.tailnet", [], ["loom"], "", "")
+    assert (b.connect_timeout, b.timeout, b.command_timeout) == (10.0, 30.0, 600.0)
+    assert config.host("b") is b and config.host("c") is None
+    assert load_config(str(config_file(tmp_path, "")), {})[0].hosts == []
+
+
+def test_the_remote_command_is_an_argv_or_a_string_split_as_a_shell_would():
+    assert host(loom=["/opt/loom venv/bin/loom"]).loom == ["/opt/loom venv/bin/loom"]
+    assert host(loom='python3 -m loomtui --x "a b"').loom == ["python3", "-m", "loomtui", "--x", "a b"]
+    # Remote paths are the remote Loom's to expand: kept exactly as written.
+    b = host(config="~/.config/loom/config.toml", state_dir="~/st")
+    assert (b.config, b.state_dir) == ("~/.config/loom/config.toml", "~/st")
+
+
+BAD = [
+    ('[[hosts]]\nname = "b"\n', "hosts[0].ssh", "required key is missing"),
+    ('[[hosts]]\nssh = "x"\n', "hosts[0].name", "required key is missing"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\nbogus = 1\n', "hosts[0].bogus", "unknown key"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\nssh_option = []\n', "hosts[0].ssh_option", "did you mean 'ssh_options'"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\n[[hosts]]\nname = "b"\nssh = "y"\n', "hosts[1].name", "duplicate host name 'b'"),
+    ('[[hosts]]\nname = "local"\nssh = "x"\n', "hosts[0].name", "this machine's own name"),
+    ('[[hosts]]\nname = "B c"\nssh = "x"\n', "hosts[0].name", "must be 1-32 of a-z"),
+    ('[[hosts]]\nname = "b"\nssh = "-oProxyCommand=touch /tmp/x"\n', "hosts[0].ssh", "must not start with '-'"),
+    ('[[hosts]]\nname = "b"\nssh = "box rm"\n', "hosts[0].ssh", "one word"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\nssh_options = ["-o", "StrictHostKeyChecking=no"]\n',
+     "hosts[0].ssh_options[1]", "host key checking off"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\nssh_options = ["-oStrictHostKeyChecking off"]\n',
+     "hosts[0].ssh_options[0]", "host key checking off"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\nssh_options = "-F x"\n', "hosts[0].ssh_options", "expected a list"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\nloom = ""\n', "hosts[0].loom", "must name a command"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\nloom = "loom \\"unclosed"\n', "hosts[0].loom", "cannot split"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\ntimeout = "0s"\n', "hosts[0].timeout", "longer than 0s"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\nstate_dir = "a\\nb"\n', "hosts[0].state_dir", "control characters"),
+    ('hosts = "b"\n', "hosts", "expected a list"),
+]
+
+
+@pytest.mark.parametrize("text,key,why", BAD)
+def test_a_bad_host_is_one_line_naming_the_file_and_key(tmp_path, text, key, why):
+    path = config_file(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(str(path), {})
+    message = str(info.value)
+    assert info.value.exit_code == 2 and "\n" not in message
+    assert message.startswith(f"{path}: {key}: ") and why in message
+
+
+def test_the_cli_refuses_a_bad_host_with_exit_2(tmp_path):
+    path = config_file(tmp_path, BAD[4][0])
+    result = run_loom("--config", str(path), "hosts")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [f"loom: {path}: hosts[1].name: duplicate host name 'b'"]
+
+
+# -- the ssh command line -------------------------------------------------------------------------
+
+HOSTILE = ["recycle", "--reason", "it's; rm -rf ~ && $(touch pwned) `id` \"q\" \\ *", "--", "-x", "", "a\nb", "é ✓"]
+
+
+def test_every_remote_word_reaches_the_remote_shell_as_one_word(tmp_path):
+    """The remote side is a shell: what it runs is exactly the words, whatever they hold."""
+    echo = [sys.executable, "-c", "import json, sys; print(json.dumps(sys.argv[1:]))"]
+    b = host(loom=echo, config="/srv/my loom/config.toml", state_dir="~/state $HOME")
+    line = ssh.remote_command(b, HOSTILE, "laptop")
+    for shell in ("sh", "bash"):
+        done = subprocess.run([shell, "-c", line], capture_output=True, text=True, timeout=30, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == ["--config", "/srv/my loom/config.toml", "--state-dir", "~/state $HOME",
+                                           "--via-ssh", "laptop", *HOSTILE]
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_loom_own_options_come_first_then_the_hosts_then_the_destination(tmp_path):
+    b = host(ssh_options=["-F", "/etc/op/ssh_config", "-o", "BatchMode=no"], connect_timeout="2500ms")
+    argv = ssh.ssh_argv(b, ["status", "--json"], control="/st/ssh/b", via="laptop")
+    assert argv[0] == "ssh"
+    opts = [argv[i + 1] for i, word in enumerate(argv) if word == "-o"]
+    # ssh keeps the first value given for an option: the host's BatchMode=no comes too late to count.
+    assert opts.index("BatchMode=yes") < opts.index("BatchMode=no")
+    assert {"BatchMode=yes", "ConnectTimeout=3", "ControlMaster=auto", "ControlPath=/st/ssh/b",
+            "ControlPersist=10m"} <= set(opts)
+    assert not any(o.lower().startswith("stricthostkeychecking") for o in opts)
+    cut = argv.index("--")
+    assert argv[cut - 4:cut] == ["-F", "/etc/op/ssh_config", "-o", "BatchMode=no"]
+    assert argv[cut + 1:] == ["op@box", "loom --via-ssh laptop status --json"]
+
+
+def test_without_a_usable_control_path_each_call_connects_on_its_own():
+    argv = ssh.ssh_argv(host(), ["status"], control=None, via="laptop")
+    opts = [argv[i + 1] for i, word in enumerate(argv) if word == "-o"]
+    assert "ControlMaster=no" in opts and "ControlPath=none" in opts
+    assert not any(o.startswith("ControlPersist") for o in opts)
+
+
+def test_the_control_path_is_in_a_private_directory_under_the_state_dir(tmp_path):
+    state = tmp_path / "st"
+    state.mkdir()
+    made = ssh.control_dir(state)
+    assert made == state / "ssh" and stat.S_IMODE(made.stat().st_mode) == 0o700
+    short = Path("/tmp") / "s%t"
+    assert ssh.control_path(short, "b") == "/tmp/s%%t/ssh/b"  # ssh expands % tokens there
+    assert ssh.control_path(Path("/tmp/a b"), "b") is None
+    deep = Path("/tmp") / ("d" * 90)
+    assert ssh.control_path(deep, "b") is None  # past a unix socket's length, with ssh's temporary suffix
+
+
+def test_the_origin_is_a_plain_machine_name():
+    assert ssh.valid_origin(ssh.origin())
+    assert not ssh.valid_origin("laptop; rm") and not ssh.valid_origin("") and not ssh.valid_origin("x" * 65)
+
+
+# -- what a host's answer may say -----------------------------------------------------------------
+
+def test_a_hosts_status_is_parsed_field_by_field_and_made_printable():
+    answer = json.dumps([
+        {"name": "main", "state": "running", "canary": {"result": "ok", "age": 120.5},
+         "queue": {"open": 2, "claimed": 1, "witnessed": 9}, "hold": None, "supervisor": {"heartbeat_age": 4}},
+        {"name": "ops\x1b[2J", "state": "held", "canary": {"result": "miss", "age": "soon"},
+         "queue": {"open": True}, "hold": {"by": "operator", "reason": "deploy\x07"}, "supervisor": "x"},
+    ])
+    first, second = view.parse_status(answer)
+    assert (first.name, first.state, first.canary(), first.queue, first.hold, first.heartbeat()) == \
+        ("main", "running", "ok 2m ago", 3, "", "4s ago")
+    assert "\x1b" not in second.name and "\x07" not in second.hold and second.hold.startswith("operator: deploy")
+    assert (second.canary_age, second.queue, second.heartbeat_age) == (None, 0, None)
+    for bad in ("", "{}", '{"name": "main"}', "[1]", '[{"name": 1, "state": "x"}]', "not json"):
+        with pytest.raises(ValueError):
+            view.parse_status(bad)
+
+
+def test_the_table_says_an_unreachable_host_in_place_of_its_agents():
+    now = time.time()
+    up = view.HostView("local", (view.AgentRow("main", "running", "ok", 5.0, 0, "", 3.0),))
+    down = view.HostView("b", unreachable=reach.Unreachable(now - 300, "ssh: connect to host x: Connection refused"))
+    lines = view.lines([up, down], now)
+    assert lines[0].split() == ["HOST", "AGENT", "STATE", "LAST", "CANARY", "QUEUE", "HOLD", "HEARTBEAT"]
+    assert lines[1].split()[:3] == ["local", "main", "running"]
+    assert lines[2].startswith("b  unreachable since ") and "(5m ago): ssh: connect to host x" in lines[2]
+    assert "running" not in lines[2] and "gone" not in lines[2]
+    assert down.as_json() == {"host": "b", "reachable": False, "unreachable_since": now - 300,
+                              "why": "ssh: connect to host x: Connection refused", "agents": []}
+
+
+def test_a_host_is_unreachable_since_its_first_failure_until_it_answers(tmp_path):
+    with Store.in_dir(tmp_path) as store:
+        assert reach.read(store, "b") is None
+        assert reach.failed(store, "b", "refused", 1000.0) == reach.Unreachable(1000.0, "refused")
+        assert reach.failed(store, "b", "timed out", 1060.0) == reach.Unreachable(1000.0, "timed out")
+        assert reach.read(store, "c") is None
+        reach.answered(store, "b")
+        assert reach.read(store, "b") is None
+        assert reach.failed(store, "b", "refused", 2000.0).since == 2000.0
+
+
+# -- the command line -----------------------------------------------------------------------------
+
+def test_host_is_read_before_the_command_and_only_there():
+    valued = ("--config", "--state-dir", "--host", "--via-ssh")
+    assert remote.split(["--config", "c.toml", "--host", "b", "recycle", "--fresh"], valued) == \
+        ("b", ["--config", "c.toml"], ["recycle", "--fresh"])
+    assert remote.split(["--host=b", "--", "status"], valued) == ("b", [], ["status"])
+    assert remote.split(["inject", "--host", "b"], valued) is None  # the agent's words, not Loom's option
+    assert remote.split(["status"], valued) is None
+    with pytest.raises(LoomError):
+        remote.split(["--host"], valued)
+
+
+def unreachable_config(tmp_path: Path, port: int) -> Path:
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    return config_file(tmp_path, f'[[hosts]]\nname = "b"\nssh = "127.0.0.1"\nconnect_timeout = "5s"\n'
+                                 f'ssh_options = ["-p", "{port}", "-o", "UserKnownHostsFile={known}", '
+                                 f'"-o", "GlobalKnownHostsFile=none"]\n')
+
+
+def test_an_unknown_host_is_one_line_and_exit_2(tmp_path):
+    path = unreachable_config(tmp_path, free_port())
+    result = run_loom("--config", str(path), "--host", "c", "status")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == ["loom: no host named 'c' (hosts: b)"]
+    result = run_loom("--config", str(path), "--host", "b", "status", "--state-dir", "/x")
+    assert result.returncode == 2 and "--state-dir after the command would name a file on host b" in result.stderr
+    result = run_loom("--config", str(path), "--host", "b")
+    assert result.returncode == 2 and "name the command to run there" in result.stderr
+
+
+def test_a_host_nobody_answers_for_is_refused_with_ssh_s_reason(tmp_path):
+    """A real ssh client to a loopback port nothing listens on."""
+    path = unreachable_config(tmp_path, free_port())
+    result = run_loom("--config", str(path), "--host", "b", "recycle", "--fresh")
+    assert result.returncode == remote.UNREACHABLE, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("loom: host b (127.0.0.1) is unreachable: ssh: connect to host")
+    assert "Connection refused" in line
+
+
+def test_loom_hosts_keeps_the_first_failure_and_still_shows_this_machine(tmp_path):
+    path = unreachable_config(tmp_path, free_port())
+    first = run_loom("--config", str(path), "hosts", "--json")
+    assert first.returncode == 0, first.stderr
+    local, b = json.loads(first.stdout)
+    assert local["host"] == "local" and local["reachable"] and [a["name"] for a in local["agents"]] == ["main"]
+    assert not b["reachable"] and b["agents"] == [] and "Connection refused" in b["why"]
+    again = json.loads(run_loom("--config", str(path), "hosts", "--json").stdout)[1]
+    assert again["unreachable_since"] == b["unreachable_since"]
+    text = run_loom("--config", str(path), "hosts")
+    assert text.returncode == 0
+    assert any(line.startswith("b  unreachable since ") for line in text.stdout.splitlines()), text.stdout
+
+
+def test_via_ssh_is_honoured_only_inside_an_ssh_session(tmp_path):
+    path = config_file(tmp_path, "")
+    refused = run_loom("--config", str(path), "--via-ssh", "laptop", "hold", "--reason", "r")
+    assert refused.returncode == 2 and "no SSH_CONNECTION here" in refused.stderr
+    bad = run_loom("--config", str(path), "--via-ssh", "lap top", "hold", "--reason", "r",
+                   env={"SSH_CONNECTION": "10.0.0.5 50022 10.0.0.9 22"})
+    assert bad.returncode == 2 and "a machine name" in bad.stderr
+    done = run_loom("--config", str(path), "--via-ssh", "laptop", "hold", "--reason", "deploy",
+                    env={"SSH_CONNECTION": "10.0.0.5 50022 10.0.0.9 22"})
+    assert done.returncode == 0, done.stderr
+    with Store.in_dir(tmp_path / "state") as store:
+        (placed,) = ledger.tail(store, 10, kinds=["hold_placed"])
+    assert placed.source == "ssh"
+    assert placed.detail["actor"] == "ssh"
+    assert (placed.detail["actor_from"], placed.detail["actor_address"]) == ("laptop", "10.0.0.5 50022")
+
+
+def test_status_list_is_a_list_of_agents_whatever_their_number(tmp_path):
+    path = config_file(tmp_path, "")
+    done = run_loom("--config", str(path), "status", "--json", "--list")
+    assert done.returncode == 0, done.stderr
+    (main,) = json.loads(done.stdout)
+    assert (main["name"], main["state"]) == ("main", "tmux gone")
+    assert view.parse_status(done.stdout)[0].name == "main"
+    assert shlex.join(view.STATUS_WORDS) == "status --json --list"
+
+
+def test_a_host_that_never_answers_is_cut_off_at_its_timeout(tmp_path):
+    """A loopback listener that takes the connection and never says a word (a hung box): each
+    host's call ends at its own `timeout`, and `loom hosts` still reports this machine."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        known = tmp_path / "known_hosts"
+        known.write_text("")
+        entries = "".join(
+            f'[[hosts]]\nname = "{name}"\nssh = "127.0.0.1"\nconnect_timeout = "5m"\ntimeout = "2s"\ncommand_timeout = "3s"\n'
+            f'ssh_options = ["-p", "{port}", "-o", "UserKnownHostsFile={known}", "-o", "GlobalKnownHostsFile=none"]\n'
+            for name in ("b", "c"))
+        path = config_file(tmp_path, entries)
+        done = run_loom("--config", str(path), "hosts", "--json", timeout=120)
+        assert done.returncode == 0, done.stderr
+        local, b, c = json.loads(done.stdout)
+        assert local["reachable"] and [a["name"] for a in local["agents"]] == ["main"]
+        for far in (b, c):
+            assert not far["reachable"] and far["why"] == "no answer within 2s" and far["agents"] == []
+        refused = run_loom("--config", str(path), "--host", "b", "status", timeout=120)
+        assert refused.returncode == remote.UNREACHABLE
+        assert refused.stderr.strip() == "loom: host b (127.0.0.1) is unreachable: no answer within 3s"
