@@ -475,6 +475,9 @@ class HostConfig(Section):
     connect_timeout = Field(positive_duration, 10.0)
     timeout = Field(positive_duration, 30.0)
     command_timeout = Field(positive_duration, 600.0)
+    # Where a Prometheus scrapes that host's metrics (HOST:PORT as it reaches them, e.g. over the
+    # tailnet; that host serves them with its own metrics.listen): `loom prometheus-config`.
+    metrics = Field(also(string(), _listen), "")
 
     def validate(self, loc: Loc) -> None:
         try:

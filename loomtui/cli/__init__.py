@@ -24,7 +24,10 @@ from loomtui.errors import LoomError
 # Order is the order of `loom --help`: (module under loomtui.cli, ((command, help line), ...)).
 COMMANDS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
     ("status", (("status", "show the agent, supervisor and store at a glance"),)),
-    ("hosts_cmd", (("hosts", "every host's agents: state, last canary, queue, hold, heartbeat (over ssh)"),)),
+    ("hosts_cmd", (
+        ("hosts", "every host's agents: state, last canary, queue, hold, heartbeat (over ssh)"),
+        ("prometheus-config", "print a Prometheus scrape configuration for this host and every [[hosts]] entry"),
+    )),
     ("doctor", (("doctor", "check tmux, config, state dir, store and ledger, and simulate the config; "
                            "non-zero if any fails"),)),
     ("check", (("check", "one line and a monitoring plugin's exit code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN"),)),

@@ -17,6 +17,19 @@ def register(sub) -> None:
     parser = subcommand(sub, "hosts", "every host's agents: state, last canary, queue, hold, heartbeat (over ssh)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=run)
+    scrape = subcommand(sub, "prometheus-config",
+                        "print a Prometheus scrape configuration for this host and every [[hosts]] entry")
+    scrape.add_argument("--job", default="loom", help="the scrape job's name (contrib's alert rules say job=\"loom\")")
+    scrape.add_argument("--interval", default="30s", help="the scrape interval (default 30s)")
+    scrape.set_defaults(func=run_prometheus_config)
+
+
+def run_prometheus_config(args: argparse.Namespace) -> int:
+    from loomtui.hosts.scrape import scrape_config
+
+    base = base_context(args, prepare=False)
+    print(scrape_config(base.config, job=args.job, interval=args.interval), end="")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
