@@ -34,7 +34,7 @@ class Sshd:
     system's ssh service makes: missing, the test's sshd runs in a mount namespace of its own with
     a private /run (unshare), so nothing of the machine's is touched."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, extra: tuple[str, ...] = ()) -> None:
         root.mkdir(parents=True)
         self.root = root
         self.port = free_port()
@@ -51,7 +51,7 @@ class Sshd:
             # tmp dir whose modes sshd's StrictModes would refuse.
             "UsePAM no", "StrictModes no", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
             "PubkeyAuthentication yes", "PermitRootLogin prohibit-password", f"AllowUsers {self.user}",
-            "PrintMotd no", "LogLevel VERBOSE", ""]))
+            "PrintMotd no", "LogLevel VERBOSE", *extra, ""]))
         self.proc: subprocess.Popen | None = None
         self.log = root / "sshd.log"
 

@@ -1,0 +1,95 @@
+"""`loom hosts` over N hosts (issue 28; default 20): N state dirs, each a Loom of its own with its
+config, behind one real sshd on 127.0.0.1 (tests/sshd.py), all asked at once with their master
+connections warm (a first `loom hosts` opened them; ControlPersist keeps them).
+
+Anchor, in the same run: the N `ssh … loom status --json --list` run one after the other, each a
+connection of its own (what a shell loop over the hosts would do).
+Target: `loom hosts` within 1.5 s.
+
+Run: .venv/bin/python bench/hosts.py [N]
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import ROOT, bound_line, exit_on_sigterm, machine, median, timed
+from harness import toml_value
+from sshd import REMOTE_LOOM, SSHD, Sshd
+
+TARGET = 1.5
+ROUNDS = 5
+
+
+def loom(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loomtui", "--config", str(config), *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
+
+
+def main(n: int) -> int:
+    exit_on_sigterm()
+    print(f"machine: {machine()}")
+    if not Path(SSHD).exists():
+        print(f"hosts: {SSHD} is not installed (Debian's openssh-server): nothing measured")
+        return 1
+    root = Path(tempfile.mkdtemp(prefix="lb-", dir="/tmp"))
+    # N hosts behind one sshd connect at once, where each would have its own: more than sshd's
+    # default 10 unauthenticated connections at a time.
+    sshd = Sshd(root / "sshd", extra=("MaxStartups 200",)).start()
+    try:
+        client = sshd.client_config()
+        remotes = []
+        for i in range(n):
+            home = root / f"h{i}"
+            home.mkdir()
+            # Each host a Loom of its own: a config naming its own state dir and tmux socket (no agent
+            # runs: its status is read, as a host's whose agent is between launches would be).
+            (home / "config.toml").write_text(f"state_dir = {toml_value(str(home / 'state'))}\n[agent]\n"
+                                              f"tmux_socket = {toml_value(f'lbench-{root.name}-{i}')}\n")
+            remotes.append(home)
+        operator = root / "operator.toml"
+        lines = [f"state_dir = {toml_value(str(root / 'op-state'))}", "[agent]",
+                 f"tmux_socket = {toml_value(f'lbench-{root.name}-op')}"]
+        for i, home in enumerate(remotes):
+            lines += ["[[hosts]]", f"name = \"h{i}\"", "ssh = \"b\"", f"ssh_options = {toml_value(['-F', str(client)])}",
+                      f"loom = {toml_value(REMOTE_LOOM)}", f"config = {toml_value(str(home / 'config.toml'))}",
+                      f"state_dir = {toml_value(str(home / 'state'))}"]
+        operator.write_text("\n".join(lines) + "\n")
+
+        first = loom(operator, "hosts", "--json")  # opens the masters
+        views = json.loads(first.stdout) if first.returncode == 0 else []
+        answered = [v for v in views if v.get("host") != "local" and v.get("reachable") and not v.get("error")]
+        if len(answered) != n:
+            print(f"hosts: only {len(answered)} of {n} hosts answered the first look:\n{first.stdout[-2000:]}"
+                  f"{first.stderr[-2000:]}")
+            return 1
+        warm = timed(lambda: loom(operator, "hosts", "--json"), ROUNDS)
+
+        def sequential() -> None:
+            for home in remotes:
+                words = [*REMOTE_LOOM, "--config", str(home / "config.toml"), "--state-dir", str(home / "state"),
+                         "status", "--json", "--list"]
+                done = subprocess.run(["ssh", "-F", str(client), "-o", "BatchMode=yes", "b",
+                                       " ".join(shlex.quote(w) for w in words)],
+                                      capture_output=True, text=True, timeout=120)
+                if done.returncode != 0:
+                    raise RuntimeError(done.stderr[-500:])
+        anchor = median(timed(sequential, max(1, ROUNDS // 2)))
+        print(bound_line(f"loom hosts over {n} hosts, masters warm", median(warm), TARGET,
+                         anchor=(f"{n} sequential ssh … loom status --json", anchor)))
+        return 0 if median(warm) <= TARGET else 2
+    finally:
+        for master in root.glob("op-state/ssh/*"):
+            subprocess.run(["ssh", "-S", str(master), "-O", "exit", "b"], capture_output=True, timeout=10)
+        sshd.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 20))
