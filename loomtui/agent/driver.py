@@ -223,7 +223,11 @@ class TmuxDriver:
                 before.end_session()
             except TmuxError:
                 pass  # a server that does not answer keeps a dead session at worst: never a second agent
-        pane.ensure_session(cwd)
+        if not pane.ensure_session(cwd):
+            try:
+                pane.restore_size()  # someone's attach may have left it at their terminal's size
+            except TmuxError:
+                pass  # drawn at the size it has: never a reason not to launch
         if exit_signal is not None:
             try:
                 pane.watch_exit(exit_signal)
@@ -235,3 +239,6 @@ class TmuxDriver:
 
     def attach_argv(self) -> list[str]:
         return self.pane.attach_argv()
+
+    def restore_size(self) -> None:
+        self.pane.restore_size()

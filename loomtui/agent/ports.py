@@ -78,6 +78,10 @@ class AgentDriver(Protocol):
 
     def attach_argv(self) -> list[str]: ...
 
+    def restore_size(self) -> None:
+        """The agent's window back at its configured size (after an operator's attach)."""
+        ...
+
 
 # -- the machine around the agent: ports the daemon leaves to the real thing (a Context's field
 # None) and the simulator fills with its world -----------------------------------------------

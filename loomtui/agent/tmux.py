@@ -779,6 +779,16 @@ class AgentPane:
     def kill_server(self) -> None:
         self.server.cmd("kill-server")
 
+    def restore_size(self) -> None:
+        """The window back at its configured size. tmux sizes a window to the last client that
+        attached (window-size `latest`) and keeps that size once it detached: an attach from an
+        80-column terminal would leave the agent drawing at 80 columns for good. resize-window
+        makes the window's window-size manual, so it is unset again: the next attach still fits
+        its own terminal."""
+        window = f"={self.session}:0"
+        self._check(self.server.by_process("resize-window", "-t", window, "-x", self.width, "-y", self.height, ";",
+                                           "set-option", "-w", "-u", "-t", window, "window-size"), "resize-window")
+
     def end_session(self) -> None:
         """Close this session (a server left with none exits); nothing when it is not there."""
         self.server.cmd("kill-session", "-t", f"={self.session}")

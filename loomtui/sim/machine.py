@@ -111,6 +111,9 @@ class SimDriver:
     def attach_argv(self) -> list[str]:
         return []
 
+    def restore_size(self) -> None:
+        return None  # the world's pane has no size
+
     # -- typing ------------------------------------------------------------------------------
 
     def _typable(self, expect_pane_pid: int | None) -> Agent:

@@ -42,7 +42,7 @@ from textual.worker import Worker, WorkerState
 
 from loomtui import actions, redact
 from loomtui.agent.hold_rules import parse_request
-from loomtui.agent.tmux import clean_env
+from loomtui.agent.tmux import TmuxError, clean_env
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.text import printable
@@ -475,7 +475,16 @@ class ConsoleScreen(Screen):
         if code:
             self.notify(f"tmux attach exited {code}: is the agent's session running?", title="attach",
                         severity="warning", markup=False)
+        self._restore_size()
         self.refresh_data()
+
+    @work(thread=True, group="restore-size", exit_on_error=False)
+    def _restore_size(self) -> None:
+        # The attach sized the agent's window to this terminal; tmux keeps that size after it.
+        try:
+            self.source.driver.restore_size()
+        except TmuxError:
+            pass  # no session to resize: the refresh says what there is
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
