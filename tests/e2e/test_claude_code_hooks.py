@@ -68,8 +68,10 @@ def test_the_fake_model_s_429_becomes_a_rate_limited_hold_and_a_later_turn_relea
     started = relaunches(harness)
     fake.rate_limited = True
     harness.inject("a turn the model refuses")
-    [failed] = wait_for(lambda: hook_rows(harness, "StopFailure"), LONG * 2, what="the CLI's StopFailure")
-    assert failed["source"] == "rate_limit", failed
+    failures = wait_for(lambda: hook_rows(harness, "StopFailure"), LONG * 2, what="the CLI's StopFailure")
+    # Under load the CLI may report a second refused request of the same turn (CI saw two rows):
+    # every one of them is the model's 429.
+    assert all(f["source"] == "rate_limit" for f in failures), failures
     held = wait_for(lambda: json.loads(harness.loom("status", "--json").stdout)["hold"], LONG, what="the hold")
     assert (held["by"], held["cause"]) == ("harness", "rate_limited")
     [told] = wait_for(lambda: outbox(harness), LONG, what="the operator told")
