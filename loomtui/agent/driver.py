@@ -95,8 +95,9 @@ class TmuxDriver:
     def observe(self, *, with_screen: bool = False) -> AgentFacts:
         """One look. `with_screen`: the live pane's visible screen too (what `screen()` gives), in the
         same tmux call: where each call is a process, a look that reads the screen costs one, not two."""
+        pane = self.pane  # one socket for the whole look, even if a relaunch moves the agent meanwhile
         try:
-            info, screen = self.pane.look() if with_screen else (self.pane.info(), None)
+            info, screen = pane.look() if with_screen else (pane.info(), None)
         except TmuxTimeout as exc:
             return AgentFacts(UNKNOWN, why=str(exc))
         except TmuxError as exc:
@@ -104,20 +105,20 @@ class TmuxDriver:
         if info is None:
             return AgentFacts(GONE, why="no tmux session")
         if info.dead:
-            info = self._settled(info)
+            info = self._settled(pane, info)
             how = f"signal {info.dead_signal}" if info.dead_signal else f"status {info.dead_status}"
             return AgentFacts(UP, info, None, why=f"the pane's process exited ({how})")
         tree = proctree.inspect(info.pane_pid, self.agent.process_match, self.agent.poller_match)
         return AgentFacts(UP, info, tree, tree.why, screen=screen)
 
-    def _settled(self, info: PaneInfo, wait: float = 0.3) -> PaneInfo:
+    def _settled(self, pane: AgentPane, info: PaneInfo, wait: float = 0.3) -> PaneInfo:
         # tmux marks a pane dead when its pty closes and learns the exit status when it reaps
         # the process, a moment later (and tmux 3.3a sometimes never does); ask again briefly.
         deadline = time.monotonic() + wait
         while info.dead_status is None and info.dead_signal is None and time.monotonic() < deadline:
             time.sleep(0.05)
             try:
-                again = self.pane.info()
+                again = pane.info()
             except TmuxError:
                 break
             if again is None or again.pane_id != info.pane_id or not again.dead:
@@ -144,8 +145,11 @@ class TmuxDriver:
             return None
         return info.pane_pid if info is not None and not info.dead else None
 
-    def _live(self, expect_pane_pid: int | None) -> PaneInfo:
-        info = self.pane.info()
+    def _live(self, expect_pane_pid: int | None) -> tuple[AgentPane, PaneInfo]:
+        """The live pane and the socket it was found on: what follows acts there (a pane id names a
+        pane on one server only)."""
+        pane = self.pane
+        info = pane.info()
         if info is None:
             raise TmuxGone("the agent's pane does not exist")
         if info.dead:
@@ -153,27 +157,27 @@ class TmuxDriver:
         if expect_pane_pid is not None and info.pane_pid != expect_pane_pid:
             # Meant for the agent that was there when asked; this one is new and may be booting.
             raise TmuxGone("the agent was relaunched while this waited for its turn; not typed")
-        return info
+        return pane, info
 
     def type_line(self, text: str, expect_pane_pid: int | None = None, *, origin: str = "operator",
                   ref: str = "") -> Delivery | None:
         """Paste `text` and press Enter in the live pane; raises TmuxError if it is not there throughout.
         (`origin` and `ref` matter to the pump only: a screen cannot tell whose line it was.)"""
-        before = self._live(expect_pane_pid)
+        pane, before = self._live(expect_pane_pid)
         buffer = f"loom-{os.getpid()}-{secrets.token_hex(4)}"
-        self.pane.paste(before.pane_id, text, buffer)
+        pane.paste(before.pane_id, text, buffer)
         # A pane that died or was replaced while the text went in may have swallowed it: say so,
         # do not guess. (After Enter the agent may exit on purpose, e.g. on /exit0: not a failure.)
-        mid = self.pane.info()
+        mid = pane.info()
         if mid is None or mid.dead or (mid.pane_id, mid.pane_pid) != (before.pane_id, before.pane_pid):
             raise TmuxGone("the agent's pane died or was replaced during the injection")
-        self.pane.send_key(before.pane_id, "Enter")
+        pane.send_key(before.pane_id, "Enter")
         return None  # a screen has no delivery to report (the pump's driver does)
 
     def send_keys(self, keys: list[str], expect_pane_pid: int | None = None) -> None:
-        info = self._live(expect_pane_pid)
+        pane, info = self._live(expect_pane_pid)
         for key in keys:
-            self.pane.send_key(info.pane_id, key)
+            pane.send_key(info.pane_id, key)
 
     def stop(self, grace: float, recorded: dict | None = None) -> list[int]:
         """End the pane's whole process tree; returns pids that would not die.
@@ -208,7 +212,8 @@ class TmuxDriver:
         return self.pane.server_running()
 
     def server_pid(self) -> int | None:
-        result = self.pane.server.cmd("display-message", "-p", "#{pid}", target=self.pane.target)
+        pane = self.pane
+        result = pane.server.cmd("display-message", "-p", "#{pid}", target=pane.target)
         text = result.stdout[0].strip() if result.returncode == 0 and result.stdout else ""
         return int(text) if text.isdigit() else None
 
