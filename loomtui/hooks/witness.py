@@ -10,8 +10,8 @@ the turn is seen ended, since the CLI takes the queued line only then.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable
 from dataclasses import replace
 
 from loomtui import clock
@@ -20,7 +20,6 @@ from loomtui.context import Context
 from loomtui.hooks.ingest import SOURCE
 from loomtui.hooks import turns
 from loomtui.hooks.settings import wanted
-from loomtui.hooks.turn_rules import Turn
 from loomtui.hooks.witness_rules import EARLY, Prompt, Typed, probe_now, witness
 from loomtui.store import counters, ledger
 from loomtui.store import hook_events as table
@@ -108,7 +107,7 @@ class Witness:
         starts again now (it is owed a prompt `timeout` after the turn that holds it ends)."""
         if not late:
             return set()
-        seen = _lazy(lambda: turns.read(self.ctx))
+        seen = functools.cache(lambda: turns.read(self.ctx))  # read once, and only if a line is late
         held = set()
         for line in late:
             if turns.explains(self.ctx, self.typed_at.get(line.id, line.at.wall), now, seen):
@@ -139,17 +138,6 @@ def line_calling_for_probe(ctx: Context) -> float | None:
     else:
         called = probe_now(typed_at, last.sent_at, last.result, last.ack_at)
     return typed_at if called else None
-
-
-def _lazy(read: Callable[[], list[Turn]]) -> Callable[[], list[Turn]]:
-    """`read` once, at the first call."""
-    kept: list[list[Turn]] = []
-
-    def get() -> list[Turn]:
-        if not kept:
-            kept.append(read())
-        return kept[0]
-    return get
 
 
 def _detail(raw: object) -> dict:
