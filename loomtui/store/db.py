@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,7 +59,7 @@ class Store:
         self.conn.row_factory = sqlite3.Row
         try:
             self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-            mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = self._switch_to_wal(timeout)
             if str(mode).lower() != "wal":
                 raise StoreError(f"store {self.path}: could not switch to WAL mode (got {mode})")
             self.conn.execute("PRAGMA synchronous = NORMAL")
@@ -79,6 +80,23 @@ class Store:
             self.conn.close()
             raise health.StoreBroken(self.path, "the file was removed while Loom opened it")
         self.opened = health.Opened(db_file, wal_file)
+
+    def _switch_to_wal(self, timeout: float) -> str:
+        """The journal mode once WAL is asked for. A new file is still in rollback mode, and there
+        two connections opening it at once (the threads of `loom status` over several agents, a
+        daemon and a CLI) can deadlock on the switch: SQLite then says "locked" at once, without
+        its busy wait, so the wait is here, as long as the busy timeout. Real time, not Loom's
+        clock: the lock is another real connection's."""
+        deadline = time.monotonic() + timeout
+        pause = 0.005
+        while True:
+            try:
+                return str(self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                if health.classify(exc) != health.TRANSIENT or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
     @classmethod
     def in_dir(cls, state_dir: Path, **kwargs: Any) -> Store:

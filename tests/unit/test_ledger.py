@@ -216,6 +216,35 @@ def test_migrations_recorded_and_idempotent(store, state_dir):
     again.close()
 
 
+def test_several_connections_opening_a_new_store_at_once_all_open_it(tmp_path):
+    """A new file is in rollback mode until one of them switches it to WAL, and two switching at
+    once deadlock: SQLite answers "locked" at once, with no busy wait (CI saw `loom status` over
+    two agents fail so on a fresh state dir). Each round a new file, four connections at once."""
+    import threading
+
+    failures: list[BaseException] = []
+    for n in range(60):
+        path = tmp_path / f"round-{n}" / DB_NAME
+        path.parent.mkdir()
+        gate = threading.Barrier(4)
+
+        def one(path: Path = path, gate: threading.Barrier = gate) -> None:
+            gate.wait()
+            try:
+                Store(path).close()
+            except Exception as exc:  # noqa: BLE001 - every failure is the finding
+                failures.append(exc)
+
+        threads = [threading.Thread(target=one) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not failures, failures[:3]
+    with Store(tmp_path / "round-0" / DB_NAME) as store:
+        assert store.pragma("journal_mode") == "wal" and store.migrate() == []
+
+
 def test_corrupt_store_is_a_clear_error(state_dir, loom):
     state_dir.mkdir(mode=0o700)
     (state_dir / DB_NAME).write_bytes(b"this is not a database" * 100)
