@@ -260,6 +260,10 @@ class ConsoleScreen(Screen):
     def _one_agent(self, title: str) -> bool:
         if self.several:
             return False
+        if self.remote is not None:  # the one local agent is the one to go back to
+            self.select_agent(self.ctx.agent)
+            self.notify(f"back to this machine's agent {self.ctx.agent}", title=title, markup=False)
+            return True
         self.notify(f"only agent {self.ctx.agent} is configured: there is no other to switch to "
                     "(several come from [[agents]] in the config)", title=title, severity="warning", markup=False)
         return True

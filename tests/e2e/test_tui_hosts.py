@@ -18,6 +18,7 @@ from test_tui import screen_text, until
 from loomtui.config import LOCAL_HOST
 from loomtui.tui.app import LoomApp
 from loomtui.tui.hosts_view import HostsScreen, key_of
+from loomtui.tui.modals import PromptScreen
 
 pytestmark = pytest.mark.e2e
 
@@ -85,9 +86,26 @@ def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness
                 await pilot.press("i")
                 await until(pilot, lambda: "inject acts on this machine's agents only" in
                             app.console_screen.notices.text, 30, what="inject refused for the remote agent")
+                # The hold key both ways, from the hold b last reported: placed, then released.
+                await pilot.press("h")
+                await until(pilot, lambda: isinstance(app.screen, PromptScreen), 30, what="the hold prompt")
+                await pilot.press(*"10m swapping the model", "enter")
+                await until(pilot, lambda: "hold operator" in screen_text(app), 120, what="b's hold in the header")
+                await pilot.press("h")
+                await until(pilot, lambda: isinstance(app.screen, PromptScreen), 30, what="the release prompt")
+                await pilot.press(*"release", "enter")
+                await until(pilot, lambda: "hold none" in screen_text(app), 120, what="b's hold released")
+                # The one local agent again: the header is this machine's.
+                await pilot.press("n")
+                await until(pilot, lambda: app.console_screen.remote is None
+                            and "(remote)" not in screen_text(app), 30, what="back to a's agent")
                 await pilot.press("q")
 
         asyncio.run(run())
+        placed, cleared = b.events("hold_placed"), b.events("hold_cleared")
+        assert [(e["source"], e["detail"]["reason"]) for e in placed] == [("ssh", "swapping the model")], placed
+        assert [e["source"] for e in cleared] == ["ssh"], cleared
+        assert not a.events("hold_placed")
         probes = b.events("canary")[b_canaries:]
         assert [(e["agent"], e["source"]) for e in probes] == [("main", "ssh")], probes
         assert len(a.events("canary")) == a_canaries
