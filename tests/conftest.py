@@ -151,3 +151,16 @@ def installed(tmp_path_factory, worker_id) -> Installed:
                 str(wheel))
             (target / "done").touch()
     return Installed(wheel=next((target / "dist").glob("loomtui-*.whl")), bin=venv / "bin")
+
+
+@pytest.fixture
+def sshd(tmp_path):
+    from sshd import SSHD, Sshd
+
+    if not Path(SSHD).exists():
+        pytest.skip(f"{SSHD} is missing (Debian's openssh-server; .ci/run installs it)")
+    server = Sshd(tmp_path / "sshd")
+    try:
+        yield server.start()
+    finally:
+        server.stop()

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import psutil
 from conftest import REPO
-from harness import free_port, wait_for
+from harness import free_port, toml_value, wait_for
+
+from loomtui.hosts import ssh
 
 SSHD = "/usr/sbin/sshd"
 # The remote Loom: this checkout's, whatever PATH an ssh session gets.
@@ -92,3 +94,18 @@ class Sshd:
             except psutil.Error:
                 pass
         self.proc.wait(30)
+
+
+def masters(state_dir: Path) -> list[psutil.Process]:
+    """The ssh master connections Loom left running (`ssh: PATH [mux]`) for hosts under `state_dir`."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if line.startswith("ssh") and str(state_dir / ssh.CONTROL_DIR) in line:
+            found.append(proc)
+    return found
+
+
+def add_host(path: Path, name: str, **keys) -> None:
+    lines = ["", "[[hosts]]", f"name = {toml_value(name)}", *(f"{k} = {toml_value(v)}" for k, v in keys.items())]
+    path.write_text(path.read_text() + "\n".join(lines) + "\n")

@@ -33,41 +33,24 @@ def run_prometheus_config(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from concurrent.futures import ThreadPoolExecutor
-
     from loomtui import clock
     from loomtui.config import LOCAL_HOST
-    from loomtui.hosts import ssh, view
+    from loomtui.hosts import gather, view
     from loomtui.report import status as status_mod
 
     base = base_context(args)
     hosts = base.config.hosts
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
-        asked = [pool.submit(ssh.run, h, view.STATUS_WORDS, state_dir=base.state_dir, timeout=h.timeout)
-                 for h in hosts]
+    with gather.pool_for(hosts) as pool:
+        asked = gather.ask_all(pool, hosts, base.state_dir)
         # This machine's own agents while the hosts answer, read as a host's would be.
         local = view.HostView(LOCAL_HOST, tuple(view.agent_row(s.as_agent_json())
                                                 for s in status_mod.gather_all(base)))
         replies = [f.result() for f in asked]
     now = clock.wall()
-    views = [local, *(host_view(base, reply, now) for reply in replies)]
+    views = [local, *(gather.host_view(base.store, reply, now) for reply in replies)]
     if args.json:
         print_json([v.as_json() for v in views])
     else:
         for line in view.lines(views, now):
             print(line)
     return 0
-
-
-def host_view(base, reply, now: float):
-    from loomtui.hosts import reach, ssh, view
-
-    if not reply.reached:
-        return view.HostView(reply.host, unreachable=reach.failed(base.store, reply.host, reply.reason, now))
-    reach.answered(base.store, reply.host)
-    if reply.code != 0:
-        return view.HostView(reply.host, error=f"loom exited {reply.code}: {ssh.last_line(reply.stderr)}")
-    try:
-        return view.HostView(reply.host, view.parse_status(reply.stdout))
-    except ValueError as exc:  # json.JSONDecodeError is one
-        return view.HostView(reply.host, error=f"not the status JSON expected ({str(exc)[:100]})")

@@ -16,6 +16,12 @@ the same actions module the ticks use and shows its outcome.
 With several agents, one is selected at a time (`g` opens the agents view, `n` goes to the next):
 every panel shows the selected agent's rows and every key acts on it, through that agent's own
 Context; the summary names it. With one agent nothing of this shows.
+
+With `[[hosts]]` in the config, `o` opens the hosts view (tui/hosts_view.py). Choosing another
+host's agent there makes it the keys' agent: `c`, `r` and `h` run that host's own Loom over ssh
+(tui/remote_agent.py) and the header says plainly which host and agent, and that it is remote;
+the panels below stay this machine's selected agent's. Choosing a local agent (there, `g` or `n`)
+ends the remote selection.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from textual.worker import Worker, WorkerState
 from loomtui import actions, redact
 from loomtui.agent.hold_rules import parse_request
 from loomtui.agent.tmux import TmuxError, clean_env
+from loomtui.config import LOCAL_HOST
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.text import printable
@@ -51,7 +58,9 @@ from loomtui.tui.agents_view import AgentsScreen
 from loomtui.tui.canary_panel import CanaryPanel
 from loomtui.tui.fleet_panel import FleetPanel
 from loomtui.tui.footer import FittingFooter
+from loomtui.tui import remote_agent
 from loomtui.tui.header import StatusHeader
+from loomtui.tui.hosts_view import Chosen, HostsScreen
 from loomtui.tui.keymap import APP_KEYS, OVERVIEW_TITLE, TABS, described
 from loomtui.tui.memory_panel import MemoryPanel
 from loomtui.tui.notice_bar import NoticeBar
@@ -64,6 +73,7 @@ from loomtui.tui.timeline_panel import TimelinePanel
 
 WIDE = 150
 AGENT_ACTIONS = ("agents", "next_agent")  # the keys that choose an agent: only with several
+HOST_ACTIONS = ("hosts",)  # only with [[hosts]] in the config
 
 
 HOLD_NEEDS = "a hold needs a reason, e.g. 30m swapping the model (Esc to cancel)"
@@ -97,6 +107,12 @@ class ConsoleScreen(Screen):
         ok: bool
         agent: str = ""
 
+    @dataclass
+    class RemoteRead(Message):
+        """The remote agent's row read again after an action (its host's own status)."""
+
+        chosen: Chosen
+
     def __init__(self, ctx: Context, source: Source, *, refresh_every: float, watch: bool,
                  agents: dict[str, Context] | None = None, now: Callable[[], float] = time.time) -> None:
         super().__init__(id="console")
@@ -116,6 +132,8 @@ class ConsoleScreen(Screen):
         self._timer: Timer | None = None
         self._stop_watch = threading.Event()
         self._recycling: set[str] = set()  # the agents a relaunch from this console is running for
+        # Another host's agent, chosen in the hosts view: the keys' agent while set (None: local).
+        self.remote: Chosen | None = None
         self.notices = NoticeBar(id="notices")
 
     # -- layout ------------------------------------------------------------------------------
@@ -202,7 +220,10 @@ class ConsoleScreen(Screen):
 
     def _show(self, snap: Snapshot) -> None:
         self.snapshot = snap
-        self.query_one(StatusHeader).show(snap.header)
+        if self.remote is not None:
+            self._show_remote()
+        else:
+            self.query_one(StatusHeader).show(snap.header)
         self.query_one("#agent-panel", AgentPanel).show(snap.pane)
         self.query_one("#side-agent", AgentPanel).show(snap.pane)
         if not snap.store_error:
@@ -232,11 +253,17 @@ class ConsoleScreen(Screen):
     def shows_action(self, action: str) -> bool:
         """Whether the footer and the palette offer `action`: with one agent there is nothing to
         switch to, so its keys are not offered (help lists them; pressed, they say why)."""
+        if action in HOST_ACTIONS:
+            return bool(self.ctx.config.hosts)
         return self.several or action not in AGENT_ACTIONS
 
     def _one_agent(self, title: str) -> bool:
         if self.several:
             return False
+        if self.remote is not None:  # the one local agent is the one to go back to
+            self.select_agent(self.ctx.agent)
+            self.notify(f"back to this machine's agent {self.ctx.agent}", title=title, markup=False)
+            return True
         self.notify(f"only agent {self.ctx.agent} is configured: there is no other to switch to "
                     "(several come from [[agents]] in the config)", title=title, severity="warning", markup=False)
         return True
@@ -258,7 +285,11 @@ class ConsoleScreen(Screen):
         self.select_agent(names[(names.index(self.ctx.agent) + 1) % len(names)])
 
     def select_agent(self, name: str) -> None:
-        """Every panel and every key from now on is agent `name`'s."""
+        """Every panel and every key from now on is agent `name`'s (a remote selection ends)."""
+        if self.remote is not None and name in self.agents:
+            self.remote = None
+            if self.snapshot is not None:
+                self.query_one(StatusHeader).show(self.snapshot.header)
         if name not in self.agents or name == self.ctx.agent:
             return
         self.ctx = self.agents[name]
@@ -281,6 +312,72 @@ class ConsoleScreen(Screen):
         await panel.remove()
         await self.query_one("#memory", TabPane).mount(MemoryPanel(memory.dir, memory.index, id="memory-panel"))
 
+    # -- other hosts -------------------------------------------------------------------------
+
+    def action_hosts(self) -> None:
+        if not self.ctx.config.hosts:
+            self.notify("no [[hosts]] in the config: the hosts view shows other machines' Loom over ssh",
+                        title="hosts", severity="warning", markup=False)
+            return
+
+        def chosen(picked: Chosen | None) -> None:
+            if picked is None:
+                return
+            if picked.host == LOCAL_HOST:
+                self.select_agent(picked.agent)
+                return
+            self.remote = picked
+            self._show_remote()
+
+        selected = (f"{self.remote.host} · {self.remote.agent}" if self.remote is not None
+                    else f"{LOCAL_HOST} · {self.ctx.agent}")
+        self.app.push_screen(HostsScreen(self.ctx, selected, now=self.now), chosen)
+
+    def _show_remote(self) -> None:
+        if self.remote is not None:
+            header = self.query_one(StatusHeader)
+            header.styles.height = 3
+            header.update(remote_agent.header(self.remote, self.ctx.agent, self.now()))
+
+    def _still(self, remote: Chosen) -> bool:
+        """Whether `remote`'s agent is still the keys' agent (its row may have been read again since)."""
+        return self.remote is not None and (self.remote.host, self.remote.agent) == (remote.host, remote.agent)
+
+    def _remote_refused(self, action: str) -> bool:
+        """A key that does not act on a remote agent yet says so, and acts on nothing."""
+        if self.remote is None:
+            return False
+        self.notify(f"{action} acts on this machine's agents only; on host {self.remote.host}: "
+                    f"loom --host {self.remote.host} {action} --agent {self.remote.agent} "
+                    f"(keys {remote_agent.KEYS} act there; g or n goes back to a local agent)",
+                    title=f"{action} · {self.remote.host}", severity="warning", markup=False)
+        return True
+
+    def _remote_key(self, action: str, **how) -> None:
+        remote = self.remote
+        assert remote is not None
+        host = self.ctx.config.host(remote.host)
+        if host is None:
+            self.notify(f"host {remote.host} is no longer in the config", title=action, severity="error", markup=False)
+            return
+        self.notify(f"{action} on host {remote.host}…", title=f"{action} · {remote.host}", markup=False, timeout=3)
+        self._run_remote(host, remote, action, remote_agent.words(action, remote.agent, **how))
+
+    @work(thread=True, group="action-remote", exit_on_error=False)
+    def _run_remote(self, host, remote: Chosen, action: str, command: list[str]) -> None:
+        outcome = remote_agent.run(host, self.ctx.state_dir, command)
+        self._done(action, outcome.text, outcome.ok, f"{remote.agent} on {remote.host}")
+        again = remote_agent.reread(host, self.ctx.state_dir, remote, self.now())
+        if again is not None:
+            self.post_message(self.RemoteRead(again))
+
+    @on(RemoteRead)
+    def _remote_read(self, message: RemoteRead) -> None:
+        current = self.remote
+        if current is not None and (current.host, current.agent) == (message.chosen.host, message.chosen.agent):
+            self.remote = message.chosen
+            self._show_remote()
+
     # -- the one error handler for every worker ------------------------------------------------
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -300,7 +397,9 @@ class ConsoleScreen(Screen):
     @on(ActionDone)
     def _action_done(self, message: ActionDone) -> None:
         self.outcomes.append((message.action, message.text, message.ok))
-        title = f"{message.action} · {message.agent}" if message.agent and self.several else message.action
+        # A remote agent ("main on b") is named whatever the number of local agents.
+        title = (f"{message.action} · {message.agent}"
+                 if message.agent and (self.several or message.agent not in self.agents) else message.action)
         # An outcome may quote anyone's words (a hold's reason, a job's name): shown, not obeyed.
         self.notify(printable(message.text), title=printable(title), severity="information" if message.ok else "error",
                     markup=False, timeout=8)
@@ -324,6 +423,9 @@ class ConsoleScreen(Screen):
             ctx.close()
 
     def action_canary(self) -> None:
+        if self.remote is not None:
+            self._remote_key("canary")
+            return
         self.notify("probing…", title=self._title("canary"), markup=False, timeout=3)
         self._run_canary(self.ctx)
 
@@ -334,6 +436,15 @@ class ConsoleScreen(Screen):
         self._done("canary", probe.describe(), probe.result == "ok", agent.agent)
 
     def action_recycle(self) -> None:
+        if self.remote is not None:
+            remote = self.remote
+
+            def remote_chosen(mode: str | None) -> None:
+                if mode and self._still(remote):
+                    self._remote_key("recycle", mode=mode)
+
+            self.app.push_screen(RecycleScreen(f"{remote.agent} on host {remote.host}"), remote_chosen)
+            return
         agent = self.ctx
         if agent.agent in self._recycling:
             self.notify("a relaunch from this console is still running", title="recycle", markup=False)
@@ -358,6 +469,9 @@ class ConsoleScreen(Screen):
         self._done("recycle", outcome.describe(), outcome.ok, agent.agent)
 
     def action_inject(self) -> None:
+        # Not over ssh: the operator's line would be in ssh's argv, on both machines' process lists.
+        if self._remote_refused("inject"):
+            return
         agent = self.ctx
 
         def submitted(text: str | None) -> None:
@@ -375,6 +489,8 @@ class ConsoleScreen(Screen):
                    result.ok, agent.agent)
 
     def action_plots(self) -> None:
+        if self._remote_refused("plots"):
+            return
         if self.snapshot is None:
             self.notify("nothing loaded yet", title="plots", markup=False)
             return
@@ -383,6 +499,8 @@ class ConsoleScreen(Screen):
     def action_resolve(self) -> None:
         # Only a row the operator is looking at: the Queue tab's highlighted one, or the overview's
         # queue list under the cursor. A row selected earlier on a tab not shown is never resolved.
+        if self._remote_refused("resolve"):
+            return
         on_queue = self.query_one(TabbedContent).active == "queue"
         item = self.query_one(OverviewPanel).selected or (self.query_one(QueuePanel).selected if on_queue else None)
         if item is None:
@@ -420,6 +538,9 @@ class ConsoleScreen(Screen):
 
     def action_hold(self) -> None:
         """One key both ways: with a hold in force it offers the release, else it asks why to hold."""
+        if self.remote is not None:
+            self._remote_hold(self.remote)
+            return
         agent = self.ctx
         held = self.snapshot.header.hold if self.snapshot is not None else ""
         if held:
@@ -455,7 +576,30 @@ class ConsoleScreen(Screen):
             change = actions.release(ctx, source="tui")
         self._done("hold", change.describe(), change.released, agent.agent)
 
+    def _remote_hold(self, remote: Chosen) -> None:
+        """The hold key on a remote agent: as the local one, from the hold its host last reported."""
+        whose = f" for agent {remote.agent} on host {remote.host}"
+        if remote.row.hold:
+            def answered(word: str | None) -> None:
+                if word is not None and word.strip().lower() == "release" and self._still(remote):
+                    self._remote_key("release")
+
+            self.app.push_screen(PromptScreen(f"{remote.row.hold}{whose}. Type release to end it", "release",
+                                              empty="type release to end the hold, or Esc to keep it",
+                                              needs=release_needed), answered)
+            return
+
+        def submitted(raw: str | None) -> None:
+            parsed = parse_request(raw.split()) if raw else None
+            if parsed is not None and self._still(remote):
+                self._remote_key("hold", reason=parsed[0], duration=parsed[1])
+
+        self.app.push_screen(PromptScreen(f"Hold Loom's own hands{whose}: [duration] reason", "30m swapping the model",
+                                          empty=HOLD_NEEDS, needs=hold_needed), submitted)
+
     def action_attach(self) -> None:
+        if self._remote_refused("attach"):
+            return
         try:
             argv = self.source.driver.attach_argv()
         except LoomError as exc:

@@ -13,8 +13,9 @@ from textual.widgets._footer import FooterKey
 
 # Dropped last to first when the keys do not fit: a panel's own keys rank between these groups.
 KEEP_FIRST = ("loom.quit", "loom.help")
-# With several agents the agents view ranks first after quit and help: it is how one is chosen.
-KEEP_AFTER_PANEL = ("loom.agents", "loom.canary", "loom.recycle", "loom.inject", "loom.filter", "loom.plots",
+# With several agents the agents view ranks first after quit and help: it is how one is chosen; with
+# [[hosts]] the hosts view next, how another host's agent is.
+KEEP_AFTER_PANEL = ("loom.agents", "loom.hosts", "loom.canary", "loom.recycle", "loom.inject", "loom.filter", "loom.plots",
                     "loom.resolve", "loom.hold", "loom.attach", "loom.next_agent")
 
 

@@ -24,6 +24,9 @@ APP_KEYS: list[Binding] = [
             tooltip="The agents view: every agent at a glance; Enter selects one for every panel and key"),
     Binding("n", "next_agent", "Next agent", id="loom.next_agent",
             tooltip="Select the next agent: every panel and key is then about it"),
+    Binding("o", "hosts", "Hosts", id="loom.hosts",
+            tooltip="The hosts view ([[hosts]]): every host's agents over ssh; Enter on another host's agent "
+                    "makes c, r and h act there"),
     Binding("question_mark", "help", "Help", id="loom.help", tooltip="Every key and what it does"),
     Binding("q", "app.quit", "Quit", id="loom.quit", tooltip="Quit the console (supervision keeps running)"),
 ] + [

@@ -19,40 +19,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from harness import toml_value, wait_for
-from sshd import REMOTE_LOOM, SSHD, Sshd, keygen
+from harness import wait_for
+from sshd import REMOTE_LOOM, add_host, keygen, masters
 
 from loomtui.cli.remote import UNREACHABLE
 from loomtui.hosts import ssh
 from loomtui.report.status import STATE_WORDS
 
 pytestmark = pytest.mark.e2e
-
-def masters(state_dir: Path) -> list[psutil.Process]:
-    """The ssh master connections Loom left running (`ssh: PATH [mux]`) for hosts under `state_dir`."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        line = " ".join(proc.info["cmdline"] or [])
-        if line.startswith("ssh") and str(state_dir / ssh.CONTROL_DIR) in line:
-            found.append(proc)
-    return found
-
-
-@pytest.fixture
-def sshd(tmp_path):
-    if not Path(SSHD).exists():
-        pytest.skip(f"{SSHD} is missing (Debian's openssh-server; .ci/run installs it)")
-    server = Sshd(tmp_path / "sshd")
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-
-
-def add_host(path: Path, name: str, **keys) -> None:
-    lines = ["", "[[hosts]]", f"name = {toml_value(name)}", *(f"{k} = {toml_value(v)}" for k, v in keys.items())]
-    path.write_text(path.read_text() + "\n".join(lines) + "\n")
-
 
 def test_two_hosts(make_harness, sshd):
     a, b = make_harness(), make_harness()

@@ -20,7 +20,7 @@ from loomtui.context import Context
 from loomtui.store import heartbeats, ledger
 from loomtui.store.db import DB_NAME
 from loomtui.tui.app import LoomApp
-from loomtui.tui.console_screen import AGENT_ACTIONS
+from loomtui.tui.console_screen import AGENT_ACTIONS, HOST_ACTIONS
 from loomtui.tui.keymap import APP_KEYS, TABS
 from loomtui.tui.modals import DetailScreen, HelpScreen, PromptScreen, RecycleScreen
 from loomtui.tui.timeline_panel import EVENT_PAGE
@@ -106,8 +106,9 @@ def test_every_binding_has_an_id_and_shows_in_help_and_palette(populated):
             titles = [c.title for c in app.get_system_commands(app.screen)]
             for binding in APP_KEYS:
                 if binding.action != "quit":
-                    # With one agent there is no other to choose: those keys are in help only.
-                    assert (binding.description in titles) == (binding.action not in AGENT_ACTIONS)
+                    # With one agent there is no other to choose, and without [[hosts]] no host to
+                    # see: those keys are in help only.
+                    assert (binding.description in titles) == (binding.action not in (*AGENT_ACTIONS, *HOST_ACTIONS))
             await pilot.press("q")
         assert not app.is_running
 

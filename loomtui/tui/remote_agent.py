@@ -1,0 +1,90 @@
+"""Another host's agent selected in the console (from the hosts view): the header's words for it,
+and what its keys run there.
+
+A remote agent's keys run that host's own Loom over ssh (hosts/ssh.py), as `loom --host NAME
+canary --agent X` would: its own actions module, locks and ledger, which records the source as
+ssh from this machine. Nothing is decided here from what the host sent: its output is untrusted,
+shown as its last line made printable. The panels below the header stay this machine's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from rich.text import Text
+
+from loomtui.config import HostConfig
+from loomtui.durations import format_duration
+from loomtui.hosts import ssh, view
+from loomtui.tui.hosts_view import Chosen, canary_level, state_level
+from loomtui.tui.tables import shown
+
+LEVELS = {"ok": "bold green", "warn": "bold yellow", "bad": "bold red"}
+KEYS = "c r h"  # the console's keys that act on a remote agent (the others say why not)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    text: str
+    ok: bool
+
+
+def words(action: str, agent: str, *, mode: str = "", reason: str = "", duration: float | None = None) -> list[str]:
+    """The host's Loom command for one of the console's keys, on its agent `agent`."""
+    if action == "canary":
+        return ["canary", "--agent", agent]
+    if action == "recycle":
+        return ["recycle", f"--{mode}", "--agent", agent, "--reason", "from the console of " + ssh.origin()]
+    if action == "hold":
+        limit = ["--for", f"{max(1, round(duration))}s"] if duration is not None else []
+        return ["hold", *limit, "--reason", reason, "--agent", agent]
+    if action == "release":
+        return ["release", "--agent", agent]
+    raise ValueError(f"no remote command for {action}")
+
+
+def run(host: HostConfig, state_dir: Path, command: list[str]) -> Outcome:
+    """`command` run by the host's Loom; what it said (its last line) and whether it succeeded.
+    An unreachable host refuses the action with ssh's reason."""
+    reply = ssh.run(host, command, state_dir=state_dir, timeout=host.command_timeout)
+    if not reply.reached:
+        return Outcome(f"host {host.name} is unreachable: {reply.reason}", False)
+    said = ssh.last_line(reply.stdout) or ssh.last_line(reply.stderr) or f"exit {reply.code}"
+    return Outcome(f"on host {host.name}: {said}", reply.code == 0)
+
+
+def reread(host: HostConfig, state_dir: Path, chosen: Chosen, now: float) -> Chosen | None:
+    """The chosen agent's row read again from its host (after an action); None when the host did
+    not answer with it (the header keeps the row it had, and says how old it is)."""
+    reply = ssh.run(host, view.STATUS_WORDS, state_dir=state_dir, timeout=host.timeout)
+    if reply.code != 0:
+        return None
+    try:
+        rows = view.parse_status(reply.stdout)
+    except ValueError:
+        return None
+    row = next((r for r in rows if r.name == chosen.agent), None)
+    return None if row is None else replace(chosen, row=row, read_at=now)
+
+
+def header(chosen: Chosen, local_agent: str, now: float) -> Text:
+    """Three lines, as the local header: which host and agent first and plainly remote, then its
+    state, canary, queue and hold as last read (and how long ago), then what the keys do."""
+    row = chosen.row
+    out = Text(no_wrap=True, overflow="ellipsis")
+    out.append(f" host {chosen.host} · agent {chosen.agent} (remote) ", style="bold reverse")
+    out.append("  ")
+    out.append(row.state, style=LEVELS[state_level(row.state)])
+    out.append("  read ", style="dim")
+    out.append(f"{format_duration(max(now - chosen.read_at, 0))} ago")
+    out.append("\n")
+    out.append("canary ", style="dim")
+    out.append(row.canary(), style=LEVELS[canary_level(row)])
+    out.append("  queue ", style="dim")
+    out.append(str(row.queue), style="bold red" if row.queue else "green")
+    out.append("  hold ", style="dim")
+    out.append(row.hold or "none", style=LEVELS["bad"] if row.hold else "green")
+    out.append("\n")
+    out.append(f"keys {KEYS} act on {chosen.host} over ssh; the panels are local {local_agent}'s", style="dim")
+    return shown(out)  # the host's words are printable already (hosts/view.py); the names too, now

@@ -1,0 +1,117 @@
+"""Issue 28's must-show for the console over several hosts, at 80×24: host a's console (its own
+demo agent) with host b reached through a real sshd (tests/sshd.py) and host c that nothing
+answers for. The hosts view groups each host's agents under it and reads c as unreachable, never as
+a dead agent; Enter on b's agent makes it the keys' agent, the header says so plainly, and the
+canary key probes b's agent through b's own Loom: b's ledger records the probe with source ssh,
+and a's agent is not probed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psutil
+import pytest
+from harness import free_port
+from sshd import REMOTE_LOOM, add_host, masters
+from test_tui import screen_text, until
+
+from loomtui.config import LOCAL_HOST
+from loomtui.tui.app import LoomApp
+from loomtui.tui.hosts_view import HostsScreen, key_of
+from loomtui.tui.modals import PromptScreen
+
+pytestmark = pytest.mark.e2e
+
+
+def table_text(app) -> list[str]:
+    """The hosts view's lines as drawn at 80 columns, the title and footer left out."""
+    return screen_text(app).splitlines()[1:-1]
+
+
+def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness, sshd):
+    a, b = make_harness(), make_harness()
+    client = sshd.client_config()
+    add_host(a.config_path, "b", ssh="b", ssh_options=["-F", str(client)], loom=REMOTE_LOOM,
+             config=str(b.config_path), state_dir=str(b.state_dir), connect_timeout="10s", timeout="60s",
+             command_timeout="120s")
+    # c: the same client config, a port nothing listens on (ssh's -p wins over the file's Port).
+    add_host(a.config_path, "c", ssh="c", ssh_options=["-F", str(client), "-p", str(free_port())], loom=REMOTE_LOOM,
+             config=str(b.config_path), state_dir=str(b.state_dir), connect_timeout="10s", timeout="60s")
+    try:
+        a.start(), b.start()
+        a_canaries, b_canaries = len(a.events("canary")), len(b.events("canary"))
+        ctx = a.ctx()
+
+        async def run():
+            app = LoomApp(ctx, watch=False)
+            async with app.run_test(size=(80, 24)) as pilot:
+                await until(pilot, lambda: app.snapshot is not None, 60, what="the console's first snapshot")
+                await pilot.press("o")
+                await until(pilot, lambda: isinstance(app.screen, HostsScreen) and app.screen.views is not None,
+                            120, what="every host read in the hosts view")
+                view = app.screen
+                hosts = {hv.host: hv for hv in view.views}
+                assert list(hosts) == [LOCAL_HOST, "b", "c"]
+                assert [r.name for r in hosts[LOCAL_HOST].agents] == ["main"]
+                assert hosts["b"].unreachable is None and [r.name for r in hosts["b"].agents] == ["main"]
+                assert hosts["c"].unreachable is not None and hosts["c"].agents == ()
+                await pilot.pause()
+                drawn = table_text(app)
+                text = "\n".join(drawn)
+                # Grouped: each host's line, then its agents; c's line says since when, whole.
+                firsts = [line[:14].strip() for line in drawn if line[:14].strip()]
+                assert firsts[1:6] == [LOCAL_HOST, "main", "b", "main", "c"], drawn
+                assert "unreachable since" in text and "Connection refused" in text.replace("\n", " "), text
+                # Nothing cut at 80 columns: no ellipsis, no line wider than the screen.
+                assert "…" not in text and all(len(line) <= 80 for line in drawn), text
+                table = view.query_one("#hosts-table")
+                table.move_cursor(row=table.get_row_index(key_of("b", "main")), animate=False)
+                await pilot.press("enter")
+                await until(pilot, lambda: app.screen is app.console_screen and app.console_screen.remote is not None,
+                            30, what="b's agent chosen")
+                await until(pilot, lambda: "host b · agent main (remote)" in screen_text(app), 30,
+                            what="the header saying the selection is remote")
+                header = screen_text(app).splitlines()[:3]
+                assert all("…" not in line for line in header[:2]), header
+                await pilot.press("c")
+                await until(pilot, lambda: any(x == "canary" for x, _, _ in app.outcomes), 180,
+                            what="the remote canary's outcome")
+                action, said, ok = app.outcomes[-1]
+                assert ok and said.startswith("on host b: "), app.outcomes[-1]
+                await until(pilot, lambda: "canary · main on b" in app.console_screen.notices.text, 30,
+                            what="the outcome in the notice bar")
+                # The header's row read again from b after the action: the probe's ack.
+                await until(pilot, lambda: "canary ok " in screen_text(app), 60, what="b's ack in the header")
+                # A key that does not act on another host yet says so, and acts on nothing.
+                await pilot.press("i")
+                await until(pilot, lambda: "inject acts on this machine's agents only" in
+                            app.console_screen.notices.text, 30, what="inject refused for the remote agent")
+                # The hold key both ways, from the hold b last reported: placed, then released.
+                await pilot.press("h")
+                await until(pilot, lambda: isinstance(app.screen, PromptScreen), 30, what="the hold prompt")
+                await pilot.press(*"10m swapping the model", "enter")
+                await until(pilot, lambda: "hold operator" in screen_text(app), 120, what="b's hold in the header")
+                await pilot.press("h")
+                await until(pilot, lambda: isinstance(app.screen, PromptScreen), 30, what="the release prompt")
+                await pilot.press(*"release", "enter")
+                await until(pilot, lambda: "hold none" in screen_text(app), 120, what="b's hold released")
+                # The one local agent again: the header is this machine's.
+                await pilot.press("n")
+                await until(pilot, lambda: app.console_screen.remote is None
+                            and "(remote)" not in screen_text(app), 30, what="back to a's agent")
+                await pilot.press("q")
+
+        asyncio.run(run())
+        placed, cleared = b.events("hold_placed"), b.events("hold_cleared")
+        assert [(e["source"], e["detail"]["reason"]) for e in placed] == [("ssh", "swapping the model")], placed
+        assert [e["source"] for e in cleared] == ["ssh"], cleared
+        assert not a.events("hold_placed")
+        probes = b.events("canary")[b_canaries:]
+        assert [(e["agent"], e["source"]) for e in probes] == [("main", "ssh")], probes
+        assert len(a.events("canary")) == a_canaries
+    finally:
+        for proc in masters(a.state_dir):
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
