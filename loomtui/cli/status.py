@@ -100,23 +100,10 @@ def run_all(args: argparse.Namespace, statuses: list, chat_id: int) -> int:
 
 
 def _print_pushes(status) -> None:
-    for name, beat in status.pushes.items():
-        print(printable(f"heartbeat       {name} to {beat['url']}: {push_line(beat, status.taken)}"))
+    from loomtui.hosts.view import push_beats
 
-
-def push_line(beat: dict, now: float) -> str:
-    """A push heartbeat's last beat in words: what it said, when, and why or what went wrong."""
-    if "at" not in beat:
-        return "no beat yet"
-    ago = format_duration(max(now - float(beat["at"]), 0))
-    says = str(beat.get("says", "?"))
-    if says == "skip":
-        line = f"skipped {ago} ago"
-    elif beat.get("sent"):
-        line = f"{says} sent {ago} ago"
-    else:
-        line = f"{says} NOT sent {ago} ago ({beat.get('error', '')})"
-    return line + (f": {beat['why']}" if beat.get("why") else "")
+    for (name, beat), push in zip(status.pushes.items(), push_beats(status.pushes)):
+        print(printable(f"heartbeat       {name} to {beat['url']}: {push.words()}"))
 
 
 def _hold_line(status) -> str:

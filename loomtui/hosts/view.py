@@ -15,6 +15,37 @@ from loomtui.text import printable
 
 # The remote command `loom hosts` runs on each host: every agent's object, whatever their number.
 STATUS_WORDS = ["status", "--json", "--list"]
+MAX_PUSHES = 16  # a host's push heartbeats shown (its answer is untrusted: bounded)
+
+
+@dataclass(frozen=True)
+class PushBeat:
+    """A push heartbeat's last beat ([[heartbeat]]) as a host's status reported it: the host's, the
+    same in each of its agents' objects. `at` None: it never beat."""
+
+    name: str
+    age: float | None = None  # seconds since it beat, by the host's own clock
+    says: str = ""
+    sent: bool = False
+    error: str = ""
+    why: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"age": self.age, "says": self.says or None, "sent": self.sent, "error": self.error or None,
+                "why": self.why or None}
+
+    def words(self) -> str:
+        """What it said, when, and why, or what went wrong."""
+        if self.age is None:
+            return "no beat yet"
+        ago = format_duration(max(self.age, 0))
+        if self.says == "skip":
+            line = f"skipped {ago} ago"
+        elif self.sent:
+            line = f"{self.says or '?'} sent {ago} ago"
+        else:
+            line = f"{self.says or '?'} NOT sent {ago} ago ({self.error})"
+        return line + (f": {self.why}" if self.why else "")
 
 
 @dataclass(frozen=True)
@@ -26,11 +57,13 @@ class AgentRow:
     queue: int                       # open and claimed items
     hold: str                        # "" when nothing holds it; else who and why
     heartbeat_age: float | None      # the host's supervisor's heartbeat (None: none yet)
+    pushes: tuple[PushBeat, ...] = ()  # the host's push heartbeats, each as it last beat
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "state": self.state,
                 "canary": None if self.canary_result is None else {"result": self.canary_result, "age": self.canary_age},
-                "queue": self.queue, "hold": self.hold or None, "heartbeat_age": self.heartbeat_age}
+                "queue": self.queue, "hold": self.hold or None, "heartbeat_age": self.heartbeat_age,
+                "heartbeat_push": {p.name: p.as_json() for p in self.pushes}}
 
     def canary(self) -> str:
         if self.canary_result is None:
@@ -47,6 +80,11 @@ class HostView:
     agents: tuple[AgentRow, ...] = ()
     unreachable: Unreachable | None = None   # ssh could not reach it: nothing is said of its agents
     error: str = ""                          # reached, but its Loom failed or did not answer in JSON
+
+    @property
+    def pushes(self) -> tuple[PushBeat, ...]:
+        """The host's push heartbeats (every agent's status carries the same: the first's)."""
+        return self.agents[0].pushes if self.agents else ()
 
     def as_json(self) -> dict[str, Any]:
         return {"host": self.host, "reachable": self.unreachable is None,
@@ -67,6 +105,17 @@ def _table(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def push_beats(value: Any) -> tuple[PushBeat, ...]:
+    """The `heartbeat_push` object of a status (name to last beat), field by field; () if none."""
+    table = _table(value) or {}
+    out = []
+    for name, beat in list(table.items())[:MAX_PUSHES]:
+        doc = _table(beat) or {}
+        out.append(PushBeat(name=_text(name, 64), age=_number(doc.get("age")), says=_text(doc.get("says"), 16),
+                            sent=doc.get("sent") is True, error=_text(doc.get("error")), why=_text(doc.get("why"))))
+    return tuple(out)
+
+
 def agent_row(data: Any) -> AgentRow:
     """One agent's object of `loom status --json` (`as_agent_json`); ValueError when it is not one."""
     if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(data.get("state"), str):
@@ -82,7 +131,8 @@ def agent_row(data: Any) -> AgentRow:
         canary_age=_number(canary.get("age")) if canary else None,
         queue=unresolved,
         hold=f"{_text(hold.get('by'), 32) or 'held'}: {_text(hold.get('reason'))}" if hold else "",
-        heartbeat_age=_number(supervisor.get("heartbeat_age")))
+        heartbeat_age=_number(supervisor.get("heartbeat_age")),
+        pushes=push_beats(data.get("heartbeat_push")))
 
 
 def parse_status(stdout: str) -> tuple[AgentRow, ...]:
@@ -111,6 +161,7 @@ def lines(views: list[HostView], now: float) -> list[str]:
         else:
             rows += [(view.host, a.name, a.state, a.canary(), str(a.queue), a.hold or "-", a.heartbeat())
                      for a in view.agents]
+            rows += [f"{view.host}  heartbeat push {p.name}: {p.words()}" for p in view.pushes]
     table = [r for r in rows if isinstance(r, tuple)]
     widths = [max(len(r[i]) for r in table) for i in range(len(header) - 1)]
     return [r if isinstance(r, str) else "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]

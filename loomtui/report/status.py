@@ -387,15 +387,21 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         at=at,
         boot_grace=ctx.config.agent.boot_grace,
         turn=turn_look(ctx, at),
-        pushes=pushes(ctx),
+        pushes=pushes(ctx, now),
         replica=replica_look(ctx, now),
     )
 
 
-def pushes(ctx: Context) -> dict[str, dict[str, Any]]:
-    """Each push heartbeat's last beat, by name, with where it goes as it may be shown (never the URL)."""
-    return {b.name: {"url": heartbeat_rules.shown(b.url), **heartbeat_pushes.last(ctx.store, b.name)}
-            for b in ctx.config.heartbeat}
+def pushes(ctx: Context, now: float) -> dict[str, dict[str, Any]]:
+    """Each push heartbeat's last beat, by name, with where it goes as it may be shown (never the URL)
+    and its age at `now` (what another host reads: its own clock may differ from this one's)."""
+    out = {}
+    for b in ctx.config.heartbeat:
+        beat = heartbeat_pushes.last(ctx.store, b.name)
+        at = beat.get("at")
+        age = {"age": now - at} if isinstance(at, (int, float)) and not isinstance(at, bool) else {}
+        out[b.name] = {"url": heartbeat_rules.shown(b.url), **beat, **age}
+    return out
 
 
 def gather_all(ctx: Context, *, events: int = 5, now: float | None = None, look: bool = True) -> list[Status]:

@@ -62,15 +62,16 @@ def canary_level(row: AgentRow) -> str:
 
 
 def host_line(hv: HostView, now: float) -> Text:
-    """What a host's own line says: why its agents are not shown, or its supervisor's heartbeat
-    (the host's, the same in each of its agents' status)."""
+    """What a host's own line says: why its agents are not shown, or its supervisor's heartbeat and
+    its push heartbeats' last beats (the host's, the same in each of its agents' status)."""
     if hv.unreachable is not None:
         return safe(f"unreachable since {view.since(hv.unreachable.since, now)}: {hv.unreachable.why}", LEVELS["bad"])
     if hv.error:
         return safe(f"reached, but its Loom did not answer: {hv.error}", LEVELS["bad"])
     if not hv.agents:
         return safe("no agents", "dim")
-    return safe(f"heartbeat {hv.agents[0].heartbeat()}", "dim")
+    pushes = "".join(f" · push {p.name}: {p.words()}" for p in hv.pushes)
+    return safe(f"heartbeat {hv.agents[0].heartbeat()}{pushes}", "dim")
 
 
 def rows_of(views: list[HostView], now: float) -> list[tuple[str, list[Text]]]:

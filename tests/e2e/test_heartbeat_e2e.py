@@ -76,7 +76,12 @@ def test_heartbeats_say_up_held_and_down_and_a_hung_receiver_delays_nothing(tmp_
         assert "exited" in pushes["up"]["why"]
         text = harness.loom("status")
         assert "heartbeat       up to " in text.stdout and "fail sent" in text.stdout, text.stdout
-        for shown in (status.stdout, text.stdout, daemon.output()):
+        assert pushes["up"]["age"] >= 0  # by this host's clock: what another host's `loom hosts` shows
+        hosts = harness.loom("hosts")
+        assert hosts.returncode == 0, hosts.stderr
+        assert any(line.startswith("local  heartbeat push up: fail sent ") for line in hosts.stdout.splitlines()), \
+            hosts.stdout
+        for shown in (status.stdout, text.stdout, hosts.stdout, daemon.output()):
             assert "s3cret" not in shown
     finally:
         receiver.release.set()

@@ -24,6 +24,7 @@ from loomtui.errors import ConfigError, LoomError
 from loomtui.hosts import reach, ssh, view
 from loomtui.store import ledger
 from loomtui.store.db import Store
+from loomtui.text import printable
 
 
 def config_file(tmp_path: Path, hosts: str) -> Path:
@@ -182,6 +183,32 @@ def test_the_table_says_an_unreachable_host_in_place_of_its_agents():
     assert "running" not in lines[2] and "gone" not in lines[2]
     assert down.as_json() == {"host": "b", "reachable": False, "unreachable_since": now - 300,
                               "why": "ssh: connect to host x: Connection refused", "agents": []}
+
+
+def test_a_hosts_push_heartbeats_are_read_field_by_field_and_shown_under_its_agents():
+    # As a host's status says them: an age by its own clock, what the beat said, whether it went.
+    answer = json.dumps([{"name": "main", "state": "running", "heartbeat_push": {
+        "hc": {"url": "https://hc-ping.com/…", "at": 1.0, "age": 120, "says": "ok", "sent": True},
+        "kuma\x1b[2J": {"age": 30, "says": "fail", "sent": False, "error": "HTTP 404\x07", "why": "main exited"},
+        "never": {},
+        "odd": {"age": "soon", "says": 3, "sent": "yes"},
+    }}])
+    (row,) = view.parse_status(answer)
+    words = {p.name: p.words() for p in row.pushes}
+    assert words["hc"] == "ok sent 2m ago"
+    kuma = words[printable("kuma\x1b[2J")]
+    assert "\x1b" not in "".join(words) and "\x07" not in kuma
+    assert kuma.startswith("fail NOT sent 30s ago (HTTP 404") and kuma.endswith(": main exited")
+    assert (words["never"], words["odd"]) == ("no beat yet", "no beat yet")
+    host = view.HostView("b", (row,))
+    lines = view.lines([host], time.time())
+    assert "b  heartbeat push hc: ok sent 2m ago" in lines
+    assert host.as_json()["agents"][0]["heartbeat_push"]["hc"] == {"age": 120.0, "says": "ok", "sent": True,
+                                                                     "error": None, "why": None}
+    # Bounded: a host's answer is untrusted.
+    many = json.dumps([{"name": "m", "state": "running", "heartbeat_push": {f"p{i}": {} for i in range(100)}}])
+    assert len(view.parse_status(many)[0].pushes) == view.MAX_PUSHES
+    assert view.HostView("c").pushes == ()
 
 
 def test_a_host_is_unreachable_since_its_first_failure_until_it_answers(tmp_path):

@@ -29,7 +29,8 @@ MAIN = view.AgentRow("main", "running", "ok", 5.0, 0, "", 3.0)
 def test_each_hosts_agents_are_grouped_under_its_own_line():
     far = view.parse_status(json.dumps([
         {"name": "ops\x1b[2J", "state": "held", "canary": {"result": "miss", "age": 60},
-         "queue": {"open": 2}, "hold": {"by": "operator", "reason": "[bold]deploy\x07"}, "supervisor": {}}]))
+         "queue": {"open": 2}, "hold": {"by": "operator", "reason": "[bold]deploy\x07"}, "supervisor": {},
+         "heartbeat_push": {"hc": {"age": 40, "says": "fail", "sent": True, "why": "[red]ops exited"}}}]))
     views = [view.HostView("local", (MAIN,)), view.HostView("b", far),
              view.HostView("c", unreachable=reach.Unreachable(NOW - 180, "ssh: connect to host x: Connection refused")),
              view.HostView("d", error="loom exited 2: no such agent")]
@@ -43,6 +44,8 @@ def test_each_hosts_agents_are_grouped_under_its_own_line():
     ops = plain[key_of("b", far[0].name)]
     assert "\x1b" not in ops[0] and ops[1:4] == ["held", "miss 1m ago", "2"]
     assert ops[4].startswith("operator: [bold]deploy") and "\x07" not in ops[4]
+    # The host's push heartbeats on its own line, beside its supervisor's heartbeat.
+    assert plain[key_of("b")][4] == "heartbeat none · push hc: fail sent 40s ago: [red]ops exited"
     # A host nobody answers for: one line saying since when and why; no agent of it, dead or alive.
     assert plain[key_of("c")][0] == "c" and plain[key_of("c")][1:4] == ["", "", ""]
     assert plain[key_of("c")][4] == ("unreachable since 2026-11-18 11:03:40 (3m ago): "
