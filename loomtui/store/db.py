@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -85,17 +84,17 @@ class Store:
         """The journal mode once WAL is asked for. A new file is still in rollback mode, and there
         two connections opening it at once (the threads of `loom status` over several agents, a
         daemon and a CLI) can deadlock on the switch: SQLite then says "locked" at once, without
-        its busy wait, so the wait is here, as long as the busy timeout. Real time, not Loom's
-        clock: the lock is another real connection's."""
-        deadline = time.monotonic() + timeout
+        its busy wait, so the wait is here, as long as the busy timeout (on Loom's clock, as
+        the file locks wait: in the simulator one thread opens, and no other holds the file)."""
+        deadline = clock.monotonic() + timeout
         pause = 0.005
         while True:
             try:
                 return str(self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
             except sqlite3.OperationalError as exc:
-                if health.classify(exc) != health.TRANSIENT or time.monotonic() >= deadline:
+                if health.classify(exc) != health.TRANSIENT or clock.monotonic() >= deadline:
                     raise
-            time.sleep(pause)
+            clock.sleep(pause)
             pause = min(pause * 2, 0.1)
 
     @classmethod

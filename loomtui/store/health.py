@@ -54,6 +54,11 @@ class StoreBroken(StoreError):
         self.reason = reason
 
 
+# A write-ahead log's header alone (its first 32 bytes) holds no commit: a connection opening a new
+# store writes it as it switches the store to WAL.
+WAL_HEADER = 32
+
+
 def wal_path(path: Path) -> Path:
     return path.with_name(f"{path.name}-wal")
 
@@ -205,7 +210,15 @@ def refuse_orphaned_log(path: Path) -> None:
         return  # the open itself will say what is wrong with the directory
     if db is not None and db.size > 0:
         return
-    if log is not None and log.size > 0:
+    if log is not None and log.size > WAL_HEADER:
+        try:
+            again = FileId.of(path)
+        except OSError:
+            return
+        if again is not None and again.size > 0:
+            # Another connection made the store between the two looks (it writes the file's header
+            # before any commit reaches the log): a new store, not lost data.
+            return
         what = "is empty" if db is not None else "is missing"
         raise StoreBroken(path, f"the file {what} but its write-ahead log holds {log.size} bytes; "
                                 "not opened, so nothing is lost (loom supervise salvages it when it starts)")

@@ -219,7 +219,8 @@ def test_migrations_recorded_and_idempotent(store, state_dir):
 def test_several_connections_opening_a_new_store_at_once_all_open_it(tmp_path):
     """A new file is in rollback mode until one of them switches it to WAL, and two switching at
     once deadlock: SQLite answers "locked" at once, with no busy wait (CI saw `loom status` over
-    two agents fail so on a fresh state dir). Each round a new file, four connections at once."""
+    two agents fail so on a fresh state dir); and one that looks while another has just begun the
+    log must not take the new store for a lost one. Each round a new file, four connections at once."""
     import threading
 
     failures: list[BaseException] = []

@@ -283,6 +283,16 @@ def test_a_reader_refuses_a_missing_store_beside_its_log(state_dir):
         daemon.close()
 
 
+def test_a_log_of_its_header_alone_holds_no_commit_and_is_no_reason_to_refuse(state_dir):
+    # What a connection making a new store leaves for an instant: the file still empty, the log
+    # begun. Another connection opening then (a second agent's thread of `loom status`) opens it.
+    state_dir.mkdir(mode=0o700)
+    (state_dir / DB_NAME).write_bytes(b"")
+    health.wal_path(state_dir / DB_NAME).write_bytes(b"\x37\x7f\x06\x82" + b"\0" * (health.WAL_HEADER - 4))
+    with Store.in_dir(state_dir) as store:
+        assert store.schema_version() > 0 and store.unusable() is None
+
+
 def test_a_reader_refuses_an_empty_store_with_a_pinned_session(state_dir):
     state_dir.mkdir(mode=0o700)
     (state_dir / DB_NAME).write_bytes(b"")
