@@ -20,6 +20,8 @@ def register(sub) -> None:
     tail.add_argument("-n", type=int, default=20, metavar="N", help="how many events (default 20)")
     tail.add_argument("--kind", action="append", help="only events of this kind (repeatable)")
     tail.add_argument("--json", action="store_true", help="JSON lines")
+    tail.add_argument("--before", type=int, metavar="ID", help="only events older than event ID (a page further back)")
+    tail.add_argument("--text", metavar="WORDS", help="only events whose kind, cause or detail holds WORDS")
     # Not the usual --agent: the ledger is every agent's, and without it tail shows them all.
     tail.add_argument("--agent", dest="only_agent", metavar="NAME", help="only this agent's events")
     tail.set_defaults(func=run_tail)
@@ -51,7 +53,8 @@ def run_tail(args: argparse.Namespace) -> int:
     ctx = context(args)
     names = ctx.config.agent_names
     only = choose_agent(names, args.only_agent, {}) if args.only_agent else None
-    events = ledger.tail(ctx.store, max(args.n, 0), kinds=args.kind, agent=only)
+    events = list(reversed(ledger.page(ctx.store, before_id=args.before, limit=max(args.n, 0), kinds=args.kind,
+                                       text=args.text or None, agent=only)))
     if args.json:
         for e in events:
             # The canonical form, its control characters escaped (json_safe): the same data.

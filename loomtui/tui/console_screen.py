@@ -20,7 +20,8 @@ Context; the summary names it. With one agent nothing of this shows.
 With `[[hosts]]` in the config, `o` opens the hosts view (tui/hosts_view.py). Choosing another
 host's agent there makes it the keys' agent: `c`, `r` and `h` run that host's own Loom over ssh
 (tui/remote_agent.py) and the header says plainly which host and agent, and that it is remote;
-the panels below stay this machine's selected agent's. Choosing a local agent (there, `g` or `n`)
+the timeline reads that host's ledger (its `loom ledger tail --json`, read again after each
+action); the other panels stay this machine's selected agent's. Choosing a local agent (there, `g` or `n`)
 ends the remote selection.
 """
 
@@ -69,7 +70,7 @@ from loomtui.tui.overview_panel import OverviewPanel
 from loomtui.tui.plots import PlotNumbersScreen
 from loomtui.tui.queue_panel import QueuePanel
 from loomtui.tui.snapshot import Snapshot, Source
-from loomtui.tui.timeline_panel import TimelinePanel
+from loomtui.tui.timeline_panel import StoreEvents, TimelinePanel
 
 WIDE = 150
 AGENT_ACTIONS = ("agents", "next_agent")  # the keys that choose an agent: only with several
@@ -164,7 +165,7 @@ class ConsoleScreen(Screen):
         if tab == "memory":
             memory = self.ctx.config.memory
             return MemoryPanel(memory.dir, memory.index, id="memory-panel")
-        return TimelinePanel(self.source.store, self.now, self.ctx.agent, id="timeline-panel")
+        return TimelinePanel(StoreEvents(self.source.store), self.now, self.ctx.agent, id="timeline-panel")
 
     def on_mount(self) -> None:
         self._lay_out(self.app.size.width)
@@ -231,7 +232,8 @@ class ConsoleScreen(Screen):
             self.query_one(CanaryPanel).show(snap.canary)
             self.query_one(QueuePanel).show(snap.queue)
             self.query_one(FleetPanel).show(snap.jobs, snap.taken)
-            self.query_one(TimelinePanel).ledger_changed(snap.ledger_count)
+            if self.remote is None:  # another host's timeline is read again after each action on it
+                self.query_one(TimelinePanel).ledger_changed(snap.ledger_count)
 
     @work(thread=True, group="watch", exit_on_error=False)
     def _watch_state_dir(self) -> None:
@@ -290,6 +292,8 @@ class ConsoleScreen(Screen):
             self.remote = None
             if self.snapshot is not None:
                 self.query_one(StatusHeader).show(self.snapshot.header)
+            if name == self.ctx.agent:
+                self.query_one(TimelinePanel).show_agent(StoreEvents(self.source.store), name)
         if name not in self.agents or name == self.ctx.agent:
             return
         self.ctx = self.agents[name]
@@ -298,7 +302,7 @@ class ConsoleScreen(Screen):
         self.source = self._sources[name]
         self.snapshot = None  # the old agent's: no key may read it as this one's
         self.query_one(StatusHeader).show_loading(name)
-        self.query_one(TimelinePanel).show_agent(self.source.store, name)
+        self.query_one(TimelinePanel).show_agent(StoreEvents(self.source.store), name)
         self.call_later(self._swap_memory)
         self.refresh_data()
 
@@ -326,8 +330,12 @@ class ConsoleScreen(Screen):
             if picked.host == LOCAL_HOST:
                 self.select_agent(picked.agent)
                 return
+            host = self.ctx.config.host(picked.host)
+            if host is None:
+                return
             self.remote = picked
             self._show_remote()
+            self.query_one(TimelinePanel).show_agent(remote_agent.RemoteEvents(host, self.ctx.state_dir), picked.agent)
 
         selected = (f"{self.remote.host} · {self.remote.agent}" if self.remote is not None
                     else f"{LOCAL_HOST} · {self.ctx.agent}")
@@ -377,6 +385,7 @@ class ConsoleScreen(Screen):
         if current is not None and (current.host, current.agent) == (message.chosen.host, message.chosen.agent):
             self.remote = message.chosen
             self._show_remote()
+            self.query_one(TimelinePanel).reload()  # what the action wrote in the host's ledger
 
     # -- the one error handler for every worker ------------------------------------------------
 

@@ -4,11 +4,13 @@ and what its keys run there.
 A remote agent's keys run that host's own Loom over ssh (hosts/ssh.py), as `loom --host NAME
 canary --agent X` would: its own actions module, locks and ledger, which records the source as
 ssh from this machine. Nothing is decided here from what the host sent: its output is untrusted,
-shown as its last line made printable. The panels below the header stay this machine's.
+shown as its last line made printable. The timeline reads the host's ledger (`RemoteEvents`,
+its own `loom ledger tail --json`); the other panels below the header stay this machine's.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -16,7 +18,9 @@ from rich.text import Text
 
 from loomtui.config import HostConfig
 from loomtui.durations import format_duration
-from loomtui.hosts import ssh, view
+from loomtui.errors import LoomError
+from loomtui.hosts import ledger_view, ssh, view
+from loomtui.store.ledger import Event
 from loomtui.tui.hosts_view import Chosen, canary_level, state_level
 from loomtui.tui.tables import shown
 
@@ -68,6 +72,41 @@ def reread(host: HostConfig, state_dir: Path, chosen: Chosen, now: float) -> Cho
     return None if row is None else replace(chosen, row=row, read_at=now)
 
 
+class RemoteEvents:
+    """The timeline's events of another host, a page at a time through its own `loom ledger tail
+    --json` (hosts/ledger_view.py reads them back, field by field). An incident's events are those
+    of the pages read, kept by id (its detail asks for them again)."""
+
+    def __init__(self, host: HostConfig, state_dir: Path) -> None:
+        self.host = host
+        self.state_dir = state_dir
+        self.where = f"host {host.name}"
+        self._seen: dict[int, Event] = {}
+        self._lock = threading.Lock()  # a page and a detail may be read in two workers at once
+
+    def page(self, *, before_id: int | None, limit: int, kinds: list[str] | None, text: str | None,
+             agent: str | None) -> list[Event]:
+        if agent is None:
+            raise LoomError("another host's timeline is of one of its agents")
+        words = ledger_view.tail_words(limit=limit, agent=agent, kinds=kinds or (), before_id=before_id, text=text)
+        reply = ssh.run(self.host, words, state_dir=self.state_dir, timeout=self.host.timeout)
+        if not reply.reached:
+            raise LoomError(f"host {self.host.name} is unreachable: {reply.reason}")
+        if reply.code != 0:
+            raise LoomError(f"host {self.host.name}: loom exited {reply.code}: {ssh.last_line(reply.stderr)}")
+        try:
+            events = ledger_view.parse_page(reply.stdout)
+        except ValueError as exc:
+            raise LoomError(f"host {self.host.name}: not the ledger's JSON lines ({str(exc)[:100]})") from None
+        with self._lock:
+            self._seen.update((e.id, e) for e in events)
+        return events
+
+    def by_ids(self, ids: list[int]) -> list[Event]:
+        with self._lock:
+            return [self._seen[i] for i in ids if i in self._seen]
+
+
 def header(chosen: Chosen, local_agent: str, now: float) -> Text:
     """Three lines, as the local header: which host and agent first and plainly remote, then its
     state, canary, queue and hold as last read (and how long ago), then what the keys do."""
@@ -86,5 +125,6 @@ def header(chosen: Chosen, local_agent: str, now: float) -> Text:
     out.append("  hold ", style="dim")
     out.append(row.hold or "none", style=LEVELS["bad"] if row.hold else "green")
     out.append("\n")
-    out.append(f"keys {KEYS} act on {chosen.host} over ssh; the panels are local {local_agent}'s", style="dim")
+    out.append(f"keys {KEYS} act on {chosen.host} over ssh; timeline {chosen.host}'s; others local {local_agent}'s",
+               style="dim")
     return shown(out)  # the host's words are printable already (hosts/view.py); the names too, now

@@ -3,6 +3,10 @@
 Both views read one page at a time through an index (`ledger.page`), newest first, so a
 ledger of a million events opens at once; `[` goes to older pages, `]` back to the newest.
 A filter `kind:NAME words` narrows by kind and by text.
+
+The events come through an `EventReader`: this machine's store (`StoreEvents`), or another
+host's `loom ledger tail --json` over ssh (tui/remote_agent.py's `RemoteEvents`) while one of that
+host's agents is the console's.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from rich.text import Text
 from textual import on, work
@@ -24,6 +28,7 @@ from textual.widgets import Static
 from loomtui.report import incidents
 from loomtui.store import ledger
 from loomtui.store.db import Store
+from loomtui.text import printable
 from loomtui.tui.canary_panel import when
 from loomtui.tui.modals import DetailScreen, PromptScreen
 from loomtui.tui.snapshot import event_detail, pretty, took
@@ -62,6 +67,34 @@ class Filter:
         return " ".join([f"kind:{','.join(self.kinds)}"] * bool(self.kinds) + [self.text] * bool(self.text))
 
 
+class EventReader(Protocol):
+    """Where the timeline reads its events: a page newest first, and an incident's events by id."""
+
+    @property
+    def where(self) -> str:
+        """"" for this machine's store, else whose events these are ("host b")."""
+
+    def page(self, *, before_id: int | None, limit: int, kinds: list[str] | None, text: str | None,
+             agent: str | None) -> list[ledger.Event]: ...
+
+    def by_ids(self, ids: list[int]) -> list[ledger.Event]: ...
+
+
+@dataclass(frozen=True)
+class StoreEvents:
+    """This machine's ledger, through the console's store connection."""
+
+    store: Callable[[], Store]
+    where: str = ""
+
+    def page(self, *, before_id: int | None, limit: int, kinds: list[str] | None, text: str | None,
+             agent: str | None) -> list[ledger.Event]:
+        return ledger.page(self.store(), before_id=before_id, limit=limit, kinds=kinds, text=text, agent=agent)
+
+    def by_ids(self, ids: list[int]) -> list[ledger.Event]:
+        return event_detail(self.store(), ids)
+
+
 def short(session: str | None) -> str:
     return (session or "")[:8]
 
@@ -90,17 +123,18 @@ def event_rows(events: list[ledger.Event]) -> list[TimelineRow]:
     return rows
 
 
-def load_page(store: Store, mode: str, flt: Filter, before_id: int | None, now: float,
+def load_page(events_of: EventReader, mode: str, flt: Filter, before_id: int | None, now: float,
               agent: str | None = None) -> tuple[list[TimelineRow], int | None]:
     """(rows, oldest id on the page): the events of `agent` (every agent's with None). Runs in a
     worker thread."""
     if mode == "events":
-        events = ledger.page(store, before_id=before_id, limit=EVENT_PAGE, kinds=list(flt.kinds) or None,
-                             text=flt.text or None, agent=agent)
+        events = events_of.page(before_id=before_id, limit=EVENT_PAGE, kinds=list(flt.kinds) or None,
+                                text=flt.text or None, agent=agent)
         return event_rows(events), (events[-1].id if events else None)
     # Grouped from every incident event, filtered after: a filter chooses which incidents show,
     # never what one says (its canary ack filtered away, a recovered incident would read ongoing).
-    events = ledger.page(store, before_id=before_id, limit=INCIDENT_PAGE, kinds=list(incidents.KINDS), agent=agent)
+    events = events_of.page(before_id=before_id, limit=INCIDENT_PAGE, kinds=list(incidents.KINDS), text=None,
+                            agent=agent)
     oldest = events[-1].id if events else None
     found = incidents.group(list(reversed(events)))
     if flt.kinds:
@@ -147,10 +181,10 @@ class TimelinePanel(Widget):
         title: str
         body: Any
 
-    def __init__(self, store: Callable[[], Store], now: Callable[[], float] = time.time, agent: str | None = None,
+    def __init__(self, events: EventReader, now: Callable[[], float] = time.time, agent: str | None = None,
                  **kwargs) -> None:
         super().__init__(**kwargs)
-        self._store = store
+        self._events = events
         self.agent = agent
         self._now = now
         self.mode = "incidents"
@@ -175,21 +209,22 @@ class TimelinePanel(Widget):
 
     def reload(self) -> None:
         self.generation += 1
-        self._load(self.generation, self.mode, self.filter, self.pages[-1], self._store, self.agent)
+        self._load(self.generation, self.mode, self.filter, self.pages[-1], self._events, self.agent)
 
-    def show_agent(self, store: Callable[[], Store], agent: str) -> None:
-        """Another agent was selected: its events from the newest page, the filter and mode kept."""
-        self._store = store
+    def show_agent(self, events: EventReader, agent: str) -> None:
+        """Another agent was selected (maybe another host's): its events from the newest page, the
+        filter and mode kept."""
+        self._events = events
         self.agent = agent
         self.pages = [None]
         self.seen_count = -1
         self.reload()
 
     @work(thread=True, exclusive=True, group="timeline", exit_on_error=False)
-    def _load(self, generation: int, mode: str, flt: Filter, before_id: int | None, store: Callable[[], Store],
+    def _load(self, generation: int, mode: str, flt: Filter, before_id: int | None, events: EventReader,
               agent: str | None) -> None:
         try:
-            rows, oldest = load_page(store(), mode, flt, before_id, self._now(), agent)
+            rows, oldest = load_page(events, mode, flt, before_id, self._now(), agent)
             self.post_message(self.Loaded(generation, rows, oldest))
         except Exception as exc:  # a locked or broken store: shown in the status line
             self.post_message(self.Loaded(generation, [], None, " ".join(str(exc).split())))
@@ -212,9 +247,10 @@ class TimelinePanel(Widget):
         table.sync([(key, cells) for key, cells, _ in message.rows])
         page = len(self.pages)
         what = "incidents" if self.mode == "incidents" else "events"
+        where = f" of {self.agent} on {self._events.where}" if self._events.where else ""
         flt = f" · filter {self.filter}" if str(self.filter) else ""
-        status.update(Text(f"{what} · page {page}{flt} · [ older  ] newest  t incidents/events  enter detail",
-                           no_wrap=True, overflow="ellipsis"))
+        status.update(Text(printable(f"{what}{where} · page {page}{flt} · [ older  ] newest  t incidents/events  "
+                                     "enter detail"), no_wrap=True, overflow="ellipsis"))
 
     def ledger_changed(self, count: int) -> None:
         """New events arrived: refresh if we are looking at the newest page. None did: an open
@@ -268,7 +304,7 @@ class TimelinePanel(Widget):
     @work(thread=True, group="timeline-detail", exit_on_error=False)
     def _detail(self, obj: incidents.Incident | ledger.Event) -> None:
         if isinstance(obj, incidents.Incident):
-            events = event_detail(self._store(), obj.event_ids)
+            events = self._events.by_ids(obj.event_ids)
             title = f"incident {obj.first_id}: {obj.title}"
         else:
             events = [obj]

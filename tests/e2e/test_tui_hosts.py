@@ -16,9 +16,11 @@ from sshd import REMOTE_LOOM, add_host, masters
 from test_tui import screen_text, until
 
 from loomtui.config import LOCAL_HOST
+from loomtui.store.ledger import Event
 from loomtui.tui.app import LoomApp
 from loomtui.tui.hosts_view import HostsScreen, key_of
 from loomtui.tui.modals import PromptScreen
+from loomtui.tui.timeline_panel import TimelinePanel
 
 pytestmark = pytest.mark.e2e
 
@@ -82,6 +84,19 @@ def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness
                             what="the outcome in the notice bar")
                 # The header's row read again from b after the action: the probe's ack.
                 await until(pilot, lambda: "canary ok " in screen_text(app), 60, what="b's ack in the header")
+                # The timeline is b's ledger, read through b's `loom ledger tail --json`: the probe
+                # that came over ssh is there (a's ledger has none).
+                await pilot.press("6")
+                timeline = app.console_screen.query_one(TimelinePanel)
+                timeline.action_toggle_mode()
+
+                def bs_probe() -> bool:
+                    return any(isinstance(e, Event) and (e.kind, e.source, e.agent) == ("canary", "ssh", "main")
+                               for e in timeline._rows.values())
+
+                await until(pilot, bs_probe, 120, what="b's probe in the timeline")
+                await until(pilot, lambda: "events of main on host b" in screen_text(app), 30,
+                            what="the timeline saying whose events it shows")
                 # A key that does not act on another host yet says so, and acts on nothing.
                 await pilot.press("i")
                 await until(pilot, lambda: "inject acts on this machine's agents only" in
@@ -99,6 +114,9 @@ def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness
                 await pilot.press("n")
                 await until(pilot, lambda: app.console_screen.remote is None
                             and "(remote)" not in screen_text(app), 30, what="back to a's agent")
+                # And the timeline a's own again.
+                await until(pilot, lambda: timeline._rows and not bs_probe()
+                            and "on host b" not in screen_text(app), 60, what="a's timeline again")
                 await pilot.press("q")
 
         asyncio.run(run())

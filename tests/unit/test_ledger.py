@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import sqlite3
 import subprocess
@@ -178,6 +179,18 @@ def test_tail_and_json(store, loom):
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["id"] for r in rows] == [25, 26]
     assert rows[1]["detail"]["text"] == "[/bold] \x1b[31mred\x07"
+
+
+def test_tail_pages_back_and_filters_by_text_as_the_timeline_does(store, loom):
+    # What the console's timeline of another host's agent asks that host's Loom for, a page at a time.
+    fill(store, 25)
+    ledger.append(store, "relaunch", source="watchdog", cause="crash", detail={"mode": "resume"})
+    result = loom("ledger", "tail", "--json", "-n", "3", "--before", "20")
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == [17, 18, 19]
+    result = loom("ledger", "tail", "--json", "-n", "5", "--text", "resume", "--agent", "main")
+    assert [json.loads(line)["kind"] for line in result.stdout.splitlines()] == ["relaunch"]
+    assert loom("ledger", "tail", "--before", "x").returncode == 2
 
 
 def test_page_is_newest_first_and_filters(store):

@@ -16,7 +16,8 @@ from tui_state import NOW, populate, until, utc, write_config  # noqa: F401  (th
 
 from loomtui.config import HostConfig
 from loomtui.context import Context
-from loomtui.hosts import reach, view
+from loomtui.errors import LoomError
+from loomtui.hosts import ledger_view, reach, view
 from loomtui.tui import remote_agent
 from loomtui.tui.app import LoomApp
 from loomtui.tui.hosts_view import Chosen, HostsScreen, key_of, rows_of
@@ -71,8 +72,30 @@ def test_the_header_says_plainly_which_host_and_that_it_is_remote():
     first, second, third = text.split("\n")
     assert first.startswith(" host b · agent main (remote)   held  read 12s ago")
     assert second == "canary no probe yet  queue 1  hold operator: deploying"
-    assert third == "keys c r h act on b over ssh; the panels are local main's"
+    assert third == "keys c r h act on b over ssh; timeline b's; others local main's"
     assert all(len(line) <= 78 for line in (first, second, third))  # 80 columns less the header's padding
+
+
+def test_another_hosts_ledger_is_read_back_field_by_field_newest_first():
+    lines = [json.dumps({"id": 7, "ts": 1.5, "kind": "canary", "source": "ssh", "cause": None,
+                         "detail": {"result": "ok", "said": "\x1b]2;PWNED\x07"}, "hash": "ab", "agent": "main"}),
+             json.dumps({"id": 9, "ts": 2, "kind": "k" * 500, "source": "t", "cause": "c", "detail": [1], "agent": "main"})]
+    events = ledger_view.parse_page("\n".join(lines) + "\n\n")
+    assert [e.id for e in events] == [9, 7]  # tail prints oldest first; a page is newest first
+    assert len(events[0].kind) == 64 and events[0].detail == {"value": [1]} and events[0].hash == ""
+    assert events[1].detail["said"] == "\x1b]2;PWNED\x07"  # data kept; the table shows it made printable
+    for bad in ('{"id": true, "ts": 1, "kind": "k", "source": "s", "agent": "main"}',
+                '{"id": 1, "ts": "now", "kind": "k", "source": "s", "agent": "main"}',
+                '{"id": 1, "ts": 1, "kind": 3, "source": "s", "agent": "main"}',
+                '{"id": 1, "ts": 1, "kind": "k", "source": "s"}', "[1]", "not json"):
+        with pytest.raises(ValueError):
+            ledger_view.parse_page(bad)
+    many = "\n".join(json.dumps({"id": n, "ts": 1, "kind": "k", "source": "s", "agent": "a"})
+                     for n in range(ledger_view.MAX_EVENTS + 50))
+    assert len(ledger_view.parse_page(many)) == ledger_view.MAX_EVENTS
+    assert ledger_view.tail_words(limit=300, agent="main", kinds=["a", "b"], before_id=40, text="x y") == \
+        ["ledger", "tail", "--json", "-n", "300", "--agent", "main", "--kind", "a", "--kind", "b",
+         "--before", "40", "--text", "x y"]
 
 
 def test_a_key_on_an_unreachable_host_is_refused_with_ssh_s_reason(tmp_path):
@@ -86,6 +109,10 @@ def test_a_key_on_an_unreachable_host_is_refused_with_ssh_s_reason(tmp_path):
     assert outcome.text.startswith("host b is unreachable: ssh: connect to host 127.0.0.1")
     assert "Connection refused" in outcome.text
     assert remote_agent.reread(host, tmp_path / "state", Chosen("b", "main", MAIN, NOW), NOW) is None
+    # The timeline of that host's agent says why it has nothing to show (the panel prints it).
+    with pytest.raises(LoomError, match="host b is unreachable: ssh: connect to host 127.0.0.1"):
+        remote_agent.RemoteEvents(host, tmp_path / "state").page(before_id=None, limit=10, kinds=None, text=None,
+                                                                 agent="main")
 
 
 def footer(app) -> str:

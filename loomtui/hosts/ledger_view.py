@@ -1,0 +1,57 @@
+"""Another host's ledger events, as its own `loom ledger tail --json` prints them: the words of
+that command for one page, and its output read back as events (untrusted JSON lines: each parsed
+with json.loads and every field checked for its type; a line that is not an event is an error,
+never half an event). The console's timeline of another host's agent reads its pages so."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from loomtui.store.ledger import Event
+
+MAX_EVENTS = 3000  # a page is at most this many events, whatever the host sends
+
+
+def tail_words(*, limit: int, agent: str, kinds: Sequence[str] = (), before_id: int | None = None,
+               text: str | None = None) -> list[str]:
+    """`loom ledger tail` for one page of `agent`'s events (the words ssh.run quotes)."""
+    words = ["ledger", "tail", "--json", "-n", str(max(0, min(limit, MAX_EVENTS))), "--agent", agent]
+    for kind in kinds:
+        words += ["--kind", kind]
+    if before_id is not None:
+        words += ["--before", str(before_id)]
+    if text:
+        words += ["--text", text]
+    return words
+
+
+def _text(doc: dict[str, Any], key: str, limit: int, *, optional: bool = False) -> Any:
+    value = doc.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"an event whose {key} is not text")
+    return value[:limit]
+
+
+def event(line: str) -> Event:
+    """One line of `ledger tail --json` as an event; ValueError when it is not one."""
+    doc = json.loads(line)
+    if not isinstance(doc, dict):
+        raise ValueError("an event that is not an object")
+    ident, ts, detail = doc.get("id"), doc.get("ts"), doc.get("detail")
+    if not isinstance(ident, int) or isinstance(ident, bool):
+        raise ValueError("an event without an id")
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+        raise ValueError("an event without a time")
+    return Event(ident, float(ts), _text(doc, "kind", 64), _text(doc, "source", 64),
+                 _text(doc, "cause", 200, optional=True), detail if isinstance(detail, dict) else {"value": detail},
+                 _text(doc, "hash", 128, optional=True) or "", _text(doc, "agent", 64))
+
+
+def parse_page(stdout: str) -> list[Event]:
+    """The events of `ledger tail --json`, newest first (it prints them oldest first)."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    return [event(line) for line in reversed(lines[-MAX_EVENTS:])]
