@@ -84,17 +84,18 @@ class Store:
         """The journal mode once WAL is asked for. A new file is still in rollback mode, and there
         two connections opening it at once (the threads of `loom status` over several agents, a
         daemon and a CLI) can deadlock on the switch: SQLite then says "locked" at once, without
-        its busy wait, so the wait is here, as long as the busy timeout (on Loom's clock, as
-        the file locks wait: in the simulator one thread opens, and no other holds the file)."""
-        deadline = clock.monotonic() + timeout
+        its busy wait, so the wait is here, as long as the busy timeout. On the machine's clock
+        whatever clock is installed: the lock is another real connection's, released in real time."""
+        real = clock.SYSTEM
+        deadline = real.monotonic() + timeout
         pause = 0.005
         while True:
             try:
                 return str(self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
             except sqlite3.OperationalError as exc:
-                if health.classify(exc) != health.TRANSIENT or clock.monotonic() >= deadline:
+                if health.classify(exc) != health.TRANSIENT or real.monotonic() >= deadline:
                     raise
-            clock.sleep(pause)
+            real.sleep(pause)
             pause = min(pause * 2, 0.1)
 
     @classmethod

@@ -197,6 +197,17 @@ def examine(path: Path, opened: Opened | None, exc: BaseException | None = None)
         return None  # cannot look (a permission changed): no verdict, the next look tries again
 
 
+def log_holds_commits(path: Path) -> bool:
+    """The store's write-ahead log holds commits while the file itself is missing or empty. The
+    file is looked at again after the log: a connection making a new store writes the file's
+    header before any commit reaches the log, so a new store being made is not taken for a lost one."""
+    log = FileId.of(wal_path(path))
+    if log is None or log.size <= WAL_HEADER:
+        return False
+    db = FileId.of(path)
+    return db is None or db.size == 0
+
+
 def refuse_orphaned_log(path: Path) -> None:
     """Refuse to open an empty or missing store that shows it held data: its write-ahead log holds
     commits (SQLite would delete it on opening an empty file: a running daemon would then commit
@@ -205,20 +216,13 @@ def refuse_orphaned_log(path: Path) -> None:
     A new state directory has neither, and creates its store as always."""
     try:
         db = FileId.of(path)
+        if db is not None and db.size > 0:
+            return
         log = FileId.of(wal_path(path))
+        holds = log_holds_commits(path)
     except OSError:
         return  # the open itself will say what is wrong with the directory
-    if db is not None and db.size > 0:
-        return
-    if log is not None and log.size > WAL_HEADER:
-        try:
-            again = FileId.of(path)
-        except OSError:
-            return
-        if again is not None and again.size > 0:
-            # Another connection made the store between the two looks (it writes the file's header
-            # before any commit reaches the log): a new store, not lost data.
-            return
+    if holds and log is not None:
         what = "is empty" if db is not None else "is missing"
         raise StoreBroken(path, f"the file {what} but its write-ahead log holds {log.size} bytes; "
                                 "not opened, so nothing is lost (loom supervise salvages it when it starts)")

@@ -130,8 +130,8 @@ def _orphaned_log(state_dir: Path) -> bool:
     """No store file, but a log that holds commits (the file removed by hand, or replaced by an
     emptied one): the log is evidence like an emptied file's. An empty file is put in the store's
     place so both are moved aside together, as for an emptied store."""
-    db, wal = state_dir / DB_NAME, health.wal_path(state_dir / DB_NAME)
-    if db.exists() or not wal.exists() or not wal.stat().st_size:
+    db = state_dir / DB_NAME
+    if db.exists() or not health.log_holds_commits(db):
         return False
     create_private_file(db)
     return True
@@ -143,9 +143,8 @@ def _emptied(state_dir: Path) -> bool:
             return False
     except FileNotFoundError:
         return False  # no store yet, or the operator removed it: a fresh start, nothing to keep
-    wal = state_dir / f"{DB_NAME}-wal"
     pinned = [state_dir, *(d for _, d in _agent_dirs(state_dir))]
-    return any((d / session.SIDECAR).exists() for d in pinned) or (wal.exists() and wal.stat().st_size > 0)
+    return any((d / session.SIDECAR).exists() for d in pinned) or health.log_holds_commits(state_dir / DB_NAME)
 
 
 def _agent_dirs(state_dir: Path) -> list[tuple[str, Path]]:
