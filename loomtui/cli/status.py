@@ -102,7 +102,7 @@ def run_all(args: argparse.Namespace, statuses: list, chat_id: int) -> int:
 def _print_pushes(status) -> None:
     from loomtui.hosts.view import push_beats
 
-    for (name, beat), push in zip(status.pushes.items(), push_beats(status.pushes)):
+    for (name, beat), push in zip(status.pushes.items(), push_beats(status.pushes, limit=None)):
         print(printable(f"heartbeat       {name} to {beat['url']}: {push.words()}"))
 
 

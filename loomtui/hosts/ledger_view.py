@@ -18,12 +18,12 @@ def tail_words(*, limit: int, agent: str, kinds: Sequence[str] = (), before_id: 
                text: str | None = None) -> list[str]:
     """`loom ledger tail` for one page of `agent`'s events (the words ssh.run quotes)."""
     words = ["ledger", "tail", "--json", "-n", str(max(0, min(limit, MAX_EVENTS))), "--agent", agent]
-    for kind in kinds:
-        words += ["--kind", kind]
+    # `--text=WORDS`, not two words: a filter that starts with `-` is then still its value.
+    words += [f"--kind={kind}" for kind in kinds]
     if before_id is not None:
         words += ["--before", str(before_id)]
     if text:
-        words += ["--text", text]
+        words.append(f"--text={text}")
     return words
 
 

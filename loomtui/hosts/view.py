@@ -5,6 +5,7 @@ printable), or why the host is not there to ask."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ class PushBeat:
 
     name: str
     age: float | None = None  # seconds since it beat, by the host's own clock
+    beat: bool = False        # it has beaten (an older Loom says when, `at`, but not how long ago)
     says: str = ""
     sent: bool = False
     error: str = ""
@@ -36,15 +38,15 @@ class PushBeat:
 
     def words(self) -> str:
         """What it said, when, and why, or what went wrong."""
-        if self.age is None:
+        if self.age is None and not self.beat:
             return "no beat yet"
-        ago = format_duration(max(self.age, 0))
+        ago = "(age unknown)" if self.age is None else format_duration(max(self.age, 0)) + " ago"
         if self.says == "skip":
-            line = f"skipped {ago} ago"
+            line = f"skipped {ago}"
         elif self.sent:
-            line = f"{self.says or '?'} sent {ago} ago"
+            line = f"{self.says or '?'} sent {ago}"
         else:
-            line = f"{self.says or '?'} NOT sent {ago} ago ({self.error})"
+            line = f"{self.says or '?'} NOT sent {ago} ({self.error})"
         return line + (f": {self.why}" if self.why else "")
 
 
@@ -94,7 +96,14 @@ class HostView:
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A finite number, or None (JSON from another host may say 1e400, or an integer of 400 digits)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _text(value: Any, limit: int = 200) -> str:
@@ -105,13 +114,15 @@ def _table(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def push_beats(value: Any) -> tuple[PushBeat, ...]:
-    """The `heartbeat_push` object of a status (name to last beat), field by field; () if none."""
+def push_beats(value: Any, limit: int | None = MAX_PUSHES) -> tuple[PushBeat, ...]:
+    """The `heartbeat_push` object of a status (name to last beat), field by field; () if none.
+    `limit` bounds another host's (None: this machine's own, every one)."""
     table = _table(value) or {}
     out = []
-    for name, beat in list(table.items())[:MAX_PUSHES]:
+    for name, beat in list(table.items())[:limit]:
         doc = _table(beat) or {}
-        out.append(PushBeat(name=_text(name, 64), age=_number(doc.get("age")), says=_text(doc.get("says"), 16),
+        out.append(PushBeat(name=_text(name, 64), age=_number(doc.get("age")),
+                            beat=_number(doc.get("age")) is not None or _number(doc.get("at")) is not None, says=_text(doc.get("says"), 16),
                             sent=doc.get("sent") is True, error=_text(doc.get("error")), why=_text(doc.get("why"))))
     return tuple(out)
 
@@ -140,7 +151,11 @@ def parse_status(stdout: str) -> tuple[AgentRow, ...]:
     data = json.loads(stdout)
     if not isinstance(data, list):
         raise ValueError("not a list of agents")
-    return tuple(agent_row(item) for item in data)
+    rows: dict[str, AgentRow] = {}
+    for item in data:
+        row = agent_row(item)
+        rows.setdefault(row.name, row)  # a name twice (a hostile host): the first, each row its own key
+    return tuple(rows.values())
 
 
 def since(moment: float, now: float) -> str:

@@ -332,6 +332,8 @@ class ConsoleScreen(Screen):
                 return
             host = self.ctx.config.host(picked.host)
             if host is None:
+                self.notify(f"host {picked.host} is no longer in the config", title="hosts", severity="error",
+                            markup=False)
                 return
             self.remote = picked
             self._show_remote()

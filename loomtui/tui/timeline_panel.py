@@ -175,6 +175,7 @@ class TimelinePanel(Widget):
         rows: list[TimelineRow]
         oldest_id: int | None
         error: str = ""
+        events: EventReader | None = None  # where the rows came from (an incident's detail reads there)
 
     @dataclass
     class DetailLoaded(Message):
@@ -194,6 +195,7 @@ class TimelinePanel(Widget):
         self.generation = 0
         self._shown_generation = -1  # the generation whose rows the table shows
         self._rows: dict[str, incidents.Incident | ledger.Event] = {}
+        self._rows_from: EventReader = events  # the reader the rows shown came from
         self.seen_count = -1
 
     def compose(self) -> ComposeResult:
@@ -217,6 +219,7 @@ class TimelinePanel(Widget):
         self._events = events
         self.agent = agent
         self.pages = [None]
+        self.oldest = None  # the old agent's: `[` waits for this one's first page
         self.seen_count = -1
         self.reload()
 
@@ -225,7 +228,7 @@ class TimelinePanel(Widget):
               agent: str | None) -> None:
         try:
             rows, oldest = load_page(events, mode, flt, before_id, self._now(), agent)
-            self.post_message(self.Loaded(generation, rows, oldest))
+            self.post_message(self.Loaded(generation, rows, oldest, events=events))
         except Exception as exc:  # a locked or broken store: shown in the status line
             self.post_message(self.Loaded(generation, [], None, " ".join(str(exc).split())))
 
@@ -236,11 +239,16 @@ class TimelinePanel(Widget):
             return  # a newer request superseded this one
         status = self.query_one("#timeline-status", Static)
         if message.error:
+            # No rows of another agent or host left under the error (nor a page to go back from).
+            self.oldest, self._rows = None, {}
+            self.query_one(KeyedTable).sync([])
             status.update(safe(f"timeline unavailable: {message.error}", "bold red"))
             return
         self.oldest = message.oldest_id
         self._shown_generation = message.generation
         self._rows = {key: obj for key, _, obj in message.rows}
+        if message.events is not None:
+            self._rows_from = message.events
         table = self.query_one(KeyedTable)
         columns, stretch, wrap = COLUMNS[self.mode]  # the mode these rows were loaded for (a newer one: a newer generation)
         table.set_columns(columns, stretch=stretch, wrap=wrap)
@@ -299,12 +307,12 @@ class TimelinePanel(Widget):
         event.stop()
         obj = self._rows.get(event.row_key.value or "") if event.row_key else None
         if obj is not None:
-            self._detail(obj)
+            self._detail(obj, self._rows_from)
 
     @work(thread=True, group="timeline-detail", exit_on_error=False)
-    def _detail(self, obj: incidents.Incident | ledger.Event) -> None:
+    def _detail(self, obj: incidents.Incident | ledger.Event, source: EventReader) -> None:
         if isinstance(obj, incidents.Incident):
-            events = self._events.by_ids(obj.event_ids)
+            events = source.by_ids(obj.event_ids)  # where its row came from, whatever is selected now
             title = f"incident {obj.first_id}: {obj.title}"
         else:
             events = [obj]

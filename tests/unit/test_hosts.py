@@ -209,6 +209,20 @@ def test_a_hosts_push_heartbeats_are_read_field_by_field_and_shown_under_its_age
     many = json.dumps([{"name": "m", "state": "running", "heartbeat_push": {f"p{i}": {} for i in range(100)}}])
     assert len(view.parse_status(many)[0].pushes) == view.MAX_PUSHES
     assert view.HostView("c").pushes == ()
+    # A host's numbers that are no numbers to show (infinite, not a number, too large for a float),
+    # an older Loom's beat with its time but no age, and an agent named twice.
+    hostile = ('[{"name": "m", "state": "running", "canary": {"result": "ok", "age": Infinity}, '
+               '"supervisor": {"heartbeat_age": NaN}, "heartbeat_push": {"big": {"age": 1' + "0" * 400 + ', "says": "ok", '
+               '"sent": true}, "old": {"at": 1.0, "says": "ok", "sent": true}, "inf": {"age": 1e400}}}, '
+               '{"name": "m", "state": "exited"}]')
+    (odd,) = view.parse_status(hostile)
+    assert (odd.state, odd.canary_age, odd.heartbeat_age, odd.canary(), odd.heartbeat()) == \
+        ("running", None, None, "ok 0s ago", "none")
+    assert {p.name: p.words() for p in odd.pushes} == {"big": "no beat yet", "old": "ok sent (age unknown)",
+                                                       "inf": "no beat yet"}
+    assert view.lines([view.HostView("h", (odd,))], time.time())  # drawn, not raised
+    # This machine's own `loom status` shows every one of its heartbeats, past the bound.
+    assert len(view.push_beats({f"p{i}": {} for i in range(40)}, limit=None)) == 40
 
 
 def test_a_host_is_unreachable_since_its_first_failure_until_it_answers(tmp_path):

@@ -94,8 +94,7 @@ def test_another_hosts_ledger_is_read_back_field_by_field_newest_first():
                      for n in range(ledger_view.MAX_EVENTS + 50))
     assert len(ledger_view.parse_page(many)) == ledger_view.MAX_EVENTS
     assert ledger_view.tail_words(limit=300, agent="main", kinds=["a", "b"], before_id=40, text="x y") == \
-        ["ledger", "tail", "--json", "-n", "300", "--agent", "main", "--kind", "a", "--kind", "b",
-         "--before", "40", "--text", "x y"]
+        ["ledger", "tail", "--json", "-n", "300", "--agent", "main", "--kind=a", "--kind=b", "--before", "40", "--text=x y"]
 
 
 def test_a_key_on_an_unreachable_host_is_refused_with_ssh_s_reason(tmp_path):
