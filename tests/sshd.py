@@ -106,6 +106,15 @@ def masters(state_dir: Path) -> list[psutil.Process]:
     return found
 
 
+def kill_masters(state_dir: Path) -> None:
+    """End the ssh master connections Loom left for hosts under `state_dir` (a test's last step)."""
+    for proc in masters(state_dir):
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
 def add_host(path: Path, name: str, **keys) -> None:
     lines = ["", "[[hosts]]", f"name = {toml_value(name)}", *(f"{k} = {toml_value(v)}" for k, v in keys.items())]
     path.write_text(path.read_text() + "\n".join(lines) + "\n")

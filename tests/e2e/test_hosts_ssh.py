@@ -17,10 +17,9 @@ import json
 import stat
 from pathlib import Path
 
-import psutil
 import pytest
 from harness import wait_for
-from sshd import REMOTE_LOOM, add_host, keygen, masters
+from sshd import REMOTE_LOOM, add_host, keygen, kill_masters, masters
 
 from loomtui.cli.remote import UNREACHABLE
 from loomtui.hosts import ssh
@@ -107,8 +106,4 @@ def test_two_hosts(make_harness, sshd):
         assert a.loom("status").returncode == 0
         assert a.pinned() == a_session and len(a.events("relaunch")) == a_relaunches
     finally:
-        for proc in masters(a.state_dir):
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
+        kill_masters(a.state_dir)

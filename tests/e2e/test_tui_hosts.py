@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
-import psutil
 import pytest
 from harness import free_port
-from sshd import REMOTE_LOOM, add_host, masters
+from sshd import REMOTE_LOOM, add_host, kill_masters
 from test_tui import screen_text, until
 
 from loomtui.config import LOCAL_HOST
@@ -128,8 +127,4 @@ def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness
         assert [(e["agent"], e["source"]) for e in probes] == [("main", "ssh")], probes
         assert len(a.events("canary")) == a_canaries
     finally:
-        for proc in masters(a.state_dir):
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
+        kill_masters(a.state_dir)
