@@ -22,7 +22,7 @@ MAX_PUSHES = 16  # a host's push heartbeats shown (its answer is untrusted: boun
 @dataclass(frozen=True)
 class PushBeat:
     """A push heartbeat's last beat ([[heartbeat]]) as a host's status reported it: the host's, the
-    same in each of its agents' objects. `at` None: it never beat."""
+    same in each of its agents' objects. `age` None and `beat` false: it never beat."""
 
     name: str
     age: float | None = None  # seconds since it beat, by the host's own clock
@@ -121,9 +121,10 @@ def push_beats(value: Any, limit: int | None = MAX_PUSHES) -> tuple[PushBeat, ..
     out = []
     for name, beat in list(table.items())[:limit]:
         doc = _table(beat) or {}
-        out.append(PushBeat(name=_text(name, 64), age=_number(doc.get("age")),
-                            beat=_number(doc.get("age")) is not None or _number(doc.get("at")) is not None, says=_text(doc.get("says"), 16),
-                            sent=doc.get("sent") is True, error=_text(doc.get("error")), why=_text(doc.get("why"))))
+        age = _number(doc.get("age"))
+        out.append(PushBeat(name=_text(name, 64), age=age, beat=age is not None or _number(doc.get("at")) is not None,
+                            says=_text(doc.get("says"), 16), sent=doc.get("sent") is True, error=_text(doc.get("error")),
+                            why=_text(doc.get("why"))))
     return tuple(out)
 
 
