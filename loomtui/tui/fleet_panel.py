@@ -7,7 +7,7 @@ from textual.widget import Widget
 
 from loomtui.durations import format_duration
 from loomtui.tui.canary_panel import when
-from loomtui.tui.snapshot import JobRow
+from loomtui.report.fleet import JobRow
 from loomtui.tui.tables import KeyedTable, safe
 
 

@@ -23,10 +23,10 @@ from loomtui.context import Context
 from loomtui.durations import format_duration
 from loomtui.hooks import turn_rules
 from loomtui.pump import transcript
-from loomtui.report import incidents
+from loomtui.report import fleet, incidents
 from loomtui.report import status as status_mod
 from loomtui.report.check_rules import supervisor_stale_after
-from loomtui.store import canary_runs, job_runs, ledger, queue_items
+from loomtui.store import canary_runs, ledger, queue_items
 from loomtui.store.db import DB_NAME, Store
 from loomtui.text import dumps
 from loomtui.tui import hold_words
@@ -80,18 +80,6 @@ class Header:
 
 
 @dataclass(frozen=True)
-class JobRow:
-    name: str
-    schedule: str
-    last_start: float | None
-    last_exit: int | None
-    last_duration: float | None
-    running: bool
-    open_items: int
-    next_due: float | None
-
-
-@dataclass(frozen=True)
 class Overview:
     """What the overview's plots and latest-incidents list read, beyond the panels' own data."""
 
@@ -107,7 +95,7 @@ class Snapshot:
     pane: PaneView
     canary: list[Probe] = field(default_factory=list)
     queue: list[Any] = field(default_factory=list)
-    jobs: list[JobRow] = field(default_factory=list)
+    jobs: list[fleet.JobRow] = field(default_factory=list)
     ledger_count: int = 0
     store_error: str = ""
     overview: Overview = field(default_factory=Overview)
@@ -225,7 +213,7 @@ class Source:
                              incidents_=overview.incidents)
         if self.several:
             header = replace(header, name=self.agent)
-        return Snapshot(now, header, pane, _probes(store, self.agent), queue, _jobs(ctx, store, queue, now),
+        return Snapshot(now, header, pane, _probes(store, self.agent), queue, fleet.rows(ctx, store, queue, now),
                         status.ledger_events, overview=overview, agent=self.agent)
 
 
@@ -398,35 +386,6 @@ def _queue(store: Store, agent: str) -> list[Any]:
     live = queue_items.unwitnessed(store, agent)
     done = queue_items.last_witnessed(store, 10, agent)
     return [sentinel_queue.from_row(r) for r in live] + [sentinel_queue.from_row(r) for r in reversed(done)]
-
-
-def _jobs(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobRow]:
-    from loomtui.clock import local_zone
-    from loomtui.sentinel.cron import in_zone
-    from loomtui.sentinel.schedule import next_due
-
-    rows = job_runs.last_of_each(store)
-    open_by_job: dict[str, int] = {}
-    for item in queue:
-        if item.state != "witnessed":
-            open_by_job[item.job] = open_by_job.get(item.job, 0) + 1
-    out = []
-    for job in ctx.config.jobs:
-        if job.agent and job.agent != ctx.agent:
-            continue  # another agent's job: its failures are that agent's to hear
-        row = rows.get(job.name)
-        due = None
-        if job.schedule:
-            try:
-                due = next_due(job.schedule, row["started"] if row else now, cron=in_zone(local_zone()))
-            except (ValueError, KeyError):
-                due = None
-        out.append(JobRow(
-            job.name, job.schedule, row["started"] if row else None, row["exit_code"] if row else None,
-            row["duration"] if row else None, row is not None and row["ended"] is None, open_by_job.get(job.name, 0),
-            due,
-        ))
-    return out
 
 
 def event_detail(store: Store, event_ids: list[int]) -> list[ledger.Event]:
