@@ -46,6 +46,7 @@ COMMANDS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
         ("run-job", "run a configured job's command (no shell), append its output to the job log "
                     "and record the run; exits with the command's status"),
         ("queue", "list the sentinel queue: open, claimed and recently witnessed items"),
+        ("jobs", "every job of the agent: its last run, its open failures, when it is due next"),
         ("resolve", "claim a queue item as handled; it is witnessed by the job's next clean run"),
         ("sentinel", "the sentinel by hand (the daemon runs it every sentinel.interval)"),
     )),

@@ -1,4 +1,4 @@
-"""`loom run-job`, `loom queue`, `loom resolve` and `loom sentinel scan`: the fleet of jobs."""
+"""`loom run-job`, `loom queue`, `loom jobs`, `loom resolve` and `loom sentinel scan`: the fleet of jobs."""
 
 from __future__ import annotations
 
@@ -24,6 +24,10 @@ def register(sub) -> None:
     # The queue is every agent's: without --agent, all of it, each item with its agent's name.
     q.add_argument("--agent", dest="only_agent", metavar="NAME", help="only the items of this agent's jobs")
     q.set_defaults(func=run_queue)
+    jobs = subcommand(sub, "jobs", "every job of the agent: its last run, its open failures, when it is due next",
+                      agent=True)
+    jobs.add_argument("--json", action="store_true", help="machine-readable output")
+    jobs.set_defaults(func=run_jobs)
     res = subcommand(sub, "resolve", "claim a queue item as handled; it is witnessed by the job's next clean run")
     res.add_argument("id", type=int, help="the queue item's id")
     res.add_argument("--note", required=True, help="what you found and what you did")
@@ -79,6 +83,42 @@ def run_queue(args: argparse.Namespace) -> int:
         for line in format_item(item, now, with_agent=named):
             print(printable(line))
     return 0
+
+
+def run_jobs(args: argparse.Namespace) -> int:
+    from loomtui.report import fleet
+
+    ctx = context(args)
+    now = time.time()
+    rows = fleet.rows(ctx, ctx.store, None, now)
+    if args.json:
+        print_json([row.as_json() for row in rows])
+        return 0
+    if not rows:
+        print(f"no [[jobs]] for agent {ctx.agent}")
+    for row in rows:
+        print(printable(format_job(row, now)))
+    return 0
+
+
+def format_job(row, now: float) -> str:
+    """One job in a line: its name, how its last run went and when, and when it is due next."""
+    if row.running:
+        last = "running"
+    elif row.last_exit is None:
+        last = "never ran"
+    else:
+        last = "ok" if row.last_exit == 0 else f"exit {row.last_exit}"
+    if row.last_start is not None:
+        last += f", started {format_duration(max(now - row.last_start, 0))} ago"
+        if row.last_duration is not None:
+            last += f", took {format_duration(row.last_duration)}"
+    due = ""
+    if row.next_due is not None:
+        due = (f"  next in {format_duration(row.next_due - now)}" if row.next_due >= now
+               else f"  next {format_duration(now - row.next_due)} late")
+    open_ = f"  {row.open_items} open" if row.open_items else ""
+    return f"{row.name[:24]:<24}  {last}{open_}{due}  ({row.schedule or 'no schedule'})"
 
 
 def format_item(item: Item, now: float, with_agent: bool = False) -> list[str]:

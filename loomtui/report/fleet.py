@@ -3,11 +3,11 @@ next. What the console's Fleet panel shows and what `loom jobs --json` prints.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from loomtui.context import Context
-from loomtui.store import job_runs
+from loomtui.store import job_runs, queue_items
 from loomtui.store.db import Store
 
 
@@ -22,12 +22,21 @@ class JobRow:
     open_items: int
     next_due: float | None
 
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
 
-def rows(ctx: Context, store: Store, queue: list[Any], now: float) -> list[JobRow]:
+
+def rows(ctx: Context, store: Store, queue: list[Any] | None, now: float) -> list[JobRow]:
+    """`ctx`'s agent's jobs, in the config's order. `queue`: the agent's items as already read
+    (None: its open and claimed ones are read here)."""
     from loomtui.clock import local_zone
     from loomtui.sentinel.cron import in_zone
     from loomtui.sentinel.schedule import next_due
 
+    if queue is None:
+        from loomtui.sentinel.queue import from_row
+
+        queue = [from_row(r) for r in queue_items.unwitnessed(store, ctx.agent)]
     last = job_runs.last_of_each(store)
     open_by_job: dict[str, int] = {}
     for item in queue:

@@ -17,7 +17,7 @@ from loomtui import cli, platform
 
 # The order and names of `loom --help`; a new command is added here and to cli.COMMANDS.
 ORDER = ["status", "hosts", "prometheus-config", "doctor", "check", "ledger", "inject", "recycle", "canary", "supervise", "install-service", "memory",
-         "run-job", "queue", "resolve", "sentinel", "hold", "release", "tick", "sim", "pump"]
+         "run-job", "queue", "jobs", "resolve", "sentinel", "hold", "release", "tick", "sim", "pump"]
 HEAVY = {"telegram", "textual"}
 
 LOADED = ("import json, runpy, sys\n"
@@ -63,7 +63,7 @@ def test_the_chosen_command_gets_its_real_parser_and_the_others_stand_ins():
     parser = cli.build_parser(["resolve", "7", "--note", "fixed"])
     args = parser.parse_args(["resolve", "7", "--note", "fixed"])
     assert (args.id, args.note, args.func.__name__) == (7, "fixed", "run_resolve")
-    assert [name for name, _ in subcommands(parser)] == ["run-job", "queue", "resolve", "sentinel"]  # its module's
+    assert [name for name, _ in subcommands(parser)] == ["run-job", "queue", "jobs", "resolve", "sentinel"]  # its module's
     parser = cli.build_parser(["reslove", "7"])  # a typo: every command is offered, none imported
     assert [name for name, _ in subcommands(parser)] == ORDER
     assert not hasattr(parser.parse_args(["status"]), "func")
