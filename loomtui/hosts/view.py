@@ -95,7 +95,7 @@ class HostView:
                 "agents": [a.as_json() for a in self.agents]}
 
 
-def _number(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
     """A finite number, or None (JSON from another host may say 1e400, or an integer of 400 digits)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
@@ -121,8 +121,8 @@ def push_beats(value: Any, limit: int | None = MAX_PUSHES) -> tuple[PushBeat, ..
     out = []
     for name, beat in list(table.items())[:limit]:
         doc = _table(beat) or {}
-        age = _number(doc.get("age"))
-        out.append(PushBeat(name=_text(name, 64), age=age, beat=age is not None or _number(doc.get("at")) is not None,
+        age = finite_number(doc.get("age"))
+        out.append(PushBeat(name=_text(name, 64), age=age, beat=age is not None or finite_number(doc.get("at")) is not None,
                             says=_text(doc.get("says"), 16), sent=doc.get("sent") is True, error=_text(doc.get("error")),
                             why=_text(doc.get("why"))))
     return tuple(out)
@@ -140,10 +140,10 @@ def agent_row(data: Any) -> AgentRow:
     return AgentRow(
         name=_text(data["name"], 64), state=_text(data["state"], 64),
         canary_result=_text(canary.get("result"), 32) or None if canary else None,
-        canary_age=_number(canary.get("age")) if canary else None,
+        canary_age=finite_number(canary.get("age")) if canary else None,
         queue=unresolved,
         hold=f"{_text(hold.get('by'), 32) or 'held'}: {_text(hold.get('reason'))}" if hold else "",
-        heartbeat_age=_number(supervisor.get("heartbeat_age")),
+        heartbeat_age=finite_number(supervisor.get("heartbeat_age")),
         pushes=push_beats(data.get("heartbeat_push")))
 
 

@@ -12,8 +12,7 @@ from textual.widgets import Static
 
 from loomtui.text import printable
 from loomtui.tui import transcript_view
-from loomtui.tui.snapshot import PaneView
-from loomtui.tui.snapshot import SCROLLBACK
+from loomtui.tui.snapshot import REMOTE, SCROLLBACK, PaneView
 from loomtui.tui.tables import shown
 
 MAX_LINES = SCROLLBACK + 200  # the scrollback and a tall screen
@@ -31,6 +30,8 @@ def last_words(view: PaneView) -> Text:
 
 
 def render_pane(view: PaneView) -> Text:
+    if view.state == REMOTE:  # another host's agent: where its pane is, and what could not be read
+        return Text(printable(view.why), style="italic")
     if view.conversation is not None:
         body = transcript_view.render(list(view.conversation))
         if view.state in ("gone", "unknown"):

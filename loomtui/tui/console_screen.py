@@ -19,10 +19,11 @@ Context; the summary names it. With one agent nothing of this shows.
 
 With `[[hosts]]` in the config, `o` opens the hosts view (tui/hosts_view.py). Choosing another
 host's agent there makes it the keys' agent: `c`, `r` and `h` run that host's own Loom over ssh
-(tui/remote_agent.py) and the header says plainly which host and agent, and that it is remote;
-the timeline reads that host's ledger (its `loom ledger tail --json`, read again after each
-action); the other panels stay this machine's selected agent's. Choosing a local agent (there, `g` or `n`)
-ends the remote selection.
+(tui/remote_agent.py) and the header says plainly which host and agent, and that it is remote.
+Every tab is then read from that host's own Loom (tui/remote_source.py: its status, queue, jobs,
+canary history and ledger), at most every few seconds and never on this machine's file changes;
+the pane and the memory directory are not read over ssh, and the pane's place says so. Choosing a
+local agent (there, `g` or `n`) ends the remote selection.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from loomtui.tui.agents_view import AgentsScreen
 from loomtui.tui.canary_panel import CanaryPanel
 from loomtui.tui.fleet_panel import FleetPanel
 from loomtui.tui.footer import FittingFooter
-from loomtui.tui import remote_agent
+from loomtui.tui import remote_agent, remote_source
 from loomtui.tui.header import StatusHeader
 from loomtui.tui.hosts_view import Chosen, HostsScreen
 from loomtui.tui.keymap import APP_KEYS, OVERVIEW_TITLE, TABS, described
@@ -96,6 +97,7 @@ class ConsoleScreen(Screen):
     @dataclass
     class Refreshed(Message):
         snapshot: Snapshot
+        chosen: Chosen | None = None  # a remote agent's row as its host just said it
 
     @dataclass
     class StateChanged(Message):
@@ -107,12 +109,6 @@ class ConsoleScreen(Screen):
         text: str
         ok: bool
         agent: str = ""
-
-    @dataclass
-    class RemoteRead(Message):
-        """The remote agent's row read again after an action (its host's own status)."""
-
-        chosen: Chosen
 
     def __init__(self, ctx: Context, source: Source, *, refresh_every: float, watch: bool,
                  agents: dict[str, Context] | None = None, now: Callable[[], float] = time.time) -> None:
@@ -135,6 +131,7 @@ class ConsoleScreen(Screen):
         self._recycling: set[str] = set()  # the agents a relaunch from this console is running for
         # Another host's agent, chosen in the hosts view: the keys' agent while set (None: local).
         self.remote: Chosen | None = None
+        self.remote_source: remote_source.RemoteSource | None = None  # its panels' reads, while it is chosen
         self.notices = NoticeBar(id="notices")
 
     # -- layout ------------------------------------------------------------------------------
@@ -203,12 +200,24 @@ class ConsoleScreen(Screen):
 
     @work(thread=True, exclusive=True, group="refresh", exit_on_error=False)
     def _load_snapshot(self) -> None:
-        self.post_message(self.Refreshed(self.source.load(self.now())))
+        remote = self.remote_source
+        if remote is not None:
+            load = remote.load(self.now())
+            self.post_message(self.Refreshed(load.snapshot, load.chosen))
+        else:
+            self.post_message(self.Refreshed(self.source.load(self.now())))
+
+    def _shown_key(self) -> tuple[str, str]:
+        """Whose snapshot the panels show now: ("", agent) for this machine's, (host, agent) else."""
+        return (self.remote.host, self.remote.agent) if self.remote is not None else ("", self.ctx.agent)
 
     @on(Refreshed)
     def _refreshed(self, message: Refreshed) -> None:
         snap = message.snapshot
-        if snap.agent == self.ctx.agent:  # else the agent selected before: its snapshot is stale news
+        # Else the agent selected before (maybe another host's): its snapshot is stale news.
+        if (snap.host, snap.agent) == self._shown_key():
+            if message.chosen is not None:
+                self.remote = message.chosen
             self._show(snap)
         self._refreshing = False
         if self._dirty:
@@ -217,7 +226,8 @@ class ConsoleScreen(Screen):
         else:
             if self._timer is not None:
                 self._timer.stop()
-            self._timer = self.set_timer(self.refresh_every, self.refresh_data)
+            every = self.refresh_every if self.remote is None else max(self.refresh_every, remote_source.EVERY)
+            self._timer = self.set_timer(every, self.refresh_data)
 
     def _show(self, snap: Snapshot) -> None:
         self.snapshot = snap
@@ -232,7 +242,7 @@ class ConsoleScreen(Screen):
             self.query_one(CanaryPanel).show(snap.canary)
             self.query_one(QueuePanel).show(snap.queue)
             self.query_one(FleetPanel).show(snap.jobs, snap.taken)
-            if self.remote is None:  # another host's timeline is read again after each action on it
+            if snap.ledger_count or not snap.host:  # a host not read yet: its timeline is loading already
                 self.query_one(TimelinePanel).ledger_changed(snap.ledger_count)
 
     @work(thread=True, group="watch", exit_on_error=False)
@@ -244,7 +254,8 @@ class ConsoleScreen(Screen):
 
     @on(StateChanged)
     def _state_changed(self) -> None:
-        self.refresh_data()
+        if self.remote is None:  # this machine's files say nothing of another host's agent
+            self.refresh_data()
 
     # -- the selected agent ------------------------------------------------------------------
 
@@ -289,11 +300,12 @@ class ConsoleScreen(Screen):
     def select_agent(self, name: str) -> None:
         """Every panel and every key from now on is agent `name`'s (a remote selection ends)."""
         if self.remote is not None and name in self.agents:
-            self.remote = None
-            if self.snapshot is not None:
-                self.query_one(StatusHeader).show(self.snapshot.header)
+            self.remote = self.remote_source = None
+            self.snapshot = None  # the host's: no key may read it as this machine's
+            self.query_one(StatusHeader).show_loading(name)
             if name == self.ctx.agent:
                 self.query_one(TimelinePanel).show_agent(StoreEvents(self.source.store), name)
+                self.refresh_data()
         if name not in self.agents or name == self.ctx.agent:
             return
         self.ctx = self.agents[name]
@@ -336,8 +348,10 @@ class ConsoleScreen(Screen):
                             markup=False)
                 return
             self.remote = picked
-            self._show_remote()
+            self.remote_source = remote_source.RemoteSource(host, self.ctx.state_dir, picked)
+            self._show(self.remote_source.waiting(self.now()))  # nothing of this machine's meanwhile
             self.query_one(TimelinePanel).show_agent(remote_agent.RemoteEvents(host, self.ctx.state_dir), picked.agent)
+            self.refresh_data()
 
         selected = (f"{self.remote.host} · {self.remote.agent}" if self.remote is not None
                     else f"{LOCAL_HOST} · {self.ctx.agent}")
@@ -347,7 +361,7 @@ class ConsoleScreen(Screen):
         if self.remote is not None:
             header = self.query_one(StatusHeader)
             header.styles.height = 3
-            header.update(remote_agent.header(self.remote, self.ctx.agent, self.now()))
+            header.update(remote_agent.header(self.remote, self.now()))
 
     def _still(self, remote: Chosen) -> bool:
         """Whether `remote`'s agent is still the keys' agent (its row may have been read again since)."""
@@ -375,19 +389,9 @@ class ConsoleScreen(Screen):
 
     @work(thread=True, group="action-remote", exit_on_error=False)
     def _run_remote(self, host, remote: Chosen, action: str, command: list[str]) -> None:
+        # Its outcome asks for a refresh: the host's status, tabs and ledger read again.
         outcome = remote_agent.run(host, self.ctx.state_dir, command)
         self._done(action, outcome.text, outcome.ok, f"{remote.agent} on {remote.host}")
-        again = remote_agent.reread(host, self.ctx.state_dir, remote, self.now())
-        if again is not None:
-            self.post_message(self.RemoteRead(again))
-
-    @on(RemoteRead)
-    def _remote_read(self, message: RemoteRead) -> None:
-        current = self.remote
-        if current is not None and (current.host, current.agent) == (message.chosen.host, message.chosen.agent):
-            self.remote = message.chosen
-            self._show_remote()
-            self.query_one(TimelinePanel).reload()  # what the action wrote in the host's ledger
 
     # -- the one error handler for every worker ------------------------------------------------
 
@@ -500,8 +504,6 @@ class ConsoleScreen(Screen):
                    result.ok, agent.agent)
 
     def action_plots(self) -> None:
-        if self._remote_refused("plots"):
-            return
         if self.snapshot is None:
             self.notify("nothing loaded yet", title="plots", markup=False)
             return

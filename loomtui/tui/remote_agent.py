@@ -5,13 +5,14 @@ A remote agent's keys run that host's own Loom over ssh (hosts/ssh.py), as `loom
 canary --agent X` would: its own actions module, locks and ledger, which records the source as
 ssh from this machine. Nothing is decided here from what the host sent: its output is untrusted,
 shown as its last line made printable. The timeline reads the host's ledger (`RemoteEvents`,
-its own `loom ledger tail --json`); the other panels below the header stay this machine's.
+its own `loom ledger tail --json`); the other tabs read the host's own commands too
+(tui/remote_source.py). The pane and the memory directory are not read over ssh.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.text import Text
@@ -19,7 +20,7 @@ from rich.text import Text
 from loomtui.config import HostConfig
 from loomtui.durations import format_duration
 from loomtui.errors import LoomError
-from loomtui.hosts import ledger_view, ssh, view
+from loomtui.hosts import ledger_view, ssh
 from loomtui.store.ledger import Event
 from loomtui.tui.hosts_view import Chosen, canary_level, state_level
 from loomtui.tui.tables import shown
@@ -58,20 +59,6 @@ def run(host: HostConfig, state_dir: Path, command: list[str]) -> Outcome:
     return Outcome(f"on host {host.name}: {said}", reply.code == 0)
 
 
-def reread(host: HostConfig, state_dir: Path, chosen: Chosen, now: float) -> Chosen | None:
-    """The chosen agent's row read again from its host (after an action); None when the host did
-    not answer with it (the header keeps the row it had, and says how old it is)."""
-    reply = ssh.run(host, view.STATUS_WORDS, state_dir=state_dir, timeout=host.timeout)
-    if reply.code != 0:
-        return None
-    try:
-        rows = view.parse_status(reply.stdout)
-    except ValueError:
-        return None
-    row = next((r for r in rows if r.name == chosen.agent), None)
-    return None if row is None else replace(chosen, row=row, read_at=now)
-
-
 class RemoteEvents:
     """The timeline's events of another host, a page at a time through its own `loom ledger tail
     --json` (hosts/ledger_view.py reads them back, field by field). An incident's events are those
@@ -107,7 +94,7 @@ class RemoteEvents:
             return [self._seen[i] for i in ids if i in self._seen]
 
 
-def header(chosen: Chosen, local_agent: str, now: float) -> Text:
+def header(chosen: Chosen, now: float) -> Text:
     """Three lines, as the local header: which host and agent first and plainly remote, then its
     state, canary, queue and hold as last read (and how long ago), then what the keys do."""
     row = chosen.row
@@ -125,6 +112,6 @@ def header(chosen: Chosen, local_agent: str, now: float) -> Text:
     out.append("  hold ", style="dim")
     out.append(row.hold or "none", style=LEVELS["bad"] if row.hold else "green")
     out.append("\n")
-    out.append(f"keys {KEYS} act on {chosen.host} over ssh; timeline {chosen.host}'s; others local {local_agent}'s",
+    out.append(f"keys {KEYS} act on {chosen.host} over ssh · tabs read from {chosen.host} · pane, memory: not read",
                style="dim")
     return shown(out)  # the host's words are printable already (hosts/view.py); the names too, now

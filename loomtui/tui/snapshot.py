@@ -41,9 +41,12 @@ DAY = 86400.0
 SCROLLBACK = 1000         # lines of the agent pane's history above its screen the console keeps
 
 
+REMOTE = "remote"  # a PaneView's state for another host's agent: its screen is not read from here
+
+
 @dataclass(frozen=True)
 class PaneView:
-    state: str            # up / gone / unknown / dead
+    state: str            # up / gone / unknown / dead / remote
     text: str = ""        # the captured screen, with its ANSI escapes
     why: str = ""
     # With the stream-json driver, the conversation from the pump's transcript (None: show the screen).
@@ -100,6 +103,7 @@ class Snapshot:
     store_error: str = ""
     overview: Overview = field(default_factory=Overview)
     agent: str = ledger.MAIN   # whose snapshot: a late one of the agent selected before is not shown
+    host: str = ""             # "" this machine's agent, else the [[hosts]] name its snapshot was read from
 
 
 class Source:

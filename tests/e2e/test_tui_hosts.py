@@ -3,11 +3,13 @@ demo agent) with host b reached through a real sshd (tests/sshd.py) and host c t
 answers for. The hosts view groups each host's agents under it and reads c as unreachable, never as
 a dead agent; Enter on b's agent makes it the keys' agent, the header says so plainly, and the
 canary key probes b's agent through b's own Loom: b's ledger records the probe with source ssh,
-and a's agent is not probed."""
+and a's agent is not probed. Every tab is then b's, read through b's own commands: its queue item,
+its job, its probe; the pane's place says where the pane is; back on a's agent, a's again."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import pytest
 from harness import free_port
@@ -19,6 +21,7 @@ from loomtui.store.ledger import Event
 from loomtui.tui.app import LoomApp
 from loomtui.tui.hosts_view import HostsScreen, key_of
 from loomtui.tui.modals import PromptScreen
+from loomtui.tui.queue_panel import QueuePanel
 from loomtui.tui.timeline_panel import TimelinePanel
 
 pytestmark = pytest.mark.e2e
@@ -29,8 +32,12 @@ def table_text(app) -> list[str]:
     return screen_text(app).splitlines()[1:-1]
 
 
-def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness, sshd):
-    a, b = make_harness(), make_harness()
+FAIL = "print('ERROR: upstream returned 503'); raise SystemExit(3)"
+
+
+def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness, sshd, tmp_path):
+    a = make_harness()
+    b = make_harness(jobs=[{"name": "b-nightly", "log": str(tmp_path / "b-jobs" / "nightly.log"), "schedule": "every 1h"}])
     client = sshd.client_config()
     add_host(a.config_path, "b", ssh="b", ssh_options=["-F", str(client)], loom=REMOTE_LOOM,
              config=str(b.config_path), state_dir=str(b.state_dir), connect_timeout="10s", timeout="60s",
@@ -40,6 +47,9 @@ def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness
              config=str(b.config_path), state_dir=str(b.state_dir), connect_timeout="10s", timeout="60s")
     try:
         a.start(), b.start()
+        # b's job fails: two items in b's queue (the exit and the ERROR line), none in a's.
+        assert b.loom("run-job", "b-nightly", "--", sys.executable, "-c", FAIL).returncode == 3
+        assert b.loom("sentinel", "scan", "--no-nudge").returncode == 0
         a_canaries, b_canaries = len(a.events("canary")), len(b.events("canary"))
         ctx = a.ctx()
 
@@ -74,6 +84,19 @@ def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness
                             what="the header saying the selection is remote")
                 header = screen_text(app).splitlines()[:3]
                 assert all("…" not in line for line in header[:2]), header
+                # Every tab is b's, read through b's own Loom: its pane's place says where the pane is.
+                console = app.console_screen
+                await until(pilot, lambda: console.snapshot is not None and console.snapshot.host == "b"
+                            and console.snapshot.jobs, 120, what="b's tabs read over ssh")
+                assert "agent main's pane is on host b" in screen_text(app).replace("\n", " "), screen_text(app)
+                assert [j.name for j in console.snapshot.jobs] == ["b-nightly"]
+                assert console.snapshot.jobs[0].last_exit == 3 and console.snapshot.jobs[0].open_items == 2
+                await pilot.press("3")
+                await until(pilot, lambda: sorted(i.kind for i in console.query_one(QueuePanel)._items.values())
+                            == ["exit", "line"], 30, what="b's queue items on the Queue tab")
+                await until(pilot, lambda: "b-nightly" in screen_text(app), 30, what="b's job on the Queue tab")
+                await pilot.press("4")
+                await until(pilot, lambda: "exit 3" in screen_text(app), 30, what="b's job's last run on the Fleet tab")
                 await pilot.press("c")
                 await until(pilot, lambda: any(x == "canary" for x, _, _ in app.outcomes), 180,
                             what="the remote canary's outcome")
@@ -83,6 +106,11 @@ def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness
                             what="the outcome in the notice bar")
                 # The header's row read again from b after the action: the probe's ack.
                 await until(pilot, lambda: "canary ok " in screen_text(app), 60, what="b's ack in the header")
+                # And b's Canary tab has it, by ssh.
+                await until(pilot, lambda: any(p.source == "ssh" and p.result == "ok" for p in console.snapshot.canary),
+                            60, what="b's probe on the Canary tab")
+                await pilot.press("2")
+                await until(pilot, lambda: "ssh" in screen_text(app), 30, what="the probe drawn on the Canary tab")
                 # The timeline is b's ledger, read through b's `loom ledger tail --json`: the probe
                 # that came over ssh is there (a's ledger has none).
                 await pilot.press("6")
@@ -116,6 +144,10 @@ def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness
                 # And the timeline a's own again.
                 await until(pilot, lambda: timeline._rows and not bs_probe()
                             and "on host b" not in screen_text(app), 60, what="a's timeline again")
+                # Every tab a's again: a's queue has nothing, a's pane is drawn.
+                await until(pilot, lambda: console.snapshot is not None and console.snapshot.host == ""
+                            and not console.snapshot.queue and console.snapshot.pane.state != "remote", 60,
+                            what="a's own tabs again")
                 await pilot.press("q")
 
         asyncio.run(run())

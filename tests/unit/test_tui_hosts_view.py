@@ -18,7 +18,7 @@ from loomtui.config import HostConfig
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.hosts import ledger_view, reach, view
-from loomtui.tui import remote_agent
+from loomtui.tui import remote_agent, remote_source
 from loomtui.tui.app import LoomApp
 from loomtui.tui.hosts_view import Chosen, HostsScreen, key_of, rows_of
 
@@ -68,11 +68,11 @@ def test_a_remote_agents_keys_are_its_hosts_own_commands():
 
 def test_the_header_says_plainly_which_host_and_that_it_is_remote():
     held = view.AgentRow("main", "held", None, None, 1, "operator: deploying", None)
-    text = remote_agent.header(Chosen("b", "main", held, NOW - 12), "main", NOW).plain
+    text = remote_agent.header(Chosen("b", "main", held, NOW - 12), NOW).plain
     first, second, third = text.split("\n")
     assert first.startswith(" host b · agent main (remote)   held  read 12s ago")
     assert second == "canary no probe yet  queue 1  hold operator: deploying"
-    assert third == "keys c r h act on b over ssh; timeline b's; others local main's"
+    assert third == "keys c r h act on b over ssh · tabs read from b · pane, memory: not read"
     assert all(len(line) <= 78 for line in (first, second, third))  # 80 columns less the header's padding
 
 
@@ -107,7 +107,11 @@ def test_a_key_on_an_unreachable_host_is_refused_with_ssh_s_reason(tmp_path):
     assert not outcome.ok
     assert outcome.text.startswith("host b is unreachable: ssh: connect to host 127.0.0.1")
     assert "Connection refused" in outcome.text
-    assert remote_agent.reread(host, tmp_path / "state", Chosen("b", "main", MAIN, NOW), NOW) is None
+    # Every tab's read says the same, and nothing of this machine's stands in for it.
+    load = remote_source.RemoteSource(host, tmp_path / "state", Chosen("b", "main", MAIN, NOW)).load(NOW)
+    assert load.chosen is None and load.snapshot.store_error.startswith("host b is unreachable: ssh: connect")
+    assert (load.snapshot.host, load.snapshot.queue, load.snapshot.jobs, load.snapshot.canary) == ("b", [], [], [])
+    assert "pane is on host b" in load.snapshot.pane.why and "unreachable" in load.snapshot.pane.why
     # The timeline of that host's agent says why it has nothing to show (the panel prints it).
     with pytest.raises(LoomError, match="host b is unreachable: ssh: connect to host 127.0.0.1"):
         remote_agent.RemoteEvents(host, tmp_path / "state").page(before_id=None, limit=10, kinds=None, text=None,

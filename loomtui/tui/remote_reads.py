@@ -1,0 +1,110 @@
+"""Another host's answers to the console's reads, made typed records: its `loom queue --json`, `loom
+jobs --json` and `loom canary --history N --json` (tui/remote_source.py asks). The output is
+untrusted JSON: parsed with json.loads, bounded, and every field checked against the type the
+local record has (a field of the wrong type is its default where it has one, else the record is
+refused), every string made printable and cut to a length. Nothing here runs anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, TypeVar
+
+from loomtui.canary.runs import Probe
+from loomtui.hosts.view import finite_number
+from loomtui.report.fleet import JobRow
+from loomtui.sentinel.queue_rules import Item
+from loomtui.text import printable
+
+MAX_ROWS = 1000     # items, jobs or probes read from one answer, whatever the host sends
+MAX_TEXT = 2000     # a log line, a note: the local panels show no more
+SHORT_TEXT = 200    # a name, a state, a source
+LONG_FIELDS = {"sample", "note", "why", "log", "signature"}
+
+R = TypeVar("R")
+
+
+def queue_words(agent: str, witnessed: int = 10) -> list[str]:
+    return ["queue", "--json", "--agent", agent, "--witnessed", str(witnessed)]
+
+
+def jobs_words(agent: str) -> list[str]:
+    return ["jobs", "--json", "--agent", agent]
+
+
+def canary_words(agent: str, limit: int = 100) -> list[str]:
+    return ["canary", "--history", str(limit), "--json", "--agent", agent]
+
+
+def _value(kind: str, value: Any, name: str) -> Any:
+    """`value` as a field of `kind` ("int", "float", "str", "bool"); ValueError when it is not one."""
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+    elif kind == "int":
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) < 1 << 63:
+            return value
+    elif kind == "float":
+        number = finite_number(value)
+        if number is not None:
+            return number
+    elif kind == "str":
+        if isinstance(value, str):
+            return printable(value[:MAX_TEXT if name in LONG_FIELDS else SHORT_TEXT])
+    raise ValueError(f"{name} is not {kind}")
+
+
+def record(cls: type[R], doc: Any, **preset: Any) -> R:
+    """A `cls` (a dataclass of plain fields) from one untrusted JSON object. A field missing or of
+    the wrong type takes its default (None where it may be None); a field without a default must
+    be there and right, else ValueError."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"a {cls.__name__} that is not an object")
+    values: dict[str, Any] = dict(preset)
+    for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if field.name in values:
+            continue
+        spec = str(field.type)
+        kinds = [k.strip() for k in spec.split("|")]
+        optional = "None" in kinds
+        kind = next(k for k in kinds if k != "None")
+        required = field.default is dataclasses.MISSING and not optional
+        raw = doc.get(field.name)
+        try:
+            if raw is None and optional:
+                values[field.name] = None
+            else:
+                values[field.name] = _value(kind, raw, field.name)
+        except ValueError:
+            if required:
+                raise ValueError(f"a {cls.__name__} whose {field.name} is missing or not {kind}") from None
+            if field.default is not dataclasses.MISSING:
+                values[field.name] = field.default
+            else:
+                values[field.name] = None
+    return cls(**values)
+
+
+def _list(data: Any, what: str) -> list[Any]:
+    if not isinstance(data, list):
+        raise ValueError(f"not a list of {what}")
+    return data[:MAX_ROWS]
+
+
+def parse_queue(stdout: str) -> list[Item]:
+    """The items of `loom queue --json`, in its order."""
+    data = json.loads(stdout)
+    if not isinstance(data, dict):
+        raise ValueError("not the queue's object")
+    return [record(Item, doc) for doc in _list(data.get("items"), "queue items")]
+
+
+def parse_jobs(stdout: str) -> list[JobRow]:
+    """The jobs of `loom jobs --json`, in the host's config's order."""
+    return [record(JobRow, doc) for doc in _list(json.loads(stdout), "jobs")]
+
+
+def parse_probes(stdout: str) -> list[Probe]:
+    """The probes of `loom canary --history N --json`, newest first (no nonce is sent: none kept)."""
+    return [record(Probe, doc, nonce="", joined=False) for doc in _list(json.loads(stdout), "probes")]

@@ -1,0 +1,108 @@
+"""Another host's answers to the console's reads (tui/remote_reads.py): what its own `loom queue
+--json`, `loom jobs --json` and `loom canary --history N --json` print becomes the records the
+local panels show, and anything else a host may send is refused or made harmless: wrong types,
+numbers that are not finite, control characters, endless lists. The real commands' output is read
+back too, from a real store (tests/unit/test_cli_jobs_history.py runs them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from loomtui.canary.runs import Probe
+from loomtui.report.fleet import JobRow
+from loomtui.sentinel.queue_rules import Item
+from loomtui.tui import remote_reads
+from loomtui.tui.remote_source import ledger_events
+
+ITEM = {"id": 4, "job": "nightly", "kind": "exit", "signature": "exit 3", "sample": "ERROR: 503", "log": "/l",
+        "first_seen": 100.0, "last_seen": 130.5, "count": 2, "state": "open", "nudges": 1, "agent": "main"}
+
+
+def test_a_queue_item_as_the_host_printed_it_is_the_local_record():
+    local = Item(**{**ITEM, "claimed_by": "agent", "note": "fixed"})
+    [item] = remote_reads.parse_queue(json.dumps({"counts": {}, "items": [dataclasses.asdict(local)]}))
+    assert item == local
+
+
+def test_a_hostile_queue_item_is_made_harmless_field_by_field():
+    doc = {**ITEM, "job": "night\x1b[2Jly", "sample": "x" * 5000, "count": "2", "nudges": True,
+           "escalated_at": float("nan"), "last_nudge_at": 1e400, "claimed_by": ["not", "text"], "state": "open\x07"}
+    [item] = remote_reads.parse_queue(json.dumps({"items": [doc]}).replace("NaN", "1e999"))
+    assert (item.job, item.state) == ("night\u241b[2Jly", "open\u2407")  # the controls shown as symbols
+    assert len(item.sample) <= remote_reads.MAX_TEXT
+    assert (item.count, item.nudges, item.escalated_at, item.last_nudge_at, item.claimed_by) == (1, 0, None, None, None)
+
+
+@pytest.mark.parametrize("bad", [
+    {**ITEM, "id": "4"}, {**ITEM, "id": True}, {**ITEM, "job": None}, {**ITEM, "first_seen": "yesterday"},
+    {k: v for k, v in ITEM.items() if k != "signature"}, {**ITEM, "id": 1 << 80}, [ITEM], "item",
+])
+def test_an_item_without_what_it_must_have_is_refused(bad):
+    with pytest.raises(ValueError):
+        remote_reads.parse_queue(json.dumps({"items": [bad]}))
+
+
+@pytest.mark.parametrize("bad", ['[]', '{"items": {}}', '{"items": "x"}', "not json", "null"])
+def test_an_answer_that_is_not_the_queue_is_refused(bad):
+    with pytest.raises(ValueError):
+        remote_reads.parse_queue(bad)
+
+
+def test_endless_lists_are_cut():
+    many = json.dumps([{"name": f"j{n}", "schedule": "", "running": False, "open_items": 0} for n in range(5000)])
+    assert len(remote_reads.parse_jobs(many)) == remote_reads.MAX_ROWS
+
+
+def test_jobs_and_probes_as_the_host_printed_them():
+    job = JobRow("nightly", "every 1h", 10.0, 3, 1.5, False, 2, 3610.0)
+    assert remote_reads.parse_jobs(json.dumps([job.as_json()])) == [job]
+    never = {"name": "weekly", "schedule": "", "last_start": None, "last_exit": None, "last_duration": None,
+             "running": False, "open_items": 0, "next_due": None}
+    assert remote_reads.parse_jobs(json.dumps([never])) == [JobRow("weekly", "", None, None, None, False, 0, None)]
+    probe = {"id": 9, "result": "ok", "sent_at": 50.0, "deadline": 110.0, "ack_at": 51.0, "latency": 1.0,
+             "why": "", "source": "ssh"}
+    assert remote_reads.parse_probes(json.dumps([probe])) == [Probe(9, "", "ok", 50.0, 110.0, 51.0, 1.0, "", False, "ssh")]
+    with pytest.raises(ValueError):
+        remote_reads.parse_probes(json.dumps([{**probe, "deadline": None}]))
+    with pytest.raises(ValueError):
+        remote_reads.parse_jobs(json.dumps({"jobs": []}))
+
+
+def test_the_words_sent_are_the_hosts_own_commands():
+    assert remote_reads.queue_words("main") == ["queue", "--json", "--agent", "main", "--witnessed", "10"]
+    assert remote_reads.jobs_words("ops") == ["jobs", "--json", "--agent", "ops"]
+    assert remote_reads.canary_words("main", 100) == ["canary", "--history", "100", "--json", "--agent", "main"]
+
+
+def test_the_ledger_size_is_the_named_agent_s_and_zero_when_the_host_does_not_say():
+    out = json.dumps([{"name": "ops", "ledger": {"events": 5}}, {"name": "main", "ledger": {"events": 12}}])
+    assert ledger_events(out, "main") == 12
+    for odd in ("not json", "{}", json.dumps([{"name": "main", "ledger": {"events": True}}]),
+                json.dumps([{"name": "main"}])):
+        assert ledger_events(odd, "main") == 0
+
+
+JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                       lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                       max_leaves=20)
+
+
+@given(st.dictionaries(st.sampled_from([f.name for f in dataclasses.fields(Item)]), JSONISH, max_size=30))
+def test_whatever_a_host_sends_is_a_clean_record_or_refused(doc):
+    try:
+        [item] = remote_reads.parse_queue(json.dumps({"items": [{**ITEM, **doc}]}, allow_nan=True))
+    except ValueError:
+        return
+    for field in dataclasses.fields(Item):
+        value = getattr(item, field.name)
+        if isinstance(value, str):
+            assert value.isprintable() or value == ""
+        if isinstance(value, float):
+            assert math.isfinite(value)
+        assert not isinstance(value, (list, dict))
