@@ -70,9 +70,10 @@ class LoomRunner:
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return loom_env({"LOOM_CONFIG": str(self.config_path), **(extra or {})})
 
-    def loom(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    def loom(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None,
+             input: str = "") -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "loomtui", *args], capture_output=True, text=True,
-                              env=self.env(env), timeout=timeout, cwd=REPO)
+                              env=self.env(env), timeout=timeout, cwd=REPO, input=input)
 
     def popen(self, *args: str, **kwargs: Any) -> subprocess.Popen:
         proc = subprocess.Popen([sys.executable, *args], env=self.env(kwargs.pop("env", None)), cwd=REPO, **kwargs)

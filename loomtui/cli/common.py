@@ -110,6 +110,24 @@ def close_contexts(args: argparse.Namespace) -> None:
             ctx.close()
 
 
+MAX_STDIN = 64 * 1024  # a line or a note from standard input: the console's prompt sends far less
+
+
+def from_stdin(what: str, *, one_line: bool) -> str:
+    """The text a command takes on standard input instead of in its arguments (which every user of
+    the machine can read in its process list, and ssh carries in its own): without its final
+    newline; exit 2 when there is none, or more than one line where one is asked for."""
+    raw = sys.stdin.buffer.read(MAX_STDIN + 1)
+    if len(raw) > MAX_STDIN:
+        raise LoomError(f"{what} on standard input is longer than {MAX_STDIN} bytes", exit_code=2)
+    text = raw.decode("utf-8", "replace").removesuffix("\n").removesuffix("\r")
+    if not text.strip():
+        raise LoomError(f"{what}: nothing on standard input", exit_code=2)
+    if one_line and ("\n" in text or "\r" in text):
+        raise LoomError(f"{what}: one line on standard input, not several", exit_code=2)
+    return text
+
+
 def print_json(data: Any) -> None:
     # Stored text (reasons, notes, job names) may hold control characters: escaped, not raw.
     from loomtui.text import dumps

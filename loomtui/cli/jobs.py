@@ -30,7 +30,9 @@ def register(sub) -> None:
     jobs.set_defaults(func=run_jobs)
     res = subcommand(sub, "resolve", "claim a queue item as handled; it is witnessed by the job's next clean run")
     res.add_argument("id", type=int, help="the queue item's id")
-    res.add_argument("--note", required=True, help="what you found and what you did")
+    note = res.add_mutually_exclusive_group(required=True)
+    note.add_argument("--note", help="what you found and what you did")
+    note.add_argument("--note-stdin", action="store_true", help="read the note from standard input")
     res.set_defaults(func=run_resolve)
     sen = subcommand(sub, "sentinel", "the sentinel by hand (the daemon runs it every sentinel.interval)")
     inner = sen.add_subparsers(dest="sentinel_command", metavar="scan", required=True)
@@ -148,7 +150,10 @@ def run_resolve(args: argparse.Namespace) -> int:
     from loomtui.cli.actor import source_of
     from loomtui.sentinel import queue
 
-    item, changed = actions.resolve(context(args), args.id, args.note, source=source_of(args),
+    from loomtui.cli.common import from_stdin
+
+    note = from_stdin("resolve --note-stdin", one_line=False) if args.note_stdin else args.note
+    item, changed = actions.resolve(context(args), args.id, note, source=source_of(args),
                                     session_id=queue.claimer_session())
     if not changed:
         print(f"queue item {item.id} was already witnessed; nothing to do")

@@ -19,6 +19,8 @@ from loomtui.errors import LoomError
 # The host could not be reached (sysexits' EX_UNAVAILABLE): not the remote command's own failure.
 UNREACHABLE = 69
 _LOCAL_ONLY = ("--config", "--state-dir")
+# The options by which a command reads its text on standard input: this one's goes to the host.
+_READS_STDIN = ("--stdin", "--note-stdin")
 
 
 def split(words: Sequence[str], valued: Sequence[str]) -> tuple[str, list[str], list[str]] | None:
@@ -76,7 +78,12 @@ def run(host_name: str, before: list[str], words: list[str]) -> int:
         if host is None:
             known = ", ".join(h.name for h in ctx.config.hosts) or "none configured"
             raise LoomError(f"no host named {host_name!r} (hosts: {known})", exit_code=2)
-        reply = ssh.run(host, words, state_dir=ctx.state_dir, timeout=host.command_timeout)
+        stdin = b""
+        if any(word in _READS_STDIN for word in words):
+            from loomtui.cli.common import MAX_STDIN
+
+            stdin = sys.stdin.buffer.read(MAX_STDIN + 1)  # the host's Loom refuses more, and says so
+        reply = ssh.run(host, words, state_dir=ctx.state_dir, timeout=host.command_timeout, stdin=stdin)
     finally:
         ctx.close()
     if not reply.reached:

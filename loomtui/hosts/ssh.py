@@ -110,13 +110,16 @@ def ssh_argv(host: HostConfig, words: list[str], *, control: str | None, via: st
     return [*argv, *host.ssh_options, "--", host.ssh, remote_command(host, words, via)]
 
 
-def run(host: HostConfig, words: list[str], *, state_dir: Path, timeout: float, via: str | None = None) -> Reply:
-    """Run `words` on `host`'s Loom and wait at most `timeout` seconds (ssh is then killed)."""
+def run(host: HostConfig, words: list[str], *, state_dir: Path, timeout: float, via: str | None = None,
+        stdin: bytes = b"") -> Reply:
+    """Run `words` on `host`'s Loom and wait at most `timeout` seconds (ssh is then killed).
+    `stdin`: what the remote command reads on its standard input (a line to inject, a note),
+    carried inside the encrypted channel and never in any process's arguments."""
     control_dir(state_dir)
     argv = ssh_argv(host, words, control=control_path(state_dir, host.name), via=via or origin())
     try:
-        # input="": the remote command reads no terminal and no operator's keys.
-        done = subprocess.run(argv, input=b"", capture_output=True, timeout=timeout)
+        # Never the terminal: the remote command reads no operator's keys, only what it is given.
+        done = subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return Reply(host.name, None, "", "", f"no answer within {format_duration(timeout)}")
     except OSError as exc:

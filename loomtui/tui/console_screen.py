@@ -18,8 +18,9 @@ every panel shows the selected agent's rows and every key acts on it, through th
 Context; the summary names it. With one agent nothing of this shows.
 
 With `[[hosts]]` in the config, `o` opens the hosts view (tui/hosts_view.py). Choosing another
-host's agent there makes it the keys' agent: `c`, `r` and `h` run that host's own Loom over ssh
-(tui/remote_agent.py) and the header says plainly which host and agent, and that it is remote.
+host's agent there makes it the keys' agent: `c`, `r`, `h`, `i` and `d` run that host's own Loom over
+ssh (tui/remote_agent.py; a line or a note on its standard input, never in a command line) and the
+header says plainly which host and agent, and that it is remote.
 Every tab is then read from that host's own Loom (tui/remote_source.py: its status, queue, jobs,
 canary history and ledger), at most every few seconds and never on this machine's file changes;
 the pane and the memory directory are not read over ssh, and the pane's place says so. Choosing a
@@ -368,7 +369,7 @@ class ConsoleScreen(Screen):
         return self.remote is not None and (self.remote.host, self.remote.agent) == (remote.host, remote.agent)
 
     def _remote_refused(self, action: str) -> bool:
-        """A key that does not act on a remote agent yet says so, and acts on nothing."""
+        """A key that does not act on a remote agent says so, and acts on nothing."""
         if self.remote is None:
             return False
         self.notify(f"{action} acts on this machine's agents only; on host {self.remote.host}: "
@@ -377,7 +378,7 @@ class ConsoleScreen(Screen):
                     title=f"{action} · {self.remote.host}", severity="warning", markup=False)
         return True
 
-    def _remote_key(self, action: str, **how) -> None:
+    def _remote_key(self, action: str, *, stdin: str = "", **how) -> None:
         remote = self.remote
         assert remote is not None
         host = self.ctx.config.host(remote.host)
@@ -385,12 +386,12 @@ class ConsoleScreen(Screen):
             self.notify(f"host {remote.host} is no longer in the config", title=action, severity="error", markup=False)
             return
         self.notify(f"{action} on host {remote.host}…", title=f"{action} · {remote.host}", markup=False, timeout=3)
-        self._run_remote(host, remote, action, remote_agent.words(action, remote.agent, **how))
+        self._run_remote(host, remote, action, remote_agent.words(action, remote.agent, **how), stdin)
 
     @work(thread=True, group="action-remote", exit_on_error=False)
-    def _run_remote(self, host, remote: Chosen, action: str, command: list[str]) -> None:
+    def _run_remote(self, host, remote: Chosen, action: str, command: list[str], stdin: str = "") -> None:
         # Its outcome asks for a refresh: the host's status, tabs and ledger read again.
-        outcome = remote_agent.run(host, self.ctx.state_dir, command)
+        outcome = remote_agent.run(host, self.ctx.state_dir, command, stdin)
         self._done(action, outcome.text, outcome.ok, f"{remote.agent} on {remote.host}")
 
     # -- the one error handler for every worker ------------------------------------------------
@@ -484,8 +485,17 @@ class ConsoleScreen(Screen):
         self._done("recycle", outcome.describe(), outcome.ok, agent.agent)
 
     def action_inject(self) -> None:
-        # Not over ssh: the operator's line would be in ssh's argv, on both machines' process lists.
-        if self._remote_refused("inject"):
+        if self.remote is not None:
+            # Over ssh the line goes on the host's `loom inject --stdin`: in no process list, here or there.
+            remote = self.remote
+
+            def to_host(text: str | None) -> None:
+                if text and self._still(remote):
+                    self._remote_key("inject", stdin=text)
+
+            self.app.push_screen(PromptScreen(f"Type into the pane of agent {remote.agent} on host {remote.host}",
+                                              "one line; Enter sends it over ssh",
+                                              empty="type the line to send, or Esc to cancel"), to_host)
             return
         agent = self.ctx
 
@@ -512,8 +522,6 @@ class ConsoleScreen(Screen):
     def action_resolve(self) -> None:
         # Only a row the operator is looking at: the Queue tab's highlighted one, or the overview's
         # queue list under the cursor. A row selected earlier on a tab not shown is never resolved.
-        if self._remote_refused("resolve"):
-            return
         on_queue = self.query_one(TabbedContent).active == "queue"
         item = self.query_one(OverviewPanel).selected or (self.query_one(QueuePanel).selected if on_queue else None)
         if item is None:
@@ -527,6 +535,17 @@ class ConsoleScreen(Screen):
             return
         if item.state == "witnessed":
             self.notify(f"#{item.id} is already witnessed fixed", title="resolve", markup=False)
+            return
+        if self.remote is not None:  # the item is the host's (its Queue tab is read from there)
+            remote = self.remote
+
+            def to_host(note: str | None) -> None:
+                if note and self._still(remote):
+                    self._remote_key("resolve", stdin=note, item=item.id)
+
+            self.app.push_screen(PromptScreen(f"Resolve #{item.id} ({item.job}) on host {remote.host}: what did you "
+                                              "find and do?", empty="a note is needed: what you found and did "
+                                              "(Esc to cancel)"), to_host)
             return
 
         agent = self.ctx

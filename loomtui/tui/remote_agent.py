@@ -26,7 +26,7 @@ from loomtui.tui.hosts_view import Chosen, canary_level, state_level
 from loomtui.tui.tables import shown
 
 LEVELS = {"ok": "bold green", "warn": "bold yellow", "bad": "bold red"}
-KEYS = "c r h"  # the console's keys that act on a remote agent (the others say why not)
+KEYS = "c r h i d"  # the console's keys that act on a remote agent (attach says why not)
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,11 @@ class Outcome:
     ok: bool
 
 
-def words(action: str, agent: str, *, mode: str = "", reason: str = "", duration: float | None = None) -> list[str]:
-    """The host's Loom command for one of the console's keys, on its agent `agent`."""
+def words(action: str, agent: str, *, mode: str = "", reason: str = "", duration: float | None = None,
+          item: int | None = None) -> list[str]:
+    """The host's Loom command for one of the console's keys, on its agent `agent`. A line to type
+    and a note are never among the words: they go on the command's standard input (`run`), so no
+    process list on either machine shows them."""
     if action == "canary":
         return ["canary", "--agent", agent]
     if action == "recycle":
@@ -46,13 +49,17 @@ def words(action: str, agent: str, *, mode: str = "", reason: str = "", duration
         return ["hold", *limit, "--reason", reason, "--agent", agent]
     if action == "release":
         return ["release", "--agent", agent]
+    if action == "inject":
+        return ["inject", "--stdin", "--agent", agent]
+    if action == "resolve" and item is not None:
+        return ["resolve", str(item), "--note-stdin"]  # an item's id is the host's, whatever its agent
     raise ValueError(f"no remote command for {action}")
 
 
-def run(host: HostConfig, state_dir: Path, command: list[str]) -> Outcome:
-    """`command` run by the host's Loom; what it said (its last line) and whether it succeeded.
-    An unreachable host refuses the action with ssh's reason."""
-    reply = ssh.run(host, command, state_dir=state_dir, timeout=host.command_timeout)
+def run(host: HostConfig, state_dir: Path, command: list[str], stdin: str = "") -> Outcome:
+    """`command` run by the host's Loom (`stdin` its standard input); what it said (its last line)
+    and whether it succeeded. An unreachable host refuses the action with ssh's reason."""
+    reply = ssh.run(host, command, state_dir=state_dir, timeout=host.command_timeout, stdin=stdin.encode())
     if not reply.reached:
         return Outcome(f"host {host.name} is unreachable: {reply.reason}", False)
     said = ssh.last_line(reply.stdout) or ssh.last_line(reply.stderr) or f"exit {reply.code}"

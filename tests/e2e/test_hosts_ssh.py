@@ -73,6 +73,11 @@ def test_two_hosts(make_harness, sshd):
         wait_for(lambda: words in b.transcript(b.pinned()), 30, what="the words in b's transcript")
         assert not list(sshd.root.glob("pwned*"))
         assert [e["source"] for e in b.events("inject")][-1] == "ssh"
+        # A line on standard input goes over ssh inside the channel, not in any command line.
+        piped = a.loom("--host", "b", "inject", "--stdin", input="remember PIPED-OVER-SSH\n")
+        assert piped.returncode == 0, piped.stderr
+        wait_for(lambda: "remember PIPED-OVER-SSH" in b.transcript(b.pinned()), 30, what="the piped line in b's transcript")
+        assert [e["source"] for e in b.events("inject")][-1] == "ssh"
 
         # A host key that is not the one known for b: refused, as the operator's ssh refuses it.
         stranger = sshd.root / "stranger_known_hosts"

@@ -9,6 +9,7 @@ its job, its probe; the pane's place says where the pane is; back on a's agent, 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 
 import pytest
@@ -52,6 +53,7 @@ def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness
         assert b.loom("sentinel", "scan", "--no-nudge").returncode == 0
         a_canaries, b_canaries = len(a.events("canary")), len(b.events("canary"))
         ctx = a.ctx()
+        resolved: list = []  # the item of b's resolved from the console
 
         async def run():
             app = LoomApp(ctx, watch=False)
@@ -124,10 +126,29 @@ def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness
                 await until(pilot, bs_probe, 120, what="b's probe in the timeline")
                 await until(pilot, lambda: "events of main on host b" in screen_text(app), 30,
                             what="the timeline saying whose events it shows")
-                # A key that does not act on another host yet says so, and acts on nothing.
+                # A line typed into b's agent goes over ssh on the host's standard input.
                 await pilot.press("i")
-                await until(pilot, lambda: "inject acts on this machine's agents only" in
-                            app.console_screen.notices.text, 30, what="inject refused for the remote agent")
+                await until(pilot, lambda: isinstance(app.screen, PromptScreen), 30, what="the inject prompt")
+                await pilot.press(*"hello from a", "enter")
+                await until(pilot, lambda: any(x == "inject" and ok for x, _, ok in app.outcomes), 120,
+                            what="the remote inject's outcome")
+                # And b's first queue item resolved from its Queue tab, the note on standard input too.
+                await pilot.press("3")
+                await until(pilot, lambda: console.query_one(QueuePanel).selected is not None, 30,
+                            what="a queue item of b's selected")
+                chosen_item = console.query_one(QueuePanel).selected
+                resolved.append(chosen_item)
+                await pilot.press("d")
+                await until(pilot, lambda: isinstance(app.screen, PromptScreen), 30, what="the resolve prompt")
+                await pilot.press(*"rotated the upstream token", "enter")
+                await until(pilot, lambda: any(x == "resolve" and ok for x, _, ok in app.outcomes), 120,
+                            what="the remote resolve's outcome")
+                await until(pilot, lambda: any(i.id == chosen_item.id and i.state == "claimed"
+                                               for i in console.snapshot.queue), 60, what="b's item claimed, read back")
+                # A key that does not act on another host says so, and acts on nothing.
+                await pilot.press("a")
+                await until(pilot, lambda: "attach acts on this machine's agents only" in
+                            app.console_screen.notices.text, 30, what="attach refused for the remote agent")
                 # The hold key both ways, from the hold b last reported: placed, then released.
                 await pilot.press("h")
                 await until(pilot, lambda: isinstance(app.screen, PromptScreen), 30, what="the hold prompt")
@@ -158,5 +179,12 @@ def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness
         probes = b.events("canary")[b_canaries:]
         assert [(e["agent"], e["source"]) for e in probes] == [("main", "ssh")], probes
         assert len(a.events("canary")) == a_canaries
+        [typed] = b.events("inject")[-1:]
+        assert typed["source"] == "ssh" and "hello from a" not in str(typed), typed  # length and digest only
+        assert not a.events("inject") and not a.events("queue_claim")
+        [claim] = b.events("queue_claim")
+        assert claim["source"] == "ssh" and claim["detail"]["item"] == resolved[0].id, claim
+        items = {i["id"]: i for i in json.loads(b.loom("queue", "--json").stdout)["items"]}
+        assert items[resolved[0].id]["note"] == "rotated the upstream token"
     finally:
         kill_masters(a.state_dir)

@@ -62,8 +62,11 @@ def test_a_remote_agents_keys_are_its_hosts_own_commands():
         ["hold", "--for", "1800s", "--reason", "swap model", "--agent", "main"]
     assert remote_agent.words("hold", "main", reason="x", duration=None) == ["hold", "--reason", "x", "--agent", "main"]
     assert remote_agent.words("release", "main") == ["release", "--agent", "main"]
+    # A line and a note go on the command's standard input, never among its words.
+    assert remote_agent.words("inject", "main") == ["inject", "--stdin", "--agent", "main"]
+    assert remote_agent.words("resolve", "main", item=7) == ["resolve", "7", "--note-stdin"]
     with pytest.raises(ValueError):
-        remote_agent.words("inject", "main")
+        remote_agent.words("attach", "main")
 
 
 def test_the_header_says_plainly_which_host_and_that_it_is_remote():
@@ -72,7 +75,7 @@ def test_the_header_says_plainly_which_host_and_that_it_is_remote():
     first, second, third = text.split("\n")
     assert first.startswith(" host b · agent main (remote)   held  read 12s ago")
     assert second == "canary no probe yet  queue 1  hold operator: deploying"
-    assert third == "keys c r h act on b over ssh · tabs read from b · pane, memory: not read"
+    assert third == "keys c r h i d act on b over ssh · tabs read from b · pane, memory: not read"
     assert all(len(line) <= 78 for line in (first, second, third))  # 80 columns less the header's padding
 
 
