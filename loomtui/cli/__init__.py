@@ -35,6 +35,8 @@ COMMANDS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
     ("agent_cmds", (
         ("inject", "type one line into the agent's pane (through the one injection path)"),
         ("recycle", "relaunch the agent: resume the pinned session or start fresh"),
+        ("pane", "print the agent's pane as tmux shows it (read only)"),
+        ("attach", "attach this terminal to the agent's tmux session (detach: C-b d)"),
     )),
     ("canary_cmd", (("canary", "send a liveness probe now and wait for the ack (exit 0 on ack, 1 on miss)"),)),
     ("daemon", (

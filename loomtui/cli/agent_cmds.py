@@ -1,4 +1,5 @@
-"""`loom inject TEXT` and `loom recycle --resume|--fresh`."""
+"""`loom inject TEXT`, `loom recycle --resume|--fresh`, and the pane: `loom pane` (its screen, read)
+and `loom attach` (the operator's terminal on it)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,50 @@ def register(sub) -> None:
     mode.add_argument("--fresh", dest="mode", action="store_const", const="fresh")
     recycle.add_argument("--reason", help="why (recorded in the ledger)")
     recycle.set_defaults(func=run_recycle)
+    pane = subcommand(sub, "pane", "print the agent's pane as tmux shows it (read only)", agent=True)
+    pane.add_argument("--lines", type=int, default=0, metavar="N", help="and N lines of its scrollback (0)")
+    pane.add_argument("--json", action="store_true", help="its state, screen (with its colours) and why")
+    pane.set_defaults(func=run_pane)
+    attach = subcommand(sub, "attach", "attach this terminal to the agent's tmux session (detach: C-b d)", agent=True)
+    attach.set_defaults(func=run_attach)
+
+
+MAX_LINES = 5000  # the scrollback `loom pane` prints at most
+
+
+def run_pane(args: argparse.Namespace) -> int:
+    from loomtui.agent import drivers
+    from loomtui.cli.common import print_json
+    from loomtui.errors import LoomError
+    from loomtui.report import pane
+    from loomtui.text import printable
+
+    if not 0 <= args.lines <= MAX_LINES:
+        raise LoomError(f"pane --lines takes 0 to {MAX_LINES}, not {args.lines}", exit_code=2)
+    seen = pane.look(drivers.of(context(args)), args.lines, ansi=args.json)
+    if args.json:
+        print_json(seen.as_json())  # the escapes stay JSON-escaped text: the reader makes them safe
+        return 0
+    for line in seen.text.splitlines():
+        print(printable(line))  # the pane's text is anyone's: no control character reaches this terminal
+    if seen.why:
+        print(printable(f"loom: the agent's pane is {seen.state}: {seen.why}"), file=sys.stderr)
+    return 0 if seen.state in (pane.UP, pane.DEAD) else 1
+
+
+def run_attach(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from loomtui.agent import drivers
+    from loomtui.agent.tmux import TmuxError, clean_env
+
+    driver = drivers.of(context(args))
+    code = subprocess.run(driver.attach_argv(), check=False, env=clean_env()).returncode
+    try:
+        driver.restore_size()  # the attach sized the agent's window to this terminal; tmux keeps that
+    except TmuxError:
+        pass  # no session left to resize
+    return code
 
 
 def run_inject(args: argparse.Namespace) -> int:

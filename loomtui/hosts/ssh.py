@@ -97,17 +97,24 @@ def remote_command(host: HostConfig, words: list[str], via: str) -> str:
     return " ".join(shlex.quote(word) for word in argv)
 
 
-def ssh_argv(host: HostConfig, words: list[str], *, control: str | None, via: str) -> list[str]:
+def ssh_argv(host: HostConfig, words: list[str], *, control: str | None, via: str, tty: bool = False) -> list[str]:
     """`ssh` with Loom's options first (ssh keeps the first value it is given for an option, so
     the host's `ssh_options` cannot undo BatchMode), then the host's options, the destination after
-    `--` (never read as an option) and the remote command as one word."""
+    `--` (never read as an option) and the remote command as one word. `tty`: a terminal for it
+    (an operator's attach), through the same master connection."""
     argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, math.ceil(host.connect_timeout))}",
             "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3"]
     if control is None:
         argv += ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
     else:
         argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={control}", "-o", f"ControlPersist={PERSIST}"]
-    return [*argv, *host.ssh_options, "--", host.ssh, remote_command(host, words, via)]
+    return [*argv, *(["-t"] if tty else []), *host.ssh_options, "--", host.ssh, remote_command(host, words, via)]
+
+
+def terminal_argv(host: HostConfig, words: list[str], *, state_dir: Path) -> list[str]:
+    """The ssh command line that runs `words` on `host`'s Loom in this terminal (`loom attach`)."""
+    control_dir(state_dir)
+    return ssh_argv(host, words, control=control_path(state_dir, host.name), via=origin(), tty=True)
 
 
 def run(host: HostConfig, words: list[str], *, state_dir: Path, timeout: float, via: str | None = None,

@@ -18,17 +18,18 @@ every panel shows the selected agent's rows and every key acts on it, through th
 Context; the summary names it. With one agent nothing of this shows.
 
 With `[[hosts]]` in the config, `o` opens the hosts view (tui/hosts_view.py). Choosing another
-host's agent there makes it the keys' agent: `c`, `r`, `h`, `i` and `d` run that host's own Loom over
-ssh (tui/remote_agent.py; a line or a note on its standard input, never in a command line) and the
-header says plainly which host and agent, and that it is remote.
-Every tab is then read from that host's own Loom (tui/remote_source.py: its status, queue, jobs,
-canary history and ledger), at most every few seconds and never on this machine's file changes;
-the pane and the memory directory are not read over ssh, and the pane's place says so. Choosing a
-local agent (there, `g` or `n`) ends the remote selection.
+host's agent there makes it the keys' agent: every key runs that host's own Loom over ssh
+(tui/remote_agent.py; a line or a note on its standard input, never in a command line; `a` its
+`loom attach` in this terminal) and the header says plainly which host and agent, and that it is
+remote. Every tab and the pane are then read from that host's own Loom (tui/remote_source.py: its
+status, queue, jobs, canary history, ledger and pane), at most every few seconds and never on this
+machine's file changes; the memory directory is not read over ssh, and the header says so.
+Choosing a local agent (there, `g` or `n`) ends the remote selection.
 """
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import threading
 import time
@@ -55,6 +56,7 @@ from loomtui.agent.tmux import TmuxError, clean_env
 from loomtui.config import LOCAL_HOST
 from loomtui.context import Context
 from loomtui.errors import LoomError
+from loomtui.hosts import ssh
 from loomtui.text import printable
 from loomtui.tui.agent_panel import AgentPanel
 from loomtui.tui.agents_view import AgentsScreen
@@ -368,16 +370,6 @@ class ConsoleScreen(Screen):
         """Whether `remote`'s agent is still the keys' agent (its row may have been read again since)."""
         return self.remote is not None and (self.remote.host, self.remote.agent) == (remote.host, remote.agent)
 
-    def _remote_refused(self, action: str) -> bool:
-        """A key that does not act on a remote agent says so, and acts on nothing."""
-        if self.remote is None:
-            return False
-        self.notify(f"{action} acts on this machine's agents only; on host {self.remote.host}: "
-                    f"loom --host {self.remote.host} {action} --agent {self.remote.agent} "
-                    f"(keys {remote_agent.KEYS} act there; g or n goes back to a local agent)",
-                    title=f"{action} · {self.remote.host}", severity="warning", markup=False)
-        return True
-
     def _remote_key(self, action: str, *, stdin: str = "", **how) -> None:
         remote = self.remote
         assert remote is not None
@@ -630,28 +622,37 @@ class ConsoleScreen(Screen):
                                           empty=HOLD_NEEDS, needs=hold_needed), submitted)
 
     def action_attach(self) -> None:
-        if self._remote_refused("attach"):
-            return
-        try:
-            argv = self.source.driver.attach_argv()
-        except LoomError as exc:
-            self.notify(str(exc), title="attach", severity="error", markup=False)
-            return
+        remote = self.remote
+        if remote is not None:
+            # That host's own `loom attach` in this terminal, over ssh (it restores the window's size).
+            host = self.ctx.config.host(remote.host)
+            if host is None:
+                self.notify(f"host {remote.host} is no longer in the config", title="attach", severity="error",
+                            markup=False)
+                return
+            argv = ssh.terminal_argv(host, ["attach", "--agent", remote.agent], state_dir=self.ctx.state_dir)
+        else:
+            try:
+                argv = self.source.driver.attach_argv()
+            except LoomError as exc:
+                self.notify(str(exc), title="attach", severity="error", markup=False)
+                return
         try:
             with self.app.suspend():
                 # Without $TMUX: operators run the console inside their own tmux.
                 code = subprocess.run(argv, check=False, env=clean_env()).returncode
         except SuspendNotSupported:
-            self.notify("attach needs a real terminal; run: " + " ".join(argv), title="attach",
+            self.notify(printable("attach needs a real terminal; run: " + shlex.join(argv)), title="attach",
                         severity="warning", markup=False)
             return
         except OSError as exc:
             self.notify(f"attach failed: {exc.strerror or exc}", title="attach", severity="error", markup=False)
             return
         if code:
-            self.notify(f"tmux attach exited {code}: is the agent's session running?", title="attach",
-                        severity="warning", markup=False)
-        self._restore_size()
+            self.notify(f"{'ssh' if remote else 'tmux attach'} exited {code}: is the agent's session running?",
+                        title="attach", severity="warning", markup=False)
+        if remote is None:
+            self._restore_size()
         self.refresh_data()
 
     @work(thread=True, group="restore-size", exit_on_error=False)

@@ -5,8 +5,8 @@ A remote agent's keys run that host's own Loom over ssh (hosts/ssh.py), as `loom
 canary --agent X` would: its own actions module, locks and ledger, which records the source as
 ssh from this machine. Nothing is decided here from what the host sent: its output is untrusted,
 shown as its last line made printable. The timeline reads the host's ledger (`RemoteEvents`,
-its own `loom ledger tail --json`); the other tabs read the host's own commands too
-(tui/remote_source.py). The pane and the memory directory are not read over ssh.
+its own `loom ledger tail --json`); the other tabs and the pane read the host's own commands too
+(tui/remote_source.py). The memory directory is not read over ssh.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from loomtui.tui.hosts_view import Chosen, canary_level, state_level
 from loomtui.tui.tables import shown
 
 LEVELS = {"ok": "bold green", "warn": "bold yellow", "bad": "bold red"}
-KEYS = "c r h i d"  # the console's keys that act on a remote agent (attach says why not)
+KEYS = "c r h i d a"  # the console's keys that act on a remote agent: all of them
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,6 @@ def header(chosen: Chosen, now: float) -> Text:
     out.append("  hold ", style="dim")
     out.append(row.hold or "none", style=LEVELS["bad"] if row.hold else "green")
     out.append("\n")
-    out.append(f"keys {KEYS} act on {chosen.host} over ssh · tabs read from {chosen.host} · pane, memory: not read",
+    out.append(f"keys {KEYS} act on {chosen.host} over ssh · tabs are {chosen.host}'s · memory this machine's",
                style="dim")
     return shown(out)  # the host's words are printable already (hosts/view.py); the names too, now

@@ -1,5 +1,5 @@
 """Another host's answers to the console's reads, made typed records: its `loom queue --json`, `loom
-jobs --json` and `loom canary --history N --json` (tui/remote_source.py asks). The output is
+jobs --json`, `loom canary --history N --json` and `loom pane --json` (tui/remote_source.py asks). The output is
 untrusted JSON: parsed with json.loads, bounded, and every field checked against the type the
 local record has (a field of the wrong type is its default where it has one, else the record is
 refused), every string made printable and cut to a length. Nothing here runs anything.
@@ -12,15 +12,19 @@ import json
 from typing import Any, TypeVar
 
 from loomtui.canary.runs import Probe
+from loomtui.report.pane import STATES
 from loomtui.hosts.view import finite_number
 from loomtui.report.fleet import JobRow
 from loomtui.sentinel.queue_rules import Item
 from loomtui.text import printable
+from loomtui.tui.snapshot import PaneView
 
 MAX_ROWS = 1000     # items, jobs or probes read from one answer, whatever the host sends
 MAX_TEXT = 2000     # a log line, a note: the local panels show no more
 SHORT_TEXT = 200    # a name, a state, a source
 LONG_FIELDS = {"sample", "note", "why", "log", "signature"}
+MAX_PANE = 512 * 1024  # characters of a pane's text kept (its newest), escapes and all
+PANE_LINES = 200       # the scrollback asked for: a screen or two of history, every few seconds
 
 R = TypeVar("R")
 
@@ -35,6 +39,10 @@ def jobs_words(agent: str) -> list[str]:
 
 def canary_words(agent: str, limit: int = 100) -> list[str]:
     return ["canary", "--history", str(limit), "--json", "--agent", agent]
+
+
+def pane_words(agent: str, lines: int = PANE_LINES) -> list[str]:
+    return ["pane", "--json", "--lines", str(lines), "--agent", agent]
 
 
 def _value(kind: str, value: Any, name: str) -> Any:
@@ -108,3 +116,16 @@ def parse_jobs(stdout: str) -> list[JobRow]:
 def parse_probes(stdout: str) -> list[Probe]:
     """The probes of `loom canary --history N --json`, newest first (no nonce is sent: none kept)."""
     return [record(Probe, doc, nonce="", joined=False) for doc in _list(json.loads(stdout), "probes")]
+
+
+def parse_pane(stdout: str) -> PaneView:
+    """The pane of `loom pane --json`: its state (one of a look's), its text as it came, escapes and
+    all (the pane panel shows any pane's text through rich's ANSI reader and tables.shown, never
+    raw), and why, made printable."""
+    doc = json.loads(stdout)
+    if not isinstance(doc, dict) or doc.get("state") not in STATES:
+        raise ValueError("not a pane's look")
+    text, why = doc.get("text"), doc.get("why")
+    if not isinstance(text, str) or not isinstance(why, str):
+        raise ValueError("a pane without its text or why")
+    return PaneView(doc["state"], text[-MAX_PANE:], printable(why[:MAX_TEXT]))

@@ -7,12 +7,13 @@ host's ControlMaster connection, hosts/ssh.py):
 - `loom queue --json --agent X`: the Queue tab and the overview's waiting list;
 - `loom jobs --json --agent X`: the Fleet tab;
 - `loom canary --history 100 --json --agent X`: the Canary tab and the latency plot;
-- `loom ledger tail --json` of the incident kinds: the latest incidents and the relaunch plot.
+- `loom ledger tail --json` of the incident kinds: the latest incidents and the relaunch plot;
+- `loom pane --json --lines 200 --agent X`: the pane, its screen and some scrollback.
 
 Each answer is untrusted (tui/remote_reads.py makes it typed records). A read that fails leaves
-its panel empty and says why in the pane's place; a host that does not answer at all is a
-snapshot with an error, so the panels keep what they last showed and the header says how old it
-is. The pane and the memory directory are not read over ssh: the pane says where they are.
+its panel empty and says why below the pane; a host that does not answer at all is a snapshot
+with an error, so the panels keep what they last showed and the header says how old it is. The
+memory directory is not read over ssh (with `[memory] remote` it is the same replica anyway).
 """
 
 from __future__ import annotations
@@ -41,11 +42,9 @@ class RemoteLoad:
     chosen: Chosen | None  # the agent's row read again (None: the host did not answer with it)
 
 
-def pane_words(chosen: Chosen, problems: list[str]) -> PaneView:
-    """What stands in the pane's place: where the pane is, and what could not be read."""
-    why = (f"agent {chosen.agent}'s pane is on host {chosen.host}: this console does not read it over ssh "
-           f"(ssh there and run loom-tui, or tmux attach); its memory panel is this machine's")
-    return PaneView(REMOTE, "", "; ".join([why, *problems]))
+def pane_missing(chosen: Chosen, problems: list[str]) -> PaneView:
+    """What stands in the pane's place when it could not be read: whose it is, and why not."""
+    return PaneView(REMOTE, "", "; ".join([f"agent {chosen.agent}'s pane on host {chosen.host}", *problems]))
 
 
 def header_of(chosen: Chosen) -> Header:
@@ -107,6 +106,7 @@ class RemoteSource:
             "canary": (remote_reads.canary_words(agent, PROBES), remote_reads.parse_probes),
             "ledger": (ledger_view.tail_words(limit=INCIDENT_EVENTS, agent=agent, kinds=incidents.KINDS),
                        ledger_view.parse_page),
+            "pane": (remote_reads.pane_words(agent), remote_reads.parse_pane),
         }
         with ThreadPoolExecutor(len(reads)) as pool:
             futures = {name: pool.submit(self._read, words, parse) for name, (words, parse) in reads.items()}
@@ -132,7 +132,12 @@ class RemoteSource:
         latest = list(reversed(incidents.group(list(reversed(events)))))[:LATEST_INCIDENTS]
         queue = _or_empty(got["queue"])
         spans = [(i.first_seen, i.witnessed_at) for i in queue if i.witnessed_at is None or i.witnessed_at >= now - DAY]
-        snapshot = Snapshot(now, header_of(self.chosen), pane_words(self.chosen, problems), _or_empty(got["canary"]),
+        pane = got["pane"]
+        if isinstance(pane, Exception):
+            pane = pane_missing(self.chosen, problems)
+        elif problems:  # what else could not be read, below the pane
+            pane = replace(pane, why="; ".join(w for w in (pane.why, *problems) if w))
+        snapshot = Snapshot(now, header_of(self.chosen), pane, _or_empty(got["canary"]),
                             queue, _or_empty(got["jobs"]),
                             ledger_events(status, agent) if isinstance(status, str) else 0,
                             overview=Overview(relaunches, spans, latest), agent=agent, host=self.chosen.host)
@@ -151,11 +156,11 @@ class RemoteSource:
 
     def waiting(self, now: float) -> Snapshot:
         """What the panels show until the first load comes back: nothing of this machine's."""
-        return Snapshot(now, header_of(self.chosen), pane_words(self.chosen, [f"reading host {self.host.name}…"]),
+        return Snapshot(now, header_of(self.chosen), pane_missing(self.chosen, [f"reading host {self.host.name}…"]),
                         agent=self.chosen.agent, host=self.chosen.host)
 
     def _failed(self, now: float, why: str) -> RemoteLoad:
-        return RemoteLoad(Snapshot(now, header_of(self.chosen), pane_words(self.chosen, [why]), store_error=why,
+        return RemoteLoad(Snapshot(now, header_of(self.chosen), pane_missing(self.chosen, [why]), store_error=why,
                                    agent=self.chosen.agent, host=self.chosen.host), None)
 
 

@@ -14,9 +14,7 @@ from typing import Any
 
 from loomtui.agent import drivers, hold_rules, lifecycle
 from loomtui.timing import Instant
-from loomtui.agent.driver import GONE, UNKNOWN, UP
-from loomtui.agent.proctree import PRESENT
-from loomtui.agent.tmux import TmuxError
+from loomtui.agent.driver import GONE, UNKNOWN
 from loomtui.canary import runs as canary
 from loomtui.canary.runs import Probe
 from loomtui.context import Context
@@ -24,6 +22,7 @@ from loomtui.durations import format_duration
 from loomtui.hooks import turn_rules
 from loomtui.pump import transcript
 from loomtui.report import fleet, incidents
+from loomtui.report import pane as pane_look
 from loomtui.report import status as status_mod
 from loomtui.report.check_rules import supervisor_stale_after
 from loomtui.store import canary_runs, ledger, queue_items
@@ -174,21 +173,8 @@ class Source:
         return replace(view, conversation=conversation)
 
     def _screen(self, capture: bool = True) -> PaneView:
-        try:
-            facts = self.driver.observe()
-        except TmuxError as exc:
-            return PaneView(UNKNOWN, why=str(exc))
-        if facts.tmux != UP or facts.pane is None:
-            return PaneView(facts.tmux, why=facts.why or "no tmux session")
-        try:
-            # With its scrollback (bounded), joined where tmux wrapped lines (-J): the pane scrolls back.
-            screen = self.driver.screen(SCROLLBACK, ansi=True, pane_id=facts.pane.pane_id) if capture else ""
-        except TmuxError as exc:
-            return PaneView(UNKNOWN, why=str(exc))
-        if facts.pane.dead:
-            return PaneView("dead", screen, facts.why)
-        agent = facts.tree.agent if facts.tree else UNKNOWN
-        return PaneView(UP, screen, "" if agent == PRESENT else f"agent process {agent}")
+        seen = pane_look.look(self.driver, SCROLLBACK, capture=capture)
+        return PaneView(seen.state, seen.text, seen.why)
 
     def load(self, now: float | None = None) -> Snapshot:
         now = time.time() if now is None else now

@@ -6,7 +6,8 @@ changed: the client gets them with `-F FILE`, since ssh reads the passwd home, n
 
 Shown: `loom hosts --json` lists both hosts' agents; `loom --host b recycle --fresh` relaunches
 b's agent only and b's ledger records it as ssh from a; an operator's words reach b's agent as
-they were typed, through the remote shell; a host key that is not the known one is refused;
+they were typed, through the remote shell, and a line on standard input too; b's pane is read
+and b's agent attached from a terminal over ssh; a host key that is not the known one is refused;
 sshd stopped: b reads `unreachable since …`, `loom --host b status` is refused with ssh's reason,
 and a's own agent reads as before.
 """
@@ -14,13 +15,17 @@ and a's own agent reads as before.
 from __future__ import annotations
 
 import json
+import secrets
+import shlex
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 from harness import wait_for
 from sshd import REMOTE_LOOM, add_host, keygen, kill_masters, masters
 
+from loomtui.agent.tmux import clean_env
 from loomtui.cli.remote import UNREACHABLE
 from loomtui.hosts import ssh
 from loomtui.report.status import STATE_WORDS
@@ -78,6 +83,20 @@ def test_two_hosts(make_harness, sshd):
         assert piped.returncode == 0, piped.stderr
         wait_for(lambda: "remember PIPED-OVER-SSH" in b.transcript(b.pinned()), 30, what="the piped line in b's transcript")
         assert [e["source"] for e in b.events("inject")][-1] == "ssh"
+        # b's pane read over ssh (what a's console shows for it), and b's agent attached over ssh
+        # from a terminal (a tmux pane of the test's own): b's tmux has a client, gone at detach.
+        looked = json.loads(a.loom("--host", "b", "pane", "--json", "--lines", "50").stdout)
+        assert looked["state"] == "up" and "remember PIPED-OVER-SSH" in looked["text"], looked
+        terminal = f"loomtest-term-{secrets.token_hex(3)}"
+        argv = ssh.terminal_argv(a.ctx().config.host("b"), ["attach", "--agent", "main"], state_dir=a.state_dir)
+        try:
+            subprocess.run(["tmux", f"-L{terminal}", "new-session", "-d", "-x", "90", "-y", "25", shlex.join(argv)],
+                           check=True, env=clean_env(), timeout=30)
+            wait_for(lambda: b.tmux("list-clients").stdout.strip(), 60, what="a client of b's tmux, over ssh")
+            subprocess.run(["tmux", f"-L{terminal}", "send-keys", "C-b", "d"], check=True, timeout=30)
+            wait_for(lambda: not b.tmux("list-clients").stdout.strip(), 60, what="the client detached")
+        finally:
+            subprocess.run(["tmux", f"-L{terminal}", "kill-server"], capture_output=True, timeout=30)
 
         # A host key that is not the one known for b: refused, as the operator's ssh refuses it.
         stranger = sshd.root / "stranger_known_hosts"

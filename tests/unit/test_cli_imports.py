@@ -16,7 +16,7 @@ from conftest import REPO, loom_env
 from loomtui import cli, platform
 
 # The order and names of `loom --help`; a new command is added here and to cli.COMMANDS.
-ORDER = ["status", "hosts", "prometheus-config", "doctor", "check", "ledger", "inject", "recycle", "canary", "supervise", "install-service", "memory",
+ORDER = ["status", "hosts", "prometheus-config", "doctor", "check", "ledger", "inject", "recycle", "pane", "attach", "canary", "supervise", "install-service", "memory",
          "run-job", "queue", "jobs", "resolve", "sentinel", "hold", "release", "tick", "sim", "pump"]
 HEAVY = {"telegram", "textual"}
 

@@ -75,7 +75,7 @@ def test_the_header_says_plainly_which_host_and_that_it_is_remote():
     first, second, third = text.split("\n")
     assert first.startswith(" host b · agent main (remote)   held  read 12s ago")
     assert second == "canary no probe yet  queue 1  hold operator: deploying"
-    assert third == "keys c r h i d act on b over ssh · tabs read from b · pane, memory: not read"
+    assert third == "keys c r h i d a act on b over ssh · tabs are b's · memory this machine's"
     assert all(len(line) <= 78 for line in (first, second, third))  # 80 columns less the header's padding
 
 
@@ -114,7 +114,8 @@ def test_a_key_on_an_unreachable_host_is_refused_with_ssh_s_reason(tmp_path):
     load = remote_source.RemoteSource(host, tmp_path / "state", Chosen("b", "main", MAIN, NOW)).load(NOW)
     assert load.chosen is None and load.snapshot.store_error.startswith("host b is unreachable: ssh: connect")
     assert (load.snapshot.host, load.snapshot.queue, load.snapshot.jobs, load.snapshot.canary) == ("b", [], [], [])
-    assert "pane is on host b" in load.snapshot.pane.why and "unreachable" in load.snapshot.pane.why
+    assert load.snapshot.pane.state == "remote"
+    assert load.snapshot.pane.why.startswith("agent main's pane on host b; host b is unreachable: ssh: connect")
     # The timeline of that host's agent says why it has nothing to show (the panel prints it).
     with pytest.raises(LoomError, match="host b is unreachable: ssh: connect to host 127.0.0.1"):
         remote_agent.RemoteEvents(host, tmp_path / "state").page(before_id=None, limit=10, kinds=None, text=None,

@@ -106,3 +106,30 @@ def test_whatever_a_host_sends_is_a_clean_record_or_refused(doc):
         if isinstance(value, float):
             assert math.isfinite(value)
         assert not isinstance(value, (list, dict))
+
+
+def test_a_pane_as_the_host_printed_it_keeps_its_colours_and_its_newest_text():
+    pane = remote_reads.parse_pane(json.dumps({"state": "up", "text": "\x1b[31mred\x1b[0m\n> ", "why": ""}))
+    assert (pane.state, pane.text, pane.why) == ("up", "\x1b[31mred\x1b[0m\n> ", "")
+    long = remote_reads.parse_pane(json.dumps({"state": "dead", "text": "old" + "x" * remote_reads.MAX_PANE,
+                                               "why": "exited\x1b[2J (status 1)"}))
+    assert len(long.text) == remote_reads.MAX_PANE and not long.text.startswith("old")
+    assert long.why == "exited\u241b[2J (status 1)"
+    assert remote_reads.pane_words("main") == ["pane", "--json", "--lines", "200", "--agent", "main"]
+
+
+@pytest.mark.parametrize("bad", [
+    {"state": "remote", "text": "", "why": ""}, {"state": "up", "text": None, "why": ""},
+    {"state": "up", "text": "", "why": 3}, {"text": "", "why": ""}, ["up"],
+])
+def test_a_pane_that_is_not_a_look_is_refused(bad):
+    with pytest.raises(ValueError):
+        remote_reads.parse_pane(json.dumps(bad))
+
+
+def test_a_hosts_pane_is_drawn_as_any_pane_its_escapes_never_raw():
+    from loomtui.tui.agent_panel import render_pane
+
+    pane = remote_reads.parse_pane(json.dumps({"state": "up", "text": "\x1b[31mred\x1b[0m \x1b]0;title\x07 \x9b2J", "why": ""}))
+    drawn = render_pane(pane)
+    assert "red" in drawn.plain and all(c.isprintable() or c == "\n" for c in drawn.plain), repr(drawn.plain)
