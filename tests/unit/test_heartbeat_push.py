@@ -50,6 +50,14 @@ def test_an_unwitnessed_relaunch_fails_only_past_its_bound():
     assert says(None) == OK  # the status could not say since when: not down on a guess
 
 
+def test_every_down_or_unsure_agent_is_named_in_the_why():
+    both = [AgentHealth("a", lifecycle.GONE), AgentHealth("b", lifecycle.EXITED)]
+    assert verdict(both, hold_fails=False, unwitnessed_after=600).why == f"a {lifecycle.GONE}; b {lifecycle.EXITED}"
+    unsure = [AgentHealth("a", lifecycle.UNKNOWN), AgentHealth("b", lifecycle.NOT_LOOKED)]
+    assert verdict(unsure, hold_fails=False, unwitnessed_after=600) == \
+        rules.Verdict(SKIP, f"a {lifecycle.UNKNOWN}; b {lifecycle.NOT_LOOKED}")
+
+
 def test_no_agents_is_well_the_supervisor_is_up():
     assert verdict([], hold_fails=True, unwitnessed_after=1).says == OK
 
@@ -73,11 +81,13 @@ def test_fail_goes_to_the_path_with_fail_and_keeps_the_query():
     assert rules.ping_url("https://hc-ping.com/abc", FAIL) == "https://hc-ping.com/abc/fail"
     assert rules.ping_url("https://hc-ping.com/abc/", FAIL) == "https://hc-ping.com/abc/fail"
     assert rules.ping_url("http://127.0.0.1:8080/p/x?rid=1", FAIL) == "http://127.0.0.1:8080/p/x/fail?rid=1"
+    assert rules.ping_url("https://hc-ping.com/ABCX", FAIL) == "https://hc-ping.com/ABCX/fail"  # only slashes go
 
 
 def test_a_push_url_is_shown_without_its_secret():
     assert rules.shown("https://hc-ping.com/5f4e-secret") == "https://hc-ping.com/…"
     assert rules.shown("http://127.0.0.1:8080/p/secret?x=1") == "http://127.0.0.1:8080/…"
+    assert rules.shown("https:///secret") == "https://?/…"  # no host to show: a mark, never the path
 
 
 def test_due_on_the_monotonic_clock():
@@ -85,6 +95,7 @@ def test_due_on_the_monotonic_clock():
     assert rules.due_in(100, 60, 130) == 30
     assert rules.due_in(100, 60, 170) == 0
     assert rules.due_in(100, 60, 50) == 0  # the clock went back (a new boot): beat now
+    assert rules.due_in(100, 60, 100) == 60 and rules.due_in(100, 60, 100.5) == 59.5  # just sent: wait
 
 
 def write(tmp_path: Path, text: str) -> Path:

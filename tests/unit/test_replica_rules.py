@@ -88,3 +88,38 @@ def test_the_lag_in_words():
     assert rules.lag_words(away, T0) == ("remote unreachable (since 5m): fetch failed: no route; pushed 10m ago, "
                                          "pulled 10m ago, 2 commits to push; 1 conflict to reconcile")
     assert rules.lag_words(away, T0, short=True) == "↑10m ↓10m 2 to push offline"
+
+
+def test_at_the_very_moment_of_the_last_look_nothing_is_due_again():
+    # The same instant is no step back of the clock: nothing repeats on a tick that saw no time pass.
+    assert not rules.pull_due(look(), T0, S)
+    assert not rules.commit_due(look(dirty=True, changed_at=T0), T0, S)
+    assert not rules.checkpoint_due(9, 5, T0, False, T0, 3600)
+    assert not rules.remote_due(look(failures=1, last_try=T0), T0)
+
+
+def test_one_failure_already_waits_its_backoff_and_one_commit_is_pushed():
+    assert not rules.remote_due(look(failures=1, last_try=T0), T0 + 5)
+    assert rules.remote_due(look(failures=1, last_try=T0), T0 + 10)
+    assert rules.remote_due(look(failures=0, last_try=T0), T0 + 0.1)  # it answered last time: no wait
+    assert rules.plan(look(ahead=1), T0 + 1, S) == rules.Plan(commit=False, pull=False, push=True)
+
+
+def test_a_clean_tree_waits_for_no_quiet_period():
+    assert rules.next_look(look(dirty=False, changed_at=T0), T0 + 25, S, 10.0) == 10.0  # not 5: nothing to commit
+
+
+def test_the_first_event_and_a_checkpoint_never_written_are_due():
+    assert rules.checkpoint_due(1, None, None, False, T0, 3600)
+    assert rules.checkpoint_due(5, 3, None, False, T0, 3600)  # a seq but no time: written again
+
+
+def test_a_conflict_copy_s_time_is_cut_to_its_seconds():
+    assert rules.conflict_name("a.md", "b", "20270115T0800001234") == "a.md.conflict-b-20270115T080000"
+
+
+def test_the_lag_in_words_at_the_edges():
+    assert rules.lag_words(rules.Lag(T0, T0, 0), T0) == "pushed 0s ago, pulled 0s ago, 0 commits to push"
+    away = rules.Lag(None, None, 0, "no route", None, conflicts=2)
+    assert rules.lag_words(away, T0) == ("remote unreachable (since now): no route; pushed never, pulled never, "
+                                         "0 commits to push; 2 conflicts to reconcile")
