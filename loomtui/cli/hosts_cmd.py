@@ -34,20 +34,11 @@ def run_prometheus_config(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from loomtui import clock
-    from loomtui.config import LOCAL_HOST
-    from loomtui.hosts import gather, view
-    from loomtui.report import status as status_mod
+    from loomtui.hosts import view
+    from loomtui.report import all_hosts
 
-    base = base_context(args)
-    hosts = base.config.hosts
-    with gather.pool_for(hosts) as pool:
-        asked = gather.ask_all(pool, hosts, base.state_dir)
-        # This machine's own agents while the hosts answer, read as a host's would be.
-        local = view.HostView(LOCAL_HOST, tuple(view.agent_row(s.as_agent_json())
-                                                for s in status_mod.gather_all(base)))
-        replies = [f.result() for f in asked]
+    views = all_hosts.views(base_context(args), clock.wall)
     now = clock.wall()
-    views = [local, *(gather.host_view(base.store, reply, now) for reply in replies)]
     if args.json:
         print_json([v.as_json() for v in views])
     else:

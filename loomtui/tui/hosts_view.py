@@ -26,9 +26,9 @@ from textual.worker import Worker, WorkerState
 
 from loomtui.config import LOCAL_HOST
 from loomtui.context import Context
-from loomtui.hosts import gather, view
+from loomtui.hosts import view
 from loomtui.hosts.view import AgentRow, HostView
-from loomtui.report import status as status_mod
+from loomtui.report import all_hosts
 from loomtui.text import printable
 from loomtui.tui.footer import FittingFooter
 from loomtui.tui.tables import KeyedTable, safe
@@ -104,15 +104,7 @@ class HostReader:
                 return []
             if self._ctx is None:
                 self._ctx = self.root.clone()
-            ctx = self._ctx
-            hosts = ctx.config.hosts
-            with gather.pool_for(hosts) as pool:
-                asked = gather.ask_all(pool, hosts, ctx.state_dir)
-                local = HostView(LOCAL_HOST, tuple(view.agent_row(s.as_agent_json())
-                                                   for s in status_mod.gather_all(ctx, events=0, now=now())))
-                replies = [f.result() for f in asked]
-            at = now()
-            return [local, *(gather.host_view(ctx.store, reply, at) for reply in replies)]
+            return all_hosts.views(self._ctx, now)
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,23 @@
+"""Every host's agents at once, this machine's own first (`local`): what `loom hosts` prints and
+the console's hosts view shows. The hosts are asked in threads (hosts/gather.py) while this
+machine's agents are read, as a host's would be, from the one status model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from loomtui.config import LOCAL_HOST
+from loomtui.context import Context
+from loomtui.hosts import gather, view
+from loomtui.report import status as status_mod
+
+
+def views(ctx: Context, now: Callable[[], float]) -> list[view.HostView]:
+    hosts = ctx.config.hosts
+    with gather.pool_for(hosts) as pool:
+        asked = gather.ask_all(pool, hosts, ctx.state_dir)
+        local = view.HostView(LOCAL_HOST, tuple(view.agent_row(s.as_agent_json())
+                                                for s in status_mod.gather_all(ctx, events=0, now=now())))
+        replies = [f.result() for f in asked]
+    at = now()
+    return [local, *(gather.host_view(ctx.store, reply, at) for reply in replies)]
