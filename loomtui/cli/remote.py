@@ -21,6 +21,8 @@ UNREACHABLE = 69
 _LOCAL_ONLY = ("--config", "--state-dir")
 # The options by which a command reads its text on standard input: this one's goes to the host.
 _READS_STDIN = ("--stdin", "--note-stdin")
+# The commands that need this terminal there (`ssh -t`, its streams this process's own).
+_IN_A_TERMINAL = ("attach",)
 
 
 def split(words: Sequence[str], valued: Sequence[str]) -> tuple[str, list[str], list[str]] | None:
@@ -78,6 +80,8 @@ def run(host_name: str, before: list[str], words: list[str]) -> int:
         if host is None:
             known = ", ".join(h.name for h in ctx.config.hosts) or "none configured"
             raise LoomError(f"no host named {host_name!r} (hosts: {known})", exit_code=2)
+        if words[0] in _IN_A_TERMINAL:
+            return _in_terminal(host, words, ctx.state_dir)
         stdin = b""
         if any(word in _READS_STDIN for word in words):
             from loomtui.cli.common import MAX_STDIN
@@ -94,6 +98,19 @@ def run(host_name: str, before: list[str], words: list[str]) -> int:
     sys.stdout.write(reply.stdout)
     sys.stderr.write(reply.stderr)
     return reply.code or 0
+
+
+def _in_terminal(host, words: list[str], state_dir) -> int:
+    """`words` run on the host with this terminal (`loom --host b attach`): ssh's own streams are
+    this process's, so the operator sees the agent's pane; ssh's failure is said as for any command."""
+    import subprocess
+
+    from loomtui.hosts import ssh
+
+    code = subprocess.run(ssh.terminal_argv(host, words, state_dir=state_dir), check=False).returncode
+    if code == ssh.SSH_FAILED:
+        raise LoomError(f"host {host.name} ({host.ssh}) is unreachable (ssh said why, above)", exit_code=UNREACHABLE)
+    return code
 
 
 def check_via(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> None:

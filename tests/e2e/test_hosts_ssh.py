@@ -19,9 +19,11 @@ import secrets
 import shlex
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from harness import wait_for
 from sshd import REMOTE_LOOM, add_host, keygen, kill_masters, masters
 
@@ -88,10 +90,12 @@ def test_two_hosts(make_harness, sshd):
         looked = json.loads(a.loom("--host", "b", "pane", "--json", "--lines", "50").stdout)
         assert looked["state"] == "up" and "remember PIPED-OVER-SSH" in looked["text"], looked
         terminal = f"loomtest-term-{secrets.token_hex(3)}"
-        argv = ssh.terminal_argv(a.ctx().config.host("b"), ["attach", "--agent", "main"], state_dir=a.state_dir)
+        # `loom --host b attach` in that terminal: b's own `loom attach`, through `ssh -t`.
+        attach = shlex.join(["env", f"LOOM_CONFIG={a.config_path}", sys.executable, "-m", "loomtui", "--host", "b",
+                             "attach", "--agent", "main"])
         try:
-            subprocess.run(["tmux", f"-L{terminal}", "new-session", "-d", "-x", "90", "-y", "25", shlex.join(argv)],
-                           check=True, env=clean_env(), timeout=30)
+            subprocess.run(["tmux", f"-L{terminal}", "new-session", "-d", "-x", "90", "-y", "25", "-c", str(REPO),
+                            attach], check=True, env=clean_env(), timeout=30)
             wait_for(lambda: b.tmux("list-clients").stdout.strip(), 60, what="a client of b's tmux, over ssh")
             subprocess.run(["tmux", f"-L{terminal}", "send-keys", "C-b", "d"], check=True, timeout=30)
             wait_for(lambda: not b.tmux("list-clients").stdout.strip(), 60, what="the client detached")
