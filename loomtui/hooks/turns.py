@@ -8,6 +8,7 @@ every miss, as it always did.
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -17,6 +18,7 @@ from loomtui.context import Context
 from loomtui.hooks import turn_rules
 from loomtui.hooks.turn_rules import Mark, Turn
 from loomtui.store import canary_runs, hook_events
+from loomtui.store.db import Store
 from loomtui.timing import Instant, stored
 
 # The turn events read back: a prompt and a stop per turn, so the last hundred or so turns, far more
@@ -25,16 +27,41 @@ MARKS = 240
 ACKS = 3  # the last probes whose ack may close the turn their own prompt began (turn_rules.closed_by_acks)
 
 
+# Per store connection and agent, the turn marks read last (their ids and marks, oldest first): a
+# tick reads only the events written since. Kept by the connection, so a store reopened or replaced
+# starts afresh; read whole again when its oldest mark was pruned.
+_KEPT: weakref.WeakKeyDictionary[Store, dict[str, list[tuple[int, Mark]]]] = weakref.WeakKeyDictionary()
+
+
+def turn_marks(store: Store, agent: str) -> list[tuple[int, Mark]]:
+    """The agent's latest MARKS turn marks with their ids, oldest first: the same as one read of
+    hook_events.turn_marks, read whole once and then only as far as the events written since (the
+    whole read sorts every turn event the agent has: with the canary asking every tick while it
+    misses, it was most of a hooked run's time)."""
+    kept = _KEPT.setdefault(store, {})
+    marks = kept.get(agent)
+    if marks and not hook_events.still_there(store, marks[0][0]):
+        marks = None  # pruned since: its successors may be gone too
+    if marks is None:
+        fresh = [(int(r["id"]), _mark(r)) for r in hook_events.turn_marks(store, agent, MARKS)]
+    else:
+        after = marks[-1][0] if marks else 0
+        new = hook_events.turn_marks_after(store, agent, after, MARKS)
+        fresh = (marks + [(int(r["id"]), _mark(r)) for r in new])[-MARKS:]
+    kept[agent] = fresh
+    return fresh
+
+
 def read(ctx: Context) -> list[Turn]:
     """The agent's recent turns, oldest first (the last one open while it runs)."""
-    rows = hook_events.turn_marks(ctx.store, ctx.agent, MARKS)
-    marks = [_mark(r) for r in rows]
+    kept = turn_marks(ctx.store, ctx.agent)
+    marks = [m for _, m in kept]
     tool = hook_events.last_tool_use(ctx.store, ctx.agent)
-    if tool is not None and (not rows or int(tool["id"]) > int(rows[0]["id"])):
+    if tool is not None and (not kept or int(tool["id"]) > kept[0][0]):
         # A tool's use is a sign of life inside whatever turn it fell in: the latest one is all the
         # open turn needs (ended turns excuse or not by how they ended, not by their activity).
         at = _mark(tool)
-        place = next((i for i, r in enumerate(rows) if int(r["id"]) > int(tool["id"])), len(marks))
+        place = next((i for i, (ident, _) in enumerate(kept) if ident > int(tool["id"])), len(marks))
         marks.insert(place, at)
     launched = launches.last_launch(ctx)
     if launched is not None:

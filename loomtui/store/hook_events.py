@@ -80,6 +80,21 @@ def turn_marks(store: Store, agent: str, limit: int) -> list[sqlite3.Row]:
     return rows[::-1]
 
 
+def turn_marks_after(store: Store, agent: str, after_id: int, limit: int) -> list[sqlite3.Row]:
+    """The agent's turn events written after id `after_id` (the newest `limit` of them), oldest first:
+    a range of the (agent, event, id) index per event, never a sort of every event the agent had."""
+    marks = ", ".join("?" for _ in TURN_EVENTS)
+    rows = store.query(f"SELECT id, ts, mono, boot, event, source, detail FROM hook_events WHERE agent = ? "
+                       f"AND event IN ({marks}) AND id > ? ORDER BY id DESC LIMIT ?",
+                       (agent, *TURN_EVENTS, after_id, limit))
+    return rows[::-1]
+
+
+def still_there(store: Store, event_id: int) -> bool:
+    """Whether the event `event_id` is still stored (prune forgets the oldest)."""
+    return store.query_one("SELECT 1 FROM hook_events WHERE id = ?", (event_id,)) is not None
+
+
 def last_tool_use(store: Store, agent: str) -> sqlite3.Row | None:
     """The agent's latest PostToolUse: the newest sign of life inside a turn, and its tool."""
     return store.query_one("SELECT id, ts, mono, boot, event, source, detail FROM hook_events WHERE agent = ? "
