@@ -95,13 +95,15 @@ def test_after_a_kill_the_cli_s_resume_start_with_the_pinned_id_is_the_proof(mak
                   "resume_command": f"{claude} --resume {{session_id}} {FLAGS}", "boot_grace": "60s"}})
     session = harness.start()
     daemon = Daemon(harness)
-    wait_for(lambda: witnessing(harness, relaunches(harness)[-1]), LONG, what="the start witnessed")
+    wait_for(lambda: witnessing(harness, relaunches(harness)[-1]), LONG, what="the start witnessed",
+             explain=daemon.explain)
     old = wait_for(harness.agent_pid, 30, what="the CLI's pid")
     os.kill(old, signal.SIGKILL)
     relaunch = wait_for(lambda: relaunches(harness, "crash") + relaunches(harness, "exit"), LONG,
-                        what="the relaunch")[0]
+                        what="the relaunch", explain=daemon.explain)[0]
     assert relaunch["detail"]["mode"] == "resume"
-    [proof] = wait_for(lambda: harness.events("resume_proven"), LONG, what="the resume proven by its SessionStart")
+    [proof] = wait_for(lambda: harness.events("resume_proven"), LONG, what="the resume proven by its SessionStart",
+                       explain=daemon.explain)
     assert proof["detail"]["relaunch"] == relaunch["id"]
     assert proof["detail"]["started"] == {"source": "resume", "session_id": session}
     assert not harness.events("resume_failed") and harness.pinned() == session
