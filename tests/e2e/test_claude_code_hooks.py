@@ -22,6 +22,8 @@ from test_witnessed_recovery import witnessing
 
 from fake_anthropic import claude_bin
 
+from loomtui.pump import transcript as pump_transcript
+
 pytestmark = pytest.mark.e2e
 
 FLAGS = "--settings {hook_settings} --allowedTools 'Bash(touch:*)' --add-dir {state_dir}/acks"
@@ -99,6 +101,10 @@ def test_after_a_kill_the_cli_s_resume_start_with_the_pinned_id_is_the_proof(mak
              explain=daemon.explain)
     old = wait_for(harness.agent_pid, 30, what="the CLI's pid")
     os.kill(old, signal.SIGKILL)
+    # The CLI itself died, as its pump saw (not one of its forks: ClaudeHarness.agent_pid).
+    wait_for(lambda: [r for r in harness.records(pump_transcript.PUMP) if r.data.get("what") == "cli_exit"
+                      and r.data.get("signal") == signal.SIGKILL], LONG, what="the pump seeing its CLI killed",
+             explain=daemon.explain)
     relaunch = wait_for(lambda: relaunches(harness, "crash") + relaunches(harness, "exit"), LONG,
                         what="the relaunch", explain=daemon.explain)[0]
     assert relaunch["detail"]["mode"] == "resume"
