@@ -30,8 +30,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.05, what: str = "") -> Any:
-    """Poll until `predicate()` is truthy; fail with `what` after `timeout` (never a bare sleep)."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.05, what: str = "",
+             explain: Callable[[], str] | None = None) -> Any:
+    """Poll until `predicate()` is truthy; fail with `what` after `timeout` (never a bare sleep),
+    and with what `explain()` says of the moment (a daemon's log, the ledger), where it is given."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -39,7 +41,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: floa
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate} (last: {last!r})")
+    message = f"timed out after {timeout}s waiting for {what or predicate} (last: {last!r})"
+    raise AssertionError(message + ("\n" + explain() if explain is not None else ""))
 
 
 def log_only_commits(directory: Path) -> bytes:

@@ -22,6 +22,8 @@ from test_witnessed_recovery import witnessing
 
 from fake_anthropic import claude_bin
 
+from loomtui.pump import transcript as pump_transcript
+
 pytestmark = pytest.mark.e2e
 
 FLAGS = "--settings {hook_settings} --allowedTools 'Bash(touch:*)' --add-dir {state_dir}/acks"
@@ -95,13 +97,19 @@ def test_after_a_kill_the_cli_s_resume_start_with_the_pinned_id_is_the_proof(mak
                   "resume_command": f"{claude} --resume {{session_id}} {FLAGS}", "boot_grace": "60s"}})
     session = harness.start()
     daemon = Daemon(harness)
-    wait_for(lambda: witnessing(harness, relaunches(harness)[-1]), LONG, what="the start witnessed")
+    wait_for(lambda: witnessing(harness, relaunches(harness)[-1]), LONG, what="the start witnessed",
+             explain=daemon.explain)
     old = wait_for(harness.agent_pid, 30, what="the CLI's pid")
     os.kill(old, signal.SIGKILL)
+    # The CLI itself died, as its pump saw (not one of its forks: ClaudeHarness.agent_pid).
+    wait_for(lambda: [r for r in harness.records(pump_transcript.PUMP) if r.data.get("what") == "cli_exit"
+                      and r.data.get("signal") == signal.SIGKILL], LONG, what="the pump seeing its CLI killed",
+             explain=daemon.explain)
     relaunch = wait_for(lambda: relaunches(harness, "crash") + relaunches(harness, "exit"), LONG,
-                        what="the relaunch")[0]
+                        what="the relaunch", explain=daemon.explain)[0]
     assert relaunch["detail"]["mode"] == "resume"
-    [proof] = wait_for(lambda: harness.events("resume_proven"), LONG, what="the resume proven by its SessionStart")
+    [proof] = wait_for(lambda: harness.events("resume_proven"), LONG, what="the resume proven by its SessionStart",
+                       explain=daemon.explain)
     assert proof["detail"]["relaunch"] == relaunch["id"]
     assert proof["detail"]["started"] == {"source": "resume", "session_id": session}
     assert not harness.events("resume_failed") and harness.pinned() == session

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 
 import pytest
@@ -30,7 +31,7 @@ from loomtui.pump import transcript as pump_transcript
 
 pytestmark = pytest.mark.e2e
 
-CLI_MATCH = r"\.bin/claude\b"   # the CLI itself; the pump's command line names it too, the deepest wins
+CLI_MATCH = r"\.bin/claude\b"   # the CLI; the pump's command line names it too, and so do the CLI's forks
 # A turn of the real CLI against the fake takes about a second here; a loaded 2-core machine may
 # take many times that. Deadlines are generous; no assertion is on speed.
 ACK_TIMEOUT = "30s"
@@ -80,8 +81,22 @@ class ClaudeHarness(AgentHarness):
         return self.pinned()
 
     def agent_pid(self) -> int | None:
-        root = self.pane_pid()
-        return None if root is None else proctree.inspect(root, CLI_MATCH).agent_pid
+        """The CLI itself: the process the pane's pump started (pump.json's `cli_pid`), while it runs
+        as that pump's child. Not the deepest process matching CLI_MATCH: the CLI forks to run each
+        hook and tool, and a fork bears the CLI's command line until it execs, so now and then the
+        deepest match is one of those (seen here during the start's canary turn). A kill test that
+        killed one left the CLI running and waited for a relaunch that could never come."""
+        doc, pane = self.pump(), self.pane_pid()
+        cli = doc.get("cli_pid")
+        if pane is None or doc.get("pid") != pane or doc.get("cli_exit") is not None or not isinstance(cli, int):
+            return None
+        try:
+            _, parents = proctree.walk(pane)
+            running = parents.get(cli) == pane and not proctree.is_zombie(cli) \
+                and re.search(CLI_MATCH, proctree.cmdline(cli)) is not None
+        except proctree.Ambiguous:
+            return None
+        return cli if running else None
 
     def records(self, direction: str | None = None) -> list[pump_transcript.Record]:
         return [r for r in pump_transcript.read(pump_transcript.path_in(self.state_dir))

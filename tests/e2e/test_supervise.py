@@ -56,6 +56,22 @@ class Daemon:
         self.log.flush()
         return open(self.log.name).read()
 
+    def explain(self, events: int = 40, lines: int = 60) -> str:
+        """What a failed wait shows (wait_for's `explain`): whether the daemon still runs, its log's
+        last `lines`, the ledger's last `events` (kind, cause, a short detail) and the pane's screen."""
+        parts = [f"daemon: {'running' if self.proc.poll() is None else f'exited {self.proc.returncode}'}"]
+        for title, part in (("daemon log", lambda: self.output().splitlines()[-lines:]),
+                            ("ledger", lambda: [f"{e['id']} {e['ts']:.2f} {e['kind']} {e['cause'] or ''} "
+                                                f"{json.dumps(e['detail'])[:160]}"
+                                                for e in self.harness.events()[-events:]]),
+                            ("pane", lambda: self.harness.screen().rstrip().splitlines()[-lines:])):
+            try:
+                shown = part()
+            except Exception as exc:  # the thing that failed may be what a part reads
+                shown = [f"(unreadable: {type(exc).__name__}: {exc})"]
+            parts += [f"--- {title}:", *shown]
+        return "\n".join(parts)
+
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(30)
