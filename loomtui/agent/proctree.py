@@ -151,9 +151,17 @@ class Tree:
     cmdlines: dict[int, str] = field(default_factory=dict, compare=False)
 
 
-def _deepest(matches: list[int], parents: dict[int, int]) -> int:
+def _deepest(matches: list[int], parents: dict[int, int], lines: dict[int, str] | None = None) -> int:
     # `sh -c 'claude …'` matches too when the shell did not exec; the real agent is the match
-    # with no matching ancestor below it, i.e. the deepest.
+    # with no matching ancestor below it, i.e. the deepest. But a fork that has not exec'd yet
+    # (Claude Code forks to run each hook and each tool) has its parent's very command line: that
+    # is the agent's child for a moment, never the agent.
+    if lines:
+        matched = set(matches)
+        own = [p for p in matches
+               if not (parents.get(p) in matched and lines.get(parents[p]) == lines.get(p))]
+        matches = own or matches
+
     def depth(pid: int) -> int:
         d = 0
         while pid in parents:
@@ -183,7 +191,7 @@ def inspect(root: int, process_match: str, poller_match: str = "") -> Tree:
     pollers = tuple(p for p in lines if poller_re is not None and poller_re.search(lines[p]) and not is_zombie(p))
     # A process we could not read might have been the one we look for: that is "unknown", not "missing".
     if agents:
-        agent, agent_pid = PRESENT, _deepest(agents, parents)
+        agent, agent_pid = PRESENT, _deepest(agents, parents, lines)
     else:
         agent, agent_pid = (UNKNOWN if unreadable else MISSING), None
     if poller_re is None:

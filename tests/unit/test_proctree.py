@@ -52,6 +52,31 @@ def test_inspect_finds_deepest_agent_and_poller(tree):
     assert found.poller == PRESENT and found.poller_pids == (pids[2],)
 
 
+FORKS = (
+    "import os, sys, time\n"
+    "if os.fork() == 0:\n"
+    "    time.sleep(600)  # a fork that never execs: its command line is its parent's\n"
+    "time.sleep(600)\n"
+)
+
+
+def test_a_fork_of_the_agent_with_its_command_line_is_not_the_agent():
+    tag = f"tag{os.getpid()}x{time.monotonic_ns()}"
+    agent = subprocess.Popen([sys.executable, "-c", FORKS, "agent", tag])
+    try:
+        wait_for(lambda: len(proctree.walk(agent.pid)[0]) == 2, what="the agent and its fork")
+        found = proctree.inspect(agent.pid, rf"\bagent {tag}")
+        pids, parents = proctree.walk(agent.pid)
+        fork = next(p for p in pids if p != agent.pid)
+        assert found.cmdlines[fork] == found.cmdlines[agent.pid]  # the same command line, one level down
+        assert found.agent == PRESENT and found.agent_pid == agent.pid
+    finally:
+        for child in psutil.Process(agent.pid).children(recursive=True):
+            child.kill()
+        agent.kill()
+        agent.wait()
+
+
 def test_missing_only_after_a_clean_walk(tree):
     proc, tag = tree
     found = proctree.inspect(proc.pid, "no-such-agent", "no-such-poller")
