@@ -83,7 +83,8 @@ def run(host_name: str, before: list[str], words: list[str]) -> int:
         if words[0] in _IN_A_TERMINAL:
             return _in_terminal(host, words, ctx.state_dir)
         stdin = b""
-        if any(word in _READS_STDIN for word in words):
+        options = words[:words.index("--")] if "--" in words else words  # after `--`, words are the line's
+        if any(word in _READS_STDIN for word in options):
             from loomtui.cli.common import MAX_STDIN
 
             stdin = sys.stdin.buffer.read(MAX_STDIN + 1)  # the host's Loom refuses more, and says so

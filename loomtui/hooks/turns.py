@@ -29,7 +29,7 @@ ACKS = 3  # the last probes whose ack may close the turn their own prompt began 
 
 # Per store connection and agent, the turn marks read last (their ids and marks, oldest first): a
 # tick reads only the events written since. Kept by the connection, so a store reopened or replaced
-# starts afresh; read whole again when its oldest mark was pruned.
+# starts afresh; read whole again when any mark kept was pruned.
 _KEPT: weakref.WeakKeyDictionary[Store, dict[str, list[tuple[int, Mark]]]] = weakref.WeakKeyDictionary()
 
 
@@ -40,8 +40,9 @@ def turn_marks(store: Store, agent: str) -> list[tuple[int, Mark]]:
     misses, it was most of a hooked run's time)."""
     kept = _KEPT.setdefault(store, {})
     marks = kept.get(agent)
-    if marks and not hook_events.still_there(store, marks[0][0]):
-        marks = None  # pruned since: its successors may be gone too
+    if marks and hook_events.turn_marks_kept(store, agent, marks[0][0], marks[-1][0]) != \
+            (len(marks), marks[-1][1].at.wall):
+        marks = None  # some were pruned since (and the newest one's id maybe given to another)
     if marks is None:
         fresh = [(int(r["id"]), _mark(r)) for r in hook_events.turn_marks(store, agent, MARKS)]
     else:

@@ -9,9 +9,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from loomtui.hosts.view import finite_number
 from loomtui.store.ledger import Event
 
 MAX_EVENTS = 3000  # a page is at most this many events, whatever the host sends
+MAX_TS = 1e11      # an event's time beyond this (the year 5138) is none Loom wrote
 
 
 def tail_words(*, limit: int, agent: str, kinds: Sequence[str] = (), before_id: int | None = None,
@@ -44,9 +46,10 @@ def event(line: str) -> Event:
     ident, ts, detail = doc.get("id"), doc.get("ts"), doc.get("detail")
     if not isinstance(ident, int) or isinstance(ident, bool):
         raise ValueError("an event without an id")
-    if not isinstance(ts, (int, float)) or isinstance(ts, bool):
+    when = finite_number(ts)
+    if when is None or not 0 <= when <= MAX_TS:
         raise ValueError("an event without a time")
-    return Event(ident, float(ts), _text(doc, "kind", 64), _text(doc, "source", 64),
+    return Event(ident, when, _text(doc, "kind", 64), _text(doc, "source", 64),
                  _text(doc, "cause", 200, optional=True), detail if isinstance(detail, dict) else {"value": detail},
                  _text(doc, "hash", 128, optional=True) or "", _text(doc, "agent", 64))
 

@@ -114,12 +114,13 @@ def _absorb(inc: Incident, e: TimelineEvent) -> None:
         inc.last_relaunch = max(inc.last_relaunch, e.id)
         if e.cause and e.cause not in inc.causes:
             inc.causes.append(e.cause)
-        mode = e.detail.get("mode")
-        if mode:
+        # Text only: another host's ledger (the console reads it over ssh) may hold anything.
+        mode, old, new = (e.detail.get(k) for k in ("mode", "old_session", "new_session"))
+        if isinstance(mode, str) and mode:
             inc.modes.append(mode)
-        if inc.old_session is None:
-            inc.old_session = e.detail.get("old_session")
-        inc.new_session = e.detail.get("new_session") or inc.new_session
+        if inc.old_session is None and isinstance(old, str):
+            inc.old_session = old
+        inc.new_session = (new if isinstance(new, str) else None) or inc.new_session
     elif e.kind == "canary" and e.detail.get("result") == "miss":
         inc.misses += 1
     elif e.kind == "resume_failed" and "resume_failed" not in inc.causes:

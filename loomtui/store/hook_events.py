@@ -90,9 +90,16 @@ def turn_marks_after(store: Store, agent: str, after_id: int, limit: int) -> lis
     return rows[::-1]
 
 
-def still_there(store: Store, event_id: int) -> bool:
-    """Whether the event `event_id` is still stored (prune forgets the oldest)."""
-    return store.query_one("SELECT 1 FROM hook_events WHERE id = ?", (event_id,)) is not None
+def turn_marks_kept(store: Store, agent: str, first_id: int, last_id: int) -> tuple[int, float | None]:
+    """How many of the agent's turn events lie between ids `first_id` and `last_id` (both kept), and
+    the time of event `last_id` (None: gone): whether marks read before are still the table's.
+    A prune forgets events by their time, which need not rise with their ids, and the id of the
+    newest event forgotten is given to the next one written."""
+    marks = ", ".join("?" for _ in TURN_EVENTS)
+    count = store.query_row(f"SELECT count(*) FROM hook_events WHERE agent = ? AND event IN ({marks}) "
+                            f"AND id BETWEEN ? AND ?", (agent, *TURN_EVENTS, first_id, last_id))[0]
+    last = store.query_one("SELECT ts FROM hook_events WHERE id = ?", (last_id,))
+    return int(count), (float(last["ts"]) if last is not None else None)
 
 
 def last_tool_use(store: Store, agent: str) -> sqlite3.Row | None:

@@ -16,8 +16,14 @@ STYLES = {"ok": "green", "miss": "bold red", "pending": "cyan", "error": "magent
           "skipped": "dim"}
 
 
-def when(ts: float | None) -> str:
-    return dt.datetime.fromtimestamp(ts).strftime("%m-%d %H:%M:%S") if ts else ""
+def when(ts: float | None, fmt: str = "%m-%d %H:%M:%S") -> str:
+    """A moment in the local zone; "?" for one no datetime holds (another host's may be anything)."""
+    if not ts:
+        return ""
+    try:
+        return dt.datetime.fromtimestamp(ts).strftime(fmt)
+    except (OverflowError, OSError, ValueError):
+        return "?"
 
 
 def why(p: Probe) -> str:

@@ -73,7 +73,7 @@ from loomtui.tui.modals import HelpScreen, PromptScreen, RecycleScreen
 from loomtui.tui.overview_panel import OverviewPanel
 from loomtui.tui.plots import PlotNumbersScreen
 from loomtui.tui.queue_panel import QueuePanel
-from loomtui.tui.snapshot import Snapshot, Source
+from loomtui.tui.snapshot import Snapshot, Source, loading
 from loomtui.tui.timeline_panel import StoreEvents, TimelinePanel
 
 WIDE = 150
@@ -238,6 +238,12 @@ class ConsoleScreen(Screen):
             self._show_remote()
         else:
             self.query_one(StatusHeader).show(snap.header)
+        self._show_panels(snap)
+        if not snap.store_error and (snap.ledger_count or not snap.host):
+            # A host not read yet: its timeline is loading already.
+            self.query_one(TimelinePanel).ledger_changed(snap.ledger_count)
+
+    def _show_panels(self, snap: Snapshot) -> None:
         self.query_one("#agent-panel", AgentPanel).show(snap.pane)
         self.query_one("#side-agent", AgentPanel).show(snap.pane)
         if not snap.store_error:
@@ -245,8 +251,6 @@ class ConsoleScreen(Screen):
             self.query_one(CanaryPanel).show(snap.canary)
             self.query_one(QueuePanel).show(snap.queue)
             self.query_one(FleetPanel).show(snap.jobs, snap.taken)
-            if snap.ledger_count or not snap.host:  # a host not read yet: its timeline is loading already
-                self.query_one(TimelinePanel).ledger_changed(snap.ledger_count)
 
     @work(thread=True, group="watch", exit_on_error=False)
     def _watch_state_dir(self) -> None:
@@ -305,6 +309,7 @@ class ConsoleScreen(Screen):
         if self.remote is not None and name in self.agents:
             self.remote = self.remote_source = None
             self.snapshot = None  # the host's: no key may read it as this machine's
+            self._show_panels(loading(self.now(), name))  # nor a row of the host's in a panel
             self.query_one(StatusHeader).show_loading(name)
             if name == self.ctx.agent:
                 self.query_one(TimelinePanel).show_agent(StoreEvents(self.source.store), name)
@@ -316,6 +321,7 @@ class ConsoleScreen(Screen):
             self._sources[name] = Source(self.ctx, several=self.several)
         self.source = self._sources[name]
         self.snapshot = None  # the old agent's: no key may read it as this one's
+        self._show_panels(loading(self.now(), name))
         self.query_one(StatusHeader).show_loading(name)
         self.query_one(TimelinePanel).show_agent(StoreEvents(self.source.store), name)
         self.call_later(self._swap_memory)
@@ -393,7 +399,8 @@ class ConsoleScreen(Screen):
             error = event.worker.error
             if event.worker.group == "refresh":
                 self._refreshing = False
-                self._timer = self.set_timer(self.refresh_every, self.refresh_data)
+                every = self.refresh_every if self.remote is None else max(self.refresh_every, remote_source.EVERY)
+                self._timer = self.set_timer(every, self.refresh_data)
             self.notify(printable(redact.scrub(f"{event.worker.name}: {error}")), title="error", severity="error",
                         markup=False)
 
@@ -514,6 +521,11 @@ class ConsoleScreen(Screen):
     def action_resolve(self) -> None:
         # Only a row the operator is looking at: the Queue tab's highlighted one, or the overview's
         # queue list under the cursor. A row selected earlier on a tab not shown is never resolved.
+        snap = self.snapshot
+        if snap is None or (snap.host, snap.agent) != self._shown_key():
+            # The rows on screen may still be the agent's chosen before: nothing is resolved from them.
+            self.notify("nothing loaded yet for this agent", title=self._title("resolve"), markup=False)
+            return
         on_queue = self.query_one(TabbedContent).active == "queue"
         item = self.query_one(OverviewPanel).selected or (self.query_one(QueuePanel).selected if on_queue else None)
         if item is None:

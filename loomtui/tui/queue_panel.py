@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from typing import Any
 
@@ -13,6 +12,7 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from loomtui.text import for_terminal
+from loomtui.tui.canary_panel import when
 from loomtui.tui.tables import KeyedTable, safe
 
 STATE_STYLES = {"open": "bold red", "claimed": "yellow", "witnessed": "green"}
@@ -28,7 +28,7 @@ def log_text(sample: str) -> str:
 
 
 def seen(ts: float | None) -> str:
-    return dt.datetime.fromtimestamp(ts).strftime("%m-%d %H:%M") if ts else ""
+    return when(ts, "%m-%d %H:%M")
 
 
 def rows(items: list[Any]) -> list[tuple[str, list]]:

@@ -23,6 +23,9 @@ MAX_ROWS = 1000     # items, jobs or probes read from one answer, whatever the h
 MAX_TEXT = 2000     # a log line, a note: the local panels show no more
 SHORT_TEXT = 200    # a name, a state, a source
 LONG_FIELDS = {"sample", "note", "why", "log", "signature"}
+# Every number these records hold is a time (seconds since the epoch, either clock) or a duration:
+# beyond this (the year 5138) it is no time Loom wrote, and a datetime of it would raise.
+MAX_SECONDS = 1e11
 MAX_PANE = 512 * 1024  # characters of a pane's text kept (its newest), escapes and all
 PANE_LINES = 200       # the scrollback asked for: a screen or two of history, every few seconds
 
@@ -55,7 +58,7 @@ def _value(kind: str, value: Any, name: str) -> Any:
             return value
     elif kind == "float":
         number = finite_number(value)
-        if number is not None:
+        if number is not None and abs(number) <= MAX_SECONDS:
             return number
     elif kind == "str":
         if isinstance(value, str):

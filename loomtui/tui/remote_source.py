@@ -1,5 +1,5 @@
 """Another host's agent as the console's panels show it: one snapshot read through that host's own
-Loom over ssh, never a protocol of the console's making. Five reads, run at once (each over the
+Loom over ssh, never a protocol of the console's making. Six reads, run at once (each over the
 host's ControlMaster connection, hosts/ssh.py):
 
 - `loom status --json --list`: the header's row (tui/remote_agent.py says it) and the ledger's size,
@@ -10,9 +10,10 @@ host's ControlMaster connection, hosts/ssh.py):
 - `loom ledger tail --json` of the incident kinds: the latest incidents and the relaunch plot;
 - `loom pane --json --lines 200 --agent X`: the pane, its screen and some scrollback.
 
-Each answer is untrusted (tui/remote_reads.py makes it typed records). A read that fails leaves
-its panel empty and says why below the pane; a host that does not answer at all is a snapshot
-with an error, so the panels keep what they last showed and the header says how old it is. The
+Each answer is untrusted (tui/remote_reads.py makes it typed records). A read that fails (its
+command failed, its answer is not what it should be, it timed out) leaves its panel empty and says
+why below the pane; a host ssh cannot reach at all is a snapshot with an error, so the panels keep
+what they last showed and the header says how old it is. The
 memory directory is not read over ssh (with `[memory] remote` it is the same replica anyway).
 """
 
@@ -90,6 +91,8 @@ class RemoteSource:
     def _ask(self, words: list[str]) -> str:
         """The host's Loom's standard output for `words`; LoomError saying why when it has none."""
         reply = ssh.run(self.host, words, state_dir=self.state_dir, timeout=self.host.timeout)
+        if reply.timed_out:  # this read only: the others may have come back
+            raise LoomError(f"`loom {words[0]}` on host {self.host.name}: {reply.reason}")
         if not reply.reached:
             raise Unreached(f"host {self.host.name} is unreachable: {reply.reason}")
         if reply.code != 0:
@@ -114,6 +117,8 @@ class RemoteSource:
         unreached = [v for v in got.values() if isinstance(v, Unreached)]
         if unreached:
             return self._failed(now, str(unreached[0]))
+        if all(isinstance(v, Exception) for v in got.values()):  # nothing came back: keep what is shown
+            return self._failed(now, str(got["status"]))
         problems = [str(v) for v in got.values() if isinstance(v, Exception)]
         status = got["status"]
         chosen = None
@@ -129,7 +134,10 @@ class RemoteSource:
                 self.chosen = chosen
         events = _or_empty(got["ledger"])
         relaunches = [(e.ts, e.cause or "") for e in events if e.kind == "relaunch" and e.ts >= now - DAY]
-        latest = list(reversed(incidents.group(list(reversed(events)))))[:LATEST_INCIDENTS]
+        try:
+            latest = list(reversed(incidents.group(list(reversed(events)))))[:LATEST_INCIDENTS]
+        except Exception as exc:  # noqa: BLE001 - the host's events are anyone's: say so, show the rest
+            latest, problems = [], [*problems, f"host {self.host.name}'s incidents: {type(exc).__name__}"]
         queue = _or_empty(got["queue"])
         spans = [(i.first_seen, i.witnessed_at) for i in queue if i.witnessed_at is None or i.witnessed_at >= now - DAY]
         pane = got["pane"]
@@ -151,7 +159,7 @@ class RemoteSource:
             return exc
         try:
             return parse(out)
-        except ValueError as exc:
+        except Exception as exc:  # noqa: BLE001 - ValueError mostly; a hostile answer may raise anything
             return LoomError(f"`loom {words[0]}` on host {self.host.name}: not its JSON ({str(exc)[:80]})")
 
     def waiting(self, now: float) -> Snapshot:

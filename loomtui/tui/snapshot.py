@@ -105,6 +105,13 @@ class Snapshot:
     host: str = ""             # "" this machine's agent, else the [[hosts]] name its snapshot was read from
 
 
+def loading(now: float, agent: str, host: str = "") -> Snapshot:
+    """What the panels show between choosing an agent and its first snapshot: nothing of the one
+    chosen before (a row a key could act on)."""
+    header = Header("loading…", "warn", None, "…", "warn", "…", "warn", 0)
+    return Snapshot(now, header, PaneView(UNKNOWN, why=f"loading agent {agent}…"), agent=agent, host=host)
+
+
 class Source:
     """One agent's view for the console: its store connection (opened lazily as that agent,
     reopened after a failure) and its driver. Every read is of that agent's rows only."""

@@ -164,8 +164,10 @@ def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness
                 await until(pilot, lambda: isinstance(app.screen, PromptScreen), 30, what="the release prompt")
                 await pilot.press(*"release", "enter")
                 await until(pilot, lambda: "hold none" in screen_text(app), 120, what="b's hold released")
-                # The one local agent again: the header is this machine's.
+                # The one local agent again: the header is this machine's, and no row of b's is left
+                # in a panel for a key to act on here (b's item ids are b's).
                 await pilot.press("n")
+                assert not console.query_one(QueuePanel)._items and console.snapshot is None
                 await until(pilot, lambda: app.console_screen.remote is None
                             and "(remote)" not in screen_text(app), 30, what="back to a's agent")
                 # And the timeline a's own again.

@@ -197,3 +197,17 @@ def test_a_recovered_incident_is_closed_by_an_ack_of_its_last_relaunch_or_later(
         assert not any(e.kind == "canary" and e.detail["result"] == "ok" and e.detail["launch"] >= inc.last_relaunch
                        and inc.last_relaunch and inc.first_id <= e.id < inc.witness and e.id > inc.last_relaunch
                        for e in events)
+
+
+def test_a_detail_of_another_type_is_left_out_never_a_crash():
+    # Another host's ledger (the console reads it over ssh) may say anything in a detail.
+    events = [
+        ev(1, "canary", "miss", result="miss"),
+        ev(2, "relaunch", "canary_failed", mode=7, old_session=["a"], new_session={"b": 1}),
+        ev(3, "relaunch", "canary_failed", mode="fresh", old_session="a", new_session="b"),
+        ev(4, "canary", result="ok"),
+    ]
+    [inc] = group(events)
+    assert inc.status == RECOVERED and inc.modes == ["fresh"] and inc.relaunches == 2
+    assert (inc.old_session, inc.new_session) == ("a", "b")
+    assert inc.title == "canary_failed; 2 relaunches (fresh); 1 miss"

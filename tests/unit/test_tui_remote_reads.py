@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 
 import pytest
 from hypothesis import given
@@ -133,3 +134,47 @@ def test_a_hosts_pane_is_drawn_as_any_pane_its_escapes_never_raw():
     pane = remote_reads.parse_pane(json.dumps({"state": "up", "text": "\x1b[31mred\x1b[0m \x1b]0;title\x07 \x9b2J", "why": ""}))
     drawn = render_pane(pane)
     assert "red" in drawn.plain and all(c.isprintable() or c == "\n" for c in drawn.plain), repr(drawn.plain)
+
+
+def test_a_finite_number_too_large_for_a_time_is_none_and_never_reaches_a_datetime():
+    from loomtui.hosts import ledger_view
+    from loomtui.tui.canary_panel import rows, when
+
+    huge = {**ITEM, "escalated_at": 1e300, "last_nudge_at": -1e300}
+    [item] = remote_reads.parse_queue(json.dumps({"items": [huge]}))
+    assert (item.escalated_at, item.last_nudge_at) == (None, None)
+    with pytest.raises(ValueError):
+        remote_reads.parse_queue(json.dumps({"items": [{**ITEM, "first_seen": 1e300}]}))
+    probe = {"id": 9, "result": "ok", "sent_at": 50.0, "deadline": 110.0, "ack_at": 1e300, "latency": 1e200}
+    [p] = remote_reads.parse_probes(json.dumps([probe]))
+    assert (p.ack_at, p.latency) == (None, None) and rows([p])
+    for ts in (1e300, -5, "1e400"):
+        with pytest.raises(ValueError):
+            ledger_view.event(json.dumps({"id": 1, "ts": ts, "kind": "k", "source": "s", "agent": "a"})
+                              .replace('"1e400"', "1e400"))
+    assert when(1e300) == "?" and when(None) == "" and when(0.0) == ""
+
+
+def test_a_host_that_answers_nothing_in_time_keeps_what_the_panels_showed(tmp_path):
+    # A real ssh whose connection never comes (its proxy sleeps): every read times out on its own.
+    from loomtui.config import HostConfig
+    from loomtui.hosts import view
+    from loomtui.tui.hosts_view import Chosen
+    from loomtui.tui.remote_source import RemoteSource
+
+    import psutil
+    from harness import wait_for
+
+    nap = f"{30 + (os.getpid() % 1000) / 1000:.3f}"  # a sleep of this test's own, to look for after
+    host = HostConfig.build({"name": "b", "ssh": "b.invalid", "timeout": "1s", "connect_timeout": "30s",
+                             "ssh_options": ["-o", f"ProxyCommand=sleep {nap}"]}, ("hosts", 0), None)
+    row = view.AgentRow("main", "running", "ok", 5.0, 0, "", 3.0)
+    load = RemoteSource(host, tmp_path / "state", Chosen("b", "main", row, 100.0)).load(200.0)
+    assert load.chosen is None and load.snapshot.host == "b"
+    assert load.snapshot.store_error == "`loom status` on host b: no answer within 1s", load.snapshot.store_error
+
+    def proxies() -> list[int]:
+        return [p.pid for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[-1:] == [nap]]
+
+    # ssh went with the proxy it started: nothing of the six reads is left running.
+    wait_for(lambda: not proxies(), 10, what="no proxy left")
