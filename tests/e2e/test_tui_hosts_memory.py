@@ -2,17 +2,25 @@
 through a real sshd (tests/sshd.py). b's memory has an entry a's does not; with b's agent chosen in
 the hosts view, tab 5 is b's memory, read through b's own `loom memory --json` and `loom memory show
 --json` over ssh (its hostile bytes made printable), its search is b's `loom memory search --json`,
-an entry added on b shows on `u`, and `e` names b's `loom memory edit` (a test has no terminal);
-back on a's agent, a's own memory again."""
+an entry added on b shows on `u`, and `e` names b's `loom memory edit` (a pilot has no terminal;
+the last test runs that command in a real one); back on a's agent, a's own memory again."""
 
 from __future__ import annotations
 
 import asyncio
+import secrets
+import shlex
+import subprocess
+import sys
 
 import pytest
+from harness import free_port, wait_for
 from sshd import REMOTE_LOOM, add_host, kill_masters
 from test_tui import screen_text, until
+from textual.app import App, ComposeResult
+from textual.widgets import Static
 
+from loomtui.agent.tmux import clean_env
 from loomtui.tui.app import LoomApp
 from loomtui.tui.hosts_view import HostsScreen, key_of
 from loomtui.tui.memory_panel import MemoryPanel
@@ -125,10 +133,6 @@ def test_the_memory_tab_is_the_chosen_hosts_memory_read_through_its_loom(make_ha
 
 def test_another_hosts_memory_that_does_not_answer_says_so_and_is_read_again(make_harness, sshd, tmp_path):
     """A host nothing listens for: the panel's summary names it and ssh's reason, and `u` asks again."""
-    from harness import free_port
-    from textual.app import App, ComposeResult
-    from textual.widgets import Static
-
     a = make_harness()
     add_host(a.config_path, "c", ssh="c", ssh_options=["-F", str(sshd.client_config()), "-p", str(free_port())],
              loom=REMOTE_LOOM, connect_timeout="10s", timeout="60s")
@@ -157,3 +161,31 @@ def test_another_hosts_memory_that_does_not_answer_says_so_and_is_read_again(mak
         asyncio.run(run())
     finally:
         kill_masters(a.state_dir)
+
+
+def test_e_for_another_hosts_agent_edits_the_file_there_in_a_terminal(make_harness, sshd, tmp_path):
+    """The command the panel's `e` runs for b's agent (RemoteMemory.edit_argv: b's `loom memory edit`
+    over ssh -t), in a terminal of the test's own (a tmux pane): b's $VISUAL gets a terminal and
+    edits b's file; a's memory is untouched."""
+    b_mem = memory_dir(tmp_path / "b-memory", {"b-only.md": ("Only on b", b"first line\n")})
+    b = make_harness(sections={"memory": {"dir": str(b_mem)}})
+    a = make_harness()
+    editor = tmp_path / "editor.py"
+    editor.write_text("import os, sys\nwith open(sys.argv[-1], 'a') as f:\n"
+                      "    f.write(f'edited on b, a terminal: {os.isatty(0) and os.isatty(1)}\\n')\n")
+    # b's own environment names its editor (ssh forwards none of a's).
+    add_host(a.config_path, "b", ssh="b", ssh_options=["-F", str(sshd.client_config())],
+             loom=["env", f"VISUAL={sys.executable} {editor}", *REMOTE_LOOM], config=str(b.config_path),
+             state_dir=str(b.state_dir), connect_timeout="10s", timeout="60s")
+    ctx = a.ctx()
+    argv = RemoteMemory(ctx.config.host("b"), ctx.state_dir, "main").edit_argv("b-only.md", {"VISUAL": "not-a's"})
+    assert "-t" in argv
+    terminal = f"loomtest-term-{secrets.token_hex(3)}"
+    try:
+        subprocess.run(["tmux", f"-L{terminal}", "new-session", "-d", "-x", "80", "-y", "24", shlex.join(argv)],
+                       check=True, env=clean_env(), timeout=30)
+        wait_for(lambda: "edited on b" in (b_mem / "b-only.md").read_text(), 60, what="b's file edited over ssh -t")
+    finally:
+        subprocess.run(["tmux", f"-L{terminal}", "kill-server"], capture_output=True, timeout=30)
+        kill_masters(a.state_dir)
+    assert (b_mem / "b-only.md").read_text() == "first line\nedited on b, a terminal: True\n"
