@@ -1,26 +1,48 @@
-"""`loom memory [search TERM | lint | add TITLE --hook TEXT | sync]`: the agent's memory directory.
+"""`loom memory [--json] [search TERM | show REL | edit REL | lint | add TITLE --hook TEXT | sync]`: the
+agent's memory directory.
 
-Memory files are untrusted text: everything printed goes through `memory.printable`.
+Memory files are untrusted text: everything printed goes through `memory.printable`, JSON through
+`text.dumps`. The reads (the listing, `show`, `search`) have JSON for another host's console, which
+asks for them over ssh (tui/memory_source.py); `show` and `edit` take a path inside the directory
+only, whoever asks.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import subprocess
 import sys
 
-from loomtui.cli.common import base_context, context, subcommand
+from loomtui.cli.common import base_context, context, print_json, subcommand
 from loomtui.errors import LoomError
 from loomtui.memory import index as memory
+
+SHOW_LIMIT = 64 * 1024  # characters of one file `show` prints: the console's preview shows no more
 
 
 def register(sub) -> None:
     parser = subcommand(sub, "memory", "list, search, lint or add to the agent's memory index", agent=True)
+    parser.add_argument("--json", action="store_true",
+                        help="the listing as JSON: every row, its lint problems, the replica's lag")
     parser.set_defaults(func=run_list)
-    inner = parser.add_subparsers(dest="memory_command", metavar="search|lint|add|sync")
+    inner = parser.add_subparsers(dest="memory_command", metavar="search|show|edit|lint|add|sync")
     search = subcommand(inner, "search", "case-insensitive search of titles, hooks and file bodies; 1 if none")
     search.add_argument("term", metavar="TERM")
     _agent_here(search)
+    _json_here(search, "the hits as JSON")
     search.set_defaults(func=run_search)
+    show = subcommand(inner, "show", f"print one file of the memory dir (its first {SHOW_LIMIT // 1024} KiB); "
+                                     "1 if it is outside the dir, missing or not a regular file")
+    show.add_argument("rel", metavar="REL", help="its path relative to the memory dir")
+    _agent_here(show)
+    _json_here(show, "the text as JSON, and whether it was cut")
+    show.set_defaults(func=run_show)
+    edit = subcommand(inner, "edit", "open one file of the memory dir in $VISUAL or $EDITOR (vi): the console's "
+                                     "e for another host's agent runs this there over ssh -t")
+    edit.add_argument("rel", metavar="REL", help="its path relative to the memory dir")
+    _agent_here(edit)
+    edit.set_defaults(func=run_edit)
     lint = subcommand(
         inner, "lint",
         f"report broken links, unindexed, duplicate and empty files, index lines over {memory.LINE_LIMIT} "
@@ -47,6 +69,11 @@ def _agent_here(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent", metavar="NAME", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
+def _json_here(parser: argparse.ArgumentParser, help: str) -> None:
+    # SUPPRESS as for --agent: `loom memory --json search X` and `loom memory search X --json` alike.
+    parser.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=help)
+
+
 def _say(text: str, stream=None) -> None:
     print(memory.printable(text), file=stream or sys.stdout)
 
@@ -65,7 +92,11 @@ def _where(args: argparse.Namespace):
 
 
 def run_list(args: argparse.Namespace) -> int:
-    report = memory.survey(*_where(args))
+    where = _where(args)
+    report = memory.survey(*where)
+    if args.json:
+        print_json(_listing(where[0], report))
+        return 0
     for row in report.rows:
         if row.title:
             _say(f"{row.target}  {row.title} — {row.hook}".rstrip(" —"))
@@ -77,15 +108,54 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _listing(mem_dir, report: memory.Report) -> dict:
+    from loomtui.memory import replica
+
+    state = replica.read_state(mem_dir)
+    return {"dir": str(mem_dir), "index": report.index_name, "entries": report.entries,
+            "rows": [dataclasses.asdict(row) for row in report.rows],
+            "problems": [dataclasses.asdict(problem) for problem in report.problems],
+            "replica": None if state is None else replica.lag_line(state, short=True)}
+
+
 def run_search(args: argparse.Namespace) -> int:
     where = _where(args)
     report = memory.survey(*where)
     bodies = memory.read_bodies(where[0], {r.path for r in report.rows if r.path})
     hits = memory.search(args.term, report, bodies)
+    if args.json:
+        print_json([dataclasses.asdict(hit) for hit in hits])
+        return 0 if hits else 1
     for hit in hits:
         text = hit.text if len(hit.text) <= 160 else hit.text[:159] + "…"
         _say(f"{hit.path}: {hit.where}: {text}")
     return 0 if hits else 1
+
+
+def run_show(args: argparse.Namespace) -> int:
+    mem_dir, _ = _where(args)
+    text, clipped = memory.show_text(mem_dir, args.rel, SHOW_LIMIT)
+    if args.json:
+        print_json({"path": args.rel, "text": text, "clipped": clipped})
+        return 0
+    sys.stdout.write(memory.printable(text, keep_newlines=True))
+    if text and not text.endswith("\n"):
+        sys.stdout.write("\n")
+    if clipped:
+        print(f"… (first {SHOW_LIMIT // 1024} KiB shown)", file=sys.stderr)
+    return 0
+
+
+def run_edit(args: argparse.Namespace) -> int:
+    import os
+
+    mem_dir, _ = _where(args)
+    argv = memory.editor_argv(os.environ, memory.edit_path(mem_dir, args.rel))
+    try:
+        # The editor owns this terminal (the console's ssh -t): its stdin, stdout and stderr.
+        return subprocess.run(argv, check=False).returncode
+    except OSError as exc:
+        raise LoomError(f"memory edit: cannot run {argv[0]} ($VISUAL or $EDITOR): {exc.strerror or exc}") from None
 
 
 def run_lint(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import shlex
 import stat
 import tempfile
 import unicodedata
@@ -479,6 +480,54 @@ def survey(memory_dir: Path, index_name: str) -> Report:
 def read_text(memory_dir: Path, rel: str, limit: int = READ_LIMIT) -> str | None:
     data = _read(Path(memory_dir) / rel, limit)
     return None if data is None else data.decode("utf-8", "replace")
+
+
+def inside(memory_dir: Path, rel: str) -> Path:
+    """Where `rel` is inside the memory dir, symlinks resolved, for `loom memory show` and `edit`
+    (another host's console asks for them by name): LoomError when it is absolute, climbs out with
+    `..`, or a symlink on the way leads out of the directory."""
+    root = Path(os.path.realpath(memory_dir))
+    norm = posixpath.normpath(rel) if rel else ""
+    if not rel or rel.startswith("/") or "\x00" in rel or norm in (".", "..") or norm.startswith("../"):
+        raise LoomError(f"memory: {rel!r} is not a relative path inside the memory dir {memory_dir}")
+    real = Path(os.path.realpath(root / norm))
+    if root not in real.parents:
+        raise LoomError(f"memory: {rel!r} leads outside the memory dir {memory_dir}")
+    return real
+
+
+def show_text(memory_dir: Path, rel: str, limit: int) -> tuple[str, bool]:
+    """The first `limit` characters of one regular file inside the memory dir, and whether there
+    was more; LoomError (one line naming it) when it is outside, missing or not a regular file."""
+    os.close(_open_dir(Path(memory_dir)))  # a missing memory dir says so, not "no such file"
+    path = inside(Path(memory_dir), rel)
+    try:
+        data = _read(path, limit * 4 + 4)  # UTF-8: `limit` characters are at most 4 bytes each
+    except OSError as exc:
+        raise LoomError(f"memory: {path}: {exc.strerror or exc}") from None
+    if data is None:
+        what = "not a regular file" if os.path.lexists(path) else "no such file"
+        raise LoomError(f"memory: {rel!r} in the memory dir {memory_dir}: {what}")
+    text = data.decode("utf-8", "replace")
+    return text[:limit], len(text) > limit
+
+
+def edit_path(memory_dir: Path, rel: str) -> Path:
+    """The file `loom memory edit` hands to the editor: inside the memory dir, a regular file or
+    none yet (a broken link's file is created by the editor) in a folder that exists."""
+    os.close(_open_dir(Path(memory_dir)))
+    path = inside(Path(memory_dir), rel)
+    if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+        raise LoomError(f"memory: {rel!r} is not a regular file in the memory dir {memory_dir}")
+    if not path.parent.is_dir():
+        raise LoomError(f"memory: {rel!r}: its folder does not exist in the memory dir {memory_dir}")
+    return path
+
+
+def editor_argv(environ: Mapping[str, str], path: Path) -> list[str]:
+    """$VISUAL, then $EDITOR, then vi; the path is one argv element, never shell text."""
+    command = environ.get("VISUAL") or environ.get("EDITOR") or "vi"
+    return [*shlex.split(command), str(path)]
 
 
 def read_bodies(memory_dir: Path, paths: Iterable[str]) -> dict[str, str]:

@@ -23,8 +23,9 @@ host's agent there makes it the keys' agent: every key runs that host's own Loom
 `loom attach` in this terminal) and the header says plainly which host and agent, and that it is
 remote. Every tab and the pane are then read from that host's own Loom (tui/remote_source.py: its
 status, queue, jobs, canary history, ledger and pane), at most every few seconds and never on this
-machine's file changes; the memory directory is not read over ssh, and the header says so.
-Choosing a local agent (there, `g` or `n`) ends the remote selection.
+machine's file changes; the Memory tab is a panel of that host's memory directory, read through
+its own `loom memory` commands (tui/memory_source.py). Choosing a local agent (there, `g` or `n`)
+ends the remote selection.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from loomtui.tui.header import StatusHeader
 from loomtui.tui.hosts_view import Chosen, HostsScreen
 from loomtui.tui.keymap import APP_KEYS, OVERVIEW_TITLE, TABS, described
 from loomtui.tui.memory_panel import MemoryPanel
+from loomtui.tui.memory_source import LocalMemory, MemorySource, RemoteMemory
 from loomtui.tui.notice_bar import NoticeBar
 from loomtui.tui.modals import HelpScreen, PromptScreen, RecycleScreen
 from loomtui.tui.overview_panel import OverviewPanel
@@ -313,6 +315,7 @@ class ConsoleScreen(Screen):
             self.query_one(StatusHeader).show_loading(name)
             if name == self.ctx.agent:
                 self.query_one(TimelinePanel).show_agent(StoreEvents(self.source.store), name)
+                self.call_later(self._swap_memory)
                 self.refresh_data()
         if name not in self.agents or name == self.ctx.agent:
             return
@@ -329,13 +332,24 @@ class ConsoleScreen(Screen):
 
     async def _swap_memory(self) -> None:
         """The selected agent's memory directory in the memory panel (a new panel: its watcher and
-        loads are the directory's); run after the handler, so a quick n, n swaps once per change."""
-        memory = self.ctx.config.memory
+        loads are the directory's), another host's agent's read through that host's Loom; run after
+        the handler, so a quick n, n swaps once per change."""
+        remote = self.remote
+        host = self.ctx.config.host(remote.host) if remote is not None else None
+        if remote is not None and host is not None:
+            source: MemorySource = RemoteMemory(host, self.ctx.state_dir, remote.agent)
+        else:
+            memory = self.ctx.config.memory
+            source = LocalMemory(Path(memory.dir), memory.index)
         panel = self.query_one(MemoryPanel)
-        if (panel.memory_dir, panel.index_name) == (Path(memory.dir), memory.index):
-            return  # shared by the agents: the panel stays as it is
+        if panel.source.key == source.key:
+            return  # shared by the agents, or the same host's agent again: the panel stays as it is
         await panel.remove()
-        await self.query_one("#memory", TabPane).mount(MemoryPanel(memory.dir, memory.index, id="memory-panel"))
+        if isinstance(source, LocalMemory):
+            fresh = MemoryPanel(source.memory_dir, source.index_name, id="memory-panel")
+        else:
+            fresh = MemoryPanel(source=source, id="memory-panel")
+        await self.query_one("#memory", TabPane).mount(fresh)
 
     # -- other hosts -------------------------------------------------------------------------
 
@@ -360,6 +374,7 @@ class ConsoleScreen(Screen):
             self.remote_source = remote_source.RemoteSource(host, self.ctx.state_dir, picked)
             self._show(self.remote_source.waiting(self.now()))  # nothing of this machine's meanwhile
             self.query_one(TimelinePanel).show_agent(remote_agent.RemoteEvents(host, self.ctx.state_dir), picked.agent)
+            self.call_later(self._swap_memory)
             self.refresh_data()
 
         selected = (f"{self.remote.host} · {self.remote.agent}" if self.remote is not None

@@ -1,9 +1,11 @@
 """The console's memory panel: the index as a table with lint markers, and a preview of one file.
 
 Memory files are untrusted: every cell and the preview are `Text` built from `memory.printable`
-output, never markup. All file I/O runs in thread workers that post a message back; the directory
-(not the index file: an atomic rename replaces the file a watch would hold) is watched with
-watchfiles, and any change reloads the table.
+output, never markup. All reads go through a `MemorySource` (tui/memory_source.py) in thread
+workers that post a message back. This machine's directory (not the index file: an atomic rename
+replaces the file a watch would hold) is watched with watchfiles, and any change reloads the
+table; another host's agent's, read through that host's own `loom memory` commands over ssh, is
+read again every REMOTE_EVERY seconds and on `u`, and `e` runs that host's `loom memory edit`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from textual.widgets import DataTable, Static
 
 from loomtui.errors import LoomError
 from loomtui.memory import index as memory
+from loomtui.memory.index import editor_argv  # noqa: F401  (its home before `loom memory edit` used it)
+from loomtui.tui.memory_source import REMOTE_EVERY, LocalMemory, MemorySource
 from loomtui.tui.modals import DetailScreen, PromptScreen
 
 PREVIEW_LIMIT = 64 * 1024
@@ -92,14 +96,9 @@ def watch_dirs(report: memory.Report) -> frozenset[str]:
     return frozenset(out)
 
 
-def editor_argv(environ: dict[str, str], path: Path) -> list[str]:
-    """$VISUAL, then $EDITOR, then vi; the path is one argv element, never shell text."""
-    command = environ.get("VISUAL") or environ.get("EDITOR") or "vi"
-    return [*shlex.split(command), str(path)]
-
-
 class MemoryPanel(Widget):
-    """Standalone: mount it with the memory dir and the index name from `[memory]`."""
+    """Standalone: mount it with the memory dir and the index name from `[memory]`, or with
+    `source=` another host's (tui/memory_source.py:RemoteMemory)."""
 
     DEFAULT_CSS = """
     MemoryPanel { layout: vertical; height: 1fr; }
@@ -137,10 +136,17 @@ class MemoryPanel(Widget):
         title: str
         body: Text
 
-    def __init__(self, memory_dir: Path, index_name: str = "MEMORY.md", *, environ: dict[str, str] | None = None,
+    def __init__(self, memory_dir: Path | None = None, index_name: str = "MEMORY.md", *,
+                 source: MemorySource | None = None, environ: dict[str, str] | None = None,
                  name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
-        self.memory_dir = Path(memory_dir)
+        if source is None:
+            if memory_dir is None:
+                raise ValueError("a memory panel needs a memory dir or a source")
+            source = LocalMemory(Path(memory_dir), index_name)
+        self.source: MemorySource = source
+        # This machine's directory (None for another host's: only its own Loom reads it).
+        self.memory_dir = self.source.memory_dir if isinstance(self.source, LocalMemory) else None
         self.index_name = index_name
         self.environ = dict(os.environ) if environ is None else environ
         self.report: memory.Report | None = None
@@ -167,23 +173,25 @@ class MemoryPanel(Widget):
     def on_mount(self) -> None:
         self._stop = threading.Event()
         self.reload()
+        if not self.source.watched:
+            # Nothing on this machine changes when another host's directory does: read it again.
+            self.set_interval(REMOTE_EVERY, self.reload)
+            return
         self._watch()
         # The lag reads "pushed 2m ago": it ages without any change in the directory to reload on.
         self.set_interval(REPLICA_REFRESH, self._replica)
 
     @work(thread=True, exclusive=True, group="memory-replica", exit_on_error=False)
     def _replica(self) -> None:
-        from loomtui.memory import replica
-
-        state = replica.read_state(self.memory_dir)
-        self.post_message(self.ReplicaLoaded(None if state is None else replica.lag_line(state, short=True)))
+        self.post_message(self.ReplicaLoaded(self.source.replica()))
 
     def on_memory_panel_replica_loaded(self, message: ReplicaLoaded) -> None:
         self._replica_words = message.words
         self._show_summary()
 
     def _show_summary(self) -> None:
-        text = self._summary.copy()
+        text = Text(f"{self.source.where}: ", style="bold") if self.source.where else Text()
+        text.append_text(self._summary)
         if self._replica_words is not None:
             text.append(" · replica " + memory.printable(self._replica_words),
                         style="yellow" if "offline" in self._replica_words else "")
@@ -197,12 +205,13 @@ class MemoryPanel(Widget):
     def reload(self) -> None:
         self._generation += 1
         self._load(self._generation)
-        self._replica()
+        if self.source.watched:
+            self._replica()  # another host's lag comes with its listing (_load)
 
     @work(thread=True, exclusive=True, group="memory-load", exit_on_error=False)
     def _load(self, generation: int) -> None:
         try:
-            report = memory.survey(self.memory_dir, self.index_name)
+            report = self.source.survey()
         except (LoomError, OSError) as exc:
             self.post_message(self.Loaded(generation, None, str(exc)))
             return
@@ -210,25 +219,29 @@ class MemoryPanel(Widget):
             self.post_message(self.Loaded(generation, None, f"cannot read memory: {exc!r}"))
             return
         self.post_message(self.Loaded(generation, report, None))
+        if not self.source.watched:
+            self.post_message(self.ReplicaLoaded(self.source.replica()))
 
     @work(thread=True, exclusive=True, group="memory-preview", exit_on_error=False)
     def _preview(self, key: str, rel: str) -> None:
         try:
-            data = memory.read_text(self.memory_dir, rel, PREVIEW_LIMIT + 1)
-        except OSError as exc:
-            body = Text(f"cannot read {memory.printable(rel)}: {exc.strerror or exc}", style="red")
+            got = self.source.read(rel, PREVIEW_LIMIT)
+        except (OSError, LoomError) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            body = Text(memory.printable(f"cannot read {rel}: {why}"), style="red")
         else:
-            if data is None:
+            if got is None:
                 body = Text(f"{memory.printable(rel)} is not a regular file", style="red")
             else:
-                clipped = data[:PREVIEW_LIMIT].replace("\r\n", "\n")
-                body = Text(memory.printable(clipped, keep_newlines=True))
-                if len(data) > PREVIEW_LIMIT:
+                data, more = got
+                body = Text(memory.printable(data.replace("\r\n", "\n"), keep_newlines=True))
+                if more:
                     body.append(f"\n… (first {PREVIEW_LIMIT // 1024} KiB shown)", style="dim")
         self.post_message(self.PreviewLoaded(key, body))
 
     @work(thread=True, exclusive=True, group="memory-watch", exit_on_error=False)
     def _watch(self) -> None:
+        assert self.memory_dir is not None  # only this machine's directory is watched
         stop, rewatch, first = self._stop, self._rewatch, True
         either = _Either(stop, rewatch)
         while not stop.is_set():
@@ -356,15 +369,19 @@ class MemoryPanel(Widget):
             rel = row.path
         elif row.title and memory.candidates(row.target):
             rel = memory.candidates(row.target)[0]  # a broken link: the editor creates the file
-        else:
-            rel = self.index_name  # a line that is not an entry is fixed in the index
-        argv = editor_argv(self.environ, self.memory_dir / rel)
+        else:  # a line that is not an entry is fixed in the index (another host's: its own name)
+            rel = self.report.index_name if self.report else self.index_name
+        argv = self.source.edit_argv(rel, self.environ)
         try:
             # The editor owns the terminal; the app must not draw or read keys meanwhile.
             with self.app.suspend():
                 subprocess.run(argv, check=False)
         except SuspendNotSupported:
-            self.notify("cannot hand the terminal to an editor here", severity="warning")
+            if self.source.where:  # another host's file: say what edits it there
+                self.notify(memory.printable(f"editing is on {self.source.where}; it needs a real terminal: "
+                                             + shlex.join(argv)), severity="warning", markup=False)
+            else:
+                self.notify("cannot hand the terminal to an editor here", severity="warning")
         except OSError as exc:
             self.notify(f"cannot run {memory.printable(argv[0])}: {exc.strerror or exc}", severity="error")
         self.reload()
@@ -381,9 +398,7 @@ class MemoryPanel(Widget):
 
     @work(thread=True, group="memory-search", exit_on_error=False)
     def search(self, term: str) -> None:
-        report = memory.survey(self.memory_dir, self.index_name)
-        bodies = memory.read_bodies(self.memory_dir, {r.path for r in report.rows if r.path})
-        hits = memory.search(term, report, bodies)
+        hits = self.source.search(term)
         body = Text()
         for hit in hits:
             body.append(memory.printable(hit.path), style="bold")
@@ -391,7 +406,8 @@ class MemoryPanel(Widget):
             body.append(memory.printable(hit.text)[:300] + "\n\n")
         if not hits:
             body.append("no match", style="dim")
-        self.post_message(self.SearchDone(f"memory search: {term} ({len(hits)} hits)", body))
+        where = f" on {self.source.where}" if self.source.where else ""
+        self.post_message(self.SearchDone(f"memory search{where}: {term} ({len(hits)} hits)", body))
 
     def on_memory_panel_search_done(self, message: SearchDone) -> None:
         message.stop()

@@ -6,7 +6,7 @@ canary --agent X` would: its own actions module, locks and ledger, which records
 ssh from this machine. Nothing is decided here from what the host sent: its output is untrusted,
 shown as its last line made printable. The timeline reads the host's ledger (`RemoteEvents`,
 its own `loom ledger tail --json`); the other tabs and the pane read the host's own commands too
-(tui/remote_source.py). The memory directory is not read over ssh.
+(tui/remote_source.py), and so does the Memory tab (tui/memory_source.py).
 """
 
 from __future__ import annotations
@@ -119,6 +119,6 @@ def header(chosen: Chosen, now: float) -> Text:
     out.append("  hold ", style="dim")
     out.append(row.hold or "none", style=LEVELS["bad"] if row.hold else "green")
     out.append("\n")
-    out.append(f"keys {KEYS} act on {chosen.host} over ssh · tabs are {chosen.host}'s · memory this machine's",
+    out.append(f"keys {KEYS} act on {chosen.host} over ssh · every tab is {chosen.host}'s, memory too",
                style="dim")
     return shown(out)  # the host's words are printable already (hosts/view.py); the names too, now

@@ -1,5 +1,6 @@
 """Another host's answers to the console's reads, made typed records: its `loom queue --json`, `loom
-jobs --json`, `loom canary --history N --json` and `loom pane --json` (tui/remote_source.py asks). The output is
+jobs --json`, `loom canary --history N --json` and `loom pane --json` (tui/remote_source.py asks),
+and its `loom memory --json`, `memory show --json` and `memory search --json` (tui/memory_source.py). The output is
 untrusted JSON: parsed with json.loads, bounded, and every field checked against the type the
 local record has (a field of the wrong type is its default where it has one, else the record is
 refused), every string made printable and cut to a length. Nothing here runs anything.
@@ -14,6 +15,7 @@ from typing import Any, TypeVar
 from loomtui.canary.runs import Probe
 from loomtui.report.pane import STATES
 from loomtui.hosts.view import finite_number
+from loomtui.memory.index import Hit, Problem, Report, Row
 from loomtui.report.fleet import JobRow
 from loomtui.sentinel.queue_rules import Item
 from loomtui.text import printable
@@ -22,7 +24,7 @@ from loomtui.tui.snapshot import PaneView
 MAX_ROWS = 1000     # items, jobs or probes read from one answer, whatever the host sends
 MAX_TEXT = 2000     # a log line, a note: the local panels show no more
 SHORT_TEXT = 200    # a name, a state, a source
-LONG_FIELDS = {"sample", "note", "why", "log", "signature"}
+LONG_FIELDS = {"sample", "note", "why", "log", "signature", "hook", "message", "text"}
 # Every number these records hold is a time (seconds since the epoch, either clock) or a duration:
 # beyond this (the year 5138) it is no time Loom wrote, and a datetime of it would raise.
 MAX_SECONDS = 1e11
@@ -132,3 +134,81 @@ def parse_pane(stdout: str) -> PaneView:
     if not isinstance(text, str) or not isinstance(why, str):
         raise ValueError("a pane without its text or why")
     return PaneView(doc["state"], text[-MAX_PANE:], printable(why[:MAX_TEXT]))
+
+
+# -- another host's memory directory: `loom memory --json`, `show --json`, `search --json` --------
+
+MAX_MEMORY_ROWS = 10_000   # an index's rows and problems kept (a local one of 5000 lints in a second)
+MAX_KINDS = 16             # lint kinds on one row: there are eight
+MAX_MEMORY_TEXT = 64 * 1024  # characters of one file's preview, as the local panel shows
+MAX_HITS = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryListing:
+    report: Report
+    replica: str | None  # the replica's lag, short (None: that directory is not replicated)
+
+
+def memory_words(agent: str) -> list[str]:
+    return ["memory", "--json", "--agent", agent]
+
+
+def show_words(agent: str, rel: str) -> list[str]:
+    return ["memory", "show", "--json", "--agent", agent, "--", rel]  # `--`: a file named -x.md is a name
+
+
+def search_words(agent: str, term: str) -> list[str]:
+    return ["memory", "search", "--json", "--agent", agent, "--", term]
+
+
+def edit_words(agent: str, rel: str) -> list[str]:
+    return ["memory", "edit", "--agent", agent, "--", rel]
+
+
+def _kinds(raw: Any) -> tuple[str, ...]:
+    if not isinstance(raw, list):
+        return ()
+    return tuple(printable(k[:SHORT_TEXT]) for k in raw[:MAX_KINDS] if isinstance(k, str))
+
+
+def parse_memory(stdout: str) -> MemoryListing:
+    """The listing of `loom memory --json`: its rows in the index's order (a row whose key came
+    before is dropped: a key names one row of the table), its problems, its replica's lag."""
+    doc = json.loads(stdout)
+    if not isinstance(doc, dict):
+        raise ValueError("not a memory listing's object")
+    index = doc.get("index")
+    if not isinstance(index, str) or not index:
+        raise ValueError("a memory listing without its index's name")
+    rows: dict[str, Row] = {}
+    raw_rows = doc.get("rows")
+    for raw in (raw_rows if isinstance(raw_rows, list) else [])[:MAX_MEMORY_ROWS]:
+        row = record(Row, raw, kinds=_kinds(raw.get("kinds") if isinstance(raw, dict) else None))
+        rows.setdefault(row.key, row)
+    raw_problems = doc.get("problems")
+    problems = tuple(record(Problem, p) for p in (raw_problems if isinstance(raw_problems, list) else [])[:MAX_MEMORY_ROWS])
+    entries = doc.get("entries")
+    count = entries if isinstance(entries, int) and not isinstance(entries, bool) and 0 <= entries < 1 << 31 else 0
+    replica = doc.get("replica")
+    words = printable(replica[:SHORT_TEXT]) if isinstance(replica, str) else None
+    return MemoryListing(Report(printable(index[:SHORT_TEXT]), tuple(rows.values()), problems, count), words)
+
+
+def parse_shown(stdout: str) -> tuple[str, bool]:
+    """One file's text from `loom memory show --json` (printable, its lines kept; at most
+    MAX_MEMORY_TEXT characters) and whether it was cut, there or here."""
+    doc = json.loads(stdout)
+    if not isinstance(doc, dict) or not isinstance(doc.get("text"), str):
+        raise ValueError("not a memory file's text")
+    text = doc["text"]
+    clipped = doc.get("clipped") is True or len(text) > MAX_MEMORY_TEXT
+    return printable(text[:MAX_MEMORY_TEXT].replace("\r\n", "\n"), keep_newlines=True), clipped
+
+
+def parse_hits(stdout: str) -> list[Hit]:
+    """The hits of `loom memory search --json`, in its order."""
+    data = json.loads(stdout)
+    if not isinstance(data, list):
+        raise ValueError("not a list of hits")
+    return [record(Hit, doc) for doc in data[:MAX_HITS]]

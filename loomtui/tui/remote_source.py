@@ -13,8 +13,9 @@ host's ControlMaster connection, hosts/ssh.py):
 Each answer is untrusted (tui/remote_reads.py makes it typed records). A read that fails (its
 command failed, its answer is not what it should be, it timed out) leaves its panel empty and says
 why below the pane; a host ssh cannot reach at all is a snapshot with an error, so the panels keep
-what they last showed and the header says how old it is. The
-memory directory is not read over ssh (with `[memory] remote` it is the same replica anyway).
+what they last showed and the header says how old it is. The Memory tab reads that host's memory
+directory on its own, every few seconds more (its panel's tui/memory_source.py:RemoteMemory: `loom
+memory --json` and friends).
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def test_the_header_says_plainly_which_host_and_that_it_is_remote():
     first, second, third = text.split("\n")
     assert first.startswith(" host b · agent main (remote)   held  read 12s ago")
     assert second == "canary no probe yet  queue 1  hold operator: deploying"
-    assert third == "keys c r h i d a act on b over ssh · tabs are b's · memory this machine's"
+    assert third == "keys c r h i d a act on b over ssh · every tab is b's, memory too"
     assert all(len(line) <= 78 for line in (first, second, third))  # 80 columns less the header's padding
 
 

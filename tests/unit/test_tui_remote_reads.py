@@ -16,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from loomtui.canary.runs import Probe
+from loomtui.memory.index import Hit, Problem, Report, Row
 from loomtui.report.fleet import JobRow
 from loomtui.sentinel.queue_rules import Item
 from loomtui.tui import remote_reads
@@ -178,3 +179,69 @@ def test_a_host_that_answers_nothing_in_time_keeps_what_the_panels_showed(tmp_pa
 
     # ssh went with the proxy it started: nothing of the six reads is left running.
     wait_for(lambda: not proxies(), 10, what="no proxy left")
+
+
+# -- another host's memory: `loom memory --json`, `memory show --json`, `memory search --json` ----
+
+ROW = {"key": "line:2", "line": 2, "title": "Timezone", "target": "tz.md", "path": "tz.md", "hook": "the clock",
+       "kinds": []}
+
+
+def test_a_memory_listing_is_the_local_records_and_hostile_rows_are_made_harmless():
+    doc = {"dir": "/m", "index": "MEMORY.md", "entries": 3, "replica": "pushed 2m ago",
+           "rows": [ROW,
+                    {**ROW, "key": "line:2", "title": "a second row with the same key"},
+                    {**ROW, "key": "line:3\x1b[2J", "line": "3", "title": "t\x07" * 300, "path": None,
+                     "hook": "h" * 5000, "kinds": ["missing", 7, "x\x1b"] + ["k"] * 50},
+                    {**ROW, "key": "file:o.md", "line": None, "title": "", "kinds": "orphan"}],
+           "problems": [{"kind": "missing", "line": 3, "path": "gone.md", "message": "'gone.md' does not exist"},
+                        {"kind": "orphan", "line": None, "path": None, "message": "m\x1b]0;x\x07"}]}
+    listing = remote_reads.parse_memory(json.dumps(doc))
+    assert listing.replica == "pushed 2m ago" and listing.report.index_name == "MEMORY.md"
+    assert listing.report.entries == 3
+    first, hostile, orphan = listing.report.rows  # the repeated key dropped: a key is one table row
+    assert first == Row("line:2", 2, "Timezone", "tz.md", "tz.md", "the clock", ())
+    assert hostile.key == "line:3\u241b[2J" and hostile.line is None and hostile.path is None
+    assert len(hostile.title) <= remote_reads.SHORT_TEXT and hostile.title.isprintable()
+    assert len(hostile.hook) <= remote_reads.MAX_TEXT
+    assert hostile.kinds[:2] == ("missing", "x\u241b") and len(hostile.kinds) <= remote_reads.MAX_KINDS
+    assert orphan.kinds == () and orphan.line is None
+    assert listing.report.problems[1] == Problem("orphan", None, None, "m\u241b]0;x\u2407")
+
+
+@pytest.mark.parametrize("bad", ['[]', '{"rows": []}', '{"index": 3}', '{"index": "M", "rows": [3]}',
+                                 '{"index": "M", "rows": [{"key": "k"}]}', 'not json'])
+def test_an_answer_that_is_not_a_memory_listing_is_refused(bad):
+    with pytest.raises(ValueError):
+        remote_reads.parse_memory(bad)
+
+
+def test_a_listing_with_no_rows_or_a_wrong_count_is_empty_not_wrong():
+    listing = remote_reads.parse_memory('{"index": "M.md", "entries": true, "replica": 5}')
+    assert listing.report == Report("M.md", (), (), 0) and listing.replica is None
+
+
+def test_a_memory_file_from_another_host_is_printable_and_bounded():
+    text, clipped = remote_reads.parse_shown(json.dumps({"text": "a\r\nb\x1b[2J\n" + "x" * 70_000, "clipped": False}))
+    assert clipped and len(text) == remote_reads.MAX_MEMORY_TEXT - 1  # \r\n made one \n
+    assert text.startswith("a\nb\u241b[2J\n")
+    assert remote_reads.parse_shown('{"text": "short", "clipped": true}') == ("short", True)
+    for bad in ('{"text": 3}', '["text"]', '{}'):
+        with pytest.raises(ValueError):
+            remote_reads.parse_shown(bad)
+
+
+def test_memory_hits_from_another_host():
+    hits = remote_reads.parse_hits(json.dumps([{"path": "a.md", "title": "A", "where": "line 1", "text": "z\x07"}] * 2000))
+    assert len(hits) == remote_reads.MAX_HITS and hits[0] == Hit("a.md", "A", "line 1", "z\u2407")
+    with pytest.raises(ValueError):
+        remote_reads.parse_hits('[{"path": "a.md"}]')
+    with pytest.raises(ValueError):
+        remote_reads.parse_hits('{"hits": []}')
+
+
+def test_the_memory_words_sent_keep_a_name_that_looks_like_an_option_a_name():
+    assert remote_reads.show_words("main", "-rf.md") == ["memory", "show", "--json", "--agent", "main", "--", "-rf.md"]
+    assert remote_reads.search_words("main", "--x")[-2:] == ["--", "--x"]
+    assert remote_reads.edit_words("main", "a.md") == ["memory", "edit", "--agent", "main", "--", "a.md"]
+    assert remote_reads.memory_words("main") == ["memory", "--json", "--agent", "main"]
