@@ -288,7 +288,9 @@ def test_the_console_memory_summary_shows_the_lag_at_80_columns(tmp_path, remote
         app = PanelApp(a.dir)
         async with app.run_test(size=(80, 24)) as pilot:
             summary = app.query_one("#memory-summary", Static)
-            await until(pilot, lambda: "replica" in summary.content.plain, what="the replica's lag")
+            # The lag may come before the index is read ("loading… · replica …"): wait for both.
+            await until(pilot, lambda: "replica" in summary.content.plain and "MEMORY.md" in summary.content.plain,
+                        what="the index and the replica's lag")
             line = summary.content.plain
             assert "MEMORY.md: 1 entry" in line and "1 to push offline" in line and "↑" in line
             assert len(line) <= 78 and summary.region.width <= 80  # one line inside the padding
