@@ -39,16 +39,12 @@ def turn_marks(store: Store, agent: str) -> list[tuple[int, Mark]]:
     whole read sorts every turn event the agent has: with the canary asking every tick while it
     misses, it was most of a hooked run's time)."""
     kept = _KEPT.setdefault(store, {})
-    marks = kept.get(agent)
+    marks = kept.get(agent, [])
     if marks and hook_events.turn_marks_kept(store, agent, marks[0][0], marks[-1][0]) != \
             (len(marks), marks[-1][1].at.wall):
-        marks = None  # some were pruned since (and the newest one's id maybe given to another)
-    if marks is None:
-        fresh = [(int(r["id"]), _mark(r)) for r in hook_events.turn_marks(store, agent, MARKS)]
-    else:
-        after = marks[-1][0] if marks else 0
-        new = hook_events.turn_marks_after(store, agent, after, MARKS)
-        fresh = (marks + [(int(r["id"]), _mark(r)) for r in new])[-MARKS:]
+        marks = []  # some were pruned since (and the newest one's id maybe given to another): all again
+    new = hook_events.turn_marks_after(store, agent, marks[-1][0] if marks else 0, MARKS)
+    fresh = (marks + [(int(r["id"]), _mark(r)) for r in new])[-MARKS:]
     kept[agent] = fresh
     return fresh
 

@@ -74,15 +74,13 @@ def last_missing_typed_at(store: Store, agent: str) -> float | None:
 
 def turn_marks(store: Store, agent: str, limit: int) -> list[sqlite3.Row]:
     """The agent's latest `limit` events that begin, end or pause a turn (TURN_EVENTS), oldest first."""
-    marks = ", ".join("?" for _ in TURN_EVENTS)
-    rows = store.query(f"SELECT id, ts, mono, boot, event, source, detail FROM hook_events WHERE agent = ? "
-                       f"AND event IN ({marks}) ORDER BY id DESC LIMIT ?", (agent, *TURN_EVENTS, limit))
-    return rows[::-1]
+    return turn_marks_after(store, agent, 0, limit)
 
 
 def turn_marks_after(store: Store, agent: str, after_id: int, limit: int) -> list[sqlite3.Row]:
     """The agent's turn events written after id `after_id` (the newest `limit` of them), oldest first:
-    a range of the (agent, event, id) index per event, never a sort of every event the agent had."""
+    from 0, all of them; from a recent id, a range of the (agent, event, id) index per event, never a
+    sort of every event the agent had."""
     marks = ", ".join("?" for _ in TURN_EVENTS)
     rows = store.query(f"SELECT id, ts, mono, boot, event, source, detail FROM hook_events WHERE agent = ? "
                        f"AND event IN ({marks}) AND id > ? ORDER BY id DESC LIMIT ?",
