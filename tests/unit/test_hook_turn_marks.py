@@ -29,6 +29,13 @@ def write(store: Store, agent: str, event: str, ts: float) -> None:
         hook_events.insert_in(db, agent, Instant(ts, ts, "boot"), event, "s1", "startup", {"message": "m"})
 
 
+@pytest.fixture
+def store(tmp_path):
+    kept = Store.in_dir(tmp_path)
+    yield kept
+    kept.close()
+
+
 STEPS = st.lists(st.one_of(
     st.tuples(st.just("write"), st.sampled_from(["main", "ops"]), st.sampled_from(EVENTS), st.integers(1, 100)),
     st.tuples(st.just("prune"), st.sampled_from(["main", "ops"]), st.integers(0, 100)),
@@ -54,31 +61,23 @@ def test_each_look_sees_what_a_whole_read_sees(tmp_path, steps):
         store.close()
 
 
-def test_more_than_a_window_since_the_last_look_keeps_the_newest(tmp_path):
-    store = Store.in_dir(tmp_path)
-    try:
-        write(store, "main", "Stop", 1.0)
-        assert len(turns.turn_marks(store, "main")) == 1
-        for n in range(turns.MARKS + 50):
-            write(store, "main", "UserPromptSubmit", 2.0 + n)
-        seen = turns.turn_marks(store, "main")
-        assert len(seen) == turns.MARKS and seen == whole(store, "main")
-    finally:
-        store.close()
+def test_more_than_a_window_since_the_last_look_keeps_the_newest(store):
+    write(store, "main", "Stop", 1.0)
+    assert len(turns.turn_marks(store, "main")) == 1
+    for n in range(turns.MARKS + 50):
+        write(store, "main", "UserPromptSubmit", 2.0 + n)
+    seen = turns.turn_marks(store, "main")
+    assert len(seen) == turns.MARKS and seen == whole(store, "main")
 
 
-def test_the_newest_pruned_and_its_id_given_to_the_next_event(tmp_path):
-    store = Store.in_dir(tmp_path)
-    try:
-        write(store, "main", "UserPromptSubmit", 10.0)
-        write(store, "main", "Stop", 1.0)  # the newest id, with the oldest time
-        assert [i for i, _ in turns.turn_marks(store, "main")] == [1, 2]
-        hook_events.prune(store, "main", 5.0)  # forgets id 2 only
-        write(store, "main", "StopFailure", 20.0)  # SQLite gives it id 2 again
-        assert turns.turn_marks(store, "main") == whole(store, "main")
-        assert [m.event for _, m in turns.turn_marks(store, "main")] == ["UserPromptSubmit", "StopFailure"]
-    finally:
-        store.close()
+def test_the_newest_pruned_and_its_id_given_to_the_next_event(store):
+    write(store, "main", "UserPromptSubmit", 10.0)
+    write(store, "main", "Stop", 1.0)  # the newest id, with the oldest time
+    assert [i for i, _ in turns.turn_marks(store, "main")] == [1, 2]
+    hook_events.prune(store, "main", 5.0)  # forgets id 2 only
+    write(store, "main", "StopFailure", 20.0)  # SQLite gives it id 2 again
+    assert turns.turn_marks(store, "main") == whole(store, "main")
+    assert [m.event for _, m in turns.turn_marks(store, "main")] == ["UserPromptSubmit", "StopFailure"]
 
 
 def test_a_store_reopened_reads_whole_again(tmp_path):
@@ -95,11 +94,7 @@ def test_a_store_reopened_reads_whole_again(tmp_path):
 
 
 @pytest.mark.parametrize("agent", ["main", "ops"])
-def test_no_events_is_no_marks_and_then_the_first(tmp_path, agent):
-    store = Store.in_dir(tmp_path)
-    try:
-        assert turns.turn_marks(store, agent) == []
-        write(store, agent, "SessionStart", 1.0)
-        assert turns.turn_marks(store, agent) == whole(store, agent) and len(whole(store, agent)) == 1
-    finally:
-        store.close()
+def test_no_events_is_no_marks_and_then_the_first(store, agent):
+    assert turns.turn_marks(store, agent) == []
+    write(store, agent, "SessionStart", 1.0)
+    assert turns.turn_marks(store, agent) == whole(store, agent) and len(whole(store, agent)) == 1
