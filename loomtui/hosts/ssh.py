@@ -18,13 +18,13 @@ import math
 import os
 import re
 import shlex
-import signal
 import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loomtui import bounded_run
 from loomtui.durations import format_duration
 from loomtui.store.statedir import private_dir
 from loomtui.text import printable
@@ -40,7 +40,6 @@ PERSIST = "10m"
 # master's socket at the path plus a 17-character random suffix.
 MAX_CONTROL_PATH = 104 - 1 - 17
 SSH_FAILED = 255  # ssh's own exit status for a failure of its own (the remote Loom never uses it)
-KILLED_WAIT = 5.0  # seconds for ssh's pipes to close once its group is killed at a timeout
 _ORIGIN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
@@ -128,28 +127,17 @@ def run(host: HostConfig, words: list[str], *, state_dir: Path, timeout: float, 
     control_dir(state_dir)
     argv = ssh_argv(host, words, control=control_path(state_dir, host.name), via=via or origin())
     try:
-        # Never the terminal: the remote command reads no operator's keys, only what it is given. A
-        # session of its own: at the timeout, ssh goes with what it started (a ProxyCommand, a jump).
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
+        # Never the terminal: the remote command reads no operator's keys, only what it is given. At
+        # the timeout ssh goes with what it started (a ProxyCommand, a jump).
+        done = bounded_run.run(argv, stdin=stdin, timeout=timeout)
     except OSError as exc:
         return Reply(host.name, None, "", "", f"cannot run ssh: {exc.strerror or exc}")
-    try:
-        raw_out, raw_err = proc.communicate(stdin, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.communicate(timeout=KILLED_WAIT)
-        except subprocess.TimeoutExpired:
-            pass  # a process outside its group holds the pipes: ssh itself is gone
+    if done is None:
         return Reply(host.name, None, "", "", f"no answer within {format_duration(timeout)}", timed_out=True)
-    out = raw_out.decode("utf-8", "replace")
-    err = raw_err.decode("utf-8", "replace")
-    reason = (last_line(err) or f"ssh exited {proc.returncode}") if proc.returncode == SSH_FAILED else ""
-    return Reply(host.name, proc.returncode, out, err, reason)
+    out = done.stdout.decode("utf-8", "replace")
+    err = done.stderr.decode("utf-8", "replace")
+    reason = (last_line(err) or f"ssh exited {done.code}") if done.code == SSH_FAILED else ""
+    return Reply(host.name, done.code, out, err, reason)
 
 
 def last_line(text: str, limit: int = 300) -> str:

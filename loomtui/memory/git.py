@@ -11,11 +11,10 @@ A call that outlives its timeout is ended with its whole process group (git's ss
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from loomtui import bounded_run
 from loomtui.errors import LoomError
 
 GIT = "/usr/bin/git" if os.path.exists("/usr/bin/git") else "git"
@@ -77,21 +76,13 @@ class Git:
         argv = [GIT, *PINNED, "-c", f"core.hooksPath={self.hooks}", "-C", str(self.work_tree), *args]
         limit = self.timeout if timeout is None else timeout
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=self.env, start_new_session=True)
+            done = bounded_run.run(argv, timeout=limit, env=self.env)  # at the limit, git and the ssh it started
         except OSError as exc:
             raise GitError(f"{self.work_tree}: cannot run git: {exc.strerror or exc}") from None
-        try:
-            out, err = proc.communicate(timeout=limit)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # its own session: git and the ssh it started
-            except ProcessLookupError:
-                pass
-            proc.communicate()
-            raise GitError(f"{self.work_tree}: git {args[0]} did not finish within {limit:g}s "
-                           "(memory.git_timeout)") from None
-        result = Result(proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), out)
+        if done is None:
+            raise GitError(f"{self.work_tree}: git {args[0]} did not finish within {limit:g}s (memory.git_timeout)")
+        result = Result(done.code, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace"),
+                        done.stdout)
         if check and not result.ok:
             raise GitError(f"{self.work_tree}: git {args[0]} failed: {result.first_error_line()}")
         return result

@@ -1,0 +1,42 @@
+"""A command run to its end or to a deadline, whichever comes first. It runs in a session of its
+own, so at the deadline its whole process group goes (git and the ssh it started; ssh and its
+ProxyCommand or jump), and its pipes are read to their end. hosts/ssh.py and memory/git.py run
+their commands through it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+KILLED_WAIT = 5.0  # seconds for the pipes to close once the group is killed (a process outside it may hold them)
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    stdout: bytes
+    stderr: bytes
+
+
+def run(argv: Sequence[str], *, timeout: float, stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None) -> Ran | None:
+    """`argv`'s exit status and output; None when `timeout` seconds came first (its group is then
+    killed). `stdin`: what it reads (None: nothing, /dev/null). OSError when it cannot be started."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.communicate(timeout=KILLED_WAIT)
+        except subprocess.TimeoutExpired:
+            proc.wait()  # the group's leader is gone: only a process outside it still holds the pipes
+        return None
+    return Ran(proc.returncode, out, err)
