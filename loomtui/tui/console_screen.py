@@ -231,8 +231,12 @@ class ConsoleScreen(Screen):
         else:
             if self._timer is not None:
                 self._timer.stop()
-            every = self.refresh_every if self.remote is None else max(self.refresh_every, remote_source.EVERY)
-            self._timer = self.set_timer(every, self.refresh_data)
+            self._timer = self.set_timer(self._period, self.refresh_data)
+
+    @property
+    def _period(self) -> float:
+        """Seconds to the next refresh: another host's agent no oftener than remote_source.EVERY."""
+        return self.refresh_every if self.remote is None else max(self.refresh_every, remote_source.EVERY)
 
     def _show(self, snap: Snapshot) -> None:
         self.snapshot = snap
@@ -414,8 +418,7 @@ class ConsoleScreen(Screen):
             error = event.worker.error
             if event.worker.group == "refresh":
                 self._refreshing = False
-                every = self.refresh_every if self.remote is None else max(self.refresh_every, remote_source.EVERY)
-                self._timer = self.set_timer(every, self.refresh_data)
+                self._timer = self.set_timer(self._period, self.refresh_data)
             self.notify(printable(redact.scrub(f"{event.worker.name}: {error}")), title="error", severity="error",
                         markup=False)
 
