@@ -28,6 +28,15 @@ from loomtui.tui.timeline_panel import TimelinePanel
 pytestmark = pytest.mark.e2e
 
 
+async def choose(pilot, app, host: str, agent: str) -> None:
+    """Enter on `agent` of `host` in the hosts view open on the console: it is the keys' agent."""
+    table = app.screen.query_one("#hosts-table")
+    table.move_cursor(row=table.get_row_index(key_of(host, agent)), animate=False)
+    await pilot.press("enter")
+    await until(pilot, lambda: app.screen is app.console_screen and app.console_screen.remote is not None,
+                30, what=f"{host}'s agent chosen")
+
+
 def table_text(app) -> list[str]:
     """The hosts view's lines as drawn at 80 columns, the title and footer left out."""
     return screen_text(app).splitlines()[1:-1]
@@ -77,11 +86,7 @@ def test_the_console_over_two_hosts_probes_bs_agent_through_bs_loom(make_harness
                 assert "unreachable since" in text and "Connection refused" in text.replace("\n", " "), text
                 # Nothing cut at 80 columns: no ellipsis, no line wider than the screen.
                 assert "…" not in text and all(len(line) <= 80 for line in drawn), text
-                table = view.query_one("#hosts-table")
-                table.move_cursor(row=table.get_row_index(key_of("b", "main")), animate=False)
-                await pilot.press("enter")
-                await until(pilot, lambda: app.screen is app.console_screen and app.console_screen.remote is not None,
-                            30, what="b's agent chosen")
+                await choose(pilot, app, "b", "main")
                 await until(pilot, lambda: "host b · agent main (remote)" in screen_text(app), 30,
                             what="the header saying the selection is remote")
                 header = screen_text(app).splitlines()[:3]

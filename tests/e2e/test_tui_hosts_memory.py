@@ -17,12 +17,13 @@ import pytest
 from harness import free_port, wait_for
 from sshd import REMOTE_LOOM, add_host, kill_masters
 from test_tui import screen_text, until
+from test_tui_hosts import choose
 from textual.app import App, ComposeResult
 from textual.widgets import Static
 
 from loomtui.agent.tmux import clean_env
 from loomtui.tui.app import LoomApp
-from loomtui.tui.hosts_view import HostsScreen, key_of
+from loomtui.tui.hosts_view import HostsScreen
 from loomtui.tui.memory_panel import MemoryPanel
 from loomtui.tui.memory_source import LocalMemory, RemoteMemory
 from loomtui.tui.modals import DetailScreen, PromptScreen
@@ -73,11 +74,7 @@ def test_the_memory_tab_is_the_chosen_hosts_memory_read_through_its_loom(make_ha
             await pilot.press("o")
             await until(pilot, lambda: isinstance(app.screen, HostsScreen) and app.screen.views is not None,
                         120, what="every host read in the hosts view")
-            table = app.screen.query_one("#hosts-table")
-            table.move_cursor(row=table.get_row_index(key_of("b", "main")), animate=False)
-            await pilot.press("enter")
-            await until(pilot, lambda: app.screen is app.console_screen and app.console_screen.remote is not None,
-                        30, what="b's agent chosen")
+            await choose(pilot, app, "b", "main")
             await until(pilot, lambda: "every tab is b's, memory too" in screen_text(app), 30,
                         what="the header saying the memory is b's")
             # Tab 5 is b's memory now, read over ssh: b's entry, which a's has not.
