@@ -149,7 +149,11 @@ def agent_row(data: Any) -> AgentRow:
 
 def parse_status(stdout: str) -> tuple[AgentRow, ...]:
     """The agents in a host's `loom status --json --list` output; ValueError when it is not that."""
-    data = json.loads(stdout)
+    return status_rows(json.loads(stdout))
+
+
+def status_rows(data: Any) -> tuple[AgentRow, ...]:
+    """The agents of that output once parsed (a caller that reads more of it parses it once)."""
     if not isinstance(data, list):
         raise ValueError("not a list of agents")
     rows: dict[str, AgentRow] = {}

@@ -20,6 +20,7 @@ memory --json` and friends).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -59,15 +60,9 @@ def header_of(chosen: Chosen) -> Header:
                   held=bool(row.hold), hold=row.hold, name=f"{chosen.agent} on {chosen.host}")
 
 
-def ledger_events(stdout: str, agent: str) -> int:
-    """The host's ledger size from its status list (0 when it does not say): a change means new
-    events for the timeline."""
-    import json
-
-    try:
-        data = json.loads(stdout)
-    except ValueError:
-        return 0
+def ledger_events(data: Any, agent: str) -> int:
+    """The host's ledger size from its status list, parsed (0 when it does not say): a change means
+    new events for the timeline."""
     for doc in data if isinstance(data, list) else []:
         if isinstance(doc, dict) and doc.get("name") == agent:
             ledger = doc.get("ledger")
@@ -104,7 +99,7 @@ class RemoteSource:
     def load(self, now: float) -> RemoteLoad:
         agent = self.chosen.agent
         reads: dict[str, tuple[list[str], Callable[[str], Any]]] = {
-            "status": (view.STATUS_WORDS, lambda out: out),
+            "status": (view.STATUS_WORDS, lambda out: status_of(json.loads(out), agent)),
             "queue": (remote_reads.queue_words(agent), remote_reads.parse_queue),
             "jobs": (remote_reads.jobs_words(agent), remote_reads.parse_jobs),
             "canary": (remote_reads.canary_words(agent, PROBES), remote_reads.parse_probes),
@@ -124,10 +119,7 @@ class RemoteSource:
         status = got["status"]
         chosen = None
         if not isinstance(status, Exception):
-            try:
-                row = next((r for r in view.parse_status(status) if r.name == agent), None)
-            except ValueError as exc:
-                row, problems = None, [*problems, f"host {self.host.name}'s status is not its JSON ({str(exc)[:80]})"]
+            row, ledger_count = status
             if row is None:
                 problems.append(f"host {self.host.name} no longer has an agent {agent}")
             else:
@@ -148,7 +140,7 @@ class RemoteSource:
             pane = replace(pane, why="; ".join(w for w in (pane.why, *problems) if w))
         snapshot = Snapshot(now, header_of(self.chosen), pane, _or_empty(got["canary"]),
                             queue, _or_empty(got["jobs"]),
-                            ledger_events(status, agent) if isinstance(status, str) else 0,
+                            0 if isinstance(status, Exception) else ledger_count,
                             overview=Overview(relaunches, spans, latest), agent=agent, host=self.chosen.host)
         return RemoteLoad(snapshot, chosen)
 
@@ -175,6 +167,12 @@ class RemoteSource:
 
 class Unreached(LoomError):
     """ssh did not reach the host: nothing of this load can be shown."""
+
+
+def status_of(data: Any, agent: str) -> tuple[view.AgentRow | None, int]:
+    """The agent's row of the host's status list (None: the host has no such agent) and the ledger's
+    size, from the one parse of its answer; ValueError when it is not that list."""
+    return next((r for r in view.status_rows(data) if r.name == agent), None), ledger_events(data, agent)
 
 
 def _or_empty(value: Any) -> list[Any]:

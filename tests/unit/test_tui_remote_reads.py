@@ -20,7 +20,7 @@ from loomtui.memory.index import Hit, Problem, Report, Row
 from loomtui.report.fleet import JobRow
 from loomtui.sentinel.queue_rules import Item
 from loomtui.tui import remote_reads
-from loomtui.tui.remote_source import ledger_events
+from loomtui.tui.remote_source import ledger_events, status_of
 
 ITEM = {"id": 4, "job": "nightly", "kind": "exit", "signature": "exit 3", "sample": "ERROR: 503", "log": "/l",
         "first_seen": 100.0, "last_seen": 130.5, "count": 2, "state": "open", "nudges": 1, "agent": "main"}
@@ -83,11 +83,16 @@ def test_the_words_sent_are_the_hosts_own_commands():
 
 
 def test_the_ledger_size_is_the_named_agent_s_and_zero_when_the_host_does_not_say():
-    out = json.dumps([{"name": "ops", "ledger": {"events": 5}}, {"name": "main", "ledger": {"events": 12}}])
+    out = [{"name": "ops", "ledger": {"events": 5}}, {"name": "main", "ledger": {"events": 12}}]
     assert ledger_events(out, "main") == 12
-    for odd in ("not json", "{}", json.dumps([{"name": "main", "ledger": {"events": True}}]),
-                json.dumps([{"name": "main"}])):
+    for odd in ({}, [{"name": "main", "ledger": {"events": True}}], [{"name": "main"}]):
         assert ledger_events(odd, "main") == 0
+    # The status read parses the answer once, for the row and the size; one that is no list is refused.
+    row, size = status_of([{"name": "main", "state": "running", "ledger": {"events": 12}}], "main")
+    assert row is not None and row.name == "main" and size == 12
+    assert status_of([{"name": "ops", "state": "running"}], "main") == (None, 0)
+    with pytest.raises(ValueError):
+        status_of({}, "main")
 
 
 JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
