@@ -90,6 +90,11 @@ def test_the_interactive_cli_s_hooks_witness_a_long_pasted_line_and_the_canary_a
         wait_for(harness.idle, LONG, what="the CLI's prompt")
         [started] = wait_for(lambda: hook_rows(harness, "SessionStart"), LONG, what="SessionStart recorded")
         assert (started["session_id"], started["source"]) == (session, "startup")
+        # The daemon's own probe witnessing the relaunch goes in once the CLI is ready, as the test's
+        # line would. A CI run under load typed both at once: the CLI took the probe's Enter as a
+        # newline and the two as one prompt (the witness then found the line missing, rightly). Here
+        # the line waits for that probe's ack, so each is a prompt of its own.
+        wait_for(lambda: [r for r in runs(harness) if r["result"] == "ok"], LONG, what="the relaunch witnessed")
         long_line = "please read this and answer in one word: " + " ".join(f"w{i:04d}" for i in range(390))
         assert len(long_line) > 2000
         result = harness.loom("inject", long_line)
