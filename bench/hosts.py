@@ -6,6 +6,13 @@ Anchor, in the same run: the N `ssh … loom status --json --list` run one after
 connection of its own (what a shell loop over the hosts would do).
 Target: `loom hosts` within 1.5 s.
 
+The remote login shell starts with no start-up files of the user's (sshd's `SetEnv` points HOME
+at an empty directory): what a host's shell runs at each login is the host's, not Loom's, and
+here it would be this machine's. Root's ~/.bashrc on these machines runs `pyenv init` (bash reads
+it for a command over ssh), about 130 ms of CPU a session: with N hosts on two shared cores that
+alone outweighs Loom. The bench prints that cost beside the rest, from a second sshd that keeps
+the user's own HOME: N `ssh b true` at once over warm masters, both ways.
+
 Run: .venv/bin/python bench/hosts.py [N]
 """
 
@@ -19,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import ROOT, bound_line, exit_on_sigterm, machine, median, timed
+from _common import ROOT, bound_line, exit_on_sigterm, machine, median, ratio_line, timed
 from harness import toml_value
 from sshd import REMOTE_LOOM, SSHD, Sshd
 
@@ -32,6 +39,20 @@ def loom(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, cwd=ROOT, timeout=300)
 
 
+def at_once(client: Path, masters: Path, n: int) -> None:
+    """n `ssh b true` at once, each over a master of its own under `masters` (opened by the first
+    call, kept warm by ControlPersist, as `loom hosts` keeps its own)."""
+    masters.mkdir(exist_ok=True)
+    runs = [subprocess.Popen(["ssh", "-F", str(client), "-o", "BatchMode=yes", "-o", "ControlMaster=auto",
+                              "-o", f"ControlPath={masters / str(i)}", "-o", "ControlPersist=300", "b", "true"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            for i in range(n)]
+    for run in runs:
+        _, err = run.communicate(timeout=120)
+        if run.returncode != 0:
+            raise RuntimeError(err.decode(errors="replace")[-500:])
+
+
 def main(n: int) -> int:
     exit_on_sigterm()
     print(f"machine: {machine()}")
@@ -41,7 +62,10 @@ def main(n: int) -> int:
     root = Path(tempfile.mkdtemp(prefix="lb-", dir="/tmp"))
     # N hosts behind one sshd connect at once, where each would have its own: more than sshd's
     # default 10 unauthenticated connections at a time.
-    sshd = Sshd(root / "sshd", extra=("MaxStartups 200",)).start()
+    bare = root / "bare-home"
+    bare.mkdir()
+    sshd = Sshd(root / "sshd", extra=("MaxStartups 200", f"SetEnv HOME={bare}")).start()
+    own = Sshd(root / "sshd-own-home", extra=("MaxStartups 200",)).start()
     try:
         client = sshd.client_config()
         remotes = []
@@ -83,10 +107,15 @@ def main(n: int) -> int:
         anchor = median(timed(sequential, max(1, ROUNDS // 2)))
         print(bound_line(f"loom hosts over {n} hosts, masters warm", median(warm), TARGET,
                          anchor=(f"{n} sequential ssh … loom status --json", anchor)))
+        bare_shell = median(timed(lambda: at_once(client, root / "m-bare", n), ROUNDS))
+        own_shell = median(timed(lambda: at_once(own.client_config(), root / "m-own", n), ROUNDS))
+        print(ratio_line(f"  {n} ssh b true at once, a bare login shell", bare_shell,
+                         f"with the user's own HOME ({Path.home()})", own_shell))
         return 0 if median(warm) <= TARGET else 2
     finally:
-        for master in root.glob("op-state/ssh/*"):
+        for master in [*root.glob("op-state/ssh/*"), *root.glob("m-*")]:
             subprocess.run(["ssh", "-S", str(master), "-O", "exit", "b"], capture_output=True, timeout=10)
+        own.stop()
         sshd.stop()
         shutil.rmtree(root, ignore_errors=True)
 
