@@ -18,6 +18,10 @@ AGENT_NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,31}"
 UP, GONE, UNKNOWN = "up", "gone", "unknown"
 # A process in the pane's tree: found, definitely not there, or the walk could not tell.
 PRESENT, MISSING = "present", "missing"
+# A sentinel queue item: open, claimed by the agent, witnessed by the job's next clean run. Here and
+# not only in sentinel/queue_rules: the store counts items by state, and `loom status` (which every
+# `loom hosts` runs on each host) should not import the queue's rules to do it.
+OPEN, CLAIMED, WITNESSED = "open", "claimed", "witnessed"
 
 
 # Every kind of ledger event. The ledger refuses any other on write (a typo would be an event no

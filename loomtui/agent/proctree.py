@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from loomtui import platform
 from loomtui.errors import Ambiguous  # noqa: F401  (re-exported: callers say proctree.Ambiguous)
-from loomtui.sentinel.logscan import pattern_needles
 from loomtui.states import MISSING, PRESENT, UNKNOWN  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
@@ -215,6 +214,9 @@ def foreign_pollers(poller_match: str, tree: set[int], exclude: set[int] | None 
     skip = set(tree) | {os.getpid()} | (exclude or set())
     if not _proc_files():
         return _foreign_pollers_psutil(pattern, skip)
+    # Imported here: the pattern parser is only for this scan, and every `loom status` imports proctree.
+    from loomtui.sentinel.logscan import pattern_needles
+
     needles = pattern_needles(poller_match)
     plain = [n.text for n in needles if not n.caseless] if needles is not None else []
     folded = [n.text for n in needles if n.caseless] if needles is not None else []

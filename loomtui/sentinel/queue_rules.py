@@ -18,10 +18,9 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from loomtui.states import EventKind
+from loomtui.states import CLAIMED, OPEN, WITNESSED, EventKind  # noqa: F401  (re-exported: callers say queue_rules.OPEN)
 from loomtui.timing import Instant, age, as_instant, raw_age
 
-OPEN, CLAIMED, WITNESSED = "open", "claimed", "witnessed"
 LINE, EXIT, MISSED, SCAN = "line", "exit", "missed", "scan"
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from loomtui.sentinel.queue_rules import CLAIMED, OPEN, WITNESSED
+from loomtui.states import CLAIMED, OPEN, WITNESSED
 from loomtui.store.db import Store, inserted
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-import uuid
 from pathlib import Path
 
 from loomtui.states import MAIN_AGENT
@@ -43,6 +42,8 @@ def pin_in(db: sqlite3.Connection, session_id: str) -> None:
 
 def is_session_id(text: str) -> bool:
     # The id is typed into the agent's command line unquoted: only a canonical uuid will do.
+    import uuid  # here: uuid imports platform, and every `loom status` imports this module
+
     try:
         return str(uuid.UUID(text)) == text
     except ValueError:
