@@ -478,7 +478,10 @@ def survey(memory_dir: Path, index_name: str) -> Report:
 
 
 def read_text(memory_dir: Path, rel: str, limit: int = READ_LIMIT) -> str | None:
-    data = _read(Path(memory_dir) / rel, limit)
+    """One file of the directory, as the console's preview shows it; None when it is missing or not
+    a regular file, LoomError when it leads outside (`inside`): the agent writes this directory,
+    and a link it made to a secret must not put the secret on the screen."""
+    data = _read(inside(Path(memory_dir), rel), limit)
     return None if data is None else data.decode("utf-8", "replace")
 
 
@@ -531,10 +534,16 @@ def editor_argv(environ: Mapping[str, str], path: Path) -> list[str]:
 
 
 def read_bodies(memory_dir: Path, paths: Iterable[str]) -> dict[str, str]:
+    """The text of each file to search, leaving out what is not a regular file inside the directory
+    (a symlink out is not searched, as `show` does not show it)."""
     dfd = _open_dir(memory_dir)
     try:
         out = {}
         for rel in paths:
+            try:
+                inside(memory_dir, rel)
+            except LoomError:
+                continue
             try:
                 data = _read(rel, READ_LIMIT, dfd)
             except OSError:

@@ -125,6 +125,28 @@ def test_search_as_json_is_its_hits_and_exits_1_for_none(mem, loom):
     assert hits[0].text.startswith("zurich \u241b[2J")  # printable once read back
     dash = loom("--config", str(config), "memory", "search", "--json", "--", "-no such words")
     assert dash.returncode == 1 and json.loads(dash.stdout) == []
+    # out.md is listed (the index links it) but its text is outside: never searched, as never shown.
+    secret = loom("--config", str(config), "memory", "search", "secret", "--json")
+    assert secret.returncode == 1 and json.loads(secret.stdout) == [], secret.stdout
+
+
+def test_this_machine_s_preview_and_search_keep_to_the_directory_as_show_does(mem, tmp_path):
+    """The console's own memory tab (tui/memory_source.py:LocalMemory) reads by the same rule as
+    `loom memory show`: a symlink out is refused, one that stays inside is read."""
+    from loomtui.errors import LoomError
+    from loomtui.tui.memory_source import LocalMemory
+
+    root, _ = mem
+    os.symlink("tz.md", root / "alias.md")
+    local = LocalMemory(root, "MEMORY.md")
+    assert local.read("alias.md", 1000) == ("# Time\n\nThe box runs on Zürich time.\n", False)
+    for rel in ("out.md", "up/secret.md"):
+        with pytest.raises(LoomError, match="leads outside the memory dir"):
+            local.read(rel, 1000)
+    assert local.read("pipe.md", 1000) is None and local.read("gone.md", 1000) is None
+    bodies = memory.read_bodies(root, ["out.md", "up/secret.md", "alias.md", "tz.md", "pipe.md"])
+    assert sorted(bodies) == ["alias.md", "tz.md"]
+    assert local.search("secret") == [] and sorted(h.path for h in local.search("zürich")) == ["alias.md", "tz.md"]
 
 
 def test_edit_runs_the_editor_on_the_file_inside_the_directory(mem, loom, tmp_path):
