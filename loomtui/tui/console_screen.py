@@ -660,7 +660,12 @@ class ConsoleScreen(Screen):
                 self.notify(f"host {remote.host} is no longer in the config", title="attach", severity="error",
                             markup=False)
                 return
-            argv = ssh.terminal_argv(host, ["attach", "--agent", remote.agent], state_dir=self.ctx.state_dir)
+            try:  # it makes the state dir's ssh/ for the master's socket: that can fail
+                argv = ssh.terminal_argv(host, ["attach", "--agent", remote.agent], state_dir=self.ctx.state_dir)
+            except OSError as exc:
+                self.notify(printable(f"attach: {exc.filename or ''}: {exc.strerror or exc}"), title="attach",
+                            severity="error", markup=False)
+                return
         else:
             try:
                 argv = self.source.driver.attach_argv()

@@ -187,3 +187,23 @@ def test_without_hosts_the_key_is_not_offered_and_says_why(tmp_path, request):
             assert app.screen is app.console_screen
 
     asyncio.run(run())
+
+
+def test_attach_to_another_hosts_agent_says_when_ssh_s_control_dir_cannot_be_made(tmp_path, request):
+    """`a` on a remote agent makes the state dir's ssh/ (the master's socket lives there) before
+    it runs `ssh -t`: when that fails the console says so and keeps running."""
+    ctx = console_ctx(tmp_path, request, '[[hosts]]\nname = "far"\nssh = "127.0.0.1"\n')
+    (ctx.state_dir / "ssh").write_text("not a directory\n")
+
+    async def run():
+        app = LoomApp(ctx, now=lambda: NOW, watch=False, refresh_every=3600)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            app.console_screen.remote = Chosen("far", "main", MAIN, NOW)
+            await pilot.press("a")
+            await until(pilot, lambda: any(n.title == "attach" for n in app._notifications), "attach's word")
+            said = [n.message for n in app._notifications if n.title == "attach"]
+            assert said == [f"attach: {ctx.state_dir / 'ssh'}: File exists"], said
+            assert app.is_running
+
+    asyncio.run(run())
