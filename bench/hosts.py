@@ -39,6 +39,15 @@ def loom(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           text=True, cwd=ROOT, timeout=300)
 
 
+def all_at_once(commands: list[list[str]]) -> None:
+    runs = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+            for argv in commands]
+    for run in runs:
+        _, err = run.communicate(timeout=120)
+        if run.returncode != 0:
+            raise RuntimeError(err.decode(errors="replace")[-500:])
+
+
 def at_once(client: Path, masters: Path, n: int) -> None:
     """n `ssh b true` at once, each over a master of its own under `masters` (opened by the first
     call, kept warm by ControlPersist, as `loom hosts` keeps its own)."""
@@ -107,6 +116,14 @@ def main(n: int) -> int:
         anchor = median(timed(sequential, max(1, ROUNDS // 2)))
         print(bound_line(f"loom hosts over {n} hosts, masters warm", median(warm), TARGET,
                          anchor=(f"{n} sequential ssh … loom status --json", anchor)))
+        # What the remote Looms alone cost here: the N status reads at once on this machine, no ssh
+        # (on N real hosts each runs on a CPU of its own), beside N bare interpreters at once.
+        statuses = [[*REMOTE_LOOM, "--config", str(home / "config.toml"), "--state-dir", str(home / "state"),
+                     "status", "--json", "--list"] for home in remotes]
+        alone = median(timed(lambda: all_at_once(statuses), ROUNDS))
+        bare_python = median(timed(lambda: all_at_once([[sys.executable, "-c", "pass"]] * n), ROUNDS))
+        print(ratio_line(f"  {n} loom status --json --list at once, no ssh", alone,
+                         f"{n} python -c pass at once", bare_python))
         bare_shell = median(timed(lambda: at_once(client, root / "m-bare", n), ROUNDS))
         own_shell = median(timed(lambda: at_once(own.client_config(), root / "m-own", n), ROUNDS))
         print(ratio_line(f"  {n} ssh b true at once, a bare login shell", bare_shell,
