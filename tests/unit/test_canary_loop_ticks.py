@@ -111,3 +111,35 @@ def test_a_relaunchs_witness_waits_for_recycle_lock(ctx):
     with locks.hold(ctx.agent_dir, locks.RECYCLE):
         assert loop.tick() == "" and loop.next_look == loop.waiting and not loop.quiet
     assert runs.recent_runs(ctx) == []  # nothing probed while the relaunch held the lock
+
+
+def test_a_tick_the_store_refused_is_recorded_as_an_error_run_once_the_store_takes_writes(ctx):
+    """Two misses mean deaf, a hold answers the recovery, and the refusal must be written: another
+    connection holds SQLite's write lock. The tick says the store failed it (never the agent's
+    miss), looks again soon, and the next tick that can write files an `error` run for it first."""
+    import sqlite3
+
+    probe(ctx, runs.MISS, 120.0)
+    probe(ctx, runs.MISS, 60.0)
+    actions.hold(ctx, "deploying", None, source="cli")
+    ctx.store.conn.execute("PRAGMA busy_timeout = 50")  # the lock's wait, not the store's 10 s
+    loop = CanaryLoop(ctx)
+    other = sqlite3.connect(ctx.store.path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        said = loop.tick()
+        assert said.startswith("store unavailable during the probe: ") and "locked" in said, said
+        assert (loop.next_look, loop.quiet) == (loop.waiting, False)
+        assert [r.result for r in runs.recent_runs(ctx)] == [runs.MISS, runs.MISS]  # nothing written yet
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert loop.tick() == "canary_failed: held: held by the operator: deploying (until released)"
+    assert [r.result for r in runs.recent_runs(ctx)] == [runs.MISS, runs.MISS, runs.ERROR]
+    [error] = ledger.tail(ctx.store, 10, kinds=["canary"])[-1:]
+    assert (error.source, error.cause, error.detail["result"], error.detail["why"]) == \
+        ("canary", runs.ERROR, runs.ERROR, said)
+    assert error.ts == T0 and loop.unrecorded_error == ""
+    assert len(ledger.tail(ctx.store, 10, kinds=["refused"])) == 1
+    # Recorded once: the tick after does not file it again.
+    assert loop.tick().startswith("canary_failed: held") and len(runs.recent_runs(ctx)) == 3
