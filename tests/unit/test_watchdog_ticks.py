@@ -136,6 +136,7 @@ class Table:
     def __init__(self, rows: dict[int, tuple[int, str, float]]) -> None:
         self.rows = dict(rows)
         self.unreadable: set[int] = set()  # pids whose walk or parents cannot be read (Ambiguous)
+        self.then: dict[int, tuple[int, str, float]] = {}
 
     def _read(self, pid: int) -> None:
         if pid in self.unreadable:
@@ -161,8 +162,10 @@ class Table:
                              PRESENT if pollers else MISSING, tuple(pollers))
 
     def foreign_pollers(self, poller_match: str, tree: set[int]) -> list[tuple[int, str]]:
-        return [(pid, line) for pid, (_, line, _) in self.rows.items()
-                if poller_match and re.search(poller_match, line) and pid not in tree]
+        found = [(pid, line) for pid, (_, line, _) in self.rows.items()
+                 if poller_match and re.search(poller_match, line) and pid not in tree]
+        self.rows.update(self.then)  # what changed on the machine while the pass ran
+        return found
 
     def cmdline(self, pid: int) -> str:
         self._read(pid)
@@ -221,6 +224,8 @@ class Tmux:
         self.answers = True
         self.serving = True  # the server answers on its socket
         self.text = ""
+        self.screen_fails = False
+        self.captures = True
         self.screens: list[bool | int] = []
         self.pressed: list[list[str]] = []
 
@@ -249,10 +254,13 @@ class Tmux:
         if info.dead:
             return AgentFacts(UP, info, None, why="the pane's process exited")
         tree = self.table.inspect(info.pane_pid, "claude", "poller")
-        return AgentFacts(UP, info, tree, tree.why, screen=self.text if with_screen else None)
+        # tmux's look gives no screen when its capture failed (`AgentPane.look`).
+        return AgentFacts(UP, info, tree, tree.why, screen=self.text if with_screen and self.captures else None)
 
     def screen(self, history: bool | int = False, *, ansi: bool = False, pane_id: str | None = None) -> str:
         self._answer()
+        if self.screen_fails:
+            raise TmuxError("can't find pane: %1")
         self.screens.append(history)
         return self.text
 
@@ -583,3 +591,55 @@ def test_with_a_pump_each_look_records_the_turns_denials(machine):
     machine.driver = Tmux(machine.processes)
     transcript.path_in(machine.agent_dir).write_bytes(transcript_lines([result([{"tool_name": "Edit"}])]))
     assert Watchdog(machine).tick().results == []
+
+
+def test_what_the_look_sees(machine):
+    watchdog = Watchdog(machine)
+    tmux = machine.driver
+    tmux.text = "Do you trust the files in this folder?"
+    live = Observation(UP, agent=PRESENT, poller=PRESENT, poller_configured=True, screen=tmux.text)
+    assert watchdog.observe()[0] == live
+    # No agent in the pane: its screen is not read for dialogs.
+    machine.processes.rows.pop(AGENT)
+    assert watchdog.observe()[0] == Observation(UP, agent=MISSING, poller=MISSING, poller_configured=True)
+    # A dead pane: its status, its signal and its history.
+    tmux.info = dead(status=3, signal=9)
+    assert watchdog.observe()[0] == Observation(UP, pane_dead=True, dead_status=3, dead_signal=9,
+                                                poller_configured=True, screen=tmux.text,
+                                                why="the pane's process exited")
+    assert tmux.screens == [True]
+    tmux.info = PaneInfo("%1", PANE, False, None, 200, 50)
+    machine.processes.rows[AGENT] = (PANE, "claude --resume", 3.0)
+    tmux.captures = False  # the look's capture failed: the screen is asked for again
+    assert watchdog.observe()[0] == live and tmux.screens == [True, False]
+    tmux.info = dead(status=3, signal=9)
+    tmux.screen_fails = True  # the pane went between the two calls
+    assert watchdog.observe()[0].screen is None
+    tmux.info = None
+    assert watchdog.observe()[0] == Observation(GONE, poller_configured=True, why="no tmux session")
+    tmux.answers = False
+    assert watchdog.observe()[0] == Observation(UNKNOWN, poller_configured=True,
+                                                why="tmux did not answer within 5s")
+
+
+def test_without_dialogs_the_look_reads_no_screen(machine):
+    machine.driver = Pump(machine.processes)
+    machine.driver.text = "Do you trust the files in this folder?"
+    obs, facts = Watchdog(machine).observe()
+    assert obs == Observation(UP, agent=PRESENT, poller=PRESENT, poller_configured=True)
+    assert machine.driver.screens == [] and facts.screen is None
+
+
+def test_a_poller_the_agent_spawned_during_the_scan_is_left_alone(machine):
+    # Listed as outside the tree, it is under the agent by the second look (it was spawned, then
+    # seen, between the walk and the pass over the table).
+    machine.processes.rows[FOREIGN] = (1, "poller --bot", 6.0)
+    machine.processes.then = {FOREIGN: (AGENT, "poller --bot", 6.0)}
+    assert Watchdog(machine).reap_foreign() == []
+    assert machine.signals.ended == [] and reaped(machine) == []
+
+
+def test_a_pane_that_runs_the_poller_itself_is_ours(machine):
+    machine.processes.rows[PANE] = (SERVER, "sh -c 'claude --resume & poller --bot'", 2.0)
+    assert Watchdog(machine).reap_foreign() == []
+    assert machine.signals.ended == []
