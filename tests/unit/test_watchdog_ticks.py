@@ -584,13 +584,18 @@ class Pump(Tmux):
 
 def test_with_a_pump_each_look_records_the_turns_denials(machine):
     machine.driver = Pump(machine.processes)
-    transcript.path_in(machine.agent_dir).write_bytes(transcript_lines([result([{"tool_name": "Bash"}])]))
+    path = transcript.path_in(machine.agent_dir)
+    path.write_bytes(transcript_lines([result([{"tool_name": "Bash"}])]))
     watchdog = Watchdog(machine)
     assert watchdog.tick().results == ["permission denied to Bash"]
     assert watchdog.tick().results == []
+    with open(path, "ab") as fh:  # the next turn's: read on from where the last look stopped
+        fh.write(transcript_lines([result([{"tool_name": "Edit"}])]))
+    assert watchdog.tick().results == ["permission denied to Edit"]
+    assert [d["tools"] for d in denials(machine)] == [["Bash"], ["Edit"]]
     # The tmux driver records no turns: the transcript is not read.
     machine.driver = Tmux(machine.processes)
-    transcript.path_in(machine.agent_dir).write_bytes(transcript_lines([result([{"tool_name": "Edit"}])]))
+    path.write_bytes(transcript_lines([result([{"tool_name": "Grep"}])]))
     assert Watchdog(machine).tick().results == []
 
 
