@@ -415,7 +415,7 @@ class Sim:
             fallback = cause == "resume_failed" and last == "resume_failed"
             d = {"cause": cause, "mode": detail.get("mode"), "old": self.label(detail.get("old_session")),
                  "new": self.label(detail.get("new_session")), "seq": seq, "fallback": fallback,
-                 "at": float(detail.get("mono", self.world.t))}
+                 "at": float(detail.get("mono", self.world.t)), "evidence": detail.get("evidence")}
             if self.slicer is not None:
                 self.relaunchers.add(self.slicer.name)
             if d["mode"] == "fresh":

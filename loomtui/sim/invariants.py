@@ -111,6 +111,11 @@ class Checker:
                 if why:
                     sim.report.false_recycles += 1
                     self.fail("definitive_signal", f"{cause} relaunch without a definitive signal: {why}")
+                misses = sim.config.canary.misses_to_recycle
+                if cause == "canary_failed" and d.get("evidence") != {"misses": misses}:
+                    # The ledger must say what proved the agent deaf, not only that it was recycled.
+                    self.fail("definitive_signal", f"canary_failed relaunch records {d.get('evidence')!r} as its "
+                                                   f"evidence, not the {misses} misses that decided it")
         self.last_attempt = t
         self.pending_witness = (d["seq"], t)
 
