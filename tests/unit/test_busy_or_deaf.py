@@ -245,3 +245,26 @@ def test_a_turn_of_the_process_before_the_last_launch_excuses_nothing(tmp_path):
         miss(ctx, virtual)
         assert CanaryLoop(ctx).misses_mean_deaf()
         assert turns.explains(ctx, clock.wall() - 5, clock.now()) == ""
+
+
+def test_the_loops_tick_reads_the_turns_that_excuse_its_misses(tmp_path):
+    """The tick's own gathering (not only misses_mean_deaf): two misses typed into a busy turn are
+    no reason to recover; once the turn is quiet for turn_quiet they are, and a hold answers."""
+    from loomtui import actions
+
+    ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    try:
+        with clock.use(virtual):
+            loop = CanaryLoop(ctx)
+            hook(ctx, "UserPromptSubmit")
+            virtual.advance(60)
+            for _ in range(2):
+                hook(ctx, "PostToolUse", "Bash")
+                miss(ctx, virtual)
+            actions.hold(ctx, "deploying", None, source="cli")  # what a recovery would meet
+            assert loop.tick() == "" and loop.quiet  # busy: nothing to recover, the hold waited out
+            virtual.advance(15 * 60)
+            assert loop.tick() == "canary_failed: held: held by the operator: deploying (until released)"
+    finally:
+        ctx.close()

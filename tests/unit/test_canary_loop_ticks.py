@@ -143,3 +143,22 @@ def test_a_tick_the_store_refused_is_recorded_as_an_error_run_once_the_store_tak
     assert len(ledger.tail(ctx.store, 10, kinds=["refused"])) == 1
     # Recorded once: the tick after does not file it again.
     assert loop.tick().startswith("canary_failed: held") and len(runs.recent_runs(ctx)) == 3
+
+
+def test_a_tick_refused_at_its_first_write_is_not_taken_for_a_quiet_answer(ctx):
+    """The store refuses the tick's very first write (settling a probe past its deadline): the
+    loop's answer is neither quiet nor final, and it looks again soon."""
+    import sqlite3
+
+    runs.insert_run(ctx, "stale", "canary", runs.PENDING, T0 - 600.0, T0 - 300.0)
+    ctx.store.conn.execute("PRAGMA busy_timeout = 50")
+    loop = CanaryLoop(ctx)
+    other = sqlite3.connect(ctx.store.path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        assert loop.tick().startswith("store unavailable during the probe: ")
+        assert (loop.next_look, loop.quiet) == (loop.waiting, False)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert [r.result for r in runs.recent_runs(ctx)] == [runs.PENDING]  # nothing settled while refused
