@@ -1,0 +1,239 @@
+"""The sentinel's tick in Loom's real code (issue 25's mutants of sentinel/tick.py): what it
+records in the real store from the job_runs rows and the logs, what it tells the operator, and
+what its report says."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+
+import pytest
+from harness import toml_value
+from test_sentinel_scan import Fleet
+
+from loomtui.agent import holds, proctree
+from loomtui.context import Context
+from loomtui.sentinel import queue
+from loomtui.sentinel.signature import normalize
+from loomtui.sentinel.tick import SentinelReport, sentinel_tick
+from loomtui.store import ledger, outbox
+
+NOPANE = {"tmux_socket": "loomtest-nopane-"}  # nudges go the real way, to a socket no server listens on
+
+
+def nopane() -> dict:
+    return {"tmux_socket": NOPANE["tmux_socket"] + secrets.token_hex(4)}
+
+
+def add_run(f: Fleet, job: str, started: float, *, ended: float | None, exit_code: int | None = None,
+            error: str | None = None, pid: int | None = None, pid_started: float | None = None) -> int:
+    with f.ctx.store.write() as db:
+        cur = db.execute("INSERT INTO job_runs(job, started, ended, exit_code, duration, error, pid, pid_started) "
+                         "VALUES (?, ?, ?, ?, 1.0, ?, ?, ?)", (job, started, ended, exit_code, error, pid, pid_started))
+        return cur.lastrowid
+
+
+def run_row(f: Fleet, run_id: int):
+    return f.ctx.store.query("SELECT * FROM job_runs WHERE id = ?", (run_id,))[0]
+
+
+def test_a_report_says_what_the_pass_did():
+    quiet = SentinelReport(5.0)
+    assert quiet.describe() == ("0 jobs, 0 new bytes, 0 failure lines; new items -; recurred -; reopened -; "
+                                "witnessed -; nudged -; escalated -")
+    busy = SentinelReport(5.0, jobs=2, bytes_read=30, lines=4, failure_lines=3, runs_reviewed=1, new_items=[1],
+                          recurred=[2], reopened=[3], witnessed=[4], nudged=[5], nudge_failed=[6],
+                          nudges_deferred=2, nudges_held=[7], relaunching=True, escalated=[8], errors=["x"])
+    assert busy.describe() == (
+        "2 jobs, 30 new bytes, 3 failure lines; new items [1]; recurred [2]; reopened [3]; witnessed [4]; "
+        "nudged [5]; escalated [8]; nudge failed [6]; nudges held by a hold [7]; "
+        "2 nudges deferred to the next tick; nudges held: a relaunch is under way")
+    assert busy.as_dict() == {
+        "now": 5.0, "jobs": 2, "bytes_read": 30, "lines": 4, "failure_lines": 3, "runs_reviewed": 1,
+        "new_items": [1], "recurred": [2], "reopened": [3], "witnessed": [4], "nudged": [5], "nudge_failed": [6],
+        "nudges_deferred": 2, "nudges_held": [7], "relaunching": True, "escalated": [8], "errors": ["x"]}
+
+
+def test_a_pass_counts_the_lines_and_failure_lines_it_read(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "app"}, {"name": "other"}])
+    try:
+        text = "INFO one\nERROR two broke\nINFO three\nFATAL four\n"
+        f.write("app", text)
+        report = f.tick(1000.0)
+        assert (report.jobs, report.bytes_read, report.lines, report.failure_lines) == (2, len(text), 4, 2)
+        assert report.now == 1000.0 and len(report.new_items) == 2 and report.runs_reviewed == 0
+    finally:
+        f.ctx.close()
+
+
+def test_finished_died_running_and_orphaned_runs_are_judged_as_they_stand(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "backup"}, {"name": "sync"}])
+    try:
+        f.write("backup", "")
+        f.write("sync", "")
+        failed = add_run(f, "backup", 900.0, ended=901.0, exit_code=3)
+        errored = add_run(f, "backup", 910.0, ended=911.0, exit_code=0, error="cannot exec /bin/nothere")
+        clean = add_run(f, "backup", 920.0, ended=921.0, exit_code=0)
+        # A run-job gone without an end (its pid is no process), and one still running (this one).
+        died = add_run(f, "sync", 930.0, ended=None, pid=2**22 + 7, pid_started=1.0)
+        me = os.getpid()
+        running = add_run(f, "sync", 940.0, ended=None, pid=me, pid_started=proctree.of(f.ctx).start_time(me))
+        orphan = add_run(f, "removed-job", 950.0, ended=951.0, exit_code=9)
+        report = f.tick(1000.0)
+
+        items = {(i.job, i.kind, i.signature): i for i in f.items()}
+        assert set(items) == {("backup", "exit", "exit code 3"), ("backup", "exit", "cannot exec /bin/nothere"),
+                              ("sync", "exit", "run-job ended without recording the exit (killed?)")}
+        assert items["backup", "exit", "exit code 3"].sample == f"run {failed} exited 3"
+        assert items["backup", "exit", "cannot exec /bin/nothere"].sample == f"run {errored}: cannot exec /bin/nothere"
+        gone = items["sync", "exit", "run-job ended without recording the exit (killed?)"]
+        assert gone.sample == f"run {died}: run-job ended without recording the exit (killed?)"
+        assert report.runs_reviewed == 4 and report.witnessed == [] and report.reopened == []
+        # The dead run's row now ends at the pass, with why; the running one is left for a later pass.
+        row = run_row(f, died)
+        assert (row["ended"], row["error"], row["reviewed"]) == (
+            1000.0, "run-job ended without recording the exit (killed?)", 1)
+        assert [run_row(f, r)["reviewed"] for r in (failed, errored, clean, running, orphan)] == [1, 1, 1, 0, 1]
+        assert run_row(f, running)["ended"] is None and run_row(f, orphan)["ended"] == 951.0
+        assert {e.detail["job"] for e in ledger.tail(f.ctx.store, 50, kinds=["queue_new"])} == {"backup", "sync"}
+
+        again = f.tick(1010.0)
+        assert again.runs_reviewed == 0 and again.new_items == [] and run_row(f, running)["reviewed"] == 0
+    finally:
+        f.ctx.close()
+
+
+def test_a_log_that_cannot_be_read_is_an_item_saying_why(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "app"}])
+    try:
+        f.log("app").mkdir(parents=True)  # a directory where the log should be: opening it fails
+        report = f.tick(1000.0)
+        [item] = f.items()
+        assert (item.kind, item.sample) == ("scan", f"cannot read the log {f.log('app')}: Is a directory")
+        assert item.signature == normalize(item.sample) and item.signature.endswith(": Is a directory")
+        assert report.new_items == [item.id] and report.bytes_read == 0
+        assert f.tick(1001.0).new_items == [] and len(f.items()) == 1
+    finally:
+        f.ctx.close()
+
+
+def test_a_missed_schedule_says_since_when(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "sync", "schedule": "every 10m"}], {"missed_grace": "5m"})
+    try:
+        f.write("sync", "")
+        start = 1_700_000_000.0
+        add_run(f, "sync", start, ended=start + 1, exit_code=0)
+        f.tick(start + 2)
+        assert f.items() == []
+        report = f.tick(start + 7200)
+        [item] = f.items()
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(start + 600))
+        assert (item.kind, item.signature, item.sample) == ("missed", "missed schedule",
+                                                            f"no run since {when} (every 10m)")
+        assert report.new_items == [item.id]
+        assert f.tick(start + 7201).new_items == [] and [i.count for i in f.items()] == [1]
+    finally:
+        f.ctx.close()
+
+
+def test_a_failed_nudge_says_why_and_a_held_one_is_not_tried(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "backup"}], agent=nopane())
+    try:
+        f.write("backup", "ERROR disk full\n")
+        report = f.tick(1000.0, notify=True)
+        [item] = f.items()
+        assert report.nudge_failed == [item.id] and report.nudged == [] and report.nudges_held == []
+        [error] = report.errors
+        assert error.startswith(f"nudge of item {item.id} failed: ") and len(error) > len(f"nudge of item {item.id} failed: ")
+        [attempt] = ledger.tail(f.ctx.store, 10, kinds=["queue_nudge"])
+        assert attempt.source == "sentinel" and attempt.detail["ok"] is False
+        assert {k: attempt.detail[k] for k in ("item", "job", "nudge", "renudge")} == {
+            "item": item.id, "job": "backup", "nudge": 1, "renudge": False}
+        assert queue.get(f.ctx.store, item.id).nudges == 0
+
+        holds.place(f.ctx, by="operator", reason="hands off", until=None, source="cli", now=1001.0)
+        held = f.tick(1060.0, notify=True)
+        assert held.nudges_held == [item.id] and held.nudge_failed == [] and held.errors == []
+        assert len(ledger.tail(f.ctx.store, 10, kinds=["queue_nudge"])) == 1
+        assert queue.get(f.ctx.store, item.id).nudges == 0
+    finally:
+        f.ctx.close()
+
+
+def escalations(ctx: Context):
+    return ledger.tail(ctx.store, 50, kinds=["queue_escalate"])
+
+
+def test_the_backstop_tells_the_operator_once_with_the_ledgers_head(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "backup"}], {"backstop": "30m"}, agent=nopane())
+    try:
+        f.write("backup", "ERROR disk full\n")
+        t0 = 1_000_000.0
+        f.tick(t0, notify=True)
+        [item] = f.items()
+        assert f.tick(t0 + 29 * 60, notify=True).escalated == []
+        report = f.tick(t0 + 31 * 60, notify=True)
+        assert report.escalated == [item.id]
+        [message] = outbox.recent(f.ctx.store)
+        [esc] = escalations(f.ctx)
+        # The head as it stood when the escalation was written: the event just before its own.
+        [before] = [e for e in ledger.tail(f.ctx.store, 50) if e.id == esc.id - 1]
+        assert not message.text.startswith("[")
+        assert message.text.endswith(f". See loom queue. ledger {ledger.format_head(before.id, before.hash)}")
+        assert ledger.verify(f.ctx.store, kept=(before.id, before.hash)).ok
+        assert (esc.source, esc.agent, esc.ts) == ("sentinel", "main", t0 + 31 * 60)
+        assert esc.detail == {"item": item.id, "job": "backup", "outbox": message.id}
+        assert queue.get(f.ctx.store, item.id).escalated_at == t0 + 31 * 60
+        later = f.tick(t0 + 60 * 60, notify=True)
+        assert later.escalated == [] and len(outbox.recent(f.ctx.store)) == 1 and len(escalations(f.ctx)) == 1
+    finally:
+        f.ctx.close()
+
+
+def test_with_several_agents_the_operator_is_told_whose_item_it_was(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    config = tmp_path / "config.toml"
+    config.write_text("\n".join([
+        f"state_dir = {toml_value(str(tmp_path / 'state'))}", "[sentinel]", 'backstop = "30m"',
+        "[[agents]]", 'name = "alpha"', f"tmux_socket = {toml_value(nopane()['tmux_socket'])}",
+        "[[agents]]", 'name = "beta"', f"tmux_socket = {toml_value(nopane()['tmux_socket'])}",
+        "[[jobs]]", 'name = "report"', f"log = {toml_value(str(logs / 'report.log'))}", 'agent = "beta"',
+    ]) + "\n")
+    ctx = Context.load(str(config), None, environ={})
+    try:
+        (logs / "report.log").write_text("ERROR report broke\n")
+        t0 = 1_000_000.0
+        sentinel_tick(ctx, t0, notify=True)
+        [item] = queue.listing(ctx.store)
+        assert item.agent == "beta"
+        [attempt] = ledger.tail(ctx.store, 10, kinds=["queue_nudge"])
+        assert attempt.agent == "beta"  # tried on beta's pane, and recorded as beta's
+        assert sentinel_tick(ctx, t0 + 31 * 60, notify=True).escalated == [item.id]
+        [message] = outbox.recent(ctx.store)
+        assert message.text.startswith("[beta] ") and " ledger " in message.text
+        [esc] = escalations(ctx)
+        assert esc.agent == "beta" and esc.detail["job"] == "report"
+    finally:
+        ctx.close()
+
+
+def test_the_pass_keeps_its_clock_for_the_next_one_only_when_a_job_is_scheduled(tmp_path):
+    from loomtui.timing import Instant
+
+    f = Fleet(tmp_path / "fleet", [{"name": "sync", "schedule": "every 1h"}])
+    plain = Fleet(tmp_path / "plain", [{"name": "app"}])
+    try:
+        f.write("sync", "")
+        plain.write("app", "")
+        at = Instant(1_700_000_000.0, 5000.0, "boot-1")
+        f.tick(at)
+        plain.tick(at)
+        assert json.loads(f.ctx.store.get_meta("sentinel_clock")) == {
+            "wall": 1_700_000_000.0, "mono": 5000.0, "boot": "boot-1"}
+        assert plain.ctx.store.get_meta("sentinel_clock") is None
+    finally:
+        f.ctx.close()
+        plain.ctx.close()
