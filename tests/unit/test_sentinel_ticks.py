@@ -8,6 +8,7 @@ import json
 import os
 import secrets
 import time
+from dataclasses import replace
 
 import pytest
 from harness import toml_value
@@ -17,6 +18,8 @@ from loomtui.agent import holds, proctree
 from loomtui.context import Context
 from loomtui.sentinel import queue
 from loomtui.sentinel.signature import normalize
+from loomtui.sentinel import tick as tick_mod
+from loomtui.sentinel.queue_rules import Escalate
 from loomtui.sentinel.tick import SentinelReport, sentinel_tick
 from loomtui.store import ledger, outbox
 
@@ -185,6 +188,7 @@ def test_the_backstop_tells_the_operator_once_with_the_ledgers_head(tmp_path):
         assert ledger.verify(f.ctx.store, kept=(before.id, before.hash)).ok
         assert (esc.source, esc.agent, esc.ts) == ("sentinel", "main", t0 + 31 * 60)
         assert esc.detail == {"item": item.id, "job": "backup", "outbox": message.id}
+        assert message.created == t0 + 31 * 60 and message.dedupe_key == f"queue-{item.id}-backstop"
         assert queue.get(f.ctx.store, item.id).escalated_at == t0 + 31 * 60
         later = f.tick(t0 + 60 * 60, notify=True)
         assert later.escalated == [] and len(outbox.recent(f.ctx.store)) == 1 and len(escalations(f.ctx)) == 1
@@ -237,3 +241,23 @@ def test_the_pass_keeps_its_clock_for_the_next_one_only_when_a_job_is_scheduled(
     finally:
         f.ctx.close()
         plain.ctx.close()
+
+
+def test_an_item_escalated_since_it_was_read_is_not_escalated_again(tmp_path):
+    # escalate() reads the item's escalated_at again in its own transaction: an Escalate decided on
+    # an older read (another pass got there first) tells the operator nothing more, nor one for an
+    # item that is gone.
+    f = Fleet(tmp_path / "fleet", [{"name": "backup"}], {"backstop": "30m"}, agent=nopane())
+    try:
+        f.write("backup", "ERROR disk full\n")
+        t0 = 1_000_000.0
+        f.tick(t0, notify=False)
+        [stale] = f.items()
+        assert f.tick(t0 + 31 * 60, notify=True).escalated == [stale.id]
+        report = SentinelReport(t0 + 32 * 60)
+        for item_id in (stale.id, stale.id + 100):
+            tick_mod.escalate(f.ctx, replace(stale, id=item_id), Escalate(item_id, "again", "k"), t0 + 32 * 60, report)
+        assert report.escalated == [] and len(outbox.recent(f.ctx.store)) == 1 and len(escalations(f.ctx)) == 1
+        assert queue.get(f.ctx.store, stale.id).escalated_at == t0 + 31 * 60
+    finally:
+        f.ctx.close()
