@@ -16,7 +16,7 @@ from test_sentinel_scan import Fleet
 
 from loomtui.agent import holds, proctree
 from loomtui.context import Context
-from loomtui.sentinel import queue
+from loomtui.sentinel import claims, queue
 from loomtui.sentinel.signature import normalize
 from loomtui.sentinel import tick as tick_mod
 from loomtui.sentinel.queue_rules import Escalate
@@ -94,6 +94,7 @@ def test_finished_died_running_and_orphaned_runs_are_judged_as_they_stand(tmp_pa
         gone = items["sync", "exit", "run-job ended without recording the exit (killed?)"]
         assert gone.sample == f"run {died}: run-job ended without recording the exit (killed?)"
         assert report.runs_reviewed == 4 and report.witnessed == [] and report.reopened == []
+        assert {i.log for i in f.items() if i.job == "backup"} == {str(f.log("backup"))}
         # The dead run's row now ends at the pass, with why; the running one is left for a later pass.
         row = run_row(f, died)
         assert (row["ended"], row["error"], row["reviewed"]) == (
@@ -259,5 +260,70 @@ def test_an_item_escalated_since_it_was_read_is_not_escalated_again(tmp_path):
             tick_mod.escalate(f.ctx, replace(stale, id=item_id), Escalate(item_id, "again", "k"), t0 + 32 * 60, report)
         assert report.escalated == [] and len(outbox.recent(f.ctx.store)) == 1 and len(escalations(f.ctx)) == 1
         assert queue.get(f.ctx.store, stale.id).escalated_at == t0 + 31 * 60
+    finally:
+        f.ctx.close()
+
+
+def test_a_scheduled_job_that_never_ran_is_missed_from_when_watching_began(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "nightly", "schedule": "every 10m"}], {"missed_grace": "5m"})
+    try:
+        f.write("nightly", "")
+        start = 1_700_000_000.0
+        assert f.tick(start).new_items == []
+        assert f.tick(start + 60).new_items == []
+        report = f.tick(start + 3600)
+        [item] = f.items()
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(start + 600))
+        assert (item.kind, item.sample) == ("missed", f"no run since {when} (every 10m)")
+        assert report.new_items == [item.id]
+    finally:
+        f.ctx.close()
+
+
+def reopen_whys(f: Fleet) -> list[str]:
+    return [e.detail["why"] for e in ledger.tail(f.ctx.store, 50, kinds=["queue_reopen"])]
+
+
+def test_a_failed_run_after_the_claim_reopens_its_item_as_a_failure_seen_after_it(tmp_path):
+    # The run's failure meets the claimed item first (at the run's start, after the claim), so the
+    # reopen says so; the run's review then finds the item open already.
+    f = Fleet(tmp_path / "fleet", [{"name": "backup"}, {"name": "sync"}])
+    try:
+        f.write("backup", "")
+        f.write("sync", "")
+        add_run(f, "backup", 900.0, ended=901.0, exit_code=3)
+        add_run(f, "sync", 900.0, ended=901.0, exit_code=0, error="cannot exec /bin/nothere")
+        f.tick(1000.0)
+        items = {i.job: i for i in f.items()}
+        for item in items.values():
+            claims.resolve(f.ctx, item.id, "fixed it", source="cli", now=1100.0)
+        add_run(f, "backup", 1200.0, ended=1201.0, exit_code=3)
+        add_run(f, "sync", 1200.0, ended=1201.0, exit_code=0, error="cannot exec /bin/nothere")
+        report = f.tick(1300.0)
+        assert sorted(report.reopened) == sorted(i.id for i in items.values())
+        assert reopen_whys(f) == ["exit failure seen after the claim"] * 2
+        for item in items.values():
+            again = queue.get(f.ctx.store, item.id)
+            assert (again.state, again.reopens, again.count) == ("open", 1, 2)
+            assert again.note == "claim did not hold (exit failure seen after the claim); earlier note: fixed it"
+    finally:
+        f.ctx.close()
+
+
+def test_a_slot_missed_after_the_claim_reopens_the_missed_schedules_item(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "sync", "schedule": "every 10m"}], {"missed_grace": "5m"})
+    try:
+        f.write("sync", "")
+        start = 1_700_000_000.0
+        add_run(f, "sync", start, ended=start + 1, exit_code=0)
+        f.tick(start + 2)
+        f.tick(start + 3600)
+        [item] = f.items()
+        claims.resolve(f.ctx, item.id, "restarted cron", source="cli", now=start + 3700)
+        assert f.tick(start + 3710).reopened == []
+        assert queue.get(f.ctx.store, item.id).state == "claimed"
+        report = f.tick(start + 3700 + 1800)  # no run since: the slots after the claim are missed too
+        assert report.reopened == [item.id] and reopen_whys(f) == ["missed failure seen after the claim"]
+        assert queue.get(f.ctx.store, item.id).state == "open"
     finally:
         f.ctx.close()
