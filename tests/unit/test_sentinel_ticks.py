@@ -327,3 +327,31 @@ def test_a_slot_missed_after_the_claim_reopens_the_missed_schedules_item(tmp_pat
         assert queue.get(f.ctx.store, item.id).state == "open"
     finally:
         f.ctx.close()
+
+
+@pytest.fixture
+def new_york(monkeypatch):
+    """The machine's local zone is New York (UTC-5 in January) for the test, then back."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_cron_schedule_runs_on_the_machines_local_clock(tmp_path, new_york):
+    f = Fleet(tmp_path / "fleet", [{"name": "daily", "schedule": "0 7 * * *"}], {"missed_grace": "5m"})
+    try:
+        f.write("daily", "")
+        start = 1_704_801_600.0  # 2024-01-09 07:00 in New York, 12:00 UTC
+        assert time.strftime("%H:%M", time.localtime(start)) == "07:00"
+        add_run(f, "daily", start, ended=start + 60, exit_code=0)
+        f.tick(start + 120)
+        # 20 hours on it is 03:00 in New York: the next 07:00 is four hours away, not five hours past.
+        assert f.tick(start + 20 * 3600).new_items == [] and f.items() == []
+        report = f.tick(start + 24 * 3600 + 600)
+        [item] = f.items()
+        assert report.new_items == [item.id]
+        assert item.sample == "no run since 2024-01-10 07:00 (0 7 * * *)"
+    finally:
+        f.ctx.close()
