@@ -355,3 +355,21 @@ def test_a_cron_schedule_runs_on_the_machines_local_clock(tmp_path, new_york):
         assert item.sample == "no run since 2024-01-10 07:00 (0 7 * * *)"
     finally:
         f.ctx.close()
+
+
+def test_a_nudge_the_injection_path_rejects_fails_that_item_only(tmp_path):
+    # A log path longer than the injection path takes (it is in the nudge's text): actions.nudge
+    # raises instead of typing it; the pass goes on, counts it failed and says why.
+    long_log = str(tmp_path) + "/" + ("d" * 200 + "/") * 520 + "app.log"
+    f = Fleet(tmp_path / "fleet", [{"name": "app", "log": long_log}, {"name": "ok"}], agent=nopane())
+    try:
+        f.write("ok", "ERROR ok broke\n")
+        report = f.tick(1000.0, notify=True)
+        items = {i.job: i for i in f.items()}
+        assert items["app"].kind == "scan" and items["app"].log == long_log
+        assert sorted(report.nudge_failed) == sorted(i.id for i in items.values()) and report.nudged == []
+        [why] = [e for e in report.errors if e.startswith(f"nudge of item {items['app'].id} failed: ")]
+        assert why.startswith(f"nudge of item {items['app'].id} failed: text too long to inject: ")
+        assert queue.get(f.ctx.store, items["app"].id).nudges == 0
+    finally:
+        f.ctx.close()
