@@ -373,3 +373,74 @@ def test_a_nudge_the_injection_path_rejects_fails_that_item_only(tmp_path):
         assert queue.get(f.ctx.store, items["app"].id).nudges == 0
     finally:
         f.ctx.close()
+
+
+def test_failed_nudges_count_against_a_ticks_cap_too(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": f"j{i}"} for i in range(8)], agent=nopane())
+    try:
+        for i in range(8):
+            f.write(f"j{i}", "ERROR broken\n")
+        report = f.tick(1000.0, notify=True)
+        assert len(report.nudge_failed) == tick_mod.MAX_NUDGES_PER_TICK == 5 and report.nudged == []
+        assert report.nudges_deferred == 3
+        assert len(ledger.tail(f.ctx.store, 50, kinds=["queue_nudge"])) == 5
+    finally:
+        f.ctx.close()
+
+
+def test_a_cron_claims_witness_window_runs_to_the_next_local_slot_plus_the_grace(tmp_path, new_york):
+    f = Fleet(tmp_path / "fleet", [{"name": "daily", "schedule": "0 7 * * *"}, {"name": "plain"}],
+              {"missed_grace": "5m"})
+    try:
+        f.write("daily", "ERROR broke\n")
+        f.write("plain", "ERROR broke\n")
+        f.tick(1000.0)
+        items = {i.job: i for i in f.items()}
+        claimed_at = 1_704_787_200.0  # 2024-01-09 03:00 in New York: its 07:00 is four hours away
+        daily = replace(items["daily"], state="claimed", claimed_at=claimed_at)
+        assert tick_mod.witness_window(f.ctx, daily) == 4 * 3600 + 300
+        assert tick_mod.witness_window(f.ctx, replace(items["plain"], state="claimed", claimed_at=claimed_at)) is None
+        assert tick_mod.witness_window(f.ctx, items["daily"]) is None  # not claimed
+    finally:
+        f.ctx.close()
+
+
+def test_an_item_whose_job_and_agent_left_the_config_is_nudged_into_the_first_agent(tmp_path):
+    def config(with_beta: bool) -> Context:
+        lines = [f"state_dir = {toml_value(str(tmp_path / 'state'))}", "[sentinel]", 'backstop = "30m"',
+                 "[[agents]]", 'name = "alpha"', f"tmux_socket = {toml_value(nopane()['tmux_socket'])}"]
+        if with_beta:
+            lines += ["[[agents]]", 'name = "beta"', f"tmux_socket = {toml_value(nopane()['tmux_socket'])}",
+                      "[[jobs]]", 'name = "report"', 'schedule = "every 1h"',
+                      f"log = {toml_value(str(tmp_path / 'report.log'))}", 'agent = "beta"']
+        path = tmp_path / "config.toml"
+        path.write_text("\n".join(lines) + "\n")
+        return Context.load(str(path), None, environ={})
+
+    (tmp_path / "report.log").write_text("ERROR report broke\n")
+    ctx = config(with_beta=True)
+    try:
+        sentinel_tick(ctx, 1000.0, notify=False)
+        [item] = queue.listing(ctx.store)
+        claims.resolve(ctx, item.id, "fixed the report", source="cli", now=1100.0)
+    finally:
+        ctx.close()
+    ctx = config(with_beta=False)
+    try:
+        report = sentinel_tick(ctx, 1200.0 + 31 * 60, notify=True)  # a claim past the backstop, its job gone
+        assert report.escalated == [item.id]
+        [message] = outbox.recent(ctx.store)
+        assert message.text.startswith("Loom: ")  # one agent left: no agent named
+        [esc] = escalations(ctx)
+        assert esc.agent == "beta"
+    finally:
+        ctx.close()
+    ctx = config(with_beta=False)
+    try:
+        with ctx.store.write() as db:
+            db.execute("UPDATE queue_items SET state = 'open', escalated_at = NULL WHERE id = ?", (item.id,))
+        sentinel_tick(ctx, 1200.0 + 32 * 60, notify=True)
+        [attempt] = ledger.tail(ctx.store, 10, kinds=["queue_nudge"])
+        assert attempt.agent == "alpha" and attempt.detail["item"] == item.id
+    finally:
+        ctx.close()
