@@ -444,3 +444,35 @@ def test_an_item_whose_job_and_agent_left_the_config_is_nudged_into_the_first_ag
         assert attempt.agent == "alpha" and attempt.detail["item"] == item.id
     finally:
         ctx.close()
+
+
+@pytest.mark.parametrize("before_the_pass", [30.0, -30.0])  # a start a little ahead: the clocks' tolerance
+def test_a_run_started_just_around_the_pass_is_the_schedules_last_start(tmp_path, before_the_pass):
+    f = Fleet(tmp_path / "fleet", [{"name": "sync", "schedule": "every 10m"}], {"missed_grace": "5m"})
+    try:
+        f.write("sync", "")
+        t0 = 1_700_000_000.0
+        f.tick(t0)
+        started = t0 + 1200 - before_the_pass
+        add_run(f, "sync", started, ended=started + 1, exit_code=0)
+        # Measured from when watching began, the 10-minute slot would be missed by now; the run came.
+        report = f.tick(t0 + 1200)
+        assert report.new_items == [] and f.items() == [] and report.runs_reviewed == 1
+    finally:
+        f.ctx.close()
+
+
+@pytest.mark.parametrize("kept", ["not json", "{}", '{"wall": "x", "mono": 1}', "[1]"])
+def test_a_pass_reads_a_damaged_kept_clock_as_none_and_keeps_its_own(tmp_path, kept):
+    from loomtui.timing import Instant
+
+    f = Fleet(tmp_path / "fleet", [{"name": "sync", "schedule": "every 1h"}])
+    try:
+        f.write("sync", "")
+        f.ctx.store.set_meta("sentinel_clock", kept)
+        at = Instant(1_700_000_000.0, 5000.0, "boot-1")
+        assert f.tick(at).errors == []
+        assert json.loads(f.ctx.store.get_meta("sentinel_clock")) == {
+            "wall": 1_700_000_000.0, "mono": 5000.0, "boot": "boot-1"}
+    finally:
+        f.ctx.close()
