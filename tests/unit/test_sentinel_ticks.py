@@ -118,7 +118,12 @@ def test_a_log_that_cannot_be_read_is_an_item_saying_why(tmp_path):
         assert (item.kind, item.sample) == ("scan", f"cannot read the log {f.log('app')}: Is a directory")
         assert item.signature == normalize(item.sample) and item.signature.endswith(": Is a directory")
         assert report.new_items == [item.id] and report.bytes_read == 0
-        assert f.tick(1001.0).new_items == [] and len(f.items()) == 1
+        again = f.tick(1001.0)  # still unreadable: the same item, seen once more each pass
+        assert again.new_items == [] and again.recurred == [item.id] and [i.count for i in f.items()] == [2]
+        # Claimed, and still unreadable at the next pass: the claim did not hold.
+        claims.resolve(f.ctx, item.id, "fixed the permissions", source="cli", now=1002.0)
+        assert f.tick(1003.0).reopened == [item.id]
+        assert reopen_whys(f) == ["scan failure seen after the claim"]
     finally:
         f.ctx.close()
 
@@ -476,3 +481,17 @@ def test_a_pass_reads_a_damaged_kept_clock_as_none_and_keeps_its_own(tmp_path, k
             "wall": 1_700_000_000.0, "mono": 5000.0, "boot": "boot-1"}
     finally:
         f.ctx.close()
+
+
+def test_a_scheduled_job_whose_log_is_not_there_yet_is_watched_from_the_first_pass(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "nightly", "schedule": "every 10m"}], {"missed_grace": "5m"})
+    try:
+        start = 1_700_000_000.0
+        assert f.tick(start).new_items == []
+        assert f.tick(start + 60).new_items == []
+        report = f.tick(start + 3600)
+        missed = [i for i in f.items() if i.kind == "missed"]
+        assert len(missed) == 1 and missed[0].id in report.new_items
+    finally:
+        f.ctx.close()
+
