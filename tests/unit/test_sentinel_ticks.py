@@ -495,3 +495,46 @@ def test_a_scheduled_job_whose_log_is_not_there_yet_is_watched_from_the_first_pa
     finally:
         f.ctx.close()
 
+
+
+def test_one_pass_records_every_witness_and_reopen_of_a_job_under_its_agent(tmp_path):
+    lines = [f"state_dir = {toml_value(str(tmp_path / 'state'))}",
+             "[[agents]]", 'name = "alpha"', f"tmux_socket = {toml_value(nopane()['tmux_socket'])}",
+             "[[agents]]", 'name = "beta"', f"tmux_socket = {toml_value(nopane()['tmux_socket'])}"]
+    for job in ("report", "sync", "extra"):
+        lines += ["[[jobs]]", f'name = "{job}"', f"log = {toml_value(str(tmp_path / (job + '.log')))}", 'agent = "beta"']
+    (tmp_path / "config.toml").write_text("\n".join(lines) + "\n")
+    f = Fleet.__new__(Fleet)
+    f.ctx = Context.load(str(tmp_path / "config.toml"), None, environ={})
+    try:
+        for job in ("report", "sync", "extra"):
+            (tmp_path / f"{job}.log").write_text("ERROR it broke\n")
+        for job in ("report", "sync"):
+            add_run(f, job, 900.0, ended=901.0, exit_code=2)
+        sentinel_tick(f.ctx, 1000.0, notify=False)
+        ids = {(i.job, i.kind): i.id for i in queue.listing(f.ctx.store)}
+        assert len(ids) == 5
+        for item_id in ids.values():
+            claims.resolve(f.ctx, item_id, "fixed", source="cli", now=1100.0)
+        add_run(f, "report", 1200.0, ended=1201.0, exit_code=0)  # one clean run witnesses both claims
+        with open(tmp_path / "sync.log", "a") as fh:
+            fh.write("ERROR it broke\n")
+        add_run(f, "sync", 1200.0, ended=1201.0, exit_code=2)   # both failures again, after the claims
+        add_run(f, "extra", 1200.0, ended=1201.0, exit_code=2)  # a bad run: the line's claim did not hold
+        report = sentinel_tick(f.ctx, 1300.0, notify=False)
+        assert sorted(report.witnessed) == sorted([ids["report", "line"], ids["report", "exit"]])
+        assert sorted(report.reopened) == sorted([ids["sync", "line"], ids["sync", "exit"], ids["extra", "line"]])
+        witnesses = ledger.tail(f.ctx.store, 50, kinds=["queue_witness"])
+        reopens = ledger.tail(f.ctx.store, 50, kinds=["queue_reopen"])
+        assert sorted(e.detail["item"] for e in witnesses) == sorted(report.witnessed)
+        assert sorted(e.detail["item"] for e in reopens) == sorted(report.reopened)
+        assert {(e.ts, e.agent, e.source) for e in witnesses + reopens} == {(1300.0, "beta", "sentinel")}
+        assert queue.get(f.ctx.store, ids["report", "exit"]).witnessed_at == 1300.0
+        assert [e.detail["why"] for e in reopens if e.detail["item"] == ids["extra", "line"]] == [
+            f"run {run_row_id(f, 'extra')} exited 2"]
+    finally:
+        f.ctx.close()
+
+
+def run_row_id(f: Fleet, job: str) -> int:
+    return max(r["id"] for r in f.ctx.store.query("SELECT id FROM job_runs WHERE job = ?", (job,)))
