@@ -538,3 +538,16 @@ def test_one_pass_records_every_witness_and_reopen_of_a_job_under_its_agent(tmp_
 
 def run_row_id(f: Fleet, job: str) -> int:
     return max(r["id"] for r in f.ctx.store.query("SELECT id FROM job_runs WHERE job = ?", (job,)))
+
+
+def test_a_running_row_from_before_loom_kept_its_pid_start_is_judged_by_wall_time(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "sync"}])
+    try:
+        f.write("sync", "")
+        # This process, as a row written before migration 0011 recorded a run-job's pid start.
+        running = add_run(f, "sync", time.time(), ended=None, pid=os.getpid(), pid_started=None)
+        report = f.tick(time.time())
+        assert report.runs_reviewed == 0 and f.items() == []
+        assert (run_row(f, running)["ended"], run_row(f, running)["reviewed"]) == (None, 0)
+    finally:
+        f.ctx.close()
