@@ -43,7 +43,7 @@ STEPS = st.lists(st.one_of(
 ), max_size=80)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(STEPS)
 def test_each_look_sees_what_a_whole_read_sees(tmp_path, steps):
     place = tmp_path / f"s{next(RUNS)}"  # a store of its own for each example

@@ -350,7 +350,7 @@ EPOCH = st.tuples(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(EPOCH, min_size=1, max_size=6))
 def test_property_every_line_is_counted_once_across_rotations_and_truncations(tmp_path_factory, epochs):
     f = Fleet(tmp_path_factory.mktemp("prop") / "fleet", [{"name": "app"}])
