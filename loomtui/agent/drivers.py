@@ -1,8 +1,10 @@
 """The driver `agent.driver` names: the one place that reads the key (config.py checks it).
 
-Imports both drivers, so neither imports the other's maker: the stream driver builds on the tmux
+Knows both drivers, so neither imports the other's maker: the stream driver builds on the tmux
 driver, and the tmux driver's module knows nothing of it. Everyone else holds an `AgentDriver`
-(agent/ports.py) and asks its capabilities.
+(agent/ports.py) and asks its capabilities. The stream driver (and the pump's socket client it
+brings) is imported only for a config that names it: `loom status`, which every `loom hosts` runs
+on each host, then starts without it.
 """
 
 from __future__ import annotations
@@ -12,19 +14,23 @@ from typing import TYPE_CHECKING
 
 from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.ports import AgentDriver
-from loomtui.agent.stream_driver import StreamJsonDriver
 from loomtui.config import Config
 
 if TYPE_CHECKING:
     from loomtui.context import Context
 
-DRIVERS: dict[str, type[TmuxDriver]] = {cls.name: cls for cls in (TmuxDriver, StreamJsonDriver)}
+STREAM_JSON = "stream-json"  # StreamJsonDriver.name (tests/unit/test_driver_protocol.py checks it)
+DRIVERS = (TmuxDriver.name, STREAM_JSON)  # the names `agent.driver` may take
 
 
 def driver_class(config: Config) -> type[AgentDriver]:
     """The class `agent.driver` names, for its capabilities where no driver is at hand (a report,
     a metric, a check of the config)."""
-    return DRIVERS[config.agent.driver]
+    if config.agent.driver == STREAM_JSON:
+        from loomtui.agent.stream_driver import StreamJsonDriver
+
+        return StreamJsonDriver
+    return TmuxDriver
 
 
 def make_driver(config: Config, state_dir: Path | None = None) -> AgentDriver:
@@ -33,7 +39,9 @@ def make_driver(config: Config, state_dir: Path | None = None) -> AgentDriver:
     The stream-json driver reaches its pump through files in the state dir: without `state_dir`
     it still watches the pane, but reports no pump facts and refuses to deliver.
     """
-    if driver_class(config) is StreamJsonDriver:
+    if config.agent.driver == STREAM_JSON:
+        from loomtui.agent.stream_driver import StreamJsonDriver
+
         return StreamJsonDriver(config, state_dir)
     return TmuxDriver(config, state_dir)
 

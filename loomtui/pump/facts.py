@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loomtui.pump import client as pump_client
 
 
 @dataclass(frozen=True)
@@ -109,6 +108,8 @@ def _number(value: Any) -> float | None:
 
 def read_facts(state_dir: Path, pane_pid: int | None) -> StreamFacts | None:
     """The pump's status file as facts, or None (no pump has written one, or it is unreadable)."""
+    from loomtui.pump import client as pump_client  # here: the socket client only a stream-json agent needs
+
     try:
         doc = pump_client.status(state_dir)
     except (OSError, ValueError, pump_client.PumpError):
