@@ -40,6 +40,7 @@ def loom(config: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def all_at_once(commands: list[list[str]]) -> None:
+    """Every command started at once, then each waited for; one that fails stops the bench."""
     runs = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
             for argv in commands]
     for run in runs:
@@ -52,14 +53,8 @@ def at_once(client: Path, masters: Path, n: int) -> None:
     """n `ssh b true` at once, each over a master of its own under `masters` (opened by the first
     call, kept warm by ControlPersist, as `loom hosts` keeps its own)."""
     masters.mkdir(exist_ok=True)
-    runs = [subprocess.Popen(["ssh", "-F", str(client), "-o", "BatchMode=yes", "-o", "ControlMaster=auto",
-                              "-o", f"ControlPath={masters / str(i)}", "-o", "ControlPersist=300", "b", "true"],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            for i in range(n)]
-    for run in runs:
-        _, err = run.communicate(timeout=120)
-        if run.returncode != 0:
-            raise RuntimeError(err.decode(errors="replace")[-500:])
+    all_at_once([["ssh", "-F", str(client), "-o", "BatchMode=yes", "-o", "ControlMaster=auto",
+                  "-o", f"ControlPath={masters / str(i)}", "-o", "ControlPersist=300", "b", "true"] for i in range(n)])
 
 
 def main(n: int) -> int:
