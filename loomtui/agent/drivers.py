@@ -26,6 +26,11 @@ DRIVERS = (TmuxDriver.name, STREAM_JSON)  # the names `agent.driver` may take
 def driver_class(config: Config) -> type[AgentDriver]:
     """The class `agent.driver` names, for its capabilities where no driver is at hand (a report,
     a metric, a check of the config)."""
+    return _named(config)
+
+
+def _named(config: Config) -> type[TmuxDriver]:
+    # The stream driver is a TmuxDriver that runs the pump in the pane: both are made alike.
     if config.agent.driver == STREAM_JSON:
         from loomtui.agent.stream_driver import StreamJsonDriver
 
@@ -39,11 +44,7 @@ def make_driver(config: Config, state_dir: Path | None = None) -> AgentDriver:
     The stream-json driver reaches its pump through files in the state dir: without `state_dir`
     it still watches the pane, but reports no pump facts and refuses to deliver.
     """
-    if config.agent.driver == STREAM_JSON:
-        from loomtui.agent.stream_driver import StreamJsonDriver
-
-        return StreamJsonDriver(config, state_dir)
-    return TmuxDriver(config, state_dir)
+    return _named(config)(config, state_dir)
 
 
 def of(ctx: Context) -> AgentDriver:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 
-
 @dataclass(frozen=True)
 class TurnResult:
     """The CLI's last `result` event, as the pump recorded it."""
