@@ -427,6 +427,12 @@ class Sim:
             self.event("escalation", cause=cause)
             self.checker.on_escalation()
             self.operator.told("hold", {})
+        elif kind in ("hold_placed", "relaunch_failed", "launch_died"):
+            self.event(kind, **({"cause": cause} if cause else {}))
+            if kind == "hold_placed":
+                self.checker.on_hold_placed()
+            else:
+                self.checker.on_launch_failed()
         elif kind == "hold_cleared":
             self.event("hold_cleared", cause=cause or detail.get("cause", ""))
             self.checker.on_hold_cleared(cause or detail.get("cause", ""))
@@ -481,6 +487,7 @@ class Sim:
         rows = canary_runs.from_id(obs, self.runs_from)
         pending = [row["id"] for row in rows if row["result"] == "pending"]
         for row in rows:
+            self.checker.on_run(row["id"], row["result"])
             if row["result"] == "pending" or row["id"] in self.runs_told:
                 continue
             self.event("canary", result=row["result"], seq=row["launch_seq"])

@@ -30,6 +30,7 @@ NAMES = (
     "no_resume_after_canary_failed", "resume_only_the_pinned", "definitive_signal", "deaf_bound",
     "relaunch_witnessed", "queue_backstop", "backstop_not_early", "witness_is_clean", "no_typing_into_a_booting_agent",
     "foreign_poller_reaped", "poller_restored", "fuse", "backoff", "exit_relaunched", "busy_not_recycled",
+    "relaunch_probed",
 )
 
 
@@ -53,6 +54,10 @@ class Checker:
         self.silent_bound = (self.detect + 3 * wd.interval + wd.poller_grace + wd.ambiguous_alert
                              + agent.boot_grace + SLACK + (canary.turn_quiet if sim.hooked else 0.0))
         self.witness_bound = self.detect + SLACK
+        # A relaunch's own probe goes out once the agent is ready, or its boot grace is over, and
+        # recycle.lock is free: a probe of the old launch may still wait out its ack timeout first.
+        waiting = min(1.0, canary.ack_timeout / 4)  # how often the canary loop looks while it waits
+        self.probe_bound = relaunch_time + max(agent.boot_grace, canary.ack_timeout + 1.0) + 2 * waiting + SLACK
         # From the moment the agent is plainly seen (alive, booted, no relaunch under way, tmux answering).
         self.foreign_bound = wd.foreign_scan + wd.interval + SLACK
         self.poller_bound = wd.poller_grace + 3 * wd.interval + wd.backoff_max + relaunch_time + SLACK
@@ -62,6 +67,10 @@ class Checker:
         self.held = False
         self.canary_recycled: set[str] = set()      # membership only
         self.pending_witness: tuple[int, float] | None = None
+        # The last relaunch (seq, t, the newest canary run then) no probe was sent to yet. A probe is
+        # any run Loom recorded after it (the world cannot tell a run's launch; relaunch_witnessed judges that).
+        self.unprobed: tuple[int, float, int] | None = None
+        self.newest_run = 0
         self.trouble_since: float | None = None
         self.last_attempt = -1e18
         self.last_notice = -1e18
@@ -118,6 +127,7 @@ class Checker:
                                                    f"evidence, not the {misses} misses that decided it")
         self.last_attempt = t
         self.pending_witness = (d["seq"], t)
+        self.unprobed = (d["seq"], t, self.newest_run)
 
     def unjustified(self, cause: str) -> str:
         """Why the world did not warrant this cause ('' when it did)."""
@@ -198,6 +208,7 @@ class Checker:
             self.fail("escalate_once_and_hold", "escalated again while already held")
         self.held = True
         self.pending_witness = None
+        self.unprobed = None
         self.last_notice = self.sim.world.t
 
     def on_hold_cleared(self, cause: str) -> None:
@@ -218,6 +229,23 @@ class Checker:
         a = self.sim.world.agent
         if a is not None and a.hearing():
             self.trouble_since = None
+
+    def on_run(self, run_id: int, result: str) -> None:
+        """A canary run Loom recorded: a probe sent, or tried (a pane gone fails the typing, a store
+        that refused the probe leaves an `error` run, which Loom tries again after an ack timeout),
+        unless Loom chose not to send it (`skipped`)."""
+        self.newest_run = max(self.newest_run, run_id)
+        if self.unprobed is not None and run_id > self.unprobed[2] and result != "skipped":
+            self.unprobed = None
+
+    def on_launch_failed(self) -> None:
+        """The last relaunch started no agent (relaunch_failed, launch_died): nothing to probe, and
+        the canary is not rung for it; the watchdog's next look finds the agent missing."""
+        self.unprobed = None
+
+    def on_hold_placed(self) -> None:
+        """Held (the ceiling, or an operator's `loom hold`): no probe is due until the hold ends."""
+        self.unprobed = None
 
     def on_typed(self, text: str) -> None:
         """Typed into the pane (machine.SimDriver): never while a relaunch holds the pane, nor into an
@@ -311,6 +339,11 @@ class Checker:
             if self.late(t - at, self.witness_bound + w.busy_between(at, t), at):
                 self.fail("relaunch_witnessed", f"relaunch {seq} at {at:.0f}s neither witnessed by an ack nor "
                                                 f"followed by a relaunch or an escalation")
+        if self.unprobed is not None:
+            seq, at, _ = self.unprobed
+            if self.late(t - at, self.probe_bound, at):
+                self.fail("relaunch_probed", f"relaunch {seq} at {at:.0f}s: no probe sent since, in "
+                                             f"{t - at:.0f}s (bound {self.probe_bound:.0f}s: ready or its boot grace)")
         booting = alive and self.booting(a, t)
         stable = alive and tmux_seen and t >= w.tmux_hang_until and not self.relaunch_active and not booting
         if not stable:

@@ -205,6 +205,15 @@ def test_a_probe_typed_before_the_agent_is_ready_is_caught(monkeypatch):
     result = caught_in("exit_zero_is_failure", "no_typing_into_a_booting_agent")
 
 
+def test_a_relaunch_left_to_the_regular_probe_is_caught(monkeypatch):
+    # The canary loop never sees a relaunch's witness as due: the new launch hears its first probe
+    # only when the regular one comes due, up to a whole interval after the one before.
+    plant(monkeypatch, canary_loop.CanaryLoop, "_facts", "witness_due(gather.runs(), gather.seq(), ready=True)",
+          "witness_due(gather.runs(), gather.seq(), ready=False)")
+    result = caught_in("garbled_replay", "relaunch_probed")
+    assert "no probe sent since" in result["run"]["violation"]["message"]
+
+
 def test_a_foreign_poller_never_scanned_for_is_caught(monkeypatch):
     plant(monkeypatch, watchdog_loop.Watchdog, "due_foreign_scan", "    self.last_foreign_scan = now\n    return True",
           "    self.last_foreign_scan = now\n    return False")
@@ -302,6 +311,7 @@ CAUGHT_BY = {
     "one_relaunch_at_a_time": test_an_operators_relaunch_that_takes_no_lock_is_caught,
     "witness_is_clean": test_a_claim_witnessed_by_a_run_started_before_it_is_caught,
     "busy_not_recycled": test_misses_counted_through_a_busy_turn_are_caught,
+    "relaunch_probed": test_a_relaunch_left_to_the_regular_probe_is_caught,
     # In test_sim.py: deadlines kept on the wall clock, under the clockjump profile's steps.
     "deaf_bound": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
     "backstop_not_early": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
