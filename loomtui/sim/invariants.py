@@ -71,6 +71,7 @@ class Checker:
         # any run Loom recorded after it (the world cannot tell a run's launch; relaunch_witnessed judges that).
         self.unprobed: tuple[int, float, int] | None = None
         self.newest_run = 0
+        self.recorded_launch: float | None = None   # the monotonic instant Loom recorded its last relaunch at
         self.trouble_since: float | None = None
         self.last_attempt = -1e18
         self.last_notice = -1e18
@@ -128,6 +129,7 @@ class Checker:
         self.last_attempt = t
         self.pending_witness = (d["seq"], t)
         self.unprobed = (d["seq"], t, self.newest_run)
+        self.recorded_launch = d.get("at", t)
 
     def unjustified(self, cause: str) -> str:
         """Why the world did not warrant this cause ('' when it did)."""
@@ -262,7 +264,11 @@ class Checker:
     def booting(self, a, t: float) -> bool:
         """Not yet ready (the world's truth) and launched less than `boot_grace` ago, counted as Loom
         counts it: from its relaunch record, made before the old tree is ended."""
-        return t < a.ready_at and t - (a.started - STOP_TIME) < self.sim.config.agent.boot_grace - 1e-6
+        # The record's own instant: the stop and the launch can take longer than STOP_TIME (a tmux
+        # server started again, say), and the grace then ends less than boot_grace after the start.
+        recorded = self.recorded_launch
+        since = recorded if recorded is not None and recorded <= a.started else a.started - STOP_TIME
+        return t < a.ready_at and t - since < self.sim.config.agent.boot_grace - 1e-6
 
     def on_queue_witness(self, item_id: int, run_id: int) -> None:
         item = self.sim.item(item_id)
