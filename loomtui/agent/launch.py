@@ -31,7 +31,7 @@ from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.hooks import settings as hook_settings
 from loomtui.pump import transcript
-from loomtui.store import ledger, locks, session
+from loomtui.store import ledger, locks, meta, session
 
 log = logging.getLogger("loom.launch")
 
@@ -90,6 +90,7 @@ def relaunch_locked(
     command = render_command(ctx, template, new)
     outcome = Outcome(True, mode, new, old, cause, resume_failed=fallback)
     recorded = recorded_processes(ctx)
+    launched_before = store.get_meta(store.agent_key(LAUNCH_KEY))
     at = clock.now()
     now = at.wall
     # Pin and record before launching: a crash mid-launch still knows which session is ours,
@@ -113,6 +114,10 @@ def relaunch_locked(
         with locks.hold(ctx.agent_dir, locks.INJECT, timeout=60):
             stubborn = driver.stop(agent.stop_grace, recorded=recorded)
             if stubborn:
+                try:
+                    _nothing_launched(ctx, launched_before)
+                except LoomError as exc:  # the store refused: the watchdog's next look finds what runs
+                    log.warning("could not put the launch record back: %s", exc)
                 raise LoomError(f"processes {stubborn} of the old agent would not die")
             mark = _transcript_mark(ctx.agent_dir)
             info = driver.launch(command, agent.cwd, agent_env(ctx, new), exit_signal=_exit_signal(ctx))
@@ -161,6 +166,20 @@ def relaunch_locked(
                           detail={"mode": mode, "session": new, "status": status, "screen_tail": tail})
     outcome.events.append(event.id)
     return outcome
+
+
+def _nothing_launched(ctx: Context, launched_before: str | None) -> None:
+    """The old agent would not die, so none was launched: it runs on, and a turn open in it too.
+    The launch record goes back to what it was, so that turn is not ended by a launch that never
+    happened, nor is the old agent taken for one booting. The relaunch stays in the ledger, counted
+    toward the fuse and the ceiling as an attempt, and a fresh one's new session stays pinned (the
+    next relaunch starts from it, as after any failed launch)."""
+    store = ctx.store
+    with store.write() as db:
+        if launched_before is None:
+            meta.delete_in(db, store.agent_key(LAUNCH_KEY))
+        else:
+            store.set_meta(store.agent_key(LAUNCH_KEY), launched_before, db)
 
 
 def _exit_signal(ctx: Context) -> Path | None:

@@ -1,0 +1,81 @@
+"""launch.relaunch_locked when the old agent will not die (its processes outlive SIGTERM and
+SIGKILL): no agent is launched, so nothing changed hands. The relaunch and its failure stay in the
+ledger (an attempt counts toward the fuse and the ceiling), but the launch record goes back to what
+it was: a turn open in the old agent, which runs on, is not ended by a launch that never happened
+(the hooked storm's seed 10 recycled a busy agent so), nor taken for a boot. A real
+store; the driver port answers stop with the survivors, as the tmux driver does."""
+
+from __future__ import annotations
+
+import pytest
+
+from fake_clock import FakeClock
+from loomtui import clock
+from loomtui.agent import launch, launches
+from loomtui.agent.records import LaunchRecord
+from loomtui.context import Context
+from loomtui.store import ledger, session
+
+T0 = 1_800_000_000.0
+MONO = 5000.0
+BOOT = "boot-a"
+
+
+class StubbornTree:
+    """The driver port of an agent whose processes survive the stop; a launch would be a bug."""
+
+    has_dialogs = True
+    owns_turns = False
+
+    def __init__(self) -> None:
+        self.stops = 0
+
+    def stop(self, grace: float, recorded: dict | None = None) -> list[int]:
+        self.stops += 1
+        return [4242]
+
+    def launch(self, *args, **kwargs):
+        raise AssertionError("launched while the old agent still ran")
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    with clock.use(FakeClock(T0, MONO, BOOT)):
+        c = Context.load(None, str(tmp_path / "state"), environ={})
+        yield c
+        c.close()
+
+
+def pin(ctx, session_id: str) -> None:
+    with ctx.store.write() as db:
+        session.pin_in(db, session_id)
+
+
+def launched_before(ctx) -> LaunchRecord:
+    record = LaunchRecord(T0 - 600, MONO - 600, BOOT, "fresh", "s-old", "crash")
+    ctx.store.set_meta(ctx.store.agent_key(launches.LAUNCH_KEY), record.to_json())
+    pin(ctx, "s-old")
+    return record
+
+
+@pytest.mark.parametrize("mode", ["fresh", "resume"])
+def test_a_stop_that_leaves_the_old_agent_running_puts_the_launch_record_back(ctx, mode):
+    before = launched_before(ctx)
+    driver = StubbornTree()
+    outcome = launch.relaunch_locked(ctx, mode, cause="canary_failed", source="watchdog", driver=driver)
+    assert not outcome.ok and "would not die" in (outcome.error or "")
+    assert driver.stops == 1
+    assert launches.last_launch(ctx) == before
+    assert not launches.in_boot_grace(ctx)
+    # A fresh one's session stays pinned, as after any failed launch: the next relaunch starts from it.
+    assert (session.pinned(ctx.store) == "s-old") == (mode == "resume")
+    events = ledger.tail(ctx.store, 10)
+    assert [e.kind for e in events][-2:] == ["relaunch", "relaunch_failed"]
+    assert events[-2].detail["mode"] == mode  # the attempt is in the ledger, as it was tried
+
+
+def test_with_no_launch_recorded_before_none_is_left_behind(ctx):
+    pin(ctx, "s-old")
+    outcome = launch.relaunch_locked(ctx, "fresh", cause="crash", source="watchdog", driver=StubbornTree())
+    assert not outcome.ok
+    assert launches.last_launch(ctx) is None
