@@ -9,6 +9,7 @@ Real processes, a real store."""
 from __future__ import annotations
 
 import json
+import secrets
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import sys
 import pytest
 
 from loomtui import actions, clock
+from loomtui.actors import Actor
 from loomtui.agent import holds, launches, proctree
 from loomtui.context import Context
 from loomtui.sentinel import queue
@@ -105,6 +107,7 @@ def test_the_socket_repair_signals_the_recorded_server_and_records_it(ctx, serve
     [event] = ledger.tail(ctx.store, 10, kinds=["tmux_socket_repair"])
     assert (event.source, event.detail) == ("cli", {"server_pid": server.pid})
     assert fired(ctx) == {(("loop", "watchdog"), ("source", "cli")): 1.0}
+    assert [c.name for c in counters.read(ctx.store, "loom_fire_total")] == ["loom_fire_total"]
     actions.repair_socket(ctx, source="watchdog")  # the loop's own: counted by the loop, not here
     assert server.stdout.readline().strip() == "usr1"
     assert fired(ctx) == {(("loop", "watchdog"), ("source", "cli")): 1.0}
@@ -169,3 +172,22 @@ def test_a_refused_nudge_typed_nothing_and_a_refused_dialog_press_pressed_nothin
     pressed = actions.dismiss_modal(ctx, ["Enter"], source="watchdog", detail={"match": "trust"})
     assert (pressed.ok, pressed.length, pressed.digest, pressed.event_id, pressed.refused) == (False, 0, "", 0, "hold")
     assert pressed.error == "refused: held by the operator: deploying (until released)"
+
+
+def test_a_line_typed_where_no_pane_listens_is_recorded_with_who_typed_it(tmp_path):
+    config = tmp_path / "config.toml"  # typed the real way, to a tmux socket no server listens on
+    config.write_text(f'[agent]\ntmux_socket = "loomtest-nopane-{secrets.token_hex(4)}"\n')
+    ctx = Context.load(str(config), str(tmp_path / "state"), environ={})
+    try:
+        asked = actions.inject(ctx, "hello", source="telegram", detail={"chat": 7})
+        mine = actions.inject(ctx, "mine", source="cli", actor=Actor("agent", session="s-1", agent="main"))
+        nudged = actions.inject(ctx, "item 1", source="sentinel", kind="queue_nudge", detail={"item": 1})
+        assert not (asked.ok or mine.ok or nudged.ok)
+        events = {e.id: e for e in ledger.tail(ctx.store, 20)}
+        first, second, third = events[asked.event_id], events[mine.event_id], events[nudged.event_id]
+        assert (first.kind, first.source, first.detail["chat"], first.detail["actor"]) == ("inject", "telegram", 7,
+                                                                                            "telegram")
+        assert (second.kind, second.detail["actor"], second.detail["actor_session"]) == ("inject", "agent", "s-1")
+        assert (third.kind, third.detail["item"], "actor" in third.detail) == ("queue_nudge", 1, False)
+    finally:
+        ctx.close()

@@ -127,7 +127,9 @@ def test_a_permission_prompt_is_told_once_and_withholds_the_probe_until_it_close
         # Nor is a sentinel's nudge typed into the dialog: refused, not tried (the next tick tries again).
         from loomtui import actions
         nudged = actions.nudge(ctx, "[loom sentinel] Queue item 1: ...", source="sentinel", detail={"item": 1})
-        assert (nudged.ok, nudged.refused) == (False, "permission")
+        assert (nudged.ok, nudged.refused, nudged.length, nudged.digest, nudged.event_id) == (
+            False, "permission", 0, "", 0)
+        assert nudged.error == "refused: the agent waits for the operator's permission"
         assert not [e for e in ledger.tail(ctx.store, 50) if e.kind == "queue_nudge"]
         hook(ctx, "PostToolUse", "Bash")  # answered: the tool ran
         assert not turns.withholds_probe(ctx, clock.now())

@@ -267,3 +267,47 @@ def test_an_alert_names_its_agent_among_several(beta):
     assert event.agent == "beta" and event.detail == {"note": "tmux hangs"}
     [message] = outbox.pending(beta.store)
     assert message.text == f"[beta] Loom: tmux hangs ledger {ledger.format_head(event.id, event.hash)}"
+
+
+def test_a_relaunch_whose_detail_is_damaged_still_counts_in_the_history(ctx):
+    event = relaunched(ctx, 100)
+    with ctx.store.write() as db:  # a row written by hand, or damaged: no JSON, no cause
+        db.execute("UPDATE ledger SET detail = 'not json', cause = NULL WHERE id = ?", (event.id,))
+    [r] = recovery.history(ctx)
+    assert (r.cause, r.mode, r.old_session, r.new_session, r.at.wall) == ("", "", None, None, T0 - 100)
+
+
+def test_the_hold_and_the_admission_are_judged_at_the_instant_given(ctx):
+    actions.hold(ctx, "deploying", 60.0, source="cli")
+    later = clock.Instant(T0 + 61.0, MONO + 61.0, BOOT)  # past the hold's end; the clock still reads T0
+    assert recovery.held(ctx, later) is None and recovery.held(ctx).reason == "deploying"
+    soon = clock.Instant(T0 + 30.0, MONO + 30.0, BOOT)
+    held = actions.recover(ctx, "crash", source="watchdog", now=soon)
+    assert held.status == "held" and held.notes == ["held by the operator: deploying (30s left)"]
+    relaunched(ctx, -59.0)  # a relaunch a moment before `later`: its backoff, not the hold, decides then
+    waiting = actions.recover(ctx, "crash", source="watchdog", now=later)
+    assert waiting.status == "waiting" and waiting.decision.action == policy.WAIT
+    assert recovery.held(ctx) is None  # recorded as expired at `later`
+
+
+def test_an_agents_refused_reason_is_cut_for_the_operator_and_no_reason_is_none(ctx):
+    with pytest.raises(actions.Refused):
+        actions.hold(ctx, "x" * 300, None, source="cli", actor=AGENT)
+    with pytest.raises(actions.Refused):
+        actions.recycle(ctx, "resume", source="cli", actor=AGENT)
+    cut, plain = [m.text for m in outbox.pending(ctx.store)]
+    assert f"(reason given: {'x' * 200})." in cut and "x" * 201 not in cut
+    assert plain == "Loom: refused a recycle asked for by the agent main (session s-1): agent.may_hold is off."
+    [_, recycle] = ledger.tail(ctx.store, 10, kinds=["refused"])
+    assert "reason_length" not in recycle.detail and "reason_digest" not in recycle.detail
+
+
+def test_a_count_the_store_cannot_take_is_logged_and_the_action_goes_on(ctx, caplog):
+    with ctx.store.write() as db:
+        db.execute("DROP TABLE counters")  # the store refuses every count
+    with locks.hold(ctx.agent_dir, locks.RECYCLE), caplog.at_level("WARNING", logger="loom.actions"):
+        busy = actions.recover(ctx, "crash", source="watchdog")
+    assert busy.status == "busy"
+    [record] = [r for r in caplog.records if r.name == "loom.actions"]
+    assert record.getMessage() == ("could not count loom_admit_total {'loop': 'watchdog', 'decision': 'refused', "
+                                   "'reason': 'lock_busy'}: no such table: counters")
