@@ -7,6 +7,8 @@ temporary state dir, on a clock the test sets (the relaunches are ledger events,
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 
 from fake_clock import FakeClock
@@ -20,7 +22,12 @@ from loomtui.text import digest
 T0 = 1_800_000_000.0
 MONO = 5000.0
 BOOT = "boot-a"
-TWO_AGENTS = '[[agents]]\nname = "main"\n[[agents]]\nname = "beta"\n'
+# A private tmux socket for each agent: a mutant that lets a relaunch through (make mutants) must
+# not start an agent on the operator's own socket.
+SOCKET = f"loomtest-recover-{secrets.token_hex(4)}"
+ONE_AGENT = f'[agent]\ntmux_socket = "{SOCKET}"\n'
+TWO_AGENTS = (f'[[agents]]\nname = "main"\ntmux_socket = "{SOCKET}"\n'
+              f'[[agents]]\nname = "beta"\ntmux_socket = "{SOCKET}-beta"\n')
 AGENT = Actor("agent", session="s-1", agent="main")
 
 
@@ -32,7 +39,9 @@ def fixed_clock():
 
 @pytest.fixture
 def ctx(tmp_path):
-    c = Context.load(None, str(tmp_path / "state"), environ={})
+    config = tmp_path / "config.toml"
+    config.write_text(ONE_AGENT)
+    c = Context.load(str(config), str(tmp_path / "state"), environ={})
     yield c
     c.close()
 
