@@ -36,8 +36,10 @@ def look(ctx: Context) -> float | None:
     if launch is None or relaunch is None or launch.mode != rules.RESUME:
         return None
     detail = _detail(relaunch["detail"])
-    if detail.get("new_session") != launch.session_id:
-        return None  # the record and the ledger disagree on which launch this is: judge nothing
+    if detail.get("new_session") != launch.session_id or detail.get("mono", launch.mono) != launch.mono:
+        # The record and the ledger disagree on which launch this is (a relaunch whose stop left the
+        # old agent running put the older record back): judge nothing.
+        return None
     verdict = table.resume_judged(ctx.store, ctx.agent, int(relaunch["id"]))
     if verdict is None:
         started = table.first_session_start(ctx.store, ctx.agent, launch.ts)

@@ -198,3 +198,28 @@ def test_no_verdict_from_a_fresh_launch_nor_from_a_start_past_the_boot_grace(tmp
         hook("SessionStart", source="startup", session_id="other")  # too late to speak for the boot
         assert resume.look(ctx) is None
         assert not kinds(ctx, "resume_proven", "resume_failed") and len(kinds(ctx, "relaunch")) == 2
+
+
+def test_no_verdict_for_a_relaunch_that_launched_nothing(tmp_path):
+    # A resume whose stop left the old agent running (launch.relaunch_locked): the ledger's last
+    # relaunch is the failed one, the launch record the older launch, put back. The older launch's
+    # own SessionStart does not speak for the relaunch that started nothing.
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    hook = Hooks(ctx, virtual)
+    with clock.use(virtual):
+        older = LaunchRecord(virtual.at_wall - 60, 5000.0 - 60, BOOT, "resume", "pinned-1", "crash")
+        with ctx.store.write() as db:
+            ledger.append_in(db, "relaunch", source="watchdog", cause="crash", ts=older.ts,
+                             detail={"mode": "resume", "old_session": "pinned-1", "new_session": "pinned-1",
+                                     "mono": older.mono, "boot": BOOT})
+            ctx.store.set_meta(ctx.store.agent_key(LAUNCH_KEY), older.to_json(), db)
+        hook("SessionStart", source="startup", session_id="other")  # the older launch's resume failed
+        with ctx.store.write() as db:  # the relaunch that found the old agent would not die
+            ledger.append_in(db, "relaunch", source="watchdog", cause="canary_failed", ts=virtual.at_wall,
+                             detail={"mode": "resume", "old_session": "pinned-1", "new_session": "pinned-1",
+                                     "mono": 5000.0, "boot": BOOT})
+            ledger.append_in(db, "relaunch_failed", source="watchdog", cause="canary_failed",
+                             detail={"mode": "resume", "session": "pinned-1", "error": "would not die"})
+        assert resume.look(ctx) is None
+        assert not kinds(ctx, "resume_proven", "resume_failed") and len(kinds(ctx, "relaunch")) == 2
