@@ -6,6 +6,7 @@ run it always was."""
 
 from __future__ import annotations
 
+from loomtui.config import parse_config
 from loomtui.sim import simulate
 from loomtui.sim.engine import Sim
 from loomtui.sim.profiles import PROFILES, default_config
@@ -54,6 +55,15 @@ def test_a_hooked_storm_holds_every_invariant():
     for seed in (1, 2):
         report = simulate(seed, 1.0, "storm", hooked())
         assert report["violation"] is None, report["violation"]
+
+
+def test_a_turn_outlives_a_relaunch_whose_stop_left_the_agent_running():
+    # Storm seed 10 with no poller configured: at 12:30 an operator's resume finds the old agent will
+    # not die, in a long turn. The failed relaunch's launch record once ended that turn in Loom's
+    # eyes, and the probes typed into it recycled a busy agent at 12:40.
+    config = parse_config({"agent": dict(HOOKED)}, "<test>", None)
+    report = simulate(10, 0.6, "storm", config)
+    assert report["violation"] is None, report["violation"]
 
 
 def test_a_run_without_hooks_draws_no_hooked_fault_and_writes_no_hook_event():
