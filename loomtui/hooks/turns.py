@@ -12,10 +12,12 @@ import weakref
 from collections.abc import Callable
 from dataclasses import replace
 
+from loomtui import clock
 from loomtui.agent import launches
 from loomtui.canary.rules import MISS, OK, ProbeRun
 from loomtui.context import Context
-from loomtui.hooks import turn_rules
+from loomtui.hooks import ingest, turn_rules
+from loomtui.hooks.settings import events_dir
 from loomtui.hooks.turn_rules import Mark, Turn
 from loomtui.store import canary_runs, hook_events
 from loomtui.store.db import Store
@@ -90,9 +92,10 @@ def excused(ctx: Context, runs: list[ProbeRun], now: Instant, seen: Seen | None 
     turns = seen() if seen else read(ctx)
     if not turns:
         return runs
+    judged = complete_until(ctx, now, cfg.turn_quiet)
     out = list(runs)
     for i in trailing:
-        why = turn_rules.excuse(turns, runs[i].sent, now, cfg.turn_quiet, cfg.max_turn)
+        why = turn_rules.excuse(turns, runs[i].sent, judged, cfg.turn_quiet, cfg.max_turn)
         if why:
             out[i] = replace(runs[i], excused=why)
     return out
@@ -122,3 +125,19 @@ def _mark(row) -> Mark:
         message = detail.get("message", "") if isinstance(detail, dict) and isinstance(detail.get("message"), str) \
             else ""
     return Mark(stored(row["ts"], row["mono"], row["boot"]), str(row["event"]), str(row["source"] or ""), message)
+
+
+def complete_until(ctx: Context, now: Instant, bound: float) -> Instant:
+    """The instant up to which the recorded turns are the whole story: `now`, unless event files
+    still wait in the agent's events directory (the hooks loop is behind: the store was locked, say).
+    Then the turns are judged as they stood when the oldest of them was written: a turn is not taken
+    for quiet on the events read so far while newer ones wait. Files waiting longer than `bound`
+    (turn_quiet) no longer hold the judgement back: one that cannot be read or removed must not
+    excuse a wedge for ever."""
+    waiting = ingest.pending(events_dir(ctx.agent_dir))
+    if not waiting:
+        return now
+    oldest = waiting[0][0] / 1e9
+    if not 0.0 <= now.wall - oldest < bound:
+        return now
+    return clock.at_wall(oldest, now)

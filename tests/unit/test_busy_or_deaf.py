@@ -69,6 +69,49 @@ def test_misses_typed_into_a_busy_turn_do_not_count_until_the_turn_goes_quiet(tm
         assert loop.misses_mean_deaf()
 
 
+def unread(ctx: Context, n: int, at: float, event: str = "PostToolUse") -> None:
+    """An event file the hooks loop has not read yet (the store was locked, say), written at `at`."""
+    path = settings.events_dir(ctx.agent_dir) / f"ev.{n}.json"
+    path.write_text(json.dumps({"hook_event_name": event, "session_id": "s-1", "tool_name": "Bash"}))
+    os.utime(path, (at, at))
+
+
+def test_a_turn_is_not_taken_for_quiet_while_its_newer_events_wait_unread(tmp_path):
+    ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
+    settings.write(ctx.agent_dir)
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        loop = CanaryLoop(ctx)
+        hook(ctx, "UserPromptSubmit")
+        hook(ctx, "PostToolUse", "Bash")
+        miss(ctx, virtual)
+        miss(ctx, virtual)
+        unread(ctx, 1, clock.wall() + 300)  # the turn went on; the store could not take its event
+        virtual.advance(15 * 60)  # quiet for longer than turn_quiet, on what the store holds
+        assert not loop.misses_mean_deaf()
+        assert {r.excused for r in turns.excused(ctx, recent_runs(ctx), clock.now()) if r.result == MISS} == {"busy"}
+        assert len(ingest.collect(ctx)) == 1  # read at last: the turn is busy on its own record
+        assert not loop.misses_mean_deaf()
+        virtual.advance(15 * 60)  # and quiet since, a wedge: its misses count
+        assert loop.misses_mean_deaf()
+
+
+def test_an_event_file_left_unread_longer_than_turn_quiet_does_not_excuse_a_wedge(tmp_path):
+    ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
+    settings.write(ctx.agent_dir)
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        loop = CanaryLoop(ctx)
+        hook(ctx, "UserPromptSubmit")
+        miss(ctx, virtual)
+        miss(ctx, virtual)
+        unread(ctx, 1, clock.wall())  # never read (say it cannot be): it holds the judgement back a while
+        virtual.advance(14 * 60)
+        assert not loop.misses_mean_deaf()
+        virtual.advance(2 * 60)  # waiting for longer than turn_quiet: judged on what the store holds
+        assert loop.misses_mean_deaf()
+
+
 def test_without_hooks_every_miss_counts(tmp_path):
     ctx = hooked_ctx(tmp_path)
     virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
