@@ -121,7 +121,9 @@ class Demo:
             'interval = "5s"\nexit_check = "1s"\npoller_grace = "20s"\nforeign_scan = "10s"',
             'backoff_base = "2s"\nbackoff_max = "20s"',
             "[canary]",
-            'interval = "30s"\nack_timeout = "10s"',
+            # Longer than the simulated CLI's slowest answer (40 s under load): `loom doctor`
+            # simulates Claude Code's timing, not the demo agent's own second.
+            'interval = "30s"\nack_timeout = "45s"',
             "[sentinel]",
             'interval = "10s"\nrenudge = "2m"\nbackstop = "3m"\nmissed_grace = "1m"',
             "[memory]",

@@ -90,7 +90,7 @@ class Sim:
         self.ready_line = matching(agent.ready_match) or ""
         self.poller_line = matching(agent.poller_match) or ""
         self.world = World(self.rng, poller_configured=bool(agent.poller_match and self.poller_line),
-                           ack_timeout=T, latency_cap=min(20.0, 0.1 * T),
+                           ack_timeout=T,
                            jobs=[Job(name, period, phase=self.rng.uniform(0.0, period)) for name, period in profile.jobs])
         self.scheduler = Scheduler()
         self.scheduler.on_time = self._set_time

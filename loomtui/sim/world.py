@@ -90,7 +90,10 @@ class World:
     last_disturbance: float = -1e18      # last fault that makes probes late or lost (busy, modal, boot, load)
     heard_since_disturbance: bool = True  # a probe acked in time since then (the engine says, from the store)
     ack_timeout: float = 180.0
-    latency_cap: float = 20.0            # an ordinary ack's latency is at most this (a tenth of ack_timeout)
+    # An ordinary ack's latency is at most this (doubled under load), whatever `ack_timeout` is: a
+    # CLI answering a one-line probe takes seconds to tens of them, and a timeout shorter than that
+    # misses acks that come (a config's fault the run should find, not one it should hide).
+    latency_cap: float = 20.0
     poller_lost_at: float | None = None
     pids: int = 1000                     # the agents' pids (above init and the kernel's own)
     sessions: int = 0
@@ -210,7 +213,6 @@ class World:
         return ""
 
     def latency(self) -> float:
-        # Well under one ack timeout even under load, so that "busy" is what makes an ack late.
         base = self.rng.uniform(min(1.0, self.latency_cap), self.latency_cap)
         return base * (2.0 if self.loaded() else 1.0)
 
