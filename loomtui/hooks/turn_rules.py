@@ -3,7 +3,11 @@ standard library and timing only, `now` passed in).
 
 A turn begins with a UserPromptSubmit and ends with Stop or StopFailure; an `idle_prompt`
 notification says no turn is running; a SessionStart is a new process, so a turn still open
-before it ended with the old one. Every hook event inside a turn is a sign of life: a turn whose
+before it ended with the old one. Loom's own launch is such a boundary (a mark of source
+`launch`), and the process it started says so again with its SessionStart, which may be written
+late (a hook's command delayed): that one ends nothing, or a turn the new process began before
+its SessionStart was written would be taken for ended. A SessionStart of source `compact` is the
+same process compacting its conversation, often inside a turn: a sign of life. Every hook event inside a turn is a sign of life: a turn whose
 last event is within `quiet` is busy, one that says nothing for longer is quiet, and a quiet turn,
 or one older than `max_turn`, counts as a wedge. A `permission_prompt` notification leaves the
 turn waiting on the operator until its next event (at most `max_turn`).
@@ -17,13 +21,17 @@ counting, never act: only the canary's misses recycle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loomtui.timing import Instant, age
 
 PROMPT, STOP, STOP_FAILURE, NOTIFICATION, SESSION_START = (
     "UserPromptSubmit", "Stop", "StopFailure", "Notification", "SessionStart")
 PERMISSION, IDLE = "permission_prompt", "idle_prompt"
+# A SessionStart's sources that are not the CLI's: Loom's own launch (hooks.turns puts it in); and
+# the CLI's own that start no process.
+LAUNCH, COMPACT = "launch", "compact"
+NEW_PROCESS = ("startup", "resume")
 
 # A turn's outcome once it ended.
 STOPPED, FAILED, IDLE_END, GONE = "stopped", "failed", "idle", "gone"
@@ -60,6 +68,7 @@ def turns(marks: list[Mark]) -> list[Turn]:
     """The turns the events (oldest first) tell of, oldest first."""
     out: list[Turn] = []
     open_: Turn | None = None
+    announced = True  # the last launch's process has said it started (or there was no launch)
 
     def close(at: Instant, outcome: str, error: str = "") -> None:
         nonlocal open_
@@ -68,8 +77,15 @@ def turns(marks: list[Mark]) -> list[Turn]:
             open_ = None
 
     for mark in marks:
-        if mark.event == SESSION_START:
+        own = mark.event == SESSION_START and not announced and mark.source in NEW_PROCESS
+        if mark.event == SESSION_START and mark.source == COMPACT:
+            if open_ is not None:
+                open_ = replace(open_, last=mark.at)
+        elif own:
+            announced = True  # the launched process's own start, the boundary already marked
+        elif mark.event == SESSION_START:
             close(open_.last if open_ is not None else mark.at, GONE)
+            announced = mark.source != LAUNCH
         elif mark.event == PROMPT:
             if open_ is None:
                 open_ = Turn(mark.at, mark.at)

@@ -67,7 +67,7 @@ def read(ctx: Context) -> list[Turn]:
         # Loom's own launch is a new process, whatever its hooks said (a wedged or slow one says
         # nothing): a turn of the process before it ended with it.
         place = next((i for i, m in enumerate(marks) if m.at.wall > launched.ts), len(marks))
-        marks.insert(place, Mark(launched.at, turn_rules.SESSION_START, "launch"))
+        marks.insert(place, Mark(launched.at, turn_rules.SESSION_START, turn_rules.LAUNCH))
     acks = [(float(r["sent_at"]), float(r["ack_at"])) for r in canary_runs.recent_sends(ctx.store, ctx.agent, ACKS)
             if r["result"] == OK and r["ack_at"] is not None]
     return turn_rules.closed_by_acks(turn_rules.turns(marks), acks)

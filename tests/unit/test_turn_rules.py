@@ -46,6 +46,32 @@ def test_a_prompt_begins_a_turn_and_stop_failure_idle_or_a_new_session_ends_it()
     assert (now_open.began, now_open.last, now_open.ended, now_open.tool) == (at(60), at(61), None, "Edit")
 
 
+def test_loom_s_launch_is_the_boundary_and_the_launched_process_s_own_late_session_start_ends_nothing():
+    """The hooked storm's seed 180 (ack_timeout 1 min): a turn began 18 s after a relaunch, its
+    SessionStart written 33 s late, after the turn's prompt; taken for a new process, it ended the
+    turn, and the busy agent's two misses recycled it."""
+    launch = m(0, tr.SESSION_START, tr.LAUNCH)
+    old, busy = turns([PROMPT(-100), TOOL(-50), launch, PROMPT(18), m(51, tr.SESSION_START, "resume"), TOOL(60)])
+    assert (old.outcome, old.ended) == (tr.GONE, at(-50))
+    assert (busy.began, busy.last, busy.ended) == (at(18), at(60), None)
+    assert excuse([old, busy], at(90), at(150), QUIET, MAX_TURN) == BUSY
+    # Its SessionStart on time changes nothing; a second one is another process, which ends the turn.
+    assert turns([launch, m(1, tr.SESSION_START, "startup"), PROMPT(18)])[-1].ended is None
+    *_, gone, fresh = turns([launch, m(1, tr.SESSION_START, "startup"), PROMPT(18), m(400, tr.SESSION_START, "startup"),
+                             PROMPT(410)])
+    assert (gone.outcome, fresh.began, fresh.ended) == (tr.GONE, at(410), None)
+    # Without a launch of Loom's before it, a SessionStart is a new process, as ever.
+    [gone] = turns([PROMPT(0), m(30, tr.SESSION_START, "startup")])
+    assert gone.outcome == tr.GONE
+
+
+def test_a_compaction_is_the_same_process_a_sign_of_life_inside_its_turn():
+    [turn] = turns([PROMPT(0), TOOL(10), m(600, tr.SESSION_START, tr.COMPACT)])
+    assert (turn.ended, turn.last, turn.tool) == (None, at(600), "Bash")
+    assert excuse([turn], at(20), at(600 + QUIET - 1), QUIET, MAX_TURN) == BUSY
+    assert turns([m(5, tr.SESSION_START, tr.COMPACT)]) == []
+
+
 def test_a_prompt_queued_into_a_running_turn_is_the_same_turn_and_events_outside_a_turn_are_none():
     [one] = turns([TOOL(0), STOP(1), PROMPT(10), PROMPT(20), TOOL(30)])
     assert (one.began, one.last, one.ended) == (at(10), at(30), None)
@@ -121,6 +147,8 @@ def test_a_line_is_held_back_only_by_the_open_turn_it_was_typed_into():
 
 
 EVENTS = st.sampled_from([tr.PROMPT, tr.STOP, tr.STOP_FAILURE, tr.SESSION_START, "PostToolUse",
+                          tr.SESSION_START + ":" + tr.LAUNCH, tr.SESSION_START + ":startup",
+                          tr.SESSION_START + ":" + tr.COMPACT,
                           tr.NOTIFICATION + ":" + tr.PERMISSION, tr.NOTIFICATION + ":" + tr.IDLE])
 
 
