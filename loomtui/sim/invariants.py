@@ -333,7 +333,9 @@ class Checker:
         self.check_exit_relaunched(a, alive)
         if self.trouble_since is not None:
             quiet_since = max(self.trouble_since, self.last_attempt, self.last_notice)
-            if self.late(t - quiet_since, self.silent_bound, quiet_since):
+            # Trouble ends with a witness, and a turn of the operator's keeps the probes behind it
+            # (the agent hears; it is busy): the time in turns is not silence, as for relaunch_witnessed.
+            if self.late(t - quiet_since, self.silent_bound + w.busy_between(quiet_since, t), quiet_since):
                 self.fail("never_silent", f"in trouble since {self.trouble_since:.0f}s; no relaunch and no word to "
                                           f"the operator for {t - quiet_since:.0f}s")
         if a is not None and alive and a.deaf_since is not None:
