@@ -102,7 +102,7 @@ class HookModel:
                 # The probe a `busy` turn was waiting for: the turn ends after one ack timeout, before two.
                 a.busy_next = False
                 w.last_disturbance = w.t
-                self.end_at(a, w.t + w.rng.uniform(1.05, 1.65) * w.ack_timeout)
+                self.end_at(a, w.busy_end(w.t))
             self.queued.setdefault(a.pid, []).append((text, "probe" if is_probe else "line"))
             return
         self.take(a.pid, text, is_probe, max(w.t, a.ready_at))

@@ -216,6 +216,15 @@ class World:
         base = self.rng.uniform(min(1.0, self.latency_cap), self.latency_cap)
         return base * (2.0 if self.loaded() else 1.0)
 
+    def busy_end(self, sent: float) -> float:
+        """When a `busy` turn the probe sent at `sent` waits behind ends: after one ack timeout, and
+        early enough that the probe, answered at the slowest (under load), is acked before two. An
+        ack timeout shorter than that slowest answer leaves no such instant: the turn ends after
+        one, and its probes may miss twice, as they would (a config too tight for the agent)."""
+        T = self.ack_timeout
+        lo, hi = 1.05 * T, min(1.65 * T, 2.0 * T - 2.0 * self.latency_cap - 2.0)
+        return sent + self.rng.uniform(lo, max(lo, hi))
+
     def ack_time(self, sent: float) -> float | None:
         """When the agent in the pane would act on a probe typed now; None if never."""
         a = self.agent
@@ -224,5 +233,5 @@ class World:
         if a.busy_next:
             a.busy_next = False
             self.last_disturbance = sent
-            a.busy_until = sent + self.rng.uniform(1.05, 1.65) * self.ack_timeout
+            a.busy_until = self.busy_end(sent)
         return max(sent, a.ready_at, a.busy_until) + self.latency()
