@@ -6,9 +6,10 @@ different phase of the probe schedule for each seed.
 
 With `{hook_settings}` the line is reported missing after `agent.dispatch_timeout` and the canary
 probes at once; without, the wedge waits for the next scheduled probe (up to `canary.interval`).
-Target: at most dispatch_timeout + misses_to_recycle x ack_timeout (6.25 min with the defaults),
-plus the few seconds a relaunch's stop and the loops' looks take. Several seeds: the schedule's
-phase differs.
+Target: at most dispatch_timeout + misses_to_recycle x ack_timeout (2.25 min with the defaults,
+whose ack_timeout is 1 min where the commands pass {hook_settings}; 6.25 min before it was chosen
+by simulation, docs/SIM.md "Defaults"), plus the few seconds a relaunch's stop and the loops' looks
+take; issue 26's goal, at most 2.5 min. Several seeds: the schedule's phase differs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ SEEDS = range(1, 9)
 WEDGE_AT = 2 * 3600.0
 LINE_AFTER = 60.0
 SLACK = 10.0
+GOAL = 150.0  # issue 26: first undispatched line -> recycle <= 2.5 min with the defaults
 HOOKED = {"fresh_command": "claude --settings {hook_settings} --session-id {session_id}",
           "resume_command": "claude --settings {hook_settings} --resume {session_id}"}
 
@@ -66,6 +68,7 @@ def main() -> int:
               f"n={len(values)} (virtual seconds)")
     print(bound_line("first undispatched line -> recycle (max)", max(with_hooks), bound,
                      anchor=("canary only, median", statistics.median(canary_only))))
+    print(bound_line("the same, against issue 26's goal (2.5 min)", max(with_hooks), GOAL))
     return 0
 
 

@@ -279,8 +279,14 @@ class WatchdogConfig(Section):
     ambiguous_alert = Field(positive_duration, 600.0)
 
 
+# `canary.ack_timeout` when the agent's commands pass `{hook_settings}` and the config sets none.
+HOOKED_ACK_TIMEOUT = 60.0
+
+
 class CanaryConfig(Section):
     interval = Field(positive_duration, 1200.0)
+    # Without hooks, a probe typed into a long turn is missed like one typed into a deaf agent:
+    # the wait is long. With them, HOOKED_ACK_TIMEOUT unless the config sets one.
     ack_timeout = Field(positive_duration, 180.0)
     misses_to_recycle = Field(integer(ge=1), 2)
     # With `{hook_settings}` in the commands, a miss typed into a turn the agent is still busy with
@@ -509,10 +515,19 @@ def _table(data: dict[str, Any], key: str, loc: Loc) -> dict[str, Any]:
     return value
 
 
+def _hooked(agent: AgentConfig) -> bool:
+    # hooks.settings.wanted's test, which the config may not import (the sealed core's contract).
+    return any("{hook_settings}" in command for command in (agent.fresh_command, agent.resume_command))
+
+
 def _spec(name: str, agent: AgentConfig, tables: dict[str, dict[str, Any]], base: Path | None) -> AgentSpec:
     """An agent with its effective watchdog, canary and memory tables (checked as the top-level ones)."""
-    return AgentSpec(name, agent, WatchdogConfig.build(tables["watchdog"], ("watchdog",), base),
-                     CanaryConfig.build(tables["canary"], ("canary",), base),
+    canary = CanaryConfig.build(tables["canary"], ("canary",), base)
+    if "ack_timeout" not in tables["canary"] and _hooked(agent):
+        # A probe typed into a turn the hooks say is under way is not counted a miss, so a short
+        # wait costs a busy agent nothing: the default chosen by simulation (docs/SIM.md, "Defaults").
+        canary = canary.replace(ack_timeout=HOOKED_ACK_TIMEOUT)
+    return AgentSpec(name, agent, WatchdogConfig.build(tables["watchdog"], ("watchdog",), base), canary,
                      MemoryConfig.build(tables["memory"], ("memory",), base))
 
 

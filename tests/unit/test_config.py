@@ -27,6 +27,26 @@ def test_no_file_means_defaults(tmp_path):
     assert config.sentinel.patterns == ["Traceback", r"\bERROR\b", r"\bFATAL\b"]
 
 
+HOOKED = ('fresh_command = "claude --settings {hook_settings} --session-id {session_id}"\n'
+          'resume_command = "claude --settings {hook_settings} --resume {session_id}"\n')
+
+
+def test_ack_timeout_defaults_to_a_minute_where_the_hooks_tell_busy_from_deaf(tmp_path):
+    """With {hook_settings} a probe typed into a turn under way is not a miss, so the wait is
+    shorter (docs/SIM.md, "Defaults"); a value the file sets is kept, per agent as everywhere."""
+    hooked = parse_config({"agent": {"fresh_command": "claude --settings {hook_settings} --session-id {session_id}"}},
+                          "x", None)
+    assert hooked.canary.ack_timeout == 60
+    config, _ = load_config(str(write(tmp_path, f"[agent]\n{HOOKED}[canary]\nack_timeout = \"3m\"\n")), {})
+    assert config.canary.ack_timeout == 180
+    many = write(tmp_path, f'[canary]\ninterval = "5m"\n[[agents]]\nname = "a"\n{HOOKED}'
+                           f'[[agents]]\nname = "b"\n[[agents]]\nname = "c"\n{HOOKED}[agents.canary]\nack_timeout = "2m"\n')
+    config, _ = load_config(str(many), {})
+    assert [(s.name, s.canary.ack_timeout, s.canary.interval) for s in config.agents] == [
+        ("a", 60, 300), ("b", 180, 300), ("c", 120, 300)]
+    assert config.for_agent("a").canary.ack_timeout == 60
+
+
 def test_discovery_order(tmp_path):
     a = write(tmp_path, '[canary]\ninterval = "1m"\n')
     b = tmp_path / "b.toml"
