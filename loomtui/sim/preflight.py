@@ -4,10 +4,10 @@ the same config gets the same answer, and a failure comes with the command that 
 
 The seeds: the storm's first four, half a day each (Loom's real loops run there, at about five
 seconds of CPU a stormy day). On them, without the hooks, `misses_to_recycle = 1` recycles a busy
-agent on seed 1 within 5.5 h (on each of the four within 14 h), with `ack_timeout = "5s"` within
-1.5 h, while the defaults, README's Claude Code config and DESIGN.md's pass (docs/SIM.md has the
-figures). With README's hooks (`{hook_settings}`) the agent's turns excuse those misses: the same
-fast config passes.
+agent on each of the four within 4.4 h, with `ack_timeout = "5s"` (shorter than the agent's answer)
+within minutes, while the defaults, README's Claude Code config and DESIGN.md's pass (docs/SIM.md
+has the figures). With README's hooks (`{hook_settings}`) the agent's turns excuse the misses
+typed into a busy turn: one miss to recycle passes with a wait that covers the answer.
 """
 
 from __future__ import annotations
