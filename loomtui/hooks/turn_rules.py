@@ -7,10 +7,11 @@ before it ended with the old one. Loom's own launch is such a boundary (a mark o
 `launch`), and the process it started says so again with its SessionStart, which may be written
 late (a hook's command delayed): that one ends nothing, or a turn the new process began before
 its SessionStart was written would be taken for ended. A SessionStart of source `compact` is the
-same process compacting its conversation, often inside a turn: a sign of life. Every hook event inside a turn is a sign of life: a turn whose
-last event is within `quiet` is busy, one that says nothing for longer is quiet, and a quiet turn,
-or one older than `max_turn`, counts as a wedge. A `permission_prompt` notification leaves the
-turn waiting on the operator until its next event (at most `max_turn`).
+same process compacting its conversation, often inside a turn: a sign of life. Every hook event
+inside a turn is a sign of life: a turn whose last event is within `quiet` is busy, one that says
+nothing for longer is quiet, and a quiet turn, or one older than `max_turn`, counts as a wedge. A
+`permission_prompt` notification leaves the turn waiting on the operator until its next event (at
+most `max_turn`).
 
 A probe typed while the agent was busy with an earlier prompt may miss because of that turn: its
 miss is excused (`excuse`) while the turn is busy or waiting for permission, and for good once the
@@ -77,15 +78,15 @@ def turns(marks: list[Mark]) -> list[Turn]:
             open_ = None
 
     for mark in marks:
-        own = mark.event == SESSION_START and not announced and mark.source in NEW_PROCESS
-        if mark.event == SESSION_START and mark.source == COMPACT:
-            if open_ is not None:
-                open_ = replace(open_, last=mark.at)
-        elif own:
-            announced = True  # the launched process's own start, the boundary already marked
-        elif mark.event == SESSION_START:
-            close(open_.last if open_ is not None else mark.at, GONE)
-            announced = mark.source != LAUNCH
+        if mark.event == SESSION_START:
+            if mark.source == COMPACT:
+                if open_ is not None:
+                    open_ = replace(open_, last=mark.at)
+            elif not announced and mark.source in NEW_PROCESS:
+                announced = True  # the launched process's own start, the boundary already marked
+            else:
+                close(open_.last if open_ is not None else mark.at, GONE)
+                announced = mark.source != LAUNCH
         elif mark.event == PROMPT:
             if open_ is None:
                 open_ = Turn(mark.at, mark.at)
