@@ -373,9 +373,9 @@ def _replica_host(value: str) -> str:
 
 def default_host() -> str:
     """This machine's short host name, made a valid `memory.host` (the replica's name for it)."""
-    import socket
-
-    name = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname().split(".")[0]).strip("-_")[:63]
+    # uname's node name is what gethostname() answers on Linux and macOS, without loading socket
+    # (every config load asks, `loom status` over ssh included).
+    name = re.sub(r"[^A-Za-z0-9_-]", "-", os.uname().nodename.split(".")[0]).strip("-_")[:63]
     return name or "host"
 
 

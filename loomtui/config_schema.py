@@ -9,7 +9,6 @@ makes its instances read-only.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Callable
@@ -115,6 +114,8 @@ class Section:
         for key in data:
             if key not in self.fields:
                 known = [*self.fields, *self.read_elsewhere]
+                import difflib  # only for a key that is wrong
+
                 close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
                 raise Bad((*loc, key), f"unknown key (did you mean {close[0]!r}?)" if close else "unknown key")
         for name, field in self.fields.items():

@@ -10,7 +10,6 @@ data (`json_safe`: the same characters as \\u escapes)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import unicodedata
@@ -26,6 +25,8 @@ def sanitize(text: str) -> str:
 
 
 def digest(text: str) -> str:
+    import hashlib  # here: OpenSSL's load is a fifth of `loom status`'s imports, which make no digest
+
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import time
 from pathlib import Path
 from typing import ClassVar
@@ -164,7 +163,7 @@ class TmuxDriver:
         """Paste `text` and press Enter in the live pane; raises TmuxError if it is not there throughout.
         (`origin` and `ref` matter to the pump only: a screen cannot tell whose line it was.)"""
         pane, before = self._live(expect_pane_pid)
-        buffer = f"loom-{os.getpid()}-{secrets.token_hex(4)}"
+        buffer = f"loom-{os.getpid()}-{os.urandom(4).hex()}"
         pane.paste(before.pane_id, text, buffer)
         # A pane that died or was replaced while the text went in may have swallowed it: say so,
         # do not guess. (After Enter the agent may exit on purpose, e.g. on /exit0: not a failure.)

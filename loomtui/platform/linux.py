@@ -4,7 +4,6 @@ files (proctree)."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import struct
 from functools import cache
@@ -84,6 +83,8 @@ class Linux:
 
     def directory_watch(self, directory: Path) -> DirectoryWatch | None:
         """Told of every file written (closed after writing) or moved into `directory`."""
+        import ctypes  # the watch alone needs it: the clock's and pidfd's users never load it
+
         try:
             libc = ctypes.CDLL(None, use_errno=True)
             init1, add_watch = libc.inotify_init1, libc.inotify_add_watch

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -418,6 +417,8 @@ def gather_all(ctx: Context, *, events: int = 5, now: float | None = None, look:
             return gather(own, events=events, now=now, look=look)
         finally:
             own.close()
+
+    from concurrent.futures import ThreadPoolExecutor  # several agents only (it brings logging in)
 
     with ThreadPoolExecutor(max_workers=min(len(names), 8), thread_name_prefix="loom-status") as pool:
         return list(pool.map(one, names))

@@ -10,7 +10,6 @@ events from the end is caught too.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import sqlite3
@@ -39,6 +38,8 @@ def event_hash(prev_hash: str, id: int, ts: float, kind: str, source: str, cause
     if agent != MAIN:
         fields["agent"] = agent
     body = canonical(fields)
+    import hashlib  # here: reads (loom status, over ssh for `loom hosts`) hash nothing
+
     return hashlib.sha256((prev_hash + body).encode("utf-8")).hexdigest()
 
 

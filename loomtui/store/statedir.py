@@ -4,10 +4,7 @@ before anything locks in it. Also the one way Loom makes a private file or direc
 from __future__ import annotations
 
 import os
-import secrets
 from pathlib import Path
-
-import platformdirs
 
 from loomtui.config import APP_NAME, Config, expand_path
 from loomtui.errors import StateDirError
@@ -17,6 +14,8 @@ SUBDIRS = ("acks",)
 
 
 def default_state_dir() -> Path:
+    import platformdirs  # only where no state dir was given: a command given one never loads it
+
     return Path(platformdirs.user_state_dir(APP_NAME))
 
 
@@ -88,7 +87,7 @@ def prepare_state_dir(path: Path) -> Path:
     if not path.is_dir():
         raise StateDirError(f"state dir {path} is not usable: not a directory")
     refuse_shared(path)
-    probe = path / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
+    probe = path / f".probe-{os.getpid()}-{os.urandom(4).hex()}"
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:

@@ -82,3 +82,16 @@ def test_status_imports_neither_telegram_nor_textual(tmp_path):
     # psutil only where the platform tells the boot by it (the portable module: LOOM_PLATFORM=portable).
     lean = {"telegram", "textual"} | ({"psutil"} if platform.current().name != "portable" else set())
     assert not loaded_by(tmp_path, "status") & lean
+
+
+def test_the_status_other_hosts_ask_for_loads_no_module_it_does_not_use(tmp_path):
+    # `loom hosts` runs `loom status --json --list` on every host at once: what it loads is paid for
+    # by every host at every look. These are loaded only by what needs them (a hash, a minted name,
+    # the platform's default dirs, a typo's suggestion, several agents' threads, the inotify watch,
+    # a host name's socket). A host is asked with its config and state dir named, as here.
+    unused = {"hashlib", "_hashlib", "secrets", "random", "platformdirs", "difflib", "concurrent", "ctypes", "socket"}
+    config = tmp_path / "config.toml"
+    config.write_text('[agent]\ntmux_socket = "loom-test-imports"\n')
+    loaded = loaded_by(tmp_path, "--config", str(config), "--state-dir", str(tmp_path / "state"), "status", "--json",
+                       "--list")
+    assert "loomtui" in loaded and not loaded & unused
