@@ -12,16 +12,18 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from loomtui.agent import kill, proctree
 from loomtui.agent.ports import AgentFacts
 from loomtui.agent.tmux import AgentPane, PaneInfo, TmuxError, TmuxGone, TmuxTimeout
 from loomtui.config import AgentConfig, Config, legacy_socket
 from loomtui.errors import LoomError
-from loomtui.pump.facts import Delivery, StreamFacts
 from loomtui.states import GONE, UNKNOWN, UP  # noqa: F401  (re-exported: callers say driver.UP)
 from loomtui.store.session import SIDECAR
+
+if TYPE_CHECKING:  # annotations only (the stream driver, which returns them, loads them)
+    from loomtui.pump.facts import Delivery, StreamFacts
 
 
 SOCKET_FILE = "tmux-socket"  # in the agent's directory: the socket of its last launch

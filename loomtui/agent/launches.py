@@ -23,7 +23,6 @@ from loomtui.timing import Instant, age
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context
-from loomtui.pump.facts import read_facts
 from loomtui.store import locks
 
 LAUNCH_KEY = "agent_launch"
@@ -150,6 +149,8 @@ def _pump_ready(ctx: Context, driver: AgentDriver, launched: LaunchRecord) -> bo
         return False
     if info is None or info.dead:
         return False
+    from loomtui.pump.facts import read_facts  # stream-json only: a tmux agent's users never load it
+
     # Read from the context's state dir, not the driver's: a driver made without one still works here.
     facts = read_facts(ctx.agent_dir, info.pane_pid)
     if facts is None or not facts.current or facts.cli_exit is not None:

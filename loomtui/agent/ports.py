@@ -12,11 +12,13 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, ClassVar, Protocol, runtime_checkable
 
 from loomtui.agent.proctree import Tree
 from loomtui.agent.tmux import PaneInfo
-from loomtui.pump.facts import Delivery, StreamFacts
+
+if TYPE_CHECKING:  # annotations only: the tmux driver's users never load the pump's types
+    from loomtui.pump.facts import Delivery, StreamFacts
 
 
 @dataclass(frozen=True)

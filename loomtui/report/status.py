@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loomtui import clock
-from loomtui.agent import drivers, launches, lifecycle, recovery
+from loomtui.agent import drivers, holds, launches, lifecycle
 from loomtui.agent.hold_rules import Hold
 from loomtui.agent.records import LaunchRecord
 from loomtui.timing import Instant, age, stored
@@ -24,11 +24,13 @@ from loomtui.context import Context
 from loomtui.durations import format_duration
 from loomtui.hooks import settings as hook_settings
 from loomtui.hooks import turn_rules, turns
-from loomtui.pump.facts import StreamFacts
 from loomtui.report import heartbeat_rules
 from loomtui.store import canary_runs, heartbeat_pushes, heartbeats, hook_events, ledger, outbox, queue_items, session, telegram_state
 from loomtui.store.ledger import Event
 from loomtui.text import printable
+
+if TYPE_CHECKING:  # annotations only: a tmux agent's status never loads the pump's types
+    from loomtui.pump.facts import StreamFacts
 
 
 @dataclass(frozen=True)
@@ -377,7 +379,7 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         canary=_last(canary.last_probe(ctx), now),
         canary_settled=_last(canary.probe_from(settled), now) if settled else None,
         queue=queue_counts(ctx),
-        hold=recovery.held(ctx, at),
+        hold=holds.current(ctx, at),
         last_launch=launched,
         since_launch=launches.launch_age(launched),
         relaunch=claim,
