@@ -44,7 +44,7 @@ from loomtui.config_schema import (
 )
 from loomtui.durations import parse_duration
 from loomtui.errors import ConfigError
-from loomtui.states import AGENT_NAME_PATTERN, MAIN_AGENT, MEMORY_QUEUE
+from loomtui.states import AGENT_NAME_PATTERN, MAIN_AGENT, MEMORY_QUEUE, passes_hook_settings
 
 APP_NAME = "loom"
 MAIN = MAIN_AGENT  # the agent a single [agent] table describes
@@ -515,15 +515,10 @@ def _table(data: dict[str, Any], key: str, loc: Loc) -> dict[str, Any]:
     return value
 
 
-def _hooked(agent: AgentConfig) -> bool:
-    # hooks.settings.wanted's test, which the config may not import (the sealed core's contract).
-    return any("{hook_settings}" in command for command in (agent.fresh_command, agent.resume_command))
-
-
 def _spec(name: str, agent: AgentConfig, tables: dict[str, dict[str, Any]], base: Path | None) -> AgentSpec:
     """An agent with its effective watchdog, canary and memory tables (checked as the top-level ones)."""
     canary = CanaryConfig.build(tables["canary"], ("canary",), base)
-    if "ack_timeout" not in tables["canary"] and _hooked(agent):
+    if "ack_timeout" not in tables["canary"] and passes_hook_settings(agent.fresh_command, agent.resume_command):
         # A probe typed into a turn the hooks say is under way is not counted a miss, so a short
         # wait costs a busy agent nothing: the default chosen by simulation (docs/SIM.md, "Defaults").
         canary = canary.replace(ack_timeout=HOOKED_ACK_TIMEOUT)

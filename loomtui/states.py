@@ -22,6 +22,14 @@ PRESENT, MISSING = "present", "missing"
 # not only in sentinel/queue_rules: the store counts items by state, and `loom status` (which every
 # `loom hosts` runs on each host) should not import the queue's rules to do it.
 OPEN, CLAIMED, WITNESSED = "open", "claimed", "witnessed"
+# The command placeholder for the hooks settings file Loom writes for each launch: an agent whose
+# commands pass it has hooks (hooks/settings.py). Here so that the config, which may not import
+# the hooks, picks a hooked agent's defaults by the same test.
+HOOK_SETTINGS = "{hook_settings}"
+
+
+def passes_hook_settings(*commands: str) -> bool:
+    return any(HOOK_SETTINGS in command for command in commands)
 
 
 # Every kind of ledger event. The ledger refuses any other on write (a typo would be an event no

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from loomtui.errors import LoomError
 from loomtui.hooks.events import EVENTS
+from loomtui.states import HOOK_SETTINGS, passes_hook_settings
 
-PLACEHOLDER = "{hook_settings}"
+PLACEHOLDER = HOOK_SETTINGS
 HOOKS_DIR = "hooks"
 EVENTS_DIR = "events"
 SETTINGS = "settings.json"
@@ -47,7 +48,7 @@ def settings_path(agent_dir: Path) -> Path:
 
 def wanted(agent: object) -> bool:
     """Whether the agent's commands pass Loom's hooks settings (no hooks configured: no witness)."""
-    return any(PLACEHOLDER in getattr(agent, key, "") for key in ("fresh_command", "resume_command"))
+    return passes_hook_settings(getattr(agent, "fresh_command", ""), getattr(agent, "resume_command", ""))
 
 
 def hook_command(agent_dir: Path) -> str:
