@@ -9,7 +9,6 @@ whenever the store reads, the store wins, and `sync_sidecar` puts the copy right
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
 from pathlib import Path
@@ -20,8 +19,6 @@ from loomtui.store.db import Store, agent_key
 
 KEY = "pinned_session"
 SIDECAR = "pinned-session"
-
-log = logging.getLogger(__name__)
 
 
 def pinned(store: Store) -> str | None:
@@ -37,7 +34,7 @@ def pin_in(db: sqlite3.Connection, session_id: str) -> None:
             write_sidecar(state_dir, session_id)
         except OSError as exc:
             # The store holds the pin; a relaunch must not fail for want of its backup copy.
-            log.warning("could not write %s: %s", state_dir / SIDECAR, exc.strerror or exc)
+            _warn("could not write %s: %s", state_dir / SIDECAR, exc.strerror or exc)
 
 
 def is_session_id(text: str) -> bool:
@@ -91,7 +88,7 @@ def sync_sidecar(store: Store) -> None:
             elif read_sidecar(state_dir) != current:
                 write_sidecar(state_dir, current)
         except OSError as exc:
-            log.warning("could not update %s: %s", state_dir / SIDECAR, exc.strerror or exc)
+            _warn("could not update %s: %s", state_dir / SIDECAR, exc.strerror or exc)
 
 
 def _state_dir(db: sqlite3.Connection) -> Path | None:
@@ -99,3 +96,11 @@ def _state_dir(db: sqlite3.Connection) -> Path | None:
         if row[1] == "main":
             return Path(row[2]).parent if row[2] else None  # "" for an in-memory database
     return None
+
+
+def _warn(message: str, *args: object) -> None:
+    # logging here, not at the top: this module is the only one of every `loom status` (which
+    # `loom hosts` runs on each host) that logs, and logging brings traceback, string and weakref.
+    import logging
+
+    logging.getLogger(__name__).warning(message, *args)
