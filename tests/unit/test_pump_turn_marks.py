@@ -258,3 +258,27 @@ def test_with_hooks_configured_the_hooks_are_the_source_and_the_pump_s_turns_are
         log.close()
         # Hooked: no hook event came, so no turn, whatever the pump wrote. Plain: the pump's turn.
         assert [t.ended for t in turns.read(ctx)] == ([] if hooks else [None])
+
+
+def test_status_says_the_turn_as_the_pump_tells_it_where_no_hooks_are_configured(tmp_path):
+    from loomtui.report import status
+
+    ctx = stream_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
+    virtual = FakeClock(T0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        assert status.gather(ctx, look=False).turn.describe() == "idle; told by the pump (no hooks)"
+        log = transcript.Writer(transcript.path_in(ctx.agent_dir))
+        log.append(transcript.IN, ts=clock.wall(), seq=1, origin="operator", ref="", text="/busy 3600")
+        log.append(transcript.OUT, ts=clock.wall(), event={"type": "system", "subtype": "init"})
+        virtual.advance(240)
+        log.append(transcript.OUT, ts=clock.wall(), event={"type": "assistant", "message": {"content": [
+            {"type": "tool_use", "id": "t", "name": "Bash", "input": {}}]}})
+        virtual.advance(5)
+        gathered = status.gather(ctx, look=False)
+        assert gathered.turn.describe() == "busy 4m5s, last tool Bash; told by the pump (no hooks)"
+        assert gathered.turn.as_json() == {"state": "busy", "age": 245.0, "quiet": 5.0, "tool": "Bash",
+                                           "waiting": None, "source": "pump"}
+        virtual.advance(15 * 60)
+        assert status.gather(ctx, look=False).turn.describe().startswith(
+            "quiet 19m5s (nothing for 15m5s: its misses count), last tool Bash;")
+        log.close()
