@@ -64,8 +64,11 @@ def test_a_long_busy_turn_without_hooks_misses_its_probes_and_is_not_recycled(ma
     during = wait_for(lambda: missed_inside() if len(missed_inside()) >= 2 else [], 3 * LONG,
                       what="two misses inside the long turn")
     seen = excused(harness)
-    if not results_after(harness, began.ts):  # the turn still ran as the canary's reading saw it
+    shown = harness.loom("status").stdout
+    if not results_after(harness, began.ts):  # the turn still ran as the canary's reading and status saw it
         assert {seen.get(r["sent_at"]) for r in during} == {"busy"}, seen
+        [turn] = [line for line in shown.splitlines() if line.startswith("turn ")]
+        assert turn.split()[1] == "busy" and turn.endswith("last tool Bash; told by the pump (no hooks)"), shown
     assert not relaunches(harness, "canary_failed")
     [ended] = wait_for(lambda: results_after(harness, began.ts)[:1], 3 * LONG, what="the long turn's result")
     assert ended.ts - began.ts >= LONG
