@@ -289,9 +289,10 @@ class CanaryConfig(Section):
     # the wait is long. With them, HOOKED_ACK_TIMEOUT unless the config sets one.
     ack_timeout = Field(positive_duration, 180.0)
     misses_to_recycle = Field(integer(ge=1), 2)
-    # With `{hook_settings}` in the commands, a miss typed into a turn the agent is still busy with
-    # (a hook event within `turn_quiet`) or that ended by itself does not count toward a recycle; a
-    # turn quiet for longer, or older than `max_turn`, counts as a wedge (docs/HOOKS.md).
+    # With `{hook_settings}` in the commands (or the stream-json driver, whose pump tells the turns
+    # without hooks), a miss typed into a turn the agent is still busy with (an event within
+    # `turn_quiet`) or that ended by itself does not count toward a recycle; a turn quiet for
+    # longer, or older than `max_turn`, counts as a wedge (docs/HOOKS.md).
     turn_quiet = Field(positive_duration, 900.0)
     max_turn = Field(positive_duration, 7200.0)
 

@@ -47,6 +47,8 @@ go to stderr. The same switches work there, with what each means without a scree
                     instead (a `system`/`permission_denied` event, an error tool result, and
                     the tool in the result's `permission_denials`)
   /slow SECONDS     a turn that takes SECONDS; stdin is not read meanwhile
+  /busy SECONDS     a long turn: SECONDS, stdin not read, a Bash call (a `tool_use` and its
+                    `tool_result`) every BUSY_TOOL_EVERY seconds, and its PostToolUse hook
   /say TEXT         answer TEXT exactly as given (control characters and all)
   /error-result     end the turn with an error result (`is_error`: true)
   /wait-for PATH    a turn that lasts until PATH exists (a slow turn a test ends when it likes)
@@ -520,6 +522,13 @@ class StreamAgent(Base):
                 self.assistant({"type": "text", "text": f"working for {seconds:g}s ..."})
                 time.sleep(seconds)
                 self.say(f"done after {seconds:g}s")
+        elif text.startswith("/busy"):
+            try:
+                seconds = float(text.split()[1])
+            except (IndexError, ValueError):
+                self.say("usage: /busy SECONDS")
+            else:
+                self.busy(seconds)
         elif text.startswith("/wait-for "):
             target = Path(text.split(None, 1)[1])
             self.assistant({"type": "text", "text": f"waiting for {target} ..."})
@@ -568,6 +577,17 @@ class StreamAgent(Base):
             return
         self.transcript.add("tool", f"touch {words[0]}")
         self.tool_result(tool_id, "")
+
+    def busy(self, seconds: float) -> None:
+        """A turn that works for `seconds`, reading nothing, calling a tool every few (the events a
+        pump sees of a long turn, and the PostToolUse hooks)."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(BUSY_TOOL_EVERY, left))
+            tool_id = self.tool("make test")
+            self.hook("PostToolUse", tool_name="Bash", tool_input={"command": "make test"})
+            self.tool_result(tool_id, "ok")
+        self.say(f"done after {seconds:g}s")
 
     def deny(self) -> None:
         self.transcript.add("fault", "denied")

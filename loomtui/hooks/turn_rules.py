@@ -7,7 +7,9 @@ before it ended with the old one. Loom's own launch is such a boundary (a mark o
 `launch`), and the process it started says so again with its SessionStart, which may be written
 late (a hook's command delayed): that one ends nothing, or a turn the new process began before
 its SessionStart was written would be taken for ended. A SessionStart of source `compact` is the
-same process compacting its conversation, often inside a turn: a sign of life. Every hook event
+same process compacting its conversation, often inside a turn: a sign of life. A SessionEnd is
+the process gone: a turn still open ended with it (the stream-json pump says so when its CLI
+exits, hooks.pump_marks; the hooks' own SessionEnd is not among the events read). Every hook event
 inside a turn is a sign of life: a turn whose last event is within `quiet` is busy, one that says
 nothing for longer is quiet, and a quiet turn, or one older than `max_turn`, counts as a wedge. A
 `permission_prompt` notification leaves the turn waiting on the operator until its next event (at
@@ -26,8 +28,10 @@ from dataclasses import dataclass, replace
 
 from loomtui.timing import Instant, age
 
-PROMPT, STOP, STOP_FAILURE, NOTIFICATION, SESSION_START = (
-    "UserPromptSubmit", "Stop", "StopFailure", "Notification", "SessionStart")
+PROMPT, STOP, STOP_FAILURE, NOTIFICATION, SESSION_START, SESSION_END = (
+    "UserPromptSubmit", "Stop", "StopFailure", "Notification", "SessionStart", "SessionEnd")
+# The events that name the tool used (the hooks report PostToolUse; the pump sees the call asked for).
+TOOL_EVENTS = ("PostToolUse", "PreToolUse")
 PERMISSION, IDLE = "permission_prompt", "idle_prompt"
 # A SessionStart's sources that are not the CLI's: Loom's own launch (hooks.turns puts it in); and
 # the CLI's own that start no process.
@@ -87,6 +91,8 @@ def turns(marks: list[Mark]) -> list[Turn]:
             else:
                 close(open_.last if open_ is not None else mark.at, GONE)
                 announced = mark.source != LAUNCH
+        elif mark.event == SESSION_END:
+            close(mark.at, GONE)
         elif mark.event == PROMPT:
             if open_ is None:
                 open_ = Turn(mark.at, mark.at)
@@ -101,7 +107,7 @@ def turns(marks: list[Mark]) -> list[Turn]:
         elif open_ is not None:
             waiting = (mark.message or mark.source) if mark.event == NOTIFICATION and mark.source == PERMISSION else ""
             open_ = Turn(open_.began, mark.at, waiting=waiting, waiting_since=mark.at if waiting else None,
-                         tool=mark.source if mark.event == "PostToolUse" and mark.source else open_.tool)
+                         tool=mark.source if mark.event in TOOL_EVENTS and mark.source else open_.tool)
     if open_ is not None:
         out.append(open_)
     return out

@@ -1,8 +1,10 @@
-"""The agent's turns read from its recorded hook events (hook_events), and the canary's runs told
-which of their misses a turn excuses (hooks.turn_rules decides; this only reads).
+"""The agent's turns read from its recorded hook events (hook_events), or from the stream-json
+pump's transcript where no hooks are configured (hooks.pump_turns), and the canary's runs told
+which of their misses a turn excuses (hooks.turn_rules decides, for both sources; this only reads).
 
-With no hooks configured there are no events, so no turns and no excuses: the canary counts
-every miss, as it always did.
+One source per agent, never both (a turn counted twice would only ever excuse more): the hooks
+where its commands pass `{hook_settings}`, else the pump where the driver has one. With neither
+there are no turns and no excuses: the canary counts every miss, as it always did.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from dataclasses import replace
 
 from loomtui import clock
 from loomtui.agent import launches
+from loomtui.agent.drivers import driver_class
 from loomtui.canary.rules import MISS, OK, ProbeRun
 from loomtui.context import Context
-from loomtui.hooks import ingest, turn_rules
-from loomtui.hooks.settings import events_dir
+from loomtui.hooks import ingest, pump_turns, turn_rules
+from loomtui.hooks.settings import events_dir, wanted
 from loomtui.hooks.turn_rules import Mark, Turn
 from loomtui.store import canary_runs, hook_events
 from loomtui.store.db import Store
@@ -51,17 +54,19 @@ def turn_marks(store: Store, agent: str) -> list[tuple[int, Mark]]:
     return fresh
 
 
+def from_pump(ctx: Context) -> bool:
+    """The agent's turns are its pump's: a stream-json driver and no hooks configured. (The
+    simulator's driver, where it filled one in, has no pump.)"""
+    driver = ctx.driver if ctx.driver is not None else driver_class(ctx.config)
+    return driver.owns_turns and not wanted(ctx.config.agent)
+
+
 def read(ctx: Context) -> list[Turn]:
     """The agent's recent turns, oldest first (the last one open while it runs)."""
-    kept = turn_marks(ctx.store, ctx.agent)
-    marks = [m for _, m in kept]
-    tool = hook_events.last_tool_use(ctx.store, ctx.agent)
-    if tool is not None and (not kept or int(tool["id"]) > kept[0][0]):
-        # A tool's use is a sign of life inside whatever turn it fell in: the latest one is all the
-        # open turn needs (ended turns excuse or not by how they ended, not by their activity).
-        at = _mark(tool)
-        place = next((i for i, (ident, _) in enumerate(kept) if ident > int(tool["id"])), len(marks))
-        marks.insert(place, at)
+    if from_pump(ctx):
+        marks = pump_turns.marks(ctx.agent_dir)  # the pump's state dir is the agent's (drivers.of)
+    else:
+        marks = _hook_marks(ctx)
     launched = launches.last_launch(ctx)
     if launched is not None:
         # Loom's own launch is a new process, whatever its hooks said (a wedged or slow one says
@@ -71,6 +76,19 @@ def read(ctx: Context) -> list[Turn]:
     acks = [(float(r["sent_at"]), float(r["ack_at"])) for r in canary_runs.recent_sends(ctx.store, ctx.agent, ACKS)
             if r["result"] == OK and r["ack_at"] is not None]
     return turn_rules.closed_by_acks(turn_rules.turns(marks), acks)
+
+
+def _hook_marks(ctx: Context) -> list[Mark]:
+    kept = turn_marks(ctx.store, ctx.agent)
+    marks = [m for _, m in kept]
+    tool = hook_events.last_tool_use(ctx.store, ctx.agent)
+    if tool is not None and (not kept or int(tool["id"]) > kept[0][0]):
+        # A tool's use is a sign of life inside whatever turn it fell in: the latest one is all the
+        # open turn needs (ended turns excuse or not by how they ended, not by their activity).
+        at = _mark(tool)
+        place = next((i for i, (ident, _) in enumerate(kept) if ident > int(tool["id"])), len(marks))
+        marks.insert(place, at)
+    return marks
 
 
 # The turns as one tick read them (a caller that asks several questions reads them once).

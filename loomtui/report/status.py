@@ -138,11 +138,15 @@ class CanaryLast:
         return printable(line + (f" (acked in {self.latency:.2f}s)" if self.latency is not None else ""))
 
 
+PUMP_SOURCE = "pump"
+
+
 @dataclass(frozen=True)
 class TurnLook:
-    """The agent's turn as its hooks tell it (hooks.turn_rules): its state now, how long it has
-    run, how long since its last event, the tool it last used, an open permission prompt's words;
-    and the hooks' own last event. None in a Status whose agent has no hooks configured."""
+    """The agent's turn as its hooks tell it, or its stream-json pump where no hooks are configured
+    (hooks.turns, hooks.turn_rules): its state now, how long it has run, how long since its last
+    event, the tool it last used, an open permission prompt's words; and the hooks' own last
+    event. None in a Status whose agent has neither."""
 
     state: str                       # turn_rules: idle, busy, quiet, too long, waiting for permission
     age: float | None = None         # since the open turn began
@@ -151,10 +155,11 @@ class TurnLook:
     waiting: str = ""
     last_event: str = ""             # the hooks' latest event of any kind, and its age
     last_event_age: float | None = None
+    source: str = "hooks"            # hooks, or pump: which of them tells the turns (one per agent)
 
     def as_json(self) -> dict[str, Any]:
         return {"state": self.state, "age": self.age, "quiet": self.quiet, "tool": self.tool or None,
-                "waiting": self.waiting or None}
+                "waiting": self.waiting or None, "source": self.source}
 
     def hooks_json(self) -> dict[str, Any]:
         return {"last_event": self.last_event or None, "age": self.last_event_age}
@@ -173,7 +178,9 @@ class TurnLook:
                 line += " (past canary.max_turn: its misses count)"
             if self.tool:
                 line += f", last tool {self.tool}"
-        if self.last_event:
+        if self.source == PUMP_SOURCE:
+            line += "; told by the pump (no hooks)"
+        elif self.last_event:
             line += f"; last hook {self.last_event} {format_duration(max(self.last_event_age or 0, 0))} ago"
         else:
             line += "; no hook event yet"
@@ -181,12 +188,19 @@ class TurnLook:
 
 
 def turn_look(ctx: Context, at: Instant) -> TurnLook | None:
-    """The turn now (None: the agent's commands pass no hooks settings, so no turn is known)."""
-    if not hook_settings.wanted(ctx.config.agent):
+    """The turn now (None: the agent's commands pass no hooks settings and it has no pump, so no
+    turn is known)."""
+    pumped = turns.from_pump(ctx)
+    if not pumped and not hook_settings.wanted(ctx.config.agent):
         return None
     cfg = ctx.config.canary
     now_turn = turn_rules.current(turns.read(ctx))
     state = turn_rules.state(now_turn, at, cfg.turn_quiet, cfg.max_turn)
+    if pumped:
+        if now_turn is None:
+            return TurnLook(state, source=PUMP_SOURCE)
+        return TurnLook(state, age(now_turn.began, at), age(now_turn.last, at), printable(now_turn.tool),
+                        source=PUMP_SOURCE)
     newest = hook_events.recent(ctx.store, ctx.agent, 1)
     last_event, last_age = "", None
     if newest:
@@ -341,7 +355,9 @@ class Status:
             return None
         out = self.agent.as_json()
         if self.turn is not None:
-            out["turn"], out["hooks"] = self.turn.as_json(), self.turn.hooks_json()
+            out["turn"] = self.turn.as_json()
+            if self.turn.source != PUMP_SOURCE:
+                out["hooks"] = self.turn.hooks_json()
         return out
 
     def as_agent_json(self) -> dict[str, Any]:

@@ -73,8 +73,8 @@ def render_header(h: Header) -> Text:
     out.append("  last incident ", style="dim")
     out.append(h.incident or "none lately", style=LEVELS.get(h.incident_level, ""))
     if h.turn:
-        # The hooks' word on the turn, as `loom status` says it: the state first and whole, the
-        # last hook and its age after it (cut first at 80 columns; a permission prompt's own words,
+        # The hooks' (or the pump's) word on the turn, as `loom status` says it: the state first and
+        # whole, the last hook and its age (or the pump as the source) after it (cut first at 80 columns; a permission prompt's own words,
         # which may be long, are the prompt on the Agent tab too).
         state, _, hook = h.turn.rpartition("; ")
         out.append("\n")
@@ -86,7 +86,7 @@ def render_header(h: Header) -> Text:
 
 
 def height(h: Header) -> int:
-    """The header's lines: three, and the turn's where the agent's hooks are configured."""
+    """The header's lines: three, and the turn's where the agent's hooks or its pump tell it."""
     return 4 if h.turn else 3
 
 

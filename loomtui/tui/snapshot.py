@@ -77,7 +77,7 @@ class Header:
     hold: str = ""         # why automatic relaunching is held, "" when it is not
     claim: str = ""        # the last relaunch while no canary has acked since, "" once one has
     name: str = ""         # the selected agent's name, with several agents ("" with one: nothing to tell apart)
-    turn: str = ""         # the turn as the hooks tell it (TurnLook.describe); "" when no hooks are configured
+    turn: str = ""         # the turn as the hooks (or the pump) tell it (TurnLook.describe); "" when neither does
     turn_level: str = "ok"
 
 
@@ -284,7 +284,7 @@ TURN_LEVELS = {turn_rules.NO_TURN: "ok", turn_rules.TURN_BUSY: "ok", turn_rules.
 
 
 def turn_text(turn: status_mod.TurnLook | None) -> tuple[str, str]:
-    """The turn as `loom status` says it, and how it reads ("" when no hooks are configured)."""
+    """The turn as `loom status` says it, and how it reads ("" when neither hooks nor a pump tell it)."""
     if turn is None:
         return "", "ok"
     return turn.describe(), TURN_LEVELS.get(turn.state, "warn")

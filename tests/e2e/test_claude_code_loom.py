@@ -219,9 +219,11 @@ def test_kill_9_of_the_cli_is_resumed_and_the_next_request_carries_the_earlier_t
 
 @pytest.mark.incident("silent_deafness")
 def test_a_silent_model_makes_the_canary_miss_and_the_agent_is_recycled(make_claude, fake):
+    # The silent model's turn is open (the CLI's init, then nothing): the pump's turns excuse its
+    # misses until it has said nothing for turn_quiet, short here (docs/HOOKS.md, Busy or deaf).
     harness = make_claude(sections={"watchdog": FAST_WATCH,
                                     "canary": {"interval": "3s", "ack_timeout": SILENT_ACK_TIMEOUT,
-                                               "misses_to_recycle": 2}})
+                                               "misses_to_recycle": 2, "turn_quiet": "10s"}})
     session = harness.start()
     daemon = Daemon(harness)
     wait_for(lambda: any(r["result"] == "ok" for r in runs(harness)), LONG, what="a healthy ack")

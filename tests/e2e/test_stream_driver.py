@@ -143,8 +143,10 @@ def test_exit_zero_is_a_failure_too(make_stream):
 
 @pytest.mark.incident("silent_deafness")
 def test_wedge_two_misses_recycle_and_the_resumed_agent_acks(make_stream):
+    # The wedge is a turn the CLI began (its init) and never ended: the pump's turns excuse its
+    # misses until it has said nothing for turn_quiet (test_busy_turns_stream.py), short here.
     harness, session, daemon = supervised(make_stream, {"interval": "3s", "ack_timeout": "2s",
-                                                        "misses_to_recycle": 2}, "2s")
+                                                        "misses_to_recycle": 2, "turn_quiet": "5s"}, "2s")
     assert harness.loom("inject", "/wedge").returncode == 0
     event = wait_for(lambda: relaunches(harness, "canary_failed"), 90, what="a canary_failed recycle")[0]
     assert event["detail"]["mode"] == "resume" and event["detail"]["new_session"] == session

@@ -210,7 +210,7 @@ def test_status_says_the_turn_as_the_hooks_tell_it(tmp_path):
         turn = status.gather(ctx, look=False).turn
         assert turn.describe() == "busy 4m5s, last tool Bash; last hook PostToolUse 5s ago"
         assert (turn.as_json(), turn.hooks_json()) == (
-            {"state": "busy", "age": 245.0, "quiet": 5.0, "tool": "Bash", "waiting": None},
+            {"state": "busy", "age": 245.0, "quiet": 5.0, "tool": "Bash", "waiting": None, "source": "hooks"},
             {"last_event": "PostToolUse", "age": 5.0})
         virtual.advance(15 * 60)
         assert status.gather(ctx, look=False).turn.describe().startswith(

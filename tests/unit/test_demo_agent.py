@@ -181,6 +181,11 @@ def test_stream_mode_fault_switches(tmp_path):
     assert events(slow)[-1]["result"] == "done after 0.1s"
     say = stream(tmp_path, "--session-id", str(uuid.uuid4()), messages=["/say \x1b[31mred\nline two"])
     assert events(say)[-1]["result"] == "\x1b[31mred\nline two"
+    # A long turn calls a tool every BUSY_TOOL_EVERY (2 s) seconds and once more at its end.
+    busy = stream(tmp_path, "--session-id", str(uuid.uuid4()), messages=["/busy 2.5"])
+    calls = [e for e in events(busy) if e["type"] == "assistant" and e["message"]["content"][0]["type"] == "tool_use"]
+    assert len(calls) == 2 and calls[0]["message"]["content"][0]["name"] == "Bash"
+    assert events(busy)[-1]["result"] == "done after 2.5s"
 
 
 def test_a_modal_in_stream_mode_is_a_permission_denial(tmp_path):

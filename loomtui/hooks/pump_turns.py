@@ -1,0 +1,61 @@
+"""The stream-json pump's turn marks, read from its transcript as it grows (hooks.pump_marks
+converts; this only reads).
+
+The canary asks at every tick, and a busy turn's transcript grows by every event the CLI prints:
+each read takes only the bytes appended since the last (per transcript path, in this process),
+keeps the marks compacted, and starts from a bounded tail on its first read, or again when the
+file was replaced, cut, or grew by more than a tail's worth since (a turn begun before that tail
+is then not seen: its misses count, the safe direction).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loomtui.hooks import pump_marks
+from loomtui.hooks.turn_rules import Mark
+from loomtui.pump import transcript
+
+# The last hundred or so turns (a prompt and a stop each, their signs of life cut to two), as the
+# hooks keep (hooks.turns.MARKS).
+MARKS = 240
+TAIL = 1 << 20  # where a first read starts: the transcript's last MiB
+CHUNK = 4 << 20  # at most this much per read of the file (transcript.read's default)
+
+
+@dataclass
+class _Kept:
+    inode: int
+    offset: int
+    carried: pump_marks.Read = pump_marks.Read()
+    marks: list[Mark] = field(default_factory=list)
+
+
+_KEPT: dict[str, _Kept] = {}
+_LOCK = threading.Lock()  # the canary's and the hooks loop's threads may ask at once
+
+
+def marks(state_dir: Path) -> list[Mark]:
+    """The pump's latest MARKS turn marks for the agent whose pump state dir this is, oldest first."""
+    path = transcript.path_in(state_dir)
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return []  # no pump has run here yet (or it cannot be read): no turns
+    with _LOCK:
+        kept = _KEPT.get(str(path))
+        if kept is None or kept.inode != stat.st_ino or stat.st_size < kept.offset \
+                or stat.st_size - kept.offset > TAIL + CHUNK:
+            kept = _Kept(stat.st_ino, transcript.tail_offset(path, TAIL))
+        while True:
+            records = list(transcript.read(path, kept.offset, CHUNK))
+            if not records:
+                break
+            found, kept.carried = pump_marks.marks(records, kept.carried)
+            kept.marks = pump_marks.compact(kept.marks + found, MARKS)
+            kept.offset = records[-1].end
+        _KEPT[str(path)] = kept
+        return list(kept.marks)
