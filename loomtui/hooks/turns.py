@@ -16,11 +16,10 @@ from dataclasses import replace
 
 from loomtui import clock
 from loomtui.agent import launches
-from loomtui.agent.drivers import driver_class
 from loomtui.canary.rules import MISS, OK, ProbeRun
 from loomtui.context import Context
-from loomtui.hooks import ingest, pump_turns, turn_rules
-from loomtui.hooks.settings import events_dir, wanted
+from loomtui.hooks import ingest, pump_turns, source, turn_rules
+from loomtui.hooks.settings import events_dir
 from loomtui.hooks.turn_rules import Mark, Turn
 from loomtui.store import canary_runs, hook_events
 from loomtui.store.db import Store
@@ -55,10 +54,8 @@ def turn_marks(store: Store, agent: str) -> list[tuple[int, Mark]]:
 
 
 def from_pump(ctx: Context) -> bool:
-    """The agent's turns are its pump's: a stream-json driver and no hooks configured. (The
-    simulator's driver, where it filled one in, has no pump.)"""
-    driver = ctx.driver if ctx.driver is not None else driver_class(ctx.config)
-    return driver.owns_turns and not wanted(ctx.config.agent)
+    """The agent's turns are its pump's: a stream-json driver and no hooks configured."""
+    return source.of(ctx) == source.PUMP
 
 
 def read(ctx: Context) -> list[Turn]:

@@ -22,8 +22,8 @@ from loomtui.timing import Instant, age, stored
 from loomtui.canary import runs as canary
 from loomtui.context import Context
 from loomtui.durations import format_duration
-from loomtui.hooks import settings as hook_settings
-from loomtui.hooks import turn_rules, turns
+from loomtui.hooks import source as turn_source
+from loomtui.hooks import turn_rules
 from loomtui.report import heartbeat_rules
 from loomtui.store import canary_runs, heartbeat_pushes, heartbeats, hook_events, ledger, outbox, queue_items, session, telegram_state
 from loomtui.store.ledger import Event
@@ -190,9 +190,12 @@ class TurnLook:
 def turn_look(ctx: Context, at: Instant) -> TurnLook | None:
     """The turn now (None: the agent's commands pass no hooks settings and it has no pump, so no
     turn is known)."""
-    pumped = turns.from_pump(ctx)
-    if not pumped and not hook_settings.wanted(ctx.config.agent):
+    told_by = turn_source.of(ctx)
+    if told_by is None:
         return None
+    from loomtui.hooks import turns  # here: an agent with neither source never loads the readers
+
+    pumped = told_by == turn_source.PUMP
     cfg = ctx.config.canary
     now_turn = turn_rules.current(turns.read(ctx))
     state = turn_rules.state(now_turn, at, cfg.turn_quiet, cfg.max_turn)

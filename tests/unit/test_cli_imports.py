@@ -93,11 +93,12 @@ def test_the_status_other_hosts_ask_for_loads_no_module_it_does_not_use(tmp_path
     # `loom hosts` runs `loom status --json --list` on every host at once: what it loads is paid for
     # by every host at every look. These are loaded only by what needs them (a hash, a minted name,
     # the platform's default dirs, a typo's suggestion, several agents' threads, the inotify watch,
-    # a host name's socket, a stream-json agent's pump, a relaunch's policy, a warning's logging). Each dataclass a module
+    # a host name's socket, a stream-json agent's pump, a relaunch's policy, a warning's logging, the
+    # turns' readers for an agent with neither hooks nor a pump). Each dataclass a module
     # defines costs about half a millisecond to make here. A host is asked with its config and state
     # dir named, as here.
     unused = {"hashlib", "_hashlib", "secrets", "random", "platformdirs", "difflib", "concurrent", "ctypes", "socket",
-              "logging", "loomtui.pump.facts", "loomtui.agent.policy", "loomtui.agent.recovery"}
+              "logging", "loomtui.pump.facts", "loomtui.agent.policy", "loomtui.agent.recovery", "loomtui.hooks.turns"}
     config = tmp_path / "config.toml"
     config.write_text('[agent]\ntmux_socket = "loom-test-imports"\n')
     loaded = modules_loaded_by(tmp_path, "--config", str(config), "--state-dir", str(tmp_path / "state"), "status",
