@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from loomtui.hooks.turn_rules import PROMPT, SESSION_END, SESSION_START, STOP, STOP_FAILURE, Mark
-from loomtui.timing import Instant
+from loomtui.timing import Instant, stored
 
 # The pump's transcript directions and records (pump.transcript's; named again here to stay sealed).
 IN, OUT, PUMP = "in", "out", "pump"
@@ -51,12 +51,18 @@ class Entry(Protocol):
     @property
     def data(self) -> dict[str, Any]: ...
 
+    @property
+    def mono(self) -> float | None: ...
+
+    @property
+    def boot(self) -> str | None: ...
+
 
 @dataclass(frozen=True)
 class Read:
     """What the conversion carries from one stretch of the transcript to the next."""
 
-    written: float | None = None  # a line the pump wrote that the CLI has not answered yet
+    written: Instant | None = None  # a line the pump wrote that the CLI has not answered yet
 
 
 def marks(entries: Iterable[Entry], carried: Read = Read()) -> tuple[list[Mark], Read]:
@@ -64,12 +70,14 @@ def marks(entries: Iterable[Entry], carried: Read = Read()) -> tuple[list[Mark],
     out: list[Mark] = []
     written = carried.written
     for entry in entries:
-        at = Instant(float(entry.ts))
+        # On both clocks where the record kept them: a turn's age and quiet are then monotonic time,
+        # which a step of the wall clock does not move (a day back would excuse a wedge for a day).
+        at = stored(float(entry.ts), entry.mono, entry.boot)
         if entry.dir == IN:
-            written = at.wall  # a line the CLI has not answered yet is superseded: it began nothing
+            written = at  # a line the CLI has not answered yet is superseded: it began nothing
         elif entry.dir == OUT:
             if written is not None:
-                out.append(Mark(Instant(written), PROMPT))
+                out.append(Mark(written, PROMPT))
                 written = None
             out.append(_said(at, entry.data.get("event")))
         elif entry.dir == PUMP:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from loomtui import clock
 
 NAME = "transcript.jsonl"
 IN, OUT, ERR, PUMP = "in", "out", "err", "pump"
@@ -30,6 +31,10 @@ class Record:
     ts: float
     dir: str
     data: dict[str, Any]
+    # The monotonic clock and boot the record was written on (none in records written before they
+    # were kept, or dated by their writer): how long ago it was, whatever the wall clock did since.
+    mono: float | None = None
+    boot: str | None = None
 
     @property
     def event(self) -> dict[str, Any]:
@@ -46,8 +51,13 @@ class Writer:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def append(self, dir: str, ts: float | None = None, **data: Any) -> None:
-        line = json.dumps({"ts": time.time() if ts is None else ts, "dir": dir, **data},
-                          ensure_ascii=False, separators=(",", ":")) + "\n"
+        """A record of now on both clocks (Loom's, as the supervisor reads them: loomtui.clock), or
+        of the wall time `ts` its writer gives alone."""
+        head: dict[str, Any] = {"ts": ts}
+        if ts is None:
+            at = clock.now()
+            head = {"ts": at.wall, "mono": at.mono, "boot": at.boot}
+        line = json.dumps({**head, "dir": dir, **data}, ensure_ascii=False, separators=(",", ":")) + "\n"
         os.write(self._fd, line.encode("utf-8"))
 
     def close(self) -> None:
@@ -75,7 +85,13 @@ def read(path: Path, offset: int = 0, limit_bytes: int = 4 << 20) -> Iterator[Re
             continue
         ts = obj.pop("ts", 0.0)
         kind = obj.pop("dir")
-        yield Record(start, pos, float(ts) if isinstance(ts, (int, float)) else 0.0, kind, obj)
+        mono, boot = obj.pop("mono", None), obj.pop("boot", None)
+        yield Record(start, pos, float(ts) if _number(ts) else 0.0, kind, obj,
+                     float(mono) if _number(mono) else None, boot if isinstance(boot, str) and boot else None)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def tail_offset(path: Path, keep_bytes: int) -> int:

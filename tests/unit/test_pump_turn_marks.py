@@ -82,7 +82,7 @@ def test_a_line_the_cli_never_answered_begins_no_turn_until_it_does():
     """A CLI that stopped reading (or hangs on its resume) is deaf, not busy: the pump's write alone
     says nothing of the CLI. Its first event, even read later, dates the turn from the write."""
     found, carried = pump_marks.marks([pump(0, "started"), wrote(10)])
-    assert turn_rules.turns(found) == [] and carried.written == T0 + 10
+    assert turn_rules.turns(found) == [] and carried.written == at(10)
     more, carried = pump_marks.marks([init(300), tool(301)], carried)
     [turn] = turn_rules.turns(found + more)
     assert (turn.began, turn.last, turn.ended) == (at(10), at(301), None) and carried.written is None
@@ -90,6 +90,39 @@ def test_a_line_the_cli_never_answered_begins_no_turn_until_it_does():
     for end in (pump(11, "write_failed", seq=1), pump(11, "cli_exit", status=1), pump(11, "started")):
         found, carried = pump_marks.marks([wrote(10), end, init(12)])
         assert turn_rules.turns(found) == [] and carried.written is None, end
+
+
+def test_a_turn_is_timed_on_the_monotonic_clock_it_was_written_on_whatever_the_wall_clock_did():
+    """Records keep both clocks (transcript.Writer): a day's step of the wall clock back during a
+    silent turn must not make it look just begun and excuse a wedge for a day, nor a step forward
+    make a busy turn look older than max_turn."""
+    def on_both(t: float, record: Record) -> Record:
+        return Record(0, 0, record.ts, record.dir, record.data, 500.0 + t, "boot-1")
+
+    found, _ = pump_marks.marks([on_both(10, wrote(10)), on_both(11, init(11)), on_both(12, tool(12))])
+    [turn] = turn_rules.turns(found)
+    assert turn.began == Instant(T0 + 10, 510.0, "boot-1") and turn.last == Instant(T0 + 12, 512.0, "boot-1")
+    for step in (-86400.0, 86400.0):
+        # 1,000 s after its last event on the monotonic clock, the wall clock stepped by a day.
+        now = Instant(T0 + 1012 + step, 1512.0, "boot-1")
+        assert turn_rules.state(turn, now, QUIET, MAX_TURN) == turn_rules.TURN_QUIET, step
+        assert turn_rules.state(turn, Instant(T0 + 112 + step, 612.0, "boot-1"), QUIET, MAX_TURN) == turn_rules.TURN_BUSY, step
+
+
+def test_the_transcript_keeps_both_clocks_of_the_records_it_dates(tmp_path):
+    path = transcript.path_in(tmp_path)
+    log = transcript.Writer(path)
+    try:
+        with clock.use(FakeClock()):
+            now = clock.now()
+            log.append(transcript.IN, seq=1, origin="operator", ref="", text="hi")
+        log.append(transcript.OUT, ts=T0, event={"type": "system"})  # dated by its writer: the wall alone
+    finally:
+        log.close()
+    dated, given_ts = transcript.read(path)
+    assert (dated.ts, dated.mono, dated.boot) == (now.wall, now.mono, now.boot)
+    assert dated.data == {"seq": 1, "origin": "operator", "ref": "", "text": "hi"}  # no clock among its data
+    assert (given_ts.ts, given_ts.mono, given_ts.boot) == (T0, None, None)
 
 
 def test_a_line_queued_behind_a_turn_begins_its_own_turn_only_when_written():
