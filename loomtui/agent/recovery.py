@@ -53,7 +53,7 @@ def history(ctx: Context) -> tuple[Relaunch, ...]:
     return tuple(_relaunch(row["ts"], row["cause"], row["detail"]) for row in reversed(rows))
 
 
-@functools.lru_cache(maxsize=4 * HISTORY_LIMIT)
+@functools.lru_cache(maxsize=4 * HISTORY_LIMIT, typed=True)
 def _relaunch(ts: float, cause: str | None, raw: str) -> Relaunch:
     """One ledger row as a Relaunch: a function of the row's text alone (a Relaunch is frozen), so
     it is parsed once, not at every recovery's look at the last HISTORY_LIMIT rows (a storm's
