@@ -50,7 +50,8 @@ class Recovery:
 
 def history(ctx: Context) -> tuple[Relaunch, ...]:
     rows = ledger.relaunches(ctx.store, ctx.agent, HISTORY_LIMIT)
-    return tuple(_relaunch(row["ts"], row["cause"], row["detail"]) for row in reversed(rows))
+    # Unpacked in the query's column order (ts, cause, detail): by name, a Row compares column names.
+    return tuple(_relaunch(ts, cause, detail) for ts, cause, detail in reversed(rows))
 
 
 @functools.lru_cache(maxsize=4 * HISTORY_LIMIT, typed=True)
