@@ -13,6 +13,7 @@ fills them with its simulated world, and every copy of a Context (`clone`, `for_
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,9 +100,15 @@ class Context:
 
     @property
     def acks_dir(self) -> Path:
-        return self.agent_dir / "acks"
+        return _acks_dir(self.agent_dir)
 
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+@functools.lru_cache(maxsize=256)
+def _acks_dir(agent_dir: Path) -> Path:
+    """Made once per agent directory (the canary asks at every look; a Path is immutable)."""
+    return agent_dir / "acks"

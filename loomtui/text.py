@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from typing import Any
 
 _LINE_BREAKS = re.compile(r"\r\n|[\r\n\v\f\x85\u2028\u2029\t]")
 
 
+# Unicode's control characters (category Cc), which the standard fixes for ever as these 65:
+# one regex pass instead of a category lookup for each character of every typed line.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def sanitize(text: str) -> str:
     """One line of printable text: breaks become spaces, other control characters are dropped."""
-    text = _LINE_BREAKS.sub(" ", text)
-    return "".join(ch for ch in text if unicodedata.category(ch) != "Cc")
+    return _CONTROLS.sub("", _LINE_BREAKS.sub(" ", text))
 
 
 def digest(text: str) -> str:

@@ -6,6 +6,7 @@ and writes the record. Every change is one write transaction with its ledger eve
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from dataclasses import dataclass
@@ -32,7 +33,10 @@ def _read_in(db: sqlite3.Connection) -> Hold | None:
     return _parse(meta.get_in(db, _key(db)))
 
 
+@functools.lru_cache(maxsize=64)
 def _parse(raw: str | None) -> Hold | None:
+    """The record's text as a Hold: a function of the text alone (a Hold is frozen), so each text
+    is parsed once, not at every look of every loop (admit, expire and held each read it)."""
     if not raw:
         return None
     try:

@@ -10,6 +10,7 @@ time, never a decision.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -38,7 +39,12 @@ TYPED = "typed"            # written by inject once a line is typed: the hooks l
 
 def last_launch(ctx: Context) -> LaunchRecord | None:
     raw = ctx.store.get_meta(ctx.store.agent_key(LAUNCH_KEY))
-    return LaunchRecord.from_json(raw) if raw else None
+    return _launch_record(raw) if raw else None
+
+
+# The record's text as a LaunchRecord, parsed once per text (the record is frozen): every look of
+# every loop reads it, and it changes once a launch.
+_launch_record = functools.lru_cache(maxsize=64)(LaunchRecord.from_json)
 
 
 def recorded_processes(ctx: Context) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ hold): `escalate` places it, an operator's relaunch (`clear_hold`) or `loom rele
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -49,16 +50,21 @@ class Recovery:
 
 def history(ctx: Context) -> tuple[Relaunch, ...]:
     rows = ledger.relaunches(ctx.store, ctx.agent, HISTORY_LIMIT)
-    out = []
-    for row in reversed(rows):
-        try:
-            detail = json.loads(row["detail"])
-        except ValueError:
-            detail = {}
-        out.append(Relaunch(stored(row["ts"], detail.get("mono"), detail.get("boot")), row["cause"] or "",
-                            detail.get("mode", ""),
-                            detail.get("old_session"), detail.get("new_session")))
-    return tuple(out)
+    # Unpacked in the query's column order (ts, cause, detail): by name, a Row compares column names.
+    return tuple(_relaunch(ts, cause, detail) for ts, cause, detail in reversed(rows))
+
+
+@functools.lru_cache(maxsize=4 * HISTORY_LIMIT, typed=True)
+def _relaunch(ts: float, cause: str | None, raw: str) -> Relaunch:
+    """One ledger row as a Relaunch: a function of the row's text alone (a Relaunch is frozen), so
+    it is parsed once, not at every recovery's look at the last HISTORY_LIMIT rows (a storm's
+    backoff asks each watchdog tick: that parsing was a fifth of the simulator's time)."""
+    try:
+        detail = json.loads(raw)
+    except ValueError:
+        detail = {}
+    return Relaunch(stored(ts, detail.get("mono"), detail.get("boot")), cause or "", detail.get("mode", ""),
+                    detail.get("old_session"), detail.get("new_session"))
 
 
 def canary_recycled(ctx: Context, pinned: str | None) -> frozenset[str]:

@@ -50,7 +50,7 @@ class Watchdog:
         # With modals to look for, the screen comes with the pane: one tmux call, not two.
         facts = self.driver.observe(with_screen=bool(self.settings.modals))
         launched = launches.last_launch(self.ctx)
-        since = launches.since_launch(self.ctx)
+        since = launches.launch_age(launched)  # the record just read, not a second read of it
         agent = self.ctx.config.agent
         screen = None
         pane = facts.pane

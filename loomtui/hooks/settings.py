@@ -17,6 +17,7 @@ prompt): a lost event costs a canary probe, never the agent's turn.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -34,11 +35,14 @@ PREFIX = "ev."
 SUFFIX = ".json"
 
 
+@functools.lru_cache(maxsize=256)
 def hooks_dir(agent_dir: Path) -> Path:
     return Path(agent_dir) / HOOKS_DIR
 
 
+@functools.lru_cache(maxsize=256)
 def events_dir(agent_dir: Path) -> Path:
+    """Made once per agent directory (a Path is immutable): the hooks loop asks at every look."""
     return hooks_dir(agent_dir) / EVENTS_DIR
 
 

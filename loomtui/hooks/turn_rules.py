@@ -24,7 +24,7 @@ counting, never act: only the canary's misses recycle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from loomtui.timing import Instant, age
 
@@ -72,44 +72,53 @@ class Turn:
 def turns(marks: list[Mark]) -> list[Turn]:
     """The turns the events (oldest first) tell of, oldest first."""
     out: list[Turn] = []
-    open_: Turn | None = None
+    # The open turn, as its fields (a Turn is made when it ends, or at the end: not one per mark,
+    # which was most of this function's time with the canary and the hooks loop asking at every look).
+    began: Instant | None = None  # None: no turn open
+    last: Instant | None = None
+    waiting, waiting_since, tool = "", None, ""
     announced = True  # the last launch's process has said it started (or there was no launch)
 
     def close(at: Instant, outcome: str, error: str = "") -> None:
-        nonlocal open_
-        if open_ is not None:
-            out.append(Turn(open_.began, at, at, outcome, "", None, open_.tool, error))
-            open_ = None
+        nonlocal began
+        if began is not None:
+            out.append(Turn(began, at, at, outcome, "", None, tool, error))
+            began = None
 
     for mark in marks:
-        if mark.event == SESSION_START:
+        event = mark.event
+        if event == SESSION_START:
             if mark.source == COMPACT:
-                if open_ is not None:
-                    open_ = replace(open_, last=mark.at)
+                if began is not None:
+                    last = mark.at  # the same turn, alive: nothing else of it changes
             elif not announced and mark.source in NEW_PROCESS:
                 announced = True  # the launched process's own start, the boundary already marked
             else:
-                close(open_.last if open_ is not None else mark.at, GONE)
+                if last is not None:
+                    close(last, GONE)
                 announced = mark.source != LAUNCH
-        elif mark.event == SESSION_END:
+        elif event == SESSION_END:
             close(mark.at, GONE)
-        elif mark.event == PROMPT:
-            if open_ is None:
-                open_ = Turn(mark.at, mark.at)
-            else:  # a prompt queued into a running turn: the same turn, alive
-                open_ = Turn(open_.began, mark.at, tool=open_.tool)
-        elif mark.event == STOP:
+        elif event == PROMPT:
+            if began is None:
+                began, tool = mark.at, ""
+            # else a prompt queued into a running turn: the same turn, alive
+            last, waiting, waiting_since = mark.at, "", None
+        elif event == STOP:
             close(mark.at, STOPPED)
-        elif mark.event == STOP_FAILURE:
+        elif event == STOP_FAILURE:
             close(mark.at, FAILED, mark.source)
-        elif mark.event == NOTIFICATION and mark.source == IDLE:
+        elif event == NOTIFICATION and mark.source == IDLE:
             close(mark.at, IDLE_END)
-        elif open_ is not None:
-            waiting = (mark.message or mark.source) if mark.event == NOTIFICATION and mark.source == PERMISSION else ""
-            open_ = Turn(open_.began, mark.at, waiting=waiting, waiting_since=mark.at if waiting else None,
-                         tool=mark.source if mark.event in TOOL_EVENTS and mark.source else open_.tool)
-    if open_ is not None:
-        out.append(open_)
+        elif began is not None:
+            waiting = (mark.message or mark.source) if event == NOTIFICATION and mark.source == PERMISSION else ""
+            waiting_since = mark.at if waiting else None
+            if event in TOOL_EVENTS and mark.source:
+                tool = mark.source
+            last = mark.at
+    if began is not None:
+        assert last is not None
+        out.append(Turn(began, last, None, "", waiting, waiting_since, tool, ""))
     return out
 
 

@@ -22,7 +22,9 @@ _MUTABLE = [f for f in _FIELDS if f not in ("id", "job", "kind", "signature", "f
 
 
 def from_row(row: sqlite3.Row) -> Item:
-    return Item(**{name: row[name] for name in _FIELDS})
+    # The row's columns by name once (a Row's lookup by name compares the column names one by one).
+    columns = dict(zip(row.keys(), row))
+    return Item(**{name: columns[name] for name in _FIELDS})
 
 
 def as_dict(item: Item) -> dict[str, Any]:

@@ -123,7 +123,9 @@ class Sim:
         self.runs_from = 0            # the first canary run not yet seen settled
         self.runs_told: set[int] = set()  # settled runs from runs_from on, already told (membership only)
         self.data_version = -1
+        self.store_changes = 0   # how often data_version moved (the checker's queue look rests on it)
         self.relaunched: Path | None = None   # the RELAUNCHED signal file, which rings the canary
+        self.relaunched_name = ""
         self.quiet_until: float | None = None  # the canary sleeps on a quiet answer until then (or a store change)
 
     # -- the world's clock and events ---------------------------------------------------------
@@ -387,6 +389,7 @@ class Sim:
         if version != self.data_version:
             self.data_version = version
             self.item_cache.clear()
+            self.store_changes += 1
             rows = ledger.after(obs, self.ledger_seen)
             for row in rows:
                 self.ledger_seen = row["id"]
@@ -403,9 +406,10 @@ class Sim:
                 self.checker.on_relaunch_done()
         if self.relaunched is None:
             self.relaunched = launches.signals_dir(ctx.agent_dir) / launches.RELAUNCHED
-        signal = self.relaunched
-        if signal.exists():
-            signal.unlink()
+            self.relaunched_name = os.fspath(self.relaunched)
+        # os.access: no exception made and dropped after every slice in which nothing rang.
+        if os.access(self.relaunched_name, os.F_OK):
+            self.relaunched.unlink()
             self.wake("canary")
 
     def on_ledger(self, seq: int, kind: str, cause: str, raw: str | None) -> None:

@@ -12,6 +12,7 @@ steps the wall clock only, and a deadline that followed it would be the bug, not
 from __future__ import annotations
 
 import datetime as dt
+import math
 from bisect import bisect_left
 from dataclasses import replace
 from typing import TYPE_CHECKING, NoReturn
@@ -77,6 +78,8 @@ class Checker:
         self.last_notice = -1e18
         self.unresolved: set[int] = set()           # queue items not yet witnessed (sorted when iterated)
         self.sentinel_failures: list[float] = []    # times (t) of sentinel ticks the locked store made fail
+        self.queue_calm_until = -math.inf           # check_queue: nothing late before this (see there)
+        self.queue_calm_store = -1                  # ... while sim.store_changes is this
         # Automatic relaunch decisions (fallbacks included, as Loom's own history holds them) since the
         # last operator relaunch, at the monotonic instant Loom recorded each: the fuse and the backoff.
         self.decisions: list[float] = []
@@ -218,6 +221,7 @@ class Checker:
             self.fail("escalate_once_and_hold", f"the hold was cleared by {cause}, not an operator")
 
     def on_sentinel_failed(self) -> None:
+        self.queue_calm_until = -math.inf  # `missed` changes (a failure more, or old ones dropped)
         self.sentinel_failures.append(self.sim.world.t)
         if len(self.sentinel_failures) > 200:
             del self.sentinel_failures[:100]
@@ -390,7 +394,12 @@ class Checker:
 
     def check_queue(self) -> None:
         sim, w = self.sim, self.sim.world
+        # No item can be late before `queue_calm_until` while the store (the items, and which are
+        # unresolved: both move only with it) and the failed ticks stay as the last full look saw them.
+        if w.t < self.queue_calm_until and self.queue_calm_store == sim.store_changes:
+            return
         cfg = sim.config.sentinel
+        calm = math.inf
         for item_id in sorted(self.unresolved):
             item = sim.item(item_id)
             if item is None or item.escalated_at is not None:
@@ -406,3 +415,6 @@ class Checker:
             if self.late(late, 1.0, start):
                 self.fail("queue_backstop", f"item {item_id} ({item.state}) has not reached the operator "
                                             f"{late:.0f}s after its backstop")
+            # `late` stays at most 1 until then (a millisecond short: no rounding decides it).
+            calm = min(calm, start + window + cfg.interval + missed + 1.0 - 1e-3)
+        self.queue_calm_until, self.queue_calm_store = calm, sim.store_changes

@@ -84,7 +84,8 @@ def last(store: Store, agent: str) -> sqlite3.Row | None:
 
 
 def recent_sends(store: Store, agent: str, limit: int) -> list[sqlite3.Row]:
-    """The agent's last `limit` runs, newest first: what the canary's rules decide from."""
+    """The agent's last `limit` runs, newest first: what the canary's rules decide from (canary.runs
+    unpacks these columns in this order)."""
     return store.query(
         "SELECT id, nonce, sent_at, result, launch_seq, in_grace, sent_mono, boot, ack_at FROM canary_runs "
         "WHERE agent = ? "

@@ -182,8 +182,13 @@ class Store:
                 self._rollback()
 
     def data_version(self) -> int:
-        """SQLite's data_version: it moves when another connection commits (a cheap "anything new?")."""
-        return int(self.pragma("data_version"))
+        """SQLite's data_version: it moves when another connection commits (a cheap "anything new?",
+        asked straight: the simulator asks after every slice of every loop)."""
+        with self._lock:
+            try:
+                return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+            except sqlite3.DatabaseError as exc:
+                raise self._unavailable(exc) from None
 
     def lock_out(self) -> None:
         """Hold an exclusive lock until `let_in`, as a backup or a `sqlite3` shell can: every other

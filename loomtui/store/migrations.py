@@ -227,4 +227,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX hook_events_agent ON hook_events(agent, event, id)
         """,
     ),
+    (
+        "0013_canary_runs_by_agent",
+        # One agent's last runs, newest first (the canary's every tick reads its last 50, and the
+        # late acks' last 10): canary_runs_agent leads with the result, so SQLite fetched every run
+        # of the agent and sorted them (2 ms a read with 3,000 runs, growing without end).
+        """
+        CREATE INDEX canary_runs_agent_id ON canary_runs(agent, id)
+        """,
+    ),
 ]

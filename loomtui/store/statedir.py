@@ -3,6 +3,7 @@ before anything locks in it. Also the one way Loom makes a private file or direc
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -111,9 +112,11 @@ def prepare_state_dir(path: Path) -> Path:
     return path
 
 
+@functools.lru_cache(maxsize=256)
 def agent_dir(state_dir: Path, agent: str) -> Path:
     """Where an agent's own files live: the state dir itself for `main` (as before agents had
-    names, so an old state dir keeps its acks, locks and sidecar), `agents/NAME/` for another."""
+    names, so an old state dir keeps its acks, locks and sidecar), `agents/NAME/` for another.
+    (Made once per state dir and agent: every loop asks at every look, and a Path is immutable.)"""
     return Path(state_dir) if agent == MAIN_AGENT else Path(state_dir) / "agents" / agent
 
 

@@ -346,3 +346,15 @@ def test_printable_is_one_for_one_and_json_safe_keeps_the_data():
     dumped = text.dumps({"k": tricky})
     assert not raw_controls(dumped) and json.loads(dumped) == {"k": tricky}
     assert text.undecodable(["ok", "é", "\udcff"]) == 3 and text.undecodable(["ok"]) is None
+
+
+def test_sanitize_drops_exactly_unicode_control_characters():
+    """sanitize's regex names the 65 code points of category Cc: the same as asking each character's category."""
+    import sys
+    import unicodedata
+
+    every = "".join(chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF) + "\udcff"
+    breaks = "\n\v\f\x85\u2028\u2029\t\r"
+    spaced = "".join(" " if ch in breaks else ch for ch in every)
+    assert text.sanitize(every) == "".join(ch for ch in spaced if unicodedata.category(ch) != "Cc")
+    assert text.sanitize("a\r\nb\x1b[31mc\x9b\x00d") == "a b[31mcd"
