@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loomtui import clock
+from loomtui import clock, platform
 
 NAME = "transcript.jsonl"
 IN, OUT, ERR, PUMP = "in", "out", "err", "pump"
@@ -55,8 +55,7 @@ class Writer:
         of the wall time `ts` its writer gives alone."""
         head: dict[str, Any] = {"ts": ts}
         if ts is None:
-            at = clock.now()
-            head = {"ts": at.wall, "mono": at.mono, "boot": at.boot}
+            head = {"ts": clock.wall(), "mono": clock.monotonic(), "boot": _boot()}
         line = json.dumps({**head, "dir": dir, **data}, ensure_ascii=False, separators=(",", ":")) + "\n"
         os.write(self._fd, line.encode("utf-8"))
 
@@ -88,6 +87,13 @@ def read(path: Path, offset: int = 0, limit_bytes: int = 4 << 20) -> Iterator[Re
         mono, boot = obj.pop("mono", None), obj.pop("boot", None)
         yield Record(start, pos, float(ts) if _number(ts) else 0.0, kind, obj,
                      float(mono) if _number(mono) else None, boot if isinstance(boot, str) and boot else None)
+
+
+def _boot() -> str | None:
+    """The boot, where the platform reads it from a file (/proc: Linux). The portable platform asks
+    psutil, which the pump, standing on the standard library, never loads: there a record keeps no
+    boot and is timed on the wall clock, as every record was before they kept both clocks."""
+    return clock.boot_id() if platform.current().proc_files else None
 
 
 def _number(value: Any) -> bool:
