@@ -414,12 +414,14 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
 
 def pushes(ctx: Context, now: float) -> dict[str, dict[str, Any]]:
     """Each push heartbeat's last beat, by name, with where it goes as it may be shown (never the URL)
-    and its age at `now` (what another host reads: its own clock may differ from this one's)."""
+    and its age at `now` (what another host reads: its own clock may differ from this one's). A beat
+    recorded after `now` was taken (the daemon beat while this status was read) is just now, never
+    a negative age, as every age here (timing.age)."""
     out = {}
     for b in ctx.config.heartbeat:
         beat = heartbeat_pushes.last(ctx.store, b.name)
         at = beat.get("at")
-        age = {"age": now - at} if isinstance(at, (int, float)) and not isinstance(at, bool) else {}
+        age = {"age": max(0.0, now - at)} if isinstance(at, (int, float)) and not isinstance(at, bool) else {}
         out[b.name] = {"url": heartbeat_rules.shown(b.url), **beat, **age}
     return out
 

@@ -205,3 +205,17 @@ def test_a_hanging_receiver_holds_up_only_its_own_next_beat(tmp_path, receiver):
     finally:
         halt.set()
         ctx.close()
+
+
+def test_a_beat_recorded_after_the_status_took_its_now_is_just_now(tmp_path):
+    # The daemon beats while `loom status` reads: its `now` comes first (make test-stress saw -3 ms).
+    from loomtui.report.status import pushes
+
+    ctx = beat_ctx(tmp_path, "http://127.0.0.1:9/ping/s3cret")
+    try:
+        with ctx.store.write() as db:
+            heartbeat_pushes.record_in(db, "heartbeat1", {"at": 1_000.5, "says": OK, "sent": True})
+        assert pushes(ctx, 1_000.0)["heartbeat1"]["age"] == 0.0
+        assert pushes(ctx, 1_010.5)["heartbeat1"]["age"] == 10.0
+    finally:
+        ctx.close()
