@@ -138,9 +138,6 @@ class CanaryLast:
         return printable(line + (f" (acked in {self.latency:.2f}s)" if self.latency is not None else ""))
 
 
-PUMP_SOURCE = "pump"
-
-
 @dataclass(frozen=True)
 class TurnLook:
     """The agent's turn as its hooks tell it, or its stream-json pump where no hooks are configured
@@ -155,7 +152,7 @@ class TurnLook:
     waiting: str = ""
     last_event: str = ""             # the hooks' latest event of any kind, and its age
     last_event_age: float | None = None
-    source: str = "hooks"            # hooks, or pump: which of them tells the turns (one per agent)
+    source: str = turn_source.HOOKS  # hooks, or pump: which of them tells the turns (one per agent)
 
     def as_json(self) -> dict[str, Any]:
         return {"state": self.state, "age": self.age, "quiet": self.quiet, "tool": self.tool or None,
@@ -178,7 +175,7 @@ class TurnLook:
                 line += " (past canary.max_turn: its misses count)"
             if self.tool:
                 line += f", last tool {self.tool}"
-        if self.source == PUMP_SOURCE:
+        if self.source == turn_source.PUMP:
             line += "; told by the pump (no hooks)"
         elif self.last_event:
             line += f"; last hook {self.last_event} {format_duration(max(self.last_event_age or 0, 0))} ago"
@@ -201,9 +198,9 @@ def turn_look(ctx: Context, at: Instant) -> TurnLook | None:
     state = turn_rules.state(now_turn, at, cfg.turn_quiet, cfg.max_turn)
     if pumped:
         if now_turn is None:
-            return TurnLook(state, source=PUMP_SOURCE)
+            return TurnLook(state, source=turn_source.PUMP)
         return TurnLook(state, age(now_turn.began, at), age(now_turn.last, at), printable(now_turn.tool),
-                        source=PUMP_SOURCE)
+                        source=turn_source.PUMP)
     newest = hook_events.recent(ctx.store, ctx.agent, 1)
     last_event, last_age = "", None
     if newest:
@@ -359,7 +356,7 @@ class Status:
         out = self.agent.as_json()
         if self.turn is not None:
             out["turn"] = self.turn.as_json()
-            if self.turn.source != PUMP_SOURCE:
+            if self.turn.source != turn_source.PUMP:
                 out["hooks"] = self.turn.hooks_json()
         return out
 
