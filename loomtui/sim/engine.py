@@ -125,7 +125,6 @@ class Sim:
         self.data_version = -1
         self.store_changes = 0   # how often data_version moved (the checker's queue look rests on it)
         self.relaunched: Path | None = None   # the RELAUNCHED signal file, which rings the canary
-        self.relaunched_name = ""
         self.quiet_until: float | None = None  # the canary sleeps on a quiet answer until then (or a store change)
 
     # -- the world's clock and events ---------------------------------------------------------
@@ -406,9 +405,8 @@ class Sim:
                 self.checker.on_relaunch_done()
         if self.relaunched is None:
             self.relaunched = launches.signals_dir(ctx.agent_dir) / launches.RELAUNCHED
-            self.relaunched_name = os.fspath(self.relaunched)
         # os.access: no exception made and dropped after every slice in which nothing rang.
-        if os.access(self.relaunched_name, os.F_OK):
+        if os.access(self.relaunched, os.F_OK):
             self.relaunched.unlink()
             self.wake("canary")
 
