@@ -29,12 +29,19 @@ TREE = (
 )
 
 
+def exec_done(root: int) -> bool:
+    """Three processes, and the poller past its exec: until then a forked child's command line is
+    still its parent's (make test-stress once saw the poller read as missing in that moment)."""
+    pids, _ = proctree.walk(root)
+    return len(pids) == 3 and b"fake-poller" in proctree._read_cmdline(pids[2])
+
+
 @pytest.fixture
 def tree(tmp_path):
     tag = f"tag{os.getpid()}x{time.monotonic_ns()}"
     proc = subprocess.Popen([sys.executable, "-c", TREE, "wrapper", tag, TREE, "runs agent"])
     try:
-        wait_for(lambda: len(proctree.walk(proc.pid)[0]) == 3, what="three processes in the tree")
+        wait_for(lambda: exec_done(proc.pid), what="three processes in the tree, each past its exec")
         yield proc, tag
     finally:
         for child in psutil.Process(proc.pid).children(recursive=True):
