@@ -7,6 +7,8 @@ up front (BEGIN IMMEDIATE) so a read-then-write can never interleave with anothe
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -23,6 +25,45 @@ from loomtui.store.statedir import create_private_file
 
 DB_NAME = "loom.db"
 BUSY_TIMEOUT = 10.0
+OPEN_LOCK_SUFFIX = "-openlock"  # beside the file, as SQLite's own -wal and -shm are
+
+
+@contextmanager
+def open_lock(path: Path, *, exclusive: bool = False, timeout: float = BUSY_TIMEOUT) -> Iterator[None]:
+    """Held (shared) while a connection opens the store at `path`, and (exclusive) while the salvage
+    moves a damaged store aside and makes a new one in its place.
+
+    SQLite opens a store's log and shared memory by their names, after the file itself. A
+    connection opening while the salvage renames the three could pair the new file with the old
+    log or shared memory, or make a log of its own that the new store then reads as its: the
+    salvage then failed ("disk I/O error", "malformed") or the new store was damaged at birth.
+    A connection opened before the salvage holds the old files and SQLite sees they moved.
+    On the machine's clock, as the store's busy wait: the holder is another real process."""
+    lock = Path(f"{path}{OPEN_LOCK_SUFFIX}")
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        try:
+            fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)  # a state dir this user may only read
+        except OSError:
+            yield  # no lock to take: the open itself says what is wrong with the directory
+            return
+    try:
+        real = clock.SYSTEM
+        deadline = real.monotonic() + timeout
+        pause = 0.005
+        while True:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if real.monotonic() >= deadline:
+                    raise StoreUnavailable(f"store {path}: database is locked (another Loom is salvaging it)") from None
+                real.sleep(pause)
+                pause = min(pause * 2, 0.1)
+        yield
+    finally:
+        os.close(fd)  # and the lock with it
 
 
 class AgentConnection(sqlite3.Connection):
@@ -36,12 +77,20 @@ class AgentConnection(sqlite3.Connection):
 
 class Store:
     def __init__(self, path: Path, *, timeout: float = BUSY_TIMEOUT, migrate: bool = True,
-                 agent: str = MAIN_AGENT, agent_dir: Path | None = None) -> None:
+                 agent: str = MAIN_AGENT, agent_dir: Path | None = None, lock_held: bool = False) -> None:
+        """`lock_held`: the caller holds `open_lock` already (the salvage, making the new store)."""
         self.path = Path(path)
         self.agent = agent
         self.agent_dir = Path(agent_dir) if agent_dir is not None else self.path.parent
         self._lock = threading.RLock()
         self.opened: health.Opened | None = None
+        if lock_held:
+            self._open(timeout, migrate)
+        else:
+            with open_lock(self.path, timeout=timeout):
+                self._open(timeout, migrate)
+
+    def _open(self, timeout: float, migrate: bool) -> None:
         health.refuse_orphaned_log(self.path)  # before SQLite sees the file: it would delete the log
         try:
             create_private_file(self.path)
@@ -49,7 +98,7 @@ class Store:
                 self.path, timeout=timeout, isolation_level=None, check_same_thread=False,
                 factory=AgentConnection,
             )
-            self.conn.agent = agent
+            self.conn.agent = self.agent
             self.conn.agent_dir = self.agent_dir
         except OSError as exc:
             raise StoreError(f"store {self.path} cannot be opened: {exc.strerror or exc}") from None

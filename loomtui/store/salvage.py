@@ -26,7 +26,7 @@ from pathlib import Path
 
 from loomtui.errors import StoreError
 from loomtui.store import health, ledger, outbox, session
-from loomtui.store.db import DB_NAME, Store
+from loomtui.store.db import DB_NAME, Store, open_lock
 from loomtui.store.statedir import create_private_file
 
 # Rows worth carrying over, newest first where a table can be long. The ledger is not copied
@@ -105,8 +105,10 @@ def open_or_salvage(state_dir: Path) -> tuple[Store, Salvage | None]:
         else:
             session.sync_sidecar(store)
             return store, None
-    salvage = _move_aside(state_dir)
-    store = Store.in_dir(state_dir)
+    # No other connection may open the store while its files move and the new one is made.
+    with open_lock(state_dir / DB_NAME, exclusive=True):
+        salvage = _move_aside(state_dir)
+        store = Store.in_dir(state_dir, lock_held=True)
     _carry_over(salvage, store)
     salvage.pinned_from = _carry_pin(store, state_dir)
     for name, directory in _agent_dirs(state_dir):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 from harness import log_only_commits
 
 from loomtui.errors import StoreUnavailable
-from loomtui.store import health, ledger, outbox, session
+from loomtui.store import health, ledger, outbox, salvage, session
 from loomtui.store.db import DB_NAME, Store
 from loomtui.store.health import DAMAGED, OTHER, TRANSIENT, FileId, Opened, StoreBroken, classify
 from loomtui.store.salvage import open_or_salvage
@@ -230,6 +232,61 @@ def test_damage_is_kept_by_the_file_not_the_path(store, state_dir):
         assert salvaged_store.unusable() is None
     finally:
         salvaged_store.close()
+
+
+@pytest.mark.parametrize("moved", ["", "-wal"])
+def test_a_store_opened_while_the_salvage_moves_its_files_waits_for_the_new_one(store, state_dir, monkeypatch, moved):
+    # Another Loom (a `loom status`, the console) opens the store just as the salvage has moved the
+    # file, or the file and its log, aside. Opening then could pair the new file with the old
+    # shared memory, or make a log the new store reads as its own: CI once saw the salvage fail
+    # "malformed" this way. The open waits until the new store is made, and opens that.
+    scribble_table(store, "meta")
+    # A connection opened earlier keeps the log and shared memory in place, to be moved too.
+    earlier = sqlite3.connect(store.path)
+    earlier.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    store.close()
+    assert (state_dir / f"{DB_NAME}-wal").exists()
+    real_replace, halfway, resume = os.replace, threading.Event(), threading.Event()
+
+    def replace(src, dst):
+        real_replace(src, dst)
+        if str(src) == str(state_dir / DB_NAME) + moved:
+            halfway.set()
+            resume.wait(30)
+
+    monkeypatch.setattr(salvage.os, "replace", replace)
+    done: dict[str, object] = {}
+
+    def run(name, call) -> None:
+        try:
+            done[name] = call()
+        except Exception as exc:  # the test fails below, naming it
+            done[name] = exc
+
+    salvager = threading.Thread(target=run, args=("salvage", lambda: open_or_salvage(state_dir)))
+    other = threading.Thread(target=run, args=("other", lambda: Store.in_dir(state_dir)))
+    salvager.start()
+    try:
+        assert halfway.wait(30)
+        other.start()
+        time.sleep(0.3)
+        assert "other" not in done  # it waits while the files move
+    finally:
+        resume.set()
+        salvager.join(30)
+        if other.is_alive() or other.ident is not None:
+            other.join(30)
+    new, salvaged = done["salvage"]
+    theirs = done["other"]
+    assert isinstance(theirs, Store), theirs
+    try:
+        assert salvaged is not None and new.unusable() is None and theirs.unusable() is None
+        assert [e.kind for e in ledger.tail(theirs, 5)] == ["store_salvaged"]
+        assert new.pragma("quick_check") == "ok" and theirs.pragma("quick_check") == "ok"
+    finally:
+        theirs.close()
+        new.close()
+        earlier.close()
 
 
 def test_damage_inside_a_transaction_is_named_not_raw(store):
