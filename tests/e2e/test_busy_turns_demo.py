@@ -1,6 +1,6 @@
 """Issue 26, busy or deaf, end to end: the demo agent in a real tmux pane with its hooks, under the
 real daemon and a canary fast enough to recycle a busy agent (ack_timeout 5 s, two misses). A long
-turn that keeps using tools (`/busy 120`) misses its probes and is not recycled: the misses are
+turn that keeps using tools (`/busy 60`) misses its probes and is not recycled: the misses are
 excused by the turn, and the probes queued behind it ack late once it ends. A permission prompt
 (`/permission`) is told to the operator once, no probe is typed into it, and it is not recycled."""
 
@@ -21,7 +21,10 @@ from loomtui.store.db import Store
 
 pytestmark = pytest.mark.e2e
 
-LONG = 120
+LONG = 120  # a wait's deadline
+# The long turn: 60 s of a tool every 2 s. Two misses (enough to recycle it, had they counted)
+# come within 35 s of its start at these canary settings; the rest is a busy machine's margin.
+TURN = 60
 FAST_CANARY = {"interval": "10s", "ack_timeout": "5s", "misses_to_recycle": 2}
 
 
@@ -36,15 +39,15 @@ def test_a_long_busy_turn_misses_its_probes_and_is_not_recycled(make_harness):
     harness.start()
     daemon = Daemon(harness)
     witnessed_start(harness)
-    inject(harness, "/busy 120")
-    [began] = wait_for(lambda: prompted(harness, "/busy 120"), LONG, what="the long turn's UserPromptSubmit")
+    inject(harness, f"/busy {TURN}")
+    [began] = wait_for(lambda: prompted(harness, f"/busy {TURN}"), LONG, what="the long turn's UserPromptSubmit")
     stopped = wait_for(lambda: [r for r in hook_rows(harness, "Stop") if r["id"] > began["id"]], 3 * LONG,
                        what="the long turn's Stop")[0]
-    assert stopped["ts"] - began["ts"] >= 120
+    assert stopped["ts"] - began["ts"] >= TURN
     during = [r for r in runs(harness) if began["ts"] < r["sent_at"] < stopped["ts"]]
-    # Enough misses to recycle it twice over, had they counted; the tools it used kept it busy.
+    # Enough misses to recycle it, had they counted; the tools it used kept it busy.
     assert len([r for r in during if r["result"] == "miss"]) >= 2, during
-    assert len(hook_rows(harness, "PostToolUse")) >= 30
+    assert len(hook_rows(harness, "PostToolUse")) >= TURN // 4
     # The probes queued behind the turn ran once it ended: their acks came late, and a probe after acks.
     wait_for(lambda: harness.events("canary_late_ack"), LONG, what="a late ack of a probe typed into the turn")
     wait_for(lambda: [r for r in runs(harness) if r["sent_at"] > stopped["ts"] and r["result"] == "ok"], LONG,

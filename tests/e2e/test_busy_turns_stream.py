@@ -1,7 +1,7 @@
 """Issue 26, busy or deaf, with the stream-json pump as the source of turns: the demo agent in print
 mode behind the real `loom pump`, its commands WITHOUT `{hook_settings}`, under the real daemon and a
 canary fast enough to recycle a busy agent (ack_timeout 5 s, two misses). A long turn that keeps
-calling tools (`/busy 120`) misses its probes (queued by the pump behind it) and is not recycled:
+calling tools (`/busy 60`) misses its probes (queued by the pump behind it) and is not recycled:
 the misses are recorded and excused by the pump's turn, and the probes ack late once it ends. A
 wedged one (`/wedge`: its turn opens, then nothing) is excused only until its turn has said nothing
 for `canary.turn_quiet`, then recycled."""
@@ -22,7 +22,10 @@ from loomtui.hooks import turns
 
 pytestmark = pytest.mark.e2e
 
-LONG = 120
+LONG = 120  # a wait's deadline
+# The long turn: 60 s of a tool every 2 s. Two misses (enough to recycle it, had they counted)
+# come within 35 s of its start at these canary settings; the rest is a busy machine's margin.
+TURN = 60
 QUIET = 20.0
 FAST_CANARY = {"interval": "10s", "ack_timeout": "5s", "misses_to_recycle": 2}
 
@@ -55,9 +58,9 @@ def test_a_long_busy_turn_without_hooks_misses_its_probes_and_is_not_recycled(ma
     harness.start()
     daemon = Daemon(harness)
     witnessed_start(harness)
-    assert harness.loom("inject", f"/busy {LONG}").returncode == 0
-    [began] = wait_for(lambda: written(harness, f"/busy {LONG}"), LONG, what="the long turn written to the CLI")
-    # While it runs: enough misses to recycle it twice over, had they counted; each one excused.
+    assert harness.loom("inject", f"/busy {TURN}").returncode == 0
+    [began] = wait_for(lambda: written(harness, f"/busy {TURN}"), LONG, what="the long turn written to the CLI")
+    # While it runs: enough misses to recycle it, had they counted; each one excused.
     def missed_inside():
         return [r for r in runs(harness) if r["sent_at"] > began.ts and r["result"] == "miss"]
 
@@ -71,10 +74,10 @@ def test_a_long_busy_turn_without_hooks_misses_its_probes_and_is_not_recycled(ma
         assert turn.split()[1] == "busy" and turn.endswith("last tool Bash; told by the pump (no hooks)"), shown
     assert not relaunches(harness, "canary_failed")
     [ended] = wait_for(lambda: results_after(harness, began.ts)[:1], 3 * LONG, what="the long turn's result")
-    assert ended.ts - began.ts >= LONG
+    assert ended.ts - began.ts >= TURN
     tools = [r for r in harness.records("out") if began.ts < r.ts <= ended.ts and r.event.get("type") == "assistant"
              and any(b.get("type") == "tool_use" for b in r.event["message"]["content"])]
-    assert len(tools) >= 30
+    assert len(tools) >= TURN // 4
     # The probes queued behind the turn reached the CLI once it ended: late acks, then an acked probe.
     wait_for(lambda: harness.events("canary_late_ack"), LONG, what="a late ack of a probe queued behind the turn")
     wait_for(lambda: [r for r in runs(harness) if r["sent_at"] > ended.ts and r["result"] == "ok"], LONG,
