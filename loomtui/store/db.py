@@ -58,7 +58,8 @@ def open_lock(path: Path, *, exclusive: bool = False, timeout: float = BUSY_TIME
                 break
             except BlockingIOError:
                 if real.monotonic() >= deadline:
-                    raise StoreUnavailable(f"store {path}: database is locked (another Loom is salvaging it)") from None
+                    who = "opening it" if exclusive else "salvaging it"
+                    raise StoreUnavailable(f"store {path}: database is locked (another Loom is {who}: {lock})") from None
                 real.sleep(pause)
                 pause = min(pause * 2, 0.1)
         yield

@@ -15,7 +15,7 @@ from harness import log_only_commits
 
 from loomtui.errors import StoreUnavailable
 from loomtui.store import health, ledger, outbox, salvage, session
-from loomtui.store.db import DB_NAME, Store
+from loomtui.store.db import DB_NAME, Store, open_lock
 from loomtui.store.health import DAMAGED, OTHER, TRANSIENT, FileId, Opened, StoreBroken, classify
 from loomtui.store.salvage import open_or_salvage
 
@@ -287,6 +287,17 @@ def test_a_store_opened_while_the_salvage_moves_its_files_waits_for_the_new_one(
         theirs.close()
         new.close()
         earlier.close()
+
+
+def test_an_open_that_the_salvage_outlasts_is_busy_and_named(store, state_dir):
+    # Busy (transient: the next tick tries again), never damage, and the lock it waited for named.
+    with open_lock(store.path, exclusive=True):
+        with pytest.raises(StoreUnavailable) as raised:
+            Store(store.path, timeout=0.2)
+    assert classify(raised.value) == TRANSIENT
+    assert str(raised.value) == (f"store {store.path}: database is locked "
+                                 f"(another Loom is salvaging it: {store.path}-openlock)")
+    Store(store.path, timeout=0.2).close()  # and once it is let go, the store opens
 
 
 def test_damage_inside_a_transaction_is_named_not_raw(store):
