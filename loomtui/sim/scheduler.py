@@ -68,6 +68,7 @@ class SimThread:
             self.error = exc
         finally:
             self.done = True
+            self.scheduler.returned = self
             self.scheduler.back.release()
 
 
@@ -90,6 +91,10 @@ class Scheduler:
         self.end: float | None = None
         self.after_step: Callable[[], None] | None = None
         self.booked: bool | BaseException | None = None
+        # The thread that handed the baton back (the last of a chain of direct handovers), and the
+        # slices begun so far: the scheduler's real-time guard asks whether any began meanwhile.
+        self.returned: SimThread | None = None
+        self.slices = 0
 
     # -- scheduling -------------------------------------------------------------------------
 
@@ -129,23 +134,30 @@ class Scheduler:
         self._yield(th)
 
     def _yield(self, th: SimThread) -> None:
-        if self._run_on(th):
+        after = self._run_on(th)
+        if after is th:
             return
-        self.back.release()
+        if after is not None:
+            after.go.release()  # straight to the next thread: one switch, not two through the scheduler's
+        else:
+            self.back.release()
         th.go.acquire()
         if self.stopping:
             raise _Exit()
 
-    def _run_on(self, th: SimThread) -> bool:
+    def _run_on(self, th: SimThread) -> SimThread | None:
         """End this slice here as run_until would (after_slice, after_step, the stale wakes it skips)
-        and, when the heap's next step is this thread's own wake, take it and run on: the baton is
-        not handed over and back (two thread switches, a quarter of a run's CPU), and everything
-        happens in the same order as through run_until. False: the baton goes back, `booked` says
-        the slice is ended."""
+        and, when the heap's next step is a thread's wake, take it: this thread's own (it runs on),
+        or another's (the baton goes to it directly). Each saves the two thread switches of a trip
+        through the scheduler's thread (a quarter of a run's CPU), and everything happens in the same
+        order as through run_until. None: the baton goes back to the scheduler's thread (a world's
+        event is next, the run's end, or a violation), `booked` says the slice is ended."""
         end, after_step = self.end, self.after_step
         if end is None or after_step is None:
-            return False
+            self.returned = th
+            return None
         heap = self.heap
+        self.returned = th
         try:
             self.current = None
             if self.after_slice is not None:
@@ -153,25 +165,25 @@ class Scheduler:
             after_step()
         except BaseException as exc:  # a violation: the scheduler's thread raises it, as its own
             self.booked = exc
-            return False
+            return None
         self.booked = True
         while heap and heap[0][0] <= end:
             when, _, fn, args = heap[0]
             if fn is not None:
-                return False  # a world's event: the scheduler's thread runs it
-            if args[1] != args[0].wake_token or args[0].done:
+                return None  # a world's event: the scheduler's thread runs it
+            after = args[0]
+            if args[1] != after.wake_token or after.done:
                 heapq.heappop(heap)  # skipped as run_until skips it
                 continue
-            if args[0] is not th:
-                return False
             heapq.heappop(heap)
             self.booked = None
             self.t = when
             if self.on_time is not None:
                 self.on_time(when)
-            self.current = th
-            return True
-        return False
+            self.current = after
+            self.slices += 1
+            return after
+        return None
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -195,9 +207,10 @@ class Scheduler:
                 th = args[0]
                 self.current = th
                 self.booked = None
+                self.slices += 1
                 th.go.release()
-                if not self.back.acquire(timeout=REAL_WAIT):
-                    raise Deadlock(f"simulated thread {th.name} blocked outside the virtual clock")
+                self._wait_back()
+                th = self.returned or th  # the chain of handovers may have ended in another thread
                 self.current = None
                 if th.error is not None:
                     raise th.error
@@ -211,6 +224,16 @@ class Scheduler:
             else:
                 fn(*args)
             after_step()
+
+    def _wait_back(self) -> None:
+        """Until a thread hands the baton back: a chain of handovers may run long, but a slice that
+        begins no other for REAL_WAIT is blocked on something real (a lock's blocking wait, a socket)."""
+        seen = self.slices
+        while not self.back.acquire(timeout=REAL_WAIT):
+            if self.slices == seen:
+                name = self.current.name if self.current is not None else "?"
+                raise Deadlock(f"simulated thread {name} blocked outside the virtual clock")
+            seen = self.slices
 
     def stop(self) -> None:
         """End every thread still parked or sleeping (each raises _Exit where it waits)."""
