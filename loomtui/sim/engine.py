@@ -46,7 +46,7 @@ from loomtui.sim import faults
 from loomtui.sim.actors import Jobs, Operator, QueueWorker
 from loomtui.sim.hooks_model import HookModel
 from loomtui.sim.invariants import Checker, Violation
-from loomtui.sim.machine import SERVER_PID, SimDriver, SimProcesses, SimSignals, SimStreamDriver, SimWatch
+from loomtui.sim.machine import SERVER_PID, SimProcesses, SimSignals, SimWatch, make_driver
 from loomtui.sim.profiles import with_jobs
 from loomtui.sim.pump_model import PumpModel
 from loomtui.sim.report import Collector
@@ -86,9 +86,10 @@ class Sim:
         # The agent's hooks, modelled when its commands pass the hooks settings (hooks_model.py).
         self.hooked = hook_settings.wanted(config.agent)
         self.hooks = HookModel(self) if self.hooked else None
-        # The stream-json driver's pump, modelled when the agent runs under it (pump_model.py). The
-        # driver's name, not drivers.driver_class: the simulator imports no real driver.
-        self.pumped = config.agent.driver == SimStreamDriver.name
+        # The simulated driver `agent.driver` names; the stream-json driver's pump, modelled when the
+        # agent runs under it (pump_model.py), asked as Loom asks: by the driver's capability.
+        self.driver = make_driver(self)
+        self.pumped = self.driver.owns_turns
         self.pump = PumpModel(self) if self.pumped else None
         # Whether Loom is told the agent's turns (hooks/source.py: the hooks, else the pump).
         self.turns_told = self.hooked or self.pumped
@@ -548,7 +549,6 @@ class Sim:
         state = self.tmp / "state"
         prepare_state_dir(state)
         self.config = with_jobs(self.config, [(j.name, j.schedule) for j in self.world.jobs], self.tmp / "logs")
-        self.driver = SimStreamDriver(self) if self.pumped else SimDriver(self)
         self.processes = SimProcesses(self)
         self.watch = SimWatch(self)
         self.ctx = Context(self.config, None, state, driver=self.driver, processes=self.processes,
