@@ -40,13 +40,15 @@ from loomtui.daemon import loops
 from loomtui.errors import LoomError
 from loomtui.hooks import settings as hook_settings
 from loomtui.sentinel import queue
+from loomtui.pump.facts import Delivery
 from loomtui.sentinel.queue_rules import Item
 from loomtui.sim import faults
 from loomtui.sim.actors import Jobs, Operator, QueueWorker
 from loomtui.sim.hooks_model import HookModel
 from loomtui.sim.invariants import Checker, Violation
-from loomtui.sim.machine import SERVER_PID, SimDriver, SimProcesses, SimSignals, SimWatch
+from loomtui.sim.machine import SERVER_PID, SimProcesses, SimSignals, SimWatch, make_driver
 from loomtui.sim.profiles import with_jobs
+from loomtui.sim.pump_model import PumpModel
 from loomtui.sim.report import Collector
 from loomtui.sim.sample import matching
 from loomtui.sim.scheduler import Scheduler, SimClock
@@ -84,13 +86,20 @@ class Sim:
         # The agent's hooks, modelled when its commands pass the hooks settings (hooks_model.py).
         self.hooked = hook_settings.wanted(config.agent)
         self.hooks = HookModel(self) if self.hooked else None
+        # The simulated driver `agent.driver` names; the stream-json driver's pump, modelled when the
+        # agent runs under it (pump_model.py), asked as Loom asks: by the driver's capability.
+        self.driver = make_driver(self)
+        self.pumped = self.driver.owns_turns
+        self.pump = PumpModel(self) if self.pumped else None
+        # Whether Loom is told the agent's turns (hooks/source.py: the hooks, else the pump).
+        self.turns_told = self.hooked or self.pumped
         T = config.canary.ack_timeout
         agent = config.agent
         # What the simulated CLI shows and runs as: texts the operator's own patterns find.
         self.ready_line = matching(agent.ready_match) or ""
         self.poller_line = matching(agent.poller_match) or ""
         self.world = World(self.rng, poller_configured=bool(agent.poller_match and self.poller_line),
-                           ack_timeout=T,
+                           ack_timeout=T, on_kill=self.pump.died if self.pump is not None else None,
                            jobs=[Job(name, period, phase=self.rng.uniform(0.0, period)) for name, period in profile.jobs])
         self.scheduler = Scheduler()
         self.scheduler.on_time = self._set_time
@@ -303,7 +312,9 @@ class Sim:
             self.at(agent.started + self.rng.uniform(10.0, 80.0), self.crash_looped, agent.pid)
         if not agent.alive:
             self.exit_noticed()
-        elif self.hooks is not None:
+        if self.pump is not None:
+            self.pump.started(agent, command)  # a dead one too: the pump records what its CLI said
+        if agent.alive and self.hooks is not None:
             self.hooks.started(agent)
         return agent
 
@@ -314,25 +325,34 @@ class Sim:
         m = PROBE.search(text)
         return Path(m.group(1)) if m else None
 
-    def typed_into(self, agent: Agent, text: str) -> None:
+    def typed_into(self, agent: Agent, text: str, origin: str = "operator", ref: str = "") -> Delivery | None:
+        """A line Loom typed (or, with the stream-json driver, handed to the pump: its receipt)."""
         self.checker.on_typed(text)
         if agent.modal:
             agent.eaten_at = self.world.t  # the dialog takes it: a miss now is the dialog's
         item = NUDGE.search(text)
         m = PROBE.search(text)
+        if self.pump is not None:
+            if self.hooks is not None:
+                self.wake("hooks")  # inject rings the hooks loop's `typed`: the witness looks
+            delivery = self.pump.typed(agent, text, origin, ref, is_probe=bool(m and item is None))
+            if item:
+                self.worker.nudged(int(item.group(1)))
+            return delivery
         if self.hooks is not None:
             self.wake("hooks")  # inject rings the hooks loop's `typed`: the witness looks
             self.hooks.typed(agent, text, is_probe=bool(m and item is None))
             if item:
                 self.worker.nudged(int(item.group(1)))
-            return
+            return None
         if m and item is None:
             ack = self.world.ack_time(self.world.t)
             if ack is not None:
                 self.at(ack, self.acked, agent.pid, Path(m.group(1)))
-            return
+            return None
         if item:
             self.worker.nudged(int(item.group(1)))
+        return None
 
     def acked(self, pid: int, path: Path) -> None:
         """The agent runs the probe's `touch`: the ack file appears, with the wall clock's time."""
@@ -512,7 +532,7 @@ class Sim:
         p = self.profile
         if p.fault_mean is None:
             return
-        table = (*p.weights, *faults.HOOKED_WEIGHTS) if self.hooked else p.weights
+        table = (*p.weights, *faults.HOOKED_WEIGHTS) if self.turns_told else p.weights
         kinds = [k for k, _ in table]
         weights = [w for _, w in table]
 
@@ -529,7 +549,6 @@ class Sim:
         state = self.tmp / "state"
         prepare_state_dir(state)
         self.config = with_jobs(self.config, [(j.name, j.schedule) for j in self.world.jobs], self.tmp / "logs")
-        self.driver = SimDriver(self)
         self.processes = SimProcesses(self)
         self.watch = SimWatch(self)
         self.ctx = Context(self.config, None, state, driver=self.driver, processes=self.processes,
@@ -571,6 +590,8 @@ class Sim:
                     self.scheduler.stop()
         finally:
             quiet.propagate, quiet.handlers = before
+            if self.pump is not None:
+                self.pump.close()
             if self.observer is not None:
                 self.observer.close()
             if self.tmp is not None:

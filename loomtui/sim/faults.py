@@ -20,9 +20,10 @@ KINDS = (
     "poller_lost", "foreign_poller", "store_locked", "load", "tmux_hang", "tmux_vanish", "socket_lost",
     "job_break", "ignore_queue", "operator_recycle", "clock_forward", "clock_back", "long_turn",
 )
-# Faults only an agent with hooks can suffer, drawn beside the profile's (only then, so that a run
-# without hooks replays as it always did): a long turn of the operator's, which misses every probe
-# typed into it and must not be recycled before canary.max_turn.
+# Faults only an agent whose turns Loom is told of (hooks, or the stream-json pump) can suffer, drawn
+# beside the profile's (only then, so that a run without either replays as it always did): a long
+# turn of the operator's, which misses every probe typed into it and must not be recycled before
+# canary.max_turn.
 HOOKED_KINDS = ("long_turn",)
 HOOKED_WEIGHTS = (("long_turn", 2.0),)
 CLOCK_STEP = 86400.0  # a wall-clock step: a day forward or a day back (NTP after a wrong RTC, an operator's `date -s`)
@@ -35,10 +36,14 @@ def apply(sim: Sim, kind: str) -> bool:
     cfg = sim.config
     T = cfg.canary.ack_timeout
     a = w.agent if w.agent is not None and w.agent.alive else None
-    if kind in HOOKED_KINDS and sim.hooks is None:
+    if kind in HOOKED_KINDS and not sim.turns_told:
         return False
+    if kind == "modal" and not sim.driver.has_dialogs:
+        return False  # no dialog exists in print mode (the stream-json driver): none can eat a line
     if kind in DISTURBING:
         pending = w.slow_boot_next or (a is not None and (a.busy_next or a.modal or a.turn_since is not None))
+        # A pump runs one turn at a time: the operator's turn needs it between turns (a probe's, say).
+        pending = pending or (sim.pump is not None and a is not None and not sim.pump.idle(a))
         if pending or w.t - w.last_disturbance < 3 * T or not w.heard_since_disturbance:
             return False
         w.last_disturbance, w.heard_since_disturbance = w.t, False
@@ -61,12 +66,20 @@ def apply(sim: Sim, kind: str) -> bool:
         if a is None:
             return False
         a.busy_next = True
-        if sim.hooks is not None:
-            sim.hooks.begin_turn(a, None)  # a turn in progress: it ends once the next probe has waited
+        # A turn in progress: it ends once the next probe has waited.
+        if sim.pump is not None:
+            sim.pump.begin_turn(a, None)
+        elif sim.hooks is not None:
+            sim.hooks.begin_turn(a, None)
     elif kind == "long_turn":
-        if a is None or sim.hooks is None:  # drawn only where hooks are modelled (HOOKED_KINDS)
+        if a is None or not sim.turns_told:  # drawn only where turns are told (HOOKED_KINDS)
             return False
-        sim.hooks.begin_turn(a, w.t + rng.uniform(3 * T, 0.8 * cfg.canary.max_turn))
+        until = w.t + rng.uniform(3 * T, 0.8 * cfg.canary.max_turn)
+        if sim.pump is not None:
+            sim.pump.begin_turn(a, until)
+        else:
+            assert sim.hooks is not None
+            sim.hooks.begin_turn(a, until)
     elif kind == "modal":
         if a is None:
             return False

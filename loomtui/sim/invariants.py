@@ -50,10 +50,11 @@ class Checker:
         relaunch_time = STOP_TIME + agent.resume_check
         self.detect = (max(canary.interval, agent.boot_grace) + canary.misses_to_recycle * (canary.ack_timeout + 1.0)
                        + wd.backoff_max + relaunch_time)
-        # With hooks, a wedge inside a turn looks busy until the turn has been quiet for turn_quiet.
-        self.deaf_bound = self.detect + 5.0 + (canary.turn_quiet if sim.hooked else 0.0)
+        # With turns told (hooks, or the stream-json pump), a wedge inside a turn looks busy until the
+        # turn has been quiet for turn_quiet.
+        self.deaf_bound = self.detect + 5.0 + (canary.turn_quiet if sim.turns_told else 0.0)
         self.silent_bound = (self.detect + 3 * wd.interval + wd.poller_grace + wd.ambiguous_alert
-                             + agent.boot_grace + SLACK + (canary.turn_quiet if sim.hooked else 0.0))
+                             + agent.boot_grace + SLACK + (canary.turn_quiet if sim.turns_told else 0.0))
         self.witness_bound = self.detect + SLACK
         # A relaunch's own probe goes out once the agent is ready, or its boot grace is over, and
         # recycle.lock is free: a probe of the old launch may still wait out its ack timeout first.
@@ -154,7 +155,7 @@ class Checker:
             canary = self.sim.config.canary
             if w.t - a.eaten_at <= canary.misses_to_recycle * (canary.ack_timeout + 1.0) + SLACK:
                 return ""  # a dialog ate the probes it missed, and was closed since
-            if self.sim.hooked and a.turn_since is not None and not self.turn_in_evidence(a):
+            if self.sim.turns_told and a.turn_since is not None and not self.turn_in_evidence(a):
                 return ""  # a turn too long, or one whose hook events were lost: a wedge, by design
             return "the agent could hear (busy or healthy) and was recycled"
         return ""
@@ -171,10 +172,11 @@ class Checker:
                 and t - a.seen_last < cfg.turn_quiet - SLACK)
 
     def check_busy_not_recycled(self) -> None:
-        """With hooks, an agent busy with a turn (its events reported, younger than max_turn) is
-        never recycled for canary_failed, however many probes it missed."""
+        """With its turns told (hooks, or the stream-json pump's transcript, which is never lost or
+        late), an agent busy with a turn (its events reported, younger than max_turn) is never
+        recycled for canary_failed, however many probes it missed."""
         a = self.sim.world.agent
-        if not self.sim.hooked or a is None or not a.hearing() or a.modal or not self.turn_in_evidence(a):
+        if not self.sim.turns_told or a is None or not a.hearing() or a.modal or not self.turn_in_evidence(a):
             return
         assert a.turn_since is not None  # turn_in_evidence: a turn is open
         t = self.sim.world.t
@@ -261,7 +263,9 @@ class Checker:
         what = "a probe" if "touch" in text else "a line"
         if self.relaunch_active:
             self.fail("no_typing_into_a_booting_agent", f"{what} was typed while a relaunch was under way")
-        if a is not None and self.booting(a, w.t):
+        # A line handed to a stream-json pump is kept until the CLI reads it (pump.json says the pump
+        # is up, which is what Loom waits for): typed into a booting CLI, it is not lost.
+        if a is not None and self.sim.pump is None and self.booting(a, w.t):
             self.fail("no_typing_into_a_booting_agent", f"{what} was typed into an agent still booting "
                                                         f"({w.t - a.started:.1f}s after its launch)")
 

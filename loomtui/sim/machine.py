@@ -11,13 +11,14 @@ lost its exit status (tmux 3.3a). The world's truth stays in world.py, for the i
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from loomtui import clock, states
 from loomtui.agent.ports import AgentFacts, PaneInfo, Tree
 from loomtui.errors import Ambiguous, TmuxError, TmuxTimeout
-from loomtui.pump.facts import Delivery, StreamFacts
+from loomtui.pump.facts import Delivery, StreamFacts, read_facts
 from loomtui.sim.world import STOP_TIME, Agent
 
 if TYPE_CHECKING:
@@ -130,8 +131,7 @@ class SimDriver:
     def type_line(self, text: str, expect_pane_pid: int | None = None, *, origin: str = "operator",
                   ref: str = "") -> Delivery | None:
         a = self._typable(expect_pane_pid)
-        self.sim.typed_into(a, text)
-        return None
+        return self.sim.typed_into(a, text, origin=origin, ref=ref)
 
     def send_keys(self, keys: list[str], expect_pane_pid: int | None = None) -> None:
         a = self._typable(expect_pane_pid)
@@ -161,6 +161,48 @@ class SimDriver:
         session = env.get("LOOM_SESSION_ID", "")
         mode = "resume" if command == self.sim.resume_command(session) else "fresh"
         return pane(self.sim.launch_agent(session, mode, command))
+
+
+class SimStreamDriver(SimDriver):
+    """The stream-json driver's part (agent/stream_driver.py), against the world: `loom pump` in the
+    pane (sim/pump_model.py), lines handed to it and answered `delivered` or `queued`, its
+    pump.json read as facts by Loom's own reader. Everything tmux-shaped is SimDriver's, as the real
+    driver's is the tmux driver's: a dead CLI is a dead pump is a dead pane."""
+
+    name: ClassVar[str] = "stream-json"
+    has_dialogs: ClassVar[bool] = False   # print mode: permissions come from the command's flags
+    owns_turns: ClassVar[bool] = True     # the pump: turns, queue, receipts, pump.json, the transcript
+
+    def observe(self, *, with_screen: bool = False) -> AgentFacts:
+        facts = super().observe(with_screen=with_screen)
+        if facts.pane is None:
+            return facts
+        return replace(facts, stream=self.stream_facts(None if facts.pane.dead else facts.pane.pane_pid))
+
+    def stream_facts(self, pane_pid: int | None) -> StreamFacts | None:
+        """pump.json as facts, read as the real driver reads it (a file: the socket is never opened)."""
+        assert self.sim.ctx is not None
+        return read_facts(self.sim.ctx.agent_dir, pane_pid)
+
+    def type_line(self, text: str, expect_pane_pid: int | None = None, *, origin: str = "operator",
+                  ref: str = "") -> Delivery:
+        a = self._typable(expect_pane_pid)  # the real driver's `_live`: a tmux look at the pane first
+        try:
+            delivery = self.sim.typed_into(a, text, origin=origin, ref=ref)
+        except OSError as exc:
+            raise TmuxError(f"the pump refused the line: {exc}") from None  # the real PumpRefused is a TmuxError
+        assert delivery is not None
+        return delivery
+
+    def send_keys(self, keys: list[str], expect_pane_pid: int | None = None) -> None:
+        raise TmuxError("no keys are pressed with the stream-json driver: it has no dialogs "
+                        "(permissions come from the command's flags)")
+
+
+def make_driver(sim: Sim) -> SimDriver:
+    """The simulated driver `agent.driver` names: the simulator's agent/drivers.py (it imports no
+    real driver), the one place here that reads the key; the rest asks the driver's capabilities."""
+    return SimStreamDriver(sim) if sim.config.agent.driver == SimStreamDriver.name else SimDriver(sim)
 
 
 class SimProcesses:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Callable
 
 EPOCH = 1_700_000_000.0  # wall time of virtual second 0 (a fixed instant: reports never depend on today)
 STOP_TIME = 1.0          # killing the old agent's tree
@@ -98,6 +99,8 @@ class World:
     pids: int = 1000                     # the agents' pids (above init and the kernel's own)
     sessions: int = 0
     wall_offset: float = 0.0             # how far the wall clock has been stepped (clock_forward/clock_back)
+    # Told of every death of an agent (the stream-json pump records its CLI's exit: pump_model.py).
+    on_kill: Callable[[Agent], None] | None = field(default=None, repr=False)
 
     # -- clocks -----------------------------------------------------------------------------
     # Two clocks, as on a machine: `t` is the monotonic one (one boot, never stepped: the truth the
@@ -160,6 +163,8 @@ class World:
             return
         agent.alive, agent.exit_status, agent.exit_signal, agent.died_at = False, status, signal, self.t
         agent.screen_tail = screen or f"[agent exited status={status} signal={signal}]"
+        if self.on_kill is not None:
+            self.on_kill(agent)
 
     def stop_current(self) -> None:
         """A relaunch ends the agent's tree, found from the pane or, when tmux lost it, from the

@@ -280,6 +280,18 @@ def test_a_claim_witnessed_by_a_run_started_before_it_is_caught():
         first_caught("witness_is_clean", range(1, 9))
 
 
+
+def test_misses_counted_through_a_busy_pump_turn_are_caught(monkeypatch):
+    # The stream-json pump's transcript read with no turn begun: a line the CLI answered opens none,
+    # so every miss of a long busy turn counts, and recycles an agent the pump says is working.
+    from loomtui.hooks import pump_marks
+    from test_sim_pump import scripted, streamed
+
+    plant(monkeypatch, pump_marks, "marks", "out.append(Mark(written, PROMPT))", "pass")
+    sim = scripted(streamed(), 5, [(1 * 3600.0, "long_turn")])
+    assert sim.violation is not None and sim.violation.name == "busy_not_recycled", sim.violation
+    assert "into a busy turn" in sim.violation.message
+
 # Each invariant and the test above (or in test_sim.py) whose planted bug it catches.
 def test_misses_counted_through_a_busy_turn_are_caught(monkeypatch):
     # The canary loop blind to the agent's turns: every miss of a long busy turn counts, and recycles it.

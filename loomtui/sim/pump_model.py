@@ -1,0 +1,342 @@
+"""The stream-json pump, modelled (for a config whose `agent.driver` is "stream-json"): the pump in
+the agent's pane and the CLI behind it, writing what a real `loom pump` writes, where Loom's own
+code reads it: the transcript (through pump/transcript.py's real `Writer`, on the installed virtual
+clock) and pump.json (the fields pump/runner.py publishes, `rules.status` among them).
+
+The pump's turns and queue are Loom's own pump core, `pump.rules.step`: a line handed over between
+turns is written to the CLI at once (`delivered`), one handed over during a turn waits (`queued`,
+with its place) and is written when that turn's `result` comes; seqs go on from the last pump's;
+a new pump delivers what the last one left queued, except probes (`dropped_probe`), as
+runner._load_queue does. Only the CLI is the world's: Claude Code prints nothing until a line
+arrives, then `system/init`, the turn's `assistant` events (a tool call for a probe's `touch`, one
+every few minutes in a turn of the operator's) and its `result`. A resume of a conversation that is
+gone answers an error `result` at once and exits 1; any death of the CLI is the pump's `cli_exit`.
+
+Unlike the hooks, nothing here is lost or late: the pump writes its records itself, in order, as
+things happen. A wedged CLI (deaf) reads nothing and says nothing: a line written to it stays an
+`in` with no answer (no turn begins, in Loom's eyes or the world's); a dead one ends its pump.
+Where the commands also pass `{hook_settings}`, the same CLI runs its hooks at the same moments
+(hooks_model.py writes them, lost and late as ever), and those stay Loom's source of turns
+(hooks/source.py decides): the world's evidence (`seen_*`) is then the hooks'.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loomtui.pump import client as pump_client  # its file names only: the simulator opens no socket
+from loomtui.pump import rules, transcript
+from loomtui.pump.facts import Delivery
+from loomtui.sim.hooks_model import OPERATOR_PROMPT, TOOL_EVERY
+from loomtui.sim.world import RESUME_FAILED_SCREEN
+
+if TYPE_CHECKING:
+    from loomtui.sim.engine import Sim
+    from loomtui.sim.world import Agent
+
+PROBE, LINE, OPERATOR = "probe", "line", "operator"
+STALE_ORIGIN = "canary"   # runner.STALE_ORIGIN: a queued probe is not carried to the next launch
+INIT_AFTER = 0.3          # a CLI that is up prints init this long after it reads a line
+RESULT_AFTER = 0.2        # a probe's `result` after its `touch`
+
+
+@dataclass
+class Message:
+    text: str
+    origin: str
+    ref: str
+    kind: str                       # probe / line / operator
+    until: float | None = None      # an operator's turn: when it ends (None: a `busy` turn, set by its probe)
+
+
+@dataclass
+class Pump:
+    """One `loom pump` run: the pane's process (pid = the agent's pane pid), its CLI, its state."""
+
+    pid: int
+    cli_pid: int
+    started: float
+    argv: list[str]
+    state: rules.State
+    messages: dict[int, Message] = field(default_factory=dict)
+    written_at: dict[int, float] = field(default_factory=dict)   # seq -> when its `in` was written (t)
+
+
+class PumpModel:
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+        self.pump: Pump | None = None
+        self.log: transcript.Writer | None = None
+        self.records = 0
+        self.last_seq = 0               # the highest seq any pump used (runner._next_seq)
+        self.leftover: dict[int, Message] = {}   # what the last pump left queued, by seq
+
+    # -- the files ------------------------------------------------------------------------------
+
+    def record(self, dir: str, **data: Any) -> None:
+        """One transcript record, now on Loom's clock (the Writer reads loomtui.clock, installed)."""
+        assert self.sim.ctx is not None
+        if self.log is None:
+            self.log = transcript.Writer(transcript.path_in(self.sim.ctx.agent_dir))
+        self.log.append(dir, **data)
+        self.records += 1
+
+    def publish(self, p: Pump) -> None:
+        """pump.json, replaced whole, as runner._publish writes it."""
+        assert self.sim.ctx is not None
+        status = {"pid": p.pid, "cli_pid": p.cli_pid, "started": p.started,
+                  "argv0": os.path.basename(p.argv[0]) if p.argv else "", **rules.status(p.state)}
+        path = pump_client.status_path(self.sim.ctx.agent_dir)
+        tmp = path.with_name(f".{path.name}.sim.tmp")
+        tmp.write_text(json.dumps(status, ensure_ascii=False, indent=1))
+        os.replace(tmp, path)
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+
+    # -- the pump's life --------------------------------------------------------------------------
+
+    def current(self, pid: int) -> Pump | None:
+        p = self.pump
+        return p if p is not None and p.pid == pid and p.state.cli_exit is None else None
+
+    def started(self, a: Agent, command: str) -> None:
+        """A new pump in the pane (the launch): it takes over what the last one left queued (not
+        probes), starts the CLI, and writes the first of what it had queued."""
+        w = self.sim.world
+        pending: list[int] = []
+        carried: dict[int, Message] = {}
+        for seq in sorted(self.leftover):
+            msg = self.leftover[seq]
+            if msg.origin == STALE_ORIGIN:
+                self.record(transcript.PUMP, what="dropped_probe", seq=seq)
+                continue
+            carried[seq] = msg
+            pending.append(seq)
+        self.leftover = {}
+        try:
+            argv = shlex.split(command)
+        except ValueError:
+            argv = [command]
+        p = Pump(a.pid, a.pid * 10 + 2, w.wall, argv, rules.start(tuple(pending), self.last_seq + 1), carried)
+        self.pump = p
+        self.record(transcript.PUMP, what="started", pid=p.pid, cli_pid=p.cli_pid, argv=argv)
+        if not a.alive:
+            # The resume found no conversation (world.launch): Claude Code answers an error result at
+            # once, says so on stderr and exits 1 (docs/STREAM.md, "Refusals").
+            why = f"{RESUME_FAILED_SCREEN}: {a.session}"
+            self.output(p, {"type": "result", "subtype": "error_during_execution", "is_error": True,
+                            "num_turns": 0, "session_id": a.session, "errors": [why]})
+            self.record(transcript.ERR, line=why)
+            self.exited(p, a.exit_status, a.exit_signal)
+            return
+        if pending:
+            self.record(transcript.PUMP, what="pending", seqs=pending)
+        self.apply(p, rules.Ready(w.wall))
+        self.publish(p)
+
+    def exited(self, p: Pump, status: int | None, signal: int | None) -> None:
+        """The CLI died (a crash, an exit, a relaunch's stop, tmux gone): the pump records it and
+        ends; what it kept queued waits for the next pump."""
+        if p.state.cli_exit is not None:
+            return
+        p.state, _ = rules.step(p.state, rules.Exited(self.sim.world.wall, status, signal))
+        code = status if status is not None else 128 + (signal or 0)
+        self.record(transcript.PUMP, what="cli_exit", status=status, signal=signal, exit=code)
+        self.publish(p)
+        self.leftover = {seq: p.messages[seq] for seq in p.state.queue if seq in p.messages}
+        a = self.sim.world.agent
+        if a is not None and a.pid == p.pid and not self.sim.hooked:
+            a.seen_open = False  # a turn still open ended with its process (pump_marks: SessionEnd)
+
+    def died(self, a: Agent) -> None:
+        """world.kill: whatever ended the agent's CLI ended its pump's turn too."""
+        p = self.current(a.pid)
+        if p is not None:
+            self.exited(p, a.exit_status, a.exit_signal)
+
+    # -- lines handed to the pump (the driver's type_line; the operator's turns) -------------------
+
+    def idle(self, a: Agent) -> bool:
+        p = self.current(a.pid)
+        return p is not None and p.state.ready and not p.state.running and not p.state.queue
+
+    def send(self, a: Agent, text: str, origin: str, ref: str, kind: str, until: float | None = None) -> Delivery:
+        """The pump takes a line (its socket's `send`): written now between turns, else queued."""
+        p = self.current(a.pid)
+        if p is None:
+            raise OSError(rules.EXITED)
+        w = self.sim.world
+        p.state, actions = rules.step(p.state, rules.Send(w.wall))
+        delivery = Delivery("delivered")
+        for action in actions:
+            if isinstance(action, rules.Refused):
+                raise OSError(action.reason)
+            seq = action.seq
+            self.last_seq = max(self.last_seq, seq)
+            p.messages[seq] = Message(text, origin, ref, kind, until)
+            if isinstance(action, rules.Queued):
+                self.record(transcript.PUMP, what="queued", seq=seq, position=action.position, origin=origin, ref=ref)
+                delivery = Delivery("queued", seq, action.position)
+            else:
+                self.write(p, seq)
+                delivery = Delivery("delivered", seq)
+        self.publish(p)
+        return delivery
+
+    def typed(self, a: Agent, text: str, origin: str, ref: str, is_probe: bool) -> Delivery:
+        """A line Loom typed (a probe, a nudge, an operator's inject) handed to the pump. A probe
+        that finds a `busy` turn running is the one that turn waited for: it ends after one ack
+        timeout, before two (world.busy_end), and the probe is written then."""
+        w = self.sim.world
+        if is_probe and a.busy_next and self.running_kind(a) == OPERATOR:
+            a.busy_next = False
+            w.last_disturbance = w.t
+            self.end_at(a, w.busy_end(w.t))
+        return self.send(a, text, origin, ref, PROBE if is_probe else LINE)
+
+    def running_kind(self, a: Agent) -> str:
+        """Whose turn the pump runs now ('' between turns)."""
+        p = self.current(a.pid)
+        msg = p.messages.get(p.state.turn_seq) if p is not None and p.state.turn_seq is not None else None
+        return msg.kind if msg is not None else ""
+
+    def begin_turn(self, a: Agent, until: float | None) -> bool:
+        """A turn of the operator's (a line through the Telegram bridge) begins now, if the pump is
+        between turns (False otherwise: the fault does not apply)."""
+        if not self.idle(a):
+            return False
+        self.send(a, OPERATOR_PROMPT, "telegram", "", OPERATOR, until)
+        return True
+
+    def end_at(self, a: Agent, until: float) -> None:
+        a.turn_until = until
+        p = self.current(a.pid)
+        if p is not None and p.state.turn_seq is not None:
+            msg = p.messages.get(p.state.turn_seq)
+            if msg is not None and msg.kind == OPERATOR:
+                msg.until = until
+        self.sim.at(until, self.end_turn, a.pid)
+
+    # -- the CLI -----------------------------------------------------------------------------
+
+    def apply(self, p: Pump, event: rules.Event) -> None:
+        p.state, actions = rules.step(p.state, event)
+        for action in actions:
+            if isinstance(action, rules.Write):
+                self.write(p, action.seq)
+
+    def write(self, p: Pump, seq: int) -> None:
+        """The pump writes line `seq` to the CLI's stdin (its `in` first, as runner._write): a CLI
+        that hears reads it once booted and opens its turn with init; a wedged one never answers."""
+        msg = p.messages[seq]
+        self.record(transcript.IN, seq=seq, origin=msg.origin, ref=msg.ref, text=msg.text)
+        w = self.sim.world
+        p.written_at[seq] = w.t
+        a = w.agent
+        if a is None or a.pid != p.pid or not a.hearing():
+            return
+        self.sim.at(max(w.t, a.ready_at) + INIT_AFTER, self.turn_begins, p.pid, seq)
+
+    def turn_begins(self, pid: int, seq: int) -> None:
+        sim, w = self.sim, self.sim.world
+        a, p = w.agent, self.current(pid)
+        if a is None or p is None or a.pid != pid or not a.hearing() or p.state.turn_seq != seq:
+            return
+        msg = p.messages[seq]
+        self.out(p, a, {"type": "system", "subtype": "init", "session_id": a.session, "model": "sim",
+                        "tools": ["Bash"], "permissionMode": "default"}, began=p.written_at.get(seq, w.t))
+        if sim.hooks is not None:
+            sim.hooks.fire(pid, "UserPromptSubmit", {"prompt": msg.text})
+        if msg.kind == OPERATOR:
+            a.turn_since, a.turn_until = w.t, msg.until
+            w.turns.append([w.t, None, pid])
+            if len(w.turns) > 200:
+                del w.turns[:100]
+            sim.after(w.rng.uniform(*TOOL_EVERY), self.tool, pid, seq)
+            if msg.until is not None:
+                sim.at(msg.until, self.end_turn, pid)
+            return
+        done = w.t + w.latency()
+        if msg.kind == PROBE:
+            path = sim.probe_path(msg.text)
+            if path is not None:
+                sim.at(done, self.touch, pid, seq, str(path))
+        sim.at(done + RESULT_AFTER, self.result, pid, seq)
+
+    def touch(self, pid: int, seq: int, path: str) -> None:
+        """The probe's `touch`: the tool call printed, the ack file written."""
+        w = self.sim.world
+        a, p = w.agent, self.current(pid)
+        if a is None or p is None or a.pid != pid or not a.hearing() or p.state.turn_seq != seq:
+            return
+        self.out(p, a, {"type": "assistant", "session_id": a.session, "message": {
+            "role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{seq}", "name": "Bash",
+                                              "input": {"command": f"touch {path}"}}]}})
+        self.sim.acked(pid, Path(path))
+
+    def tool(self, pid: int, seq: int) -> None:
+        """A turn of the operator's uses a tool every few minutes, while it runs and the CLI hears."""
+        sim, w = self.sim, self.sim.world
+        a, p = w.agent, self.current(pid)
+        if a is None or p is None or a.pid != pid or not a.hearing() or p.state.turn_seq != seq:
+            return
+        self.out(p, a, {"type": "assistant", "session_id": a.session, "message": {
+            "role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{seq}_{self.records}",
+                                              "name": "Bash", "input": {"command": "make test"}}]}})
+        if sim.hooks is not None:
+            sim.hooks.fire(pid, "PostToolUse", {"tool_name": "Bash"})
+        sim.after(w.rng.uniform(*TOOL_EVERY), self.tool, pid, seq)
+
+    def end_turn(self, pid: int) -> None:
+        """The operator's turn is due to end: its `result` (the world's truth ends it even in a CLI
+        that wedged meanwhile, which prints nothing)."""
+        w = self.sim.world
+        a, p = w.agent, self.current(pid)
+        if a is None or a.pid != pid or a.turn_since is None or a.turn_until is None or w.t < a.turn_until:
+            return  # ended already, or its end was moved later (a `busy` turn's probe set it)
+        a.turn_since, a.turn_until = None, None
+        a.busy_next = False
+        for turn in w.turns:
+            if turn[2] == pid and turn[1] is None:
+                turn[1] = w.t
+        if p is not None and p.state.turn_seq is not None and a.hearing():
+            self.result(pid, p.state.turn_seq)
+
+    def result(self, pid: int, seq: int) -> None:
+        """The turn's `result`: the pump writes the next queued line (runner._apply)."""
+        sim, w = self.sim, self.sim.world
+        a, p = w.agent, self.current(pid)
+        if a is None or p is None or a.pid != pid or not a.hearing() or p.state.turn_seq != seq:
+            return
+        if sim.hooks is not None:
+            sim.hooks.fire(pid, "Stop", {"stop_hook_active": False})
+        self.out(p, a, {"type": "result", "subtype": "success", "is_error": False, "num_turns": 1,
+                        "session_id": a.session, "permission_denials": [], "result": "done."})
+
+    def out(self, p: Pump, a: Agent, event: dict, began: float | None = None) -> None:
+        """One event on the CLI's stdout: into the transcript, then the pump's rules (a `result` ends
+        the turn and writes the next queued line at once, as runner._apply does)."""
+        self.output(p, event)
+        if not self.sim.hooked:  # the pump is Loom's source of turns: what it wrote is the evidence
+            w = self.sim.world
+            a.seen_last = w.t
+            if began is not None and not a.seen_open:
+                a.seen_open, a.seen_began = True, began
+            if event.get("type") == "result":
+                a.seen_open = False
+        self.publish(p)
+
+    def output(self, p: Pump, event: dict) -> None:
+        self.record(transcript.OUT, event=event)
+        p.state, actions = rules.step(p.state, rules.Output(self.sim.world.wall, event))
+        for action in actions:
+            if isinstance(action, rules.Write):
+                self.write(p, action.seq)

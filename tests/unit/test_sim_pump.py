@@ -1,0 +1,144 @@
+"""The stream-json driver in the simulator: with `agent.driver = "stream-json"` the simulated pane runs
+a modelled `loom pump` (sim/pump_model.py) that writes the transcript and pump.json Loom's own code
+reads, through the pump's own rules (pump/rules.py) and transcript writer. Without `{hook_settings}`
+the pump is Loom's source of turns (hooks/source.py): a long busy turn misses its probes and is not
+recycled, a wedge is."""
+
+from __future__ import annotations
+
+import json
+
+from loomtui.agent.drivers import driver_class
+from loomtui.hooks import pump_marks, source
+from loomtui.hooks.turn_rules import PROMPT, STOP
+from loomtui.pump import transcript
+from loomtui.pump.facts import read_facts
+from loomtui.sim import simulate
+from loomtui.sim.engine import Sim
+from loomtui.sim.profiles import PROFILES, default_config
+
+H = 3600.0
+# README's stream-json commands, without `{hook_settings}`: the pump tells the turns.
+STREAM = {"driver": "stream-json",
+          "fresh_command": "claude --add-dir {state_dir}/acks --allowedTools 'Bash(touch:*)' --session-id {session_id}",
+          "resume_command": "claude --add-dir {state_dir}/acks --allowedTools 'Bash(touch:*)' --resume {session_id}"}
+
+
+def streamed(hooks: bool = False, **canary) -> object:
+    agent = dict(STREAM)
+    if hooks:
+        agent = {k: v.replace("claude ", "claude --settings {hook_settings} ") if k != "driver" else v
+                 for k, v in agent.items()}
+    return default_config({"agent": agent, **({"canary": canary} if canary else {})})
+
+
+def scripted(config, hours: float, faults: list[tuple[float, str]], seed: int = 1, looks=()) -> Sim:
+    sim = Sim(config, PROFILES["incident"], seed, hours / 24)
+    for at, kind in faults:
+        sim.at(at, sim.fault, kind)
+    for at, fn in looks:
+        sim.at(at, fn, sim)
+    return sim.run()
+
+
+def automatic(sim: Sim) -> dict:
+    return {c: m for c, m in sim.report.relaunches.items() if not c.startswith("operator_")}
+
+
+def test_the_stream_json_sim_runs_the_pump_driver_whose_turns_loom_reads():
+    seen: dict = {}
+
+    def look(sim: Sim) -> None:
+        # Mid-turn, through Loom's own readers: the source, pump.json's facts, the transcript's marks.
+        ctx, a = sim.ctx, sim.world.agent
+        assert ctx is not None and a is not None
+        seen["source"] = source.of(ctx)
+        seen["facts"] = read_facts(ctx.agent_dir, a.pid)
+        records = list(transcript.read(transcript.path_in(ctx.agent_dir)))
+        seen["marks"], _ = pump_marks.marks(records)
+        seen["dirs"] = {r.dir for r in records}
+        seen["session"] = a.session
+
+    sim = scripted(streamed(), 3, [(1 * H, "long_turn")], looks=[(1.5 * H, look)])
+    assert sim.violation is None, sim.violation
+    real = driver_class(sim.config)
+    assert (sim.driver.name, sim.driver.has_dialogs, sim.driver.owns_turns) == \
+        (real.name, real.has_dialogs, real.owns_turns) == ("stream-json", False, True)
+    assert seen["source"] == source.PUMP
+    facts = seen["facts"]
+    assert facts.current and facts.running and facts.session_id == seen["session"] and facts.cli_exit is None
+    assert facts.turns >= 1 and facts.last_result is not None and not facts.last_result.is_error
+    assert seen["dirs"] == {"pump", "in", "out"}
+    # The probes before it: each a prompt and its stop; the operator's turn, still open, its prompt last.
+    events = [m.event for m in seen["marks"] if m.event in (PROMPT, STOP)]
+    assert events[-1] == PROMPT and events.count(STOP) >= 1
+
+
+def test_a_long_busy_turn_misses_its_probes_and_is_not_recycled():
+    sim = scripted(streamed(), 5, [(1 * H, "long_turn")])
+    assert sim.violation is None, sim.violation
+    [(start, end, _)] = sim.world.turns
+    cfg = sim.config.canary
+    assert end - start > cfg.interval + 2 * (cfg.misses_to_recycle * cfg.ack_timeout)
+    assert sim.report.probes.get("miss", 0) >= cfg.misses_to_recycle
+    assert automatic(sim) == {}
+
+
+def test_a_busy_turn_at_one_minute_is_excused_by_the_pump():
+    # A 1-minute wait: the `busy` turn outlasts one probe's wait and the queued probe is acked late.
+    sim = scripted(streamed(ack_timeout="1m"), 3, [(1 * H, "busy")])
+    assert sim.violation is None, sim.violation
+    assert sim.report.probes.get("miss", 0) >= 1
+    assert automatic(sim) == {}
+
+
+def test_a_wedged_agent_is_recycled_and_a_wedge_inside_a_turn_once_it_goes_quiet():
+    sim = scripted(streamed(), 3, [(1 * H, "wedge")])
+    assert sim.violation is None, sim.violation
+    assert sum(automatic(sim).get("canary_failed", {}).values()) == 1
+    sim = scripted(streamed(), 6, [(1 * H, "long_turn"), (1.1 * H, "wedge")])
+    assert sim.violation is None, sim.violation
+    assert sum(automatic(sim).get("canary_failed", {}).values()) == 1
+    a = sim.world.agent
+    assert a is not None and a.hearing()
+
+
+def test_a_resume_that_finds_no_conversation_goes_fresh():
+    sim = scripted(streamed(), 2, [(1 * H, "resume_fails")])
+    assert sim.violation is None, sim.violation
+    assert automatic(sim).get("resume_failed") == {"fresh": 1}
+
+
+def test_same_seed_same_bytes_and_no_dialog_faults():
+    first = simulate(4, 0.3, "storm", streamed())
+    again = simulate(4, 0.3, "storm", streamed())
+    assert json.dumps(first, sort_keys=True) == json.dumps(again, sort_keys=True)
+    assert first["violation"] is None, first["violation"]
+    # Print mode has no dialog: the `modal` fault is drawn, and skipped.
+    assert first["faults"].get("modal", 0) == 0
+
+
+def test_the_storm_with_a_stream_json_config_holds_every_invariant():
+    for seed in range(1, 6):
+        report = simulate(seed, 1.0, "storm", streamed())
+        assert report["violation"] is None, (seed, report["violation"])
+        assert report["faults"].get("long_turn", 0) > 0
+
+
+def test_with_hooks_too_the_hooks_tell_the_turns_and_the_pump_writes_its_files():
+    seen: dict = {}
+
+    def look(sim: Sim) -> None:
+        assert sim.ctx is not None
+        seen["source"] = source.of(sim.ctx)
+
+    sim = scripted(streamed(hooks=True), 5, [(1 * H, "long_turn")], looks=[(1.5 * H, look)])
+    assert sim.violation is None, sim.violation
+    assert seen["source"] == source.HOOKS
+    assert sim.hooks is not None and sim.hooks.written > 10
+    assert sim.pump is not None and sim.pump.records > 10
+    assert automatic(sim) == {}
+    # At 3 minutes: at the hooked default (1 minute) a CLI slower to start than two waits is
+    # recycled, since Loom probes a pump as soon as it is up (docs/SIM.md; storm seed 2, 1h51m).
+    report = simulate(2, 0.5, "storm", streamed(hooks=True, ack_timeout="3m"))
+    assert report["violation"] is None, report["violation"]
