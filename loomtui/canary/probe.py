@@ -15,8 +15,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from loomtui import clock
+from loomtui.agent import launches
 from loomtui.agent.drivers import driver_class
 from loomtui.canary.acks_watch import watch_of
+from loomtui.canary.rules import ack_deadline
 from loomtui.canary.runs import (
     CANARY_LOCK,
     ERROR,
@@ -69,7 +71,7 @@ def _send(ctx: Context, send: Send, source: str, ack_timeout: float) -> Probe:
     """Record a pending probe and type it; the caller holds canary.lock."""
     nonce = secrets.token_hex(12)
     sent_at = clock.wall()
-    deadline = sent_at + ack_timeout
+    deadline = ack_deadline(sent_at, ack_timeout, _booting_pump(ctx), ctx.config.agent.boot_grace)
     if locks.is_held(ctx.agent_dir, locks.RECYCLE):
         why = "a relaunch is under way"
         run_id = insert_run(ctx, nonce, source, SKIPPED, sent_at, deadline, why)
@@ -86,6 +88,25 @@ def _send(ctx: Context, send: Send, source: str, ack_timeout: float) -> Probe:
         settle_run(ctx, run_id, INJECT_FAILED, why=result.error)
         return Probe(run_id, nonce, INJECT_FAILED, sent_at, deadline, why=result.error, source=source)
     return Probe(run_id, nonce, PENDING, sent_at, deadline, source=source)
+
+
+def _booting_pump(ctx: Context) -> float | None:
+    """When the agent was launched, for a stream-json agent whose CLI has said nothing since (its
+    pump's status has no session yet: Claude Code prints its init once it reads its first line);
+    None for any other. A status the pump has not written, or one of another pump, says nothing
+    yet either: the longer wait is the safe side."""
+    if not driver_class(ctx.config).owns_turns:
+        return None
+    launched = launches.last_launch(ctx)
+    if launched is None:
+        return None
+    from loomtui.pump.facts import read_facts  # stream-json only
+
+    recorded = launches.recorded_processes(ctx) or {}
+    pane_pid = recorded.get("pane_pid")
+    facts = read_facts(ctx.agent_dir, pane_pid if isinstance(pane_pid, int) else None)
+    spoken = facts is not None and facts.current and facts.session_id is not None
+    return None if spoken else launched.ts
 
 
 def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe:

@@ -12,6 +12,7 @@ from loomtui.canary.rules import (
     PENDING,
     SKIPPED,
     ProbeRun,
+    ack_deadline,
     consecutive_misses,
     due_in,
     should_recycle,
@@ -98,3 +99,21 @@ def test_a_witness_probe_is_due_only_for_a_ready_launch_nothing_was_sent_to(sent
     # Whatever is sent to this launch ends the need; anything sent elsewhere or skipped does not.
     assert not witness_due([*history, ProbeRun(99.0, MISS, seq)], seq, ready)
     assert witness_due([*history, ProbeRun(99.0, SKIPPED, seq), ProbeRun(99.0, OK, seq + 1)], seq, ready) == due
+
+
+def test_a_probe_into_a_booting_pump_waits_out_the_boot_grace_then_its_ack_timeout():
+    launched, grace, ack = 1000.0, 90.0, 60.0
+    assert ack_deadline(1006.0, ack, launched, grace) == 1000.0 + 90 + 60  # sent as the pump came up
+    assert ack_deadline(1085.0, ack, launched, grace) == 1000.0 + 90 + 60  # near the grace's end
+    assert ack_deadline(1095.0, ack, launched, grace) == 1095.0 + 60       # after it: its own timeout
+    assert ack_deadline(1006.0, ack, None, grace) == 1006.0 + 60           # the CLI has spoken, or no pump
+
+
+@given(st.floats(0, 1e6), st.floats(0.1, 1e4), st.one_of(st.none(), st.floats(0, 1e6)), st.floats(0, 1e4))
+def test_an_ack_deadline_is_never_sooner_than_the_ack_timeout(sent, ack, launched, grace):
+    deadline = ack_deadline(sent, ack, launched, grace)
+    assert deadline >= sent + ack
+    if launched is None or sent >= launched + grace:
+        assert deadline == sent + ack
+    else:
+        assert deadline == max(sent + ack, launched + grace + ack)
