@@ -57,9 +57,12 @@ class Checker:
                              + agent.boot_grace + SLACK + (canary.turn_quiet if sim.turns_told else 0.0))
         self.witness_bound = self.detect + SLACK
         # A relaunch's own probe goes out once the agent is ready, or its boot grace is over, and
-        # recycle.lock is free: a probe of the old launch may still wait out its ack timeout first.
+        # recycle.lock is free: a probe of the old launch may still wait out its deadline first, its
+        # ack timeout, or for one handed to a pump whose CLI had not yet spoken, the boot grace and
+        # then its ack timeout (canary.rules.ack_deadline).
         waiting = min(1.0, canary.ack_timeout / 4)  # how often the canary loop looks while it waits
-        self.probe_bound = relaunch_time + max(agent.boot_grace, canary.ack_timeout + 1.0) + 2 * waiting + SLACK
+        old_wait = canary.ack_timeout + (agent.boot_grace if sim.pumped else 0.0)
+        self.probe_bound = relaunch_time + max(agent.boot_grace, old_wait + 1.0) + 2 * waiting + SLACK
         # From the moment the agent is plainly seen (alive, booted, no relaunch under way, tmux answering).
         self.foreign_bound = wd.foreign_scan + wd.interval + SLACK
         self.poller_bound = wd.poller_grace + 3 * wd.interval + wd.backoff_max + relaunch_time + SLACK
