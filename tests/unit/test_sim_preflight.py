@@ -45,6 +45,19 @@ def test_designs_config_passes():
     assert verdict.seed is None and verdict.steps > 0 and verdict.days == 0.5
 
 
+def test_readmes_stream_json_config_passes_as_written(tmp_path):
+    # README's stream-json config (its hooks too, so the 1-minute wait), simulated with the pump
+    # (sim/pump_model.py). Its seed 1 broke `definitive_signal` before canary.rules.ack_deadline:
+    # a slow boot the config allows was recycled.
+    text = (REPO / "README.md").read_text().split("## The stream-json driver", 1)[1]
+    path = tmp_path / "loom.toml"
+    path.write_text(text.split("```toml\n", 1)[1].split("```", 1)[0])
+    config, _ = load_config(str(path), {})
+    assert config.agent.driver == "stream-json" and "{hook_settings}" in config.agent.fresh_command
+    verdict = preflight.simulate_config(config, str(path))
+    assert verdict.seed is None, verdict
+
+
 def test_the_doctor_line_names_the_invariant_the_seed_and_the_replay(tmp_path):
     path = tmp_path / "loom.toml"
     path.write_text(FAST)
