@@ -30,10 +30,22 @@ def fixed_clock():
         yield c
 
 
-def context(tmp_path, driver: str) -> Context:
-    config = tmp_path / "config.toml"
-    config.write_text(f'[agent]\ndriver = "{driver}"\nboot_grace = "90s"\n[canary]\nack_timeout = "1m"\n')
-    return Context.load(str(config), str(tmp_path / "state"), environ={})
+@pytest.fixture
+def context(tmp_path):
+    """A context of the named driver, in a directory of its own, closed after the test."""
+    made: list[Context] = []
+
+    def make(driver: str) -> Context:
+        home = tmp_path / driver
+        home.mkdir()
+        config = home / "config.toml"
+        config.write_text(f'[agent]\ndriver = "{driver}"\nboot_grace = "90s"\n[canary]\nack_timeout = "1m"\n')
+        made.append(Context.load(str(config), str(home / "state"), environ={}))
+        return made[-1]
+
+    yield make
+    for ctx in made:
+        ctx.close()
 
 
 def launched(ctx: Context, ago: float, pane_pid: int = PANE) -> None:
@@ -55,49 +67,33 @@ def deadline(ctx: Context) -> float:
     return ack_deadline(T0, cfg.canary.ack_timeout, canary_probe._booting_pump(ctx), cfg.agent.boot_grace) - T0
 
 
-def test_a_probe_into_a_pump_whose_cli_has_not_spoken_waits_out_the_boot_grace(tmp_path):
-    ctx = context(tmp_path, "stream-json")
-    try:
-        launched(ctx, ago=6)
-        pump_status(ctx)  # the pump is up; its CLI has printed nothing (no init, no session)
-        assert deadline(ctx) == -6 + 90 + 60
-    finally:
-        ctx.close()
+def test_a_probe_into_a_pump_whose_cli_has_not_spoken_waits_out_the_boot_grace(context):
+    ctx = context("stream-json")
+    launched(ctx, ago=6)
+    pump_status(ctx)  # the pump is up; its CLI has printed nothing (no init, no session)
+    assert deadline(ctx) == -6 + 90 + 60
 
 
-def test_once_the_cli_has_spoken_a_probe_waits_its_ack_timeout(tmp_path):
-    ctx = context(tmp_path, "stream-json")
-    try:
-        launched(ctx, ago=6)
-        pump_status(ctx, session_id="s-1")  # its init came: the CLI reads its stdin
-        assert deadline(ctx) == 60
-    finally:
-        ctx.close()
+def test_once_the_cli_has_spoken_a_probe_waits_its_ack_timeout(context):
+    ctx = context("stream-json")
+    launched(ctx, ago=6)
+    pump_status(ctx, session_id="s-1")  # its init came: the CLI reads its stdin
+    assert deadline(ctx) == 60
 
 
-def test_another_pumps_status_or_none_says_nothing_yet_so_the_wait_is_the_longer(tmp_path):
-    ctx = context(tmp_path, "stream-json")
-    try:
-        launched(ctx, ago=6)
-        assert deadline(ctx) == -6 + 90 + 60  # no pump.json yet
-        pump_status(ctx, pid=PANE + 100, session_id="s-0")  # the last pump's, which had spoken
-        assert deadline(ctx) == -6 + 90 + 60
-    finally:
-        ctx.close()
+def test_another_pumps_status_or_none_says_nothing_yet_so_the_wait_is_the_longer(context):
+    ctx = context("stream-json")
+    launched(ctx, ago=6)
+    assert deadline(ctx) == -6 + 90 + 60  # no pump.json yet
+    pump_status(ctx, pid=PANE + 100, session_id="s-0")  # the last pump's, which had spoken
+    assert deadline(ctx) == -6 + 90 + 60
 
 
-def test_past_the_boot_grace_or_with_the_tmux_driver_a_probe_waits_its_ack_timeout(tmp_path):
-    ctx = context(tmp_path, "stream-json")
-    try:
-        launched(ctx, ago=120)
-        pump_status(ctx)
-        assert deadline(ctx) == 60
-    finally:
-        ctx.close()
-    (tmp_path / "t").mkdir()
-    tmux = context(tmp_path / "t", "tmux")
-    try:
-        launched(tmux, ago=6)
-        assert deadline(tmux) == 60
-    finally:
-        tmux.close()
+def test_past_the_boot_grace_or_with_the_tmux_driver_a_probe_waits_its_ack_timeout(context):
+    ctx = context("stream-json")
+    launched(ctx, ago=120)
+    pump_status(ctx)
+    assert deadline(ctx) == 60
+    tmux = context("tmux")
+    launched(tmux, ago=6)
+    assert deadline(tmux) == 60
