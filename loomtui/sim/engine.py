@@ -46,7 +46,7 @@ from loomtui.sim import faults
 from loomtui.sim.actors import Jobs, Operator, QueueWorker
 from loomtui.sim.hooks_model import HookModel
 from loomtui.sim.invariants import Checker, Violation
-from loomtui.sim.machine import SERVER_PID, SimProcesses, SimSignals, SimWatch, make_driver
+from loomtui.sim.machine import SERVER_PID, SimProcesses, SimSignals, SimWatch, simulated_driver
 from loomtui.sim.profiles import with_jobs
 from loomtui.sim.pump_model import PumpModel
 from loomtui.sim.report import Collector
@@ -88,7 +88,7 @@ class Sim:
         self.hooks = HookModel(self) if self.hooked else None
         # The simulated driver `agent.driver` names; the stream-json driver's pump, modelled when the
         # agent runs under it (pump_model.py), asked as Loom asks: by the driver's capability.
-        self.driver = make_driver(self)
+        self.driver = simulated_driver(self)
         self.pumped = self.driver.owns_turns
         self.pump = PumpModel(self) if self.pumped else None
         # Whether Loom is told the agent's turns (hooks/source.py: the hooks, else the pump).

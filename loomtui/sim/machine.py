@@ -199,7 +199,7 @@ class SimStreamDriver(SimDriver):
                         "(permissions come from the command's flags)")
 
 
-def make_driver(sim: Sim) -> SimDriver:
+def simulated_driver(sim: Sim) -> SimDriver:
     """The simulated driver `agent.driver` names: the simulator's agent/drivers.py (it imports no
     real driver), the one place here that reads the key; the rest asks the driver's capabilities."""
     return SimStreamDriver(sim) if sim.config.agent.driver == SimStreamDriver.name else SimDriver(sim)

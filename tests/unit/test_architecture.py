@@ -36,7 +36,7 @@ def test_a_rules_module_imports_with_the_standard_library_alone(name):
 
 # Where the driver's name may be read: the maker that picks the class, the config that checks the
 # key (a Telegram bridge needs the pump), and the drivers themselves (their `name`).
-# sim/machine.py's make_driver is the simulator's drivers.py: it picks the simulated driver by name.
+# sim/machine.py's simulated_driver is the simulator's drivers.py: it picks the simulated driver by name.
 NAME_READERS = {"agent/drivers.py", "config.py", "config_schema.py", "sim/machine.py"}
 WHICH_DRIVER = [
     re.compile(r"isinstance\([^)]*\b(StreamJsonDriver|TmuxDriver)\b"),
