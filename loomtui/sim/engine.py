@@ -128,6 +128,7 @@ class Sim:
         self.last_kind = ""
         self.relaunchers: set[str] = set()   # the threads whose relaunch is under way (membership only)
         self.ended: str | None = None        # the thread whose tick or command ended in this slice
+        self.canary_until: float | None = None  # when the sleeping canary looks next (None: not asleep)
         self.slicer: Any = None
         self.runs_from = 0            # the first canary run not yet seen settled
         self.runs_told: set[int] = set()  # settled runs from runs_from on, already told (membership only)
@@ -235,10 +236,13 @@ class Sim:
                 # takes every CANARY_PERIOD give it again until the store changes; the first look
                 # after a change is the next one on the period's grid (_after_slice wakes it then).
                 self.quiet_until = sched.t + soon if soon is not None else math.inf
+                self.canary_until = self.quiet_until
                 sched.sleep_until(self.quiet_until)
                 self.quiet_until = None
             else:
-                sched.sleep_until(sched.t + (soon if soon is not None else CANARY_PERIOD))
+                self.canary_until = sched.t + (soon if soon is not None else CANARY_PERIOD)
+                sched.sleep_until(self.canary_until)
+            self.canary_until = None
 
     def hooks_thread(self, ctx: Context) -> None:
         """The daemon's hooks loop: a look when an event file is written or a line typed (both
@@ -417,18 +421,29 @@ class Sim:
             if self.quiet_until is not None:
                 grid = math.floor(self.world.t / CANARY_PERIOD + 1.0) * CANARY_PERIOD
                 self.quiet_until = min(self.quiet_until, grid)
+                self.canary_until = self.quiet_until
                 self.wake("canary", self.quiet_until)
         if self.ended is not None:
             self.relaunchers.discard(self.ended)
             self.ended = None
             if not self.relaunchers and self.checker.relaunch_active:
                 self.checker.on_relaunch_done()
+                # A relaunch that ended without ringing (it failed half-way: the store locked, say)
+                # leaves a launch to witness that no doorbell announces: the daemon's canary finds it
+                # at its next look on the CANARY_PERIOD grid, which the simulated one skips otherwise.
+                self.canary_look_by(math.floor(self.world.t / CANARY_PERIOD + 1.0) * CANARY_PERIOD)
         if self.relaunched is None:
             self.relaunched = launches.signals_dir(ctx.agent_dir) / launches.RELAUNCHED
         # os.access: no exception made and dropped after every slice in which nothing rang.
         if os.access(self.relaunched, os.F_OK):
             self.relaunched.unlink()
-            self.wake("canary")
+            self.canary_look_by(self.world.t)
+
+    def canary_look_by(self, when: float) -> None:
+        """The canary's next look no later than `when` (a wake only ever brought forward)."""
+        if self.canary_until is not None and when < self.canary_until:
+            self.canary_until = when
+            self.wake("canary", when)
 
     def on_ledger(self, seq: int, kind: str, cause: str, raw: str | None) -> None:
         detail = json.loads(raw) if raw else {}

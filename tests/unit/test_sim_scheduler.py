@@ -86,8 +86,12 @@ def test_a_thread_blocked_outside_the_virtual_clock_is_named(monkeypatch):
     s.spawn("stuck", stuck)
     with pytest.raises(Deadlock, match="simulated thread stuck blocked outside the virtual clock"):
         s.run_until(10.0, lambda: None)
+    # A run that deadlocked is over: the stuck thread is let go (it hands the baton back as it
+    # ends) and the parked one stays parked (a daemon thread), as after a real deadlock.
     held.release()
-    s.stop()
+    stuck = next(th for th in s.threads if th.name == "stuck")
+    stuck.thread.join(10)
+    assert stuck.done
 
 
 def test_an_error_in_a_thread_reached_by_a_handover_is_raised_by_the_run():
