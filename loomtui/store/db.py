@@ -36,7 +36,8 @@ def open_lock(path: Path, *, exclusive: bool = False, timeout: float = BUSY_TIME
     SQLite opens a store's log and shared memory by their names, after the file itself. A
     connection opening while the salvage renames the three could pair the new file with the old
     log or shared memory, or make a log of its own that the new store then reads as its: the
-    salvage then failed ("disk I/O error", "malformed") or the new store was damaged at birth.
+    salvage failed ("disk I/O error", reproduced; CI's "malformed" was likely the same race) or
+    the new store could be damaged at birth.
     A connection opened before the salvage holds the old files and SQLite sees they moved.
     On the machine's clock, as the store's busy wait: the holder is another real process."""
     lock = Path(f"{path}{OPEN_LOCK_SUFFIX}")
