@@ -358,6 +358,14 @@ class Sim:
             self.worker.nudged(int(item.group(1)))
         return None
 
+    def begin_turn(self, a: Agent, until: float | None) -> None:
+        """A turn of the operator's, through whichever model the CLI's turns run in: the pump's
+        (where the driver has one), else the hooks' (none without either: a turn untold)."""
+        if self.pump is not None:
+            self.pump.begin_turn(a, until)
+        elif self.hooks is not None:
+            self.hooks.begin_turn(a, until)
+
     def acked(self, pid: int, path: Path) -> None:
         """The agent runs the probe's `touch`: the ack file appears, with the wall clock's time."""
         a = self.world.agent

@@ -66,20 +66,11 @@ def apply(sim: Sim, kind: str) -> bool:
         if a is None:
             return False
         a.busy_next = True
-        # A turn in progress: it ends once the next probe has waited.
-        if sim.pump is not None:
-            sim.pump.begin_turn(a, None)
-        elif sim.hooks is not None:
-            sim.hooks.begin_turn(a, None)
+        sim.begin_turn(a, None)  # a turn in progress: it ends once the next probe has waited
     elif kind == "long_turn":
         if a is None or not sim.turns_told:  # drawn only where turns are told (HOOKED_KINDS)
             return False
-        until = w.t + rng.uniform(3 * T, 0.8 * cfg.canary.max_turn)
-        if sim.pump is not None:
-            sim.pump.begin_turn(a, until)
-        else:
-            assert sim.hooks is not None
-            sim.hooks.begin_turn(a, until)
+        sim.begin_turn(a, w.t + rng.uniform(3 * T, 0.8 * cfg.canary.max_turn))
     elif kind == "modal":
         if a is None:
             return False

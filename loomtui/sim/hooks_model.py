@@ -126,9 +126,7 @@ class HookModel:
         w = self.sim.world
         a.turn_since = w.t
         a.turn_until = until
-        w.turns.append([w.t, None, a.pid])
-        if len(w.turns) > 200:
-            del w.turns[:100]
+        w.turn_began(a.pid)
         self.fire(a.pid, "UserPromptSubmit", {"prompt": OPERATOR_PROMPT})
         self.sim.after(w.rng.uniform(*TOOL_EVERY), self.tool, a.pid)
         if until is not None:
@@ -154,9 +152,7 @@ class HookModel:
             return
         a.turn_since, a.turn_until = None, None
         a.busy_next = False
-        for turn in w.turns:
-            if turn[2] == pid and turn[1] is None:
-                turn[1] = w.t
+        w.turn_ended(pid)
         self.fire(pid, "Stop", {"stop_hook_active": False})
         when = w.t
         for text, kind in self.queued.pop(pid, []):

@@ -247,9 +247,10 @@ class PumpModel:
 
     def turn_begins(self, pid: int, seq: int) -> None:
         sim, w = self.sim, self.sim.world
-        a, p = w.agent, self.current(pid)
-        if a is None or p is None or a.pid != pid or not a.hearing() or p.state.turn_seq != seq:
+        found = self.in_turn(pid, seq)
+        if found is None:
             return
+        a, p = found
         msg = p.messages[seq]
         self.out(p, a, {"type": "system", "subtype": "init", "session_id": a.session, "model": "sim",
                         "tools": ["Bash"], "permissionMode": "default"}, began=p.written_at.get(seq, w.t))
@@ -257,9 +258,7 @@ class PumpModel:
             sim.hooks.fire(pid, "UserPromptSubmit", {"prompt": msg.text})
         if msg.kind == OPERATOR:
             a.turn_since, a.turn_until = w.t, msg.until
-            w.turns.append([w.t, None, pid])
-            if len(w.turns) > 200:
-                del w.turns[:100]
+            w.turn_began(pid)
             sim.after(w.rng.uniform(*TOOL_EVERY), self.tool, pid, seq)
             if msg.until is not None:
                 sim.at(msg.until, self.end_turn, pid)
@@ -271,12 +270,20 @@ class PumpModel:
                 sim.at(done, self.touch, pid, seq, str(path))
         sim.at(done + RESULT_AFTER, self.result, pid, seq)
 
+    def in_turn(self, pid: int, seq: int) -> tuple[Agent, Pump] | None:
+        """The agent `pid` and its pump, while the CLI hears and its turn is still line `seq`'s: a
+        step scheduled for that turn is dropped otherwise (the turn ended, or the agent with it)."""
+        a, p = self.sim.world.agent, self.current(pid)
+        if a is None or p is None or a.pid != pid or not a.hearing() or p.state.turn_seq != seq:
+            return None
+        return a, p
+
     def touch(self, pid: int, seq: int, path: str) -> None:
         """The probe's `touch`: the tool call printed, the ack file written."""
-        w = self.sim.world
-        a, p = w.agent, self.current(pid)
-        if a is None or p is None or a.pid != pid or not a.hearing() or p.state.turn_seq != seq:
+        found = self.in_turn(pid, seq)
+        if found is None:
             return
+        a, p = found
         self.out(p, a, {"type": "assistant", "session_id": a.session, "message": {
             "role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{seq}", "name": "Bash",
                                               "input": {"command": f"touch {path}"}}]}})
@@ -285,9 +292,10 @@ class PumpModel:
     def tool(self, pid: int, seq: int) -> None:
         """A turn of the operator's uses a tool every few minutes, while it runs and the CLI hears."""
         sim, w = self.sim, self.sim.world
-        a, p = w.agent, self.current(pid)
-        if a is None or p is None or a.pid != pid or not a.hearing() or p.state.turn_seq != seq:
+        found = self.in_turn(pid, seq)
+        if found is None:
             return
+        a, p = found
         self.out(p, a, {"type": "assistant", "session_id": a.session, "message": {
             "role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{seq}_{self.records}",
                                               "name": "Bash", "input": {"command": "make test"}}]}})
@@ -304,18 +312,17 @@ class PumpModel:
             return  # ended already, or its end was moved later (a `busy` turn's probe set it)
         a.turn_since, a.turn_until = None, None
         a.busy_next = False
-        for turn in w.turns:
-            if turn[2] == pid and turn[1] is None:
-                turn[1] = w.t
+        w.turn_ended(pid)
         if p is not None and p.state.turn_seq is not None and a.hearing():
             self.result(pid, p.state.turn_seq)
 
     def result(self, pid: int, seq: int) -> None:
         """The turn's `result`: the pump writes the next queued line (runner._apply)."""
-        sim, w = self.sim, self.sim.world
-        a, p = w.agent, self.current(pid)
-        if a is None or p is None or a.pid != pid or not a.hearing() or p.state.turn_seq != seq:
+        sim = self.sim
+        found = self.in_turn(pid, seq)
+        if found is None:
             return
+        a, p = found
         if sim.hooks is not None:
             sim.hooks.fire(pid, "Stop", {"stop_hook_active": False})
         self.out(p, a, {"type": "result", "subtype": "success", "is_error": False, "num_turns": 1,
@@ -336,7 +343,4 @@ class PumpModel:
 
     def output(self, p: Pump, event: dict) -> None:
         self.record(transcript.OUT, event=event)
-        p.state, actions = rules.step(p.state, rules.Output(self.sim.world.wall, event))
-        for action in actions:
-            if isinstance(action, rules.Write):
-                self.write(p, action.seq)
+        self.apply(p, rules.Output(self.sim.world.wall, event))

@@ -126,6 +126,17 @@ class World:
     def loaded(self) -> bool:
         return self.t < self.load_until
 
+    def turn_began(self, pid: int) -> None:
+        """A turn of the operator's begins now in agent `pid` (the last hundred or so are kept)."""
+        self.turns.append([self.t, None, pid])
+        if len(self.turns) > 200:
+            del self.turns[:100]
+
+    def turn_ended(self, pid: int) -> None:
+        for turn in self.turns:
+            if turn[2] == pid and turn[1] is None:
+                turn[1] = self.t
+
     def busy_between(self, start: float, end: float) -> float:
         """Seconds of [start, end] the agent spent in a turn of the operator's (hooks modelled): a
         relaunch's witness waits for it, as it should."""
