@@ -20,10 +20,13 @@ def hooked(**canary) -> object:
     return default_config({"agent": dict(HOOKED), **({"canary": canary} if canary else {})})
 
 
-def scripted(config, hours: float, faults: list[tuple[float, str]], seed: int = 1) -> Sim:
+def scripted(config, hours: float, faults: list[tuple[float, str]], seed: int = 1, looks=()) -> Sim:
+    """A run of `hours` with the faults at their times, and `looks` (at, fn(sim)) taken mid-run."""
     sim = Sim(config, PROFILES["incident"], seed, hours / 24)
     for at, kind in faults:
         sim.at(at, sim.fault, kind)
+    for at, fn in looks:
+        sim.at(at, fn, sim)
     return sim.run()
 
 
@@ -31,15 +34,21 @@ def automatic(sim: Sim) -> dict:
     return {c: m for c, m in sim.report.relaunches.items() if not c.startswith("operator_")}
 
 
-def test_a_long_busy_turn_misses_its_probes_and_is_not_recycled():
-    sim = scripted(hooked(), 5, [(1 * H, "long_turn")])
+def long_turn_missed_and_kept(config) -> Sim:
+    """A run with one long turn of the operator's, long enough to have been recycled twice over had
+    its turns not been told: its probes missed, nothing recycled, every invariant held."""
+    sim = scripted(config, 5, [(1 * H, "long_turn")])
     assert sim.violation is None, sim.violation
     [(start, end, _)] = sim.world.turns
     cfg = sim.config.canary
-    # Long enough to have been recycled twice over without the hooks.
     assert end - start > cfg.interval + 2 * (cfg.misses_to_recycle * cfg.ack_timeout)
     assert sim.report.probes.get("miss", 0) >= cfg.misses_to_recycle
     assert automatic(sim) == {}
+    return sim
+
+
+def test_a_long_busy_turn_misses_its_probes_and_is_not_recycled():
+    sim = long_turn_missed_and_kept(hooked())
     assert sim.hooks is not None and sim.hooks.written > 10
 
 

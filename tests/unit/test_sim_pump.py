@@ -15,9 +15,10 @@ from loomtui.pump import transcript
 from loomtui.pump.facts import read_facts
 from loomtui.sim import simulate
 from loomtui.sim.engine import Sim
-from loomtui.sim.profiles import PROFILES, default_config
+from loomtui.sim.profiles import default_config
 
-H = 3600.0
+from test_sim_hooks import H, automatic, long_turn_missed_and_kept, scripted
+
 # README's stream-json commands, without `{hook_settings}`: the pump tells the turns.
 STREAM = {"driver": "stream-json",
           "fresh_command": "claude --add-dir {state_dir}/acks --allowedTools 'Bash(touch:*)' --session-id {session_id}",
@@ -30,19 +31,6 @@ def streamed(hooks: bool = False, **canary) -> object:
         agent = {k: v.replace("claude ", "claude --settings {hook_settings} ") if k != "driver" else v
                  for k, v in agent.items()}
     return default_config({"agent": agent, **({"canary": canary} if canary else {})})
-
-
-def scripted(config, hours: float, faults: list[tuple[float, str]], seed: int = 1, looks=()) -> Sim:
-    sim = Sim(config, PROFILES["incident"], seed, hours / 24)
-    for at, kind in faults:
-        sim.at(at, sim.fault, kind)
-    for at, fn in looks:
-        sim.at(at, fn, sim)
-    return sim.run()
-
-
-def automatic(sim: Sim) -> dict:
-    return {c: m for c, m in sim.report.relaunches.items() if not c.startswith("operator_")}
 
 
 def test_the_stream_json_sim_runs_the_pump_driver_whose_turns_loom_reads():
@@ -75,13 +63,7 @@ def test_the_stream_json_sim_runs_the_pump_driver_whose_turns_loom_reads():
 
 
 def test_a_long_busy_turn_misses_its_probes_and_is_not_recycled():
-    sim = scripted(streamed(), 5, [(1 * H, "long_turn")])
-    assert sim.violation is None, sim.violation
-    [(start, end, _)] = sim.world.turns
-    cfg = sim.config.canary
-    assert end - start > cfg.interval + 2 * (cfg.misses_to_recycle * cfg.ack_timeout)
-    assert sim.report.probes.get("miss", 0) >= cfg.misses_to_recycle
-    assert automatic(sim) == {}
+    long_turn_missed_and_kept(streamed())
 
 
 def test_a_busy_turn_at_one_minute_is_excused_by_the_pump():
