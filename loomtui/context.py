@@ -38,13 +38,13 @@ class Context:
     processes: Processes | None = field(default=None, repr=False)
     signals: Signals | None = field(default=None, repr=False)
     watch: DirWatch | None = field(default=None, repr=False)
-    # How long a write waits for a lock another connection holds (None: the store's BUSY_TIMEOUT).
-    # The simulator says 0: SQLite's busy wait sleeps in real time, which a virtual clock cannot.
-    store_timeout: float | None = field(default=None, repr=False)
+    # A write waits for a lock another connection holds on loomtui.clock, not in SQLite's busy
+    # wait (Store's `waits_on_clock`): the simulator's, whose clock is virtual.
+    store_waits_on_clock: bool = field(default=False, repr=False)
 
     def _ports(self) -> dict:
         return {"processes": self.processes, "signals": self.signals, "watch": self.watch,
-                "store_timeout": self.store_timeout}
+                "store_waits_on_clock": self.store_waits_on_clock}
 
     @property
     def agent(self) -> str:
@@ -90,8 +90,8 @@ class Context:
     @property
     def store(self) -> Store:
         if self._store is None:
-            timeout = {} if self.store_timeout is None else {"timeout": self.store_timeout}
-            self._store = Store.in_dir(self.state_dir, agent=self.agent, agent_dir=self.agent_dir, **timeout)
+            self._store = Store.in_dir(self.state_dir, agent=self.agent, agent_dir=self.agent_dir,
+                                       waits_on_clock=self.store_waits_on_clock)
         return self._store
 
     def clone(self) -> Context:

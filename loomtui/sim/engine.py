@@ -129,6 +129,7 @@ class Sim:
         self.relaunchers: set[str] = set()   # the threads whose relaunch is under way (membership only)
         self.ended: str | None = None        # the thread whose tick or command ended in this slice
         self.canary_until: float | None = None  # when the sleeping canary looks next (None: not asleep)
+        self.canary_began = 0.0  # when the canary's last look began (the phase of its period's grid)
         self.slicer: Any = None
         self.runs_from = 0            # the first canary run not yet seen settled
         self.runs_told: set[int] = set()  # settled runs from runs_from on, already told (membership only)
@@ -227,9 +228,11 @@ class Sim:
         loop = CanaryLoop(ctx, self.halt)
         sched = self.scheduler
         while True:
+            self.canary_began = began = sched.t
             self.guarded("canary", loop.tick)
-            # The daemon looks every CANARY_PERIOD and sooner when the loop asks (next_look); looks in
-            # between find nothing due and are not simulated.
+            # The daemon's loop looks CANARY_PERIOD after its last look began (at once when that look
+            # ran longer, waiting on a locked store), and sooner when the loop asks (next_look: its
+            # timer, from the look's end); looks in between find nothing due and are not simulated.
             soon = loop.next_look
             if loop.quiet:
                 # Its answer rests on the store and the clock (a hold in force): the looks the daemon
@@ -240,9 +243,20 @@ class Sim:
                 sched.sleep_until(self.quiet_until)
                 self.quiet_until = None
             else:
-                self.canary_until = sched.t + (soon if soon is not None else CANARY_PERIOD)
+                regular = began + CANARY_PERIOD
+                if soon is None:
+                    self.canary_until = regular
+                elif soon < CANARY_PERIOD:
+                    self.canary_until = min(regular, sched.t + soon)
+                else:
+                    self.canary_until = sched.t + soon
                 sched.sleep_until(self.canary_until)
             self.canary_until = None
+
+    def canary_grid_after(self, t: float) -> float:
+        """The daemon's canary look after `t` on its period's grid: every CANARY_PERIOD from its last
+        look's start."""
+        return self.canary_began + (math.floor((t - self.canary_began) / CANARY_PERIOD) + 1.0) * CANARY_PERIOD
 
     def hooks_thread(self, ctx: Context) -> None:
         """The daemon's hooks loop: a look when an event file is written or a line typed (both
@@ -261,9 +275,10 @@ class Sim:
         interval = self.config.sentinel.interval
         sched = self.scheduler
         while True:
+            began = sched.t  # the daemon's loop ticks every interval from a tick's start
             if self.guarded("sentinel", step) is FAILED:  # the store locked, say: a lost interval
                 self.checker.on_sentinel_failed()
-            sched.sleep_until(sched.t + interval)
+            sched.sleep_until(began + interval)
 
     def wake(self, name: str, when: float | None = None) -> None:
         th = self.threads.get(name)
@@ -394,8 +409,8 @@ class Sim:
 
     def lock_store(self, until: float) -> None:
         """Another process holds the store's write lock until `until` (a backup, a `sqlite3` shell):
-        Loom's writes fail at once with "database is locked" (its connections wait 0 s here: SQLite's
-        busy wait would sleep in real time), its reads go on."""
+        each of Loom's writes waits its busy timeout, on the virtual clock (Store's `waits_on_clock`),
+        and then fails with "database is locked"; its reads go on."""
         assert self.ctx is not None
         locker = Store.in_dir(self.ctx.state_dir, timeout=0, migrate=False)
         locker.lock_out()
@@ -427,8 +442,7 @@ class Sim:
                 self.on_ledger(row["id"], row["kind"], row["cause"] or "", row["detail"])
             self.settled_runs()
             if self.quiet_until is not None:
-                grid = math.floor(self.world.t / CANARY_PERIOD + 1.0) * CANARY_PERIOD
-                self.quiet_until = min(self.quiet_until, grid)
+                self.quiet_until = min(self.quiet_until, self.canary_grid_after(self.world.t))
                 self.canary_until = self.quiet_until
                 self.wake("canary", self.quiet_until)
         if self.ended is not None:
@@ -439,7 +453,7 @@ class Sim:
                 # A relaunch that ended without ringing (it failed half-way: the store locked, say)
                 # leaves a launch to witness that no doorbell announces: the daemon's canary finds it
                 # at its next look on the CANARY_PERIOD grid, which the simulated one skips otherwise.
-                self.canary_look_by(math.floor(self.world.t / CANARY_PERIOD + 1.0) * CANARY_PERIOD)
+                self.canary_look_by(self.canary_grid_after(self.world.t))
         if self.relaunched is None:
             self.relaunched = launches.signals_dir(ctx.agent_dir) / launches.RELAUNCHED
         # os.access: no exception made and dropped after every slice in which nothing rang.
@@ -575,7 +589,7 @@ class Sim:
         self.processes = SimProcesses(self)
         self.watch = SimWatch(self)
         self.ctx = Context(self.config, None, state, driver=self.driver, processes=self.processes,
-                           signals=SimSignals(self), watch=self.watch, store_timeout=0.0)
+                           signals=SimSignals(self), watch=self.watch, store_waits_on_clock=True)
         if self.ctx.agent_dir != state:
             prepare_agent_dir(self.ctx.agent_dir)
         self.observer = Store.in_dir(state, timeout=0)  # never waits in real time for a lock
@@ -607,6 +621,9 @@ class Sim:
                 self.start()
                 try:
                     self.scheduler.run_until(self.end, after_step)
+                    # The run's time is all of its days, its last stretch too, with no step in it (a
+                    # loop whose tick outlasted its interval, waiting on a locked store, ticks off the grid).
+                    self._set_time(self.end)
                 except Violation as exc:
                     self.violation = exc
                 finally:

@@ -25,6 +25,9 @@ from loomtui.store.statedir import create_private_file
 
 DB_NAME = "loom.db"
 BUSY_TIMEOUT = 10.0
+# With the busy wait on loomtui.clock (`waits_on_clock`): how often a write that found the store
+# locked tries again until its timeout is over (SQLite's own wait tries within 100 ms).
+CLOCK_BUSY_POLL = 2.0
 OPEN_LOCK_SUFFIX = "-openlock"  # beside the file, as SQLite's own -wal and -shm are
 
 
@@ -79,9 +82,16 @@ class AgentConnection(sqlite3.Connection):
 
 class Store:
     def __init__(self, path: Path, *, timeout: float = BUSY_TIMEOUT, migrate: bool = True,
-                 agent: str = MAIN_AGENT, agent_dir: Path | None = None, lock_held: bool = False) -> None:
-        """`lock_held`: the caller holds `open_lock` already (the salvage, making the new store)."""
+                 agent: str = MAIN_AGENT, agent_dir: Path | None = None, lock_held: bool = False,
+                 waits_on_clock: bool = False) -> None:
+        """`lock_held`: the caller holds `open_lock` already (the salvage, making the new store).
+        `waits_on_clock`: a write that finds the store locked waits its `timeout` on loomtui.clock's
+        sleep (trying again every CLOCK_BUSY_POLL), not in SQLite's busy wait, which sleeps in real
+        time: the simulator's connections, whose clock is virtual, wait as the daemon's do."""
         self.path = Path(path)
+        self.busy_on_clock = timeout if waits_on_clock else None
+        if waits_on_clock:
+            timeout = 0.0
         self.agent = agent
         self.agent_dir = Path(agent_dir) if agent_dir is not None else self.path.parent
         self._lock = threading.RLock()
@@ -195,10 +205,7 @@ class Store:
     def write(self) -> Iterator[sqlite3.Connection]:
         """A write transaction holding SQLite's write lock from its first statement."""
         with self._lock:
-            try:
-                self.conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.DatabaseError as exc:
-                raise self._unavailable(exc) from None
+            self._begin_write()
             try:
                 yield self.conn
             except BaseException as exc:
@@ -213,6 +220,20 @@ class Store:
                 except sqlite3.DatabaseError as exc:
                     self._rollback()
                     raise self._unavailable(exc) from None
+
+    def _begin_write(self) -> None:
+        waited = 0.0
+        while True:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.DatabaseError as exc:
+                if self.busy_on_clock is None or waited >= self.busy_on_clock \
+                        or health.classify(exc) != health.TRANSIENT:
+                    raise self._unavailable(exc) from None
+            pause = min(CLOCK_BUSY_POLL, self.busy_on_clock - waited)
+            clock.sleep(pause)
+            waited += pause
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
