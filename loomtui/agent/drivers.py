@@ -29,6 +29,12 @@ def driver_class(config: Config) -> type[AgentDriver]:
     return _named(config)
 
 
+def capabilities(ctx: Context) -> AgentDriver | type[AgentDriver]:
+    """What the context's driver can do (`owns_turns`, `has_dialogs`), without making one: the
+    simulator's where it filled one in, else the class the config names."""
+    return ctx.driver if ctx.driver is not None else driver_class(ctx.config)
+
+
 def _named(config: Config) -> type[TmuxDriver]:
     # The stream driver is a TmuxDriver that runs the pump in the pane: both are made alike.
     if config.agent.driver == STREAM_JSON:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from loomtui import clock
 from loomtui.agent import launches
-from loomtui.agent.drivers import driver_class
+from loomtui.agent.drivers import capabilities
 from loomtui.canary.acks_watch import watch_of
 from loomtui.canary.rules import ack_deadline
 from loomtui.canary.runs import (
@@ -95,7 +95,7 @@ def _booting_pump(ctx: Context) -> float | None:
     pump's status has no session yet: Claude Code prints its init once it reads its first line);
     None for any other. A status the pump has not written, or one of another pump, says nothing
     yet either: the longer wait is the safe side."""
-    if not driver_class(ctx.config).owns_turns:
+    if not capabilities(ctx).owns_turns:
         return None
     launched = launches.last_launch(ctx)
     if launched is None:
@@ -172,7 +172,7 @@ def _end(ctx: Context, run: Probe) -> float:
 
 def _queued_note(ctx: Context, run_id: int) -> str:
     """For a missed probe the pump queued: whether it ever reached the CLI ("" when not queued)."""
-    if not driver_class(ctx.config).owns_turns:
+    if not capabilities(ctx).owns_turns:
         return ""  # only a pump queues a line
     row = ledger.canary_sent(ctx.store, ctx.agent, run_id)
     try:

@@ -26,7 +26,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
-from loomtui.agent.drivers import driver_class
+from loomtui.agent.drivers import capabilities
 from loomtui.canary import runs as canary
 from loomtui.config import split_listen
 from loomtui.context import Context
@@ -136,7 +136,7 @@ def pump_metrics(agents: list[Context], now: float) -> Iterator[Any]:
     """The stream-json pump of each agent that has one, as its status file says now: what waits,
     whether a turn runs and for how long (a turn that never ends is what a wedge looks like from
     outside). No family at all when no agent runs the stream-json driver."""
-    pumped = [actx for actx in agents if driver_class(actx.config).owns_turns]
+    pumped = [actx for actx in agents if capabilities(actx).owns_turns]
     if not pumped:
         return
     waiting = GaugeMetricFamily("loom_pump_queue", "Messages the pump holds until the running turn ends",

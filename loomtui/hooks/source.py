@@ -5,7 +5,7 @@ of the readers for an agent that has neither."""
 
 from __future__ import annotations
 
-from loomtui.agent.drivers import driver_class
+from loomtui.agent.drivers import capabilities
 from loomtui.context import Context
 from loomtui.states import passes_hook_settings
 
@@ -18,5 +18,4 @@ def of(ctx: Context) -> str | None:
     agent = ctx.config.agent
     if passes_hook_settings(agent.fresh_command, agent.resume_command):
         return HOOKS
-    driver = ctx.driver if ctx.driver is not None else driver_class(ctx.config)
-    return PUMP if driver.owns_turns else None
+    return PUMP if capabilities(ctx).owns_turns else None
