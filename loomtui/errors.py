@@ -44,6 +44,12 @@ class TmuxError(LoomError):
     """tmux refused or failed a command (agent/tmux.py raises it; every driver may)."""
 
 
+class AgentNotReading(TmuxError):
+    """The agent's CLI no longer reads its input: the stream-json pump's refusal after a write to
+    the CLI's stdin failed. Unlike a pane Loom could not type into (our side), it is the agent's own
+    deafness, told by the kernel: the canary counts a probe refused so as a miss."""
+
+
 class TmuxTimeout(TmuxError):
     """tmux did not answer in time: ambiguous, never evidence that anything is gone."""
 

@@ -19,7 +19,7 @@ from loomtui.agent.ports import AgentDriver
 from loomtui.agent.stream_driver import origin_of
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context
-from loomtui.errors import LockHeld, LoomError
+from loomtui.errors import AgentNotReading, LockHeld, LoomError
 from loomtui.hooks import settings as hook_settings
 from loomtui.hooks.events import typed_digest
 from loomtui.pump.facts import Delivery
@@ -40,6 +40,7 @@ class InjectResult:
     refused: str = ""   # why Loom did not try at all (a hold): not a failure of the pane
     delivery: str = ""  # with the pump: delivered (reached the CLI) or queued (behind a running turn)
     position: int | None = None
+    not_reading: bool = False  # refused because the agent's CLI no longer reads its input (AgentNotReading)
 
 
 def inject(
@@ -70,30 +71,34 @@ def inject(
     # is not typed into the new one (it was meant for this one, and that one may be booting).
     expect = driver.pane_pid()
     who = origin or origin_of(kind, source)
-    error, event_id, delivery = _typed(ctx, lambda: driver.type_line(clean, expect, origin=who, ref=ref),
-                                       kind, source, info, lock_timeout)
+    error, event_id, delivery, not_reading = _typed(ctx, lambda: driver.type_line(clean, expect, origin=who, ref=ref),
+                                                    kind, source, info, lock_timeout)
     if not error and hook_settings.wanted(ctx.config.agent):
         launches.ring(ctx.agent_dir, launches.TYPED)  # the hooks loop starts this line's dispatch timeout
     return InjectResult(not error, len(clean), info["digest"], error, event_id,
-                        delivery=delivery.state if delivery else "", position=delivery.position if delivery else None)
+                        delivery=delivery.state if delivery else "", position=delivery.position if delivery else None,
+                        not_reading=not_reading)
 
 
 def _typed(ctx: Context, typing: Callable[[], Delivery | None], kind: EventKind, source: str, detail: dict[str, Any],
-           lock_timeout: float) -> tuple[str, int, Delivery | None]:
-    """Run `typing` under inject.lock and record it, ok or not: (error or "", ledger event id, delivery)."""
+           lock_timeout: float) -> tuple[str, int, Delivery | None, bool]:
+    """Run `typing` under inject.lock and record it, ok or not: (error or "", ledger event id,
+    delivery, whether the agent's CLI no longer reads its input)."""
     error = ""
     delivery = None
+    not_reading = False
     try:
         with locks.hold(ctx.agent_dir, locks.INJECT, timeout=lock_timeout):
             delivery = typing()
     except (TmuxError, LockHeld) as exc:
         error = str(exc)
+        not_reading = isinstance(exc, AgentNotReading)
     event = ledger.append(
         ctx.store, kind, source=source, cause=None if not error else "inject_failed",
         detail={**detail, "ok": not error, **({"error": error} if error else {}),
                 **(delivery.as_detail() if delivery else {})},
     )
-    return error, event.id, delivery
+    return error, event.id, delivery, not_reading
 
 
 def press(
@@ -109,6 +114,6 @@ def press(
     """Named keys (e.g. Enter to dismiss a dialog) through the same lock and ledger as text."""
     driver = driver or drivers.of(ctx)
     expect = driver.pane_pid()
-    error, event_id, _ = _typed(ctx, lambda: driver.send_keys(keys, expect), kind, source,
+    error, event_id, _, _ = _typed(ctx, lambda: driver.send_keys(keys, expect), kind, source,
                                 {"keys": keys, **(detail or {})}, lock_timeout)
     return InjectResult(not error, 0, "", error, event_id)

@@ -19,6 +19,7 @@ from typing import ClassVar
 from loomtui.agent.driver import TmuxDriver
 from loomtui.agent.ports import AgentFacts
 from loomtui.agent.tmux import TmuxError
+from loomtui.errors import AgentNotReading
 from loomtui.config import Config
 from loomtui.pump import client as pump_client
 from loomtui.pump.facts import Delivery, StreamFacts, read_facts
@@ -119,6 +120,8 @@ class StreamJsonDriver(TmuxDriver):
         try:
             reply = pump_client.send(state_dir, text, origin=origin if origin in ORIGINS else "operator",
                                      ref=ref, timeout=SEND_TIMEOUT)
+        except pump_client.PumpInputClosed as exc:
+            raise AgentNotReading(f"the pump did not take the line: {exc}") from None
         except pump_client.PumpError as exc:
             raise PumpRefused(f"the pump did not take the line: {exc}") from None
         if not reply.ok:

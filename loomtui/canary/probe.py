@@ -85,8 +85,11 @@ def _send(ctx: Context, send: Send, source: str, ack_timeout: float) -> Probe:
     run_id = insert_run(ctx, nonce, source, PENDING, sent_at, deadline)
     result = send(ctx, instruction(ctx.acks_dir / nonce), source=source, kind="canary_sent", detail={"run": run_id})
     if not result.ok:
-        settle_run(ctx, run_id, INJECT_FAILED, why=result.error)
-        return Probe(run_id, nonce, INJECT_FAILED, sent_at, deadline, why=result.error, source=source)
+        # A probe the agent's CLI can no longer read (the pump's write to its stdin failed) is missed
+        # by the agent, not by Loom: a miss, at once, where a pane Loom could not type into is ours.
+        outcome = MISS if result.not_reading else INJECT_FAILED
+        settle_run(ctx, run_id, outcome, why=result.error)
+        return Probe(run_id, nonce, outcome, sent_at, deadline, why=result.error, source=source)
     return Probe(run_id, nonce, PENDING, sent_at, deadline, source=source)
 
 

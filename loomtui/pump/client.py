@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from loomtui.errors import LoomError
+from loomtui.pump.rules import INPUT_CLOSED_CODE
 
 SOCKET = "pump.sock"
 STATUS = "pump.json"
@@ -28,6 +29,11 @@ _SUN_PATH_MAX = 100
 
 class PumpError(LoomError):
     """The pump could not take the message: no socket, no answer, or its refusal."""
+
+
+class PumpInputClosed(PumpError):
+    """The pump's refusal because its CLI no longer reads its input (a write to its stdin failed):
+    no line can reach that CLI again (rules.INPUT_CLOSED_CODE)."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,8 @@ def send(state_dir: Path | str, text: str, *, origin: str, ref: str = "", timeou
     answer = request(state_dir, {"op": "send", "text": text, "origin": origin, "ref": ref}, timeout)
     if answer.get("ok") is not True:
         error = answer.get("error")
-        raise PumpError(f"the pump refused the message: {error if isinstance(error, str) else 'no reason given'}")
+        refusal = PumpInputClosed if answer.get("code") == INPUT_CLOSED_CODE else PumpError
+        raise refusal(f"the pump refused the message: {error if isinstance(error, str) else 'no reason given'}")
     seq, position = answer.get("seq"), answer.get("position")
     return Reply(True, str(answer.get("state") or ""), seq if isinstance(seq, int) else None,
                  position if isinstance(position, int) else None, "")

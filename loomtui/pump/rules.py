@@ -16,6 +16,9 @@ from typing import Any, Union
 IDLE, RUNNING = "idle", "running"
 EXITED = "the agent's CLI has exited"
 INPUT_CLOSED = "the agent's CLI no longer reads its input"
+# A refusal's code in the pump's answer (docs/STREAM.md): the CLI has exited, or it no longer reads
+# its input (a write to its stdin failed: the kernel's word that no line can reach it again).
+EXITED_CODE, INPUT_CLOSED_CODE = "exited", "input_closed"
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,7 @@ class Queued:
 @dataclass(frozen=True)
 class Refused:
     reason: str
+    code: str = ""
 
 
 Action = Union[Write, Queued, Refused]
@@ -146,9 +150,9 @@ def step(state: State, event: Event) -> tuple[State, tuple[Action, ...]]:
 
 def _send(state: State, now: float) -> tuple[State, tuple[Action, ...]]:
     if state.cli_exit is not None:
-        return state, (Refused(EXITED),)
+        return state, (Refused(EXITED, EXITED_CODE),)
     if state.input_closed:
-        return state, (Refused(INPUT_CLOSED),)
+        return state, (Refused(INPUT_CLOSED, INPUT_CLOSED_CODE),)
     seq = state.next_seq
     state = replace(state, next_seq=seq + 1)
     if state.ready and not state.running and not state.queue:

@@ -217,7 +217,7 @@ class Pump:
         self.state, actions = rules.step(self.state, rules.Send(time.time()))
         for action in actions:
             if isinstance(action, rules.Refused):
-                pending.reply({"ok": False, "error": action.reason})
+                pending.reply({"ok": False, "error": action.reason, "code": action.code})
             elif isinstance(action, rules.Queued):
                 message = Message(action.seq, pending.text, pending.origin, pending.ref)
                 try:
@@ -243,7 +243,8 @@ class Pump:
             self._record(transcript.PUMP, what="write_failed", seq=seq, error=error)
             self._apply(rules.InputClosed(time.time(), seq))
             if pending is not None:
-                pending.reply({"ok": False, "error": f"could not write to the agent's CLI: {error}"})
+                pending.reply({"ok": False, "error": f"could not write to the agent's CLI: {error}",
+                               "code": rules.INPUT_CLOSED_CODE})
             return
         if message is not None and message.persisted:
             try:
@@ -487,7 +488,7 @@ class Pump:
         if not isinstance(ref, str) or len(ref) > 200:
             return {"ok": False, "error": "ref must be a string of at most 200 characters"}
         if self.state.cli_exit is not None:
-            return {"ok": False, "error": rules.EXITED}
+            return {"ok": False, "error": rules.EXITED, "code": rules.EXITED_CODE}
         pending = Pending(text, origin, ref)
         self.events.put(("send", pending))
         if not pending.done.wait(SEND_WAIT):

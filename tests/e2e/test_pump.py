@@ -289,13 +289,16 @@ def test_a_broken_pipe_to_the_cli_is_the_senders_error_not_the_pumps_end(pumps):
     proc, _ = run.fresh()
     assert run.send("/close-stdin").state == "delivered"
     wait_for(lambda: run.results() == 1, 60, what="the result")
-    with pytest.raises(client.PumpError, match="could not write to the agent's CLI"):
+    # Both refusals say why in a code (docs/STREAM.md): the CLI can never read a line again.
+    with pytest.raises(client.PumpInputClosed, match="could not write to the agent's CLI"):
         run.send("into the void")
     assert proc.poll() is None
     failed = [r.data for r in run.records("pump") if r.data["what"] == "write_failed"]
     assert [f["seq"] for f in failed] == [2]
-    with pytest.raises(client.PumpError, match="no longer reads its input"):
+    with pytest.raises(client.PumpInputClosed, match="no longer reads its input"):
         run.send("and again")
+    answer = client.request(run.state, {"op": "send", "text": "once more", "origin": "operator"})
+    assert answer == {"ok": False, "error": "the agent's CLI no longer reads its input", "code": "input_closed"}
     assert client.live_status(run.state)["turn"] == "idle"
 
 

@@ -165,6 +165,32 @@ def test_wedge_two_misses_recycle_and_the_resumed_agent_acks(make_stream):
     verified(harness)
 
 
+@pytest.mark.incident("silent_deafness")
+def test_a_cli_that_stopped_reading_its_input_is_recycled_by_the_canary(make_stream):
+    """A CLI that closed its stdin and runs on (hung on its way out, say) can never hear again:
+    the pump's write fails (`write_failed`) and it refuses every later line. That refusal is the
+    agent's deafness, told by the kernel (a broken pipe), not a pane Loom could not type into:
+    each probe it refuses is a miss, and two recycle the agent (resumed, its conversation kept).
+    Before, each was `inject_failed` (never counted), and the agent stayed deaf for good."""
+    harness, session, daemon = supervised(make_stream, {"interval": "3s", "ack_timeout": "2s",
+                                                        "misses_to_recycle": 2})
+    cli = harness.pump()["cli_pid"]
+    assert harness.loom("inject", "/close-stdin").returncode == 0
+    event = wait_for(lambda: relaunches(harness, "canary_failed"), 120, what="a canary_failed recycle")[0]
+    assert event["detail"]["mode"] == "resume" and event["detail"]["new_session"] == session
+    misses = [r for r in runs(harness) if r["result"] == "miss" and r["sent_at"] < event["ts"]]
+    assert len(misses) >= 2 and all("no longer reads its input" in m["why"] or "could not write" in m["why"]
+                                    for m in misses[-2:])
+    assert [r for r in runs(harness) if r["result"] == "inject_failed" and r["sent_at"] < event["ts"]] == []
+    wait_for(lambda: any(r["result"] == "ok" and r["sent_at"] > event["ts"] for r in runs(harness)), 90,
+             what="the resumed agent acking")
+    assert harness.pump()["cli_pid"] != cli
+    daemon.settle(3)
+    assert len(relaunches(harness, "canary_failed")) == 1
+    assert daemon.stop() == 0
+    verified(harness)
+
+
 @pytest.mark.incident("confident_false_detector")
 def test_a_busy_agent_is_not_recycled(make_stream):
     timeout = 10.0

@@ -113,7 +113,7 @@ def test_after_the_cli_exits_nothing_is_accepted_and_nothing_written():
     assert (status["turn"], status["queue"], status["cli_exit"]) == ("idle", 1, {"ts": 5.0, "status": None,
                                                                                   "signal": 9})
     state, actions = run(state, Send(6), Output(7, RESULT), Ready(8))
-    assert actions == [Refused(rules.EXITED)] and not state.running and state.next_seq == 3
+    assert actions == [Refused(rules.EXITED, rules.EXITED_CODE)] and not state.running and state.next_seq == 3
 
 
 def test_a_broken_stdin_ends_the_turn_it_was_for_and_refuses_what_follows():
@@ -121,7 +121,7 @@ def test_a_broken_stdin_ends_the_turn_it_was_for_and_refuses_what_follows():
     state, actions = rules.step(state, InputClosed(3.0, 1))
     assert actions == () and not state.running and state.input_closed and state.queue == (2,)
     state, actions = run(state, Send(4), Output(5, RESULT), Ready(6))
-    assert actions == [Refused(rules.INPUT_CLOSED)]
+    assert actions == [Refused(rules.INPUT_CLOSED, rules.INPUT_CLOSED_CODE)]
 
 
 def test_a_broken_stdin_for_another_seq_leaves_the_running_turn_alone():

@@ -1,0 +1,74 @@
+"""A probe the agent's CLI can no longer read is the agent's miss, at once; one Loom could not type
+is Loom's own `inject_failed`. The real actions.canary_now (probe, inject, the store), with the
+driver port filled by one that refuses the line as the stream-json driver does: `AgentNotReading`
+after the pump's write to the CLI's stdin failed, a plain TmuxError (PumpRefused) for the rest.
+The real pump's refusal is pinned in tests/e2e/test_pump.py, the recycle it leads to in
+tests/e2e/test_stream_driver.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from fake_clock import FakeClock
+from loomtui import actions, clock
+from loomtui.canary import runs
+from loomtui.canary.loop import CanaryLoop
+from loomtui.context import Context
+from loomtui.errors import AgentNotReading, TmuxError
+from loomtui.store import ledger
+
+T0 = 1_800_000_000.0
+
+
+class Refusing:
+    """The driver port, as far as a probe reaches it: a live pane that refuses every line."""
+
+    has_dialogs, owns_turns = False, False
+
+    def __init__(self, error: TmuxError) -> None:
+        self.error = error
+        self.typed = 0
+
+    def pane_pid(self) -> int:
+        return 4242
+
+    def type_line(self, text: str, expect_pane_pid: int | None = None, *, origin: str = "operator", ref: str = ""):
+        self.typed += 1
+        raise self.error
+
+
+@pytest.fixture(autouse=True)
+def fixed_clock():
+    with clock.use(FakeClock(T0, 9000.0, "boot-a")) as c:
+        yield c
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('[canary]\nack_timeout = "2s"\nmisses_to_recycle = 2\n')
+    c = Context.load(str(config), str(tmp_path / "state"), environ={})
+    yield c
+    c.close()
+
+
+def test_a_probe_the_cli_can_no_longer_read_is_a_miss_at_once(ctx, fixed_clock):
+    why = "the pump did not take the line: the pump refused the message: the agent's CLI no longer reads its input"
+    ctx.driver = Refusing(AgentNotReading(why))
+    probe = actions.canary_now(ctx, source="canary")
+    assert (probe.result, probe.why) == (runs.MISS, why)
+    assert fixed_clock.at_mono == 9000.0  # no ack waited for: the kernel has said no line gets through
+    [run] = ctx.store.query("SELECT result, why FROM canary_runs")
+    assert (run["result"], run["why"]) == ("miss", why)
+    [sent] = ledger.tail(ctx.store, 5, kinds=["canary_sent"])
+    assert sent.cause == "inject_failed" and sent.detail["ok"] is False  # the line's own record: not typed
+    assert not CanaryLoop(ctx, driver=ctx.driver).misses_mean_deaf()
+    assert actions.canary_now(ctx, source="canary").result == runs.MISS
+    assert CanaryLoop(ctx, driver=ctx.driver).misses_mean_deaf()  # two: deaf, as misses_to_recycle says
+
+
+def test_a_line_loom_could_not_type_stays_loom_s_own_failure(ctx):
+    ctx.driver = Refusing(TmuxError("the pump did not take the line: no pump answers on its socket"))
+    for _ in range(3):
+        assert actions.canary_now(ctx, source="canary").result == runs.INJECT_FAILED
+    assert not CanaryLoop(ctx, driver=ctx.driver).misses_mean_deaf()
