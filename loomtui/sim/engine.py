@@ -569,7 +569,8 @@ class Sim:
         p = self.profile
         if p.fault_mean is None:
             return
-        table = (*p.weights, *faults.HOOKED_WEIGHTS) if self.turns_told else p.weights
+        table = (*p.weights, *(faults.HOOKED_WEIGHTS if self.turns_told else ()),
+                 *(faults.PUMPED_WEIGHTS if self.pump is not None else ()))
         kinds = [k for k, _ in table]
         weights = [w for _, w in table]
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 KINDS = (
     "crash", "exit0", "wedge", "sticky_wedge", "busy", "modal", "slow_boot", "resume_fails", "crash_loop",
     "poller_lost", "foreign_poller", "store_locked", "load", "tmux_hang", "tmux_vanish", "socket_lost",
-    "job_break", "ignore_queue", "operator_recycle", "clock_forward", "clock_back", "long_turn",
+    "job_break", "ignore_queue", "operator_recycle", "clock_forward", "clock_back", "long_turn", "stdin_closed",
 )
 # Faults only an agent whose turns Loom is told of (hooks, or the stream-json pump) can suffer, drawn
 # beside the profile's (only then, so that a run without either replays as it always did): a long
@@ -26,6 +26,11 @@ KINDS = (
 # canary.max_turn.
 HOOKED_KINDS = ("long_turn",)
 HOOKED_WEIGHTS = (("long_turn", 2.0),)
+# Faults only a stream-json agent can suffer, drawn beside the profile's likewise: its CLI closes its
+# stdin and runs on (hung on its way out, say), deaf for good; the pump's next write to it fails
+# (`write_failed`) and it refuses every line after, as the real pump does.
+PUMPED_KINDS = ("stdin_closed",)
+PUMPED_WEIGHTS = (("stdin_closed", 0.5),)
 CLOCK_STEP = 86400.0  # a wall-clock step: a day forward or a day back (NTP after a wrong RTC, an operator's `date -s`)
 DISTURBING = ("busy", "modal", "slow_boot", "long_turn")
 
@@ -37,6 +42,8 @@ def apply(sim: Sim, kind: str) -> bool:
     T = cfg.canary.ack_timeout
     a = w.agent if w.agent is not None and w.agent.alive else None
     if kind in HOOKED_KINDS and not sim.turns_told:
+        return False
+    if kind in PUMPED_KINDS and sim.pump is None:
         return False
     if kind == "modal" and not sim.driver.has_dialogs:
         return False  # no dialog exists in print mode (the stream-json driver): none can eat a line
@@ -62,6 +69,11 @@ def apply(sim: Sim, kind: str) -> bool:
         a.deaf_since = w.t
         if kind == "sticky_wedge":
             w.sticky_wedges.add(a.session)
+    elif kind == "stdin_closed":
+        if a is None or sim.pump is None or not sim.pump.close_stdin(a):
+            return False
+        if a.deaf_since is None:
+            a.deaf_since = w.t  # it hears nothing more; a new CLI (a relaunch) reads its stdin again
     elif kind == "busy":
         if a is None:
             return False

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 from loomtui import clock, states
 from loomtui.agent.ports import AgentFacts, PaneInfo, Tree
-from loomtui.errors import Ambiguous, TmuxError, TmuxTimeout
+from loomtui.errors import AgentNotReading, Ambiguous, TmuxError, TmuxTimeout
 from loomtui.pump.facts import Delivery, StreamFacts, read_facts
+from loomtui.pump.rules import INPUT_CLOSED_CODE
+from loomtui.sim.pump_model import Refusal
 from loomtui.sim.world import STOP_TIME, Agent
 
 if TYPE_CHECKING:
@@ -189,8 +191,11 @@ class SimStreamDriver(SimDriver):
         a = self._typable(expect_pane_pid)  # the real driver's `_live`: a tmux look at the pane first
         try:
             delivery = self.sim.typed_into(a, text, origin=origin, ref=ref)
+        except Refusal as exc:  # the real driver's: AgentNotReading for a CLI that stopped reading, else PumpRefused
+            refused = AgentNotReading if exc.code == INPUT_CLOSED_CODE else TmuxError
+            raise refused(f"the pump did not take the line: the pump refused the message: {exc}") from None
         except OSError as exc:
-            raise TmuxError(f"the pump refused the line: {exc}") from None  # the real PumpRefused is a TmuxError
+            raise TmuxError(f"the pump did not take the line: {exc}") from None
         assert delivery is not None
         return delivery
 

@@ -45,6 +45,14 @@ INIT_AFTER = 0.3          # a CLI that is up prints init this long after it read
 RESULT_AFTER = 0.2        # a probe's `result` after its `touch`
 
 
+class Refusal(OSError):
+    """The pump's refusal of a line, with the code its socket answers (rules.EXITED_CODE, ...)."""
+
+    def __init__(self, reason: str, code: str = "") -> None:
+        super().__init__(reason)
+        self.code = code
+
+
 @dataclass
 class Message:
     text: str
@@ -65,6 +73,7 @@ class Pump:
     state: rules.State
     messages: dict[int, Message] = field(default_factory=dict)
     written_at: dict[int, float] = field(default_factory=dict)   # seq -> when its `in` was written (t)
+    stdin_closed: bool = False      # the CLI no longer reads its stdin: the next write fails
 
 
 class PumpModel:
@@ -166,27 +175,31 @@ class PumpModel:
 
     def idle(self, a: Agent) -> bool:
         p = self.current(a.pid)
-        return p is not None and p.state.ready and not p.state.running and not p.state.queue
+        return p is not None and p.state.ready and not p.state.running and not p.state.queue \
+            and not p.state.input_closed
 
     def send(self, a: Agent, text: str, origin: str, ref: str, kind: str, until: float | None = None) -> Delivery:
         """The pump takes a line (its socket's `send`): written now between turns, else queued."""
         p = self.current(a.pid)
         if p is None:
-            raise OSError(rules.EXITED)
+            raise Refusal(rules.EXITED, rules.EXITED_CODE)
         w = self.sim.world
         p.state, actions = rules.step(p.state, rules.Send(w.wall))
         delivery = Delivery("delivered")
         for action in actions:
             if isinstance(action, rules.Refused):
-                raise OSError(action.reason)
+                raise Refusal(action.reason, action.code)
             seq = action.seq
             self.last_seq = max(self.last_seq, seq)
             p.messages[seq] = Message(text, origin, ref, kind, until)
             if isinstance(action, rules.Queued):
                 self.record(transcript.PUMP, what="queued", seq=seq, position=action.position, origin=origin, ref=ref)
                 delivery = Delivery("queued", seq, action.position)
+            elif not self.write(p, seq):
+                self.publish(p)
+                # runner._on_written: the sender hears the failed write, with its code.
+                raise Refusal("could not write to the agent's CLI: Broken pipe", rules.INPUT_CLOSED_CODE)
             else:
-                self.write(p, seq)
                 delivery = Delivery("delivered", seq)
         self.publish(p)
         return delivery
@@ -213,7 +226,10 @@ class PumpModel:
         between turns (False otherwise: the fault does not apply)."""
         if not self.idle(a):
             return False
-        self.send(a, OPERATOR_PROMPT, "telegram", "", OPERATOR, until)
+        try:
+            self.send(a, OPERATOR_PROMPT, "telegram", "", OPERATOR, until)
+        except Refusal:
+            return False  # its CLI closed its stdin: the line is refused, as the bridge is told
         return True
 
     def end_at(self, a: Agent, until: float) -> None:
@@ -233,17 +249,33 @@ class PumpModel:
             if isinstance(action, rules.Write):
                 self.write(p, action.seq)
 
-    def write(self, p: Pump, seq: int) -> None:
+    def write(self, p: Pump, seq: int) -> bool:
         """The pump writes line `seq` to the CLI's stdin (its `in` first, as runner._write): a CLI
-        that hears reads it once booted and opens its turn with init; a wedged one never answers."""
+        that hears reads it once booted and opens its turn with init; a wedged one never answers.
+        One that closed its stdin breaks the pipe: `write_failed`, and the pump's input is closed
+        for good (runner._on_written); False then."""
         msg = p.messages[seq]
         self.record(transcript.IN, seq=seq, origin=msg.origin, ref=msg.ref, text=msg.text)
         w = self.sim.world
+        if p.stdin_closed:
+            p.messages.pop(seq, None)
+            self.record(transcript.PUMP, what="write_failed", seq=seq, error="Broken pipe")
+            p.state, _ = rules.step(p.state, rules.InputClosed(w.wall, seq))
+            return False
         p.written_at[seq] = w.t
         a = w.agent
         if a is None or a.pid != p.pid or not a.hearing():
-            return
+            return True
         self.sim.at(max(w.t, a.ready_at) + INIT_AFTER, self.turn_begins, p.pid, seq)
+        return True
+
+    def close_stdin(self, a: Agent) -> bool:
+        """The agent's CLI stops reading its stdin and runs on (False: no pump, or closed already)."""
+        p = self.current(a.pid)
+        if p is None or p.stdin_closed:
+            return False
+        p.stdin_closed = True
+        return True
 
     def turn_begins(self, pid: int, seq: int) -> None:
         sim, w = self.sim, self.sim.world

@@ -340,3 +340,16 @@ def test_every_invariant_has_a_planted_bug_that_it_catches():
 def test_the_real_rules_pass_every_scenario_the_mutants_fail(name):
     result = scenario(name)
     assert result["passed"], result["outcome"]
+
+
+def test_a_refusal_of_a_cli_that_stopped_reading_taken_as_loom_s_own_failure_is_caught_by_deaf_bound(monkeypatch):
+    """The probe keeps the pump's `input_closed` refusal for Loom's own `inject_failed` (as before
+    2026-12-06): the CLI that closed its stdin is never recycled, and `deaf_bound` says so."""
+    from test_sim_hooks import H, automatic, scripted
+    from test_sim_pump import streamed
+
+    plant(monkeypatch, _probe, "_send", "outcome = MISS if result.not_reading else INJECT_FAILED",
+          "outcome = INJECT_FAILED")
+    sim = scripted(streamed(), 3, [(1 * H, "stdin_closed")])
+    assert sim.violation is not None and sim.violation.name == "deaf_bound", sim.violation
+    assert automatic(sim).get("canary_failed") is None

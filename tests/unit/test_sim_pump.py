@@ -135,3 +135,25 @@ def test_a_slow_boot_the_config_allows_is_waited_out_not_recycled():
     assert sim.violation is None, sim.violation
     assert automatic(sim) == {"crash": {"resume": 1}}
     assert sim.report.probes.get("miss", 0) == 0 and sim.report.probes.get("ok", 0) >= 2
+
+
+def test_a_cli_that_stopped_reading_its_input_is_recycled_its_refusals_taken_as_misses():
+    """The CLI closes its stdin and runs on: the pump's next write fails (`write_failed`) and it
+    refuses every later line as the real one does (rules.INPUT_CLOSED_CODE). Loom's probe takes the
+    refusal as the agent's miss (canary/probe.py), so the agent is recycled within `deaf_bound`;
+    were it Loom's `inject_failed`, the agent would stay deaf for good (test_sim_mutants.py)."""
+    seen: dict = {}
+
+    def look(sim: Sim) -> None:
+        assert sim.ctx is not None
+        records = list(transcript.read(transcript.path_in(sim.ctx.agent_dir)))
+        seen["failed"] = [r.data["what"] for r in records if r.dir == transcript.PUMP].count("write_failed")
+
+    sim = scripted(streamed(), 3, [(1 * H, "stdin_closed")], looks=[(2.9 * H, look)])
+    assert sim.violation is None, sim.violation
+    assert sum(automatic(sim).get("canary_failed", {}).values()) == 1
+    a = sim.world.agent
+    assert a is not None and a.hearing()
+    assert seen["failed"] == 1
+    assert sim.report.probes.get("inject_failed", 0) == 0 and sim.report.probes.get("miss", 0) >= 2
+
