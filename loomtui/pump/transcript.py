@@ -12,12 +12,16 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from loomtui import clock, platform
 
 NAME = "transcript.jsonl"
 IN, OUT, ERR, PUMP = "in", "out", "err", "pump"
+# What `read` gives for a line longer than MAX_LINE: a record with no data, so that no reader stays
+# before it for ever (an image's base64 in a tool result can run to megabytes).
+SKIPPED = "skipped"
+MAX_LINE = 64 << 20
 
 
 def path_in(state_dir: Path) -> Path:
@@ -63,12 +67,22 @@ class Writer:
         os.close(self._fd)
 
 
-def read(path: Path, offset: int = 0, limit_bytes: int = 4 << 20) -> Iterator[Record]:
-    """Complete records from `offset` on (at most about `limit_bytes` of them per call)."""
+def read(path: Path, offset: int = 0, limit_bytes: int = 4 << 20, max_line: int = MAX_LINE) -> Iterator[Record]:
+    """Complete records from `offset` on (at most about `limit_bytes` of them per call). A first line
+    longer than `limit_bytes` is read whole, up to `max_line`; one longer still is stepped over, as
+    one SKIPPED record, once its end is written. (Before, a line longer than a read was never passed:
+    every reader stayed before it for good.)"""
     try:
         with open(path, "rb") as fh:
             fh.seek(offset)
             chunk = fh.read(limit_bytes)
+            if len(chunk) == limit_bytes and b"\n" not in chunk:
+                chunk += fh.readline(max(0, max_line - len(chunk)))
+                if not chunk.endswith(b"\n") and len(chunk) >= max_line:
+                    end = _line_end(fh)
+                    if end is not None:
+                        yield Record(offset, end, 0.0, SKIPPED, {})
+                    return
     except FileNotFoundError:
         return
     pos = offset
@@ -87,6 +101,15 @@ def read(path: Path, offset: int = 0, limit_bytes: int = 4 << 20) -> Iterator[Re
         mono, boot = obj.pop("mono", None), obj.pop("boot", None)
         yield Record(start, pos, float(ts) if _number(ts) else 0.0, kind, obj,
                      float(mono) if _number(mono) else None, boot if isinstance(boot, str) and boot else None)
+
+
+def _line_end(fh: BinaryIO) -> int | None:
+    """The offset just past the next newline from where `fh` stands, or None: none written yet."""
+    while piece := fh.read(1 << 20):
+        cut = piece.find(b"\n")
+        if cut >= 0:
+            return fh.tell() - len(piece) + cut + 1
+    return None
 
 
 def _boot() -> str | None:

@@ -194,24 +194,21 @@ class Bridge:
             self._save(cursor, [])
         queued = 0
         while True:
-            records = self._read(cursor.offset, size)
+            records = self._read(cursor.offset)
             if not records:
                 return queued
             moved, answers = advance(cursor, records)
             queued += self._save(moved, answers)
             cursor = moved
 
-    def _read(self, offset: int, size: int) -> list[transcript.Record]:
-        records = list(transcript.read(self.path, offset, READ_BYTES))
-        if records or size - offset <= READ_BYTES:
-            return records
-        # One line longer than a read: read that far once, or step over a line past all reason.
-        records = list(transcript.read(self.path, offset, min(size - offset, MAX_LINE_BYTES)))
-        if records or size - offset <= MAX_LINE_BYTES:
-            return records
-        end = _next_line(self.path, offset)
-        log.warning("bridge: skipped a transcript line of %d bytes at offset %d", end - offset, offset)
-        return [transcript.Record(offset, end, 0.0, "skipped", {})]
+    def _read(self, offset: int) -> list[transcript.Record]:
+        # A line longer than a read is read whole; one past all reason is stepped over (transcript.read).
+        records = list(transcript.read(self.path, offset, READ_BYTES, MAX_LINE_BYTES))
+        for record in records:
+            if record.dir == transcript.SKIPPED:
+                log.warning("bridge: skipped a transcript line of %d bytes at offset %d",
+                            record.end - record.offset, record.offset)
+        return records
 
     def _save(self, cursor: Cursor, answers: list[Answer]) -> int:
         queued = 0
@@ -226,16 +223,6 @@ class Bridge:
                          "" if fresh else ", already in the outbox")
             self.store.set_meta(self.cursor_key, cursor.dumps(), db=db)
         return queued
-
-
-def _next_line(path: Path, offset: int) -> int:
-    with open(path, "rb") as fh:
-        fh.seek(offset)
-        while chunk := fh.read(1 << 20):
-            cut = chunk.find(b"\n")
-            if cut >= 0:
-                return fh.tell() - len(chunk) + cut + 1
-    return offset
 
 
 def first_agent(ctx: Context) -> Context:

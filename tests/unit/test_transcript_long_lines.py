@@ -1,0 +1,59 @@
+"""A transcript line longer than one read (a tool result carrying an image's base64 runs to
+megabytes) is read whole, and one past all reason is stepped over: before, `transcript.read` never
+passed such a line, so every reader (the pump's turns, the recorded denials, the boot watch) stayed
+before it for good. Real files, the real Writer."""
+
+from __future__ import annotations
+
+from loomtui.hooks import pump_turns, turn_rules
+from loomtui.pump import transcript
+
+T0 = 1_000_000.0
+
+
+def written(tmp_path, *lines: tuple[str, dict]) -> tuple[transcript.Writer, object]:
+    path = transcript.path_in(tmp_path)
+    log = transcript.Writer(path)
+    for direction, data in lines:
+        log.append(direction, ts=T0, **data)
+    return log, path
+
+
+def test_a_line_longer_than_a_read_is_read_whole(tmp_path):
+    big = "x" * 5000
+    log, path = written(tmp_path, (transcript.IN, {"seq": 1, "text": "look"}),
+                        (transcript.OUT, {"event": {"type": "user", "blob": big}}),
+                        (transcript.OUT, {"event": {"type": "result"}}))
+    first = list(transcript.read(path, 0, limit_bytes=1000))
+    assert [r.dir for r in first] == [transcript.IN]
+    second = list(transcript.read(path, first[-1].end, limit_bytes=1000))
+    assert [r.event.get("type") for r in second] == ["user"] and second[0].event["blob"] == big
+    third = list(transcript.read(path, second[-1].end, limit_bytes=1000))
+    assert [r.event.get("type") for r in third] == ["result"]
+    log.close()
+
+
+def test_a_line_past_all_reason_is_stepped_over_once_its_end_is_written(tmp_path):
+    log, path = written(tmp_path, (transcript.OUT, {"event": {"type": "user", "blob": "y" * 9000}}),
+                        (transcript.OUT, {"event": {"type": "result"}}))
+    [skipped] = list(transcript.read(path, 0, limit_bytes=1000, max_line=4000))
+    assert (skipped.dir, skipped.data, skipped.offset) == (transcript.SKIPPED, {}, 0)
+    [after] = list(transcript.read(path, skipped.end, limit_bytes=1000, max_line=4000))
+    assert after.event == {"type": "result"}
+    log.close()
+    # Still being written (no newline yet): neither read nor stepped over.
+    with open(path, "ab") as fh:
+        fh.write(b'{"ts": 1.0, "dir": "out", "event": {"blob": "' + b"z" * 9000)
+    assert list(transcript.read(path, after.end, limit_bytes=1000, max_line=4000)) == []
+    assert list(transcript.read(path, after.end, limit_bytes=1000)) == []
+
+
+def test_the_pumps_turns_go_on_past_a_line_longer_than_a_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(pump_turns, "CHUNK", 2000)
+    log, _ = written(tmp_path, (transcript.IN, {"seq": 1, "origin": "operator", "ref": "", "text": "read img"}),
+                     (transcript.OUT, {"event": {"type": "system", "subtype": "init"}}),
+                     (transcript.OUT, {"event": {"type": "user", "blob": "i" * 10000}}))
+    log.append(transcript.OUT, ts=T0 + 9, event={"type": "result", "is_error": False})
+    [turn] = turn_rules.turns(pump_turns.marks(tmp_path))
+    assert turn.ended is not None and turn.ended.wall == T0 + 9
+    log.close()
