@@ -103,11 +103,17 @@ def on_success(held: Held | None, stopped_at: float) -> bool:
 
 
 def resume_verdict(*, mode: str, pinned: str, source: str, session_id: str) -> tuple[str, str] | None:
-    """The first SessionStart after a launch, judged: (PROVEN or FAILED, why), or None when the
-    launch was no resume or the event says nothing about its boot (`clear`, `compact`)."""
+    """A SessionStart after a launch, judged: (PROVEN or FAILED, why), or None when the launch was
+    no resume or the event says nothing about its boot: `clear`, `compact`, or `startup` with the
+    pinned id, which is that session's own first start (Loom's fresh launch passes the id it pins)
+    told late, by a hook of the process before (a resume of it starts as `resume`; one that fails
+    to find it starts another id). Taken for this boot's, it wiped a conversation that had come back
+    (storm seed 4, day 7.9, docs/SIM.md)."""
     if mode != RESUME or source not in (RESUME, "startup"):
         return None
     if source == "startup":
+        if session_id and session_id == pinned:
+            return None
         return FAILED, f"the resume started a new conversation (SessionStart startup, session {session_id or '?'})"
     if session_id != pinned:
         return FAILED, f"the resume came back as another session ({session_id or '?'}, not {pinned})"

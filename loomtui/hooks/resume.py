@@ -1,7 +1,8 @@
 """A resume proven, or failed, by the session the agent CLI says started (the daemon's hooks loop).
 
 After a relaunch that resumed the pinned session, the first SessionStart hook event within the
-boot grace is judged (harness_rules.resume_verdict): `resume` with the pinned id is the proof
+boot grace that speaks of this boot is judged (harness_rules.resume_verdict; one of another boot,
+told late, is passed over): `resume` with the pinned id is the proof
 (a `resume_proven` event naming the relaunch); `startup` or another id is a `resume_failed`
 (source hooks), and the relaunch that follows goes through actions.recover with that cause, which
 the policy always starts fresh: the one case where a hook alone leads to a destructive action,
@@ -25,6 +26,7 @@ from loomtui.store import hook_events as table
 from loomtui.store import ledger
 
 SOURCE = "hooks"
+STARTS = 8  # the SessionStarts after a launch looked at for the one that speaks of its boot
 log = logging.getLogger("loom.hooks")
 
 
@@ -42,13 +44,16 @@ def look(ctx: Context) -> float | None:
         return None
     verdict = table.resume_judged(ctx.store, ctx.agent, int(relaunch["id"]))
     if verdict is None:
-        started = table.first_session_start(ctx.store, ctx.agent, launch.ts)
-        if started is None or float(started["ts"]) - launch.ts > ctx.config.agent.boot_grace:
-            return None  # no word from the hooks (yet, or in time): the screen match decides
-        judged = rules.resume_verdict(mode=launch.mode, pinned=launch.session_id,
-                                      source=started["source"] or "", session_id=started["session_id"] or "")
-        if judged is None:
-            return None
+        judged, started = None, None
+        for started in table.session_starts(ctx.store, ctx.agent, launch.ts, STARTS):
+            if float(started["ts"]) - launch.ts > ctx.config.agent.boot_grace:
+                break
+            judged = rules.resume_verdict(mode=launch.mode, pinned=launch.session_id,
+                                          source=started["source"] or "", session_id=started["session_id"] or "")
+            if judged is not None:
+                break
+        if judged is None or started is None:
+            return None  # no word from the hooks on this boot (yet, or in time): the screen match decides
         said, why = judged
         facts = {"relaunch": int(relaunch["id"]), "session": launch.session_id, "hook_event": int(started["id"]),
                  "started": {"source": started["source"] or "", "session_id": started["session_id"] or ""}}

@@ -128,10 +128,11 @@ def stopped_since_in(db: sqlite3.Connection, agent: str, wall: float) -> bool:
                       (agent, wall)).fetchone() is not None
 
 
-def first_session_start(store: Store, agent: str, wall: float) -> sqlite3.Row | None:
-    """The agent's first SessionStart written at or after `wall` (a launch's): id, ts, session_id, source."""
-    return store.query_one("SELECT id, ts, session_id, source FROM hook_events WHERE agent = ? "
-                           "AND event = 'SessionStart' AND ts >= ? ORDER BY id LIMIT 1", (agent, wall))
+def session_starts(store: Store, agent: str, wall: float, limit: int) -> list[sqlite3.Row]:
+    """The agent's first `limit` SessionStarts written at or after `wall` (a launch's), oldest
+    first: id, ts, session_id, source."""
+    return store.query("SELECT id, ts, session_id, source FROM hook_events WHERE agent = ? "
+                       "AND event = 'SessionStart' AND ts >= ? ORDER BY id LIMIT ?", (agent, wall, limit))
 
 
 def resume_judged(store: Store, agent: str, relaunch_id: int) -> sqlite3.Row | None:

@@ -185,6 +185,26 @@ def test_a_resume_is_proven_once_by_the_pinned_session_s_start(tmp_path):
         assert not kinds(ctx, "resume_failed", "relaunch_failed") and len(kinds(ctx, "relaunch")) == 1
 
 
+def test_the_pinned_session_s_first_start_told_late_is_passed_over_for_the_resume_s_own(tmp_path):
+    # Storm seed 4, day 7.9 (docs/SIM.md): the fresh launch that made the session, its SessionStart
+    # written late by a hook of that process, just after Loom resumed the session; taken for the
+    # resume's, it failed a resume that had worked and started fresh, wiping the conversation.
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    hook = Hooks(ctx, virtual)
+    with clock.use(virtual):
+        relaunch = launched(ctx, "resume", "pinned-1", virtual.at_wall - 0.5)
+        hook("SessionStart", source="startup", session_id="pinned-1")  # the session's birth, told late
+        assert resume.look(ctx) is None
+        assert not kinds(ctx, "resume_proven", "resume_failed")
+        virtual.advance(1.0)
+        hook("SessionStart", source="resume", session_id="pinned-1")  # the resume's own
+        assert resume.look(ctx) is None
+        [proof] = kinds(ctx, "resume_proven")
+        assert proof.detail["relaunch"] == relaunch and proof.detail["started"]["source"] == "resume"
+        assert not kinds(ctx, "resume_failed") and len(kinds(ctx, "relaunch")) == 1
+
+
 def test_no_verdict_from_a_fresh_launch_nor_from_a_start_past_the_boot_grace(tmp_path):
     ctx = hooked_ctx(tmp_path)
     virtual = FakeClock(time.time(), 5000.0, BOOT)

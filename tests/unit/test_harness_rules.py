@@ -123,11 +123,17 @@ def test_every_ordering_of_failures_and_successes_tells_once_per_episode():
 def test_a_resume_is_proven_by_its_session_and_failed_by_another_or_a_startup():
     pinned = "11111111-2222"
     assert resume_verdict(mode="resume", pinned=pinned, source="resume", session_id=pinned)[0] == PROVEN
-    said, why = resume_verdict(mode="resume", pinned=pinned, source="startup", session_id=pinned)
-    assert said == FAILED and "new conversation" in why
+    said, why = resume_verdict(mode="resume", pinned=pinned, source="startup", session_id="another")
+    assert said == FAILED and "new conversation" in why and "another" in why
     said, why = resume_verdict(mode="resume", pinned=pinned, source="resume", session_id="other")
     assert said == FAILED and "other" in why and pinned in why
     assert resume_verdict(mode="resume", pinned=pinned, source="startup", session_id="")[0] == FAILED
+
+
+def test_the_pinned_session_s_own_first_start_told_late_says_nothing_of_a_resume():
+    # Loom's fresh launch passes the id it pins, so `startup` with that id is the session's birth,
+    # written late by a hook of the process before: a resume of it starts as `resume`.
+    assert resume_verdict(mode="resume", pinned="p", source="startup", session_id="p") is None
 
 
 def test_only_a_resume_s_boot_is_judged():
