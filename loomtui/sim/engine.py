@@ -34,6 +34,7 @@ from typing import Any, Callable
 
 from loomtui import clock
 from loomtui.agent import commands, launches
+from loomtui.agent.records import LaunchRecord
 from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
 from loomtui.daemon import loops
@@ -420,6 +421,13 @@ class Sim:
         locker.let_in()
         locker.close()
 
+    def recorded_launch(self) -> float | None:
+        """The monotonic instant of the launch record Loom holds now: a relaunch whose stop left the
+        old agent running put the one before it back (launch._nothing_launched)."""
+        assert self.observer is not None
+        raw = self.observer.get_meta(self.observer.agent_key(launches.LAUNCH_KEY))
+        return LaunchRecord.from_json(raw).mono if raw else None
+
     def pinned(self) -> str | None:
         assert self.observer is not None
         return session.pinned(self.observer)
@@ -491,7 +499,7 @@ class Sim:
             if kind == "hold_placed":
                 self.checker.on_hold_placed()
             else:
-                self.checker.on_launch_failed()
+                self.checker.on_launch_failed(self.recorded_launch())
         elif kind == "hold_cleared":
             self.event("hold_cleared", cause=cause or detail.get("cause", ""))
             self.checker.on_hold_cleared(cause or detail.get("cause", ""))

@@ -249,10 +249,14 @@ class Checker:
         if self.unprobed is not None and run_id > self.unprobed[2] and result != "skipped":
             self.unprobed = None
 
-    def on_launch_failed(self) -> None:
+    def on_launch_failed(self, recorded: float | None) -> None:
         """The last relaunch started no agent (relaunch_failed, launch_died): nothing to probe, and
-        the canary is not rung for it; the watchdog's next look finds the agent missing."""
+        the canary is not rung for it; the watchdog's next look finds the agent missing. The boot
+        grace counts from the launch record Loom holds now (`recorded`): one whose stop left the old
+        agent running put the record before it back, and the old agent's grace runs from that."""
         self.unprobed = None
+        if recorded is not None:
+            self.recorded_launch = recorded
 
     def on_hold_placed(self) -> None:
         """Held (the ceiling, or an operator's `loom hold`): no probe is due until the hold ends."""

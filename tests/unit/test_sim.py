@@ -372,3 +372,25 @@ def test_skipping_the_canary_looks_that_would_give_a_quiet_answer_again_changes_
     assert skipped["escalations"] > 0  # the day has holds to sleep through
     assert taken["steps"] > skipped["steps"]
     assert {**taken, "steps": 0} == {**skipped, "steps": 0}
+
+
+def test_the_booting_check_counts_the_grace_from_the_record_loom_put_back_after_a_stubborn_stop():
+    """`no_typing_into_a_booting_agent` counts the boot grace as Loom does, from its launch record.
+    A relaunch whose stop left the old agent running puts the record before it back
+    (launch._nothing_launched): the old agent's grace runs from that one, not from the failed
+    relaunch (storm seed 3, day 29.7, README's hooked config: a probe typed as that grace ended
+    was taken for one typed into a booting agent)."""
+    from loomtui.sim.engine import Sim
+    from loomtui.sim.profiles import PROFILES, default_config
+    from loomtui.sim.world import Agent
+
+    checker = Sim(default_config(), PROFILES["incident"], 1, 0.01).checker
+    grace = default_config().agent.boot_grace
+    slow = Agent(7, "s", "resume", started=101.0, ready_at=101.0 + 2 * grace)  # a slow boot
+    checker.recorded_launch = 100.0      # its relaunch, recorded before the old tree was ended
+    assert checker.booting(slow, 100.0 + grace - 0.5) and not checker.booting(slow, 100.0 + grace)
+    checker.recorded_launch = 150.0      # the operator's relaunch, whose stop would not end it...
+    checker.on_launch_failed(100.0)      # ...and the record Loom holds again
+    assert checker.recorded_launch == 100.0 and not checker.booting(slow, 100.0 + grace)
+    checker.on_launch_failed(None)       # no record at all: the last one stays
+    assert checker.recorded_launch == 100.0
