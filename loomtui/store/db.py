@@ -222,6 +222,8 @@ class Store:
                     raise self._unavailable(exc) from None
 
     def _begin_write(self) -> None:
+        """BEGIN IMMEDIATE; on a locked store, with the busy wait on the clock, tried again until the
+        timeout is over (SQLite waited already otherwise)."""
         waited = 0.0
         while True:
             try:
