@@ -510,6 +510,9 @@ class Sim:
             self.operator.told("alert", detail)
         elif kind == "foreign_poller_reaped":
             self.event(kind, pid=detail.get("pid"))
+        elif kind == "permission_denied":
+            self.event(kind, tools=detail.get("tools"))
+            self.checker.on_denial_recorded()
         elif kind.startswith("queue_"):
             self.on_queue_ledger(kind, detail)
         elif kind not in ("canary", "canary_sent"):  # the probe's result comes from its run

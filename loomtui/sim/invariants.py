@@ -31,7 +31,7 @@ NAMES = (
     "no_resume_after_canary_failed", "resume_only_the_pinned", "definitive_signal", "deaf_bound",
     "relaunch_witnessed", "queue_backstop", "backstop_not_early", "witness_is_clean", "no_typing_into_a_booting_agent",
     "foreign_poller_reaped", "poller_restored", "fuse", "backoff", "exit_relaunched", "busy_not_recycled",
-    "relaunch_probed",
+    "relaunch_probed", "denials_recorded_once",
 )
 
 
@@ -88,6 +88,11 @@ class Checker:
         # last operator relaunch, at the monotonic instant Loom recorded each: the fuse and the backoff.
         self.decisions: list[float] = []
         self.exit_since: float | None = None          # the agent died (crash or exit, 0 included) at
+        # The stream-json pump's results that denied a tool call (when each was written, t), and the
+        # permission_denied events Loom recorded of them (the watchdog's record_denials, each tick).
+        self.denials_written: list[float] = []
+        self.denials_recorded = 0
+        self.denial_bound = wd.interval + relaunch_time + agent.stop_grace + SLACK
 
     def fail(self, name: str, message: str) -> NoReturn:
         raise Violation(name, message)
@@ -249,6 +254,16 @@ class Checker:
         if self.unprobed is not None and run_id > self.unprobed[2] and result != "skipped":
             self.unprobed = None
 
+    def on_denial_written(self) -> None:
+        self.denials_written.append(self.sim.world.t)
+
+    def on_denial_recorded(self) -> None:
+        """A permission_denied event: one per result that denied a call, never one more."""
+        self.denials_recorded += 1
+        if self.denials_recorded > len(self.denials_written):
+            self.fail("denials_recorded_once", f"{self.denials_recorded} permission_denied events for "
+                                               f"{len(self.denials_written)} results that denied a call")
+
     def on_launch_failed(self, recorded: float | None) -> None:
         """The last relaunch started no agent (relaunch_failed, launch_died): nothing to probe, and
         the canary is not rung for it; the watchdog's next look finds the agent missing. The boot
@@ -337,6 +352,11 @@ class Checker:
         alive = a is not None and a.alive
         if w.stray and w.running_agents() > 1:
             self.fail("one_agent", f"{w.running_agents()} agents running")
+        if len(self.denials_written) > self.denials_recorded:
+            since = self.denials_written[self.denials_recorded]
+            if self.late(t - since, self.denial_bound, since):
+                self.fail("denials_recorded_once", f"a result that denied a call {t - since:.0f}s ago is not in "
+                                                   f"the ledger (bound {self.denial_bound:.0f}s)")
         held = self.held
         tmux_seen = w.tmux_session and not w.socket_lost
         if self.trouble_since is None and (a is None or not alive or a.deaf_since is not None or a.modal

@@ -43,6 +43,7 @@ PROBE, LINE, OPERATOR = "probe", "line", "operator"
 STALE_ORIGIN = "canary"   # runner.STALE_ORIGIN: a queued probe is not carried to the next launch
 INIT_AFTER = 0.3          # a CLI that is up prints init this long after it reads a line
 RESULT_AFTER = 0.2        # a probe's `result` after its `touch`
+DENIED = 0.5              # of the operator's turns, the share whose result says a tool call was denied
 
 
 class Refusal(OSError):
@@ -357,8 +358,15 @@ class PumpModel:
         a, p = found
         if sim.hooks is not None:
             sim.hooks.fire(pid, "Stop", {"stop_hook_active": False})
+        msg = p.messages.get(seq)
+        denied = []
+        if msg is not None and msg.kind == OPERATOR and sim.rng.random() < DENIED:
+            # The CLI's permissions refused a call (print mode asks no one): the result says which.
+            denied = [{"tool_name": "Bash", "tool_use_id": f"toolu_{seq}_denied", "tool_input": {"command": "rm -rf build"}}]
         self.out(p, a, {"type": "result", "subtype": "success", "is_error": False, "num_turns": 1,
-                        "session_id": a.session, "permission_denials": [], "result": "done."})
+                        "session_id": a.session, "permission_denials": denied, "result": "done."})
+        if denied:
+            sim.checker.on_denial_written()
 
     def out(self, p: Pump, a: Agent, event: dict, began: float | None = None) -> None:
         """One event on the CLI's stdout: into the transcript, then the pump's rules (a `result` ends

@@ -304,6 +304,20 @@ def test_misses_counted_through_a_busy_turn_are_caught(monkeypatch):
     assert "into a busy turn" in sim.violation.message
 
 
+def test_denials_read_again_at_every_tick_are_caught(monkeypatch):
+    from loomtui.sim import pump_model
+    from test_sim_hooks import H, scripted
+    from test_sim_pump import streamed
+
+    monkeypatch.setattr(pump_model, "DENIED", 1.0)  # the operator's turn's result denies a call
+    plant(monkeypatch, watchdog_loop, "record_denials",
+          "ctx.store.set_meta(ctx.store.agent_key(DENIALS_READ_KEY), json.dumps({\"ino\": st.st_ino, \"head\": head, \"offset\": end}), db)",
+          "pass")
+    sim = scripted(streamed(), 4, [(1 * H, "long_turn")])
+    assert sim.violation is not None and sim.violation.name == "denials_recorded_once", sim.violation
+    assert "permission_denied events for 1 results" in sim.violation.message
+
+
 CAUGHT_BY = {
     "definitive_signal": test_recycling_on_one_miss_is_caught,
     "ceiling": test_a_ceiling_that_lets_two_more_through_is_caught,
@@ -324,6 +338,7 @@ CAUGHT_BY = {
     "witness_is_clean": test_a_claim_witnessed_by_a_run_started_before_it_is_caught,
     "busy_not_recycled": test_misses_counted_through_a_busy_turn_are_caught,
     "relaunch_probed": test_a_relaunch_left_to_the_regular_probe_is_caught,
+    "denials_recorded_once": test_denials_read_again_at_every_tick_are_caught,
     # In test_sim.py: deadlines kept on the wall clock, under the clockjump profile's steps.
     "deaf_bound": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
     "backstop_not_early": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",

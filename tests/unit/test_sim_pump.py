@@ -157,3 +157,15 @@ def test_a_cli_that_stopped_reading_its_input_is_recycled_its_refusals_taken_as_
     assert seen["failed"] == 1
     assert sim.report.probes.get("inject_failed", 0) == 0 and sim.report.probes.get("miss", 0) >= 2
 
+
+
+def test_a_result_that_denied_a_call_is_recorded_once(monkeypatch):
+    """The pump's result of a turn whose tool call the CLI's permissions refused is recorded by
+    Loom's watchdog (record_denials) as one permission_denied event, and never again at later ticks
+    (`denials_recorded_once`; test_sim_mutants.py drops the read offset and sees it fire)."""
+    from loomtui.sim import pump_model
+
+    monkeypatch.setattr(pump_model, "DENIED", 1.0)
+    sim = scripted(streamed(), 4, [(1 * H, "long_turn")])
+    assert sim.violation is None, sim.violation
+    assert len(sim.checker.denials_written) == sim.checker.denials_recorded == 1
