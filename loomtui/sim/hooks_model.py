@@ -81,6 +81,7 @@ class HookModel:
             if not a.seen_open:
                 a.seen_began = w.t  # a late prompt says the turn began when it was written
             a.seen_open = True
+            w.turn_reported(a.pid)
         elif event in ("Stop", "StopFailure"):
             a.seen_open = False
         sim.wake("hooks")  # inotify on the events directory

@@ -165,8 +165,22 @@ class Checker:
                 return ""  # a dialog ate the probes it missed, and was closed since
             if self.sim.turns_told and a.turn_since is not None and not self.turn_in_evidence(a):
                 return ""  # a turn too long, or one whose hook events were lost: a wedge, by design
+            if self.sim.turns_told and self.unreported_turn_just_ended(a):
+                return ""  # the misses fell in a turn Loom was never told of, ended since: the same
             return "the agent could hear (busy or healthy) and was recycled"
         return ""
+
+    def unreported_turn_just_ended(self, a) -> bool:
+        """The misses that recycled agent `a` (its last `misses_to_recycle` timeouts) fell in a turn
+        of the operator's that has ended since, and whose start Loom was not told of before them (its
+        prompt hook lost, or come after them): a wedge to Loom, by design, as while it runs; its
+        queued probes are taken when it ends, their acks late (seed 30, day 2.76, README's hooked
+        config: the turn ended seconds before the second miss's deadline)."""
+        cfg, t = self.sim.config.canary, self.sim.world.t
+        window = cfg.misses_to_recycle * (cfg.ack_timeout + 1.0)
+        return any(pid == a.pid and end is not None and end >= t - window - SLACK
+                   and (reported is None or t - reported < window)
+                   for _, end, pid, reported in self.sim.world.turns)
 
     def turn_in_evidence(self, a) -> bool:
         """The agent's running turn is busy as Loom could have seen it: begun less than

@@ -377,6 +377,7 @@ class PumpModel:
             a.seen_last = w.t
             if began is not None and not a.seen_open:
                 a.seen_open, a.seen_began = True, began
+                w.turn_reported(a.pid)
             if event.get("type") == "result":
                 a.seen_open = False
         self.publish(p)

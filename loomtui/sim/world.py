@@ -87,7 +87,9 @@ class World:
     pinned_truth: str | None = None      # the session Loom minted last: what a resume may continue
     jobs: list[Job] = field(default_factory=list)
     impaired: list[tuple[float, float]] = field(default_factory=list)  # windows Loom could not see or write
-    turns: list[list] = field(default_factory=list)   # [start, end or None, pid]: the operator's turns (hooks)
+    # [start, end or None, pid, reported]: the operator's turns (hooks or pump); `reported`: when Loom
+    # was first told one began (its prompt hook, or the pump's init), None while never.
+    turns: list[list] = field(default_factory=list)
     last_disturbance: float = -1e18      # last fault that makes probes late or lost (busy, modal, boot, load)
     heard_since_disturbance: bool = True  # a probe acked in time since then (the engine says, from the store)
     ack_timeout: float = 180.0
@@ -128,7 +130,7 @@ class World:
 
     def turn_began(self, pid: int) -> None:
         """A turn of the operator's begins now in agent `pid` (the last hundred or so are kept)."""
-        self.turns.append([self.t, None, pid])
+        self.turns.append([self.t, None, pid, None])
         if len(self.turns) > 200:
             del self.turns[:100]
 
@@ -137,11 +139,17 @@ class World:
             if turn[2] == pid and turn[1] is None:
                 turn[1] = self.t
 
+    def turn_reported(self, pid: int) -> None:
+        """Loom is told now that agent `pid`'s open turn began (a prompt hook, late or not, or the pump)."""
+        for turn in self.turns:
+            if turn[2] == pid and turn[1] is None and turn[3] is None:
+                turn[3] = self.t
+
     def busy_between(self, start: float, end: float) -> float:
         """Seconds of [start, end] the agent spent in a turn of the operator's (hooks modelled): a
         relaunch's witness waits for it, as it should."""
         total = 0.0
-        for a, b, pid in self.turns:
+        for a, b, pid, _ in self.turns:
             if b is None:
                 agent = self.agent
                 b = self.t if agent is not None and agent.pid == pid and agent.alive else (
