@@ -1,5 +1,6 @@
-"""A probe the agent's CLI can no longer read is the agent's miss, at once; one Loom could not type
-is Loom's own `inject_failed`. The real actions.canary_now (probe, inject, the store), with the
+"""What a probe's sending decides before it waits for an ack. A relaunch begun while the probe's
+record waited for a locked store skips it (its new agent is booting). A probe the agent's CLI can
+no longer read is the agent's miss, at once; one Loom could not type is Loom's own `inject_failed`. The real actions.canary_now (probe, inject, the store), with the
 driver port filled by one that refuses the line as the stream-json driver does: `AgentNotReading`
 after the pump's write to the CLI's stdin failed, a plain TmuxError (PumpRefused) for the rest.
 The real pump's refusal is pinned in tests/e2e/test_pump.py, the recycle it leads to in
@@ -72,3 +73,52 @@ def test_a_line_loom_could_not_type_stays_loom_s_own_failure(ctx):
     for _ in range(3):
         assert actions.canary_now(ctx, source="canary").result == runs.INJECT_FAILED
     assert not CanaryLoop(ctx, driver=ctx.driver).misses_mean_deaf()
+
+
+class Typing(Refusing):
+    """A live pane that takes every line (and counts them)."""
+
+    def type_line(self, text: str, expect_pane_pid: int | None = None, *, origin: str = "operator", ref: str = ""):
+        self.typed += 1
+        return None
+
+
+def test_a_relaunch_begun_while_the_probe_s_record_waited_for_the_store_skips_the_probe(tmp_path):
+    """The probe looks for a relaunch under way before it records its run, and that write can wait
+    out a locked store (its busy timeout, on the clock here as in the simulator). A relaunch that
+    took recycle.lock meanwhile has its new agent booting: the probe is skipped, not typed into it.
+    Real SQLite and file locks; the wait's clock lets the store go and the relaunch begin."""
+    import sqlite3
+
+    from loomtui.store import locks
+
+    config = tmp_path / "config.toml"
+    config.write_text('[canary]\nack_timeout = "2s"\n')
+    loaded = Context.load(str(config), str(tmp_path / "state"), environ={})
+    ctx = Context(loaded.config, loaded.config_path, loaded.state_dir, store_waits_on_clock=True)
+    loaded.close()
+    ctx.driver = typing = Typing(TmuxError("unused"))
+    ctx.store.query("SELECT 1")  # opened (and migrated) before the store is locked
+    blocker = sqlite3.connect(ctx.store.path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    relaunch: list = []
+
+    class RelaunchMeanwhile(FakeClock):
+        def sleep(self, seconds: float) -> None:
+            super().sleep(seconds)
+            if not relaunch:
+                relaunch.append(locks.hold(ctx.agent_dir, locks.RECYCLE, timeout=0))  # the watchdog's relaunch
+                blocker.execute("ROLLBACK")  # and the store free again
+
+    try:
+        with clock.use(RelaunchMeanwhile(T0, 9000.0, "boot-a")):
+            probe = actions.canary_now(ctx, source="canary")
+        assert (probe.result, probe.why) == (runs.SKIPPED, "a relaunch is under way")
+        assert typing.typed == 0
+        [run] = ctx.store.query("SELECT result FROM canary_runs")
+        assert run["result"] == "skipped"
+    finally:
+        for held in relaunch:
+            held.release()
+        blocker.close()
+        ctx.close()
