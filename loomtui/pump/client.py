@@ -45,6 +45,13 @@ class Reply:
     error: str = ""
 
 
+def refusal(error: str, code: str = "") -> PumpError:
+    """The pump's refusal of a message as the sender raises it: PumpInputClosed for its code
+    `input_closed` (the simulator's pump refuses through here too)."""
+    kind = PumpInputClosed if code == INPUT_CLOSED_CODE else PumpError
+    return kind(f"the pump refused the message: {error}")
+
+
 def socket_path(state_dir: Path | str) -> Path:
     return Path(state_dir) / SOCKET
 
@@ -131,9 +138,8 @@ def send(state_dir: Path | str, text: str, *, origin: str, ref: str = "", timeou
     is running and it was persisted, to be written in order when the turns before it end."""
     answer = request(state_dir, {"op": "send", "text": text, "origin": origin, "ref": ref}, timeout)
     if answer.get("ok") is not True:
-        error = answer.get("error")
-        refusal = PumpInputClosed if answer.get("code") == INPUT_CLOSED_CODE else PumpError
-        raise refusal(f"the pump refused the message: {error if isinstance(error, str) else 'no reason given'}")
+        error, code = answer.get("error"), answer.get("code")
+        raise refusal(error if isinstance(error, str) else "no reason given", code if isinstance(code, str) else "")
     seq, position = answer.get("seq"), answer.get("position")
     return Reply(True, str(answer.get("state") or ""), seq if isinstance(seq, int) else None,
                  position if isinstance(position, int) else None, "")

@@ -19,8 +19,7 @@ from loomtui import clock, states
 from loomtui.agent.ports import AgentFacts, PaneInfo, Tree
 from loomtui.errors import AgentNotReading, Ambiguous, TmuxError, TmuxTimeout
 from loomtui.pump.facts import Delivery, StreamFacts, read_facts
-from loomtui.pump.rules import INPUT_CLOSED_CODE
-from loomtui.sim.pump_model import Refusal
+from loomtui.pump import client as pump_client
 from loomtui.sim.world import STOP_TIME, Agent
 
 if TYPE_CHECKING:
@@ -191,10 +190,9 @@ class SimStreamDriver(SimDriver):
         a = self._typable(expect_pane_pid)  # the real driver's `_live`: a tmux look at the pane first
         try:
             delivery = self.sim.typed_into(a, text, origin=origin, ref=ref)
-        except Refusal as exc:  # the real driver's: AgentNotReading for a CLI that stopped reading, else PumpRefused
-            refused = AgentNotReading if exc.code == INPUT_CLOSED_CODE else TmuxError
-            raise refused(f"the pump did not take the line: the pump refused the message: {exc}") from None
-        except OSError as exc:
+        except pump_client.PumpInputClosed as exc:  # as the real driver's type_line maps the pump's refusals
+            raise AgentNotReading(f"the pump did not take the line: {exc}") from None
+        except (pump_client.PumpError, OSError) as exc:  # the real PumpRefused is a TmuxError
             raise TmuxError(f"the pump did not take the line: {exc}") from None
         assert delivery is not None
         return delivery

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loomtui.pump import client as pump_client  # its file names only: the simulator opens no socket
+from loomtui.pump import client as pump_client  # its file names and refusals: the simulator opens no socket
 from loomtui.pump import rules, transcript
 from loomtui.pump.facts import Delivery
 from loomtui.sim.hooks_model import OPERATOR_PROMPT, TOOL_EVERY
@@ -44,14 +44,6 @@ STALE_ORIGIN = "canary"   # runner.STALE_ORIGIN: a queued probe is not carried t
 INIT_AFTER = 0.3          # a CLI that is up prints init this long after it reads a line
 RESULT_AFTER = 0.2        # a probe's `result` after its `touch`
 DENIED = 0.5              # of the operator's turns, the share whose result says a tool call was denied
-
-
-class Refusal(OSError):
-    """The pump's refusal of a line, with the code its socket answers (rules.EXITED_CODE, ...)."""
-
-    def __init__(self, reason: str, code: str = "") -> None:
-        super().__init__(reason)
-        self.code = code
 
 
 @dataclass
@@ -183,13 +175,13 @@ class PumpModel:
         """The pump takes a line (its socket's `send`): written now between turns, else queued."""
         p = self.current(a.pid)
         if p is None:
-            raise Refusal(rules.EXITED, rules.EXITED_CODE)
+            raise pump_client.refusal(rules.EXITED, rules.EXITED_CODE)
         w = self.sim.world
         p.state, actions = rules.step(p.state, rules.Send(w.wall))
         delivery = Delivery("delivered")
         for action in actions:
             if isinstance(action, rules.Refused):
-                raise Refusal(action.reason, action.code)
+                raise pump_client.refusal(action.reason, action.code)
             seq = action.seq
             self.last_seq = max(self.last_seq, seq)
             p.messages[seq] = Message(text, origin, ref, kind, until)
@@ -199,7 +191,7 @@ class PumpModel:
             elif not self.write(p, seq):
                 self.publish(p)
                 # runner._on_written: the sender hears the failed write, with its code.
-                raise Refusal("could not write to the agent's CLI: Broken pipe", rules.INPUT_CLOSED_CODE)
+                raise pump_client.refusal("could not write to the agent's CLI: Broken pipe", rules.INPUT_CLOSED_CODE)
             else:
                 delivery = Delivery("delivered", seq)
         self.publish(p)
@@ -229,7 +221,7 @@ class PumpModel:
             return False
         try:
             self.send(a, OPERATOR_PROMPT, "telegram", "", OPERATOR, until)
-        except Refusal:
+        except pump_client.PumpError:
             return False  # its CLI closed its stdin: the line is refused, as the bridge is told
         return True
 
