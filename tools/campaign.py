@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from loomtui.config import load_config  # noqa: E402
 from loomtui.sim import simulate  # noqa: E402
+from loomtui.sim.report import summary as summary_of  # noqa: E402
 
 
 def seed_range(text: str) -> list[int]:
@@ -63,8 +64,7 @@ def one(seed: int, days: float, profile: str, config_path: str | None) -> dict[s
         "seed": seed, "days": days, "profile": profile,
         "violation": None if violation is None else {k: violation[k] for k in ("invariant", "message", "step", "t")},
         "false_recycles": report["false_recycles"],
-        "automatic_relaunches": sum(n for cause, kinds in report["relaunches"].items()
-                                    if not cause.startswith("operator") for n in kinds.values()),
+        "automatic_relaunches": summary_of([report])["automatic_relaunches"],
         "steps": report["steps"], "cpu_s": round(time.process_time() - cpu, 1),
     }
 

@@ -44,7 +44,7 @@ CURSOR_KEY = "bridge_offset"
 TELEGRAM = "telegram"  # the `in` origin of a message the bridge passed on
 MAX_OPEN = 64  # inputs waiting for their result: more means results stopped coming, keep the newest
 READ_BYTES = 4 << 20
-MAX_LINE_BYTES = 64 << 20  # a transcript line longer than this is skipped, not waited on forever
+MAX_LINE_BYTES = transcript.MAX_LINE  # a transcript line longer than this is skipped, not waited on forever
 NO_TEXT = "(the agent's turn ended without a text answer)"
 LOST = ("Loom: the agent's CLI stopped before answering your message; Loom relaunches it. "
         "Send the message again if it still matters.")
