@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from loomtui.agent.inject import InjectResult
 
 
+RELAUNCH_UNDER_WAY = "a relaunch is under way"  # why a probe is skipped: recycle.lock is held
+
 # Types one line into the agent's pane and records it: actions.inject, the one injection path.
 Send = Callable[..., "InjectResult"]
 
@@ -73,7 +75,7 @@ def _send(ctx: Context, send: Send, source: str, ack_timeout: float) -> Probe:
     sent_at = clock.wall()
     deadline = ack_deadline(sent_at, ack_timeout, _booting_pump(ctx), ctx.config.agent.boot_grace)
     if locks.is_held(ctx.agent_dir, locks.RECYCLE):
-        why = "a relaunch is under way"
+        why = RELAUNCH_UNDER_WAY
         run_id = insert_run(ctx, nonce, source, SKIPPED, sent_at, deadline, why)
         return Probe(run_id, nonce, SKIPPED, sent_at, deadline, why=why, source=source)
     try:
@@ -87,7 +89,7 @@ def _send(ctx: Context, send: Send, source: str, ack_timeout: float) -> Probe:
         # The run's record can wait out a locked store (its busy timeout, 10 s): a relaunch that began
         # meanwhile has its new agent booting, and the probe would be typed into it (storm seed 8,
         # day 23.7, README's hooked config). Looked at again, after the write, before the typing.
-        why = "a relaunch is under way"
+        why = RELAUNCH_UNDER_WAY
         settle_run(ctx, run_id, SKIPPED, why=why)
         return Probe(run_id, nonce, SKIPPED, sent_at, deadline, why=why, source=source)
     result = send(ctx, instruction(ctx.acks_dir / nonce), source=source, kind="canary_sent", detail={"run": run_id})

@@ -48,7 +48,9 @@ class Checker:
         cfg = sim.config
         wd, canary, agent = cfg.watchdog, cfg.canary, cfg.agent
         relaunch_time = STOP_TIME + agent.resume_check
-        self.detect = (max(canary.interval, agent.boot_grace) + canary.misses_to_recycle * (canary.ack_timeout + 1.0)
+        # The span of the misses that recycle: their timeouts, a second apart.
+        self.misses_span = canary.misses_to_recycle * (canary.ack_timeout + 1.0)
+        self.detect = (max(canary.interval, agent.boot_grace) + self.misses_span
                        + wd.backoff_max + relaunch_time)
         # With turns told (hooks, or the stream-json pump), a wedge inside a turn looks busy until the
         # turn has been quiet for turn_quiet.
@@ -160,8 +162,7 @@ class Checker:
         if cause == "canary_failed":
             if a is None or not a.alive or a.deaf_since is not None or a.modal or not w.tmux_session:
                 return ""
-            canary = self.sim.config.canary
-            if w.t - a.eaten_at <= canary.misses_to_recycle * (canary.ack_timeout + 1.0) + SLACK:
+            if w.t - a.eaten_at <= self.misses_span + SLACK:
                 return ""  # a dialog ate the probes it missed, and was closed since
             if self.sim.turns_told and a.turn_since is not None and not self.turn_in_evidence(a):
                 return ""  # a turn too long, or one whose hook events were lost: a wedge, by design
@@ -176,8 +177,7 @@ class Checker:
         prompt hook lost, or come after them): a wedge to Loom, by design, as while it runs; its
         queued probes are taken when it ends, their acks late (seed 30, day 2.76, README's hooked
         config: the turn ended seconds before the second miss's deadline)."""
-        cfg, t = self.sim.config.canary, self.sim.world.t
-        window = cfg.misses_to_recycle * (cfg.ack_timeout + 1.0)
+        t, window = self.sim.world.t, self.misses_span
         return any(pid == a.pid and end is not None and end >= t - window - SLACK
                    and (reported is None or t - reported < window)
                    for _, end, pid, reported in self.sim.world.turns)
@@ -189,7 +189,7 @@ class Checker:
         cfg, t = self.sim.config.canary, self.sim.world.t
         # The misses that recycle were typed after the turn was reported begun: a prompt hook that
         # came late (or was lost) left Loom no evidence that they fell in a turn.
-        reported = t - a.seen_began >= cfg.misses_to_recycle * (cfg.ack_timeout + 1.0)
+        reported = t - a.seen_began >= self.misses_span
         return (a.turn_since is not None and t - a.turn_since < cfg.max_turn - SLACK and a.seen_open and reported
                 and t - a.seen_last < cfg.turn_quiet - SLACK)
 
