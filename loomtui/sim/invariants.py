@@ -57,7 +57,12 @@ class Checker:
         self.deaf_bound = self.detect + 5.0 + (canary.turn_quiet if sim.turns_told else 0.0)
         self.silent_bound = (self.detect + 3 * wd.interval + wd.poller_grace + wd.ambiguous_alert
                              + agent.boot_grace + SLACK + (canary.turn_quiet if sim.turns_told else 0.0))
-        self.witness_bound = self.detect + SLACK
+        # A relaunch's witness may be a wedge's to find first, and one that takes the agent just after
+        # it took a probe hides in that probe's own turn: its misses count once the turn has been
+        # quiet for turn_quiet, at the first probe after that, whole intervals later (hooked storm
+        # seed 102, day 6.97: a probe the operator's turn held, then the next one's turn wedged).
+        hidden = math.ceil(canary.turn_quiet / canary.interval) * canary.interval if sim.turns_told else 0.0
+        self.witness_bound = self.detect + SLACK + hidden
         # A relaunch's own probe goes out once the agent is ready, or its boot grace is over, and
         # recycle.lock is free: a probe of the old launch may still wait out its deadline first, its
         # ack timeout, or for one handed to a pump whose CLI had not yet spoken, the boot grace and

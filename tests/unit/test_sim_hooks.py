@@ -95,3 +95,22 @@ def test_misses_in_a_turn_loom_was_never_told_of_are_a_wedge_s_even_once_it_ende
     assert sim.violation is None, sim.violation
     t = 238395.001  # the recycle
     assert any(end is not None and t - 130 < end < t and reported is None for _, end, _, reported in sim.world.turns)
+
+
+def test_a_wedge_hidden_in_a_probes_turn_after_a_relaunch_is_found_within_the_witness_bound():
+    """Hooked storm seed 102, day 6.97, scripted: after a crash's relaunch the operator's turn held
+    the relaunch's own probe (a miss, excused), the next probe came an interval later, the agent
+    took it and wedged at once. Its misses count once that turn has been quiet for turn_quiet, at
+    the first probe after, an interval on: the recycle came later than the witness bound the
+    checker had (no time for a turn hiding a wedge), which reported a false relaunch_witnessed."""
+    sim = scripted(hooked(), 3, [(1 * H, "crash"), (1 * H + 15, "busy"), (4895.0, "wedge")])
+    assert sim.violation is None, sim.violation
+    assert automatic(sim) == {"crash": {"resume": 1}, "canary_failed": {"resume": 1}}
+    misses = [t for _, t, kind, d in sim.trace if kind == "canary" and d["result"] == "miss"]
+    relaunches = [d["at"] for _, _, kind, d in sim.trace if kind == "relaunch"]
+    crash, recycle = relaunches[1], relaunches[2]
+    assert misses[0] < 4892.0 < 4895.0 < misses[1] < recycle  # the second probe went out, then the wedge
+    checker = sim.checker
+    busy = sim.world.busy_between(crash, recycle)
+    assert recycle - crash > checker.detect + 60.0 + busy  # past the bound it had
+    assert recycle - crash < checker.witness_bound + busy
