@@ -96,7 +96,7 @@ class Transcript:
 
     def add(self, role: str, text: str) -> None:
         with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"ts": time.time(), "role": role, "text": text}, ensure_ascii=False) + "\n")
+            fh.write(json_line({"ts": time.time(), "role": role, "text": text}))
             fh.flush()
 
     def poisoned(self) -> bool:
@@ -153,6 +153,17 @@ class Terminal:
     def _flush(self) -> str:
         line, self.pending = self.pending, ""
         return line
+
+
+def json_line(obj: object) -> str:
+    """One JSON line, UTF-8 where it can be; a text holding half an emoji (a lone surrogate, which
+    UTF-8 has no bytes for) escaped, as JavaScript's JSON.stringify writes it."""
+    line = json.dumps(obj, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(obj)
+    return line + "\n"
 
 
 def out(text: str) -> None:
@@ -434,7 +445,7 @@ class StreamAgent(Base):
         self.stdin_closed = False
 
     def emit(self, event: dict) -> None:
-        data = (json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8", "surrogatepass")
+        data = json_line(event).encode("utf-8")
         view = memoryview(data)
         while view:
             view = view[os.write(1, view):]

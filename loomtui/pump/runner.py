@@ -11,6 +11,7 @@ and outlive the supervisor's restarts (docs/STREAM.md).
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import queue
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from loomtui.errors import LoomError
 from loomtui.pump import render, rules, transcript
@@ -39,6 +40,13 @@ ORIGIN = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 STALE_ORIGIN = "canary"  # a queued line of this origin is not carried over to the next launch
 QUEUE_FILE = re.compile(r"(\d{1,18})\.json")
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+# Lines for the pane waiting to be shown: a pane that stops taking them (Ctrl-S, a tmux that stops
+# reading) fills this, never the main loop; past it lines are counted and said to be left out.
+PANE_BACKLOG = 2000
+PANE_DRAIN = 1.0        # at the end, how long the last lines may take to reach the pane
+# How far back the transcript is read for the last seq, widening while none is found (a last turn
+# of megabytes of tool results leaves no seq in the last MiB).
+SEQ_WINDOWS = (1 << 20, 16 << 20, 256 << 20)
 
 
 @dataclass
@@ -84,6 +92,9 @@ class Pump:
         self.state_dir = Path(state_dir)
         self.argv = list(argv)
         self.show_line = show or _show
+        self.pane: queue.Queue[str | None] = queue.Queue(PANE_BACKLOG)
+        self.pane_thread: threading.Thread | None = None
+        self.left_out = 0       # lines the pane had no room for (said where they were, once it has)
         # SimpleQueue: its put() may be called from a signal handler.
         self.events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.writes: queue.Queue[tuple[int, bytes] | None] = queue.Queue()
@@ -119,7 +130,9 @@ class Pump:
             return self._loop()
         finally:
             self._close_listener()
+            self._end_cli()
             self.log.close()
+            self._close_pane()
 
     def _prepare(self) -> None:
         try:
@@ -298,7 +311,7 @@ class Pump:
         self._record(transcript.PUMP, what="cli_exit", status=status, signal=signum, exit=code)
         self._publish()
         for pending in self.waiting.values():
-            pending.reply({"ok": False, "error": rules.EXITED})
+            pending.reply(_exited())
         self._close_listener()
         # Sends that reached the socket after this are refused too, by a closed socket.
         while True:
@@ -307,7 +320,7 @@ class Pump:
             except queue.Empty:
                 break
             if item[0] == "send":
-                item[1].reply({"ok": False, "error": rules.EXITED})
+                item[1].reply(_exited())
         deadline = time.monotonic() + 2.0
         for thread in list(self.serving):
             thread.join(max(0.0, deadline - time.monotonic()))    # their answers are on their way
@@ -338,10 +351,46 @@ class Pump:
             self._show(line)
 
     def _show(self, line: str) -> None:
+        """Hand a line to the pane's thread: the main loop never waits for the pane (one stopped
+        with Ctrl-S blocks every write to it, and the agent would be unreachable meanwhile)."""
+        if self.pane_thread is None:
+            self.pane_thread = _thread(self._pane_loop)
         try:
-            self.show_line(line)
-        except (OSError, ValueError):
-            pass    # the pane is gone (SIGHUP follows): the CLI must not die of it
+            if self.left_out:   # where they were left out, once the pane takes lines again
+                self.pane.put_nowait(f"— {self.left_out} lines not shown: the pane took none for a while "
+                                     f"(the transcript has them all)")
+                self.left_out = 0
+            self.pane.put_nowait(line)
+        except queue.Full:
+            self.left_out += 1
+
+    def _pane_loop(self) -> None:
+        while (line := self.pane.get()) is not None:
+            try:
+                self.show_line(line)
+            except (OSError, ValueError):
+                pass    # the pane is gone (SIGHUP follows): the CLI must not die of it
+
+    def _close_pane(self) -> None:
+        """The last lines to the pane, for PANE_DRAIN at most (a stopped pane keeps the rest)."""
+        if self.pane_thread is None:
+            return
+        try:
+            self.pane.put(None, timeout=PANE_DRAIN)
+        except queue.Full:
+            return
+        self.pane_thread.join(PANE_DRAIN)
+
+    def _end_cli(self) -> None:
+        """A pump that ends leaves no CLI behind (an error of its own, whatever it was: the CLI
+        would run on unseen, its input closed, beside the agent the watchdog launches next)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.kill()
+        try:
+            self.proc.wait(STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            pass
 
     def _publish(self) -> None:
         """pump.json, replaced whole, when it changed; the socket's `status` answers the same."""
@@ -351,7 +400,7 @@ class Pump:
         if status == self.written_status:
             return
         try:
-            _replace(status_path(self.state_dir), json.dumps(status, ensure_ascii=False, indent=1).encode())
+            _replace(status_path(self.state_dir), json.dumps(status, indent=1).encode("ascii"))
             self.written_status = status
         except OSError as exc:
             self._show(f"— could not write pump.json: {exc.strerror or exc}")
@@ -362,7 +411,8 @@ class Pump:
     def _persist(self, message: Message) -> None:
         data = {"seq": message.seq, "ts": time.time(), "origin": message.origin, "ref": message.ref,
                 "text": message.text}
-        _replace(self._queue_file(message.seq), json.dumps(data, ensure_ascii=False).encode(), sync=True)
+        # ASCII: a sender's text may hold a lone surrogate (half an emoji), which UTF-8 cannot encode.
+        _replace(self._queue_file(message.seq), json.dumps(data).encode("ascii"), sync=True)
         message.persisted = True
 
     def _load_queue(self) -> list[int]:
@@ -401,13 +451,7 @@ class Pump:
 
     def _next_seq(self, pending: list[int]) -> int:
         """Seqs go on from the last pump's, so one seq names one message in the whole transcript."""
-        path = transcript.path_in(self.state_dir)
-        highest = max(pending, default=0)
-        for record in transcript.read(path, transcript.tail_offset(path, 1 << 20)):
-            seq = record.data.get("seq")
-            if isinstance(seq, int) and not isinstance(seq, bool):
-                highest = max(highest, seq)
-        return highest + 1
+        return max(max(pending, default=0), last_seq(transcript.path_in(self.state_dir))) + 1
 
     # The socket.
 
@@ -488,7 +532,7 @@ class Pump:
         if not isinstance(ref, str) or len(ref) > 200:
             return {"ok": False, "error": "ref must be a string of at most 200 characters"}
         if self.state.cli_exit is not None:
-            return {"ok": False, "error": rules.EXITED, "code": rules.EXITED_CODE}
+            return _exited()
         pending = Pending(text, origin, ref)
         self.events.put(("send", pending))
         if not pending.done.wait(SEND_WAIT):
@@ -499,7 +543,10 @@ class Pump:
     # Threads.
 
     def _read(self, kind: str, stream: BinaryIO) -> None:
-        for line in iter(stream.readline, b""):
+        # Buffered: the pipe is unbuffered (bufsize=0, for stdin's sake), and a raw readline reads
+        # one byte per system call (a megabyte's tool result, a million of them).
+        reader = io.BufferedReader(cast(io.RawIOBase, stream), 1 << 16)
+        for line in iter(reader.readline, b""):
             self.events.put((kind, line))
 
     def _wait_exit(self) -> None:
@@ -525,6 +572,31 @@ class Pump:
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.events.put(("signal", signum))
+
+
+def last_seq(path: Path) -> int:
+    """The highest seq in the transcript's last records that carry one (0: none): read from the last
+    MiB back, and further while none is found (SEQ_WINDOWS), never the whole of a huge file."""
+    for window in SEQ_WINDOWS:
+        start = offset = transcript.tail_offset(path, window)
+        highest = 0
+        while True:
+            read = False
+            for record in transcript.read(path, offset):
+                read, offset = True, record.end
+                seq = record.data.get("seq")
+                if isinstance(seq, int) and not isinstance(seq, bool):
+                    highest = max(highest, seq)
+            if not read:
+                break
+        if highest or start == 0:
+            return highest
+    return 0
+
+
+def _exited() -> dict[str, Any]:
+    """The refusal of a send the CLI can no longer take: it has exited (docs/STREAM.md's code)."""
+    return {"ok": False, "error": rules.EXITED, "code": rules.EXITED_CODE}
 
 
 def _thread(target: Callable[..., None], *args: Any) -> threading.Thread:

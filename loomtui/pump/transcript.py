@@ -60,8 +60,14 @@ class Writer:
         head: dict[str, Any] = {"ts": ts}
         if ts is None:
             head = {"ts": clock.wall(), "mono": clock.monotonic(), "boot": _boot()}
-        line = json.dumps({**head, "dir": dir, **data}, ensure_ascii=False, separators=(",", ":")) + "\n"
-        os.write(self._fd, line.encode("utf-8"))
+        record = {**head, "dir": dir, **data}
+        try:
+            line = (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
+        except UnicodeEncodeError:
+            # A lone surrogate (half an emoji, as a CLI that cut a string in JavaScript prints it)
+            # has no UTF-8: the line is written in ASCII, escaped, and reads back the same.
+            line = (json.dumps(record, separators=(",", ":")) + "\n").encode("ascii")
+        os.write(self._fd, line)
 
     def close(self) -> None:
         os.close(self._fd)

@@ -40,22 +40,33 @@ class PumpRun:
         self.pane = root / "pane.out"
         self.procs: list[subprocess.Popen[bytes]] = []
         self.cli_pids: set[int] = set()
+        self.stalled: list[int] = []  # read ends of panes nobody reads
 
-    def start(self, *agent_args: str, cmd: list[str] | None = None, flags: list[str] = STREAM_FLAGS
-              ) -> subprocess.Popen[bytes]:
+    def start(self, *agent_args: str, cmd: list[str] | None = None, flags: list[str] = STREAM_FLAGS,
+              stalled_pane: bool = False) -> subprocess.Popen[bytes]:
+        """`stalled_pane`: the pump's stdout is a pipe nobody reads, as a pane stopped with Ctrl-S
+        (or a tmux that stops reading): a write to it blocks once the pipe is full."""
         argv = cmd or [sys.executable, "-m", "loomtui.demo.agent", "--data-dir", str(self.data), "--bot", "",
                        *agent_args, *flags]
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.pane, "ab") as pane, open(self.root / "pump.err", "ab") as err:
-            proc = subprocess.Popen([sys.executable, "-m", "loomtui", "pump", "--state-dir", str(self.state), "--",
-                                     *argv], stdin=subprocess.DEVNULL, stdout=pane, stderr=err, env=loom_env(),
-                                    cwd=REPO, start_new_session=True)
+            out: object = pane
+            if stalled_pane:
+                read_end, out = os.pipe()
+                self.stalled.append(read_end)
+            try:
+                proc = subprocess.Popen([sys.executable, "-m", "loomtui", "pump", "--state-dir", str(self.state),
+                                         "--", *argv], stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                        env=loom_env(), cwd=REPO, start_new_session=True)
+            finally:
+                if stalled_pane:
+                    os.close(out)  # type: ignore[arg-type]
         self.procs.append(proc)
         return proc
 
-    def fresh(self) -> tuple[subprocess.Popen[bytes], str]:
+    def fresh(self, stalled_pane: bool = False) -> tuple[subprocess.Popen[bytes], str]:
         sid = str(uuid.uuid4())
-        proc = self.start("--session-id", sid)
+        proc = self.start("--session-id", sid, stalled_pane=stalled_pane)
         self.wait_init(proc)
         return proc, sid
 
@@ -99,6 +110,8 @@ class PumpRun:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=30)
+        for read_end in self.stalled:
+            os.close(read_end)
         for pid in self.cli_pids:
             try:
                 process = psutil.Process(pid)
@@ -378,3 +391,67 @@ def test_a_second_pump_on_the_same_state_dir_waits_for_the_first_to_end(pumps):
     assert run.send("hello").seq == 2
     started = [(r.data["what"], r.data.get("pid")) for r in run.records("pump") if r.data["what"] != "signal"]
     assert started == [("started", first.pid), ("cli_exit", None), ("started", second.pid)]
+
+
+def test_a_pane_that_takes_nothing_never_stalls_the_pump(pumps):
+    """A pane stopped with Ctrl-S takes no more output, and a write to it blocks. The pump's main loop
+    showed every record itself, so the next one stopped it: sends waited out the pump's 30 s and
+    failed, the agent unreachable for as long as the pane stayed stopped. The pane has a thread of
+    its own now, and lines it has no room for are counted, never waited for."""
+    run = pumps()
+    proc, _ = run.fresh(stalled_pane=True)
+    block = "\n".join(f"{i:02d} " + "x" * 390 for i in range(40))  # 40 lines of 400 shown per send
+    for i in range(12):  # about 200 KB for the pane: more than a pipe holds
+        reply = run.send(f"{i} {block}")
+        assert reply.ok and reply.state in ("delivered", "queued"), reply  # answered at once, either way
+    wait_for(lambda: run.results() == 12, 60, what="twelve results")
+    assert client.live_status(run.state)["turns"] == 12 and proc.poll() is None
+    # The pane takes its lines again: they come, in order, the first line of the first send first.
+    pane = b""
+    os.set_blocking(run.stalled[0], False)
+
+    def shown() -> bool:
+        nonlocal pane
+        try:
+            while chunk := os.read(run.stalled[0], 1 << 16):
+                pane += chunk
+        except BlockingIOError:
+            pass
+        return b"you \xe2\x80\xba 11 00 xxx" in pane
+    wait_for(shown, 60, what="the last send's line on the pane")
+    assert pane.index(b"you \xe2\x80\xba 0 00 xxx") < pane.index(b"you \xe2\x80\xba 11 00 xxx")
+
+
+def test_half_an_emoji_from_a_sender_or_from_the_cli_is_kept_and_the_pump_goes_on(pumps):
+    """A lone surrogate (half of an emoji cut by a JavaScript string index) is valid escaped JSON
+    but has no UTF-8: the transcript's and the queue's writes raised and ended the pump, its CLI left
+    running. Now it is kept, escaped, and reads back the same."""
+    run = pumps()
+    proc, _ = run.fresh()
+    assert run.send("/say half \ud83d here").state == "delivered"
+    wait_for(lambda: run.results() == 1, 60, what="the result")
+    gate = run.root / "gate"
+    assert run.send(f"/wait-for {gate}").state == "delivered"
+    assert run.send("queued \udcff too").state == "queued"  # its queue file holds it
+    gate.touch()
+    wait_for(lambda: run.results() == 3, 60, what="three results")
+    assert run.turns() == [("in", "/say half \ud83d here"), ("result", "half \ud83d here"),
+                           ("in", f"/wait-for {gate}"), ("result", f"{gate} is there"),
+                           ("in", "queued \udcff too"), ("result", "heard you (12 characters)")]
+    assert proc.poll() is None and client.live_status(run.state)["turn"] == "idle"
+    assert "half ? here" in run.pane.read_text(errors="replace")
+
+
+def test_seqs_go_on_after_a_last_turn_of_megabytes(pumps):
+    """The next pump numbers its messages on from the last pump's, read from the transcript's end:
+    after a turn whose answer ran past the last MiB no seq was found there, and numbering began at 1
+    again. It now reads further back until it finds one."""
+    run = pumps()
+    proc, _ = run.fresh()
+    big = "y" * 700_000
+    assert run.send(f"/say {big}").seq == 1  # its echo and its result: 1.4 MB after its record
+    wait_for(lambda: run.results() == 1, 60, what="the big answer")
+    proc.send_signal(signal.SIGTERM)
+    run.wait_exit(proc)
+    run.fresh()
+    assert run.send("and after it").seq == 2
