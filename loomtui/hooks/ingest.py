@@ -133,7 +133,10 @@ def _record(ctx: Context, batch: list[Recorded]) -> None:
     with ctx.store.write() as db:
         for item in batch:
             event = item.event
-            at = clock.at_wall(item.wall, reading)
+            # A file dated after the reading (the wall clock stepped back since it was written, or
+            # an mtime set by hand) was written by now, never later: a time to come would keep a
+            # quota's hold from ever ending, or a turn from ever going quiet.
+            at = clock.at_wall(min(item.wall, reading.wall), reading)
             row_id = table.insert_in(db, ctx.agent, at, event.event, event.session_id, event.source, event.detail)
             if event.event in ("Stop", "StopFailure"):
                 counters.bump_in(db, TURNS_TOTAL, {"agent": ctx.agent, "outcome": TURN_OUTCOME[event.event],

@@ -243,3 +243,25 @@ def test_no_verdict_for_a_relaunch_that_launched_nothing(tmp_path):
                              detail={"mode": "resume", "session": "pinned-1", "error": "would not die"})
         assert resume.look(ctx) is None
         assert not kinds(ctx, "resume_proven", "resume_failed") and len(kinds(ctx, "relaunch")) == 2
+
+
+def test_an_event_file_dated_ahead_is_taken_as_written_when_read(tmp_path):
+    """An mtime ahead of the reading (the wall clock stepped back while the file waited, or set by
+    hand): the event was recorded with that time to come, so a rate limit's hold never ran out and no
+    Stop was ever after it; a permission prompt in a turn would have held probes back for good."""
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    with clock.use(virtual):
+        path = settings.events_dir(ctx.agent_dir) / "ev.1.json"
+        path.write_text(json.dumps({"session_id": "s-1", "hook_event_name": "StopFailure", "error": "rate_limit"}))
+        ahead = virtual.at_wall + 30 * 86400
+        os.utime(path, (ahead, ahead))
+        assert len(ingest.collect(ctx)) == 1
+        hold = holds.current(ctx, clock.now())
+        assert hold is not None and hold.since <= clock.now().wall and hold.start.mono <= clock.now().mono
+        virtual.advance(harness_rules.DEFAULT_HOLD + 1)
+        assert holds.current(ctx, clock.now()) is None  # it ran out, as a hold placed now does
+        hook = Hooks(ctx, virtual)
+        hook("StopFailure", error="rate_limit")
+        hook("Stop")
+        assert holds.current(ctx, clock.now()) is None  # and a later success ends one
