@@ -10,7 +10,8 @@ because the harness itself says the conversation did not come back. No SessionSt
 `{hook_settings}`, or none within the boot grace) leaves the screen match, in the launch's boot
 watch and the watchdog, as before. A verdict is given once per relaunch; a failed one is acted on
 again at later looks until a relaunch, a hold or another launch settles it (the policy may ask
-to wait its backoff first).
+to wait its backoff first): a hold in force refuses the relaunch, and once a hold has been placed
+or released after the verdict it is never acted on (it was, at the release, days later maybe).
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ def look(ctx: Context) -> float | None:
         ledger.append(ctx.store, "resume_failed", source=SOURCE, cause="resume_failed", detail={**facts, "why": why})
     elif verdict["kind"] != "resume_failed" or verdict["source"] != SOURCE:
         return None  # proven, or failed by the screen (the launch's own fallback acts on it)
+    elif table.hold_since(ctx.store, ctx.agent, int(verdict["id"])):
+        # A hold placed or released since settles it: the agent held on meanwhile (hours, maybe) in
+        # the conversation its CLI started, and a fresh start after the release would wipe that.
+        return None
     return _start_fresh(ctx, launch.ts)
 
 

@@ -142,6 +142,12 @@ def resume_judged(store: Store, agent: str, relaunch_id: int) -> sqlite3.Row | N
                            "AND kind IN ('resume_proven', 'resume_failed') ORDER BY id LIMIT 1", (agent, relaunch_id))
 
 
+def hold_since(store: Store, agent: str, after_id: int) -> bool:
+    """Whether a hold of the agent was placed or ended after ledger event `after_id`."""
+    return store.query_one("SELECT 1 FROM ledger WHERE agent = ? AND id > ? AND kind IN ('hold_placed', "
+                           "'hold_cleared') LIMIT 1", (agent, after_id)) is not None
+
+
 def last_relaunch(store: Store, agent: str) -> sqlite3.Row | None:
     """The agent's last relaunch event: id, ts, detail."""
     return store.query_one("SELECT id, ts, detail FROM ledger WHERE agent = ? AND kind = 'relaunch' "

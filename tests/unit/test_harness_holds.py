@@ -265,3 +265,25 @@ def test_an_event_file_dated_ahead_is_taken_as_written_when_read(tmp_path):
         hook("StopFailure", error="rate_limit")
         hook("Stop")
         assert holds.current(ctx, clock.now()) is None  # and a later success ends one
+
+
+def test_a_failed_resume_held_off_is_settled_by_the_hold_not_carried_out_at_its_release(tmp_path):
+    """The operator holds the agent and resumes it by hand; its CLI starts another session
+    (resume_failed, by the hooks). The hold refuses the fresh start, and the agent goes on, for
+    hours maybe, in the conversation its CLI started: the release must not wipe it then."""
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    hook = Hooks(ctx, virtual)
+    with clock.use(virtual):
+        actions.hold(ctx, "looking into it", None, source="cli")
+        launched(ctx, "resume", "pinned-1", virtual.at_wall - 0.5)
+        hook("SessionStart", source="startup", session_id="another")
+        assert resume.look(ctx) is None
+        [failed] = kinds(ctx, "resume_failed")
+        assert failed.source == "hooks" and failed.detail["started"]["session_id"] == "another"
+        virtual.advance(6 * 3600)
+        actions.release(ctx, source="cli")
+        before = [e.id for e in ledger.tail(ctx.store, 500)]
+        assert resume.look(ctx) is None and resume.look(ctx) is None
+        assert [e.id for e in ledger.tail(ctx.store, 500)] == before  # nothing tried, nothing refused
+        assert len(kinds(ctx, "relaunch")) == 1
