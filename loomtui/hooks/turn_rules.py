@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loomtui.timing import Instant, age
+from loomtui.timing import Instant, age, raw_age
 
 PROMPT, STOP, STOP_FAILURE, NOTIFICATION, SESSION_START, SESSION_END = (
     "UserPromptSubmit", "Stop", "StopFailure", "Notification", "SessionStart", "SessionEnd")
@@ -159,9 +159,9 @@ def excuse(all_turns: list[Turn], sent: Instant, now: Instant, quiet: float, max
 
     The turn that matters is one begun before the probe was typed, not ended by then."""
     for turn in reversed(all_turns):
-        if turn.began.wall > sent.wall:
+        if after(turn.began, sent):
             continue  # begun after the probe (maybe by it): no excuse for it
-        if turn.ended is not None and turn.ended.wall <= sent.wall:
+        if turn.ended is not None and not after(turn.ended, sent):
             return ""  # the agent was between turns when the probe came: nothing excuses its miss
         if turn.ended is not None:
             return BUSY if turn.outcome in (STOPPED, FAILED, IDLE_END) else ""
@@ -175,9 +175,17 @@ def holds_back(all_turns: list[Turn], typed: Instant, now: Instant, quiet: float
     open and busy (BUSY) or waiting for permission (WAITING): the CLI queues it behind that turn.
     Once the turn ended the line should have been taken: "" then, as when no turn explains it."""
     turn = current(all_turns)
-    if turn is None or turn.began.wall > typed.wall:
+    if turn is None or after(turn.began, typed):
         return ""
     return excuse(all_turns, typed, now, quiet, max_turn)
+
+
+def after(a: Instant, b: Instant) -> bool:
+    """Whether `a` came after `b`: by the monotonic clock where both were read on it in one boot
+    (no step of the wall clock moves that order: stepped back an hour during a busy turn, the
+    probe sent after it looked sent before the turn began, its miss counted and the busy agent was
+    recycled), by wall time otherwise."""
+    return raw_age(b, a) > 0
 
 
 def withholds_probe(all_turns: list[Turn], now: Instant, quiet: float, max_turn: float) -> bool:

@@ -114,3 +114,18 @@ def test_a_wedge_hidden_in_a_probes_turn_after_a_relaunch_is_found_within_the_wi
     busy = sim.world.busy_between(crash, recycle)
     assert recycle - crash > checker.detect + 60.0 + busy  # past the bound it had
     assert recycle - crash < checker.witness_bound + busy
+
+
+def test_a_wall_clock_stepped_during_a_busy_turn_does_not_get_the_busy_agent_recycled():
+    """Clockjump seed 4, README's hooked config, 8 hours in: the wall clock stepped back during an
+    operator's long turn, and the probe typed into it looked, by wall time, sent before the turn
+    began; its miss counted, and so did the next: the busy agent was recycled 920 s into its turn
+    (`busy_not_recycled`). Which came first is now the monotonic clock's word (turn_rules.after)."""
+    from conftest import REPO
+
+    from loomtui.config import load_config
+
+    config = load_config(str(REPO / "docs" / "evidence" / "hooked.toml"))[0]
+    sim = Sim(config, PROFILES["clockjump"], 4, 0.4).run()
+    assert sim.violation is None, sim.violation
+    assert sim.report.faults.get("clock_back", 0) >= 1 and sim.report.faults.get("long_turn", 0) >= 1

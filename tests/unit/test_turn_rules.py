@@ -146,6 +146,27 @@ def test_a_line_is_held_back_only_by_the_open_turn_it_was_typed_into():
     assert holds_back(turns([PROMPT(60), TOOL(70)]), at(50), at(80), QUIET, MAX_TURN) == ""
 
 
+def stepped(t: float, step: float) -> Instant:
+    """`at(t)` read after the wall clock was stepped by `step` seconds: the monotonic clock ran on."""
+    moment = at(t)
+    return Instant(moment.wall + step, moment.mono, moment.boot)
+
+
+def test_which_came_first_is_the_monotonic_clock_s_word_not_a_stepped_wall_clock_s():
+    # The wall clock stepped back an hour during a busy turn: the probe sent a minute after the turn
+    # began reads, by wall time, as sent before it. The turn still began first: the miss is excused.
+    busy = turns([PROMPT(0), TOOL(30)])
+    assert excuse(busy, stepped(60, -3600), stepped(90, -3600), QUIET, MAX_TURN) == BUSY
+    assert holds_back(busy, stepped(60, -3600), stepped(90, -3600), QUIET, MAX_TURN) == BUSY
+    # Stepped forward: a probe sent before the turn began reads as sent after it; it began that turn.
+    assert excuse(turns([PROMPT(100), TOOL(130)]), stepped(60, 3600), stepped(140, 3600), QUIET, MAX_TURN) == ""
+    ended = turns([PROMPT(0), STOP(50)])
+    assert excuse(ended, stepped(60, -3600), stepped(90, -3600), QUIET, MAX_TURN) == ""  # between turns still
+    # Another boot: only the wall clock speaks.
+    other = Instant(at(60).wall - 3600, 1.0, "b2")
+    assert excuse(busy, other, stepped(90, -3600), QUIET, MAX_TURN) == ""
+
+
 EVENTS = st.sampled_from([tr.PROMPT, tr.STOP, tr.STOP_FAILURE, tr.SESSION_START, "PostToolUse",
                           tr.SESSION_START + ":" + tr.LAUNCH, tr.SESSION_START + ":startup",
                           tr.SESSION_START + ":" + tr.COMPACT,
