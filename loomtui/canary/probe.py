@@ -103,10 +103,10 @@ def _send(ctx: Context, send: Send, source: str, ack_timeout: float) -> Probe:
 
 
 def _booting_pump(ctx: Context) -> float | None:
-    """When the agent was launched, for a stream-json agent whose CLI has said nothing since (its
-    pump's status has no session yet: Claude Code prints its init once it reads its first line);
-    None for any other. A status the pump has not written, or one of another pump, says nothing
-    yet either: the longer wait is the safe side."""
+    """How long ago (monotonic) the agent was launched, for a stream-json agent whose CLI has said
+    nothing since (its pump's status has no session yet: Claude Code prints its init once it reads
+    its first line); None for any other. A status the pump has not written, or one of another pump,
+    says nothing yet either: the longer wait is the safe side."""
     if not capabilities(ctx).owns_turns:
         return None
     launched = launches.last_launch(ctx)
@@ -118,7 +118,7 @@ def _booting_pump(ctx: Context) -> float | None:
     pane_pid = recorded.get("pane_pid")
     facts = read_facts(ctx.agent_dir, pane_pid if isinstance(pane_pid, int) else None)
     spoken = facts is not None and facts.current and facts.session_id is not None
-    return None if spoken else launched.ts
+    return None if spoken else launches.launch_age(launched)
 
 
 def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe:

@@ -80,20 +80,19 @@ def past_deadline(sent: Instant, deadline: float, now: Instant | float, slack: f
     return age(sent, as_instant(now)) >= deadline - sent.wall + slack
 
 
-def ack_deadline(sent_at: float, ack_timeout: float, boot_began: float | None, boot_grace: float) -> float:
+def ack_deadline(sent_at: float, ack_timeout: float, booting_for: float | None, boot_grace: float) -> float:
     """When a probe sent at `sent_at` (wall) misses: its ack timeout later; or, for a probe handed to
-    a pump whose CLI has said nothing since its launch at `boot_began` (None otherwise), not before
-    the boot grace and then the ack timeout have passed.
+    a pump whose CLI has said nothing since its launch `booting_for` seconds before the send (None
+    otherwise), not before the rest of the boot grace and then the ack timeout have passed.
 
     The tmux driver types no probe before the boot grace ends (or the screen shows the agent ready).
     The pump takes one at once, so that a quick boot is witnessed at once; but a CLI booting slowly,
     inside the grace the operator gave it, is not deaf. Without this a slow boot missed twice and
     was recycled (the simulator, README's stream-json config with hooks: the dispatch witness
-    hastened a second probe, and two misses came 2 minutes into a boot allowed 90 s and an ack)."""
-    deadline = sent_at + ack_timeout
-    if boot_began is None or sent_at >= boot_began + boot_grace:
-        return deadline
-    return max(deadline, boot_began + boot_grace + ack_timeout)
+    hastened a second probe, and two misses came 2 minutes into a boot allowed 90 s and an ack).
+    The launch's age is the monotonic clock's: a wall clock stepped back since the launch would have
+    stretched the wait by the step (a day's step, a day), a deaf agent's recycle with it."""
+    return sent_at + ack_timeout + (max(0.0, boot_grace - booting_for) if booting_for is not None else 0.0)
 
 
 def should_recycle(runs: list[ProbeRun], launch_seq: int, misses_to_recycle: int) -> bool:

@@ -102,18 +102,20 @@ def test_a_witness_probe_is_due_only_for_a_ready_launch_nothing_was_sent_to(sent
 
 
 def test_a_probe_into_a_booting_pump_waits_out_the_boot_grace_then_its_ack_timeout():
-    launched, grace, ack = 1000.0, 90.0, 60.0
-    assert ack_deadline(1006.0, ack, launched, grace) == 1000.0 + 90 + 60  # sent as the pump came up
-    assert ack_deadline(1085.0, ack, launched, grace) == 1000.0 + 90 + 60  # near the grace's end
-    assert ack_deadline(1095.0, ack, launched, grace) == 1095.0 + 60       # after it: its own timeout
-    assert ack_deadline(1006.0, ack, None, grace) == 1006.0 + 60           # the CLI has spoken, or no pump
+    grace, ack = 90.0, 60.0  # launched at wall 1000, the probes sent 6, 85 and 95 s into the boot
+    assert ack_deadline(1006.0, ack, 6.0, grace) == 1000.0 + 90 + 60    # sent as the pump came up
+    assert ack_deadline(1085.0, ack, 85.0, grace) == 1000.0 + 90 + 60   # near the grace's end
+    assert ack_deadline(1095.0, ack, 95.0, grace) == 1095.0 + 60        # after it: its own timeout
+    assert ack_deadline(1006.0, ack, None, grace) == 1006.0 + 60        # the CLI has spoken, or no pump
+    # The wall clock stepped back a day since the launch: the boot's age is the monotonic clock's.
+    assert ack_deadline(1006.0 - 86400, ack, 6.0, grace) == 1000.0 - 86400 + 90 + 60
 
 
 @given(st.floats(0, 1e6), st.floats(0.1, 1e4), st.one_of(st.none(), st.floats(0, 1e6)), st.floats(0, 1e4))
-def test_an_ack_deadline_is_never_sooner_than_the_ack_timeout(sent, ack, launched, grace):
-    deadline = ack_deadline(sent, ack, launched, grace)
+def test_an_ack_deadline_is_never_sooner_than_the_ack_timeout(sent, ack, booting_for, grace):
+    deadline = ack_deadline(sent, ack, booting_for, grace)
     assert deadline >= sent + ack
-    if launched is None or sent >= launched + grace:
+    if booting_for is None or booting_for >= grace:
         assert deadline == sent + ack
     else:
-        assert deadline == max(sent + ack, launched + grace + ack)
+        assert deadline == sent + ack + (grace - booting_for)
