@@ -3,9 +3,11 @@ converts; this only reads).
 
 The canary asks at every tick, and a busy turn's transcript grows by every event the CLI prints:
 each read takes only the bytes appended since the last (per transcript path, in this process),
-keeps the marks compacted, and starts from a bounded tail on its first read, or again when the
-file was replaced, cut, or grew by more than a tail's worth since (a turn begun before that tail
-is then not seen: its misses count, the safe direction).
+however many (a turn of tool results carrying images can add megabytes between two looks), keeps
+the marks compacted, and starts from a bounded tail on its first read, or again when the file was
+replaced or cut. (Until 2026-12-06 it also started again from the tail when the file had grown by
+more than 5 MiB since: the open turn's prompt was dropped with the marks before it, and the probes
+queued behind that busy turn counted as misses, to a recycle.)
 """
 
 from __future__ import annotations
@@ -47,8 +49,7 @@ def marks(state_dir: Path) -> list[Mark]:
         return []  # no pump has run here yet (or it cannot be read): no turns
     with _LOCK:
         kept = _KEPT.get(str(path))
-        if kept is None or kept.inode != stat.st_ino or stat.st_size < kept.offset \
-                or stat.st_size - kept.offset > TAIL + CHUNK:
+        if kept is None or kept.inode != stat.st_ino or stat.st_size < kept.offset:
             kept = _Kept(stat.st_ino, transcript.tail_offset(path, TAIL))
         while True:
             records = list(transcript.read(path, kept.offset, CHUNK))

@@ -230,6 +230,26 @@ def test_the_reader_takes_only_what_was_appended_and_starts_again_on_a_new_file(
     assert pump_turns.marks(tmp_path / "nowhere") == []
 
 
+def test_a_busy_turn_that_wrote_megabytes_since_the_last_look_stays_open(tmp_path):
+    # Tool results carrying images: more than the first read's tail and a read's chunk together
+    # between two looks. The reader started again from the tail and lost the open turn's prompt.
+    path = transcript.path_in(tmp_path)
+    log = transcript.Writer(path)
+    log.append(transcript.IN, ts=T0 + 1, seq=1, origin="operator", ref="", text="look at these")
+    log.append(transcript.OUT, ts=T0 + 2, event={"type": "system", "subtype": "init"})
+    [turn] = turn_rules.turns(pump_turns.marks(tmp_path))
+    assert (turn.began, turn.ended) == (at(1), None)
+    image = "i" * 700_000
+    for i in range(9):  # 6.3 MB: more than TAIL + CHUNK
+        log.append(transcript.OUT, ts=T0 + 10 + i, event={"type": "user", "message": {"content": [
+            {"type": "tool_result", "tool_use_id": f"t{i}", "content": image}]}})
+    assert os.path.getsize(path) > pump_turns.TAIL + pump_turns.CHUNK
+    [turn] = turn_rules.turns(pump_turns.marks(tmp_path))
+    assert (turn.began, turn.last, turn.ended) == (at(1), at(18), None)
+    assert excuse([turn], at(5), at(30), QUIET, MAX_TURN) == BUSY
+    log.close()
+
+
 # -- the canary, on a real store and a real transcript -------------------------------------------
 
 BOOT = "b1"
