@@ -154,14 +154,16 @@ def test_a_permission_prompt_is_told_once_and_withholds_the_probe_until_it_close
     with clock.use(virtual):
         hook(ctx, "UserPromptSubmit")
         # The hook's file, through ingest: the operator hears of it once, its message made printable.
-        (settings.events_dir(ctx.agent_dir) / "ev.7.json").write_text(json.dumps({
+        event = settings.events_dir(ctx.agent_dir) / "ev.7.json"
+        event.write_text(json.dumps({
             "hook_event_name": "Notification", "notification_type": "permission_prompt", "session_id": "s-1",
             "message": "Claude needs your permission to use Bash\x1b[2J"}))
+        os.utime(event, (clock.wall(), clock.wall()))  # written now (a real mtime lies ahead of this clock)
         assert len(ingest.collect(ctx)) == 1
         [told] = outbox.pending(ctx.store)
         assert told.text == "Loom: the agent waits for your permission: Claude needs your permission to use Bash[2J"
         loop = CanaryLoop(ctx)
-        virtual.advance(3 * 3600)  # long past the interval: a probe is due, and would answer the dialog
+        virtual.advance(1.5 * 3600)  # long past the interval (within max_turn): a probe is due, and would answer the dialog
         assert loop.tick() == "" and loop.next_look is None
         assert canary_runs.last(ctx.store, ctx.agent) is None
         miss_run = miss(ctx, virtual)  # a probe typed before the prompt opened would have been excused too
