@@ -5,7 +5,9 @@ probe at once is all a missing dispatch ever causes (canary.loop asks `line_call
 
 A line typed into a turn still busy (or waiting for permission) is queued by the CLI behind it
 (hooks.turns.explains): it is not missing while that turn runs, and its timeout starts again when
-the turn is seen ended, since the CLI takes the queued line only then.
+the turn is seen ended, since the CLI takes the queued line only then (a held line's timeout is
+started again at every look while the turn holds it, so it has the whole of it from the turn's end).
+A line once dispatched is settled, also while an older one keeps the witness reading from before it.
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ class Witness:
         self.started = clock.wall()
         self.first_seen: dict[int, Instant] = {}
         self.typed_at: dict[int, float] = {}  # a held-back line's own typing time (first_seen moved on)
-        self.used: set[int] = set()
+        self.held: set[int] = set()           # lines a busy turn held back at the last look
+        self.dispatched: set[int] = set()     # lines matched to their prompt, read again behind an older one
+        self.used: set[tuple[int, str]] = set()  # (prompt id, digest) already taken
 
     def look(self) -> tuple[int, float | None]:
         """Record the lines missing now; (how many, seconds until the next line's timeout or None)."""
@@ -55,19 +59,20 @@ class Witness:
         rows = table.typed_since(ctx.store, ctx.agent, self.floor)
         read_to = max([self.floor, *(int(r["id"]) for r in rows)])
         horizon = max(now.wall, self.started) - HORIZON_TIMEOUTS * self.timeout - EARLY
-        typed = [line for line in self._typed(rows, now) if line.at.wall >= horizon]
+        self._still_held(now)
+        typed = [line for line in self._typed(rows, now) if line.at.wall >= horizon and line.id not in self.dispatched]
         if not typed:
             self._advance(read_to, [])
             return 0, None
         oldest = min(line.at.wall for line in typed)
         reported = table.prompts_since(ctx.store, ctx.agent, oldest - EARLY)
         if reported:  # a prompt older than any read again can never be offered twice
-            self.used = {i for i in self.used if i >= reported[0]["id"]}
+            self.used = {u for u in self.used if u[0] >= reported[0]["id"]}
         prompts = [Prompt(r["id"], stored(r["ts"], r["mono"], r["boot"]), frozenset(_said(r["detail"])))
-                   for r in reported if r["id"] not in self.used]
+                   for r in reported]
         recorded = {int(r["typed"]) for r in table.missing_since(ctx.store, ctx.agent, self.floor)
                     if isinstance(r["typed"], int)}
-        verdict = witness(typed, prompts, recorded, now, self.timeout)
+        verdict = witness(typed, prompts, recorded, now, self.timeout, self.used)
         held = self._held_back(verdict.missing, now)
         if held:
             verdict = replace(verdict, missing=[line for line in verdict.missing if line.id not in held],
@@ -85,8 +90,11 @@ class Witness:
                     # A prompt may be reported before the line's event was written (EARLY): 0 then.
                     latency = max(0.0, raw_age(by_id[line_id].at, taken[prompt_id].at))
                     counters.observe_in(db, LATENCY, {"agent": ctx.agent}, latency, counters.DISPATCH_BUCKETS)
-        self.used.update(verdict.dispatched.values())
+        said_by = {line.id: line.said for line in typed}
+        self.used.update((prompt_id, said_by[line_id]) for line_id, prompt_id in verdict.dispatched.items())
+        self.dispatched.update(verdict.dispatched)
         settled = set(verdict.dispatched) | recorded | {line.id for line in verdict.missing}
+        self.held -= settled
         self._advance(read_to, [line.id for line in typed if line.id not in settled])
         return len(verdict.missing), verdict.next_due
 
@@ -114,13 +122,29 @@ class Witness:
                 self.typed_at.setdefault(line.id, line.at.wall)
                 self.first_seen[line.id] = now
                 held.add(line.id)
+        self.held |= held
         return held
+
+    def _still_held(self, now: Instant) -> None:
+        """The lines held back at the last look: each one's timeout starts again now, held or not,
+        until a look sees the turn that held it ended; from there it has the whole timeout (started
+        again only once it ran out, a line got what was left of the last, 0 to 15 s)."""
+        if not self.held:
+            return
+        seen = functools.cache(lambda: turns.read(self.ctx))
+        for line_id in sorted(self.held):
+            self.first_seen[line_id] = now
+            typed_at = self.typed_at.get(line_id)
+            if typed_at is None or not turns.explains(self.ctx, typed_at, now, seen):
+                self.held.discard(line_id)
 
     def _advance(self, read_to: int, unsettled: list[int]) -> None:
         """Read from the first line still unsettled next time, or past the last one read."""
         self.floor = min(unsettled) - 1 if unsettled else read_to
         self.first_seen = {i: at for i, at in self.first_seen.items() if i > self.floor}
         self.typed_at = {i: at for i, at in self.typed_at.items() if i > self.floor}
+        self.held = {i for i in self.held if i > self.floor}
+        self.dispatched = {i for i in self.dispatched if i > self.floor}
 
 
 def line_calling_for_probe(ctx: Context) -> float | None:

@@ -46,19 +46,22 @@ class Verdict:
 
 
 def witness(typed: list[Typed], prompts: list[Prompt], recorded: frozenset[int] | set[int],
-            now: Instant, timeout: float) -> Verdict:
-    """Each typed line (oldest first) takes the first unused prompt that carries its digest and is
-    no older than EARLY before it; `recorded`: ids of lines already reported missing."""
-    used: set[int] = set()
+            now: Instant, timeout: float, used: frozenset[tuple[int, str]] | set[tuple[int, str]] = frozenset()
+            ) -> Verdict:
+    """Each typed line (oldest first) takes the first prompt that carries its digest, not yet taken
+    for that digest, and is no older than EARLY before it: one prompt carries each of its lines once
+    (the lines a CLI queued behind a turn come as one prompt, joined); `recorded`: ids of lines
+    already reported missing; `used`: (prompt id, digest) taken at earlier looks."""
+    taken: set[tuple[int, str]] = set(used)
     dispatched: dict[int, int] = {}
     missing: list[Typed] = []
     next_due: float | None = None
     ordered = sorted(prompts, key=lambda p: (p.at.wall, p.id))
     for line in sorted(typed, key=lambda t: t.id):
-        match = next((p for p in ordered if p.id not in used and line.said in p.said
+        match = next((p for p in ordered if (p.id, line.said) not in taken and line.said in p.said
                       and p.at.wall >= line.at.wall - EARLY), None)
         if match is not None:
-            used.add(match.id)
+            taken.add((match.id, line.said))
             dispatched[line.id] = match.id
             continue
         left = timeout - age(line.at, now)

@@ -276,12 +276,18 @@ def test_matching_is_one_to_one_in_order_and_a_prompt_long_before_the_line_does_
 
 
 def test_queued_lines_sent_as_one_prompt_are_each_dispatched():
+    # Claude Code joins the lines queued behind a turn into one message (docs/STREAM.md): one
+    # prompt carries each of them, once.
     typed = [line(1, 100, "first"), line(2, 101, "  second  line ")]
     verdict = witness(typed, [prompt(7, 120, "first", "second line")], set(), at(300), 15)
-    assert verdict.dispatched == {1: 7} and verdict.missing == [typed[1]]  # one prompt, one line
-    both = witness(typed, [prompt(7, 120, "first", "second line"), prompt(8, 121, "first", "second line")],
-                   set(), at(300), 15)
-    assert both.dispatched == {1: 7, 2: 8}
+    assert verdict.dispatched == {1: 7, 2: 7} and verdict.missing == []
+    again = [*typed, line(3, 102, "first")]  # the same line twice is owed two prompts
+    assert witness(again, [prompt(7, 120, "first", "second line")], set(), at(300), 15).missing == [again[2]]
+    assert witness(again, [prompt(7, 120, "first", "second line"), prompt(8, 121, "first")], set(), at(300),
+                   15).dispatched == {1: 7, 2: 7, 3: 8}
+    # What earlier looks took is not taken again.
+    assert witness([line(3, 102, "first")], [prompt(7, 120, "first")], set(), at(300), 15,
+                   {(7, typed_digest("first"))}).missing == [line(3, 102, "first")]
 
 
 def test_a_missing_line_calls_for_a_probe_only_if_no_probe_has_answered_since():
@@ -387,3 +393,60 @@ def test_a_witness_that_starts_late_does_not_report_old_lines(tmp_path):
         typed_event(ctx, "typed before the hooks were configured")
         virtual.advance(3600)
         assert Witness(ctx).look() == (0, None)
+
+
+def test_a_line_dispatched_behind_an_older_one_still_unsettled_stays_dispatched(tmp_path):
+    """An older line whose prompt never came keeps the witness reading from before it: the newer
+    line, dispatched at once, was read again at every look, its prompt already used, and reported
+    missing once its own timeout had passed."""
+    ctx = hooked_ctx(tmp_path, timeout="15s")
+    settings.write(ctx.agent_dir)
+    virtual = FakeClock(1_000_000.0, 1_000_000.0 - 1000, BOOT)
+    with clock.use(virtual):
+        seen = Witness(ctx)
+        lost = typed_event(ctx, "line A")
+        virtual.advance(1)
+        typed_event(ctx, "line B")
+        with ctx.store.write() as db:
+            hook_events.insert_in(db, ctx.agent, clock.now(), "UserPromptSubmit", "s", "",
+                                  {"length": 6, "said": said("line B")})
+            hook_events.insert_in(db, ctx.agent, clock.now(), "Stop", "s", "", {})
+        virtual.advance(1)
+        assert seen.look()[0] == 0
+        for _ in range(3):
+            virtual.advance(7)
+            seen.look()
+        missing = [e.detail["typed"] for e in ledger.tail(ctx.store, 50) if e.kind == "dispatch_missing"]
+        assert missing == [lost]
+
+
+def test_a_line_held_behind_a_turn_has_its_whole_timeout_from_the_turn_s_end(tmp_path):
+    """The held line's timeout started again only at looks where it had run out: seen ended, the
+    turn left it what remained of the last (0 to 15 s), and a line the CLI took a second after the
+    turn's end could be reported missing."""
+    ctx = hooked_ctx(tmp_path, timeout="15s")
+    settings.write(ctx.agent_dir)
+    virtual = FakeClock(1_000_000.0, 1_000_000.0 - 1000, BOOT)
+
+    def hook(event: str, **detail) -> None:
+        with ctx.store.write() as db:
+            hook_events.insert_in(db, ctx.agent, clock.now(), event, "s", "", detail)
+
+    with clock.use(virtual):
+        seen = Witness(ctx)
+        hook("UserPromptSubmit", length=9, said=said("long task"))
+        virtual.advance(1)
+        typed_event(ctx, "queued behind the turn")
+        for _ in range(3):  # 45 s of work: held back at the look past its timeout (16 s), again at 31 and 46
+            virtual.advance(15)
+            hook("PostToolUse", tool_name="Bash")
+            assert seen.look()[0] == 0
+        virtual.advance(14)  # 14 s since the last restart of its timeout: the turn ends now
+        hook("Stop")
+        assert seen.look() == (0, pytest.approx(15.0))  # the whole timeout from here
+        virtual.advance(2)
+        assert seen.look()[0] == 0  # before, it was reported missing here
+        hook("UserPromptSubmit", length=22, said=said("queued behind the turn"))
+        virtual.advance(30)
+        assert seen.look()[0] == 0
+        assert not [e for e in ledger.tail(ctx.store, 50) if e.kind == "dispatch_missing"]
