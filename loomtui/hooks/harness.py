@@ -71,8 +71,10 @@ def failed_in(db: sqlite3.Connection, ctx: Context, event: HookEvent, at: Instan
 
 def stopped_in(db: sqlite3.Connection, ctx: Context, at: Instant, now: Instant) -> Hold | None:
     """A Stop: a turn succeeded, so the harness's hold placed before it ends (silently: the
-    operator was told of the hold, and its end is in the ledger and the status)."""
-    hold = _in_force(db, ctx, now)
+    operator was told of the hold, and its end is in the ledger and the status). A hold that had
+    run out before the turn succeeded is recorded as ended then, not at the reading after the
+    success: a failure after this success is news to the operator (harness_rules.on_failure)."""
+    hold = _in_force(db, ctx, at)  # `at` is never after the reading (ingest caps it)
     if not rules.on_success(_facts(hold), at.wall):
         return None
     return holds.release_in(db, ctx, source=SOURCE, how=SUCCEEDED, now=now)

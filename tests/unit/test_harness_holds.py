@@ -117,6 +117,24 @@ def test_a_hold_that_ran_out_is_renewed_silently_by_the_next_failure_and_a_login
         assert "authentication_failed" in messages(ctx)[-1]
 
 
+def test_a_failure_after_a_success_is_news_also_when_the_hold_ran_out_before_the_success(tmp_path):
+    # The hold ran out, no loop recorded it yet, and a turn succeeded: recorded as expired at the
+    # reading of that Stop, after it, the success seemed to come before the end, and the next
+    # rate limit was taken for the same episode: the operator never heard of it.
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    hook = Hooks(ctx, virtual)
+    with clock.use(virtual):
+        hook("StopFailure", error="rate_limit")
+        virtual.advance(harness_rules.DEFAULT_HOLD + 5)
+        hook("Stop")
+        assert holds.current(ctx, clock.now()) is None
+        assert [e.detail["how"] for e in kinds(ctx, "hold_cleared")] == ["expired"]
+        virtual.advance(600)
+        hook("StopFailure", error="rate_limit")
+        assert holds.current(ctx, clock.now()).cause == "rate_limited" and len(messages(ctx)) == 2
+
+
 def test_a_reset_time_in_the_payload_ends_the_hold_but_never_beyond_a_day(tmp_path):
     ctx = hooked_ctx(tmp_path)
     virtual = FakeClock(time.time(), 5000.0, BOOT)
