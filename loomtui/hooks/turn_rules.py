@@ -122,16 +122,17 @@ def turns(marks: list[Mark]) -> list[Turn]:
     return out
 
 
-def closed_by_acks(all_turns: list[Turn], acks: list[tuple[float, float]]) -> list[Turn]:
-    """The open turn, if a canary probe began it and acked (`acks`: (sent, acked) wall times):
-    a probe's turn is one command and no reply, done once its ack is written. So a Stop hook event
-    that was lost does not leave an idle agent looking busy for `quiet`."""
+def closed_by_acks(all_turns: list[Turn], acks: list[tuple[Instant, Instant]]) -> list[Turn]:
+    """The open turn, if a canary probe began it and acked (`acks`: (sent, acked)): a probe's turn
+    is one command and no reply, done once its ack is written. So a Stop hook event that was lost
+    does not leave an idle agent looking busy for `quiet`. In the monotonic clock's order where it
+    can be (`after`): by wall time, a clock stepped back made an old probe's ack close a busy turn."""
     turn = current(all_turns)
     if turn is None:
         return all_turns
     for sent, acked in acks:
-        if sent <= turn.began.wall <= acked and turn.last.wall <= acked:
-            done = Instant(acked)
+        if not after(sent, turn.began) and not after(turn.began, acked) and not after(turn.last, acked):
+            done = acked
             return [*all_turns[:-1], Turn(turn.began, done, done, STOPPED, "", None, turn.tool)]
     return all_turns
 

@@ -23,7 +23,7 @@ from loomtui.hooks.settings import events_dir
 from loomtui.hooks.turn_rules import Mark, Turn
 from loomtui.store import canary_runs, hook_events
 from loomtui.store.db import Store
-from loomtui.timing import Instant, stored
+from loomtui.timing import Instant, age, stored
 
 # The turn events read back: a prompt and a stop per turn, so the last hundred or so turns, far more
 # than the misses in one run of them can span.
@@ -68,11 +68,22 @@ def read(ctx: Context) -> list[Turn]:
     if launched is not None:
         # Loom's own launch is a new process, whatever its hooks said (a wedged or slow one says
         # nothing): a turn of the process before it ended with it.
-        place = next((i for i, m in enumerate(marks) if m.at.wall > launched.ts), len(marks))
+        # Placed by the monotonic clock where it can be: by wall time, a clock stepped back since the
+        # launch put it after the new process's own turn, which it then ended.
+        place = next((i for i, m in enumerate(marks) if turn_rules.after(m.at, launched.at)), len(marks))
         marks.insert(place, Mark(launched.at, turn_rules.SESSION_START, turn_rules.LAUNCH))
-    acks = [(float(r["sent_at"]), float(r["ack_at"])) for r in canary_runs.recent_sends(ctx.store, ctx.agent, ACKS)
+    acks = [_ack(r) for r in canary_runs.recent_sends(ctx.store, ctx.agent, ACKS)
             if r["result"] == OK and r["ack_at"] is not None]
     return turn_rules.closed_by_acks(turn_rules.turns(marks), acks)
+
+
+def _ack(row) -> tuple[Instant, Instant]:
+    """A probe's send and its ack as instants: the ack placed on the send's monotonic clock by the
+    wall time between them (the few seconds of a probe: only a step in those could mislead it)."""
+    sent = stored(row["sent_at"], row["sent_mono"], row["boot"])
+    acked_at = float(row["ack_at"])
+    mono = None if sent.mono is None else sent.mono + (acked_at - sent.wall)
+    return sent, Instant(acked_at, mono, sent.boot)
 
 
 def _hook_marks(ctx: Context) -> list[Mark]:
@@ -149,10 +160,37 @@ def complete_until(ctx: Context, now: Instant, bound: float) -> Instant:
     for quiet on the events read so far while newer ones wait. Files waiting longer than `bound`
     (turn_quiet) no longer hold the judgement back: one that cannot be read or removed must not
     excuse a wedge for ever."""
-    waiting = ingest.pending(events_dir(ctx.agent_dir))
+    directory = events_dir(ctx.agent_dir)
+    waiting = ingest.pending(directory)
+    seen = _waiting_seen(directory, waiting, now)
     if not waiting:
         return now
     oldest = waiting[0][0] / 1e9
-    if not 0.0 <= now.wall - oldest < bound:
-        return now
-    return clock.at_wall(oldest, now)
+    first = min(seen.values(), key=lambda at: at.mono if at.mono is not None else at.wall)
+    if not _stepped(first, now) and now.wall >= oldest:
+        return clock.at_wall(oldest, now) if now.wall - oldest < bound else now
+    # The wall clock was stepped while they waited (or since one was written: it reads as written
+    # later than now): their mtimes cannot say how long. From when a look first saw them waiting,
+    # on the monotonic clock, for `bound` at most.
+    return now if age(first, now) >= bound else first
+
+
+STEP = 60.0  # a wall clock that moved this much against the monotonic one was stepped
+
+
+def _stepped(then: Instant, now: Instant) -> bool:
+    if then.mono is None or now.mono is None or then.boot != now.boot:
+        return False
+    return abs((now.wall - then.wall) - (now.mono - then.mono)) > STEP
+
+
+# Per events directory, when a look first saw each file still waiting there (name and mtime): the
+# waiting time the mtime cannot tell once the wall clock was stepped.
+_SEEN: dict[str, dict[tuple[str, int], Instant]] = {}
+
+
+def _waiting_seen(directory, waiting: list[tuple[int, str]], now: Instant) -> dict[tuple[str, int], Instant]:
+    kept = _SEEN.get(str(directory), {})
+    seen = {(name, mtime): kept.get((name, mtime), now) for mtime, name in waiting}
+    _SEEN[str(directory)] = seen
+    return seen

@@ -112,6 +112,56 @@ def test_an_event_file_left_unread_longer_than_turn_quiet_does_not_excuse_a_wedg
         assert loop.misses_mean_deaf()
 
 
+def test_a_wall_clock_stepped_while_events_wait_unread_does_not_date_them(tmp_path):
+    """Clockjump seed 15, README's hooked config: the store locked, the busy turn's newer events
+    waited in the directory, and the wall clock was stepped back; by their mtimes they were
+    written after now, so nothing held the judgement back, and the busy agent was recycled. Once the
+    clock was stepped, how long they have waited is the monotonic clock's, from when a look first
+    saw them, for turn_quiet at most."""
+    ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
+    settings.write(ctx.agent_dir)
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        loop = CanaryLoop(ctx)
+        hook(ctx, "UserPromptSubmit")
+        hook(ctx, "PostToolUse", "Bash")
+        miss(ctx, virtual)
+        unread(ctx, 1, clock.wall())  # the turn goes on; the store cannot take its event
+        miss(ctx, virtual)
+        assert not loop.misses_mean_deaf()  # a look sees it waiting
+        virtual.at_wall -= 3600  # stepped back an hour: its mtime now lies ahead
+        virtual.advance(10 * 60)  # quiet for 16 minutes on what the store holds
+        assert not loop.misses_mean_deaf()
+        assert {r.excused for r in turns.excused(ctx, recent_runs(ctx), clock.now()) if r.result == MISS} == {"busy"}
+        virtual.advance(15 * 60)  # waiting longer than turn_quiet since first seen: judged on the store
+        assert loop.misses_mean_deaf()
+
+
+def test_a_launch_before_a_wall_clock_stepped_back_ends_only_the_turns_before_it(tmp_path):
+    """Clockjump seed 11, README's hooked config: the launch's boundary was placed among the turn
+    marks by wall time; the clock stepped back since, the new process's own busy turn read as before
+    the launch and the boundary ended it: its misses counted, and the busy agent was recycled."""
+    from loomtui.agent.launches import LAUNCH_KEY
+    from loomtui.agent.records import LaunchRecord
+
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        now = clock.now()
+        launched = LaunchRecord(now.wall, now.mono, now.boot, "resume", "s-1", "exit")
+        with ctx.store.write() as db:
+            ctx.store.set_meta(ctx.store.agent_key(LAUNCH_KEY), launched.to_json(), db)
+        virtual.advance(600)
+        virtual.at_wall -= 3600  # stepped back an hour: what comes now reads as before the launch
+        hook(ctx, "UserPromptSubmit")  # the new process's turn, and it works on
+        for _ in range(2):
+            virtual.advance(60)
+            hook(ctx, "PostToolUse", "Bash")
+            miss(ctx, virtual, wait=60.0)
+        assert not CanaryLoop(ctx).misses_mean_deaf()
+        assert turns.explains(ctx, clock.wall() - 5, clock.now()) == "busy"
+
+
 def test_without_hooks_every_miss_counts(tmp_path):
     ctx = hooked_ctx(tmp_path)
     virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)

@@ -232,13 +232,18 @@ def test_a_miss_re_probes_at_once_unless_it_was_acked_late_or_excused():
 def test_a_turn_a_probe_began_ends_with_its_ack_whatever_became_of_its_stop():
     from loomtui.hooks.turn_rules import closed_by_acks, current
 
+    probe = [(at(100), at(103))]  # a probe sent at 100, acked at 103
     probe_turn = turns([PROMPT(101), TOOL(102)])  # the probe's own prompt at 101; its Stop was lost
-    [closed] = closed_by_acks(probe_turn, [(1_000_100.0, 1_000_103.0)])
-    assert (closed.outcome, closed.ended.wall) == (tr.STOPPED, 1_000_103.0)
-    assert current(closed_by_acks(probe_turn, [(1_000_100.0, 1_000_103.0)])) is None
+    [closed] = closed_by_acks(probe_turn, probe)
+    assert (closed.outcome, closed.ended) == (tr.STOPPED, at(103))
+    assert current(closed_by_acks(probe_turn, probe)) is None
     # The operator's turn, begun before the probe: the probe's ack (queued behind it, or taken
     # inside it) says nothing of when that turn ends.
     operators = turns([PROMPT(50), TOOL(90), TOOL(120)])
-    assert closed_by_acks(operators, [(1_000_100.0, 1_000_103.0)]) == operators
+    assert closed_by_acks(operators, probe) == operators
     # Events after the ack: the turn went on working (more was asked in it).
-    assert closed_by_acks(turns([PROMPT(101), TOOL(200)]), [(1_000_100.0, 1_000_103.0)])[-1].ended is None
+    assert closed_by_acks(turns([PROMPT(101), TOOL(200)]), probe)[-1].ended is None
+    # The wall clock stepped back after that probe: a turn begun 200 s later reads, by wall time, as
+    # begun and busy between the probe's send and its ack. The monotonic clock's order keeps it open.
+    later = turns([Mark(stepped(300, -199), tr.PROMPT, "", ""), Mark(stepped(301, -199), "PostToolUse", "Bash", "")])
+    assert closed_by_acks(later, probe)[-1].ended is None
