@@ -86,15 +86,25 @@ def test_misses_in_a_turn_loom_was_never_told_of_are_a_wedge_s_even_once_it_ende
     the two probes typed into it (queued behind it, as the CLI does) and ended seconds before the
     second one's deadline; Loom, told of no turn, recycled at that deadline. Without evidence of the
     turn that is a wedge to Loom, by design (docs/HOOKS.md), as it is while such a turn runs; the
-    checker took it for a false recycle because the turn had just ended."""
-    from conftest import REPO
+    checker took it for a false recycle because the turn had just ended. (Loom's fixes since moved
+    that seed's history past it: the checker's rule is held here to the moment it judged.)"""
+    from types import SimpleNamespace
 
-    from loomtui.config import load_config
-
-    sim = Sim(load_config(str(REPO / "docs" / "evidence" / "hooked.toml"))[0], PROFILES["storm"], 30, 2.8).run()
-    assert sim.violation is None, sim.violation
-    t = 238395.001  # the recycle
-    assert any(end is not None and t - 130 < end < t and reported is None for _, end, _, reported in sim.world.turns)
+    sim = Sim(hooked(), PROFILES["storm"], 30, 1)
+    checker, world = sim.checker, sim.world
+    agent, t = SimpleNamespace(pid=7), 238_395.0
+    world.t = t  # the recycle; its misses' span before it
+    span = checker.misses_span
+    world.turns = [[t - 2 * span, t - 5.0, 7, None]]  # never reported (its prompt hook lost), ended 5 s ago
+    assert checker.unreported_turn_just_ended(agent)
+    world.turns = [[t - 2 * span, t - 5.0, 7, t - span + 10.0]]  # reported, but after the misses began
+    assert checker.unreported_turn_just_ended(agent)
+    world.turns = [[t - 2 * span, t - 5.0, 7, t - 2 * span]]  # reported at its start: Loom was told
+    assert not checker.unreported_turn_just_ended(agent)
+    world.turns = [[t - 3 * span, t - span - 120.0, 7, None]]  # ended before the misses' window
+    assert not checker.unreported_turn_just_ended(agent)
+    world.turns = [[t - 2 * span, t - 5.0, 8, None]]  # another process's
+    assert not checker.unreported_turn_just_ended(agent)
 
 
 def test_a_wedge_hidden_in_a_probes_turn_after_a_relaunch_is_found_within_the_witness_bound():
