@@ -254,8 +254,7 @@ def stream_boot_verdict(look: BootLook, *, resume: bool, resume_check: float) ->
     """(WAIT | READY | FAILED, why) for a stream-json launch watched for `resume_check` seconds.
 
     A resume fails when, within the check, the CLI exits, the pane shows the resume failure, or an
-    error `result` comes before any `init` (Claude Code's unknown session: docs/STREAM.md); one after
-    `init` is a turn of the session that came back, failed. A silent resume is not one of those: Claude
+    error `result` comes before any turn succeeded. A silent resume is not one of those: Claude
     Code emits init with each turn, never before the first message (tests/e2e/test_claude_code_cli.py),
     and a resume that hangs misses the canary and is recycled. A fresh launch only fails by exiting (the caller calls
     that launch_died). READY early once nothing more can come: a successful first turn, or init
@@ -266,14 +265,10 @@ def stream_boot_verdict(look: BootLook, *, resume: bool, resume_check: float) ->
         return FAILED, f"the CLI exited during the {'resume' if resume else 'launch'} check (status {look.exit_status})"
     if resume and look.screen_failed:
         return FAILED, "the pane shows the resume failure"
-    if resume and look.first_result_error and not look.init_seen:
+    if resume and look.first_result_error:
         return FAILED, "the CLI answered with an error result before any turn succeeded"
     if look.first_result_error is False:
         return READY, "a turn succeeded"
-    if look.first_result_error and look.init_seen:
-        # The session loaded (init), then its first turn failed (a quota, a login, the API): not
-        # the resume's failure, and a fresh start would wipe the conversation for nothing.
-        return READY, "the session loaded; its first turn failed"
     if look.init_seen and look.pump_up and not look.busy:
         return READY, "init came and nothing is pending"
     if look.elapsed < resume_check:

@@ -165,14 +165,7 @@ def test_a_resume_fails_on_exit_screen_or_an_error_first_result():
     assert verdict(exited=True, exit_status=0) == FAILED
     assert verdict(exited=True, exit_status=1, init_seen=True, pump_up=True) == FAILED
     assert verdict(screen_failed=True, pump_up=True) == FAILED
-    assert verdict(first_result_error=True, pump_up=True) == FAILED  # no init: Claude Code's unknown session
-
-
-def test_an_error_first_turn_of_a_session_that_loaded_is_no_failed_resume():
-    # init came (the session loaded), then the first turn's result was an error (a usage limit, a
-    # login, the API): starting fresh would wipe the conversation and fix nothing.
-    assert verdict(first_result_error=True, init_seen=True, pump_up=True) == READY
-    assert verdict(first_result_error=True, init_seen=True, pump_up=True, busy=True) == READY
+    assert verdict(first_result_error=True, init_seen=True, pump_up=True) == FAILED
 
 
 def test_a_resume_is_ready_early_once_nothing_more_can_come():
@@ -209,7 +202,6 @@ def test_the_verdict_invariants(look, resume, check):
         assert result == FAILED and "exited" in why
     if result == FAILED and not look.exited:
         assert resume  # a fresh launch fails only by exiting
-        assert look.screen_failed or not look.init_seen  # a session that loaded came back
     if look.elapsed >= check:
         assert result != WAIT  # the check always ends
     if result == WAIT:
