@@ -190,7 +190,8 @@ _SEEN: dict[str, dict[tuple[str, int], Instant]] = {}
 
 
 def _waiting_seen(directory, waiting: list[tuple[int, str]], now: Instant) -> dict[tuple[str, int], Instant]:
-    kept = _SEEN.get(str(directory), {})
+    kept = _SEEN.pop(str(directory), {})
     seen = {(name, mtime): kept.get((name, mtime), now) for mtime, name in waiting}
-    _SEEN[str(directory)] = seen
+    if seen:
+        _SEEN[str(directory)] = seen
     return seen
