@@ -49,7 +49,7 @@ from loomtui.store import job_runs, ledger, locks, outbox, queue_items
 
 SENTINEL_LOCK = "sentinel.lock"
 LOCK_TIMEOUT = 60.0
-MAX_NUDGES_PER_TICK = 5  # a burst of failures must not bury the agent's prompt in one go
+MAX_NUDGES_PER_TICK = 5  # per agent: a burst of failures must not bury the agent's prompt in one go
 SOURCE = "sentinel"
 CLOCK_KEY = "sentinel_clock"  # the last pass's Instant: a wall-clock step between passes shows against it
 
@@ -284,8 +284,12 @@ def send_due(ctx: Context, at: Instant, report: SentinelReport) -> None:
     cfg = ctx.config.sentinel
     agents: dict[str, Context] = {}
     relaunching: dict[str, bool] = {}
+    spent: dict[str, int] = {}
     try:
-        for item in items:
+        # An item not yet nudged (since it opened, or reopened) first: spent in id order, the pass's
+        # budget went to the older items' renudges, and a new failure reached the human at its
+        # backstop never nudged; and each agent its own budget (another's failing injections spent it).
+        for item in sorted(items, key=lambda i: (not _owed_first_nudge(i), i.id)):
             # An item's nudges go to its job's agent; one whose agent left the config, to the first.
             name = item.agent if item.agent in ctx.config.agent_names else ctx.agent
             if name not in agents:
@@ -297,14 +301,19 @@ def send_due(ctx: Context, at: Instant, report: SentinelReport) -> None:
                                  witness_window=witness_window(ctx, item)):
                 if isinstance(action, Escalate):
                     escalate(ctx, item, action, now, report)
-                elif len(report.nudged) + len(report.nudge_failed) >= MAX_NUDGES_PER_TICK:
+                elif spent.get(name, 0) >= MAX_NUDGES_PER_TICK:
                     report.nudges_deferred += 1
                 else:
+                    spent[name] = spent.get(name, 0) + 1
                     nudge(agents[name], item, action, now, report)
     finally:
         for other in agents.values():
             if other is not ctx:
                 other.close()
+
+
+def _owed_first_nudge(item: Item) -> bool:
+    return item.last_nudge_at is None or (item.reopened_at is not None and item.last_nudge_at <= item.reopened_at)
 
 
 def witness_window(ctx: Context, item: Item) -> float | None:

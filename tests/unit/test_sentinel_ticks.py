@@ -393,6 +393,48 @@ def test_failed_nudges_count_against_a_ticks_cap_too(tmp_path):
         f.ctx.close()
 
 
+def test_a_failure_not_yet_nudged_goes_before_the_renudges_of_older_ones(tmp_path):
+    """The pass's five nudges went in item order: with older items' renudges due at every pass, a
+    new failure was deferred pass after pass and reached the operator at its backstop never nudged."""
+    f = Fleet(tmp_path / "fleet", [{"name": f"j{i}"} for i in range(7)], {"renudge": "20m"}, agent=nopane())
+    try:
+        for i in range(6):
+            f.write(f"j{i}", "ERROR broken\n")
+        f.tick(1000.0)
+        with f.ctx.store.write() as db:  # each nudged once already: their renudges are due by 2300
+            for item in f.items():
+                queue.save(db, replace(item, nudges=1, last_nudge_at=1000.0))
+        f.write("j6", "ERROR broken too\n")
+        report = f.tick(2300.0, notify=True)
+        new = next(i for i in f.items() if i.job == "j6")
+        assert report.nudge_failed[0] == new.id and len(report.nudge_failed) == 5  # tried first (no pane here)
+        assert report.nudges_deferred == 2
+    finally:
+        f.ctx.close()
+
+
+def test_each_agent_has_its_own_nudges_per_pass(tmp_path):
+    """One budget for all agents: an agent whose injections kept failing spent it every pass, and
+    the other agents' failures were never nudged."""
+    lines = [f"state_dir = {toml_value(str(tmp_path / 'state'))}"]
+    for name in ("alpha", "beta"):
+        lines += ["[[agents]]", f'name = "{name}"', f"tmux_socket = {toml_value(nopane()['tmux_socket'])}"]
+    for i, agent in enumerate(["alpha"] * 6 + ["beta"]):
+        lines += ["[[jobs]]", f'name = "j{i}"', f"log = {toml_value(str(tmp_path / f'j{i}.log'))}",
+                  f'agent = "{agent}"']
+        (tmp_path / f"j{i}.log").write_text("ERROR broken\n")
+    path = tmp_path / "config.toml"
+    path.write_text("\n".join(lines) + "\n")
+    ctx = Context.load(str(path), None, environ={})
+    try:
+        report = sentinel_tick(ctx, 1000.0, notify=True)
+        by_job = {i.job: i for i in queue.listing(ctx.store)}
+        assert by_job["j6"].id in report.nudge_failed  # beta's, tried: alpha's five spent alpha's alone
+        assert len(report.nudge_failed) == 6 and report.nudges_deferred == 1
+    finally:
+        ctx.close()
+
+
 def test_a_cron_claims_witness_window_runs_to_the_next_local_slot_plus_the_grace(tmp_path, new_york):
     f = Fleet(tmp_path / "fleet", [{"name": "daily", "schedule": "0 7 * * *"}, {"name": "plain"}],
               {"missed_grace": "5m"})
