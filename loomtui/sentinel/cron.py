@@ -23,13 +23,31 @@ class CronSlots:
         """The first slot strictly after `after`."""
         from croniter import croniter  # only a config with cron schedules pays for it
 
-        return float(croniter(expression, dt.datetime.fromtimestamp(after, self.tz)).get_next(float))
+        slots = croniter(expression, dt.datetime.fromtimestamp(after, self.tz))
+        slot = float(slots.get_next(float))
+        while self._repeated(expression, slot):
+            slot = float(slots.get_next(float))
+        return slot
 
     def prev_slot(self, expression: str, before: float) -> float:
         """The last slot strictly before `before`."""
         from croniter import croniter
 
-        return float(croniter(expression, dt.datetime.fromtimestamp(before, self.tz)).get_prev(float))
+        slots = croniter(expression, dt.datetime.fromtimestamp(before, self.tz))
+        slot = float(slots.get_prev(float))
+        while self._repeated(expression, slot):
+            slot = float(slots.get_prev(float))
+        return slot
+
+    def _repeated(self, expression: str, slot: float) -> bool:
+        """A slot in the hour a clock set back repeats (autumn's), of a job at a fixed time: cron
+        runs such a job once there, at the first (cron(8): a job whose minute and hour are not
+        wildcards is not run again in a repeated interval), where croniter gives both. A job with a
+        wildcard minute or hour runs in both, as cron runs it."""
+        fields = expression.split()
+        if len(fields) < 2 or fields[0].startswith("*") or fields[1].startswith("*"):
+            return False
+        return dt.datetime.fromtimestamp(slot, self.tz).fold == 1
 
 
 def in_zone(tz: dt.tzinfo) -> CronSlots:

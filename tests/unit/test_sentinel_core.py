@@ -244,6 +244,22 @@ def test_cron_schedule_keeps_local_wall_time_across_a_daylight_saving_change():
     assert schedule.next_due("0 7 * * *", before, cron=cron.in_zone(BERLIN)) == dt.datetime(2025, 3, 30, 7, 0, tzinfo=BERLIN).timestamp()
 
 
+def test_a_fixed_time_in_the_hour_the_clocks_go_back_is_one_slot_as_cron_runs_it():
+    # 2025-10-26 in Berlin: 02:00-03:00 comes twice (CEST, then CET). cron runs a job fixed at 02:30
+    # once, at the first; croniter gave both, and the job that ran was reported missed an hour later.
+    berlin = cron.in_zone(BERLIN)
+    first = dt.datetime(2025, 10, 26, 2, 30, tzinfo=BERLIN, fold=0).timestamp()
+    again = dt.datetime(2025, 10, 26, 2, 30, tzinfo=BERLIN, fold=1).timestamp()
+    assert again - first == 3600
+    ran = first + 5
+    next_day = dt.datetime(2025, 10, 27, 2, 30, tzinfo=BERLIN).timestamp()
+    assert schedule.next_due("30 2 * * *", ran, cron=berlin) == next_day
+    assert schedule.missed("30 2 * * *", ran, again + 601, grace=600, cron=berlin) is None
+    assert berlin.prev_slot("30 2 * * *", again + 60) == first
+    # A wildcard hour runs in both, as cron runs it.
+    assert schedule.next_due("30 * * * *", ran, cron=berlin) == again
+
+
 # -- the queue's rules, with an injected clock -------------------------------------------
 
 CFG = SentinelConfig(renudge="20m", backstop="30m")
