@@ -61,7 +61,7 @@ class Situation:
 
     cause: str
     pinned: str | None
-    history: tuple[Relaunch, ...] = ()
+    history: tuple[Relaunch, ...] = ()   # oldest first, in the order they happened (the ledger's)
     held: bool = False
     # Sessions that were ever recycled for canary_failed (older than any window too).
     canary_recycled: frozenset[str] = field(default_factory=frozenset)
@@ -84,14 +84,17 @@ class Decision:
 
 
 def counted(history: tuple[Relaunch, ...], window: float, now: Instant) -> list[Relaunch]:
-    """Automatic relaunches inside `window` and after the last operator action."""
+    """Automatic relaunches inside `window` and after the last operator action. `history` is in the
+    order the relaunches happened (the ledger's), which their times need not tell: sorted by age, an
+    operator's relaunch dated in the future (another boot, its wall clock ahead) came last and
+    cleared every automatic relaunch after it, turning the ceiling, the fuse and the backoff off
+    for as long as the clock stayed behind."""
     out: list[Relaunch] = []
-    # Each age once (a storm's history holds hundreds); the sort is stable, so ties keep their order.
-    for a, r in sorted(((age(r.at, now), r) for r in history), key=lambda pair: pair[0], reverse=True):
+    for r in history:
         if not r.automatic:
             out.clear()  # an operator action starts a new budget
             continue
-        if a < window:
+        if age(r.at, now) < window:
             out.append(r)
     return out
 

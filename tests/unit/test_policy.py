@@ -216,6 +216,19 @@ def test_nothing_relaunches_inside_backoff_or_while_held(steps):
             history.append(Relaunch(at(t), cause, d.mode, "s1", "s1"))
 
 
+def test_an_operator_relaunch_dated_ahead_from_another_boot_starts_no_budget_after_later_ones():
+    # The operator relaunched on a boot whose wall clock ran hours ahead; this boot's clock is right
+    # (or a clock with no battery came back behind) and the agent crashes over and over. Sorted by
+    # age the operator's relaunch came last and cleared the eight crashes after it.
+    now = Instant(1_000_000.0, 5_000.0, "boot-new")
+    operator = Relaunch(Instant(1_000_000 + 6 * 3600, None, "boot-old"), "operator_resume", RESUME, "s1", "s1")
+    crashes = tuple(Relaunch(Instant(1_000_000 - 60 * i, 5_000.0 - 60 * i, "boot-new"), "crash", RESUME, "s1", "s1")
+                    for i in range(8, 0, -1))
+    assert len(counted((operator, *crashes), L.ceiling_window, now)) == 8
+    d = decide(Situation("crash", "s1", (operator, *crashes)), L, now)
+    assert (d.action, d.escalate) == (HOLD, True)
+
+
 def test_a_future_dated_relaunch_counts_but_cannot_hold_off_forever():
     # Another boot (no shared monotonic clock) and a wall clock that went back two hours.
     future = Relaunch(Instant(1_000_000 + 7200, None, "boot-old"), "crash", RESUME, "s1", "s1")
