@@ -76,8 +76,14 @@ def due_in(last: ProbeRun | None, now: Instant | float, interval: float, ack_tim
 
 def past_deadline(sent: Instant, deadline: float, now: Instant | float, slack: float) -> bool:
     """A pending probe's ack timeout (its stored deadline less its send) and `slack` have passed
-    since it was sent, by the clock `age` trusts."""
-    return age(sent, as_instant(now)) >= deadline - sent.wall + slack
+    since it was sent, by the clock `age` trusts; or it was sent on another boot: its prober and
+    the agent it was typed into went with that boot (by wall time a send dated ahead, a clock
+    that came back behind, never passed its deadline, and the pending probe held every scheduled
+    probe off as long as the clock stayed behind)."""
+    now = as_instant(now)
+    if sent.boot is not None and now.boot is not None and sent.boot != now.boot:
+        return True
+    return age(sent, now) >= deadline - sent.wall + slack
 
 
 def ack_deadline(sent_at: float, ack_timeout: float, booting_for: float | None, boot_grace: float) -> float:
