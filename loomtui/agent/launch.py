@@ -108,20 +108,25 @@ def relaunch_locked(
         outcome.events.append(event.id)
         store.set_meta(store.agent_key(LAUNCH_KEY),
                        LaunchRecord(now, at.mono, at.boot, mode, new, cause).to_json(), db)
+    stopped = False  # the old agent is gone: a launch failing from here leaves no agent at all
     try:
         # Nothing may be typed while the pane changes hands: a paste that landed in the new
         # agent without its Enter would be glued onto the next message (a fabricated message).
         with locks.hold(ctx.agent_dir, locks.INJECT, timeout=60):
             stubborn = driver.stop(agent.stop_grace, recorded=recorded)
             if stubborn:
-                try:
-                    _nothing_launched(ctx, launched_before)
-                except LoomError as exc:  # the store refused: the watchdog's next look finds what runs
-                    log.warning("could not put the launch record back: %s", exc)
                 raise LoomError(f"processes {stubborn} of the old agent would not die")
+            stopped = True
             mark = _transcript_mark(ctx.agent_dir)
             info = driver.launch(command, agent.cwd, agent_env(ctx, new), exit_signal=_exit_signal(ctx))
     except (TmuxError, LoomError, OSError) as exc:
+        if not stopped:
+            # Nothing was stopped (processes that would not die, a tmux that stopped answering, the
+            # injection lock held): the old agent runs on, and its launch record goes back.
+            try:
+                _nothing_launched(ctx, launched_before)
+            except LoomError as err:  # the store refused: the watchdog's next look finds what runs
+                log.warning("could not put the launch record back: %s", err)
         outcome.ok, outcome.error = False, str(exc)
         event = ledger.append(store, "relaunch_failed", source=source, cause=cause,
                               detail={"mode": mode, "session": new, "error": str(exc)})
@@ -169,7 +174,8 @@ def relaunch_locked(
 
 
 def _nothing_launched(ctx: Context, launched_before: str | None) -> None:
-    """The old agent would not die, so none was launched: it runs on, and a turn open in it too.
+    """Nothing was stopped (the old agent would not die, or tmux stopped answering, or the injection
+    lock stayed held), so none was launched: the old agent runs on, and a turn open in it too.
     The launch record goes back to what it was, so that turn is not ended by a launch that never
     happened, nor is the old agent taken for one booting. The relaunch stays in the ledger, counted
     toward the fuse and the ceiling as an attempt, and a fresh one's new session stays pinned (the

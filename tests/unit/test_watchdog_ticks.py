@@ -281,6 +281,7 @@ class Tmux:
         self.pressed.append(list(keys))
 
     def stop(self, grace: float, recorded: dict | None = None) -> list[int]:
+        self._answer()  # the driver looks at the pane first (a tmux that stopped answering fails it)
         self.info = None
         return []
 
@@ -408,6 +409,24 @@ def test_a_relaunch_records_what_the_watchdog_saw_of_the_dead_pane(machine, stat
     assert event.detail["evidence"] == {"note": step.note, **evidence} and step.note
     [failed] = ledger.tail(machine.store, 10, kinds=["relaunch_failed"])
     assert report.results == [f"crash: relaunch ({failed.detail['mode']}) failed: {failed.detail['error']}"]
+
+
+def test_a_relaunch_that_stopped_nothing_puts_the_launch_record_back(machine, virtual):
+    """tmux stopped answering between the look and the stop: nothing was stopped, the old agent runs
+    on. Its launch record stayed the failed relaunch's: a launch that never happened, taken for an
+    agent booting (no probes for its grace) and ending the old agent's open turn."""
+    from loomtui.agent import launch
+
+    launch.relaunch_locked(machine, "resume", cause="operator_resume", source="cli")  # a launch to keep
+    before = launches.last_launch(machine)
+    machine.driver.info = PaneInfo("%1", PANE, False, None, 200, 50)
+    virtual.advance(3600)
+    machine.driver.answers = False
+    outcome = launch.relaunch_locked(machine, "resume", cause="crash", source="watchdog")
+    assert not outcome.ok and "did not answer" in outcome.error
+    assert launches.last_launch(machine) == before and not launches.in_boot_grace(machine)
+    [failed] = ledger.tail(machine.store, 10, kinds=["relaunch_failed"])[-1:]
+    assert failed.cause == "crash"
 
 
 def test_a_live_panes_relaunch_records_only_the_note(machine, virtual):
