@@ -245,6 +245,8 @@ def _watch_stream_boot(ctx: Context, driver: AgentDriver, launched: PaneInfo, se
                        mark: tuple[int, int] | None) -> tuple[str, str, int | None] | None:
     """Watch a stream-json launch for `agent.resume_check` (or until it is plainly fine):
     (why it failed, its last screen, exit status), or None."""
+    from loomtui.pump import render  # stream-json only
+
     agent = ctx.config.agent
     since = _SinceLaunch(ctx.agent_dir, mark)
     start = clock.monotonic()
@@ -262,7 +264,8 @@ def _watch_stream_boot(ctx: Context, driver: AgentDriver, launched: PaneInfo, se
         screen_failed = False
         if resuming and not info.dead:
             try:
-                screen_failed = re.search(agent.resume_failed_match, driver.screen(pane_id=info.pane_id)) is not None
+                said = render.stderr_said(driver.screen(pane_id=info.pane_id))
+                screen_failed = re.search(agent.resume_failed_match, said) is not None
             except TmuxError:
                 pass
         status = info.dead_status if info.dead_status is not None else since.exit_status

@@ -24,7 +24,7 @@ from loomtui.agent.tmux import TmuxError
 from loomtui.agent.watchdog_rules import Looks, Observation, Step, assess, settings_from
 from loomtui.context import Context
 from loomtui.errors import LoomError
-from loomtui.pump import transcript
+from loomtui.pump import render, transcript
 from loomtui.store import ledger
 from loomtui.text import printable
 
@@ -62,6 +62,10 @@ class Watchdog:
                     screen = facts.screen if facts.screen is not None else self.driver.screen()
             except TmuxError:
                 screen = None
+        if screen is not None and self.driver.owns_turns:
+            # A pump's pane echoes every line sent in and answered: only the CLI's stderr says a
+            # resume failed (any message could hold "No conversation found").
+            screen = render.stderr_said(screen)
         tree = facts.tree
         socket_lost = facts.tmux == GONE and self.socket_lost()
         if facts.tmux == UP and pane is not None and not pane.dead:

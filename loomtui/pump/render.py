@@ -12,6 +12,7 @@ from typing import Any
 
 from loomtui.text import sanitize
 
+STDERR = "stderr: "     # how a line of the CLI's stderr starts on the pane
 LINE_MAX = 400          # characters per shown line
 LINES_MAX = 40          # lines shown of one text block
 INDENT = "  "
@@ -23,7 +24,7 @@ def lines(dir: str, data: dict[str, Any]) -> list[str]:
         who = "you" if origin in ("", "operator") else origin
         return _block(f"{who} › ", data.get("text"))
     if dir == "err":
-        return ["stderr: " + _one(data.get("line"))]
+        return [STDERR + _one(data.get("line"))]
     if dir == "pump":
         return _pump(data)
     if dir == "out":
@@ -32,6 +33,12 @@ def lines(dir: str, data: dict[str, Any]) -> list[str]:
             return event_lines(event)
         return ["? " + _one(data.get("raw"))]
     return []
+
+
+def stderr_said(screen: str) -> str:
+    """Of the pane's text, only what the CLI wrote to stderr: where a resume's failure is said (the
+    rest echoes what was sent in and answered, which any text may be, "No conversation found" too)."""
+    return "\n".join(line[len(STDERR):] for line in screen.splitlines() if line.startswith(STDERR))
 
 
 def event_lines(event: dict[str, Any]) -> list[str]:

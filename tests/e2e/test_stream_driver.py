@@ -264,6 +264,26 @@ def test_a_resume_that_finds_no_conversation_goes_fresh(make_stream):
     verified(harness)
 
 
+def test_a_message_that_says_no_conversation_found_fails_no_resume(make_stream):
+    # The pump's pane echoes what is sent in and answered: a leftover delivered during the resume's
+    # check that holds the failure's words (an operator quoting a log) is no failure; only the
+    # CLI's stderr says that. It was read as one, and the resumed conversation thrown away.
+    harness = make_stream(sections={"agent": {"resume_check": "5m"}})
+    first = harness.start()
+    gate = harness.root / "gate"
+    assert harness.loom("inject", f"/wait-for {gate}").returncode == 0
+    assert harness.loom("inject", "/say No conversation found with session ID: in the cron log").returncode == 0
+    assert harness.events("inject")[-1]["detail"]["delivery"] == "queued"
+    os.kill(wait_for(harness.agent_pid, 30, what="the agent"), signal.SIGKILL)
+    wait_for(lambda: harness.pane_pid() is None, 30, what="the pane dead")
+    result = harness.loom("recycle", "--resume", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "/say No conversation found with session ID: in the cron log" in harness.transcript(first)
+    assert harness.events("resume_failed") == []
+    assert [(e["cause"], e["detail"]["mode"]) for e in relaunches(harness)[-1:]] == [("operator_resume", "resume")]
+    assert harness.pinned() == first
+
+
 def test_an_error_result_before_any_turn_succeeded_fails_the_resume(make_stream):
     harness = make_stream(sections={"agent": {"resume_check": "5m"}})
     first = harness.start()

@@ -655,6 +655,19 @@ def test_without_dialogs_the_look_reads_no_screen(machine):
     assert machine.driver.screens == [] and facts.screen is None
 
 
+def test_a_dead_pumps_pane_says_a_resume_failed_only_on_the_clis_stderr(machine):
+    """A pump's pane echoes what was sent in and answered: a message holding "No conversation found"
+    read as the resume's failure, and a resumed conversation was thrown away for a fresh one."""
+    machine.driver = pump = Pump(machine.processes)
+    pump.info = dead(status=1)
+    pump.text = "telegram › saw No conversation found in the cron log\nassistant › looking into it\n"
+    obs, _ = Watchdog(machine).observe()
+    assert obs.screen == ""  # nothing on stderr
+    pump.text += "stderr: No conversation found with session ID: s-1\n"
+    obs, _ = Watchdog(machine).observe()
+    assert obs.screen == "No conversation found with session ID: s-1"
+
+
 def test_a_poller_the_agent_spawned_during_the_scan_is_left_alone(machine):
     # Listed as outside the tree, it is under the agent by the second look (it was spawned, then
     # seen, between the walk and the pass over the table).
