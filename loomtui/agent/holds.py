@@ -114,21 +114,22 @@ def place_if_free(db: sqlite3.Connection, hold: Hold) -> bool:
 
 
 def release(ctx: Context, *, source: str, how: str, now: Instant | float, cause: str | None = None,
-            actor: Actor | None = None) -> Hold | None:
+            actor: Actor | None = None, only_by: str | None = None) -> Hold | None:
     """End the hold (`how`: release, relaunch, expired, or succeeded: the harness's, by a turn that
-    succeeded). None when nothing was held. `actor` is who asked (by default the source)."""
+    succeeded). None when nothing was held. `actor` is who asked (by default the source).
+    `only_by`: only a hold placed by that (the ceiling's), read and ended in one transaction."""
     with ctx.store.write() as db:
-        return release_in(db, ctx, source=source, how=how, now=now, cause=cause, actor=actor)
+        return release_in(db, ctx, source=source, how=how, now=now, cause=cause, actor=actor, only_by=only_by)
 
 
 def release_in(db: sqlite3.Connection, ctx: Context, *, source: str, how: str, now: Instant | float,
-               cause: str | None = None, actor: Actor | None = None) -> Hold | None:
+               cause: str | None = None, actor: Actor | None = None, only_by: str | None = None) -> Hold | None:
     """`release`, in the caller's transaction."""
     who = actor or of_source(source)
     at = as_instant(now)
     now = at.wall
     hold = _read_in(db)
-    if hold is None:
+    if hold is None or (only_by is not None and hold.by != only_by):
         return None
     if how == "expired" and not expired(hold, at):
         return None  # released or replaced meanwhile: nothing of ours to expire

@@ -83,10 +83,9 @@ def held(ctx: Context, now: Instant | float | None = None) -> Hold | None:
 def clear_hold(ctx: Context, *, source: str, cause: str, at: Instant) -> bool:
     """An operator relaunched: the ceiling's hold ends (automatic recovery may run again). An
     operator's own hold stays: it ends by `loom release` or its time. False when nothing ended."""
-    hold = holds.stored(ctx)
-    if hold is None or hold.by != "ceiling":
-        return False
-    return holds.release(ctx, source=source, how="relaunch", now=at.wall, cause=cause) is not None
+    # Read and ended in one transaction: an operator's hold placed between a read and a release of
+    # its own would have been ended in the ceiling's place.
+    return holds.release(ctx, source=source, how="relaunch", now=at.wall, cause=cause, only_by="ceiling") is not None
 
 
 def witness_note(ctx: Context) -> str:
