@@ -34,6 +34,7 @@ class FakeBot:
     calls: list[tuple[str, float, int]] = field(default_factory=list)  # (method, monotonic, status)
     get_updates_offsets: list[int | None] = field(default_factory=list)
     flood: list[int] = field(default_factory=list)  # retry_after for each of the next sendMessage calls
+    updates_flood: list[int] = field(default_factory=list)  # the same for the next getUpdates calls
     conflict: bool = False
     down_mode: str | None = None  # None, "502"
 
@@ -151,6 +152,10 @@ class FakeBot:
         offset = int(params["offset"]) if params.get("offset") not in (None, "") else None
         timeout = float(params.get("timeout") or 0)
         self.get_updates_offsets.append(offset)
+        if self.updates_flood:
+            wait = self.updates_flood.pop(0)
+            return 429, {"ok": False, "error_code": 429, "description": f"Too Many Requests: retry after {wait}",
+                         "parameters": {"retry_after": wait}}
         if self.conflict:
             return 409, {"ok": False, "error_code": 409, "description": "Conflict: terminated by other getUpdates "
                          "request; make sure that only one bot instance is running"}

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import telegram
-from telegram.error import Conflict, TelegramError
+from telegram.error import Conflict, RetryAfter, TelegramError
 
 from loomtui import redact
 from loomtui.actors import Actor
@@ -47,7 +47,7 @@ from loomtui.store import ledger, outbox
 from loomtui.store import telegram_state as state
 from loomtui.store.db import Store
 from loomtui.telegram import rules
-from loomtui.telegram.bot import describe, make_bot
+from loomtui.telegram.bot import describe, make_bot, retry_after_seconds
 from loomtui.telegram.clock import SYSTEM, Clock, command_age
 from loomtui.telegram.token import load_token
 from loomtui.text import printable
@@ -66,6 +66,9 @@ COMMANDS = ("status", "canary", "recycle", "queue", "hold", "release")
 MODES = ("resume", "fresh")
 USAGE = {"canary": "", "recycle": "resume|fresh", "hold": "[30m] REASON", "release": ""}
 MAX_COMMAND_AGE = 600.0  # a /recycle typed before an outage is not acted on when the outage ends
+# The operator hears of a 409 Conflict once in this long, however often it comes and goes (two
+# pollers on one token take turns: each success cleared it, and each 409 after was told again).
+CONFLICT_RETELL = 6 * 3600.0
 CONFLICT_MESSAGE = (
     "Loom: another process is polling this bot's token (Telegram answers 409 Conflict), so Loom "
     "receives no commands and that other poller may miss messages. Loom keeps backing off; stop the "
@@ -288,6 +291,11 @@ class Poller:
             self.failures += 1
             self._record_conflict()
             return self._backoff()
+        except RetryAfter as exc:  # flood control: Telegram says how long (the backoff did not ask)
+            self.failures += 1
+            wait = max(retry_after_seconds(exc), self._backoff())
+            log.warning("telegram: getUpdates refused (flood control); retry in %.1fs", wait)
+            return wait
         except TelegramError as exc:
             self.failures += 1
             log.warning("telegram: getUpdates failed (%s); retry in %.1fs", describe(exc), self._backoff())
@@ -321,7 +329,8 @@ class Poller:
         with self.store.write() as db:
             state.set_conflict_in(db, now, os.getpid())
             ledger.append_in(db, "telegram_conflict", source="telegram", detail={"note": state.CONFLICT_NOTE}, ts=now)
-            outbox.enqueue(db, CONFLICT_MESSAGE, dedupe_key=f"telegram_conflict:{now:.3f}", now=now)
+            # One message in each CONFLICT_RETELL (the outbox keeps one per dedupe key).
+            outbox.enqueue(db, CONFLICT_MESSAGE, dedupe_key=f"telegram_conflict:{int(now // CONFLICT_RETELL)}", now=now)
 
     def _clear_conflict(self) -> None:
         if state.conflict(self.store) is None:

@@ -1,0 +1,69 @@
+"""The command poller's step against the loopback fake of the Bot API (tests/fakebot.py): a
+second poller on the token (409 Conflict) coming and going, and flood control on getUpdates
+(429 with retry_after)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fakebot import FakeBot
+from test_bridge_poller import Agent
+
+from loomtui.config import parse_config
+from loomtui.store import ledger, outbox
+from loomtui.store.db import Store
+from loomtui.telegram.bot import make_bot
+from loomtui.telegram.clock import Clock
+from loomtui.telegram.commands import CONFLICT_MESSAGE, Poller
+
+TOKEN = "123456:poller-faults-test-token"
+
+
+@pytest.fixture
+def fake():
+    bot = FakeBot(TOKEN).start()
+    yield bot
+    bot.stop()
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store.in_dir(tmp_path) as s:
+        yield s
+
+
+def steps(fake: FakeBot, store: Store, conflicts: list[bool], flood: list[int] = ()) -> list[float]:
+    """One poller stepping once per entry of `conflicts` (the fake answering 409 or not): the waits
+    it asked for."""
+    cfg = parse_config({"telegram": {"chat_id": 42, "commands": True, "api_base": fake.api_base,
+                                     "long_poll": "1s"}}, "loom.toml", None)
+    fake.updates_flood = list(flood)
+
+    async def run() -> list[float]:
+        bot = make_bot(TOKEN, cfg.telegram)
+        poller = Poller(store, cfg.telegram, bot, Agent(), Clock(), username="loom_bot")
+        waits = []
+        try:
+            for conflict in conflicts:
+                fake.conflict = conflict
+                waits.append(await poller.step(asyncio.Event()))
+        finally:
+            await bot.shutdown()
+        return waits
+
+    return asyncio.run(run())
+
+
+def test_a_second_poller_coming_and_going_is_told_to_the_operator_once(fake, store):
+    """Two pollers on one token take turns: each success cleared the conflict, and each 409 after it
+    queued the message again, a message per flap."""
+    steps(fake, store, [True, False, True, False, True, False, True])
+    assert len(ledger.tail(store, 100, kinds=["telegram_conflict"])) == 4  # each one is in the ledger
+    assert [m.text for m in outbox.recent(store, 100)].count(CONFLICT_MESSAGE) == 1
+
+
+def test_flood_control_on_get_updates_waits_as_long_as_telegram_says(fake, store):
+    [waited, then] = steps(fake, store, [False, False], flood=[7])
+    assert waited >= 7.0  # not the backoff's first second
+    assert then == 0.0
