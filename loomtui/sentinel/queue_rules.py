@@ -206,8 +206,8 @@ def nudge_due(item: Item, renudge: float, now: float) -> bool:
     last = item.last_nudge_at
     if last is None:
         return True
-    if item.reopened_at is not None and item.reopened_at >= last:
-        return True
+    if item.reopened_at is not None and item.reopened_at > last:
+        return True  # reopened since its last nudge (one at the reopen itself is that nudge: renudge then)
     # A clock that went backwards must not silence nudges until it catches up.
     return now - last >= renudge or now < last
 

@@ -452,8 +452,12 @@ def test_an_unclaimed_open_item_needs_no_window_and_actions_carry_the_item():
 def test_a_nudge_is_due_once_per_renudge_period_and_again_after_a_reopen():
     sent = item(nudges=1, last_nudge_at=1000.0)
     assert [nudge_due(sent, 1200.0, t) for t in (1000.0, 2199.0, 2200.0)] == [False, False, True]
-    assert nudge_due(replace(sent, reopened_at=1000.0), 1200.0, 1000.0)
+    assert nudge_due(replace(sent, reopened_at=1000.5), 1200.0, 1000.5)  # reopened since its last nudge
     assert not nudge_due(replace(sent, reopened_at=999.0), 1200.0, 1000.0)
+    # Reopened and nudged in one pass (a pass reopens before it nudges, at one time): that nudge was
+    # the reopen's, and the next comes a renudge later, not at the next pass.
+    assert not nudge_due(replace(sent, reopened_at=1000.0), 1200.0, 1600.0)
+    assert nudge_due(replace(sent, reopened_at=1000.0), 1200.0, 2200.0)
 
 
 def test_texts_to_the_agent_and_the_operator_word_for_word():
