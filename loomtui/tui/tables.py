@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.text import Text
+from rich.style import Style
+from rich.text import Span, Text
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey
 
@@ -25,11 +26,24 @@ def safe(value: object, style: str = "") -> Text:
 
 def shown(text: Text) -> Text:
     """`text` with every control character shown as a symbol, its styles kept (printable maps
-    one character to one, so the spans still fit): for a Text built from untrusted parts."""
+    one character to one, so the spans still fit) but for links: for a Text built from untrusted
+    parts. A link's address is written raw into the terminal's OSC 8 sequence when it is drawn,
+    so one holding a BEL ended that sequence and the rest of the address was obeyed (a clipboard
+    write, a title): from_ansi makes a link of any OSC 8 on the pane."""
     clean = printable(text.plain, keep_newlines=True)
     if clean != text.plain:
         text.plain = clean
+    text.spans = [Span(span.start, span.end, _no_link(span.style)) for span in text.spans]
+    text.style = _no_link(text.style)
     return text
+
+
+def _no_link(style: str | Style) -> str | Style:
+    if isinstance(style, str):
+        if "link" not in style:
+            return style
+        style = Style.parse(style)
+    return style.update_link(None) if style.link else style
 
 
 def _sig(text: Text) -> tuple:

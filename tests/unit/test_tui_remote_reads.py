@@ -142,6 +142,28 @@ def test_a_hosts_pane_is_drawn_as_any_pane_its_escapes_never_raw():
     assert "red" in drawn.plain and all(c.isprintable() or c == "\n" for c in drawn.plain), repr(drawn.plain)
 
 
+def test_a_link_on_a_pane_never_carries_escapes_to_the_terminal():
+    """An OSC 8 link whose address holds a BEL and more escapes: from_ansi made it a link style,
+    drawn with its address raw in the terminal's own OSC 8, which the BEL ended: the rest (a
+    clipboard write, a title) was obeyed. The pane's text is drawn, its link is not."""
+    from rich.console import Console
+    from textual.content import Content
+    from textual.strip import Strip
+
+    from loomtui.tui.agent_panel import render_pane
+
+    evil = ("ok \x1b]8;;https://x\x07\x1b]52;c;cm0gLXJmIH4K\x07\x1b]0;owned\x07\x1b\\here\x1b]8;;\x1b\\ "
+            "\x1b[31mred\x1b[0m")
+    drawn = render_pane(remote_reads.parse_pane(json.dumps({"state": "up", "text": evil, "why": ""})))
+    assert "here" in drawn.plain and "red" in drawn.plain
+    assert not any(span.style.link for span in drawn.spans if not isinstance(span.style, str))
+    console = Console(width=200, color_system="truecolor", force_terminal=True)
+    segments = list(Content.from_rich_text(drawn).render_segments())
+    written = Strip(segments).render(console)
+    assert "\x1b]8" not in written and "\x1b]52" not in written and "\x1b]0;" not in written
+    assert "\x1b[" in written  # its colours are still drawn
+
+
 def test_a_finite_number_too_large_for_a_time_is_none_and_never_reaches_a_datetime():
     from loomtui.hosts import ledger_view
     from loomtui.tui.canary_panel import rows, when
