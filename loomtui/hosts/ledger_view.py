@@ -11,6 +11,7 @@ from typing import Any
 
 from loomtui.hosts.view import finite_number
 from loomtui.store.ledger import Event
+from loomtui.text import printable
 
 MAX_EVENTS = 3000  # a page is at most this many events, whatever the host sends
 MAX_TS = 1e11      # an event's time beyond this (the year 5138) is none Loom wrote
@@ -35,7 +36,7 @@ def _text(doc: dict[str, Any], key: str, limit: int, *, optional: bool = False) 
         return None
     if not isinstance(value, str):
         raise ValueError(f"an event whose {key} is not text")
-    return value[:limit]
+    return printable(value[:limit])  # another host's text: its control characters shown, never obeyed
 
 
 def event(line: str) -> Event:

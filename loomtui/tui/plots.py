@@ -20,6 +20,7 @@ from textual.widget import Widget
 from textual.widgets import Label, Sparkline, Static
 
 from loomtui.durations import format_duration
+from loomtui.text import printable
 from loomtui.tui import series
 from loomtui.tui.canary_panel import when
 from loomtui.tui.snapshot import Snapshot
@@ -68,7 +69,7 @@ def relaunch_title(by_cause: dict[str, list[int]]) -> Text:
     total = sum(sum(v) for v in by_cause.values())
     out.append(f" · {total}", style="bold yellow" if total else "green")
     if total:
-        out.append(" (" + ", ".join(f"{cause} {sum(v)}" for cause, v in by_cause.items()) + ")")
+        out.append(" (" + ", ".join(f"{printable(cause)} {sum(v)}" for cause, v in by_cause.items()) + ")")
     return out
 
 
@@ -132,7 +133,8 @@ class PlotsPanel(Widget):
         if causes != self._causes:
             self._causes = causes
             holder.remove_children()
-            holder.mount_all(Horizontal(Label(Text(cause, no_wrap=True, overflow="ellipsis"), classes="cause-label"),
+            holder.mount_all(Horizontal(Label(Text(printable(cause), no_wrap=True, overflow="ellipsis"),
+                                              classes="cause-label"),
                                         Sparkline(values, classes="relaunch-spark"), classes="cause-row")
                              for cause, values in rows)
         else:

@@ -164,6 +164,20 @@ def test_a_link_on_a_pane_never_carries_escapes_to_the_terminal():
     assert "\x1b[" in written  # its colours are still drawn
 
 
+def test_another_hosts_ledger_text_is_made_printable_before_any_panel_draws_it():
+    """A relaunch's cause from another host reached the plots panel's title and labels as it came,
+    its escapes with it (the timeline and the overview made it safe; the plots did not)."""
+    from loomtui.hosts import ledger_view
+    from loomtui.tui.plots import relaunch_title
+
+    line = json.dumps({"id": 1, "ts": 100.0, "kind": "relaunch\x1b[2J", "source": "watchdog", "agent": "main",
+                       "cause": "crash\x1b]0;owned\x07\x1b[2J", "detail": {}})
+    ev = ledger_view.event(line)
+    assert ev.cause == "crash\u241b]0;owned\u2407\u241b[2J" and ev.kind == "relaunch\u241b[2J"
+    title = relaunch_title({"crash\x1b[2J": [1]})  # as a local store might hold it, too
+    assert all(c.isprintable() for c in title.plain)
+
+
 def test_a_finite_number_too_large_for_a_time_is_none_and_never_reaches_a_datetime():
     from loomtui.hosts import ledger_view
     from loomtui.tui.canary_panel import rows, when
