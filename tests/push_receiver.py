@@ -7,7 +7,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Receiver:
-    """A loopback HTTP server that records each GET's path; paths under /hang wait until released."""
+    """A loopback HTTP server that records each GET's path; paths under /hang wait until released,
+    under /garbled it answers no HTTP at all."""
 
     def __init__(self) -> None:
         self.paths: list[str] = []
@@ -19,6 +20,9 @@ class Receiver:
                 outer.paths.append(self.path)
                 if self.path.startswith("/hang"):
                     outer.release.wait(300)
+                if self.path.startswith("/garbled"):  # no HTTP status line: urllib's BadStatusLine
+                    self.wfile.write(b"HTTP/1.1 OK-ish\r\n\r\n")
+                    return
                 code = 404 if self.path.startswith("/missing") else 200
                 self.send_response(code)
                 self.send_header("Content-Length", "2")

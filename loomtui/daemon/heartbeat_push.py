@@ -10,6 +10,7 @@ host are ever shown or logged (heartbeat_rules.shown).
 
 from __future__ import annotations
 
+import http.client
 import logging
 import queue
 import threading
@@ -87,6 +88,10 @@ class Sender:
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", exc)
             error = f"{type(exc).__name__}: {reason}"
+        except http.client.HTTPException as exc:
+            # A reply that is no HTTP (urllib does not wrap these): named only, its text may quote
+            # the URL's path, the secret in it. Uncaught it ended the thread, and every beat after.
+            error = type(exc).__name__
         # Neither the URL nor any part of it: a reason that quotes it is cut to what is safe to show.
         error = printable(error.replace(beat.url, rules.shown(beat.url)))[:200]
         self.record(says, why, error)

@@ -189,6 +189,27 @@ def test_a_receiver_that_refuses_is_recorded_without_the_url(tmp_path, receiver)
         ctx.close()
 
 
+def test_a_reply_that_is_no_http_is_recorded_and_the_next_beat_still_goes(tmp_path, receiver):
+    """urllib does not wrap http.client's own errors (BadStatusLine and the rest): the sender's
+    thread died of the first, and every beat after was dropped as "still sending the last"."""
+    from harness import wait_for
+
+    ctx = beat_ctx(tmp_path, receiver.url + "/garbled/s3cret")
+    halt = threading.Event()
+    try:
+        sender = sent(ctx, halt, OK)
+        beat = heartbeat_pushes.last(ctx.store, "heartbeat1")
+        assert (beat["sent"], beat["error"]) == (False, "BadStatusLine") and "s3cret" not in str(beat)
+        with ctx.store.write() as db:
+            db.execute("DELETE FROM meta WHERE key LIKE 'heartbeat_push:%'")
+        assert wait_for(lambda: sender.offer(OK, ""), 30, what="the thread taking the next beat")
+        wait_for(lambda: heartbeat_pushes.last(ctx.store, "heartbeat1"), 30, what="the next beat recorded")
+        assert sender.thread.is_alive() and len(receiver.paths) == 2
+    finally:
+        halt.set()
+        ctx.close()
+
+
 def test_a_hanging_receiver_holds_up_only_its_own_next_beat(tmp_path, receiver):
     from harness import wait_for
 
