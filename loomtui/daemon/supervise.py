@@ -200,8 +200,10 @@ def _record_error(ctx: Context, name: str, exc: BaseException) -> None:
 
 async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> None:
     stats = rt.stats.setdefault(spec.name, LoopStats())
-    ctx = clone(rt.ctx, spec.agent)
-    tick = spec.make(ctx, rt.halt)
+    # Made inside the loop's own error handling, each time it (re)starts: a make that raised (the
+    # store's open-lock timing out, say) ended the loop for good while the daemon ran on.
+    ctx: Context | None = None
+    tick: Callable[[], object] | None = None
     wake = spec.wake.bind() if spec.wake is not None else None
     failures = 0
     # A thread of its own, not the shared pool: the signals and exit watches hold theirs for good,
@@ -220,6 +222,10 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
             planned = None
             status = "ok"
             try:
+                if ctx is None:
+                    ctx = clone(rt.ctx, spec.agent)
+                if tick is None:
+                    tick = spec.make(ctx, rt.halt)
                 run = locked(ctx, spec.loop, tick, lock_dir(ctx, spec)) if spec.loop in oneshot.LOOPS else tick
                 result = await running.run_in_executor(worker, run)
                 if result is BUSY:
@@ -230,16 +236,16 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 failures += 1
                 stats.errors += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
-                fatal = unusable_store(ctx, exc)
+                fatal = unusable_store(ctx or rt.ctx, exc)
                 if fatal:
                     give_up(rt, stop, fatal)  # a restarted loop would only meet it again
                     break
-                _record_error(ctx, spec.name, exc)
+                _record_error(ctx or rt.ctx, spec.name, exc)
                 if await sleep_or_stop(stop, backoff(failures, 2.0, MAX_LOOP_BACKOFF)):
                     break
-                ctx.close()
-                ctx = clone(rt.ctx, spec.agent)
-                tick = spec.make(ctx, rt.halt)
+                if ctx is not None:
+                    ctx.close()
+                ctx, tick = None, None  # made afresh at the next tick, under this same handling
                 stats.restarts += 1
                 continue
             finally:
@@ -253,7 +259,8 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 break
     finally:
         worker.shutdown(wait=False, cancel_futures=True)
-        ctx.close()
+        if ctx is not None:
+            ctx.close()
 
 
 def lock_dir(ctx: Context, spec: TickLoop) -> Path:

@@ -1,0 +1,44 @@
+"""The daemon's tick loops restart on their own (daemon/supervise.py), making their tick again: also
+when making it is what failed."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+from loomtui.context import Context
+from loomtui.daemon.supervise import Runtime, TickLoop, run_tick_loop
+from loomtui.store import ledger
+
+
+def test_a_loop_whose_tick_could_not_be_made_is_made_again_and_runs(tmp_path):
+    """A make that raised (the hooks loop's opens the store: a lock that timed out, say) ended the
+    loop for good while the daemon ran on: the dispatch witness and the resume's proof gone."""
+    ctx = Context.load(None, str(tmp_path / "state"), environ={})
+    made: list[int] = []
+    ticks: list[int] = []
+
+    def make(loop_ctx: Context, halt) -> object:
+        made.append(1)
+        if len(made) == 1:
+            raise sqlite3.OperationalError("database is locked")
+        return lambda: ticks.append(1)
+
+    spec = TickLoop("witness", 0.05, make)
+    rt = Runtime(ctx, [spec])
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(run_tick_loop(rt, spec, stop))
+        while len(ticks) < 3 and not task.done():
+            await asyncio.sleep(0.05)
+        stop.set()
+        await task
+
+    try:
+        asyncio.run(asyncio.wait_for(run(), 120))
+        assert len(made) == 2 and len(ticks) >= 3 and rt.stats["witness"].restarts == 1
+        [error] = ledger.tail(ctx.store, 10, kinds=["loop_error"])
+        assert error.detail["loop"] == "witness" and error.detail["type"] == "OperationalError"
+    finally:
+        ctx.close()
