@@ -89,14 +89,20 @@ def control_path(state_dir: Path, host: str) -> str | None:
 
 def remote_command(host: HostConfig, words: list[str], via: str) -> str:
     """The command line the remote shell runs: the host's Loom with its config and state dir, the
-    origin it records (`--via-ssh`), then `words`; every word quoted."""
-    argv = [*host.loom]
+    origin it records (`--via-ssh`), then `words`; every word quoted, but for a leading `~/` in the
+    host's `loom` words, left to the remote shell to expand to its home (README's own
+    `loom = "~/.local/bin/loom"`: quoted whole, the shell looked for a file named `~`)."""
+    argv = []
     if host.config:
         argv += ["--config", host.config]
     if host.state_dir:
         argv += ["--state-dir", host.state_dir]
     argv += ["--via-ssh", via, *words]
-    return " ".join(shlex.quote(word) for word in argv)
+    return " ".join([*(_program_word(word) for word in host.loom), *(shlex.quote(word) for word in argv)])
+
+
+def _program_word(word: str) -> str:
+    return '"$HOME"/' + shlex.quote(word[2:]) if word.startswith("~/") else shlex.quote(word)
 
 
 def ssh_argv(host: HostConfig, words: list[str], *, control: str | None, via: str, tty: bool = False) -> list[str]:

@@ -7,6 +7,7 @@ sshd is tests/e2e/test_hosts_ssh.py's."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import stat
 import subprocess
@@ -112,6 +113,23 @@ def test_every_remote_word_reaches_the_remote_shell_as_one_word(tmp_path):
         assert json.loads(done.stdout) == ["--config", "/srv/my loom/config.toml", "--state-dir", "~/state $HOME",
                                            "--via-ssh", "laptop", *HOSTILE]
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_remote_loom_under_the_home_directory_is_found_by_the_remote_shell(tmp_path):
+    """README's `loom = "~/.local/bin/loom"`: every word quoted, the remote shell looked for a file
+    named `~/.local/bin/loom` in the directory it started in, and every call exited 127."""
+    home = tmp_path / "home"
+    program = home / ".local" / "bin" / "loom it"
+    program.parent.mkdir(parents=True)
+    program.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    program.chmod(0o755)
+    b = host(loom=["~/.local/bin/loom it", "~/not-a-path-here"], config="~/.config/loom/config.toml")
+    line = ssh.remote_command(b, HOSTILE, "laptop")
+    done = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=30, cwd=tmp_path,
+                          env={"HOME": str(home), "PATH": os.environ["PATH"]})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [f"{home}/not-a-path-here", "--config", "~/.config/loom/config.toml",
+                                       "--via-ssh", "laptop", *HOSTILE]
 
 
 def test_loom_own_options_come_first_then_the_hosts_then_the_destination(tmp_path):
