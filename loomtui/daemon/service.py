@@ -87,12 +87,16 @@ def tmux_tmpdir(environ: Mapping[str, str] | None = None) -> Path:
 
 def writable_paths(ctx: Context, environ: Mapping[str, str] | None = None) -> list[Path]:
     """What the daemon itself writes: the state dir (the store, locks, acks, signals, the pump's
-    sockets: every agent's dir is inside it), and the tmux temp dir (a tmux client makes the
-    socket directory there when it is missing, and SQLite and Python put temporary files there).
-    Not the agents' cwd nor the memory dir: the agent writes those, from its own unit (above),
-    and the cwd is the home directory by default: listing it would open most of what
-    ProtectSystem=strict closes."""
+    sockets: every agent's dir is inside it), the tmux temp dir (a tmux client makes the socket
+    directory there when it is missing, and SQLite and Python put temporary files there), and
+    each memory dir replicated to a remote (the replica loop commits, pulls and checks out there:
+    read-only, every sync failed and nothing was ever replicated). Not the agents' cwd nor an
+    unreplicated memory dir: the agent writes those, from its own unit (above), and the cwd is the
+    home directory by default: listing it would open most of what ProtectSystem=strict closes."""
+    from loomtui.memory import replica  # only where a unit is written
+
     paths = [Path(ctx.state_dir), tmux_tmpdir(environ)]
+    paths += [Path(target.memory.dir) for target in replica.targets(ctx.config, ctx.state_dir)]
     return list(dict.fromkeys(paths))
 
 

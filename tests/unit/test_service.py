@@ -97,6 +97,22 @@ def test_read_write_paths_are_the_state_dir_and_tmux_tmpdir_escaped(ctx, tmp_pat
     assert unquote_words(default["ReadWritePaths"][0], exec_line=False)[1] == "-" + os.path.realpath("/tmp")
 
 
+def test_a_replicated_memory_dir_is_writable_to_the_daemon(tmp_path):
+    """The replica loop commits, pulls and checks out in the memory dir: with the home read-only
+    (ProtectHome) and the dir not in ReadWritePaths, every sync failed, a loop_error a minute."""
+    mem, plain = tmp_path / "mem", tmp_path / "plain"
+    config = tmp_path / "config.toml"
+    config.write_text(f'[memory]\ndir = "{mem}"\nremote = "{tmp_path / "remote.git"}"\n'
+                      f'[[agents]]\nname = "a"\n[[agents]]\nname = "b"\n[agents.memory]\ndir = "{plain}"\nremote = ""\n')
+    replicated = Context.load(str(config), str(tmp_path / "state"), environ={})
+    try:
+        keys = service_section(service.systemd_unit(replicated, {"PATH": "/bin"}))
+        paths = unquote_words(keys["ReadWritePaths"][0], exec_line=False)
+        assert f"-{mem}" in paths and f"-{plain}" not in paths  # only what the daemon writes
+    finally:
+        replicated.close()
+
+
 def test_exec_start_reads_back_as_the_command(ctx):
     keys = service_section(service.systemd_unit(ctx, {"PATH": "/bin"}))
     [line] = keys["ExecStart"]
