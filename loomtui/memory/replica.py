@@ -142,18 +142,21 @@ class Replica:
         if not (self.dir / ".git").exists():
             self.git.run("init", "-q", "-b", self.branch)
 
-    def ensure(self) -> None:
-        """A work tree on the branch with `origin` at the configured remote, no rebase left half done."""
+    def ensure(self, now: float | None = None) -> list[tuple[str, str]]:
+        """A work tree on the branch with `origin` at the configured remote, no rebase left half
+        done: one an earlier sync left (killed, timed out, interrupted) is finished as that sync
+        would have, each conflict kept both ways, what the agent wrote meanwhile with it. (It was
+        aborted: the abort put back the tracked files as they were before the rebase, and the
+        agent's edits since were lost.) The conflicts it kept, if any."""
         self.ensure_repository()
         found = self.git.run("remote", "get-url", "origin", check=False)
         if not found.ok:
             self.git.run("remote", "add", "origin", "--", self.remote)
         elif found.out.strip() != self.remote:
             self.git.run("remote", "set-url", "origin", "--", self.remote)
-        if self._rebasing():
-            # An earlier sync ended mid-rebase (killed, timed out): its commits are still in the
-            # reflog-safe original branch, which the abort restores.
-            self.git.run("rebase", "--abort", check=False)
+        if not self._rebasing():
+            return []
+        return self._settle(self.git.run("status", "--porcelain", check=False), clock.wall() if now is None else now)
 
     def _rebasing(self) -> bool:
         git_dir = self.dir / ".git"
@@ -213,16 +216,23 @@ class Replica:
         if not self._has("HEAD"):
             self.git.run("checkout", "-q", "-B", self.branch, self.remote_ref)
             return []
-        conflicts: list[tuple[str, str]] = []
         result = self.git.run("rebase", "-q", self.remote_ref, check=False)
+        if not result.ok and not self._rebasing():
+            raise GitError(f"{self.dir}: git rebase onto {self.remote_ref} failed: {result.first_error_line()}")
+        return self._settle(result, now)
+
+    def _settle(self, result: Any, now: float) -> list[tuple[str, str]]:
+        """Take a rebase under way to its end: at each stop every conflict kept both ways, then on;
+        a step left with nothing to commit skipped. Aborted (and an error) only past
+        MAX_REBASE_STOPS, or a stop that is no conflict and will not go on."""
+        conflicts: list[tuple[str, str]] = []
         stops = 0
-        while not result.ok or self._rebasing():
+        while self._rebasing():
             stops += 1
-            unmerged = self._unmerged()
-            if not unmerged or stops > MAX_REBASE_STOPS:
+            if stops > MAX_REBASE_STOPS:
                 self.git.run("rebase", "--abort", check=False)
                 raise GitError(f"{self.dir}: git rebase onto {self.remote_ref} failed: {result.first_error_line()}")
-            for path, stages in unmerged.items():
+            for path, stages in self._unmerged().items():
                 conflicts.append((path, self._keep_both(path, stages, now)))
             self.git.run("add", "-A")
             result = self.git.run("-c", "core.editor=true", "rebase", "--continue", check=False)
@@ -316,7 +326,7 @@ class Replica:
         """One look and whatever is due (everything, `forced`); `checkpoint` is a ledger head to commit
         first. Returns what was done and the state now stored. The caller holds `lock()`."""
         now = clock.wall() if now is None else now
-        self.ensure()
+        settled = self.ensure(now)  # a rebase an earlier sync left half done, finished: its conflicts too
         state = read_state(self.dir) or State()
         outcome = Outcome()
         if checkpoint is not None and self.write_checkpoint(*checkpoint, now):
@@ -337,7 +347,8 @@ class Replica:
             state.last_try = now
             try:
                 self.fetch()
-                outcome.conflicts = self.integrate(now)
+                outcome.conflicts = settled + self.integrate(now)
+                settled = []
                 outcome.pulled, state.last_pull, state.rejected = True, now, False
             except GitError as exc:
                 reached = False
@@ -359,6 +370,8 @@ class Replica:
             state.failures += 1
             state.error = outcome.error
             state.error_since = state.error_since if state.error_since is not None else now
+        if settled:
+            outcome.conflicts = settled + outcome.conflicts
         state.ahead = outcome.ahead = ahead
         state.conflicts = self.conflict_copies()
         _write_atomic(self.dir / ".git" / STATE_FILE, json.dumps(asdict(state), sort_keys=True))

@@ -137,6 +137,34 @@ def test_the_same_file_edited_on_both_keeps_both_versions_and_opens_a_queue_item
         store.close()
 
 
+def test_a_rebase_an_earlier_sync_left_half_done_is_finished_with_what_the_agent_wrote_since(tmp_path, remote):
+    """A sync stopped mid-rebase (killed at a conflict, a git timeout, Ctrl-C on `loom memory sync`),
+    and the agent edited a tracked file meanwhile. The next sync aborted that rebase, and the abort
+    put the file back as it was before: the agent's edit lost. It is now finished, both sides kept."""
+    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
+    a.dir.mkdir(parents=True)
+    (a.dir / "MEMORY.md").write_text("base\n")
+    (a.dir / "other.md").write_text("keep\n")
+    sync(a, forced=True)
+    sync(b, forced=True)
+    (a.dir / "MEMORY.md").write_text("base\nfrom a\n")
+    sync(a, forced=True)
+    (b.dir / "MEMORY.md").write_text("base\nfrom b\n")
+    ident = ["-c", "user.name=b", "-c", "user.email=b@example.invalid"]
+    git(*ident, "commit", "-q", "-am", "b's", cwd=b.dir)
+    git("fetch", "-q", "origin", f"+refs/heads/main:{b.remote_ref}", cwd=b.dir)
+    stopped = subprocess.run([GIT, *ident, "rebase", "-q", b.remote_ref], cwd=b.dir, capture_output=True)
+    assert stopped.returncode != 0 and (b.dir / ".git" / "rebase-merge").exists()  # the sync that stopped here
+    with open(b.dir / "other.md", "a") as fh:
+        fh.write("the agent's new fact\n")  # the agent writes on meanwhile
+    done, _ = sync(b, forced=True, now=T0)
+    assert not (b.dir / ".git" / "rebase-merge").exists() and done.pushed
+    assert (b.dir / "other.md").read_text() == "keep\nthe agent's new fact\n"
+    assert remote_file(remote, "other.md") == "keep\nthe agent's new fact\n"
+    [(path, copy)] = done.conflicts
+    assert path == "MEMORY.md" and "from a" in (b.dir / "MEMORY.md").read_text() and "from b" in (b.dir / copy).read_text()
+
+
 def test_offline_commits_stay_local_and_are_pushed_once_the_remote_is_back(tmp_path, remote):
     a = box(tmp_path, remote, "a")
     a.dir.mkdir(parents=True)
