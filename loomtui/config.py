@@ -353,9 +353,12 @@ def _git_remote(value: str) -> str:
     # Handed to git as an argument: one that starts with '-' would be read as an option.
     if value.startswith("-"):
         raise ValueError("must not start with '-' (git would read it as an option)")
-    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@]*:[^/@]*@", value):
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@]*:[^/@]*@", value) or re.match(r"(?i)https?://[^/@]+@", value):
         # It would be in git's argv, the status line and the console: keep secrets in a credential helper.
-        raise ValueError("must not hold a password or token (user:secret@); use a git credential helper or ssh keys")
+        # Over http(s) the user part alone is a token as often as a name (https://ghp_…@github.com/…);
+        # ssh's (ssh://git@host/…, git@host:…) is a login name.
+        raise ValueError("must not hold a password or token (user:secret@, or a user part over http(s)); "
+                         "use a git credential helper or ssh keys")
     return _no_control_characters(value)
 
 

@@ -246,6 +246,7 @@ def test_loom_memory_sync_offline_keeps_the_commit_and_fails(tmp_path, remote):
 @pytest.mark.parametrize(("key", "value", "words"), [
     ("remote", "-oProxyCommand=touch pwned", "must not start with '-'"),
     ("remote", "https://me:ghp_secret@forge.example/mem.git", "credential helper"),
+    ("remote", "https://ghp_secret@github.com/o/mem.git", "credential helper"),  # a token as the user
     ("sync_quiet", "0s", "must be longer than 0s"),
     ("pull_interval", "soon", "duration"),
     ("host", "a/b", "letters, digits"),
