@@ -343,7 +343,9 @@ async def run_heartbeat(rt: Runtime, stop: asyncio.Event, period: float) -> None
                 give_up(rt, stop, fatal)
                 return
             if failed is not None:
-                failures += 1
+                # A busy or locked store (a backup holding it, a long `sqlite3` session) is never
+                # fatal, however long it lasts: three such beats in a row ended the daemon.
+                failures += 0 if health.classify(failed) == health.TRANSIENT else 1
                 log.error("heartbeat failed: %s", failed)
                 if failures >= FATAL_HEARTBEAT_FAILURES:
                     rt.fatal = f"cannot write the heartbeat to {ctx.state_dir}: {failed}"

@@ -42,3 +42,44 @@ def test_a_loop_whose_tick_could_not_be_made_is_made_again_and_runs(tmp_path):
         assert error.detail["loop"] == "witness" and error.detail["type"] == "OperationalError"
     finally:
         ctx.close()
+
+
+def test_a_locked_store_never_ends_the_daemon_however_many_beats_it_costs(tmp_path):
+    """A backup (or a `sqlite3` session) holding the store locked: each beat waits its busy timeout
+    and fails. Three in a row ended the daemon, though a busy store is never fatal (the module's
+    own word); the heartbeat goes on once the lock is let go."""
+    from fake_clock import FakeClock
+
+    from loomtui import clock
+    from loomtui.daemon.supervise import FATAL_HEARTBEAT_FAILURES, HEARTBEAT, run_heartbeat
+    from loomtui.store import heartbeats
+    from loomtui.store.db import Store
+
+    loaded = Context.load(None, str(tmp_path / "state"), environ={})
+    ctx = Context(loaded.config, None, loaded.state_dir, store_waits_on_clock=True)  # its busy wait: virtual
+    holder = Store.in_dir(ctx.state_dir, timeout=0)
+    rt = Runtime(ctx, [])
+    beats: list[int] = []
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        holder.lock_out()
+        task = asyncio.create_task(run_heartbeat(rt, stop, 0.01))
+        for _ in range(200):  # many more failed beats than FATAL_HEARTBEAT_FAILURES
+            await asyncio.sleep(0.01)
+        assert not task.done()
+        holder.let_in()
+        while HEARTBEAT not in heartbeats.read(holder) and not task.done():
+            await asyncio.sleep(0.05)
+        beats.append(1)
+        stop.set()
+        await task
+
+    try:
+        with clock.use(FakeClock()):
+            asyncio.run(asyncio.wait_for(run(), 120))
+        assert rt.fatal == "" and beats and FATAL_HEARTBEAT_FAILURES == 3
+    finally:
+        holder.close()
+        ctx.close()
+        loaded.close()
