@@ -21,22 +21,20 @@ class CronSlots:
 
     def next_slot(self, expression: str, after: float) -> float:
         """The first slot strictly after `after`."""
-        from croniter import croniter  # only a config with cron schedules pays for it
-
-        slots = croniter(expression, dt.datetime.fromtimestamp(after, self.tz))
-        slot = float(slots.get_next(float))
-        while self._repeated(expression, slot):
-            slot = float(slots.get_next(float))
-        return slot
+        return self._slot(expression, after, forward=True)
 
     def prev_slot(self, expression: str, before: float) -> float:
         """The last slot strictly before `before`."""
-        from croniter import croniter
+        return self._slot(expression, before, forward=False)
 
-        slots = croniter(expression, dt.datetime.fromtimestamp(before, self.tz))
-        slot = float(slots.get_prev(float))
+    def _slot(self, expression: str, at: float, *, forward: bool) -> float:
+        from croniter import croniter  # only a config with cron schedules pays for it
+
+        slots = croniter(expression, dt.datetime.fromtimestamp(at, self.tz))
+        step = slots.get_next if forward else slots.get_prev
+        slot = float(step(float))
         while self._repeated(expression, slot):
-            slot = float(slots.get_prev(float))
+            slot = float(step(float))
         return slot
 
     def _repeated(self, expression: str, slot: float) -> bool:
