@@ -149,7 +149,9 @@ class Replica:
         aborted: the abort put back the tracked files as they were before the rebase, and the
         agent's edits since were lost.) The conflicts it kept, if any."""
         self.ensure_repository()
-        found = self.git.run("remote", "get-url", "origin", check=False)
+        # The URL as configured, not as `remote get-url` rewrites it (url.*.insteadOf, which README
+        # suggests): compared with that, it differed at every look and was set again each time.
+        found = self.git.run("config", "--get", "remote.origin.url", check=False)
         if not found.ok:
             self.git.run("remote", "add", "origin", "--", self.remote)
         elif found.out.strip() != self.remote:

@@ -165,6 +165,24 @@ def test_a_rebase_an_earlier_sync_left_half_done_is_finished_with_what_the_agent
     assert path == "MEMORY.md" and "from a" in (b.dir / "MEMORY.md").read_text() and "from b" in (b.dir / copy).read_text()
 
 
+def test_a_remote_rewritten_by_insteadof_is_not_set_again_at_every_look(tmp_path, remote, git_home):
+    """README suggests url.*.insteadOf for a forge's address; `remote get-url` answers the rewritten
+    URL, which never equals the configured one: the remote was set again, .git/config rewritten, at
+    every look (every 10 s)."""
+    with open(git_home / "gitconfig", "a") as fh:
+        fh.write(f'[url "{remote}"]\n\tinsteadOf = forge:mem\n')
+    a = rep.Replica(tmp_path / "a" / "memory", "forge:mem", host="a", timeout=60)
+    (tmp_path / "a" / "memory").mkdir(parents=True)
+    (a.dir / "note.md").write_text("one\n")
+    done, _ = sync(a, forced=True)
+    assert done.pushed and remote_file(remote, "note.md") == "one\n"
+    written = (a.dir / ".git" / "config").stat().st_mtime_ns
+    a.ensure()
+    a.ensure()
+    assert (a.dir / ".git" / "config").stat().st_mtime_ns == written
+    assert git("config", "--get-all", "remote.origin.url", cwd=a.dir).split() == ["forge:mem"]
+
+
 def test_offline_commits_stay_local_and_are_pushed_once_the_remote_is_back(tmp_path, remote):
     a = box(tmp_path, remote, "a")
     a.dir.mkdir(parents=True)
