@@ -30,6 +30,10 @@ CRASH_LIKE = ("crash", "exit", "tmux_gone", "poller_missing", "canary_failed")
 ALWAYS_FRESH = ("preventive", "resume_failed")
 OPERATOR = ("operator_resume", "operator_fresh")
 CAUSES = CRASH_LIKE + ALWAYS_FRESH + OPERATOR
+# Not a relaunch, but in the history as one of the operator's: `loom release` of the ceiling's hold
+# starts a new budget as a relaunch by hand does (the same relaunches still in the window held the
+# agent again at once, and told the operator again, as if the release had done nothing).
+RELEASE = "operator_release"
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ class Relaunch:
 
     @property
     def automatic(self) -> bool:
-        return self.cause not in OPERATOR
+        return self.cause not in OPERATOR and self.cause != RELEASE
 
 
 @dataclass(frozen=True)

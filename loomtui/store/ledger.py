@@ -336,12 +336,18 @@ def last_relaunch(store: Store, agent: str) -> sqlite3.Row | None:
                            "ORDER BY id DESC LIMIT 1", (agent,))
 
 
-def relaunches(store: Store, agent: str, limit: int) -> list[sqlite3.Row]:
-    """The agent's last `limit` relaunches: ts, cause, detail."""
-    return store.query(
-        "SELECT ts, cause, detail FROM ledger WHERE agent = ? AND kind = 'relaunch' ORDER BY id DESC LIMIT ?",
-        (agent, limit),
-    )
+def relaunches(store: Store, agent: str, limit: int) -> list[tuple[Any, ...]]:
+    """The agent's last `limit` relaunches, and the operator's releases of the ceiling's hold
+    (cause 'operator_release': a new budget, agent/policy.RELEASE), newest first: ts, cause, detail."""
+    # Two reads along the (agent, kind, id) index, merged by id: one OR query walked the agent's
+    # whole ledger backwards (a storm's backoff asks at every watchdog tick).
+    launched = store.query("SELECT id, ts, cause, detail FROM ledger WHERE agent = ? AND kind = 'relaunch' "
+                           "ORDER BY id DESC LIMIT ?", (agent, limit))
+    released = store.query("SELECT id, ts, 'operator_release', detail FROM ledger WHERE agent = ? "
+                           "AND kind = 'hold_cleared' AND json_extract(detail, '$.how') = 'release' "
+                           "AND json_extract(detail, '$.held_by') = 'ceiling' ORDER BY id DESC LIMIT ?", (agent, limit))
+    merged = sorted([*launched, *released], key=lambda row: row[0], reverse=True)[:limit] if released else launched
+    return [tuple(row)[1:] for row in merged]
 
 
 def relaunch_page(store: Store, agent: str, before_id: int | None, limit: int = 100) -> list[sqlite3.Row]:

@@ -155,6 +155,19 @@ def test_at_the_ceiling_loom_holds_and_tells_the_operator_once(ctx):
     assert kinds(ctx).count("escalation") == 1 and len(outbox.pending(ctx.store)) == 1
 
 
+def test_a_release_of_the_ceilings_hold_starts_a_new_budget_as_a_relaunch_by_hand_does(ctx):
+    """`loom release` ends the ceiling's hold; the same relaunches still in the window held the agent
+    again at the next recovery and told the operator again, as if the release had done nothing."""
+    for i in range(6):
+        relaunched(ctx, 3000 - 500 * i)
+    assert actions.recover(ctx, "exit", source="watchdog").decision.escalate
+    actions.release(ctx, source="cli")
+    again = actions.recover(ctx, "crash", source="watchdog")
+    assert again.decision is not None and again.decision.action == policy.RELAUNCH
+    assert kinds(ctx).count("escalation") == 1 and len(outbox.pending(ctx.store)) == 1
+    assert [r.cause for r in recovery.history(ctx)][-2:] == [policy.RELEASE, "crash"]
+
+
 def test_the_ceilings_message_names_the_agent_among_several_and_escalates_once_per_hold(beta):
     decision = policy.Decision(policy.HOLD, escalate=True, reasons=("ceiling: 6", "and more"))
     decided = clock.Instant(T0 - 30.0, MONO - 30.0, BOOT)  # when the policy decided, a moment ago
