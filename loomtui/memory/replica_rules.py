@@ -132,7 +132,9 @@ def conflict_name(path: str, host: str, stamp: str) -> str:
 
 
 def is_conflict_copy(path: str) -> bool:
-    return re.search(r"\.conflict-[A-Za-z0-9_-]+-\d{8}T\d{6}$", path) is not None
+    """A copy conflict_name made, or one made beside it in the same second (`-2`, `-3`: replica's
+    _free_name), which went uncounted and left the conflict looking reconciled."""
+    return re.search(r"\.conflict-[A-Za-z0-9_-]+-\d{8}T\d{6}(-\d+)?$", path) is not None
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,7 @@ def test_a_conflict_copy_names_the_file_the_host_and_the_time():
     assert name == "notes/deploys.md.conflict-box-a-20270115T080000"
     assert rules.is_conflict_copy(name) and not rules.is_conflict_copy("notes/deploys.md")
     assert not rules.is_conflict_copy("x.conflict-a-2027")
+    assert rules.is_conflict_copy(name + "-2") and not rules.is_conflict_copy(name + "-x")  # a second in one second
 
 
 def test_the_lag_in_words():
