@@ -20,7 +20,8 @@ from loomtui.timing import backoff
 from loomtui.config import TelegramConfig
 from loomtui.context import Context
 from loomtui.states import EventKind
-from loomtui.store import outbox
+from loomtui.errors import StoreUnavailable
+from loomtui.store import health, outbox
 from loomtui.store.db import Store
 from loomtui.store.locks import FileLock
 from loomtui.telegram import rules
@@ -32,6 +33,7 @@ LOCK_NAME = "telegram-sender.lock"  # two senders on one store would both send t
 BAD_REQUEST_ATTEMPTS = 3  # Telegram understood and refused this very message; retrying forever is a wedge
 
 log = logging.getLogger("loomtui.telegram.sender")
+RECORD_RETRY = 1.0  # seconds before a delivery the busy store did not take is recorded again
 
 
 async def run_sender(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM,
@@ -96,12 +98,17 @@ class Sender:
         self.store, self.cfg, self.bot, self.clock = store, cfg, bot, clock
         self._hold: tuple[int, float] | None = None  # (row id, monotonic time before which not to retry)
         self._last_sent: dict[int, float] = {}  # chat id → monotonic time of our last message there
+        # Rows Telegram took whose delivery the store did not (busy past its timeout): recorded at the
+        # next step, never sent again (the loop's restart after the error sent them a second time).
+        self._unrecorded: dict[int, dict] = {}
 
     async def step(self) -> float:
         """Try the head row once if it is due; the seconds to wait before the next step."""
         row = outbox.head(self.store)
         if row is None:
             return self.cfg.poll_interval
+        if row.id in self._unrecorded:
+            return self._record(row.id)
         chat = row.chat_id or self.cfg.chat_id
         wait = max(self._retry_wait(row), self._rate_wait(chat))
         if wait > 0:
@@ -119,8 +126,20 @@ class Sender:
             return self._failed(row, exc, permanent=False)
         self._last_sent[chat] = self.clock.monotonic()
         self._hold = None
-        outbox.mark_sent(self.store, row.id, message_id=sent.message_id, chat_id=chat, length=len(text),
-                         truncated=truncated, now=self.clock.time())
+        self._unrecorded[row.id] = {"message_id": sent.message_id, "chat_id": chat, "length": len(text),
+                                    "truncated": truncated, "now": self.clock.time()}
+        return self._record(row.id)
+
+    def _record(self, row_id: int) -> float:
+        """The delivery of a row Telegram took, into the store; on a busy store, again at the next step."""
+        try:
+            outbox.mark_sent(self.store, row_id, **self._unrecorded[row_id])
+        except StoreUnavailable as exc:
+            if health.classify(exc) != health.TRANSIENT:
+                raise
+            log.warning("telegram: outbox %d was sent; the store is busy, its record waits: %s", row_id, exc)
+            return RECORD_RETRY
+        del self._unrecorded[row_id]
         return 0.0
 
     def _retry_wait(self, row: outbox.Message) -> float:

@@ -1,6 +1,6 @@
-"""The command poller's step against the loopback fake of the Bot API (tests/fakebot.py): a
-second poller on the token (409 Conflict) coming and going, and flood control on getUpdates
-(429 with retry_after)."""
+"""The command poller's and the sender's steps against the loopback fake of the Bot API
+(tests/fakebot.py): a second poller on the token (409 Conflict) coming and going, flood control on
+getUpdates (429 with retry_after), a store too busy to record a delivery Telegram took."""
 
 from __future__ import annotations
 
@@ -67,3 +67,34 @@ def test_flood_control_on_get_updates_waits_as_long_as_telegram_says(fake, store
     [waited, then] = steps(fake, store, [False, False], flood=[7])
     assert waited >= 7.0  # not the backoff's first second
     assert then == 0.0
+
+
+def test_a_delivery_the_busy_store_did_not_take_is_recorded_later_never_sent_again(fake, tmp_path):
+    """Telegram took the message, and the store, held by a backup past its busy timeout, did not take
+    its record: the error restarted the sender's loop, and the row, still pending, went again."""
+    from fake_clock import FakeClock
+
+    from loomtui import clock
+    from loomtui.telegram.sender import RECORD_RETRY, Sender
+
+    cfg = parse_config({"telegram": {"chat_id": 42, "api_base": fake.api_base}}, "loom.toml", None)
+    with clock.use(FakeClock()), Store.in_dir(tmp_path, waits_on_clock=True) as store, \
+            Store.in_dir(tmp_path, timeout=0) as holder:
+        outbox.enqueue(store, "the job broke")
+
+        async def run() -> list[float]:
+            bot = make_bot(TOKEN, cfg.telegram)
+            sender = Sender(store, cfg.telegram, bot, Clock())
+            try:
+                holder.lock_out()
+                first = await sender.step()
+                holder.let_in()
+                return [first, await sender.step(), await sender.step()]
+            finally:
+                await bot.shutdown()
+
+        waits = asyncio.run(run())
+        assert waits[0] == RECORD_RETRY and waits[1] == 0.0
+        assert [m.text for m in fake.messages] == ["the job broke"]  # once
+        [row] = outbox.recent(store, 10)
+        assert row.state == "sent" and row.telegram_message_id is not None
