@@ -387,7 +387,7 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         config=str(ctx.config_path) if ctx.config_path else None,
         pinned_session=session.pinned(store),
         ledger_events=ledger.count(store),
-        heartbeats={name: Heartbeat(now - b["ts"], b["pid"]) for name, b in beats.items()},
+        heartbeats={name: Heartbeat(heartbeats.age(b, at), b["pid"]) for name, b in beats.items()},
         last_events=ledger.tail(store, events, agent=ctx.agent) if events else [],
         outbox=outbox.summary(store, now),
         conflict=telegram_state.conflict(store),

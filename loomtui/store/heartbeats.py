@@ -7,18 +7,31 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from loomtui import clock
+from loomtui.timing import Instant, raw_age, stored
 
 if TYPE_CHECKING:
     from loomtui.store.db import Store
 
 
 def beat(store: Store, name: str, detail: dict[str, Any] | None = None, now: float | None = None) -> None:
+    """The beat, with the monotonic clock and the boot it was read on beside the wall time (in its
+    detail): its age is the monotonic clock's within a boot, which no step of the wall clock moves
+    (a beat dated ahead by a clock stepped back read fresh until the clock caught up)."""
+    at = clock.now()
+    stamp = {"mono": at.mono, "boot": at.boot} if now is None else {}
     with store.write() as db:
         db.execute(
             "INSERT INTO heartbeats(name, ts, pid, detail) VALUES (?, ?, ?, ?) "
             "ON CONFLICT(name) DO UPDATE SET ts = excluded.ts, pid = excluded.pid, detail = excluded.detail",
-            (name, clock.wall() if now is None else now, os.getpid(), json.dumps(detail or {})),
+            (name, at.wall if now is None else now, os.getpid(), json.dumps({**(detail or {}), **stamp})),
         )
+
+
+def age(beat: dict[str, Any], now: Instant) -> float:
+    """How old a beat `read` gave is at `now` (negative: dated ahead, across a boot or a step)."""
+    detail = beat.get("detail")
+    kept = detail if isinstance(detail, dict) else {}
+    return raw_age(stored(beat["ts"], kept.get("mono"), kept.get("boot")), now)
 
 
 def read(store: Store) -> dict[str, dict[str, Any]]:

@@ -490,3 +490,20 @@ def test_the_poller_runs_a_fresh_command_after_a_step_and_refuses_one_from_an_ou
     poller.listened = Instant(now.wall - 3600, now.mono - 3600, now.boot)
     asyncio.run(poller.handle(telegram_update(2, age=3500)))
     assert operator.asked == ["recycle fresh"]
+
+
+def test_the_supervisors_heartbeat_ages_on_the_monotonic_clock_whatever_the_wall_clock_did(ctx):
+    """Stepped back an hour after the daemon's last beat (and the daemon dead since): by wall time
+    the beat lay an hour ahead and read fresh until the clock caught up; `loom check` said nothing."""
+    from fake_clock import FakeClock
+
+    from loomtui.report import check_rules, status
+    from loomtui.store import heartbeats
+
+    virtual = FakeClock(W, M, BOOT)
+    with clock.use(virtual):
+        heartbeats.beat(ctx.store, "supervisor", {"pid": 1})
+        virtual.at_wall -= 3600
+        virtual.advance(120)
+        assert status.gather(ctx, look=False).supervisor.age == pytest.approx(120.0)
+        assert 120.0 > check_rules.supervisor_stale_after(ctx.config.watchdog.interval)
