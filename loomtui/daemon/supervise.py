@@ -345,7 +345,7 @@ async def run_heartbeat(rt: Runtime, stop: asyncio.Event, period: float) -> None
             if failed is not None:
                 # A busy or locked store (a backup holding it, a long `sqlite3` session) is never
                 # fatal, however long it lasts: three such beats in a row ended the daemon.
-                failures += 0 if health.classify(failed) == health.TRANSIENT else 1
+                failures = 0 if health.classify(failed) == health.TRANSIENT else failures + 1  # in a row
                 log.error("heartbeat failed: %s", failed)
                 if failures >= FATAL_HEARTBEAT_FAILURES:
                     rt.fatal = f"cannot write the heartbeat to {ctx.state_dir}: {failed}"

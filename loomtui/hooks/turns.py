@@ -156,8 +156,9 @@ def _mark(row) -> Mark:
 def complete_until(ctx: Context, now: Instant, bound: float) -> Instant:
     """The instant up to which the recorded turns are the whole story: `now`, unless event files
     still wait in the agent's events directory (the hooks loop is behind: the store was locked, say).
-    Then the turns are judged as they stood when the oldest of them was written: a turn is not taken
-    for quiet on the events read so far while newer ones wait. Files waiting longer than `bound`
+    Then the turns are judged as they stood when the oldest of them was written (or, once the wall
+    clock was stepped while they waited, when a look first saw them): a turn is not taken for quiet
+    on the events read so far while newer ones wait. Files waiting longer than `bound`
     (turn_quiet) no longer hold the judgement back: one that cannot be read or removed must not
     excuse a wedge for ever."""
     directory = events_dir(ctx.agent_dir)

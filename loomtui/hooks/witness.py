@@ -64,7 +64,7 @@ class Witness:
         if not typed:
             self._advance(read_to, [])
             return 0, None
-        oldest = min(line.at.wall for line in typed)
+        oldest = min(line.typed_wall for line in typed)  # a held line's prompt counts from its typing
         reported = table.prompts_since(ctx.store, ctx.agent, oldest - EARLY)
         if reported:  # a prompt older than any read again can never be offered twice
             self.used = {u for u in self.used if u[0] >= reported[0]["id"]}
@@ -87,8 +87,10 @@ class Witness:
                     counters.bump_in(db, MISSING_TOTAL, {"agent": ctx.agent})
                 by_id = {line.id: line for line in typed}
                 for line_id, prompt_id in verdict.dispatched.items():
-                    # A prompt may be reported before the line's event was written (EARLY): 0 then.
-                    latency = max(0.0, raw_age(by_id[line_id].at, taken[prompt_id].at))
+                    # From its typing (a line held behind a turn waited that turn too); a prompt may
+                    # be reported before the line's event was written (EARLY): 0 then.
+                    since = clock.at_wall(by_id[line_id].typed_wall, now)
+                    latency = max(0.0, raw_age(since, taken[prompt_id].at))
                     counters.observe_in(db, LATENCY, {"agent": ctx.agent}, latency, counters.DISPATCH_BUCKETS)
         said_by = {line.id: line.said for line in typed}
         self.used.update((prompt_id, said_by[line_id]) for line_id, prompt_id in verdict.dispatched.items())
@@ -107,7 +109,7 @@ class Witness:
                 continue  # a line the pump holds behind a running turn is not the CLI's yet (issue 26: busy)
             # Its deadline counts on the monotonic clock from the moment its event was written.
             at = self.first_seen.setdefault(int(row["id"]), clock.at_wall(float(row["ts"]), now))
-            out.append(Typed(int(row["id"]), at, said, str(row["kind"])))
+            out.append(Typed(int(row["id"]), at, said, str(row["kind"]), float(row["ts"])))
         return out
 
     def _held_back(self, late: list[Typed], now: Instant) -> set[int]:

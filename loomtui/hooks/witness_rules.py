@@ -24,9 +24,14 @@ class Typed:
     """A line Loom typed: its ledger event, when (the event's time), its digest for the witness."""
 
     id: int
-    at: Instant
+    at: Instant          # when its timeout counts from (its typing, or a held line's turn's end)
     said: str
     kind: str = "inject"
+    typed: float | None = None  # when it was typed (wall), where `at` moved on: a prompt counts from then
+
+    @property
+    def typed_wall(self) -> float:
+        return self.at.wall if self.typed is None else self.typed
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ def witness(typed: list[Typed], prompts: list[Prompt], recorded: frozenset[int] 
     ordered = sorted(prompts, key=lambda p: (p.at.wall, p.id))
     for line in sorted(typed, key=lambda t: t.id):
         match = next((p for p in ordered if (p.id, line.said) not in taken and line.said in p.said
-                      and p.at.wall >= line.at.wall - EARLY), None)
+                      and p.at.wall >= line.typed_wall - EARLY), None)
         if match is not None:
             taken.add((match.id, line.said))
             dispatched[line.id] = match.id

@@ -142,7 +142,7 @@ class Replica:
         if not (self.dir / ".git").exists():
             self.git.run("init", "-q", "-b", self.branch)
 
-    def ensure(self, now: float | None = None) -> list[tuple[str, str]]:
+    def ensure(self, now: float | None = None, *, settle: bool = True) -> list[tuple[str, str]]:
         """A work tree on the branch with `origin` at the configured remote, no rebase left half
         done: one an earlier sync left (killed, timed out, interrupted) is finished as that sync
         would have, each conflict kept both ways, what the agent wrote meanwhile with it. (It was
@@ -156,8 +156,8 @@ class Replica:
             self.git.run("remote", "add", "origin", "--", self.remote)
         elif found.out.strip() != self.remote:
             self.git.run("remote", "set-url", "origin", "--", self.remote)
-        if not self._rebasing():
-            return []
+        if not settle or not self._rebasing():
+            return []  # (a read of the remote leaves a half-done rebase to the next sync)
         return self._settle(self.git.run("status", "--porcelain", check=False), clock.wall() if now is None else now)
 
     def _rebasing(self) -> bool:
@@ -224,9 +224,9 @@ class Replica:
         return self._settle(result, now)
 
     def _settle(self, result: Any, now: float) -> list[tuple[str, str]]:
-        """Take a rebase under way to its end: at each stop every conflict kept both ways, then on;
-        a step left with nothing to commit skipped. Aborted (and an error) only past
-        MAX_REBASE_STOPS, or a stop that is no conflict and will not go on."""
+        """Take a rebase under way to its end: at each stop every conflict kept both ways, what the
+        work tree holds added, then on; a step that will not go on with nothing unmerged skipped.
+        Aborted (and an error) past MAX_REBASE_STOPS."""
         conflicts: list[tuple[str, str]] = []
         stops = 0
         while self._rebasing():
@@ -306,7 +306,7 @@ class Replica:
     def remote_checkpoints(self, host: str | None = None) -> list[tuple[int, str]]:
         """Every head ever checkpointed for `host` on the remote's branch, as fetched now (an error
         when the remote cannot be reached: a proof needs the remote's word, not a stale copy)."""
-        self.ensure()
+        self.ensure(settle=False)  # its conflicts are a sync's to keep and tell (open_conflicts)
         self.fetch()
         if not self._has(self.remote_ref):
             return []
@@ -328,9 +328,12 @@ class Replica:
         """One look and whatever is due (everything, `forced`); `checkpoint` is a ledger head to commit
         first. Returns what was done and the state now stored. The caller holds `lock()`."""
         now = clock.wall() if now is None else now
-        settled = self.ensure(now)  # a rebase an earlier sync left half done, finished: its conflicts too
         state = read_state(self.dir) or State()
         outcome = Outcome()
+        try:
+            settled = self.ensure(now)  # a rebase an earlier sync left half done, finished: its conflicts too
+        except GitError as exc:  # recorded as any failed sync is, never the loop's error
+            settled, outcome.error = [], _short(exc)
         if checkpoint is not None and self.write_checkpoint(*checkpoint, now):
             outcome.checkpoint = ledger.format_head(*checkpoint)
             state.checkpoint_seq, state.checkpoint_at = checkpoint[0], now
@@ -344,7 +347,7 @@ class Replica:
         if plan.commit and self.commit(now):
             outcome.committed = True
             state.fingerprint, state.changed_at = "", None
-        reached, tried = True, plan.pull
+        reached, tried = not outcome.error, plan.pull
         if plan.pull:
             state.last_try = now
             try:

@@ -313,7 +313,7 @@ def send_due(ctx: Context, at: Instant, report: SentinelReport) -> None:
 
 
 def _owed_first_nudge(item: Item) -> bool:
-    return item.last_nudge_at is None or (item.reopened_at is not None and item.last_nudge_at <= item.reopened_at)
+    return item.last_nudge_at is None or (item.reopened_at is not None and item.reopened_at > item.last_nudge_at)
 
 
 def witness_window(ctx: Context, item: Item) -> float | None:

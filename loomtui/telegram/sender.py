@@ -89,6 +89,10 @@ async def send_due(ctx: Context, *, clock: Clock = SYSTEM, bot: telegram.Bot | N
         for _ in range(limit):
             if outbox.head(ctx.store) is None or await sender.step() > 0:
                 break
+        if sender._unrecorded:
+            # A tick ends here: the next would send the row again. Its failure says so instead.
+            raise StoreUnavailable(f"outbox {sorted(sender._unrecorded)} sent, but the store was too busy to "
+                                   "record it: it may be sent again")
     after, left = counts()
     return after - before, left
 

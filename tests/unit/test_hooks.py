@@ -450,3 +450,34 @@ def test_a_line_held_behind_a_turn_has_its_whole_timeout_from_the_turn_s_end(tmp
         virtual.advance(30)
         assert seen.look()[0] == 0
         assert not [e for e in ledger.tail(ctx.store, 50) if e.kind == "dispatch_missing"]
+
+
+def test_a_held_line_is_matched_to_its_prompt_also_when_the_look_after_the_turn_comes_late(tmp_path):
+    """The look that sees the holding turn ended may come late (the hooks loop waited on a resume's
+    relaunch lock, a slow store): its timeout starts there, but its prompt, written just after the
+    turn's end, still carries it; counted from that look, the prompt was too early to match."""
+    ctx = hooked_ctx(tmp_path, timeout="15s")
+    settings.write(ctx.agent_dir)
+    virtual = FakeClock(1_000_000.0, 1_000_000.0 - 1000, BOOT)
+
+    def hook(event: str, **detail) -> None:
+        with ctx.store.write() as db:
+            hook_events.insert_in(db, ctx.agent, clock.now(), event, "s", "", detail)
+
+    with clock.use(virtual):
+        seen = Witness(ctx)
+        hook("UserPromptSubmit", length=9, said=said("long task"))
+        virtual.advance(1)
+        typed_event(ctx, "queued behind the turn")
+        virtual.advance(16)
+        hook("PostToolUse", tool_name="Bash")
+        assert seen.look()[0] == 0  # held back
+        virtual.advance(5)
+        hook("Stop")
+        virtual.advance(1)
+        hook("UserPromptSubmit", length=22, said=said("queued behind the turn"))  # taken at once
+        virtual.advance(45)  # the next look comes late
+        assert seen.look()[0] == 0
+        virtual.advance(30)
+        assert seen.look()[0] == 0
+        assert not [e for e in ledger.tail(ctx.store, 50) if e.kind == "dispatch_missing"]

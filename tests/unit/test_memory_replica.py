@@ -157,6 +157,8 @@ def test_a_rebase_an_earlier_sync_left_half_done_is_finished_with_what_the_agent
     assert stopped.returncode != 0 and (b.dir / ".git" / "rebase-merge").exists()  # the sync that stopped here
     with open(b.dir / "other.md", "a") as fh:
         fh.write("the agent's new fact\n")  # the agent writes on meanwhile
+    b.remote_checkpoints()  # `loom ledger verify --remote` reads the remote: the rebase is the next sync's
+    assert (b.dir / ".git" / "rebase-merge").exists()
     done, _ = sync(b, forced=True, now=T0)
     assert not (b.dir / ".git" / "rebase-merge").exists() and done.pushed
     assert (b.dir / "other.md").read_text() == "keep\nthe agent's new fact\n"

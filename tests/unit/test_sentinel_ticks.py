@@ -401,9 +401,9 @@ def test_a_failure_not_yet_nudged_goes_before_the_renudges_of_older_ones(tmp_pat
         for i in range(6):
             f.write(f"j{i}", "ERROR broken\n")
         f.tick(1000.0)
-        with f.ctx.store.write() as db:  # each nudged once already: their renudges are due by 2300
+        with f.ctx.store.write() as db:  # each nudged once already, at its reopen: their renudges due by 2300
             for item in f.items():
-                queue.save(db, replace(item, nudges=1, last_nudge_at=1000.0))
+                queue.save(db, replace(item, nudges=1, last_nudge_at=1000.0, reopened_at=1000.0, reopens=1))
         f.write("j6", "ERROR broken too\n")
         report = f.tick(2300.0, notify=True)
         new = next(i for i in f.items() if i.job == "j6")

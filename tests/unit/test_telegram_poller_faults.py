@@ -11,6 +11,7 @@ from fakebot import FakeBot
 from test_bridge_poller import Agent
 
 from loomtui.config import parse_config
+from loomtui.context import Context
 from loomtui.store import ledger, outbox
 from loomtui.store.db import Store
 from loomtui.telegram.bot import make_bot
@@ -98,3 +99,31 @@ def test_a_delivery_the_busy_store_did_not_take_is_recorded_later_never_sent_aga
         assert [m.text for m in fake.messages] == ["the job broke"]  # once
         [row] = outbox.recent(store, 10)
         assert row.state == "sent" and row.telegram_message_id is not None
+
+
+def test_a_tick_whose_delivery_went_unrecorded_fails_and_says_it(fake, tmp_path, monkeypatch):
+    """`loom tick notify` ends with its pass: a delivery the busy store did not take would be sent
+    again by the next tick, so the tick fails naming it rather than exiting 0."""
+    from fake_clock import FakeClock
+
+    from loomtui import clock
+    from loomtui.errors import StoreUnavailable
+    from loomtui.telegram.sender import send_due
+
+    monkeypatch.setenv("LOOM_TEST_TOKEN", TOKEN)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[telegram]\nchat_id = 42\napi_base = "{fake.api_base}"\ntoken_env = "LOOM_TEST_TOKEN"\n')
+    loaded = Context.load(str(config), str(tmp_path / "state"), environ={})
+    ctx = Context(loaded.config, loaded.config_path, loaded.state_dir, store_waits_on_clock=True)
+    holder = Store.in_dir(ctx.state_dir, timeout=0)
+    try:
+        outbox.enqueue(ctx.store, "the job broke")
+        holder.lock_out()
+        with clock.use(FakeClock()), pytest.raises(StoreUnavailable, match=r"outbox \[1\] sent"):
+            asyncio.run(send_due(ctx, bot=make_bot(TOKEN, ctx.config.telegram)))
+        holder.let_in()
+        assert [m.text for m in fake.messages] == ["the job broke"]
+    finally:
+        holder.close()
+        ctx.close()
+        loaded.close()
