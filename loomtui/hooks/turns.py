@@ -23,7 +23,7 @@ from loomtui.hooks.settings import events_dir
 from loomtui.hooks.turn_rules import Mark, Turn
 from loomtui.store import canary_runs, hook_events
 from loomtui.store.db import Store
-from loomtui.timing import Instant, age, stored
+from loomtui.timing import Instant, age, stepped, stored
 
 # The turn events read back: a prompt and a stop per turn, so the last hundred or so turns, far more
 # than the misses in one run of them can span.
@@ -168,21 +168,12 @@ def complete_until(ctx: Context, now: Instant, bound: float) -> Instant:
         return now
     oldest = waiting[0][0] / 1e9
     first = min(seen.values(), key=lambda at: at.mono if at.mono is not None else at.wall)
-    if not _stepped(first, now) and now.wall >= oldest:
+    if not stepped(first, now) and now.wall >= oldest:
         return clock.at_wall(oldest, now) if now.wall - oldest < bound else now
     # The wall clock was stepped while they waited (or since one was written: it reads as written
     # later than now): their mtimes cannot say how long. From when a look first saw them waiting,
     # on the monotonic clock, for `bound` at most.
     return now if age(first, now) >= bound else first
-
-
-STEP = 60.0  # a wall clock that moved this much against the monotonic one was stepped
-
-
-def _stepped(then: Instant, now: Instant) -> bool:
-    if then.mono is None or now.mono is None or then.boot != now.boot:
-        return False
-    return abs((now.wall - then.wall) - (now.mono - then.mono)) > STEP
 
 
 # Per events directory, when a look first saw each file still waiting there (name and mtime): the
