@@ -17,6 +17,10 @@ from loomtui.text import printable
 # The remote command `loom hosts` runs on each host: every agent's object, whatever their number.
 STATUS_WORDS = ["status", "--json", "--list"]
 MAX_PUSHES = 16  # a host's push heartbeats shown (its answer is untrusted: bounded)
+# How old a host's supervisor heartbeat may be and still say someone supervises its agents, where
+# its status does not say (an older Loom): report/check_rules.supervisor_stale_after, for any
+# watchdog interval. A host that says judges its own.
+STALE_AFTER = 15.0
 
 
 @dataclass(frozen=True)
@@ -60,12 +64,19 @@ class AgentRow:
     hold: str                        # "" when nothing holds it; else who and why
     heartbeat_age: float | None      # the host's supervisor's heartbeat (None: none yet)
     pushes: tuple[PushBeat, ...] = ()  # the host's push heartbeats, each as it last beat
+    stale_after: float = STALE_AFTER   # the host's own rule for a heartbeat too old
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "state": self.state,
                 "canary": None if self.canary_result is None else {"result": self.canary_result, "age": self.canary_age},
                 "queue": self.queue, "hold": self.hold or None, "heartbeat_age": self.heartbeat_age,
-                "heartbeat_push": {p.name: p.as_json() for p in self.pushes}}
+                "supervised": self.supervised, "heartbeat_push": {p.name: p.as_json() for p in self.pushes}}
+
+    @property
+    def supervised(self) -> bool:
+        """The host's `loom supervise` beat lately: someone watches this agent. Its state and canary
+        are what they were when it last looked; without it nothing recovers the agent."""
+        return self.heartbeat_age is not None and self.heartbeat_age <= self.stale_after
 
     def canary(self) -> str:
         if self.canary_result is None:
@@ -73,7 +84,10 @@ class AgentRow:
         return f"{self.canary_result} {format_duration(max(self.canary_age or 0, 0))} ago"
 
     def heartbeat(self) -> str:
-        return "none" if self.heartbeat_age is None else f"{format_duration(max(self.heartbeat_age, 0))} ago"
+        if self.heartbeat_age is None:
+            return "none"
+        ago = f"{format_duration(max(self.heartbeat_age, 0))} ago"
+        return ago if self.supervised else f"STALE {ago}"
 
 
 @dataclass(frozen=True)
@@ -144,7 +158,13 @@ def agent_row(data: Any) -> AgentRow:
         queue=unresolved,
         hold=f"{_text(hold.get('by'), 32) or 'held'}: {_text(hold.get('reason'))}" if hold else "",
         heartbeat_age=finite_number(supervisor.get("heartbeat_age")),
-        pushes=push_beats(data.get("heartbeat_push")))
+        pushes=push_beats(data.get("heartbeat_push")),
+        stale_after=_positive(supervisor.get("stale_after")) or STALE_AFTER)
+
+
+def _positive(value: Any) -> float | None:
+    number = finite_number(value)
+    return number if number is not None and number > 0 else None
 
 
 def parse_status(stdout: str) -> tuple[AgentRow, ...]:

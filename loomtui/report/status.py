@@ -24,7 +24,7 @@ from loomtui.context import Context
 from loomtui.durations import format_duration
 from loomtui.hooks import source as turn_source
 from loomtui.hooks import turn_rules
-from loomtui.report import heartbeat_rules
+from loomtui.report import check_rules, heartbeat_rules
 from loomtui.store import canary_runs, heartbeat_pushes, heartbeats, hook_events, ledger, outbox, queue_items, session, telegram_state
 from loomtui.store.ledger import Event
 from loomtui.text import printable
@@ -288,6 +288,7 @@ class Status:
     turn: TurnLook | None = None            # the turn as the hooks tell it (None: no hooks configured)
     pushes: dict[str, dict[str, Any]] = field(default_factory=dict)  # each push heartbeat's last beat (the host's)
     replica: ReplicaLook | None = None      # the memory replica's lag (None: no memory.remote)
+    supervisor_stale_after: float = check_rules.supervisor_stale_after(5.0)  # a beat older: nobody supervises
 
     @property
     def moment(self) -> Instant | float:
@@ -336,7 +337,10 @@ class Status:
             "config": self.config,
             "pinned_session": self.pinned_session,
             "ledger": {"events": self.ledger_events},
-            "supervisor": {"heartbeat_age": sup.age if sup else None, "pid": sup.pid if sup else None},
+            # stale_after: this host's own rule for a beat too old (`loom check`'s), so that another
+            # host's `loom hosts` and console say a dead supervisor as this host would.
+            "supervisor": {"heartbeat_age": sup.age if sup else None, "pid": sup.pid if sup else None,
+                           "stale_after": self.supervisor_stale_after},
             "heartbeats": {name: {"age": b.age, "pid": b.pid} for name, b in self.heartbeats.items()},
             "last_events": [e.as_dict() for e in self.last_events],
             "telegram": {"outbox": self.outbox, "conflict": self.conflict},
@@ -406,6 +410,7 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         turn=turn_look(ctx, at),
         pushes=pushes(ctx, now),
         replica=replica_look(ctx, now),
+        supervisor_stale_after=check_rules.supervisor_stale_after(ctx.config.watchdog.interval),
     )
 
 

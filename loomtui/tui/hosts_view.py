@@ -71,7 +71,10 @@ def host_line(hv: HostView, now: float) -> Text:
     if not hv.agents:
         return safe("no agents", "dim")
     pushes = "".join(f" · push {p.name}: {p.words()}" for p in hv.pushes)
-    return safe(f"heartbeat {hv.agents[0].heartbeat()}{pushes}", "dim")
+    first = hv.agents[0]  # the supervisor is the host's: every agent's status says the same
+    if not first.supervised:  # its agents' rows are what it last saw, and nothing recovers them
+        return safe(f"heartbeat {first.heartbeat()}: loom supervise is not running{pushes}", LEVELS["bad"])
+    return safe(f"heartbeat {first.heartbeat()}{pushes}", "dim")
 
 
 def rows_of(views: list[HostView], now: float) -> list[tuple[str, list[Text]]]:

@@ -56,7 +56,7 @@ def header_of(chosen: Chosen) -> Header:
     row = chosen.row
     return Header(agent=row.state, agent_level=state_level(row.state), pinned=None, canary=row.canary(),
                   canary_level=canary_level(row), supervisor=f"heartbeat {row.heartbeat()}",
-                  supervisor_level="ok" if row.heartbeat_age is not None else "bad", open_items=row.queue,
+                  supervisor_level="ok" if row.supervised else "bad", open_items=row.queue,
                   held=bool(row.hold), hold=row.hold, name=f"{chosen.agent} on {chosen.host}")
 
 

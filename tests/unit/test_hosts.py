@@ -190,6 +190,27 @@ def test_a_hosts_status_is_parsed_field_by_field_and_made_printable():
             view.parse_status(bad)
 
 
+def test_a_host_whose_supervisor_no_longer_beats_says_so_by_its_own_rule():
+    # Its agents' states are what its supervisor last saw; nothing there recovers them now. The host
+    # says how old a beat may be (`stale_after`, its own `loom check` rule); an older Loom does not,
+    # and a beat older than 15 s (that rule's value for any watchdog interval) is stale.
+    def row(supervisor):
+        return view.parse_status(json.dumps([{"name": "main", "state": "running", "supervisor": supervisor}]))[0]
+
+    fresh, stale = row({"heartbeat_age": 4, "stale_after": 15}), row({"heartbeat_age": 40, "stale_after": 15})
+    assert (fresh.supervised, fresh.heartbeat()) == (True, "4s ago")
+    assert (stale.supervised, stale.heartbeat()) == (False, "STALE 40s ago")
+    assert row({"heartbeat_age": 40, "stale_after": 60}).supervised  # that host's own rule
+    for said in ({"heartbeat_age": 16}, {"heartbeat_age": 16, "stale_after": -1},
+                 {"heartbeat_age": 16, "stale_after": "soon"}, {"heartbeat_age": 16, "stale_after": None}):
+        assert not row(said).supervised, said
+    assert row({"heartbeat_age": 14}).supervised
+    assert (row({}).supervised, row({}).heartbeat()) == (False, "none")
+    lines = view.lines([view.HostView("b", (stale,))], time.time())
+    assert lines[1].split()[-3:] == ["STALE", "40s", "ago"]
+    assert view.HostView("b", (stale,)).as_json()["agents"][0]["supervised"] is False
+
+
 def test_the_table_says_an_unreachable_host_in_place_of_its_agents():
     now = time.time()
     up = view.HostView("local", (view.AgentRow("main", "running", "ok", 5.0, 0, "", 3.0),))

@@ -23,7 +23,10 @@ ADDED = {"relaunch", "replica"}
 def test_loom_status_json_keeps_its_keys(loom):
     data = json.loads(loom("status", "--json").stdout)
     assert set(data) == KEYS | ADDED and data["relaunch"] is None and data["replica"] is None
-    assert set(data["supervisor"]) == {"heartbeat_age", "pid"} and set(data["telegram"]) == {"outbox", "conflict"}
+    # The supervisor's `stale_after` came later: this host's own rule for a beat too old, what another
+    # host's `loom hosts` judges its heartbeat by.
+    assert set(data["supervisor"]) == {"heartbeat_age", "pid", "stale_after"}
+    assert data["supervisor"]["stale_after"] == 15.0 and set(data["telegram"]) == {"outbox", "conflict"}
     assert set(data["agent"]) >= {"tmux", "why"} and set(data["ledger"]) == {"events"}
 
 

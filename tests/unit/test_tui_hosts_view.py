@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 
 import pytest
 from harness import free_port
@@ -45,8 +46,11 @@ def test_each_hosts_agents_are_grouped_under_its_own_line():
     ops = plain[key_of("b", far[0].name)]
     assert "\x1b" not in ops[0] and ops[1:4] == ["held", "miss 1m ago", "2"]
     assert ops[4].startswith("operator: [bold]deploy") and "\x07" not in ops[4]
-    # The host's push heartbeats on its own line, beside its supervisor's heartbeat.
-    assert plain[key_of("b")][4] == "heartbeat none · push hc: fail sent 40s ago: [red]ops exited"
+    # The host's push heartbeats on its own line, beside its supervisor's heartbeat: none there, so
+    # nothing supervises its agents, and the line says so in red.
+    assert plain[key_of("b")][4] == ("heartbeat none: loom supervise is not running · push hc: fail sent 40s ago: "
+                                     "[red]ops exited")
+    assert "red" in str(dict(rows)[key_of("b")][4].style) and "red" not in str(dict(rows)[key_of("local")][4].style)
     # A host nobody answers for: one line saying since when and why; no agent of it, dead or alive.
     assert plain[key_of("c")][0] == "c" and plain[key_of("c")][1:4] == ["", "", ""]
     assert plain[key_of("c")][4] == ("unreachable since 2026-11-18 11:03:40 (3m ago): "
@@ -70,13 +74,24 @@ def test_a_remote_agents_keys_are_its_hosts_own_commands():
 
 
 def test_the_header_says_plainly_which_host_and_that_it_is_remote():
-    held = view.AgentRow("main", "held", None, None, 1, "operator: deploying", None)
+    held = view.AgentRow("main", "held", None, None, 1, "operator: deploying", 2.0)
     text = remote_agent.header(Chosen("b", "main", held, NOW - 12), NOW).plain
     first, second, third = text.split("\n")
     assert first.startswith(" host b · agent main (remote)   held  read 12s ago")
     assert second == "canary no probe yet  queue 1  hold operator: deploying"
     assert third == "keys c r h i d a act on b over ssh · every tab is b's, memory too"
     assert all(len(line) <= 78 for line in (first, second, third))  # 80 columns less the header's padding
+    # The host's `loom supervise` no longer beats: its state is what it last saw, and nothing on that
+    # host would recover the agent. The header says so beside the state, in red.
+    for unwatched, says in ((replace(held, heartbeat_age=600.0), "STALE 10m ago"),
+                            (replace(held, heartbeat_age=None), "no heartbeat")):
+        header = remote_agent.header(Chosen("b", "main", unwatched, NOW - 12), NOW)
+        first = header.plain.split("\n")[0]
+        assert first.startswith(f" host b · agent main (remote)   held  supervisor {says}  read 12s ago")
+        assert len(first) <= 78
+        assert any("red" in str(span.style) and header.plain[span.start:span.end] == says for span in header.spans)
+        assert remote_source.header_of(Chosen("b", "main", unwatched, NOW)).supervisor_level == "bad"
+    assert remote_source.header_of(Chosen("b", "main", held, NOW)).supervisor_level == "ok"
 
 
 def test_another_hosts_ledger_is_read_back_field_by_field_newest_first():
