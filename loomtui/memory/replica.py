@@ -158,7 +158,7 @@ class Replica:
             self.git.run("remote", "set-url", "origin", "--", self.remote)
         if not settle or not self._rebasing():
             return []  # (a read of the remote leaves a half-done rebase to the next sync)
-        return self._settle(self.git.run("status", "--porcelain", check=False), clock.wall() if now is None else now)
+        return self._settle(None, clock.wall() if now is None else now)
 
     def _rebasing(self) -> bool:
         git_dir = self.dir / ".git"
@@ -226,14 +226,16 @@ class Replica:
     def _settle(self, result: Any, now: float) -> list[tuple[str, str]]:
         """Take a rebase under way to its end: at each stop every conflict kept both ways, what the
         work tree holds added, then on; a step that will not go on with nothing unmerged skipped.
-        Aborted (and an error) past MAX_REBASE_STOPS."""
+        Aborted (and an error quoting git's last word: `result`, the rebase's own, until a step
+        has one) past MAX_REBASE_STOPS."""
         conflicts: list[tuple[str, str]] = []
         stops = 0
         while self._rebasing():
             stops += 1
             if stops > MAX_REBASE_STOPS:
                 self.git.run("rebase", "--abort", check=False)
-                raise GitError(f"{self.dir}: git rebase onto {self.remote_ref} failed: {result.first_error_line()}")
+                said = result.first_error_line() if result is not None else "a rebase left half done"
+                raise GitError(f"{self.dir}: git rebase onto {self.remote_ref} failed: {said}")
             for path, stages in self._unmerged().items():
                 conflicts.append((path, self._keep_both(path, stages, now)))
             self.git.run("add", "-A")

@@ -89,9 +89,9 @@ async def send_due(ctx: Context, *, clock: Clock = SYSTEM, bot: telegram.Bot | N
         for _ in range(limit):
             if outbox.head(ctx.store) is None or await sender.step() > 0:
                 break
-        if sender._unrecorded:
+        if sender.unrecorded:
             # A tick ends here: the next would send the row again. Its failure says so instead.
-            raise StoreUnavailable(f"outbox {sorted(sender._unrecorded)} sent, but the store was too busy to "
+            raise StoreUnavailable(f"outbox {list(sender.unrecorded)} sent, but the store was too busy to "
                                    "record it: it may be sent again")
     after, left = counts()
     return after - before, left
@@ -105,6 +105,11 @@ class Sender:
         # Rows Telegram took whose delivery the store did not (busy past its timeout): recorded at the
         # next step, never sent again (the loop's restart after the error sent them a second time).
         self._unrecorded: dict[int, dict] = {}
+
+    @property
+    def unrecorded(self) -> tuple[int, ...]:
+        """The rows Telegram took whose delivery is not in the store yet, by id."""
+        return tuple(sorted(self._unrecorded))
 
     async def step(self) -> float:
         """Try the head row once if it is due; the seconds to wait before the next step."""
