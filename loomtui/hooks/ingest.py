@@ -12,6 +12,7 @@ transaction as the event's row (hooks/harness.py).
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import stat
@@ -28,6 +29,8 @@ from loomtui.states import EventKind
 from loomtui.store import hook_events as table
 from loomtui.store import counters, ledger, outbox
 from loomtui.text import printable
+
+log = logging.getLogger(__name__)
 
 SOURCE = "hooks"
 # Turns ended, by outcome (and a failure's error type), for the metrics: counted as they are recorded,
@@ -50,6 +53,7 @@ class Recorded:
     path: Path
     event: HookEvent
     wall: float
+    mtime_ns: int = 0  # as the directory's listing saw it: with the name, which file this was
 
 
 def pending(directory: Path) -> list[tuple[int, str]]:
@@ -98,27 +102,42 @@ def read_event(path: Path) -> tuple[HookEvent, float] | None:
     return hook_events.parse(b"".join(chunks), size), info.st_mtime
 
 
+# Per events directory, the files recorded that could not be deleted (name, mtime in ns): never
+# recorded again by this process. Read again at every look, a permission prompt's would have told
+# the operator once a look, and a quota's failure held the agent anew each time.
+_UNREMOVED: dict[str, set[tuple[str, int]]] = {}
+
+
 def collect(ctx: Context) -> list[Recorded]:
     """Record every complete event file in the agent's events directory, oldest first, and delete it."""
     directory = events_dir(ctx.agent_dir)
     done: list[Recorded] = []
-    names = pending(directory)
+    found = pending(directory)
+    # What is no longer there as it was (gone, or written anew) is forgotten.
+    unremoved = _UNREMOVED.pop(str(directory), set()) & {(name, mtime) for mtime, name in found}
+    names = [(mtime, name) for mtime, name in found if (name, mtime) not in unremoved]
     now = clock.wall()
-    for start in range(0, len(names), BATCH):
-        batch = []
-        for _, name in names[start:start + BATCH]:
-            path = directory / name
-            read = read_event(path)
-            if read is None:
-                continue  # gone, or not a plain file: never followed, never recorded
-            if read[0].event == hook_events.UNREADABLE and now - read[1] < PARTIAL_GRACE:
-                continue  # most likely still being written: its close wakes the loop again
-            batch.append(Recorded(path, *read))
-        if batch:
-            _record(ctx, batch)
-            for item in batch:
-                _remove(item.path)  # after the commit: a crash in between records it twice, never loses it
-            done.extend(batch)
+    try:
+        for start in range(0, len(names), BATCH):
+            batch = []
+            for mtime, name in names[start:start + BATCH]:
+                path = directory / name
+                read = read_event(path)
+                if read is None:
+                    continue  # gone, or not a plain file: never followed, never recorded
+                if read[0].event == hook_events.UNREADABLE and now - read[1] < PARTIAL_GRACE:
+                    continue  # most likely still being written: its close wakes the loop again
+                batch.append(Recorded(path, *read, mtime_ns=mtime))
+            if batch:
+                _record(ctx, batch)
+                for item in batch:
+                    # After the commit: a crash in between records it twice, never loses it.
+                    if not _remove(item.path):
+                        unremoved.add((item.path.name, item.mtime_ns))
+                done.extend(batch)
+    finally:  # kept also when the store refuses a batch: those already recorded stay recorded once
+        if unremoved:
+            _UNREMOVED[str(directory)] = unremoved
     return done
 
 
@@ -161,10 +180,15 @@ def _tell_permission_in(db: sqlite3.Connection, ctx: Context, event: HookEvent, 
                    dedupe_key=f"permission:{ctx.agent}:{row_id}")
 
 
-def _remove(path: Path) -> None:
+def _remove(path: Path) -> bool:
+    """Whether `path` is gone. One that stays (a directory made read-only, a file system remounted
+    so) is logged once and left: collect skips it from then on."""
     try:
         path.unlink()
     except FileNotFoundError:
         pass
-    except OSError:
-        pass  # read again next time: recorded twice at worst
+    except OSError as exc:
+        log.warning("hooks: %s was recorded but cannot be removed (%s): it is not read again",
+                    printable(str(path)), exc.strerror or exc)
+        return False
+    return True

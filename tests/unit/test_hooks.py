@@ -24,7 +24,7 @@ from loomtui.hooks.events import UNREADABLE, parse, said, typed_digest
 from loomtui.hooks.witness import Witness, line_calling_for_probe
 from loomtui.hooks.witness_rules import EARLY, Prompt, Typed, probe_now, witness
 from loomtui.report.doctor import OK, WARN, check_hooks
-from loomtui.store import hook_events, ledger
+from loomtui.store import hook_events, ledger, outbox
 from loomtui.text import digest
 from loomtui.timing import Instant
 
@@ -230,6 +230,39 @@ def test_event_files_are_recorded_in_the_store_and_the_ledger_then_deleted(tmp_p
     assert sorted(p.name for p in directory.iterdir()) == ["ev.1.json", "ev.3.json", "other.txt"]
     assert not any("root:" in (r["detail"] or "") for r in rows)
     assert ingest.collect(ctx) == []
+
+
+def test_an_event_file_that_cannot_be_removed_is_recorded_once(tmp_path, monkeypatch):
+    # The directory refuses the delete (made read-only, remounted so: root ignores a mode, so the
+    # system's refusal is played by pathlib's unlink, not Loom's). Read again at each look, the
+    # permission prompt told the operator again each time and the failed turn's hold began anew.
+    ctx = hooked_ctx(tmp_path)
+    settings.write(ctx.agent_dir)
+    directory = settings.events_dir(ctx.agent_dir)
+    real_unlink = Path.unlink
+
+    def refused(self, missing_ok=False):
+        if self.parent == directory:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_unlink(self, missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", refused)
+    for payload in (event(hook_event_name="Notification", notification_type="permission_prompt", message="Bash"),
+                    event(hook_event_name="StopFailure", error_type="rate_limit")):
+        assert run_hook(ctx.agent_dir, payload).returncode == 0
+    assert len(ingest.collect(ctx)) == 2
+    for _ in range(3):
+        assert ingest.collect(ctx) == []
+    assert len(hook_events.recent(ctx.store, ctx.agent)) == 2
+    assert [e.kind for e in ledger.tail(ctx.store, 50)].count("turn_failed") == 1
+    assert outbox.summary(ctx.store)[outbox.PENDING] == 2  # told once of the prompt, once of the hold
+    # A file written anew under a name recorded before is another event: recorded.
+    assert run_hook(ctx.agent_dir, event(hook_event_name="Stop")).returncode == 0
+    assert [r.event.event for r in ingest.collect(ctx)] == ["Stop"]
+    monkeypatch.undo()
+    for path in directory.iterdir():  # deletable again, then gone: nothing left remembered of them
+        path.unlink()
+    assert ingest.collect(ctx) == [] and str(directory) not in ingest._UNREMOVED
 
 
 # -- the dispatch witness -------------------------------------------------------------------------
