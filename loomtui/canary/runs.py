@@ -24,7 +24,7 @@ from pathlib import Path
 
 from loomtui import clock
 from loomtui.agent import launches
-from loomtui.timing import Instant
+from loomtui.timing import Instant, stepped
 from loomtui.canary.rules import (
     ERROR,
     INJECT_FAILED,
@@ -63,7 +63,8 @@ class Probe:
     def describe(self) -> str:
         joined = " (joined a probe already in flight)" if self.joined else ""
         if self.result == OK:
-            return f"ok: acked in {self.latency:.2f}s{joined}"
+            took = f" in {self.latency:.2f}s" if self.latency is not None else f" ({self.why})" if self.why else ""
+            return f"ok: acked{took}{joined}"
         if self.result == MISS:
             return f"miss: no ack within {self.deadline - self.sent_at:.0f}s{joined}"
         return f"{self.result}: {self.why}{joined}"
@@ -199,6 +200,7 @@ def settle_stale(ctx: Context, now: Instant | float | None = None) -> int:
     Past the deadline on the monotonic clock from the send (within one boot): a wall clock stepped
     back must not leave a dead prober's probe pending, and the canary waiting on it, for a day."""
     now = clock.now() if now is None else now
+    now_at = now if isinstance(now, Instant) else None
     settled = 0
     for row in canary_runs.with_result(ctx.store, ctx.agent, PENDING):
         sent = Instant(row["sent_at"], row["sent_mono"], row["boot"])
@@ -206,7 +208,13 @@ def settle_stale(ctx: Context, now: Instant | float | None = None) -> int:
             continue
         path = ctx.acks_dir / row["nonce"]
         acked = ack_time(path)
-        if acked is not None and acked <= row["deadline"]:
+        if acked is not None and now_at is not None and stepped(sent, now_at):
+            # The ack's mtime is wall time, and the wall clock was stepped since the send: whether
+            # it came in time cannot be told. It came: the agent heard. Never a miss on a guess.
+            settled += settle_run(ctx, row["id"], OK, ack_at=None,  # nor how long it took
+                                  why="acked; in time or late cannot be told (the wall clock was stepped; "
+                                      "the prober went away)")
+        elif acked is not None and acked <= row["deadline"]:
             settled += settle_run(ctx, row["id"], OK, ack_at=acked, why="settled after the prober went away")
         elif acked is not None:
             settled += settle_run(ctx, row["id"], MISS, ack_at=acked,

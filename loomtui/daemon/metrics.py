@@ -121,7 +121,9 @@ def agent_metrics(statuses: list[tuple[Context, status_mod.Status]], now: float)
         for row in canary_runs.counts_by_result(store, name):
             results.add_metric([name, label(row["result"])], row["n"])
         last_ok = canary_runs.last_ok_latency(store, name)
-        latency.add_metric([name], last_ok["latency"] if last_ok else float("nan"))
+        # None: a dead prober's ack settled after a step of the wall clock, whose time says nothing.
+        known = last_ok["latency"] if last_ok else None
+        latency.add_metric([name], known if known is not None else float("nan"))
         ok_age.add_metric([name], now - last_ok["sent_at"] if last_ok else float("nan"))
         last = status.canary_settled
         last_miss.add_metric([name], 1.0 if last is not None and last.result == canary.MISS else 0.0)

@@ -10,6 +10,7 @@ explicit Instants and through the real store where the shell records the start.
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import threading
 import time
@@ -100,6 +101,30 @@ def test_a_dead_probers_probe_is_settled_after_its_timeout_whatever_the_wall_clo
     canary_runs.insert_run(ctx, "n-orphan", "canary", PENDING, W, W + 180, sent=sent)
     assert canary_runs.settle_stale(ctx, later(100, step)) == 0  # before its deadline: still in flight
     assert canary_runs.settle_stale(ctx, later(180 + canary_runs.SETTLE_SLACK, step)) == 1
+    assert canary_runs.last_probe(ctx).result == canary_rules.MISS
+
+
+@STEPS
+def test_a_dead_probers_acked_probe_is_never_a_miss_when_the_wall_clock_stepped_since_its_send(ctx, step):
+    # The ack file's mtime is wall time: a day ahead of the deadline after a step forward, it read as
+    # a day late, a miss toward a recycle for an agent that answered in a second. Whether it came in
+    # time cannot be told; that it came can.
+    sent = Instant(W, M, BOOT)
+    canary_runs.insert_run(ctx, "n-acked", "canary", PENDING, W, W + 180, sent=sent)
+    ctx.acks_dir.mkdir(parents=True, exist_ok=True)
+    ack = ctx.acks_dir / "n-acked"
+    ack.write_text("")
+    os.utime(ack, (W + 2 + step, W + 2 + step))  # acked 2 s after the send, the clock already stepped
+    assert canary_runs.settle_stale(ctx, later(180 + canary_runs.SETTLE_SLACK, step)) == 1
+    probe = canary_runs.last_probe(ctx)
+    assert probe.result == canary_rules.OK and probe.latency is None and "cannot be told" in probe.why
+    assert probe.describe().startswith("ok: acked (acked; in time or late cannot be told")
+    assert not ack.exists()
+    # Without a step the ack's time is the wall clock's word, as before: late is a miss.
+    canary_runs.insert_run(ctx, "n-late", "canary", PENDING, W, W + 180, sent=sent)
+    (ctx.acks_dir / "n-late").write_text("")
+    os.utime(ctx.acks_dir / "n-late", (W + 200, W + 200))
+    assert canary_runs.settle_stale(ctx, later(180 + canary_runs.SETTLE_SLACK)) == 1
     assert canary_runs.last_probe(ctx).result == canary_rules.MISS
 
 

@@ -3,6 +3,7 @@ what belongs to the host (heartbeat, outbox, ledger size, job schedules) carries
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
@@ -140,3 +141,14 @@ def test_a_single_agent_is_labelled_main(tmp_path):
     assert got['loom_relaunches_total{agent="main",cause="operator_fresh",mode="fresh"}'] == 1
     assert got['loom_held{agent="main"}'] == 0
     assert not [s for s in got if 'agent="' in s and 'agent="main"' not in s]
+
+
+def test_an_ok_whose_latency_is_not_known_is_the_last_ok_but_gives_no_latency(two):
+    # A dead prober's probe acked, settled after a step of the wall clock: how long it took cannot
+    # be told (canary.runs.settle_stale). The scrape still answers: its age counts, its latency is NaN.
+    alpha, _beta = two
+    now = time.time()
+    probe(alpha, "a1", "ok", now - 100)
+    got = scrape(alpha)
+    assert math.isnan(got['loom_canary_last_latency_seconds{agent="alpha"}'])
+    assert 90 <= got['loom_canary_last_ok_age_seconds{agent="alpha"}'] < 900
