@@ -25,21 +25,25 @@ def source_of(args: argparse.Namespace | None) -> str:
 
 
 def of_cli(ctx: Context, args: argparse.Namespace | None = None, environ: Mapping[str, str] | None = None) -> Actor:
-    """The operator over ssh (`source_of`), else the agent whose pinned session this command runs
-    with, else the operator at the CLI."""
-    if args is not None and source_of(args) == SSH:
-        env = os.environ if environ is None else environ
-        client = env.get("SSH_CONNECTION", "").split()
-        return Actor(SSH, origin=args.via_ssh, address=" ".join(client[:2]) or None)
+    """The agent whose pinned session this command runs with (or ran once), else the operator over
+    ssh (`source_of`), else the operator at the CLI. The agent first: its pane may well hold an
+    SSH_CONNECTION (tmux copies it from an operator's ssh session into the panes it starts), and
+    `--via-ssh` must not make its command the operator's (`agent.may_hold`)."""
     from loomtui.sentinel.queue import claimer_session
     from loomtui.store.db import agent_key
     from loomtui.store.session import KEY
 
     session = claimer_session(None if environ is None else dict(environ))
-    if not session:
-        return Actor("cli")
-    pinned = {name: ctx.store.get_meta(agent_key(KEY, name)) for name in ctx.config.agent_names}
-    return agent_session(session, pinned) or _once_pinned(ctx, session) or Actor("cli")
+    if session:
+        pinned = {name: ctx.store.get_meta(agent_key(KEY, name)) for name in ctx.config.agent_names}
+        agent = agent_session(session, pinned) or _once_pinned(ctx, session)
+        if agent is not None:
+            return agent
+    if args is not None and source_of(args) == SSH:
+        env = os.environ if environ is None else environ
+        client = env.get("SSH_CONNECTION", "").split()
+        return Actor(SSH, origin=args.via_ssh, address=" ".join(client[:2]) or None)
+    return Actor("cli")
 
 
 def _once_pinned(ctx: Context, session: str) -> Actor | None:

@@ -37,8 +37,8 @@ def setup(tmp_path, agent: str = "", extra: str = ""):
     with ctx.store.write() as db:
         session.pin_in(db, PINNED)
 
-    def loom(*args: str, as_session: str | None = PINNED):
-        env = {"LOOM_SESSION_ID": as_session} if as_session else {}
+    def loom(*args: str, as_session: str | None = PINNED, env: dict | None = None):
+        env = {**({"LOOM_SESSION_ID": as_session} if as_session else {}), **(env or {})}
         return run_loom("--config", str(config), *args, env=env)
 
     return ctx, loom
@@ -85,6 +85,22 @@ def test_the_agents_own_hold_is_refused_recorded_and_told(refusing):
     [told] = messages(ctx)
     assert told.startswith("Loom: refused a hold asked for by the agent") and PINNED in told
     assert ledger.verify(ctx.store).ok
+
+
+def test_the_agents_command_over_via_ssh_is_still_the_agents(refusing):
+    # tmux copies an operator's SSH_CONNECTION (its default update-environment) into the panes it
+    # starts: the agent's shell has one. `--via-ssh` there must not make its hold the operator's.
+    ctx, loom = refusing
+    over_ssh = {"SSH_CONNECTION": "10.0.0.5 51000 10.0.0.9 22"}
+    for words in (["hold", "--reason", "x"], ["recycle", "--fresh", "--reason", "x"], ["release"]):
+        result = loom("--via-ssh", "laptop", *words, env=over_ssh)
+        assert result.returncode == 1 and "refused" in one_line(result.stderr), words
+    assert holds.stored(ctx) is None and events(ctx, "relaunch") == []
+    assert [(d["action"], d["actor"]) for d in events(ctx, "refused")] == \
+        [("hold", "agent"), ("recycle", "agent"), ("release", "agent")]
+    # The operator's own command from another machine is the operator's, over ssh.
+    assert loom("--via-ssh", "laptop", "hold", "--reason", "y", as_session=None, env=over_ssh).returncode == 0
+    assert holds.stored(ctx).actor == "ssh"
 
 
 def test_the_agent_may_not_release_the_operators_hold_nor_recycle_itself(refusing):
