@@ -429,7 +429,8 @@ def _ssh_destination(value: str) -> str:
     return value
 
 
-_NO_KEY_CHECK = re.compile(r"(?i)(?:-o)?\s*stricthostkeychecking\s*[=\s]\s*(?:no|off)")
+# ssh's words for off (readconf.c's multistate_strict_hostkey: no, off, false), quoted or not.
+_NO_KEY_CHECK = re.compile(r"""(?i)(?:-o)?\s*stricthostkeychecking\s*[=\s]\s*(["']?)(?:no|off|false)\1""")
 
 
 def _checked_options(value: list[str]) -> list[str]:

@@ -74,6 +74,9 @@ def build_parser(argv: Sequence[str] | None = None, *, every: bool = False) -> a
     parser = argparse.ArgumentParser(
         prog="loom",
         description="Loom: keep an AI agent CLI alive, reachable and honest.",
+        # `--ho NAME` read as --host by argparse, but not by cli/remote.split, ran the command on
+        # this machine: Loom's own options are spelled out.
+        allow_abbrev=False,
     )
     common.add_common_options(parser, top_level=True)
     # Read by main() before this parser (cli/remote.py); here for `loom --help`.

@@ -71,6 +71,10 @@ BAD = [
      "hosts[0].ssh_options[1]", "host key checking off"),
     ('[[hosts]]\nname = "b"\nssh = "x"\nssh_options = ["-oStrictHostKeyChecking off"]\n',
      "hosts[0].ssh_options[0]", "host key checking off"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\nssh_options = ["-o", "StrictHostKeyChecking=false"]\n',
+     "hosts[0].ssh_options[1]", "host key checking off"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\nssh_options = ["-oStrictHostKeyChecking=\\"no\\""]\n',
+     "hosts[0].ssh_options[0]", "host key checking off"),
     ('[[hosts]]\nname = "b"\nssh = "x"\nssh_options = "-F x"\n', "hosts[0].ssh_options", "expected a list"),
     ('[[hosts]]\nname = "b"\nssh = "x"\nloom = ""\n', "hosts[0].loom", "must name a command"),
     ('[[hosts]]\nname = "b"\nssh = "x"\nloom = "loom \\"unclosed"\n', "hosts[0].loom", "cannot split"),
@@ -305,6 +309,16 @@ def test_an_unknown_host_is_one_line_and_exit_2(tmp_path):
     assert result.returncode == 2 and "--state-dir after the command would name a file on host b" in result.stderr
     result = run_loom("--config", str(path), "--host", "b")
     assert result.returncode == 2 and "name the command to run there" in result.stderr
+
+
+def test_an_abbreviated_host_option_is_refused_never_run_here(tmp_path):
+    # argparse took `--ho b` for --host; the split before it did not, and ran the command here.
+    path = unreachable_config(tmp_path, free_port())
+    for words in (["--ho", "nope"], ["--hos=nope"], ["--conf", str(path)]):
+        result = run_loom("--config", str(path), *words, "hold", "--reason", "x")
+        assert result.returncode == 2 and "loom: error:" in result.stderr, words
+    listed = run_loom("--config", str(path), "ledger", "tail", "--json")
+    assert listed.returncode == 0 and "hold_placed" not in listed.stdout
 
 
 def test_a_host_nobody_answers_for_is_refused_with_ssh_s_reason(tmp_path):
