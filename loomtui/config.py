@@ -187,6 +187,8 @@ class HeartbeatConfig(Section):
     """A push heartbeat (healthchecks.io, Uptime Kuma): a GET to `url` every `interval` while this
     host's agents are well, `url` + /fail while one is down; silence if the daemon is gone."""
 
+    secrets = ("url",)  # its path is the secret (redact.py)
+
     url = Field(also(string(1, 2000), _push_url))
     name = Field(also(string(0, 60), _no_control_characters), "")  # "" = heartbeat1, heartbeat2, ... in order
     interval = Field(positive_duration, 60.0)

@@ -91,6 +91,8 @@ class Section:
     fields: ClassVar[dict[str, Field[Any]]] = {}
     # Keys a subclass reads itself, outside `fields` (for "did you mean" only).
     read_elsewhere: ClassVar[tuple[str, ...]] = ()
+    # Fields whose value is a secret: never in a repr (a traceback with its locals prints one).
+    secrets: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -145,7 +147,7 @@ class Section:
     __hash__ = None  # type: ignore[assignment]  # equal by value, and lists inside are not hashable
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
+        inner = ", ".join(f"{k}={'<secret>' if k in self.secrets else repr(v)}" for k, v in self.__dict__.items())
         return f"{type(self).__name__}({inner})"
 
 
@@ -153,7 +155,14 @@ class Section:
 
 
 def _got(value: Any) -> str:
-    return f"(got {value!r})"
+    # A table or a list is named, never printed: `[heartbeat]` for `[[heartbeat]]` would have put the
+    # push URL, whose path is its secret, into the error every command and the journal print.
+    if isinstance(value, dict):
+        return "(got a table)"
+    if isinstance(value, list):
+        return "(got a list)"
+    shown = repr(value)
+    return f"(got {shown if len(shown) <= 60 else shown[:57] + '...'})"
 
 
 def string(min_length: int = 0, max_length: int | None = None) -> Check[str]:

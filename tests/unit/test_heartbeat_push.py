@@ -123,6 +123,9 @@ def test_heartbeats_are_named_in_order_with_defaults(tmp_path):
     ('[[heartbeat]]\nurl = "https://x/secretpath"\nagents = ["nobody"]\n', "heartbeat[0].agents[0]"),
     ('[[heartbeat]]\nurl = "https://x/secretpath"\nintervl = "1m"\n', "heartbeat[0].intervl"),
     ('[[heartbeat]]\nname = "a"\n', "heartbeat[0].url"),
+    # A table for the list of tables (`[heartbeat]`, the easy typo), a list for the URL: named by type.
+    ('[heartbeat]\nurl = "https://hc-ping.com/secretpath"\n', "heartbeat"),
+    ('[[heartbeat]]\nurl = ["https://hc-ping.com/secretpath"]\n', "heartbeat[0].url"),
 ])
 def test_a_bad_heartbeat_names_its_key_and_never_echoes_the_url(tmp_path, text, key):
     path = write(tmp_path, text)
@@ -131,6 +134,13 @@ def test_a_bad_heartbeat_names_its_key_and_never_echoes_the_url(tmp_path, text, 
     message = str(info.value)
     assert info.value.exit_code == 2 and "\n" not in message and key in message
     assert "secretpath" not in message
+
+
+def test_a_push_url_is_never_in_the_configs_repr(tmp_path):
+    # A traceback that shows its locals (Textual's, Rich's log handler) prints a config or a context.
+    config, _ = load_config(str(write(tmp_path, '[[heartbeat]]\nurl = "https://hc-ping.com/secretpath"\n')), {})
+    assert "secretpath" not in repr(config) and "secretpath" not in repr(config.heartbeat)
+    assert "heartbeat1" in repr(config.heartbeat[0]) and config.heartbeat[0].url.endswith("/secretpath")
 
 
 @pytest.fixture
