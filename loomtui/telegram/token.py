@@ -31,7 +31,8 @@ def load_token(cfg: TelegramConfig, environ: Mapping[str, str] | None = None) ->
 
 def _read_file(path: os.PathLike[str]) -> str:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        # O_NONBLOCK: a named pipe in its place would block the open until someone wrote to it.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise LoomError(f"telegram.token_file {path}: cannot read: {exc.strerror or exc}") from None
     try:

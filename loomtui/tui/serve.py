@@ -23,7 +23,9 @@ import struct
 import sys
 from pathlib import Path
 
+from loomtui import redact
 from loomtui.agent import proctree
+from loomtui.daemon import scrub
 from loomtui.errors import LoomError
 from loomtui.text import printable
 from loomtui.tui.serve_guard import Listen, host_name, is_loopback, loggable_path, refusal, token_of
@@ -289,6 +291,10 @@ def serve(command: str, listen: Listen, state_dir: Path) -> None:
               f"lets a browser in; Ctrl+C stops it)", file=sys.stderr, flush=True)
         print(f"loom-tui: {hint}", flush=True)
         server.initialize_logging()
+        # Its handler prints a session's exception with each frame's locals: the request, and the
+        # token in its path. Scrubbed of the token (and of locals: the traceback is made text first).
+        redact.register(token)
+        scrub.install()
         web.run_app(server._make_app(), sock=socks, handle_signals=False, loop=loop, print=None,
                     access_log=None, shutdown_timeout=5)
     finally:

@@ -34,9 +34,11 @@ def host_name(host: str) -> str:
     """How a browser writes this address in a Host header: IPv6 in brackets, names lower case."""
     bare = host.strip("[]").lower()
     try:
-        return f"[{bare}]" if ipaddress.ip_address(bare).version == 6 else bare
+        address = ipaddress.ip_address(bare)
     except ValueError:
         return bare
+    # Its shortest form, as a browser writes it: 0:0:0:0:0:0:0:1 is [::1] in every Host header.
+    return f"[{address.compressed}]" if address.version == 6 else address.compressed
 
 
 @dataclass(frozen=True)

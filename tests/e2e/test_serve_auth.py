@@ -7,6 +7,8 @@ console whose `c` is a canary from the console in the ledger.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -14,6 +16,7 @@ import stat
 import subprocess
 
 import pytest
+from harness import wait_for
 from serve_client import CLIENT, Served, get, operator_presses, upgrade
 
 pytestmark = pytest.mark.e2e
@@ -32,6 +35,21 @@ def as_nobody(script: str) -> dict:
                              "-c", CLIENT + script], capture_output=True, text=True, timeout=60, cwd="/")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+def bad_frame(address, path: str, host: str, origin: str) -> None:
+    """A WebSocket let in with the token, that sends a text frame of no JSON and goes."""
+    import aiohttp
+
+    async def run() -> None:
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(f"http://{address[0]}:{address[1]}{path}", headers={"Origin": origin,
+                                                                                           "Host": host}) as ws:
+                await ws.send_str("x")
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await ws.receive(timeout=5)
+
+    asyncio.run(run())
 
 
 @pytest.fixture
@@ -86,6 +104,12 @@ def test_only_the_token_on_this_host_and_origin_starts_a_console(served):
     operator_presses(server.address, ws, host, f"http://{host}", "no probe yet", "c",
                      lambda: harness.events("canary_sent"))
     assert [e["source"] for e in harness.events("canary_sent")] == ["tui"]
+
+    # A page that sends what is no message: textual-serve logs the exception, with each frame's
+    # locals (the request, the token in its path). Logged, but never with the token.
+    bad_frame(server.address, ws, host, f"http://{host}")
+    wait_for(lambda: "Traceback" in server.output() or "Error" in server.output(), 60, what="the error logged")
+    assert server.output().count(server.token) == 1
 
     # Stopped: the token file is gone with it.
     assert server.stop() == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import threading
 
 import pytest
 
@@ -90,6 +91,24 @@ def test_token_file_must_be_private(tmp_path):
     (tmp_path / "link").symlink_to(path)
     with pytest.raises(LoomError, match="cannot read"):
         load_token(TelegramConfig(token_file=tmp_path / "link"), {})
+
+
+def test_a_token_file_that_is_a_named_pipe_is_refused_at_once(tmp_path):
+    # The open itself blocked, before the check for a regular file: `loom doctor` hung, silent.
+    path = tmp_path / "token"
+    os.mkfifo(path, 0o600)
+    failed: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            load_token(TelegramConfig(token_file=path), {})
+        except LoomError as exc:
+            failed.append(exc)
+
+    reader = threading.Thread(target=load, daemon=True)
+    reader.start()
+    reader.join(30)
+    assert not reader.is_alive() and "not a regular file" in str(failed[0])
 
 
 def test_log_filter_scrubs_messages_args_and_tracebacks():

@@ -80,6 +80,7 @@ def test_port_and_host_need_serve_and_a_real_port():
     (Listen(host="::1", port=9000), "[::1]:9000", True),
     (Listen(host="[::1]", port=9000), "localhost:9000", True),
     (Listen(host="::1", port=9000), "127.0.0.1:9000", False),
+    (Listen(host="0:0:0:0:0:0:0:1", port=9000), "[::1]:9000", True),  # the form a browser writes
     (Listen(host="localhost", port=9000), "[::1]:9000", True),
     (Listen(host="127.0.0.2", port=9000), "127.0.0.2:9000", True),
     (Listen(host="127.0.0.2", port=9000), "localhost:9000", False),
