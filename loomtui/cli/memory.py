@@ -79,23 +79,29 @@ def _say(text: str, stream=None) -> None:
 
 
 def _where(args: argparse.Namespace):
+    return _place(args)[:2]
+
+
+def _place(args: argparse.Namespace):
+    """The memory directory, its index's name, and the state dir (its replica's record is there)."""
     try:
-        cfg = context(args, prepare=False).config.memory
+        ctx = context(args, prepare=False)
     except LoomError:
         # Several agents and none named: no question which memory when they all share one.
-        config = base_context(args, prepare=False).config
+        ctx = base_context(args, prepare=False)
+        config = ctx.config
         places = {(m.dir, m.index) for m in (config.for_agent(n).memory for n in config.agent_names)}
         if len(places) != 1:
             raise
-        cfg = config.memory
-    return cfg.dir, cfg.index
+    cfg = ctx.config.memory
+    return cfg.dir, cfg.index, ctx.state_dir
 
 
 def run_list(args: argparse.Namespace) -> int:
-    where = _where(args)
-    report = memory.survey(*where)
+    mem_dir, index, state_dir = _place(args)
+    report = memory.survey(mem_dir, index)
     if args.json:
-        print_json(_listing(where[0], report))
+        print_json(_listing(mem_dir, report, state_dir))
         return 0
     for row in report.rows:
         if row.title:
@@ -108,10 +114,10 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _listing(mem_dir, report: memory.Report) -> dict:
+def _listing(mem_dir, report: memory.Report, state_dir) -> dict:
     from loomtui.memory import replica
 
-    state = replica.read_state(mem_dir)
+    state = replica.state_of(state_dir, mem_dir)
     return {"dir": str(mem_dir), "index": report.index_name, "entries": report.entries,
             "rows": [dataclasses.asdict(row) for row in report.rows],
             "problems": [dataclasses.asdict(problem) for problem in report.problems],

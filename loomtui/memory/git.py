@@ -1,9 +1,11 @@
 """The system's git, run for the memory replica: an argv list (never a shell), a timeout on every
 call, and an environment of Loom's own so no system config or prompt changes what it does.
 
-What is Loom's: the identity (`Loom on HOST`), no system config (GIT_CONFIG_NOSYSTEM), never a
+What is Loom's: the repository itself (a git directory under the state dir, named on every call:
+replica.git_dir_of), the identity (`Loom on HOST`), no system config (GIT_CONFIG_NOSYSTEM), never a
 prompt for a password or a host key (GIT_TERMINAL_PROMPT=0, ssh in BatchMode unless GIT_SSH_COMMAND
-says otherwise), no hooks, no signing, no pager. What stays the operator's: the global config
+says otherwise), no hooks, no fsmonitor, no signing, no pager, none of Loom's own variables (LOOM_*,
+the bot token among them). What stays the operator's: the global config
 (GIT_CONFIG_GLOBAL or ~/.gitconfig: credential helpers, `url.insteadOf`), and ssh's own config.
 A call that outlives its timeout is ended with its whole process group (git's ssh included).
 """
@@ -53,6 +55,9 @@ def environment(host: str, base: dict[str, str] | None = None) -> dict[str, str]
         # A caller's GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE... would point git somewhere else.
         if name.startswith("GIT_") and name not in ("GIT_CONFIG_GLOBAL", "GIT_SSH_COMMAND", "GIT_SSH"):
             del env[name]
+        # Loom's own (the bot token's LOOM_TELEGRAM_TOKEN): nothing git or its ssh needs to see.
+        elif name.startswith("LOOM_"):
+            del env[name]
     who = f"Loom on {host}"
     env.update({
         "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "GIT_EDITOR": "true",
@@ -66,14 +71,18 @@ def environment(host: str, base: dict[str, str] | None = None) -> dict[str, str]
 class Git:
     """git in one work tree, every call ended after `timeout` seconds."""
 
-    def __init__(self, work_tree: Path, host: str, timeout: float) -> None:
+    def __init__(self, work_tree: Path, host: str, timeout: float, *, git_dir: Path) -> None:
         self.work_tree = Path(work_tree)
+        # The repository, named on every call, never found from the work tree: the agent writes
+        # there, and a .git of its making (its config's filters and fsmonitor, its hooks) would be
+        # code this process ran with its environment.
+        self.git_dir = Path(git_dir)
         self.timeout = timeout
         self.env = environment(host)
-        self.hooks = self.work_tree / ".git" / "loom-no-hooks"  # an empty directory: no hook runs
 
     def run(self, *args: str, check: bool = True, timeout: float | None = None) -> Result:
-        argv = [GIT, *PINNED, "-c", f"core.hooksPath={self.hooks}", "-C", str(self.work_tree), *args]
+        argv = [GIT, *PINNED, "-c", f"core.hooksPath={os.devnull}", "-c", "core.fsmonitor=false",
+                f"--git-dir={self.git_dir}", f"--work-tree={self.work_tree}", "-C", str(self.work_tree), *args]
         limit = self.timeout if timeout is None else timeout
         try:
             done = bounded_run.run(argv, timeout=limit, env=self.env)  # at the limit, git and the ssh it started

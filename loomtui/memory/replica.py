@@ -7,16 +7,26 @@ as FILE and this box's is kept as FILE.conflict-HOST-TIME, both committed, and a
 the agent to reconcile them (its nudges come from the sentinel, as for a failing job's). A remote
 that cannot be reached leaves the commits local; the next try (with a backoff) pushes them.
 
+The repository is not in the work tree: it is a git directory of Loom's under the state dir
+(`replicas/NAME-HASH.git`, `git_dir_of`), named on every git call. The agent writes the memory
+directory; a `.git` there would be a config (filters, fsmonitor, credential helpers, an upload-pack)
+and hooks of its making, run by the daemon with the daemon's environment. A `.git` directory an
+older Loom made there is adopted once: its objects, refs and index copied, nothing that runs, then
+removed.
+
 What the last sync left (push and pull times, commits not pushed, the error while offline) is kept
-in `.git/loom-replica.json`, beside the repository it describes: `loom status` and the console read
-it without running git, and the daemon and `loom memory sync` share it under `.git/loom-replica.lock`.
+in `loom-replica.json` in that git directory: `loom status` and the console read it without running
+git, and the daemon and `loom memory sync` share the work under a lock beside it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
+import re
+import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,7 +42,10 @@ from loomtui.store.db import Store
 from loomtui.store.locks import FileLock
 
 STATE_FILE = "loom-replica.json"
-LOCK_FILE = "loom-replica.lock"
+REPLICAS_DIR = "replicas"      # under the state dir: each replica's git directory
+# What is adopted of a `.git` directory an older Loom made in the work tree: data, nothing git runs
+# (no config, hooks, info/ or a rebase's todo, whose `exec` lines would run).
+ADOPTED = ("objects", "refs", "packed-refs", "index", STATE_FILE)
 CHECKPOINTS = ".loom/checkpoints"
 JOB = MEMORY_QUEUE             # the queue's name for the replica, where a job's name stands
 CONFLICT = MEMORY_CONFLICT      # the queue item kind (sentinel.queue_rules words its nudge)
@@ -101,27 +114,46 @@ class Outcome:
         return out
 
 
-def read_state(directory: Path) -> State | None:
+def git_dir_of(state_dir: Path, work_tree: Path) -> Path:
+    """The git directory of the replica of `work_tree`: under the state dir, named for the work
+    tree's absolute path (agents may share a memory directory, and so its replica)."""
+    tree = os.path.abspath(os.path.expanduser(str(work_tree)))
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(tree))[:40] or "root"
+    return Path(state_dir) / REPLICAS_DIR / f"{name}-{hashlib.sha256(tree.encode()).hexdigest()[:12]}.git"
+
+
+def read_state(git_dir: Path) -> State | None:
     """The last sync's record, or None where none was made (no replica, or never synced)."""
     try:
-        return State.from_json(json.loads((Path(directory) / ".git" / STATE_FILE).read_text()))
+        return State.from_json(json.loads((Path(git_dir) / STATE_FILE).read_text()))
     except (OSError, ValueError):
         return None
+
+
+def state_of(state_dir: Path, work_tree: Path) -> State | None:
+    return read_state(git_dir_of(state_dir, work_tree))
 
 
 class Replica:
     """One work tree and its remote."""
 
-    def __init__(self, directory: Path, remote: str, *, branch: str = "main", host: str, timeout: float) -> None:
+    def __init__(self, directory: Path, remote: str, *, git_dir: Path, branch: str = "main", host: str,
+                 timeout: float, ignored: tuple[str, ...] = ()) -> None:
         self.dir = Path(directory)
+        self.git_dir = Path(git_dir)
+        # Names never replicated (git's info/exclude): Loom's own files in the work tree. A lock file
+        # committed conflicted on every box that took it, and a pull replaced its inode under a holder.
+        self.ignored = ignored
         self.remote = remote
         self.branch = branch
         self.host = host
-        self.git = Git(self.dir, host, timeout)
+        self.git = Git(self.dir, host, timeout, git_dir=self.git_dir)
 
     @classmethod
-    def of_memory(cls, memory: Any) -> Replica:
-        return cls(memory.dir, memory.remote, branch=memory.branch, host=memory.host, timeout=memory.git_timeout)
+    def of_memory(cls, memory: Any, state_dir: Path) -> Replica:
+        return cls(memory.dir, memory.remote, git_dir=git_dir_of(state_dir, memory.dir), branch=memory.branch,
+                   host=memory.host, timeout=memory.git_timeout,
+                   ignored=(f".{Path(memory.index).name}.lock",))  # `loom memory add`'s lock, beside the index
 
     @property
     def remote_ref(self) -> str:
@@ -130,17 +162,45 @@ class Replica:
     def lock(self, timeout: float | None = None) -> FileLock:
         """The daemon's loop and `loom memory sync` never run git in this tree at once (LockHeld
         after `timeout`, by default the git timeout)."""
-        self.ensure_repository()
-        lock = FileLock(self.dir / ".git", LOCK_FILE)
+        self.git_dir.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(self.git_dir.parent, self.git_dir.name + ".lock")
         lock.acquire(timeout=self.git.timeout if timeout is None else timeout)
+        try:
+            self.ensure_repository()
+        except BaseException:
+            lock.release()
+            raise
         return lock
 
     # -- the repository ---------------------------------------------------------------------------
 
     def ensure_repository(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        if not (self.dir / ".git").exists():
-            self.git.run("init", "-q", "-b", self.branch)
+        if (self.git_dir / "HEAD").exists():
+            return
+        self.git_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.git.run("init", "-q", "-b", self.branch)
+        if self.ignored:
+            (self.git_dir / "info").mkdir(exist_ok=True)
+            (self.git_dir / "info" / "exclude").write_text("".join(f"{name}\n" for name in self.ignored))
+        old = self.dir / ".git"
+        if old.is_dir() and not old.is_symlink():
+            self._adopt(old)
+            # An older Loom committed them: no longer tracked (the next commit says so).
+            self.git.run("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *self.ignored, check=False)
+
+    def _adopt(self, old: Path) -> None:
+        """The data of a `.git` directory an older Loom made in the work tree (ADOPTED), into this
+        replica's own git directory; then that `.git` is removed, and nothing in it ever ran."""
+        for name in ADOPTED:
+            source = old / name
+            if source.is_symlink() or not source.exists():
+                continue
+            if source.is_dir():
+                shutil.copytree(source, self.git_dir / name, symlinks=True, dirs_exist_ok=True)
+            else:
+                shutil.copy2(source, self.git_dir / name, follow_symlinks=False)
+        shutil.rmtree(old)
 
     def ensure(self, now: float | None = None, *, settle: bool = True) -> list[tuple[str, str]]:
         """A work tree on the branch with `origin` at the configured remote, no rebase left half
@@ -161,8 +221,7 @@ class Replica:
         return self._settle(None, clock.wall() if now is None else now)
 
     def _rebasing(self) -> bool:
-        git_dir = self.dir / ".git"
-        return (git_dir / "rebase-merge").exists() or (git_dir / "rebase-apply").exists()
+        return (self.git_dir / "rebase-merge").exists() or (self.git_dir / "rebase-apply").exists()
 
     def _has(self, ref: str) -> bool:
         return self.git.run("rev-parse", "-q", "--verify", ref + "^{commit}", check=False).ok
@@ -330,7 +389,7 @@ class Replica:
         """One look and whatever is due (everything, `forced`); `checkpoint` is a ledger head to commit
         first. Returns what was done and the state now stored. The caller holds `lock()`."""
         now = clock.wall() if now is None else now
-        state = read_state(self.dir) or State()
+        state = read_state(self.git_dir) or State()
         outcome = Outcome()
         try:
             settled = self.ensure(now)  # a rebase an earlier sync left half done, finished: its conflicts too
@@ -381,7 +440,7 @@ class Replica:
             outcome.conflicts = settled + outcome.conflicts
         state.ahead = outcome.ahead = ahead
         state.conflicts = self.conflict_copies()
-        _write_atomic(self.dir / ".git" / STATE_FILE, json.dumps(asdict(state), sort_keys=True))
+        _write_atomic(self.git_dir / STATE_FILE, json.dumps(asdict(state), sort_keys=True))
         return outcome, state
 
 
@@ -472,9 +531,13 @@ class Target:
     memory: Any
     checkpoints: bool
     interval: float  # ledger.checkpoint_interval
+    state_dir: Path  # where its git directory is (git_dir_of)
 
     def replica(self) -> Replica:
-        return Replica.of_memory(self.memory)
+        return Replica.of_memory(self.memory, self.state_dir)
+
+    def state(self) -> State | None:
+        return state_of(self.state_dir, self.memory.dir)
 
     @property
     def settings(self) -> rules.Settings:
@@ -494,10 +557,10 @@ def targets(config: Any, state_dir: Path) -> list[Target]:
             continue
         seen.add(Path(memory.dir))
         first = not out and not config.ledger.remote
-        out.append(Target("replica" if not out else f"replica-{name}", name, memory, first, interval))
+        out.append(Target("replica" if not out else f"replica-{name}", name, memory, first, interval, Path(state_dir)))
     if config.ledger.remote:
         own = config.memory.replace(dir=Path(state_dir) / LEDGER_DIR, remote=config.ledger.remote)
-        out.append(Target("ledger_replica", config.agent_names[0], own, True, interval))
+        out.append(Target("ledger_replica", config.agent_names[0], own, True, interval, Path(state_dir)))
     return out
 
 
@@ -511,7 +574,7 @@ def checkpoint_target(config: Any, state_dir: Path) -> Target | None:
 def due_checkpoint(store: Store, target: Target, now: float) -> tuple[int, str] | None:
     if not target.checkpoints:
         return None
-    state = read_state(target.memory.dir) or State()
+    state = target.state() or State()
     seq, digest = ledger.head(store)
     escalated = state.checkpoint_seq is not None and ledger.escalated_after(store, state.checkpoint_seq,
                                                                             rules.ESCALATIONS)

@@ -224,7 +224,7 @@ STATE_WORDS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class ReplicaLook:
-    """The memory replica as its last sync left it (`.git/loom-replica.json`; no git is run)."""
+    """The memory replica as its last sync left it (its git directory's `loom-replica.json`; no git is run)."""
 
     remote: str
     dir: str
@@ -252,7 +252,7 @@ def replica_look(ctx: Context, now: float) -> ReplicaLook | None:
         return None
     from loomtui.memory import replica
 
-    state = replica.read_state(memory.dir)
+    state = replica.state_of(ctx.state_dir, memory.dir)
     return ReplicaLook(memory.remote, str(memory.dir), state.lag() if state is not None else None, now)
 
 

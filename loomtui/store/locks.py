@@ -38,7 +38,9 @@ class FileLock:
         """Block until held; `timeout=0` tries at once (for LOOK_GRACE); raises LockHeld when the time runs out."""
         if self._fd is not None:
             raise RuntimeError(f"{self.path} is already held by this object")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        # Never through a link: a lock file in a directory someone else writes (the memory
+        # directory's, replicated) could name a file whose first bytes the pid note would overwrite.
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             if timeout is None:
                 fcntl.flock(fd, fcntl.LOCK_EX)

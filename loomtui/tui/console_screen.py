@@ -166,7 +166,7 @@ class ConsoleScreen(Screen):
             return FleetPanel(id="fleet-panel")
         if tab == "memory":
             memory = self.ctx.config.memory
-            return MemoryPanel(memory.dir, memory.index, id="memory-panel")
+            return MemoryPanel(memory.dir, memory.index, state_dir=self.ctx.state_dir, id="memory-panel")
         return TimelinePanel(StoreEvents(self.source.store), self.now, self.ctx.agent, id="timeline-panel")
 
     def on_mount(self) -> None:
@@ -344,13 +344,13 @@ class ConsoleScreen(Screen):
             source: MemorySource = RemoteMemory(host, self.ctx.state_dir, remote.agent)
         else:
             memory = self.ctx.config.memory
-            source = LocalMemory(Path(memory.dir), memory.index)
+            source = LocalMemory(Path(memory.dir), memory.index, self.ctx.state_dir)
         panel = self.query_one(MemoryPanel)
         if panel.source.key == source.key:
             return  # shared by the agents, or the same host's agent again: the panel stays as it is
         await panel.remove()
         if isinstance(source, LocalMemory):
-            fresh = MemoryPanel(source.memory_dir, source.index_name, id="memory-panel")
+            fresh = MemoryPanel(source.memory_dir, source.index_name, state_dir=source.state_dir, id="memory-panel")
         else:
             fresh = MemoryPanel(source=source, id="memory-panel")
         await self.query_one("#memory", TabPane).mount(fresh)

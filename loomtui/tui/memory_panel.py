@@ -138,12 +138,13 @@ class MemoryPanel(Widget):
 
     def __init__(self, memory_dir: Path | None = None, index_name: str = "MEMORY.md", *,
                  source: MemorySource | None = None, environ: dict[str, str] | None = None,
+                 state_dir: Path | None = None,
                  name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
         if source is None:
             if memory_dir is None:
                 raise ValueError("a memory panel needs a memory dir or a source")
-            source = LocalMemory(Path(memory_dir), index_name)
+            source = LocalMemory(Path(memory_dir), index_name, state_dir)
         self.source: MemorySource = source
         # This machine's directory (None for another host's: only its own Loom reads it).
         self.memory_dir = self.source.memory_dir if isinstance(self.source, LocalMemory) else None

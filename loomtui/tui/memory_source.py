@@ -46,9 +46,10 @@ class LocalMemory:
     watched = True
     where = ""
 
-    def __init__(self, memory_dir: Path, index_name: str) -> None:
+    def __init__(self, memory_dir: Path, index_name: str, state_dir: Path | None = None) -> None:
         self.memory_dir = Path(memory_dir)
         self.index_name = index_name
+        self.state_dir = state_dir  # where its replica's record is (None: no replica told)
         self.key: tuple[str, ...] = ("", str(self.memory_dir), index_name)
 
     def survey(self) -> memory.Report:
@@ -57,7 +58,7 @@ class LocalMemory:
     def replica(self) -> str | None:
         from loomtui.memory import replica
 
-        state = replica.read_state(self.memory_dir)
+        state = None if self.state_dir is None else replica.state_of(self.state_dir, self.memory_dir)
         return None if state is None else replica.lag_line(state, short=True)
 
     def read(self, rel: str, limit: int) -> tuple[str, bool] | None:

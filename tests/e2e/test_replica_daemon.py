@@ -51,7 +51,7 @@ def test_the_daemon_replicates_memory_both_ways_and_checkpoints_the_ledger(make_
     # The ledger's head went there too (the daemon's start is in the ledger).
     wait_for(lambda: bare_show(bare, ".loom/checkpoints/a", git_env), 60, what="a's ledger checkpoint")
 
-    b = rep.Replica(tmp_path / "b-memory", str(bare), host="b", timeout=60)
+    b = rep.Replica(tmp_path / "b-memory", str(bare), git_dir=tmp_path / "b-state" / "memory.git", host="b", timeout=60)
     with b.lock():
         b.sync(rules.Settings(30.0, 300.0), forced=True)
     assert (b.dir / "deploys.md").read_text() == "blue/green\n"  # b's pull brought a's entry
@@ -67,13 +67,13 @@ def test_the_daemon_replicates_memory_both_ways_and_checkpoints_the_ledger(make_
     (mem_a / "offline.md").write_text("written while the remote was away\n")
 
     def offline() -> bool:
-        state = rep.read_state(mem_a)
+        state = rep.state_of(harness.state_dir, mem_a)
         return state is not None and bool(state.error) and state.ahead >= 1
     wait_for(offline, 60, what="a's commit kept locally while the remote is away")
     assert "remote unreachable" in harness.loom("status", env=git_env).stdout
     away.rename(bare)
     wait_for(lambda: bare_show(bare, "offline.md", git_env), 90, what="the offline entry pushed after the return")
-    wait_for(lambda: (rep.read_state(mem_a) or rep.State(error="?")).error == "", 60, what="the error cleared")
+    wait_for(lambda: (rep.state_of(harness.state_dir, mem_a) or rep.State(error="?")).error == "", 60, what="the error cleared")
 
     status = harness.loom("status", env=git_env)
     assert "memory replica  pushed" in status.stdout, status.stdout

@@ -105,3 +105,15 @@ def test_looks_at_a_lock_never_see_each_other_as_its_holder(state_dir):
     for t in lookers:
         t.join(30)
     assert held_by_us > 0 and not any(seen), "a look saw another look as the lock's holder"
+
+
+def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(state_dir):
+    # A lock file in a directory another writes (the memory directory, replicated): the pid note
+    # would have overwritten the first bytes of whatever the link names.
+    state_dir.mkdir()
+    victim = state_dir / "victim"
+    victim.write_bytes(b"SQLite format 3\x00")
+    (state_dir / "x.lock").symlink_to(victim)
+    with pytest.raises(OSError):
+        locks.FileLock(state_dir, "x.lock").acquire(timeout=0)
+    assert victim.read_bytes() == b"SQLite format 3\x00"

@@ -37,14 +37,15 @@ class UnwatchedPanel(MemoryPanel):
 
 class PanelApp(App):
     def __init__(self, root: Path, environ: dict[str, str] | None = None,
-                 panel: type[MemoryPanel] = MemoryPanel) -> None:
+                 panel: type[MemoryPanel] = MemoryPanel, state_dir: Path | None = None) -> None:
         super().__init__()
         self.root = root
         self.environ = environ
         self.panel = panel
+        self.state_dir = state_dir
 
     def compose(self) -> ComposeResult:
-        yield self.panel(self.root, "MEMORY.md", environ=self.environ or {})
+        yield self.panel(self.root, "MEMORY.md", environ=self.environ or {}, state_dir=self.state_dir)
         yield Footer()
 
 

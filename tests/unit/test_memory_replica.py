@@ -45,8 +45,19 @@ def remote(tmp_path) -> Path:
     return bare
 
 
+def replica(tmp_path: Path, remote: str, host: str, **kwargs) -> rep.Replica:
+    """`host`'s memory directory at tmp_path/host/memory, its git directory under its own state dir."""
+    work = tmp_path / host / "memory"
+    return rep.Replica(work, remote, git_dir=rep.git_dir_of(tmp_path / host / "state", work), host=host, **kwargs)
+
+
 def box(tmp_path: Path, remote: Path, host: str) -> rep.Replica:
-    return rep.Replica(tmp_path / host / "memory", str(remote), host=host, timeout=60)
+    return replica(tmp_path, str(remote), host, timeout=60)
+
+
+def repo(r: rep.Replica) -> list[str]:
+    """The words that point the test's own git at a replica's repository (never found from the tree)."""
+    return [f"--git-dir={r.git_dir}", f"--work-tree={r.dir}"]
 
 
 def sync(replica: rep.Replica, **kwargs) -> tuple[rep.Outcome, rep.State]:
@@ -70,7 +81,7 @@ def test_an_entry_added_on_a_reaches_the_remote_and_b_after_its_pull(tmp_path, r
     done, _ = sync(b, forced=True)
     assert done.pulled and (b.dir / "deploys.md").read_text() == "blue/green\n"
     assert (b.dir / "MEMORY.md").read_text() == (a.dir / "MEMORY.md").read_text()
-    assert "Loom on a" in git("log", "-1", "--format=%an", cwd=b.dir)
+    assert "Loom on a" in git(*repo(b), "log", "-1", "--format=%an", cwd=b.dir)
 
 
 def test_changes_wait_for_the_quiet_period_before_a_commit(tmp_path, remote):
@@ -104,7 +115,7 @@ def test_the_same_file_edited_on_both_keeps_both_versions_and_opens_a_queue_item
     assert "From a" in (b.dir / "MEMORY.md").read_text()  # the remote's side as the file
     assert "From b" in (b.dir / copy).read_text()         # this box's beside it
     assert "From b" in remote_file(remote, copy) and state.conflicts == 1  # both committed and pushed
-    assert not (b.dir / ".git" / "rebase-merge").exists()
+    assert not (b.git_dir / "rebase-merge").exists()
 
     state_dir = tmp_path / "state"
     state_dir.mkdir(mode=0o700)
@@ -151,16 +162,16 @@ def test_a_rebase_an_earlier_sync_left_half_done_is_finished_with_what_the_agent
     sync(a, forced=True)
     (b.dir / "MEMORY.md").write_text("base\nfrom b\n")
     ident = ["-c", "user.name=b", "-c", "user.email=b@example.invalid"]
-    git(*ident, "commit", "-q", "-am", "b's", cwd=b.dir)
-    git("fetch", "-q", "origin", f"+refs/heads/main:{b.remote_ref}", cwd=b.dir)
-    stopped = subprocess.run([GIT, *ident, "rebase", "-q", b.remote_ref], cwd=b.dir, capture_output=True)
-    assert stopped.returncode != 0 and (b.dir / ".git" / "rebase-merge").exists()  # the sync that stopped here
+    git(*ident, *repo(b), "commit", "-q", "-am", "b's", cwd=b.dir)
+    git(*repo(b), "fetch", "-q", "origin", f"+refs/heads/main:{b.remote_ref}", cwd=b.dir)
+    stopped = subprocess.run([GIT, *ident, *repo(b), "rebase", "-q", b.remote_ref], cwd=b.dir, capture_output=True)
+    assert stopped.returncode != 0 and (b.git_dir / "rebase-merge").exists()  # the sync that stopped here
     with open(b.dir / "other.md", "a") as fh:
         fh.write("the agent's new fact\n")  # the agent writes on meanwhile
     b.remote_checkpoints()  # `loom ledger verify --remote` reads the remote: the rebase is the next sync's
-    assert (b.dir / ".git" / "rebase-merge").exists()
+    assert (b.git_dir / "rebase-merge").exists()
     done, _ = sync(b, forced=True, now=T0)
-    assert not (b.dir / ".git" / "rebase-merge").exists() and done.pushed
+    assert not (b.git_dir / "rebase-merge").exists() and done.pushed
     assert (b.dir / "other.md").read_text() == "keep\nthe agent's new fact\n"
     assert remote_file(remote, "other.md") == "keep\nthe agent's new fact\n"
     [(path, copy)] = done.conflicts
@@ -173,16 +184,16 @@ def test_a_remote_rewritten_by_insteadof_is_not_set_again_at_every_look(tmp_path
     every look (every 10 s)."""
     with open(git_home / "gitconfig", "a") as fh:
         fh.write(f'[url "{remote}"]\n\tinsteadOf = forge:mem\n')
-    a = rep.Replica(tmp_path / "a" / "memory", "forge:mem", host="a", timeout=60)
+    a = replica(tmp_path, "forge:mem", "a", timeout=60)
     (tmp_path / "a" / "memory").mkdir(parents=True)
     (a.dir / "note.md").write_text("one\n")
     done, _ = sync(a, forced=True)
     assert done.pushed and remote_file(remote, "note.md") == "one\n"
-    written = (a.dir / ".git" / "config").stat().st_mtime_ns
+    written = (a.git_dir / "config").stat().st_mtime_ns
     a.ensure()
     a.ensure()
-    assert (a.dir / ".git" / "config").stat().st_mtime_ns == written
-    assert git("config", "--get-all", "remote.origin.url", cwd=a.dir).split() == ["forge:mem"]
+    assert (a.git_dir / "config").stat().st_mtime_ns == written
+    assert git(*repo(a), "config", "--get-all", "remote.origin.url", cwd=a.dir).split() == ["forge:mem"]
 
 
 def test_offline_commits_stay_local_and_are_pushed_once_the_remote_is_back(tmp_path, remote):
@@ -242,10 +253,13 @@ def test_loom_memory_sync_commits_pushes_and_says_so_and_status_shows_the_lag(tm
     config = write_config(tmp_path, remote)
     (tmp_path / "a" / "memory").mkdir(parents=True)
     (tmp_path / "a" / "memory" / "MEMORY.md").write_text("- [One](one.md) — the first\n")
+    (tmp_path / "a" / "memory" / ".MEMORY.md.lock").write_text("      4242\n")  # `loom memory add`'s lock
     done = loom_at(config, "memory", "sync")
     assert done.returncode == 0, done.stderr
     assert "committed" in done.stdout and "pushed" in done.stdout and "0 commits to push" in done.stdout
     assert remote_file(remote, "MEMORY.md").startswith("- [One]")
+    # Loom's own lock file is never replicated: committed, it conflicted on every box that took it.
+    assert git("--git-dir", str(remote), "ls-tree", "-r", "--name-only", "main").split() == ["MEMORY.md"]
     status = loom_at(config, "status")
     assert "memory replica  pushed" in status.stdout and "0 commits to push" in status.stdout
     data = __import__("json").loads(loom_at(config, "status", "--json").stdout)
@@ -260,7 +274,9 @@ def test_loom_memory_sync_offline_keeps_the_commit_and_fails(tmp_path, remote):
     done = loom_at(config, "memory", "sync")
     assert done.returncode == 1
     assert "remote unreachable" in done.stdout and "1 commit kept locally" in done.stdout
-    assert git("log", "-1", "--format=%s", cwd=tmp_path / "a" / "memory").startswith("memory on a")
+    work = tmp_path / "a" / "memory"
+    assert git(f"--git-dir={rep.git_dir_of(tmp_path / 'state-a', work)}", "log", "-1", "--format=%s").startswith(
+        "memory on a")
 
 
 @pytest.mark.parametrize(("key", "value", "words"), [
@@ -334,7 +350,7 @@ def test_the_console_memory_summary_shows_the_lag_at_80_columns(tmp_path, remote
     sync(a, forced=True)  # offline: one commit kept locally
 
     async def run() -> None:
-        app = PanelApp(a.dir)
+        app = PanelApp(a.dir, state_dir=tmp_path / "a" / "state")
         async with app.run_test(size=(80, 24)) as pilot:
             summary = app.query_one("#memory-summary", Static)
             # The lag may come before the index is read ("loading… · replica …"): wait for both.
@@ -350,9 +366,67 @@ def test_the_console_memory_summary_shows_the_lag_at_80_columns(tmp_path, remote
 def test_a_remote_that_hangs_is_given_up_after_the_git_timeout_and_the_commit_kept(tmp_path, monkeypatch):
     # ssh that never answers (a sleep in its place): git waits on it until Loom ends the group.
     monkeypatch.setenv("GIT_SSH_COMMAND", "sleep 600; true")  # git appends its arguments to `true`
-    hung = rep.Replica(tmp_path / "h" / "memory", "ssh://nowhere.invalid/memory.git", host="h", timeout=1)
+    hung = replica(tmp_path, "ssh://nowhere.invalid/memory.git", "h", timeout=1)
     hung.dir.mkdir(parents=True)
     (hung.dir / "note.md").write_text("kept\n")
     done, state = sync(hung, forced=True)
     assert done.committed and not done.pushed
     assert "did not finish within 1s" in state.error and state.ahead == 1
+
+
+# -- the repository is Loom's, out of the agent's reach ----------------------------------------------
+
+def plant(git_dir: Path, marker: Path) -> None:
+    """What an agent that writes its memory directory could leave in a `.git` there: a hook that
+    runs at each commit and a clean filter every `git add` runs through a shell, each writing the
+    environment it was given to `marker`."""
+    hooks = git_dir / "hooks"
+    hooks.mkdir(parents=True, exist_ok=True)
+    for name in ("post-commit", "pre-commit", "reference-transaction", "pre-push", "post-rewrite"):
+        (hooks / name).write_text(f"#!/bin/sh\nenv > '{marker}.{name}'\n")
+        (hooks / name).chmod(0o755)
+    with open(git_dir / "config", "a") as fh:
+        fh.write(f"[filter \"x\"]\n\tclean = \"env > '{marker}.filter'; cat\"\n[core]\n\tfsmonitor = \"env > '{marker}.fsm'\"\n")
+
+
+def test_a_git_dir_the_agent_writes_in_its_memory_is_never_run(tmp_path, remote, monkeypatch):
+    # The daemon's environment holds the bot token; the agent's does not (its driver drops it).
+    monkeypatch.setenv("LOOM_TELEGRAM_TOKEN", "123456:the-bots-secret")
+    a = box(tmp_path, remote, "a")
+    a.dir.mkdir(parents=True)
+    (a.dir / "note.md").write_text("one\n")
+    sync(a, forced=True)
+    assert a.git_dir.is_dir() and not (a.dir / ".git").exists()
+    assert a.git_dir.is_relative_to(tmp_path / "a" / "state" / rep.REPLICAS_DIR)
+    marker = tmp_path / "ran"
+    plant(a.dir / ".git", marker)  # a .git of the agent's making in the work tree
+    (a.dir / ".gitattributes").write_text("* filter=x\n")
+    (a.dir / "note.md").write_text("one two\n")
+    done, _ = sync(a, forced=True)
+    assert done.committed and done.pushed and remote_file(remote, "note.md") == "one two\n"
+    assert list(tmp_path.glob("ran.*")) == []
+    assert ".git/config" not in git("--git-dir", str(remote), "ls-tree", "-r", "--name-only", "main")
+    assert "the-bots-secret" not in str(rep.Git(a.dir, "a", 5, git_dir=a.git_dir).env)
+
+
+def test_a_git_dir_an_older_loom_made_in_the_work_tree_is_adopted_without_what_runs(tmp_path, remote, monkeypatch):
+    monkeypatch.setenv("LOOM_TELEGRAM_TOKEN", "123456:the-bots-secret")
+    work = tmp_path / "a" / "memory"
+    work.mkdir(parents=True)
+    (work / "old.md").write_text("from before\n")
+    git("init", "-q", "-b", "main", cwd=work)
+    git("-c", "user.name=x", "-c", "user.email=x@y", "add", "-A", cwd=work)
+    git("-c", "user.name=x", "-c", "user.email=x@y", "commit", "-q", "-m", "an older Loom's commit", cwd=work)
+    marker = tmp_path / "ran"
+    plant(work / ".git", marker)
+    (work / ".gitattributes").write_text("* filter=x\n")
+    a = box(tmp_path, remote, "a")
+    (work / "new.md").write_text("after\n")
+    done, _ = sync(a, forced=True)
+    assert done.pushed and not (work / ".git").exists()
+    log = git("--git-dir", str(remote), "log", "--format=%s", "main").splitlines()
+    assert log[-1] == "an older Loom's commit" and len(log) == 2  # its history kept, the change on top
+    assert remote_file(remote, "new.md") == "after\n" and remote_file(remote, "old.md") == "from before\n"
+    assert list(tmp_path.glob("ran.*")) == []
+    found = subprocess.run([GIT, f"--git-dir={a.git_dir}", "config", "--get", "filter.x.clean"], capture_output=True)
+    assert found.returncode == 1  # its config stayed behind, with its hooks
