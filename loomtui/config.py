@@ -34,6 +34,7 @@ from loomtui.config_schema import (
     list_of,
     one_of,
     optional_path,
+    pane_regex,
     path,
     positive_duration,
     regex,
@@ -95,6 +96,13 @@ def _schedule(value: str) -> str:
 
     if not croniter.is_valid(text):
         raise ValueError(f"invalid schedule {value!r} (cron like '0 7 * * *' or 'every 10m')")
+    # croniter's R (random) and H (hashed) fields: a due time that differs at each reading is no schedule.
+    if any(re.match(r"[RH](?![A-Z])", part, re.IGNORECASE) for field in text.split() for part in field.split(",")):
+        raise ValueError(f"schedule {value!r}: R and H (random, hashed) fields are not supported")
+    try:  # valid, yet matching no date (31 February): every sentinel pass would fail on it
+        croniter(text, 1_700_000_000.0).get_next(float)
+    except Exception:  # noqa: BLE001 - CroniterBadDateError, or another of croniter's own
+        raise ValueError(f"schedule {value!r} matches no date: the job would never be due") from None
     return text
 
 
@@ -202,7 +210,7 @@ class HeartbeatConfig(Section):
 
 
 class Modal(Section):
-    match = Field(regex)
+    match = Field(pane_regex)
     keys = Field(list_of(string(), min_length=1), factory=lambda: ["Enter"])
 
 
@@ -247,7 +255,7 @@ class AgentConfig(Section):
     # How long a resumed agent is watched for "No conversation found" before the resume counts
     # (cut short once `ready_match` is seen).
     resume_check = Field(duration, 5.0)
-    resume_failed_match = Field(regex, "No conversation found")
+    resume_failed_match = Field(pane_regex, "No conversation found")
     stop_grace = Field(duration, 3.0)
     env = Field(also(table_of_strings, _env_names), factory=dict)
     modals = Field(list_of(section(Modal)), factory=lambda: list(DEFAULT_MODALS))

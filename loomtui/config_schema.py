@@ -229,6 +229,16 @@ def screen_regex(value: Any, loc: Loc, base: Path | None) -> str:
     return text
 
 
+def pane_regex(value: Any, loc: Loc, base: Path | None) -> str:
+    """A pattern that must say something of the screen, never empty: "" (or `.*`) matched every
+    screen: every resume judged failed (`resume_failed_match`), keys sent into a healthy agent
+    (`agent.modals`)."""
+    text = regex(value, loc, base)
+    if re.search(text, ""):
+        raise Bad(loc, f"{text!r} matches an empty screen; it must match what it names on the screen")
+    return text
+
+
 def one_of(*choices: str) -> Check[str]:
     def check(value: Any, loc: Loc, base: Path | None) -> str:
         if value not in choices or not isinstance(value, str):

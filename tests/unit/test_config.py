@@ -102,6 +102,13 @@ BAD = [
     ('[[agent.modals]]\nkeys = ["Enter"]\n', "agent.modals[0].match"),
     ('[[jobs]]\nname = "x"\nlog = "x.log"\nschedule = "61 * * * *"\n', "jobs[0].schedule"),
     ('[[jobs]]\nname = "x"\nschedule = "every 10m"\n', "jobs[0].log"),
+    # Valid cron, yet no date matches (31 February): every sentinel pass failed on it, every job.
+    ('[[jobs]]\nname = "x"\nlog = "x.log"\nschedule = "0 7 31 2 *"\n', "jobs[0].schedule"),
+    ('[[jobs]]\nname = "x"\nlog = "x.log"\nschedule = "R R * * *"\n', "jobs[0].schedule"),
+    # A pattern that matches every screen: every resume judged failed, Enter sent into a healthy agent.
+    ('[agent]\nresume_failed_match = ""\n', "agent.resume_failed_match"),
+    ('[agent]\nresume_failed_match = ".*"\n', "agent.resume_failed_match"),
+    ('[[agent.modals]]\nmatch = ""\n', "agent.modals[0].match"),
     ('[[jobs]]\nname = "x"\nlog = "a"\n[[jobs]]\nname = "x"\nlog = "b"\n', "jobs"),
     ('[metrics]\nlisten = "nonsense"\n', "metrics.listen"),
     ('[agent]\ndriver = "pipes"\n', "agent.driver"),
