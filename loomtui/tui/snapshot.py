@@ -321,7 +321,7 @@ def header_from(status: status_mod.Status, pane: PaneView, config: Any, *,
     held = bool(hold)
     since = status.since_launch
     booting = since is not None and lifecycle.booting(status.last_launch, config.agent.boot_grace, status.moment)
-    agent, level = _agent_text(pane, held, since if booting else None)
+    agent, level = _agent_text(pane, held, since if booting else None, status.unwitnessed and status.relaunch is not None)
     claim = ""
     if status.unwitnessed and status.relaunch is not None:
         # Up is not heard: until a canary acks after the relaunch, recovery is only claimed.
@@ -359,7 +359,7 @@ def header_from(status: status_mod.Status, pane: PaneView, config: Any, *,
                   incident_level, hold, claim, turn=turn, turn_level=turn_level)
 
 
-def _agent_text(pane: PaneView, held: bool, booting_for: float | None) -> tuple[str, str]:
+def _agent_text(pane: PaneView, held: bool, booting_for: float | None, unwitnessed: bool = False) -> tuple[str, str]:
     if held:
         return "HELD: no automatic recovery", "bad"  # who, why and how long: the summary's hold line
     if pane.state == GONE:
@@ -372,6 +372,8 @@ def _agent_text(pane: PaneView, held: bool, booting_for: float | None) -> tuple[
         return pane.why, "warn"
     if booting_for is not None:
         return f"booting ({format_duration(booting_for)})", "warn"
+    if unwitnessed:  # up is not heard: no canary has acked since the relaunch (`loom status` says so too)
+        return "unwitnessed", "warn"
     return "running", "ok"
 
 

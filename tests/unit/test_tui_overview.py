@@ -259,3 +259,7 @@ def test_the_summary_says_who_holds_why_and_how_long_and_an_unwitnessed_relaunch
     claimed = header()
     assert claimed.claim == "unwitnessed relaunch 5s ago (crash)"
     assert "unwitnessed" in render_header(claimed).plain and not expired.claim
+    # The agent's own word says it too, first on the header, as `loom status` does: not "running" in
+    # green while nothing has heard it since (the claim's line can be cut at 80 columns).
+    assert (claimed.agent, claimed.agent_level) == ("unwitnessed", "warn")
+    assert render_header(claimed).plain.split("\n")[0].count("unwitnessed") == 1
