@@ -105,26 +105,29 @@ def open_or_salvage(state_dir: Path) -> tuple[Store, Salvage | None]:
         else:
             session.sync_sidecar(store)
             return store, None
-    # No other connection may open the store while its files move and the new one is made.
+    # No other connection may open the store while its files move, the new one is made and what
+    # could be read of the old is copied in: a command that opened it in between (a cron tick, an
+    # operator's recycle) wrote into the new store, and the copy then put the old rows, the old pin
+    # among them, back over what it wrote. It waits for the salvage, as for any store busy opening.
     with open_lock(state_dir / DB_NAME, exclusive=True):
         salvage = _move_aside(state_dir)
         store = Store.in_dir(state_dir, lock_held=True)
-    _carry_over(salvage, store)
-    salvage.pinned_from = _carry_pin(store, state_dir)
-    for name, directory in _agent_dirs(state_dir):
-        own = Store(store.path, migrate=False, agent=name, agent_dir=directory)
-        try:
-            salvage.agents_pinned_from[name] = _carry_pin(own, directory)
-        finally:
-            own.close()
-    with store.write() as db:
-        ledger.append_in(db, "store_salvaged", source="supervisor", cause="store_damaged", detail={
-            "moved_to": str(salvage.moved_to), "damage": damage, "copied": salvage.copied,
-            "unreadable": salvage.unreadable, "pinned_from": salvage.pinned_from,
-            "old_ledger_events": salvage.ledger_events, "old_ledger_head": salvage.ledger_head,
-            **({"agents_pinned_from": salvage.agents_pinned_from} if salvage.agents_pinned_from else {}),
-        })
-        outbox.enqueue(db, salvage.summary(), dedupe_key=f"salvage-{salvage.moved_to.name}")
+        _carry_over(salvage, store)
+        salvage.pinned_from = _carry_pin(store, state_dir)
+        for name, directory in _agent_dirs(state_dir):
+            own = Store(store.path, migrate=False, agent=name, agent_dir=directory, lock_held=True)
+            try:
+                salvage.agents_pinned_from[name] = _carry_pin(own, directory)
+            finally:
+                own.close()
+        with store.write() as db:
+            ledger.append_in(db, "store_salvaged", source="supervisor", cause="store_damaged", detail={
+                "moved_to": str(salvage.moved_to), "damage": damage, "copied": salvage.copied,
+                "unreadable": salvage.unreadable, "pinned_from": salvage.pinned_from,
+                "old_ledger_events": salvage.ledger_events, "old_ledger_head": salvage.ledger_head,
+                **({"agents_pinned_from": salvage.agents_pinned_from} if salvage.agents_pinned_from else {}),
+            })
+            outbox.enqueue(db, salvage.summary(), dedupe_key=f"salvage-{salvage.moved_to.name}")
     return store, salvage
 
 

@@ -289,6 +289,48 @@ def test_a_store_opened_while_the_salvage_moves_its_files_waits_for_the_new_one(
         earlier.close()
 
 
+def test_what_another_loom_writes_while_the_salvage_copies_is_never_copied_over(store, state_dir, monkeypatch):
+    # A cron tick or an operator's recycle opens the store while the salvage copies the old rows in:
+    # it pinned a new session and queued a message, and the copy put the old pin and the old row 1
+    # back over them (the agent ran one conversation, the store pinned another). It waits instead.
+    with store.write() as db:
+        session.pin_in(db, SID)
+    outbox.enqueue(store, "the old store's message")
+    scribble_table(store, "job_runs")  # damage the salvage finds; the pin and the outbox still read
+    store.close()
+    real_connect, wrote = sqlite3.connect, threading.Event()
+    done: dict[str, object] = {}
+    newer = "87654321-aaaa-4bbb-8ccc-1234567890ab"
+
+    def other_loom() -> None:
+        try:
+            with Store.in_dir(state_dir) as theirs:
+                with theirs.write() as db:
+                    session.pin_in(db, newer)
+                outbox.enqueue(theirs, "written during the salvage")
+            done["other"] = True
+        except Exception as exc:  # the test fails below, naming it
+            done["other"] = exc
+        wrote.set()
+
+    def connect(target, *args, **kwargs):
+        if str(target).startswith("file:") and "damaged" in str(target):  # the copy begins: the window
+            threading.Thread(target=other_loom).start()
+            wrote.wait(2)  # it writes now if nothing keeps it out
+        return real_connect(target, *args, **kwargs)
+
+    monkeypatch.setattr(salvage.sqlite3, "connect", connect)
+    new, salvaged = open_or_salvage(state_dir)
+    try:
+        assert salvaged is not None and salvaged.copied["meta"] >= 1
+        assert wrote.wait(30) and done["other"] is True, done
+        assert session.pinned(new) == newer
+        texts = [m.text for m in outbox.recent(new, 10)]
+        assert "written during the salvage" in texts and "the old store's message" in texts
+    finally:
+        new.close()
+
+
 def test_an_open_that_the_salvage_outlasts_is_busy_and_named(store, state_dir):
     # Busy (transient: the next tick tries again), never damage, and the lock it waited for named.
     with open_lock(store.path, exclusive=True):
