@@ -7,6 +7,7 @@ import re
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _WHOLE = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+")
+MAX_SECONDS = 100 * 365 * 86400.0
 
 
 def parse_duration(text: str) -> float:
@@ -16,11 +17,16 @@ def parse_duration(text: str) -> float:
     compact = text.strip().lower()
     if not compact or not _WHOLE.fullmatch(compact):
         raise ValueError(f"invalid duration {text!r} (write like 30s, 3m, 1h)")
-    return sum(float(n) * _UNITS[u] for n, u in _PART.findall(compact))
+    seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(compact))
+    if not seconds <= MAX_SECONDS:  # a 400-digit number is inf, which no JSON and no clock can hold
+        raise ValueError(f"duration {text[:40]!r}{'...' if len(text) > 40 else ''} is longer than 100 years")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:
     """Short human form: 45s, 3m, 1h5m, 2d3h. Negative values get a leading '-'."""
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        return "?"  # not a span of time (a number from elsewhere): shown, never raised
     if seconds < 0:
         return "-" + format_duration(-seconds)
     if seconds < 1:

@@ -27,3 +27,16 @@ def test_format_round_trips_whole_units(seconds):
     loss = seconds - parse_duration(text)
     bound = 3600 if seconds >= 86400 else 60 if seconds >= 3600 else 1
     assert 0 <= loss < bound
+
+
+@pytest.mark.parametrize("text", ["9" * 400 + "s", "4000000000s", "36501d"])
+def test_a_duration_past_a_century_is_refused_never_infinite(text):
+    # A 400-digit number read as inf: `loom jobs` crashed formatting it, `--json` printed Infinity.
+    with pytest.raises(ValueError, match="longer than 100 years") as raised:
+        parse_duration(text)
+    assert len(str(raised.value)) < 120
+    assert parse_duration("36500d") == 36500 * 86400.0
+
+
+def test_what_is_no_span_of_time_is_shown_never_raised():
+    assert [format_duration(x) for x in (float("inf"), float("-inf"), float("nan"))] == ["?", "?", "?"]
