@@ -27,6 +27,29 @@ def add_common_options(parser: argparse.ArgumentParser, top_level: bool = False)
 AGENT_ENV = "LOOM_AGENT"  # set by Loom in each agent's pane: a command run there means that agent
 
 
+SQLITE_MAX = 2**63 - 1  # the largest integer the store takes: a larger one was a traceback
+
+
+def count(text: str) -> int:
+    """An argument that is a number of rows: 0 or more, as the store can take it."""
+    return _bounded(text, 0)
+
+
+def row_id(text: str) -> int:
+    """An argument that is a row's id: 1 or more, as the store can take it."""
+    return _bounded(text, 1)
+
+
+def _bounded(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text[:40]!r}") from None
+    if not low <= value <= SQLITE_MAX:
+        raise argparse.ArgumentTypeError(f"{text[:40]}: a whole number from {low} to {SQLITE_MAX}")
+    return value
+
+
 def subcommand(sub: Any, name: str, help: str, *, agent: bool = False, **kwargs: Any) -> argparse.ArgumentParser:
     """A subcommand with the common options; `agent=True` for one that acts on one agent (--agent)."""
     parser = sub.add_parser(name, help=help, description=help, **kwargs)

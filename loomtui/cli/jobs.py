@@ -7,7 +7,7 @@ import sys
 import time
 
 from loomtui import text as text_mod
-from loomtui.cli.common import choose_agent, context, print_json, subcommand
+from loomtui.cli.common import choose_agent, context, count, print_json, row_id, subcommand
 from loomtui.durations import format_duration
 from loomtui.sentinel.queue_rules import CLAIMED, WITNESSED, Item
 
@@ -20,7 +20,7 @@ def register(sub) -> None:
     run.set_defaults(func=run_job)
     q = subcommand(sub, "queue", "list the sentinel queue: open, claimed and recently witnessed items")
     q.add_argument("--json", action="store_true", help="machine-readable output")
-    q.add_argument("--witnessed", type=int, default=10, metavar="N", help="how many witnessed items to show (10)")
+    q.add_argument("--witnessed", type=count, default=10, metavar="N", help="how many witnessed items to show (10)")
     # The queue is every agent's: without --agent, all of it, each item with its agent's name.
     q.add_argument("--agent", dest="only_agent", metavar="NAME", help="only the items of this agent's jobs")
     q.set_defaults(func=run_queue)
@@ -29,7 +29,7 @@ def register(sub) -> None:
     jobs.add_argument("--json", action="store_true", help="machine-readable output")
     jobs.set_defaults(func=run_jobs)
     res = subcommand(sub, "resolve", "claim a queue item as handled; it is witnessed by the job's next clean run")
-    res.add_argument("id", type=int, help="the queue item's id")
+    res.add_argument("id", type=row_id, help="the queue item's id")
     note = res.add_mutually_exclusive_group(required=True)
     note.add_argument("--note", help="what you found and what you did")
     note.add_argument("--note-stdin", action="store_true", help="read the note from standard input")

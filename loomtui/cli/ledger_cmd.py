@@ -6,7 +6,7 @@ import argparse
 import datetime as dt
 import sys
 
-from loomtui.cli.common import choose_agent, context, subcommand
+from loomtui.cli.common import choose_agent, context, count, row_id, subcommand
 from loomtui.errors import LoomError
 from loomtui.store import ledger
 from loomtui.store.ledger import Event
@@ -17,10 +17,10 @@ def register(sub) -> None:
     parser = subcommand(sub, "ledger", "read or verify the hash-chained event ledger")
     inner = parser.add_subparsers(dest="ledger_command", metavar="tail|verify|head", required=True)
     tail = subcommand(inner, "tail", "print the last events")
-    tail.add_argument("-n", type=int, default=20, metavar="N", help="how many events (default 20)")
+    tail.add_argument("-n", type=count, default=20, metavar="N", help="how many events (default 20)")
     tail.add_argument("--kind", action="append", help="only events of this kind (repeatable)")
     tail.add_argument("--json", action="store_true", help="JSON lines")
-    tail.add_argument("--before", type=int, metavar="ID", help="only events older than event ID (a page further back)")
+    tail.add_argument("--before", type=row_id, metavar="ID", help="only events older than event ID (a page further back)")
     tail.add_argument("--text", metavar="WORDS", help="only events whose kind, cause or detail holds WORDS")
     # Not the usual --agent: the ledger is every agent's, and without it tail shows them all.
     tail.add_argument("--agent", dest="only_agent", metavar="NAME", help="only this agent's events")

@@ -74,3 +74,15 @@ def test_canary_history_lists_the_probes_newest_first_and_sends_none(loom):
 def test_a_history_of_no_probe_or_too_many_is_exit_2(loom, n):
     result = loom("canary", "--history", n)
     assert result.returncode == 2 and "--history takes 1 to 1000" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("words", [
+    ["queue", "--witnessed", "9" * 20], ["queue", "--witnessed", "-1"], ["ledger", "tail", "-n", "9" * 20],
+    ["ledger", "tail", "--before", "9" * 20], ["ledger", "tail", "--before", "0"],
+    ["resolve", "9" * 20, "--note", "x"],
+])
+def test_a_number_the_store_cannot_take_is_exit_2_in_one_line(loom, words):
+    # Past SQLite's largest integer it was a traceback (OverflowError) and exit 1.
+    result = loom(*words)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "a whole number from" in result.stderr.strip().splitlines()[-1]
