@@ -175,8 +175,8 @@ class Source:
             return view
         try:
             conversation = self._conversation.look()
-        except OSError as exc:
-            return replace(view, why=f"transcript unreadable: {exc}")
+        except Exception as exc:  # noqa: BLE001 - OSError mostly; whatever it is, every other panel goes on
+            return replace(view, why=f"transcript unreadable: {type(exc).__name__}: {exc}")
         return replace(view, conversation=conversation)
 
     def _screen(self, capture: bool = True) -> PaneView:

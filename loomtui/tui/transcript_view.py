@@ -72,7 +72,8 @@ def _from_event(event: dict[str, Any]) -> list[Entry]:
         return out
     if kind == "result":
         bad = bool(event.get("is_error"))
-        denials = event.get("permission_denials") or []
+        denials = event.get("permission_denials")
+        denials = denials if isinstance(denials, list) else []
         what = f"turn ended: {event.get('subtype', '?')}"
         if isinstance(event.get("duration_ms"), (int, float)):
             what += f" in {event['duration_ms'] / 1000:.1f}s"
@@ -86,25 +87,36 @@ def _from_event(event: dict[str, Any]) -> list[Entry]:
 
 
 def entries(records: list[Record]) -> list[Entry]:
-    """What the console shows of these records, oldest first (the newest MAX_ENTRIES)."""
+    """What the console shows of these records, oldest first (the newest MAX_ENTRIES). A record of
+    a shape not foreseen is one line saying so: raised, it stopped every refresh of the console at
+    the same record, for good."""
     out: list[Entry] = []
     for record in records:
-        data = record.data
-        if record.dir == IN:
-            out.append(Entry("you", _clip(str(data.get("text", ""))), origin=str(data.get("origin", ""))))
-        elif record.dir == OUT:
-            if "raw" in data:
-                out.append(Entry("output", _clip(str(data["raw"]))))
-            else:
-                out.extend(_from_event(record.event))
-        elif record.dir == ERR:
-            out.append(Entry("stderr", _clip(str(data.get("line", ""))), error=True))
-        elif record.dir == PUMP:
-            what = str(data.get("what", ""))
-            rest = {k: v for k, v in data.items() if k != "what"}
-            out.append(Entry("pump", _clip(f"{what} {json.dumps(rest, ensure_ascii=False)}" if rest else what),
-                             error=what == "cli_exit"))
+        try:
+            out.extend(_entries_of(record))
+        except Exception as exc:  # noqa: BLE001 - the CLI's output is anyone's JSON
+            out.append(Entry("pump", f"a record Loom cannot show ({type(exc).__name__})", error=True))
     return out[-MAX_ENTRIES:]
+
+
+def _entries_of(record: Record) -> list[Entry]:
+    out: list[Entry] = []
+    data = record.data
+    if record.dir == IN:
+        out.append(Entry("you", _clip(str(data.get("text", ""))), origin=str(data.get("origin", ""))))
+    elif record.dir == OUT:
+        if "raw" in data:
+            out.append(Entry("output", _clip(str(data["raw"]))))
+        else:
+            out.extend(_from_event(record.event))
+    elif record.dir == ERR:
+        out.append(Entry("stderr", _clip(str(data.get("line", ""))), error=True))
+    elif record.dir == PUMP:
+        what = str(data.get("what", ""))
+        rest = {k: v for k, v in data.items() if k != "what"}
+        out.append(Entry("pump", _clip(f"{what} {json.dumps(rest, ensure_ascii=False)}" if rest else what),
+                         error=what == "cli_exit"))
+    return out
 
 
 class Follower:

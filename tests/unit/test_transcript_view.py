@@ -60,6 +60,21 @@ def test_errors_denials_stderr_and_exit_stand_out(tmp_path):
     assert '"status": 1' in found[3].text
 
 
+def test_a_record_of_an_odd_shape_is_one_line_and_the_follower_goes_past_it(tmp_path):
+    # `permission_denials` a number: the view raised on it, at every look, and the console's whole
+    # refresh stopped there for good.
+    path = transcript.path_in(tmp_path)
+    _write(path,
+           ("out", {"event": {"type": "result", "subtype": "success", "permission_denials": 3}}),
+           ("out", {"event": {"type": "assistant", "message": {"content": 5}}}),
+           ("out", {"event": {"type": "user", "message": {"content": [{"type": "tool_result", "content": {"x": 1}}]}}}))
+    follower = transcript_view.Follower(path)
+    found = follower.look()
+    assert found[0].who == "result" and not found[0].error
+    _turn(path, text="after")
+    assert [e.text for e in follower.look() if e.who == "you"] == ["after"]
+
+
 def test_untrusted_text_is_never_markup_nor_an_escape_sequence(tmp_path):
     path = transcript.path_in(tmp_path)
     _turn(path, text=EVIL, answer=EVIL)
