@@ -372,7 +372,13 @@ class MemoryPanel(Widget):
             rel = memory.candidates(row.target)[0]  # a broken link: the editor creates the file
         else:  # a line that is not an entry is fixed in the index (another host's: its own name)
             rel = self.report.index_name if self.report else self.index_name
-        argv = self.source.edit_argv(rel, self.environ)
+        try:
+            # $VISUAL with an unclosed quote (ValueError), another host's ssh words (OSError): said,
+            # never the end of the console.
+            argv = self.source.edit_argv(rel, self.environ)
+        except (ValueError, OSError) as exc:
+            self.notify(memory.printable(f"cannot tell which editor to run: {exc}"), severity="error", markup=False)
+            return
         try:
             # The editor owns the terminal; the app must not draw or read keys meanwhile.
             with self.app.suspend():
@@ -382,9 +388,10 @@ class MemoryPanel(Widget):
                 self.notify(memory.printable(f"editing is on {self.source.where}; it needs a real terminal: "
                                              + shlex.join(argv)), severity="warning", markup=False)
             else:
-                self.notify("cannot hand the terminal to an editor here", severity="warning")
+                self.notify("cannot hand the terminal to an editor here", severity="warning", markup=False)
         except OSError as exc:
-            self.notify(f"cannot run {memory.printable(argv[0])}: {exc.strerror or exc}", severity="error")
+            self.notify(memory.printable(f"cannot run {argv[0]}: {exc.strerror or exc}"), severity="error",
+                        markup=False)
         self.reload()
 
     # -- search ---------------------------------------------------------------------------------

@@ -252,6 +252,23 @@ def test_edit_without_a_terminal_warns_instead_of_crashing(hostile):
     asyncio.run(run())
 
 
+def test_an_editor_that_cannot_be_split_is_said_never_the_end_of_the_console(hostile):
+    # An unclosed quote in $EDITOR raised out of the key's handler and ended the app.
+    async def run() -> None:
+        app = PanelApp(hostile, environ={"EDITOR": 'vi "[bold]'})
+        async with app.run_test(size=(80, 24)) as pilot:
+            panel = app.query_one(MemoryPanel)
+            await until(pilot, lambda: panel.report is not None, what="the table")
+            await pilot.press("e")
+            await until(pilot, lambda: any("which editor" in str(n.message) for n in app._notifications),
+                        what="the notice")
+            assert app.is_running
+            notice = next(n for n in app._notifications if "which editor" in str(n.message))
+            assert not notice.markup
+
+    asyncio.run(run())
+
+
 def test_the_panel_modifies_nothing(hostile):
     os.mkfifo(hostile / "pipe.md")
     with (hostile / "MEMORY.md").open("a") as f:
