@@ -243,6 +243,9 @@ class TimelinePanel(Widget):
             self.oldest, self._rows = None, {}
             self.query_one(KeyedTable).sync([])
             status.update(safe(f"timeline unavailable: {message.error}", "bold red"))
+            # Read again at the next refresh that has the ledger's size, changed or not: waiting for
+            # a new event kept the error up for as long as the ledger stayed quiet.
+            self.seen_count, self.pages = -1, [None]
             return
         self.oldest = message.oldest_id
         self._shown_generation = message.generation

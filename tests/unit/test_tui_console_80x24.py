@@ -494,3 +494,55 @@ def test_an_open_incident_reads_for_so_long_in_the_summary_and_the_timeline_alik
             assert not any("ongoing" in r[2] or r[2].endswith("ago") for r in rows(app, "timeline-table"))
 
     asyncio.run(run())
+
+
+# -- a timeline read that failed is read again at the next refresh --------------------------------
+
+
+def test_a_timeline_error_is_read_again_at_the_next_refresh_not_at_the_next_event(ctx):
+    # The error stayed (with no rows) until some agent wrote a new event: on a quiet system, for
+    # many minutes. The reader is the panel's port: the real store's, failing while told to.
+    from dataclasses import dataclass
+
+    from textual.app import App
+
+    from loomtui.errors import StoreUnavailable
+    from loomtui.store import ledger
+    from loomtui.tui.timeline_panel import StoreEvents, TimelinePanel
+
+    @dataclass
+    class Flaky:
+        real: StoreEvents
+        failing: bool = False
+        where: str = ""
+
+        def page(self, **kwargs):
+            if self.failing:
+                raise StoreUnavailable(f"store {ctx.store.path}: database is locked")
+            return self.real.page(**kwargs)
+
+        def by_ids(self, ids):
+            return self.real.by_ids(ids)
+
+    reader = Flaky(StoreEvents(lambda: ctx.store))
+
+    class Panel(App):
+        def compose(self):
+            yield TimelinePanel(reader, lambda: NOW, None)
+
+    async def run():
+        app = Panel()
+        async with app.run_test(size=SIZE) as pilot:
+            panel = app.query_one(TimelinePanel)
+            await until(pilot, lambda: timeline_status(app).startswith("incidents · page 1"), "the incidents")
+            count = ledger.count(ctx.store)
+            panel.ledger_changed(count)
+            reader.failing = True
+            panel.reload()
+            await until(pilot, lambda: timeline_status(app).startswith("timeline unavailable"), "the error")
+            reader.failing = False
+            panel.ledger_changed(count)  # a refresh: the ledger's size as it was
+            await until(pilot, lambda: timeline_status(app).startswith("incidents · page 1"), "the incidents again")
+            assert app.query_one("#timeline-table", DataTable).row_count > 0
+
+    asyncio.run(run())
