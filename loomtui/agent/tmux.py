@@ -228,6 +228,25 @@ def quote_words(words: list[str]) -> str | None:
     return " ".join(words[:1] + [f"'{word}'" for word in words[1:]])
 
 
+def command_line(words: list[str]) -> str:
+    """One line of tmux's command language meaning exactly this argv, whatever each word holds:
+    double-quoted, with its backslash, quote and $ escaped (no variable expanded, no ~), and its
+    control characters written as escapes. For `source-file -`, which reads it from stdin."""
+    def quoted(word: str) -> str:
+        out = []
+        for ch in word:
+            if ch in '\\"$':
+                out.append("\\" + ch)
+            elif ch == "\n":
+                out.append("\\n")
+            elif ord(ch) < 32 or ord(ch) == 127:
+                out.append(f"\\{ord(ch):03o}")
+            else:
+                out.append(ch)
+        return '"' + "".join(out) + '"'
+    return " ".join(quoted(word) for word in words) + "\n"
+
+
 class ControlClient:
     """One `tmux -C` client attached to the agent's session; one command at a time (its
     `_Channel` lets one thread ask).
@@ -721,13 +740,17 @@ class AgentPane:
         ), "set-hook pane-died")
 
     def respawn(self, command: str, cwd: str | os.PathLike[str], env: dict[str, str]) -> PaneInfo:
-        """Replace whatever runs in the pane with `command` (run by tmux's shell)."""
+        """Replace whatever runs in the pane with `command` (run by tmux's shell).
+
+        The pane's environment (`agent.env`: an API key, as often as not) goes to tmux on stdin, as
+        a command line `source-file -` reads: as `-e` words of a tmux process, any local user
+        reading /proc/PID/cmdline while it ran read each value."""
         self._check(self.server.cmd("clear-history", target=self.target), "clear-history")
-        args: list[object] = ["-k", "-c", os.fspath(cwd)]
+        words = ["respawn-pane", "-k", "-t", self.target, "-c", os.fspath(cwd)]
         for key, value in env.items():
-            args += ["-e", f"{key}={value}"]
-        args.append(command)
-        self._check(self.server.cmd("respawn-pane", *args, target=self.target), "respawn-pane")
+            words += ["-e", f"{key}={value}"]
+        words.append(command)
+        self._check(self.server.cmd("source-file", "-", input=command_line(words)), "respawn-pane")
         info = self.info()
         if info is None:
             raise TmuxGone(f"tmux -L {self.socket}: the pane vanished right after respawn")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import threading
 from collections import Counter
+from pathlib import Path
 
 import pytest
+from conftest import REPO
 from harness import wait_for
 
 from loomtui import actions
@@ -265,3 +268,27 @@ def test_text_waiting_through_a_relaunch_is_not_typed_into_the_new_agent(harness
     [result] = results
     assert not result.ok and "relaunched while this waited" in result.error
     assert "meant for the old one" not in harness.screen()
+
+
+def test_the_agents_environment_never_reaches_a_process_argument(make_harness, tmp_path):
+    # agent.env holds an API key as often as not; as `respawn-pane -e KEY=VALUE` words, any local
+    # user reading /proc/PID/cmdline during a relaunch read it. A tmux first on PATH that writes
+    # down its arguments, then runs the real one, sees every tmux process Loom starts.
+    secret = "sk-test-" + "7" * 24
+    root = tmp_path / "h0"  # make_harness's first
+    env = {"LOOM_DEMO_DATA": str(root / "demo-data"), "LOOM_DEMO_BOT": "bot-env", "PYTHONPATH": str(REPO),
+           "ANTHROPIC_API_KEY": secret, "QUOTED": "a'b\"c $HOME ;\nd"}
+    harness = make_harness(sections={"agent": {"env": env}})
+    real = shutil.which("tmux")
+    bin_dir, log = tmp_path / "bin", tmp_path / "tmux-argv.log"
+    bin_dir.mkdir()
+    (bin_dir / "tmux").write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> '{log}'\nexec '{real}' \"$@\"\n")
+    (bin_dir / "tmux").chmod(0o755)
+    result = harness.loom("recycle", "--fresh", "--reason", "env", env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert result.returncode == 0, result.stderr
+    assert "respawn" in log.read_text() or "source-file" in log.read_text()
+    assert secret not in log.read_text()
+    pid = wait_for(harness.agent_pid, 30, what="the agent")
+    environ = dict(item.split("=", 1) for item in
+                   Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in item)
+    assert environ["ANTHROPIC_API_KEY"] == secret and environ["QUOTED"] == "a'b\"c $HOME ;\nd"
