@@ -208,6 +208,11 @@ def _finish(ctx: Context, run_id: int, code: int, t0: float, failures: int, erro
     is left is only to say how it went): an unrecorded end would read as a killed run later."""
     ended, duration = time.time(), time.monotonic() - t0
     for attempt in range(FINISH_ATTEMPTS):
+        if ctx.store.unusable() is not None:
+            # The daemon salvaged the store while the job ran: this connection still holds the file
+            # moved aside, and the end written there would be lost (the new store's copy of the row
+            # read later as a run killed before its end). The store in its place takes it.
+            ctx.close()
         try:
             with ctx.store.write() as db:
                 job_runs.finish_in(db, run_id, ended=ended, exit_code=code, duration=duration,

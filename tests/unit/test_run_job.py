@@ -289,3 +289,26 @@ def test_a_clean_run_whose_end_cannot_be_recorded_exits_75(fleet, tmp_path):
     assert scan.returncode == 0, scan.stderr
     [item] = queue.listing(fleet.ctx.store)
     assert item.kind == "exit" and "without recording the exit" in item.signature
+
+
+def test_a_runs_end_goes_to_the_store_a_salvage_put_in_place_while_it_ran(fleet):
+    # run-job opened the store when the job started; the daemon salvaged it meanwhile. The end was
+    # committed into the file moved aside, and the new store's copy of the row read as a run killed.
+    from test_store_health import scribble_table
+
+    from loomtui.store import job_runs
+    from loomtui.store.db import Store
+    from loomtui.store.salvage import open_or_salvage
+
+    ctx = fleet.ctx
+    with ctx.store.write() as db:
+        run_id = job_runs.start_in(db, job="job", started=time.time(), pid=os.getpid(), pid_started=None,
+                                   started_mono=None, boot=None)
+    scribble_table(ctx.store, "canary_runs")  # damage the daemon's salvage finds
+    new, salvaged = open_or_salvage(fleet.state_dir)
+    new.close()
+    assert salvaged is not None and salvaged.copied["job_runs"] >= 1
+    jobrun._finish(ctx, run_id, 0, time.monotonic(), 0, None)
+    with Store.in_dir(fleet.state_dir) as store:
+        row = store.query_one("SELECT ended, exit_code FROM job_runs WHERE id = ?", (run_id,))
+    assert row["ended"] is not None and row["exit_code"] == 0
