@@ -248,10 +248,11 @@ def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[
     try:
         config, path = load_config(config_arg, env)
         checks.append(Check(OK, "config", str(path) if path else "no config file: defaults"))
-        config_loaded = True
     except LoomError as exc:
+        # Nothing further: the defaults in its place are not the operator's setup, and checking
+        # them made a store in a state dir the operator never named.
         checks.append(Check(FAIL, "config", str(exc)))
-        config, path, config_loaded = Config(), None, False
+        return checks
     state_dir = resolve_state_dir(state_dir_arg, config, env)
     try:
         prepare_state_dir(state_dir)
@@ -296,8 +297,6 @@ def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[
                        *first_start.check_service(first_start.installed_unit() if unit is None else unit)])
         for more in extra or ():
             checks.extend(more(config, state_dir, store))
-    # Last, with the store closed: the simulation forks a process per core. Not for a config that
-    # did not load (its line says why; the defaults in its place are not the operator's).
-    if config_loaded:
-        checks.extend(check_simulation(config, os.path.abspath(path) if path else None))
+    # Last, with the store closed: the simulation forks a process per core.
+    checks.extend(check_simulation(config, os.path.abspath(path) if path else None))
     return checks

@@ -105,16 +105,26 @@ def check_telegram(config: Config, environ: Mapping[str, str]) -> Iterator[Check
 
 
 def check_memory(config: Config) -> Iterator[Check]:
-    directory = Path(config.memory.dir)
-    uses = any("{memory_index}" in getattr(config.agent, key) for key in ("fresh_command", "resume_command"))
-    if directory.is_dir():
-        yield Check(OK, "memory", f"{directory}")
-    elif uses:
-        yield Check(FAIL, "memory", f"memory.dir {directory} is not a directory, and the agent's command passes "
-                    "its index ({memory_index}): create it or set memory.dir")
-    else:
-        yield Check(OK, "memory", f"memory.dir {directory} does not exist yet (nothing passes its index; the "
-                    "console's memory panel stays empty until it does)")
+    """Each memory directory once, whichever agents share it: with several agents, the line names
+    them (the first agent's alone was checked, an agent's own `[agents.memory] dir` never)."""
+    users: dict[Path, list[str]] = {}
+    passes: dict[Path, bool] = {}
+    for name in config.agent_names:
+        view = config.for_agent(name)
+        directory = Path(view.memory.dir)
+        users.setdefault(directory, []).append(name)
+        passes[directory] = passes.get(directory, False) or any(
+            "{memory_index}" in getattr(view.agent, key) for key in ("fresh_command", "resume_command"))
+    for directory, names in users.items():
+        label = "memory" if len(config.agent_names) == 1 else f"memory {', '.join(names)}"
+        if directory.is_dir():
+            yield Check(OK, label, f"{directory}")
+        elif passes[directory]:
+            yield Check(FAIL, label, f"memory.dir {directory} is not a directory, and the agent's command passes "
+                        "its index ({memory_index}): create it or set memory.dir")
+        else:
+            yield Check(OK, label, f"memory.dir {directory} does not exist yet (nothing passes its index; the "
+                        "console's memory panel stays empty until it does)")
 
 
 def check_service(installed: Path | None) -> Iterator[Check]:
