@@ -596,7 +596,17 @@ class ConsoleScreen(Screen):
             self._remote_hold(self.remote)
             return
         agent = self.ctx
-        held = self.snapshot.header.hold if self.snapshot is not None else ""
+        snap = self.snapshot
+        if snap is None or snap.store_error or snap.agent != agent.agent:
+            # Whether a hold is in force is not known (no read yet, another agent's, or the store
+            # unreadable): offering a new hold would replace one in force unseen (a quota's, the
+            # ceiling's), offering a release would end one. Neither until it is read.
+            why = snap.store_error if snap is not None and snap.store_error else "not read yet"
+            self.notify(printable(f"hold: whether agent {agent.agent} is held is not known ({why}); "
+                                  "try again once the console has read it"), title=self._title("hold"),
+                        severity="warning", markup=False)
+            return
+        held = snap.header.hold
         if held:
             def answered(word: str | None) -> None:
                 if word is not None and word.strip().lower() == "release":

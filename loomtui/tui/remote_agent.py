@@ -110,8 +110,8 @@ def header(chosen: Chosen, now: float) -> Text:
     out.append("  ")
     out.append(row.state, style=LEVELS[state_level(row.state)])
     if not row.supervised:  # the state is what it last saw, and nothing on that host recovers it
-        out.append("  supervisor ", style="dim")
-        out.append("no heartbeat" if row.heartbeat_age is None else row.heartbeat(), style=LEVELS["bad"])
+        # One word at 80 columns; the hosts view's line for the host says since when (its heartbeat).
+        out.append("  unsupervised", style=LEVELS["bad"])
     out.append("  read ", style="dim")
     out.append(f"{format_duration(max(now - chosen.read_at, 0))} ago")
     out.append("\n")

@@ -335,6 +335,12 @@ def test_console_survives_a_locked_store_and_a_missing_tmux(tmp_path):
             assert error.startswith("_run_canary: store ") and error.endswith("database is locked"), error
             assert notices == [("canary", "probing…"), ("error", error)] and app.outcomes == []
             assert app.is_running
+            # Whether a hold is in force cannot be read: `h` offers neither a new hold (it would
+            # replace one unseen) nor a release; it says why.
+            await pilot.press("h")
+            said = await until(pilot, lambda: next((m for t, m in notices if t == "hold"), None), what="h's notice")
+            assert "is not known" in said and "database is locked" in said
+            assert not isinstance(app.screen, PromptScreen)
             blocker.execute("ROLLBACK")
             await until(pilot, lambda: app.snapshot and not app.snapshot.store_error, what="recovery")
             assert "bbbbbbbb" in screen_text(app)
