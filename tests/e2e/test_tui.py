@@ -228,12 +228,15 @@ def test_actions_against_a_real_agent(make_harness, tmp_path):
     async def run():
         app = LoomApp(ctx, watch=True)
         async with app.run_test(size=(120, 36)) as pilot:
-            await until(pilot, lambda: app.snapshot and app.snapshot.header.agent == "running", what="running agent")
+            # Launched by `loom recycle --fresh`, no canary acked since: up, but not heard yet.
+            await until(pilot, lambda: app.snapshot and app.snapshot.header.agent == "unwitnessed",
+                        what="the agent up, unwitnessed")
             assert "demo agent" in screen_text(app)  # the pane tail, from real tmux
 
             await pilot.press("c")
             await until(pilot, lambda: any(a == "canary" for a, _, _ in app.outcomes), what="the canary outcome")
             assert app.outcomes[-1][1].startswith("ok: acked in") and app.outcomes[-1][2]
+            await until(pilot, lambda: app.snapshot.header.agent == "running", what="running once the canary acked")
 
             # The same action from the command palette: typed by name, run with Enter.
             await pilot.press("ctrl+p")
@@ -288,8 +291,8 @@ def test_actions_against_a_real_agent(make_harness, tmp_path):
             assert (resume["cause"], resume["source"]) == ("operator_resume", "tui")
             wait_for(lambda: harness.agent_pid() not in (None, agent), what="the agent relaunched")
             wait_for(lambda: "resumed: " in harness.screen(), what="the resumed agent's greeting")
-            await until(pilot, lambda: app.snapshot.taken > resumed_at and app.snapshot.header.agent == "running",
-                        what="the agent running again, in a newer snapshot")
+            await until(pilot, lambda: app.snapshot.taken > resumed_at and app.snapshot.header.agent == "unwitnessed",
+                        what="the agent up again (not heard since: unwitnessed), in a newer snapshot")
 
             await pilot.press("r")
             await until(pilot, lambda: isinstance(app.screen, RecycleScreen), what="the recycle dialog")
@@ -309,6 +312,9 @@ def test_actions_against_a_real_agent(make_harness, tmp_path):
         assert [e["source"] for e in harness.events("queue_claim")] == ["tui"]
 
     asyncio.run(run())
+
+
+CONSOLE = "Canary 2  Queue 3"  # the console's tab bar: on the screen while the console is
 
 
 def test_console_survives_a_locked_store_and_a_missing_tmux(tmp_path):
@@ -455,28 +461,28 @@ def test_the_console_in_a_real_terminal_attaches_and_comes_back(make_harness, in
             except AssertionError as exc:
                 raise AssertionError(f"{exc}; the terminal shows:\n{last}") from None
 
-        shown(lambda s: "agent running" in s, "the console drawn in the terminal", 60)
+        shown(lambda s: CONSOLE in s, "the console drawn in the terminal", 60)
         keys("a")
-        shown(lambda s: "demo agent · session" in s and "agent running" not in s, "the agent's own pane, attached")
+        shown(lambda s: "demo agent · session" in s and CONSOLE not in s, "the agent's own pane, attached")
         keys("C-b", "d")
-        shown(lambda s: "agent running" in s, "the console back after detaching")
+        shown(lambda s: CONSOLE in s, "the console back after detaching")
 
         keys("5")
         shown(lambda s: "Prefers short messages." in s, "the memory file's preview")
         keys("e")
-        shown(lambda s: "agent running" not in s and "Prefers short messages." in s
+        shown(lambda s: CONSOLE not in s and "Prefers short messages." in s
               and any(line.startswith("~") for line in s.splitlines()), "vim on the memory file")
         keys("G", "o")
         keys("-l", "Added in vim, from the console.")
         keys("Escape")
         keys("-l", ":wq")
         keys("Enter")
-        shown(lambda s: "agent running" in s, "the console back after the editor")
+        shown(lambda s: CONSOLE in s, "the console back after the editor")
         assert note.read_text() == "# Operator\n\nPrefers short messages.\nAdded in vim, from the console.\n"
         shown(lambda s: "Added in vim, from the console." in s, "the edit in the preview")
 
         keys("q")
-        shown(lambda s: "agent running" not in s, "the console quit")
+        shown(lambda s: CONSOLE not in s, "the console quit")
     finally:
         server = subprocess.run([*term, "display-message", "-p", "#{pid}"], capture_output=True, text=True).stdout
         subprocess.run([*term, "kill-server"], capture_output=True)
