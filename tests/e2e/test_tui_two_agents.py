@@ -74,14 +74,14 @@ def test_the_console_switches_agents_with_the_keyboard_and_recycles_the_selected
         app = LoomApp(ctx, watch=True)
         async with app.run_test(size=(80, 24)) as pilot:
             await until(pilot, lambda: app.snapshot and app.snapshot.agent == "alpha"
-                        and app.snapshot.header.agent == "running", 60, what="alpha running")
+                        and app.snapshot.header.agent == "unwitnessed", 60, what="alpha up (no canary acked yet)")
             await pilot.press("g")
             await until(pilot, lambda: isinstance(app.screen, AgentsScreen) and app.screen.rows is not None
                         and all(r.state in UP for r in app.screen.rows), 60,
                         what="both agents up in the agents view")
             await pilot.press("down", "enter")
             await until(pilot, lambda: app.snapshot and app.snapshot.agent == "beta"
-                        and app.snapshot.header.agent == "running", 60, what="beta selected and running")
+                        and app.snapshot.header.agent == "unwitnessed", 60, what="beta selected and up")
             assert " beta " in screen_text(app)
             await pilot.press("r")
             await until(pilot, lambda: isinstance(app.screen, RecycleScreen), what="the recycle dialog")
