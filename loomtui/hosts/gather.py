@@ -4,11 +4,13 @@ is an entry point's, above this layer)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from loomtui.errors import LoomError
 from loomtui.hosts import reach, ssh, view
 
 if TYPE_CHECKING:
@@ -27,12 +29,21 @@ def pool_for(hosts: Sequence[HostConfig]) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=max(1, min(MAX_AT_ONCE, len(hosts))), thread_name_prefix="loom-hosts")
 
 
-def host_view(store: Store, reply: ssh.Reply, now: float) -> view.HostView:
-    """A host's answer as its view: unreachable since its first failure in a row (kept in `store`),
-    its Loom's failure, or its agents."""
+def host_view(store: Store | None, reply: ssh.Reply, now: float) -> view.HostView:
+    """A host's answer as its view: unreachable since its first failure in a row (kept in `store`;
+    None, or a store that fails: this machine's is unusable, and it is since this look), its Loom's
+    failure, or its agents."""
     if not reply.reached:
-        return view.HostView(reply.host, unreachable=reach.failed(store, reply.host, reply.reason, now))
-    reach.answered(store, reply.host)
+        try:
+            if store is None:
+                raise LoomError("no store")
+            since = reach.failed(store, reply.host, reply.reason, now)
+        except LoomError:
+            since = reach.Unreachable(now, reply.reason)
+        return view.HostView(reply.host, unreachable=since)
+    if store is not None:
+        with contextlib.suppress(LoomError):  # kept when the store can; the answer is shown either way
+            reach.answered(store, reply.host)
     if reply.code != 0:
         return view.HostView(reply.host, error=f"loom exited {reply.code}: {ssh.last_line(reply.stderr)}")
     try:

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from loomtui.config import LOCAL_HOST
 from loomtui.durations import format_duration
 from loomtui.hosts.reach import Unreachable
 from loomtui.text import printable
@@ -96,6 +97,12 @@ class HostView:
     agents: tuple[AgentRow, ...] = ()
     unreachable: Unreachable | None = None   # ssh could not reach it: nothing is said of its agents
     error: str = ""                          # reached, but its Loom failed or did not answer in JSON
+
+    def error_words(self) -> str:
+        """Why its agents are not shown, when it was reached (or is this machine) but said nothing usable."""
+        if self.host == LOCAL_HOST:
+            return f"this machine's agents could not be read: {self.error}"
+        return f"reached, but its Loom did not answer: {self.error}"
 
     @property
     def pushes(self) -> tuple[PushBeat, ...]:
@@ -197,7 +204,7 @@ def lines(views: list[HostView], now: float) -> list[str]:
         if view.unreachable is not None:
             rows.append(f"{view.host}  unreachable since {since(view.unreachable.since, now)}: {view.unreachable.why}")
         elif view.error:
-            rows.append(f"{view.host}  reached, but its Loom did not answer: {view.error}")
+            rows.append(f"{view.host}  {view.error_words()}")
         else:
             rows += [(view.host, a.name, a.state, a.canary(), str(a.queue), a.hold or "-", a.heartbeat())
                      for a in view.agents]

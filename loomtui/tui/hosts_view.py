@@ -67,7 +67,7 @@ def host_line(hv: HostView, now: float) -> Text:
     if hv.unreachable is not None:
         return safe(f"unreachable since {view.since(hv.unreachable.since, now)}: {hv.unreachable.why}", LEVELS["bad"])
     if hv.error:
-        return safe(f"reached, but its Loom did not answer: {hv.error}", LEVELS["bad"])
+        return safe(hv.error_words(), LEVELS["bad"])
     if not hv.agents:
         return safe("no agents", "dim")
     pushes = "".join(f" · push {p.name}: {p.words()}" for p in hv.pushes)

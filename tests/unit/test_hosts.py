@@ -321,6 +321,21 @@ def test_an_abbreviated_host_option_is_refused_never_run_here(tmp_path):
     assert listed.returncode == 0 and "hold_placed" not in listed.stdout
 
 
+def test_this_machines_store_unreadable_still_shows_every_other_host(tmp_path):
+    # The local read raised, and every host's answer, already in, was thrown away with it.
+    path = unreachable_config(tmp_path, free_port())
+    (tmp_path / "state").mkdir(mode=0o700)
+    (tmp_path / "state" / "loom.db").write_bytes(b"garbage" * 500)
+    result = run_loom("--config", str(path), "hosts", "--json")
+    assert result.returncode == 0, result.stderr
+    local, b = json.loads(result.stdout)
+    assert local["host"] == "local" and local["agents"] == [] and "loom.db" in local["why"]
+    assert not b["reachable"] and "Connection refused" in b["why"]
+    lines = run_loom("--config", str(path), "hosts").stdout.splitlines()
+    assert any(line.startswith("local  this machine's agents could not be read: ") for line in lines), lines
+    assert any(line.startswith("b  unreachable since ") for line in lines), lines
+
+
 def test_a_host_nobody_answers_for_is_refused_with_ssh_s_reason(tmp_path):
     """A real ssh client to a loopback port nothing listens on."""
     path = unreachable_config(tmp_path, free_port())
