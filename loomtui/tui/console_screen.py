@@ -255,7 +255,7 @@ class ConsoleScreen(Screen):
         if not snap.store_error:
             self.query_one(OverviewPanel).show(snap)
             self.query_one(CanaryPanel).show(snap.canary)
-            self.query_one(QueuePanel).show(snap.queue)
+            self.query_one(QueuePanel).show(snap.queue, snap.unread.get("queue", ""))
             self.query_one(FleetPanel).show(snap.jobs, snap.taken)
 
     @work(thread=True, group="watch", exit_on_error=False)
@@ -548,7 +548,8 @@ class ConsoleScreen(Screen):
         item = self.query_one(OverviewPanel).selected or (self.query_one(QueuePanel).selected if on_queue else None)
         if item is None:
             if on_queue:
-                why = "the queue has no item to resolve"
+                unread = self.query_one(QueuePanel).unread
+                why = f"the queue could not be read: {unread}" if unread else "the queue has no item to resolve"
             elif self.wide and self.query_one(TabbedContent).active == "agent":
                 why = "d resolves the queue item highlighted here in the overview's queue list or on the Queue tab (3)"
             else:

@@ -73,9 +73,12 @@ def relaunch_title(by_cause: dict[str, list[int]]) -> Text:
     return out
 
 
-def queue_title(ages: list[float]) -> Text:
+def queue_title(ages: list[float], unread: str = "") -> Text:
     out = Text(no_wrap=True, overflow="ellipsis")
     out.append("oldest waiting queue item, last 24h", style="bold")
+    if unread:  # nothing to plot is not "nothing waits"
+        out.append(" · not read: " + printable(unread), style="bold red")
+        return out
     now = ages[-1] if ages else 0.0
     out.append(f" · now {format_duration(now)}" if now else " · nothing waits", style="bold red" if now else "green")
     if ages and max(ages) > now:
@@ -142,7 +145,7 @@ class PlotsPanel(Widget):
                 spark.data = values
 
         ages = series.oldest_waiting(snap.overview.queue_spans, snap.taken)
-        self.query_one("#queue-title", Static).update(queue_title(ages))
+        self.query_one("#queue-title", Static).update(queue_title(ages, snap.unread.get("queue", "")))
         self.query_one("#queue-spark", Sparkline).data = ages
 
 

@@ -11,7 +11,7 @@ from textual.containers import Vertical
 from textual.widget import Widget
 from textual.widgets import Static
 
-from loomtui.text import for_terminal
+from loomtui.text import for_terminal, printable
 from loomtui.tui.canary_panel import when
 from loomtui.tui.tables import KeyedTable, safe
 
@@ -68,6 +68,7 @@ class QueuePanel(Widget):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._items: dict[str, Any] = {}
+        self.unread = ""  # why the queue could not be read ("": it was)
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -76,8 +77,9 @@ class QueuePanel(Widget):
                               ("last", "seen", 11), ("sample", "line", None)], stretch="sample", id="queue-table")
             yield Static(Text("no item selected", style="dim"), id="queue-detail", markup=False)
 
-    def show(self, items: list[Any]) -> None:
+    def show(self, items: list[Any], unread: str = "") -> None:
         self._items = {f"q{i.id}": i for i in items}
+        self.unread = unread
         table = self.query_one(KeyedTable)
         table.sync(rows(items))
         self._detail(table.selected_key)
@@ -87,7 +89,13 @@ class QueuePanel(Widget):
 
     def _detail(self, key: str | None) -> None:
         item = self._items.get(key or "")
-        self.query_one("#queue-detail", Static).update(describe(item) if item else Text("the queue is empty", style="dim"))
+        if item is not None:
+            shown = describe(item)
+        elif self.unread:  # not an empty queue: one nobody could read
+            shown = Text(printable(f"the queue could not be read: {self.unread}"), style="bold red")
+        else:
+            shown = Text("the queue is empty", style="dim")
+        self.query_one("#queue-detail", Static).update(shown)
 
     @property
     def selected(self) -> Any | None:

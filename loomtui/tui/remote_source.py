@@ -138,10 +138,13 @@ class RemoteSource:
             pane = pane_missing(self.chosen, problems)
         elif problems:  # what else could not be read, below the pane
             pane = replace(pane, why="; ".join(w for w in (pane.why, *problems) if w))
+        unread = {name: str(got[name]) for name in ("queue", "jobs", "canary", "ledger")
+                  if isinstance(got[name], Exception)}
         snapshot = Snapshot(now, header_of(self.chosen), pane, _or_empty(got["canary"]),
                             queue, _or_empty(got["jobs"]),
                             0 if isinstance(status, Exception) else ledger_count,
-                            overview=Overview(relaunches, spans, latest), agent=agent, host=self.chosen.host)
+                            overview=Overview(relaunches, spans, latest), agent=agent, host=self.chosen.host,
+                            unread=unread)
         return RemoteLoad(snapshot, chosen)
 
     def _read(self, words: list[str], parse: Callable[[str], Any]) -> Any:

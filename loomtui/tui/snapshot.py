@@ -103,6 +103,9 @@ class Snapshot:
     overview: Overview = field(default_factory=Overview)
     agent: str = ledger.MAIN   # whose snapshot: a late one of the agent selected before is not shown
     host: str = ""             # "" this machine's agent, else the [[hosts]] name its snapshot was read from
+    # Parts another host's Loom did not answer for ("queue", "jobs", "canary", "ledger") and why: an
+    # empty list there is unknown, never "the queue is empty".
+    unread: dict[str, str] = field(default_factory=dict)
 
 
 def loading(now: float, agent: str, host: str = "") -> Snapshot:

@@ -286,3 +286,37 @@ def test_the_memory_words_sent_keep_a_name_that_looks_like_an_option_a_name():
     assert remote_reads.search_words("main", "--x")[-2:] == ["--", "--x"]
     assert remote_reads.edit_words("main", "a.md") == ["memory", "edit", "--agent", "main", "--", "a.md"]
     assert remote_reads.memory_words("main") == ["memory", "--json", "--agent", "main"]
+
+
+def test_a_queue_that_could_not_be_read_is_never_shown_as_empty():
+    # Another host's `loom queue` failed while its status answered: the tab said "the queue is
+    # empty" and the plot "nothing waits" in green, while the header said "queue 3".
+    import asyncio
+
+    from textual.app import App
+    from textual.widgets import Static
+
+    from loomtui.tui.plots import queue_title
+    from loomtui.tui.queue_panel import QueuePanel
+
+    why = "`loom queue` on host b: no answer within 1s"
+    assert "not read: " + why in queue_title([], why).plain and "nothing waits" not in queue_title([], why).plain
+    assert "nothing waits" in queue_title([]).plain
+
+    class Panel(App):
+        def compose(self):
+            yield QueuePanel()
+
+    async def run() -> None:
+        app = Panel()
+        async with app.run_test(size=(80, 24)) as pilot:
+            panel = app.query_one(QueuePanel)
+            panel.show([], why)
+            await pilot.pause()
+            detail = app.query_one("#queue-detail", Static).content.plain
+            assert detail == "the queue could not be read: " + why
+            panel.show([])
+            await pilot.pause()
+            assert app.query_one("#queue-detail", Static).content.plain == "the queue is empty"
+
+    asyncio.run(run())
