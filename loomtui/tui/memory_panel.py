@@ -419,4 +419,9 @@ class MemoryPanel(Widget):
 
     def on_memory_panel_search_done(self, message: SearchDone) -> None:
         message.stop()
+        if self.screen is not self.app.screen:
+            # Another screen came up while the search ran (a prompt being typed into): a dialog
+            # over it would take its keys. Said instead; the search can be asked again.
+            self.notify(memory.printable(f"{message.title}: not opened over the screen in use"), markup=False)
+            return
         self.app.push_screen(DetailScreen(message.title, message.body))

@@ -325,4 +325,9 @@ class TimelinePanel(Widget):
     @on(DetailLoaded)
     def _show_detail(self, message: DetailLoaded) -> None:
         message.stop()
+        if self.screen is not self.app.screen:
+            # Another screen came up meanwhile (a prompt being typed into): a dialog over it would
+            # take its keys. Said instead; Enter on the row opens it again.
+            self.notify(printable(f"{message.title}: not opened over the screen in use"), markup=False)
+            return
         self.app.push_screen(DetailScreen(message.title, message.body))

@@ -294,3 +294,25 @@ def test_the_panel_modifies_nothing(hostile):
 
     asyncio.run(run())
     assert snapshot(hostile) == before
+
+
+def test_a_search_that_ends_under_a_prompt_is_not_opened_over_it(hostile):
+    # Another host's search waits up to its ssh timeout; the operator meanwhile opened the inject
+    # prompt. The results' dialog pushed over it took the keys typed into the prompt.
+    from rich.text import Text
+
+    from loomtui.tui.modals import PromptScreen
+
+    async def run() -> None:
+        app = PanelApp(hostile)
+        async with app.run_test(size=(80, 24)) as pilot:
+            panel = app.query_one(MemoryPanel)
+            await until(pilot, lambda: panel.report is not None, what="the table")
+            app.push_screen(PromptScreen("Type a line for the agent", "a line"))
+            await until(pilot, lambda: isinstance(app.screen, PromptScreen), what="the prompt")
+            panel.post_message(MemoryPanel.SearchDone("memory search: deploy (1 hits)", Text("x")))
+            await until(pilot, lambda: any("not opened over" in str(n.message) for n in app._notifications),
+                        what="the notice")
+            assert isinstance(app.screen, PromptScreen)
+
+    asyncio.run(run())
