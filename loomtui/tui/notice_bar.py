@@ -18,11 +18,12 @@ from loomtui.text import printable
 
 STYLES = {"information": "bold", "warning": "bold yellow", "error": "bold red"}
 KEPT = 3  # the newest notices shown at once (older ones go first)
+ROWS = 6  # the bar's height at most (its max-height): what is shown fits it
 
 
 class NoticeBar(Static):
     DEFAULT_CSS = """
-    NoticeBar { height: auto; max-height: 6; padding: 0 1; background: $panel; display: none; }
+    NoticeBar { height: auto; max-height: 6; padding: 0 1; background: $panel; display: none; }  /* ROWS */
     """
 
     @dataclass
@@ -58,8 +59,20 @@ class NoticeBar(Static):
         self._draw()
 
     def _draw(self) -> None:
+        """The newest notices that fit the bar's rows once wrapped, oldest of them first: the bar
+        clips at its bottom, where the newest goes, so three long ones hid the newest (an action's
+        outcome, as often as not)."""
         self.display = bool(self.shown)
-        self.update(Text("\n").join(line for _, line in self.shown))
+        width = max((self.content_size.width or self.app.size.width - 2), 10)
+        kept: list[Text] = []
+        used = 0
+        for _, line in reversed(self.shown):
+            rows = len(line.wrap(self.app.console, width))
+            if kept and used + rows > ROWS:
+                break
+            kept.append(line)
+            used += rows
+        self.update(Text("\n").join(reversed(kept)))
 
     @property
     def text(self) -> str:

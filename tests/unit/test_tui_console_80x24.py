@@ -546,3 +546,22 @@ def test_a_timeline_error_is_read_again_at_the_next_refresh_not_at_the_next_even
             assert app.query_one("#timeline-table", DataTable).row_count > 0
 
     asyncio.run(run())
+
+
+def test_the_newest_notice_is_on_the_screen_however_long_the_ones_before(ctx):
+    # Three notices of 200 characters wrap past the bar's six rows: it clipped at the bottom, where
+    # the newest was (an action's outcome), and showed the two older ones.
+    from loomtui.tui.notice_bar import NoticeBar
+
+    async def run():
+        app = console(ctx)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, "a first snapshot")
+            for n in range(3):
+                app.notify("x" * 190 + f" END{n}", title="t", timeout=60, markup=False)
+            bar = app.query_one(NoticeBar)
+            await until(pilot, lambda: "END2" in "".join(screen_lines(app)[bar.region.y:bar.region.bottom]),
+                        "the newest notice on the screen")
+            assert bar.region.height <= 6
+
+    asyncio.run(run())
