@@ -52,10 +52,11 @@ class AgentRow:
 # The view's words for each state, and how bad it is. No hold here: the hold has its own column,
 # so the state said is the one beneath it.
 STATE_CELLS: dict[str, tuple[str, str]] = {
-    lifecycle.NOT_LOOKED: ("tmux not answering", "warn"), lifecycle.UNKNOWN: ("tmux not answering", "warn"),
+    lifecycle.NOT_LOOKED: ("tmux unknown", "warn"), lifecycle.UNKNOWN: ("tmux unknown", "warn"),
     lifecycle.GONE: ("no tmux session", "bad"), lifecycle.EXITED: ("exited", "bad"),
-    lifecycle.NO_PROCESS: ("agent process missing", "warn"),
-    lifecycle.PROCESS_UNKNOWN: ("agent process unknown", "warn"),
+    # Each within the state column's 15 at 80 columns: "agent process …" cut both to one word.
+    lifecycle.NO_PROCESS: ("process missing", "warn"),
+    lifecycle.PROCESS_UNKNOWN: ("process unknown", "warn"),
     lifecycle.BOOTING: ("booting", "warn"),
     lifecycle.UNWITNESSED: ("unwitnessed", "warn"),  # relaunched, and no canary has acked since
     lifecycle.RUNNING: ("running", "ok"),
@@ -102,7 +103,8 @@ def gather_row(ctx: Context, now: float) -> AgentRow:
         return row_from(ctx.agent, status, status.relaunches_last_hour, ctx.config.agent.boot_grace)
     except Exception as exc:  # a locked store, a tmux that fails oddly: this row says so, the others load
         ctx.close()  # a broken connection is reopened on the next look
-        return AgentRow(ctx.agent, "unreadable: " + (" ".join(str(exc).split()) or type(exc).__name__), "bad")
+        # The reason in the wide column (the hold's): in the state's 15 it was cut to "unreadable: st…".
+        return AgentRow(ctx.agent, "unreadable", "bad", hold=" ".join(str(exc).split()) or type(exc).__name__)
 
 
 def cells(row: AgentRow) -> list[Text]:

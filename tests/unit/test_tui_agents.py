@@ -70,10 +70,10 @@ UP = AgentLook("up", pane={"dead": False}, tree={"process": "present", "pid": 7}
     (UP, {"relaunch": RelaunchClaim(1, NOW - 30, "crash", "resume", "watchdog")}, ("unwitnessed", "warn")),
     (UP, {"relaunch": RelaunchClaim(1, NOW - 30, "crash", "resume", "watchdog", 2, NOW - 20)}, ("running", "ok")),
     (AgentLook("gone", "no session"), {}, ("no tmux session", "bad")),
-    (AgentLook("unknown", "timed out"), {}, ("tmux not answering", "warn")),
-    (None, {}, ("tmux not answering", "warn")),
+    (AgentLook("unknown", "timed out"), {}, ("tmux unknown", "warn")),
+    (None, {}, ("tmux unknown", "warn")),
     (AgentLook("up", pane={"dead": True}), {}, ("exited", "bad")),
-    (AgentLook("up", pane={"dead": False}, tree={"process": "missing"}), {}, ("agent process missing", "warn")),
+    (AgentLook("up", pane={"dead": False}, tree={"process": "missing"}), {}, ("process missing", "warn")),
 ])
 def test_state_of(look, kw, want):
     assert agents_view.state_of(status(look, **kw), boot_grace=5.0) == want
@@ -237,3 +237,25 @@ def test_console_with_an_agent_selected_snapshot(snap_compare, agents_ctx):
 
     app = LoomApp(agents_ctx, now=lambda: NOW, watch=False, refresh_every=3600)
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_every_state_fits_its_column_at_80_and_each_reads_apart():
+    # "agent process missing" and "agent process unknown" both read "agent process …" at 80 columns.
+    words = [word for word, _ in agents_view.STATE_CELLS.values()]
+    assert all(len(word) <= 15 for word in words), words
+    assert len(set(words)) == len(set(agents_view.STATE_CELLS.values()))
+
+
+def test_an_agent_that_cannot_be_read_says_why_in_the_wide_column(tmp_path):
+    from loomtui.context import Context
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n[agent]\ntmux_socket = "loomtest-agents-unread"\n')
+    (tmp_path / "state").mkdir(mode=0o700)
+    (tmp_path / "state" / "loom.db").write_bytes(b"garbage" * 500)
+    ctx = Context.load(str(config), None, environ={})
+    try:
+        row = agents_view.gather_row(ctx, NOW)
+    finally:
+        ctx.close()
+    assert (row.state, row.state_level) == ("unreadable", "bad") and "loom.db" in row.hold
