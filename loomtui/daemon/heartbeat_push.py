@@ -15,12 +15,13 @@ import logging
 import queue
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 from loomtui import clock
-from loomtui.config import HeartbeatConfig
+from loomtui.config import HeartbeatConfig, is_loopback
 from loomtui.context import Context
 from loomtui.report import heartbeat_rules as rules
 from loomtui.report import status as status_mod
@@ -47,11 +48,24 @@ def health(statuses: list[status_mod.Status], now: float) -> list[rules.AgentHea
     return out
 
 
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def open_url(request: urllib.request.Request, timeout: float) -> Any:
+    """urlopen, but never through a proxy to a loopback address: plain http:// is allowed only there
+    (config), and an http_proxy in the daemon's environment would have had the URL, its secret
+    path in clear, from urllib (which does not exempt loopback on its own)."""
+    host = urllib.parse.urlsplit(request.full_url).hostname or ""
+    if is_loopback(host):
+        return _DIRECT.open(request, timeout=timeout)
+    return urllib.request.urlopen(request, timeout=timeout)
+
+
 class Sender:
     """One heartbeat's GETs, one at a time, in a thread of their own."""
 
     def __init__(self, ctx: Context, beat: HeartbeatConfig, halt: threading.Event,
-                 opener: Callable[..., Any] = urllib.request.urlopen) -> None:
+                 opener: Callable[..., Any] = open_url) -> None:
         self.ctx, self.beat, self.halt, self.opener = ctx, beat, halt, opener
         self.slot: queue.Queue[tuple[str, str]] = queue.Queue(maxsize=1)
         self.last_offer: float | None = None  # monotonic: when the tick last handed it a beat

@@ -185,6 +185,27 @@ def test_a_sender_gets_ok_and_fail_and_records_them(tmp_path, receiver):
         ctx.close()
 
 
+def test_a_loopback_receiver_is_reached_directly_never_through_the_proxy(tmp_path, receiver, monkeypatch):
+    # Plain http:// is allowed to loopback alone; urllib sent it through an http_proxy of the
+    # daemon's environment all the same, the URL's secret path to the proxy in clear text.
+    proxy = Receiver()  # a proxy would be asked GET http://127.0.0.1:PORT/ping/s3cret: it records that
+    try:
+        monkeypatch.setenv("http_proxy", proxy.url)
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        monkeypatch.delenv("no_proxy", raising=False)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        ctx = beat_ctx(tmp_path, receiver.url + "/ping/s3cret")
+        halt = threading.Event()
+        try:
+            sent(ctx, halt, OK)
+        finally:
+            halt.set()
+            ctx.close()
+        assert receiver.paths == ["/ping/s3cret"] and proxy.paths == []
+    finally:
+        proxy.close()
+
+
 def test_a_receiver_that_refuses_is_recorded_without_the_url(tmp_path, receiver):
     ctx = beat_ctx(tmp_path, receiver.url + "/missing/s3cret")
     halt = threading.Event()
