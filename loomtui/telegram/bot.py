@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import urllib.parse
 import warnings
 
 import telegram
 from telegram.request import HTTPXRequest
 
 from loomtui import redact
-from loomtui.config import TelegramConfig
+from loomtui.config import TelegramConfig, is_loopback
 
 DEFAULT_BASE = "https://api.telegram.org/bot"
 
@@ -30,9 +31,15 @@ def base_url(api_base: str) -> str:
 
 def make_bot(token: str, cfg: TelegramConfig, *, read_timeout: float = 10.0) -> telegram.Bot:
     url = base_url(cfg.api_base)
+    # A Bot API server on loopback (the only place plain http:// may go): never through a proxy of
+    # the environment, which httpx trusts and does not exempt loopback from; the token is in the
+    # URL's path, and over http the proxy reads it.
+    direct = {"trust_env": False} if is_loopback(urllib.parse.urlsplit(url).hostname or "") else {}
     # Separate small pools: a long poll must not hold the connection a send needs.
-    request = HTTPXRequest(connection_pool_size=2, read_timeout=read_timeout, connect_timeout=10.0)
-    updates = HTTPXRequest(connection_pool_size=1, read_timeout=read_timeout, connect_timeout=10.0)
+    request = HTTPXRequest(connection_pool_size=2, read_timeout=read_timeout, connect_timeout=10.0,
+                           httpx_kwargs=direct or None)
+    updates = HTTPXRequest(connection_pool_size=1, read_timeout=read_timeout, connect_timeout=10.0,
+                           httpx_kwargs=direct or None)
     file_url = url[: -len("/bot")] + "/file/bot" if url.endswith("/bot") else url  # Loom sends no files
     return telegram.Bot(token, base_url=url, base_file_url=file_url, request=request, get_updates_request=updates)
 

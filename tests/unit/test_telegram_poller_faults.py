@@ -127,3 +127,29 @@ def test_a_tick_whose_delivery_went_unrecorded_fails_and_says_it(fake, tmp_path,
         holder.close()
         ctx.close()
         loaded.close()
+
+
+def test_a_loopback_bot_api_is_reached_directly_never_through_the_proxy(fake, monkeypatch):
+    # The token is in every Bot API URL's path; over plain http (loopback alone may be) an
+    # http_proxy of the environment, which httpx trusts, read it.
+    from push_receiver import Receiver
+
+    proxy = Receiver()
+    try:
+        for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+            monkeypatch.setenv(name, proxy.url)
+        for name in ("no_proxy", "NO_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        cfg = parse_config({"telegram": {"chat_id": 42, "api_base": fake.api_base}}, "loom.toml", None)
+
+        async def run() -> None:
+            bot = make_bot(TOKEN, cfg.telegram)
+            try:
+                await bot.send_message(chat_id=42, text="through no proxy")
+            finally:
+                await bot.shutdown()
+
+        asyncio.run(run())
+        assert [m.text for m in fake.messages] == ["through no proxy"] and proxy.paths == []
+    finally:
+        proxy.close()
