@@ -56,6 +56,9 @@ def run_job(args: argparse.Namespace) -> int:
     result = jobrun.run_job(context(args), args.name, argv)
     if result.error:
         print(printable(f"loom: run-job {args.name!r}: {result.error}"), file=sys.stderr)
+        # Never 0 after a failure: a clean job whose output could not be written to its log
+        # (the disk full, the log's directory gone) exits 74 (EX_IOERR); a failing job keeps its code.
+        return result.exit_code or jobrun.LOG_UNWRITTEN
     return result.exit_code
 
 

@@ -201,6 +201,7 @@ def _spawn_and_copy(argv: list[str], writer: LogWriter, extra_env: dict[str, str
 
 FINISH_ATTEMPTS = 6
 UNRECORDED = 75  # EX_TEMPFAIL: the job ran clean, its end could not be written down
+LOG_UNWRITTEN = 74  # EX_IOERR: the job ran clean, its output could not be written to its log
 
 
 def _finish(ctx: Context, run_id: int, code: int, t0: float, failures: int, error: str | None) -> None:

@@ -312,3 +312,18 @@ def test_a_runs_end_goes_to_the_store_a_salvage_put_in_place_while_it_ran(fleet)
     with Store.in_dir(fleet.state_dir) as store:
         row = store.query_one("SELECT ended, exit_code FROM job_runs WHERE id = ?", (run_id,))
     assert row["ended"] is not None and row["exit_code"] == 0
+
+
+def test_a_clean_job_whose_log_cannot_be_written_exits_74_never_0(tmp_path):
+    # The disk full under the log: the run was recorded unclean, but cron read exit 0.
+    f = Fleet(tmp_path / "full", [{"name": "full", "log": "/dev/full"}])
+    try:
+        res = run_loom("run-job", "full", "--", PY, "-c", "print('fine')", env=f.env())
+        assert res.returncode == jobrun.LOG_UNWRITTEN == 74, res.stderr
+        assert "writing the log failed" in res.stderr
+        [run] = runs(f)
+        assert run["exit_code"] == 0 and "writing the log failed" in run["error"]
+        failing = run_loom("run-job", "full", "--", PY, "-c", "raise SystemExit(3)", env=f.env())
+        assert failing.returncode == 3  # a failing job keeps its own code
+    finally:
+        f.ctx.close()
