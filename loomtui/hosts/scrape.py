@@ -12,17 +12,19 @@ import json
 import re
 
 from loomtui.config import LOCAL_HOST, Config
-from loomtui.durations import parse_duration
 from loomtui.errors import LoomError
+
+
+PROMETHEUS_DURATION = re.compile(r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?")
 
 
 def scrape_config(config: Config, *, job: str = "loom", interval: str = "30s") -> str:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_:-]{0,63}", job):
         raise LoomError(f"--job {job!r}: use letters, digits, '_', ':' and '-'", exit_code=2)
-    try:
-        parse_duration(interval)
-    except ValueError as exc:
-        raise LoomError(f"--interval {interval!r}: {exc}", exit_code=2) from None
+    # Prometheus's own duration grammar (whole units, largest first: 1h30m, 30s, 500ms), which is
+    # narrower than Loom's: `1.5m` or `30S` was written through, and Prometheus refused the file.
+    if not PROMETHEUS_DURATION.fullmatch(interval) or not any(c.isdigit() and c != "0" for c in interval):
+        raise LoomError(f"--interval {interval!r}: write it as Prometheus does, e.g. 30s, 1m, 1h30m", exit_code=2)
     targets = [(LOCAL_HOST, config.metrics.listen), *((h.name, h.metrics) for h in config.hosts)]
     static: list[str] = []
     missing = []

@@ -57,9 +57,14 @@ def test_promtool_accepts_it_with_hosts_and_with_none(tmp_path, text):
 
 
 def test_a_bad_job_or_interval_is_one_line_exit_2(tmp_path):
-    for args in (["--job", "a b"], ["--interval", "soon"]):
+    # Loom's durations are wider than Prometheus's: 1.5m, 30S, 30s1m and " 30s" were written
+    # through, into a file Prometheus refused.
+    for args in (["--job", "a b"], ["--interval", "soon"], ["--interval", "1.5m"], ["--interval", "30S"],
+                 ["--interval", "30s1m"], ["--interval", " 30s"], ["--interval", "0s"], ["--interval", ""]):
         done = written(tmp_path, CONFIG, *args)
-        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)
+    for interval in ("1h30m", "15s", "500ms"):
+        assert written(tmp_path, CONFIG, "--interval", interval).returncode == 0
 
 
 def test_a_bad_metrics_address_names_the_key(tmp_path):
