@@ -46,6 +46,8 @@ REPLICAS_DIR = "replicas"      # under the state dir: each replica's git directo
 # What is adopted of a `.git` directory an older Loom made in the work tree: data, nothing git runs
 # (no config, hooks, info/ or a rebase's todo, whose `exec` lines would run).
 ADOPTED = ("objects", "refs", "packed-refs", "index", STATE_FILE)
+OLD_LOCK_FILE = "loom-replica.lock"  # an older Loom's lock, in its `.git`
+OLD_MARKERS = (STATE_FILE, OLD_LOCK_FILE)  # what tells a `.git` an older Loom made from the operator's own
 CHECKPOINTS = ".loom/checkpoints"
 JOB = MEMORY_QUEUE             # the queue's name for the replica, where a job's name stands
 CONFLICT = MEMORY_CONFLICT      # the queue item kind (sentinel.queue_rules words its nudge)
@@ -175,32 +177,50 @@ class Replica:
     # -- the repository ---------------------------------------------------------------------------
 
     def ensure_repository(self) -> None:
+        """The replica's own git directory, made whole or not at all (built beside it, then renamed
+        into place). A `.git` an older Loom made in the work tree is adopted into it: its data,
+        under its own lock, then moved aside into the state dir, kept and never run. Any other
+        `.git` there is the operator's: refused, never touched."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if (self.git_dir / "HEAD").exists():
             return
-        self.git_dir.parent.mkdir(parents=True, exist_ok=True)
-        self.git.run("init", "-q", "-b", self.branch)
-        if self.ignored:
-            (self.git_dir / "info").mkdir(exist_ok=True)
-            (self.git_dir / "info" / "exclude").write_text("".join(f"{name}\n" for name in self.ignored))
         old = self.dir / ".git"
-        if old.is_dir() and not old.is_symlink():
-            self._adopt(old)
+        adopting = old.is_dir() and not old.is_symlink() and any((old / n).exists() for n in OLD_MARKERS)
+        if os.path.lexists(old) and not adopting:
+            raise GitError(f"{self.dir}: its .git is not a Loom replica's, and Loom neither writes into it nor "
+                           "removes it: move it elsewhere, or set memory.dir to another directory")
+        self.git_dir.parent.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=f"{self.git_dir.name}.new-", dir=self.git_dir.parent))
+        try:
+            Git(self.dir, self.host, self.git.timeout, git_dir=building).run("init", "-q", "-b", self.branch)
+            if self.ignored:
+                (building / "info").mkdir(exist_ok=True)
+                (building / "info" / "exclude").write_text("".join(f"{name}\n" for name in self.ignored))
+            if adopting:
+                # An older Loom still running syncs under this lock: not in the middle of one of its.
+                with FileLock(old, OLD_LOCK_FILE):
+                    self._adopt(old, building)
+            os.rename(building, self.git_dir)
+        except BaseException:
+            shutil.rmtree(building, ignore_errors=True)
+            raise
+        if adopting:
+            shutil.move(str(old), str(self.git_dir.parent / f"{self.git_dir.name}.adopted-{_stamp(clock.wall())}"))
             # An older Loom committed them: no longer tracked (the next commit says so).
             self.git.run("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *self.ignored, check=False)
 
-    def _adopt(self, old: Path) -> None:
-        """The data of a `.git` directory an older Loom made in the work tree (ADOPTED), into this
-        replica's own git directory; then that `.git` is removed, and nothing in it ever ran."""
+    @staticmethod
+    def _adopt(old: Path, building: Path) -> None:
+        """The data of an older Loom's `.git` (ADOPTED) into the git directory being built: nothing
+        git runs (its config, hooks, info/, a rebase's todo) comes with it."""
         for name in ADOPTED:
             source = old / name
             if source.is_symlink() or not source.exists():
                 continue
             if source.is_dir():
-                shutil.copytree(source, self.git_dir / name, symlinks=True, dirs_exist_ok=True)
+                shutil.copytree(source, building / name, symlinks=True, dirs_exist_ok=True)
             else:
-                shutil.copy2(source, self.git_dir / name, follow_symlinks=False)
-        shutil.rmtree(old)
+                shutil.copy2(source, building / name, follow_symlinks=False)
 
     def ensure(self, now: float | None = None, *, settle: bool = True) -> list[tuple[str, str]]:
         """A work tree on the branch with `origin` at the configured remote, no rebase left half

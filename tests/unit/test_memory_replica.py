@@ -417,6 +417,7 @@ def test_a_git_dir_an_older_loom_made_in_the_work_tree_is_adopted_without_what_r
     git("init", "-q", "-b", "main", cwd=work)
     git("-c", "user.name=x", "-c", "user.email=x@y", "add", "-A", cwd=work)
     git("-c", "user.name=x", "-c", "user.email=x@y", "commit", "-q", "-m", "an older Loom's commit", cwd=work)
+    (work / ".git" / rep.STATE_FILE).write_text('{"last_push": 1.0}')  # what an older Loom's sync left
     marker = tmp_path / "ran"
     plant(work / ".git", marker)
     (work / ".gitattributes").write_text("* filter=x\n")
@@ -424,9 +425,28 @@ def test_a_git_dir_an_older_loom_made_in_the_work_tree_is_adopted_without_what_r
     (work / "new.md").write_text("after\n")
     done, _ = sync(a, forced=True)
     assert done.pushed and not (work / ".git").exists()
+    [kept] = a.git_dir.parent.glob(a.git_dir.name + ".adopted-*")  # moved aside, never run
+    assert (kept / "hooks" / "post-commit").exists()
     log = git("--git-dir", str(remote), "log", "--format=%s", "main").splitlines()
     assert log[-1] == "an older Loom's commit" and len(log) == 2  # its history kept, the change on top
     assert remote_file(remote, "new.md") == "after\n" and remote_file(remote, "old.md") == "from before\n"
     assert list(tmp_path.glob("ran.*")) == []
     found = subprocess.run([GIT, f"--git-dir={a.git_dir}", "config", "--get", "filter.x.clean"], capture_output=True)
     assert found.returncode == 1  # its config stayed behind, with its hooks
+
+
+def test_a_git_dir_of_the_operators_own_in_the_memory_dir_is_refused_and_left_whole(tmp_path, remote):
+    # memory.dir pointed at a repository of the operator's: adopted, its config, LFS objects,
+    # stashes and worktrees would have been lost with the rmtree.
+    work = tmp_path / "a" / "memory"
+    work.mkdir(parents=True)
+    (work / "notes.md").write_text("mine\n")
+    git("init", "-q", "-b", "main", cwd=work)
+    git("config", "user.name", "me", cwd=work)
+    before = sorted(p.relative_to(work).as_posix() for p in (work / ".git").rglob("*"))
+    a = box(tmp_path, remote, "a")
+    with pytest.raises(rep.GitError, match="not a Loom replica's"):
+        a.lock()
+    assert sorted(p.relative_to(work).as_posix() for p in (work / ".git").rglob("*")) == before
+    assert git("config", "--get", "user.name", cwd=work).strip() == "me"
+    assert not a.git_dir.exists() and not list(a.git_dir.parent.glob("*.new-*"))  # nothing half made
