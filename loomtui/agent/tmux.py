@@ -34,6 +34,7 @@ import re
 import select
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -130,23 +131,37 @@ def tmux_binary() -> str:
 _safe: dict[str, bool] = {}
 
 
+_versions: dict[str, str] = {}
+
+
+def version_of(binary: str) -> str:
+    """`tmux -V` of this binary ("" when it does not say), asked once."""
+    if binary not in _versions:
+        try:
+            _versions[binary] = subprocess.run([binary, "-V"], capture_output=True, text=True, timeout=5,
+                                               stdin=subprocess.DEVNULL).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            _versions[binary] = ""
+    return _versions[binary]
+
+
 def control_mode_safe(binary: str) -> bool:
     """Whether this tmux can take a control client connecting while notifications happen."""
     if binary not in _safe:
-        try:
-            version = subprocess.run([binary, "-V"], capture_output=True, text=True, timeout=5,
-                                     stdin=subprocess.DEVNULL).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            version = ""
-        _safe[binary] = version_has_fix(version)
+        _safe[binary] = version_has_fix(version_of(binary))
     return _safe[binary]
 
 
-def version_has_fix(version: str) -> bool:
-    """`tmux -V` says CONTROL_SAFE_FROM or later ("tmux 3.7", "tmux 3.7b", "tmux next-3.8").
-    Anything else ("tmux master", "tmux openbsd-7.4") is taken as without the fix."""
+def version_at_least(version: str, wanted: tuple[int, int]) -> bool:
+    """`tmux -V` says `wanted` or later ("tmux 3.7", "tmux 3.7b", "tmux next-3.8"). Anything else
+    ("tmux master", "tmux openbsd-7.4") is taken as earlier."""
     found = re.match(r"tmux (?:next-)?(\d+)\.(\d+)", version)  # not "tmux openbsd-7.4": OpenBSD's numbering
-    return found is not None and (int(found[1]), int(found[2])) >= CONTROL_SAFE_FROM
+    return found is not None and (int(found[1]), int(found[2])) >= wanted
+
+
+def version_has_fix(version: str) -> bool:
+    """`tmux -V` says CONTROL_SAFE_FROM or later."""
+    return version_at_least(version, CONTROL_SAFE_FROM)
 
 
 def clean_env(drop: tuple[str, ...] = ()) -> dict[str, str]:
@@ -230,12 +245,15 @@ def quote_words(words: list[str]) -> str | None:
 
 def command_line(words: list[str]) -> str:
     """One line of tmux's command language meaning exactly this argv, whatever each word holds:
-    double-quoted, with its backslash, quote and $ escaped (no variable expanded, no ~), and its
-    control characters written as escapes. For `source-file -`, which reads it from stdin."""
+    double-quoted, with its backslash, quote, $ and ~ escaped (no variable expanded, no home
+    directory put in), and its control characters written as escapes. For `source-file`. A NUL
+    cannot be said (tmux ends the word there): ValueError."""
     def quoted(word: str) -> str:
+        if "\0" in word:
+            raise ValueError("a NUL character cannot be passed to tmux")
         out = []
         for ch in word:
-            if ch in '\\"$':
+            if ch in '\\"$~':
                 out.append("\\" + ch)
             elif ch == "\n":
                 out.append("\\n")
@@ -603,10 +621,24 @@ class AgentPane:
     def target(self) -> str:
         return f"={self.session}:0.0"
 
-    def _check(self, result: Result, what: str) -> Result:
+    def _source(self, line: str) -> Result:
+        """`line` run by tmux's `source-file`: from stdin (tmux 3.1 and later read `-` so), else from
+        a file of this user's alone (0600), removed at once: never among a process's arguments."""
+        if version_at_least(version_of(tmux_binary()), (3, 1)):
+            return self.server.cmd("source-file", "-", input=line)
+        fd, path = tempfile.mkstemp(prefix="loom-tmux-", suffix=".conf")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(line)
+            return self.server.cmd("source-file", path)
+        finally:
+            os.unlink(path)
+
+    def _check(self, result: Result, what: str, *, stdout_too: bool = False) -> Result:
         if result.returncode == 0:
             return result
-        message = " ".join(result.stderr) or f"exit status {result.returncode}"
+        said = [*result.stderr, *(result.stdout if stdout_too else [])]
+        message = " ".join(said) or f"exit status {result.returncode}"
         if _GONE.search(message):
             raise TmuxGone(f"tmux -L {self.socket}: {what}: {message}")
         raise TmuxError(f"tmux -L {self.socket}: {what}: {message}")
@@ -750,7 +782,12 @@ class AgentPane:
         for key, value in env.items():
             words += ["-e", f"{key}={value}"]
         words.append(command)
-        self._check(self.server.cmd("source-file", "-", input=command_line(words)), "respawn-pane")
+        try:
+            line = command_line(words)
+        except ValueError as exc:
+            raise TmuxError(f"tmux -L {self.socket}: respawn-pane: {exc}") from None
+        # A parse error is said on tmux's stdout (`-:1: syntax error`), not its stderr.
+        self._check(self._source(line), "respawn-pane", stdout_too=True)
         info = self.info()
         if info is None:
             raise TmuxGone(f"tmux -L {self.socket}: the pane vanished right after respawn")

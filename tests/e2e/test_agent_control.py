@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections import Counter
 from pathlib import Path
@@ -270,14 +271,14 @@ def test_text_waiting_through_a_relaunch_is_not_typed_into_the_new_agent(harness
     assert "meant for the old one" not in harness.screen()
 
 
-def test_the_agents_environment_never_reaches_a_process_argument(make_harness, tmp_path):
+def test_the_agents_environment_never_reaches_a_process_argument(make_harness, tmp_path, monkeypatch):
     # agent.env holds an API key as often as not; as `respawn-pane -e KEY=VALUE` words, any local
     # user reading /proc/PID/cmdline during a relaunch read it. A tmux first on PATH that writes
     # down its arguments, then runs the real one, sees every tmux process Loom starts.
     secret = "sk-test-" + "7" * 24
     root = tmp_path / "h0"  # make_harness's first
     env = {"LOOM_DEMO_DATA": str(root / "demo-data"), "LOOM_DEMO_BOT": "bot-env", "PYTHONPATH": str(REPO),
-           "ANTHROPIC_API_KEY": secret, "QUOTED": "a'b\"c $HOME ;\nd"}
+           "ANTHROPIC_API_KEY": secret, "QUOTED": "a'b\"c $HOME ;\nd", "TILDE": "~nosuchuser/x ~/y"}
     harness = make_harness(sections={"agent": {"env": env}})
     real = shutil.which("tmux")
     bin_dir, log = tmp_path / "bin", tmp_path / "tmux-argv.log"
@@ -292,3 +293,20 @@ def test_the_agents_environment_never_reaches_a_process_argument(make_harness, t
     environ = dict(item.split("=", 1) for item in
                    Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in item)
     assert environ["ANTHROPIC_API_KEY"] == secret and environ["QUOTED"] == "a'b\"c $HOME ;\nd"
+    assert environ["TILDE"] == "~nosuchuser/x ~/y"  # no home directory put in, no syntax error
+
+    # A tmux before 3.1 reads no stdin for `source-file -`: the line goes through a private file,
+    # still never an argument. Its version, as this process knows it, said to be 3.0a.
+    from loomtui.agent import tmux as tmux_mod
+
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setitem(tmux_mod._versions, tmux_mod.tmux_binary(), "tmux 3.0a\n")
+    before = harness.agent_pid()
+    ctx = harness.ctx()
+    assert actions.recycle(ctx, "fresh", source="cli", reason="old tmux").ok
+    pid = wait_for(lambda: harness.agent_pid() not in (None, before) and harness.agent_pid(), 30, what="the agent again")
+    assert secret not in log.read_text() and "source-file /" in log.read_text()
+    environ = dict(item.split("=", 1) for item in
+                   Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in item)
+    assert environ["ANTHROPIC_API_KEY"] == secret and environ["TILDE"] == "~nosuchuser/x ~/y"
+    assert not list(Path(tempfile.gettempdir()).glob("loom-tmux-*.conf"))  # removed at once

@@ -16,6 +16,8 @@ from loomtui.agent.tmux import (
     output_lines,
     quote_words,
     read_block,
+    command_line,
+    version_at_least,
     version_has_fix,
 )
 
@@ -99,6 +101,21 @@ def test_output_lines_read_like_text_mode_subprocess_output():
 def test_control_mode_only_on_a_tmux_with_the_fix(version, fixed):
     # tmux < 3.7 crashes when a notification reaches a control client still connecting (issue 4980).
     assert version_has_fix(version) is fixed
+
+
+@pytest.mark.parametrize("version,wanted,at_least", [
+    ("tmux 3.0a\n", (3, 1), False), ("tmux 3.1", (3, 1), True), ("tmux 3.3a", (3, 1), True),
+    ("tmux next-3.1", (3, 1), True), ("tmux master", (3, 1), False), ("", (3, 1), False),
+])
+def test_a_version_is_at_least_another_only_when_it_says_so(version, wanted, at_least):
+    assert version_at_least(version, wanted) is at_least
+
+
+def test_a_command_line_for_source_file_cannot_carry_a_nul():
+    # tmux ends the word at a \000: the value would be cut short, silently.
+    assert command_line(["x", "a~b$c"]) == '"x" "a\\~b\\$c"\n'
+    with pytest.raises(ValueError, match="NUL"):
+        command_line(["set-environment", "A", "a\0b"])
 
 
 @pytest.mark.parametrize("message", [
