@@ -240,6 +240,8 @@ def legacy_socket(socket: str) -> str:
 
 
 class AgentConfig(Section):
+    secrets = ("env",)  # the agent's environment: an API key as often as not (its keys shown, not values)
+
     tmux_socket = Field(also(string(1), _tmux_name), DEFAULT_SOCKET)
     session = Field(also(string(1), _tmux_name), "agent")
     cwd = Field(path, factory=lambda: Path("~").expanduser())

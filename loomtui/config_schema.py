@@ -147,8 +147,15 @@ class Section:
     __hash__ = None  # type: ignore[assignment]  # equal by value, and lists inside are not hashable
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{k}={'<secret>' if k in self.secrets else repr(v)}" for k, v in self.__dict__.items())
+        inner = ", ".join(f"{k}={_hidden(v) if k in self.secrets else repr(v)}" for k, v in self.__dict__.items())
         return f"{type(self).__name__}({inner})"
+
+
+def _hidden(value: Any) -> str:
+    """A secret field in a repr: a table's keys (which variables an agent gets), never a value."""
+    if isinstance(value, dict):
+        return repr({key: "<secret>" for key in value})
+    return "<secret>"
 
 
 # ---- checks

@@ -141,6 +141,14 @@ def test_a_push_url_is_never_in_the_configs_repr(tmp_path):
     config, _ = load_config(str(write(tmp_path, '[[heartbeat]]\nurl = "https://hc-ping.com/secretpath"\n')), {})
     assert "secretpath" not in repr(config) and "secretpath" not in repr(config.heartbeat)
     assert "heartbeat1" in repr(config.heartbeat[0]) and config.heartbeat[0].url.endswith("/secretpath")
+    # Nor an agent's environment's values (an API key), its own or an [[agents]] entry's.
+    one, _ = load_config(str(write(tmp_path, '[agent.env]\nANTHROPIC_API_KEY = "sk-secret-1"\n')), {})
+    text = ('[[agents]]\nname = "a"\n[agents.env]\nOTHER_KEY = "sk-secret-2"\n'
+            '[[agents]]\nname = "b"\n')
+    several, _ = load_config(str(write(tmp_path, text)), {})
+    for shown in (repr(one), repr(several), repr(several.for_agent("a")), repr(several.for_agent("a").agent)):
+        assert "sk-secret" not in shown, shown
+    assert "ANTHROPIC_API_KEY" in repr(one.agent) and several.for_agent("a").agent.env["OTHER_KEY"] == "sk-secret-2"
 
 
 @pytest.fixture
