@@ -113,9 +113,12 @@ def collect(ctx: Context) -> list[Recorded]:
     directory = events_dir(ctx.agent_dir)
     done: list[Recorded] = []
     found = pending(directory)
-    # What is no longer there as it was (gone, or written anew) is forgotten.
-    unremoved = _UNREMOVED.pop(str(directory), set()) & {(name, mtime) for mtime, name in found}
-    names = [(mtime, name) for mtime, name in found if (name, mtime) not in unremoved]
+    # What is no longer there as it was (gone, or written anew) is forgotten; what is, is tried
+    # again (the directory writable again: a remount, a chmod), never recorded again. Left there,
+    # its name would also keep a later hook of the same pid from writing its event (noclobber).
+    remembered = _UNREMOVED.pop(str(directory), set()) & {(name, mtime) for mtime, name in found}
+    unremoved = {key for key in remembered if not _remove(directory / key[0], quiet=True)}
+    names = [(mtime, name) for mtime, name in found if (name, mtime) not in remembered]
     now = clock.wall()
     try:
         for start in range(0, len(names), BATCH):
@@ -180,14 +183,16 @@ def _tell_permission_in(db: sqlite3.Connection, ctx: Context, event: HookEvent, 
                    dedupe_key=f"permission:{ctx.agent}:{row_id}")
 
 
-def _remove(path: Path) -> bool:
+def _remove(path: Path, *, quiet: bool = False) -> bool:
     """Whether `path` is gone. One that stays (a directory made read-only, a file system remounted
-    so) is logged once and left: collect skips it from then on."""
+    so) is logged (once: `quiet` when tried again) and left: collect records it no more."""
     try:
         path.unlink()
     except FileNotFoundError:
         pass
     except OSError as exc:
+        if quiet:
+            return False
         log.warning("hooks: %s was recorded but cannot be removed (%s): it is not read again",
                     printable(str(path)), exc.strerror or exc)
         return False
