@@ -24,7 +24,7 @@ from pathlib import Path
 
 from loomtui import clock
 from loomtui.agent import launches
-from loomtui.timing import Instant, stepped
+from loomtui.timing import Instant, clock_jump, stepped
 from loomtui.canary.rules import (
     ERROR,
     INJECT_FAILED,
@@ -209,11 +209,22 @@ def settle_stale(ctx: Context, now: Instant | float | None = None) -> int:
         path = ctx.acks_dir / row["nonce"]
         acked = ack_time(path)
         if acked is not None and now_at is not None and stepped(sent, now_at):
-            # The ack's mtime is wall time, and the wall clock was stepped since the send: whether
-            # it came in time cannot be told. It came: the agent heard. Never a miss on a guess.
-            settled += settle_run(ctx, row["id"], OK, ack_at=None,  # nor how long it took
-                                  why="acked; in time or late cannot be told (the wall clock was stepped; "
-                                      "the prober went away)")
+            # The ack's mtime is wall time, and the wall clock was stepped since the send: on the
+            # send's wall clock the ack came at its mtime (stepped after it) or its mtime less the
+            # step (stepped before it), whichever lies between the send and now.
+            jump = clock_jump(sent, now_at)
+            readings = {a for a in (acked, acked - jump) if row["sent_at"] - 1.0 <= a <= now_at.wall - jump + 1.0}
+            if readings and max(readings) <= row["deadline"]:
+                at = min(readings) if len(readings) == 1 else None  # two readings: how long, unknown
+                settled += settle_run(ctx, row["id"], OK, ack_at=at, why="settled after the prober went away"
+                                      + ("" if at is not None else " (the wall clock was stepped: latency unknown)"))
+            elif readings and min(readings) > row["deadline"]:
+                settled += settle_run(ctx, row["id"], MISS, ack_at=min(readings),
+                                      why="acked after the deadline (prober went away)")
+            else:  # in time on one reading, late on the other: it came; never a miss on a guess
+                settled += settle_run(ctx, row["id"], OK, ack_at=None,
+                                      why="acked; in time or late cannot be told (the wall clock was stepped; "
+                                          "the prober went away)")
         elif acked is not None and acked <= row["deadline"]:
             settled += settle_run(ctx, row["id"], OK, ack_at=acked, why="settled after the prober went away")
         elif acked is not None:

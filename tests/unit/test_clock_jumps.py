@@ -105,7 +105,7 @@ def test_a_dead_probers_probe_is_settled_after_its_timeout_whatever_the_wall_clo
 
 
 @STEPS
-def test_a_dead_probers_acked_probe_is_never_a_miss_when_the_wall_clock_stepped_since_its_send(ctx, step):
+def test_a_dead_probers_ack_is_read_on_the_sends_clock_when_the_wall_clock_stepped_since(ctx, step):
     # The ack file's mtime is wall time: a day ahead of the deadline after a step forward, it read as
     # a day late, a miss toward a recycle for an agent that answered in a second. Whether it came in
     # time cannot be told; that it came can.
@@ -117,9 +117,25 @@ def test_a_dead_probers_acked_probe_is_never_a_miss_when_the_wall_clock_stepped_
     os.utime(ack, (W + 2 + step, W + 2 + step))  # acked 2 s after the send, the clock already stepped
     assert canary_runs.settle_stale(ctx, later(180 + canary_runs.SETTLE_SLACK, step)) == 1
     probe = canary_runs.last_probe(ctx)
-    assert probe.result == canary_rules.OK and probe.latency is None and "cannot be told" in probe.why
-    assert probe.describe().startswith("ok: acked (acked; in time or late cannot be told")
+    # On the send's clock the mtime less the step is the one reading between the send and now.
+    assert probe.result == canary_rules.OK and probe.latency == pytest.approx(2.0)
     assert not ack.exists()
+    # Truly late (600 s after the send, on the send's own clock), the clock stepped 120 s ahead
+    # after it: late on either reading, a miss still.
+    canary_runs.insert_run(ctx, "n-truly-late", "canary", PENDING, W, W + 180, sent=sent)
+    (ctx.acks_dir / "n-truly-late").write_text("")
+    os.utime(ctx.acks_dir / "n-truly-late", (W + 600, W + 600))
+    assert canary_runs.settle_stale(ctx, later(700, 120)) == 1
+    assert canary_runs.last_probe(ctx).result == canary_rules.MISS
+    # In time on one reading, late on the other (250 s, or 130 s had the step come first): it came,
+    # how long it took is not known, and it is never a miss on a guess.
+    canary_runs.insert_run(ctx, "n-either", "canary", PENDING, W, W + 180, sent=sent)
+    (ctx.acks_dir / "n-either").write_text("")
+    os.utime(ctx.acks_dir / "n-either", (W + 250, W + 250))
+    assert canary_runs.settle_stale(ctx, later(700, 120)) == 1
+    either = canary_runs.last_probe(ctx)
+    assert either.result == canary_rules.OK and either.latency is None and "cannot be told" in either.why
+    assert either.describe().startswith("ok: acked (acked; in time or late cannot be told")
     # Without a step the ack's time is the wall clock's word, as before: late is a miss.
     canary_runs.insert_run(ctx, "n-late", "canary", PENDING, W, W + 180, sent=sent)
     (ctx.acks_dir / "n-late").write_text("")
