@@ -52,7 +52,9 @@ def _bounded(text: str, low: int) -> int:
 
 def subcommand(sub: Any, name: str, help: str, *, agent: bool = False, **kwargs: Any) -> argparse.ArgumentParser:
     """A subcommand with the common options; `agent=True` for one that acts on one agent (--agent)."""
-    parser = sub.add_parser(name, help=help, description=help, **kwargs)
+    # Options spelled out: `loom --host b hold --conf X` was read there as --config, which a
+    # command sent to another host may not carry (cli/remote.py checks the exact words).
+    parser = sub.add_parser(name, help=help, description=help, allow_abbrev=False, **kwargs)
     add_common_options(parser)
     if agent:
         add_agent_option(parser)

@@ -319,6 +319,11 @@ def test_an_abbreviated_host_option_is_refused_never_run_here(tmp_path):
         assert result.returncode == 2 and "loom: error:" in result.stderr, words
     listed = run_loom("--config", str(path), "ledger", "tail", "--json")
     assert listed.returncode == 0 and "hold_placed" not in listed.stdout
+    # A command's own options too: `--conf` after a command sent to another host was read there as
+    # --config, past the check that refuses it by its exact name.
+    for words in (["hold", "--conf", "/x", "--reason", "y"], ["hold", "--reas", "y"]):
+        result = run_loom("--config", str(path), *words)
+        assert result.returncode == 2 and "error:" in result.stderr, (words, result.stderr)
 
 
 def test_this_machines_store_unreadable_still_shows_every_other_host(tmp_path):
