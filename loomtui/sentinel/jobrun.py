@@ -123,7 +123,7 @@ def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
         try:
             fd = open_log(job.log)
         except LoomError as exc:
-            _finish(ctx, run_id, 1, t0, 0, str(exc))
+            _finish(ctx, run_id, 1, t0, 0, str(exc), job=name, started=started)
             raise
         writer = LogWriter(fd, matcher)
         try:
@@ -138,7 +138,7 @@ def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
         error = error or writer.error
     # Outside the stopper: the job is over, and a stop asked for now stops run-job itself.
     try:
-        _finish(ctx, run_id, code, t0, writer.failures, error)
+        _finish(ctx, run_id, code, t0, writer.failures, error, job=name, started=started)
     except StoreUnavailable as exc:
         # Never 0 after a failure: a clean job whose end could not be recorded exits 75
         # (EX_TEMPFAIL); a failing job keeps its own code.
@@ -204,20 +204,27 @@ UNRECORDED = 75  # EX_TEMPFAIL: the job ran clean, its end could not be written 
 LOG_UNWRITTEN = 74  # EX_IOERR: the job ran clean, its output could not be written to its log
 
 
-def _finish(ctx: Context, run_id: int, code: int, t0: float, failures: int, error: str | None) -> None:
+def _finish(ctx: Context, run_id: int, code: int, t0: float, failures: int, error: str | None, *,
+            job: str, started: float) -> None:
     """Record the run's end. A store busy past its timeout is tried again (the job is over; what
     is left is only to say how it went): an unrecorded end would read as a killed run later."""
     ended, duration = time.time(), time.monotonic() - t0
     for attempt in range(FINISH_ATTEMPTS):
-        if ctx.store.unusable() is not None:
-            # The daemon salvaged the store while the job ran: this connection still holds the file
-            # moved aside, and the end written there would be lost (the new store's copy of the row
-            # read later as a run killed before its end). The store in its place takes it.
-            ctx.close()
         try:
+            if ctx.store.unusable() is not None:
+                # The daemon salvaged the store while the job ran: this connection still holds the
+                # file moved aside, and the end written there would be lost (the new store's copy of
+                # the row read later as a run killed before its end). The store in its place takes it.
+                ctx.close()
             with ctx.store.write() as db:
-                job_runs.finish_in(db, run_id, ended=ended, exit_code=code, duration=duration,
-                                   failure_lines=failures, error=error)
+                if not job_runs.finish_in(db, run_id, ended=ended, exit_code=code, duration=duration,
+                                          failure_lines=failures, error=error, job=job, started=started):
+                    # Not in that store (a salvage that could not read the runs numbers them anew):
+                    # the run recorded whole, never its end on another run's row.
+                    again = job_runs.start_in(db, job=job, started=started, pid=os.getpid(), pid_started=None,
+                                              started_mono=None, boot=None)
+                    job_runs.finish_in(db, again, ended=ended, exit_code=code, duration=duration,
+                                       failure_lines=failures, error=error)
             return
         except StoreUnavailable:
             if attempt == FINISH_ATTEMPTS - 1:

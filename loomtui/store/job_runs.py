@@ -21,14 +21,19 @@ def start_in(db: sqlite3.Connection, *, job: str, started: float, pid: int, pid_
 
 
 def finish_in(db: sqlite3.Connection, run_id: int, *, ended: float, exit_code: int, duration: float,
-              failure_lines: int, error: str | None | object = _KEEP) -> None:
-    """The run's end; `error` as run-job saw it (without one, what the row says stays)."""
+              failure_lines: int, error: str | None | object = _KEEP, job: str | None = None,
+              started: float | None = None) -> int:
+    """The run's end; `error` as run-job saw it (without one, what the row says stays). With `job`
+    and `started`, only the row that is that run's (a store made anew numbers its runs again).
+    How many rows took it."""
+    also, more = ("", ()) if job is None else (" AND job = ? AND started = ?", (job, started))
     if error is _KEEP:
-        db.execute("UPDATE job_runs SET ended = ?, exit_code = ?, duration = ?, failure_lines = ? WHERE id = ?",
-                   (ended, exit_code, duration, failure_lines, run_id))
+        done = db.execute("UPDATE job_runs SET ended = ?, exit_code = ?, duration = ?, failure_lines = ? "
+                          "WHERE id = ?" + also, (ended, exit_code, duration, failure_lines, run_id, *more))
     else:
-        db.execute("UPDATE job_runs SET ended = ?, exit_code = ?, duration = ?, failure_lines = ?, error = ? "
-                   "WHERE id = ?", (ended, exit_code, duration, failure_lines, error, run_id))
+        done = db.execute("UPDATE job_runs SET ended = ?, exit_code = ?, duration = ?, failure_lines = ?, error = ? "
+                          "WHERE id = ?" + also, (ended, exit_code, duration, failure_lines, error, run_id, *more))
+    return done.rowcount
 
 
 def died_in(db: sqlite3.Connection, died: Iterable[tuple[float, str, int]]) -> None:

@@ -301,17 +301,27 @@ def test_a_runs_end_goes_to_the_store_a_salvage_put_in_place_while_it_ran(fleet)
     from loomtui.store.salvage import open_or_salvage
 
     ctx = fleet.ctx
+    started = time.time()
     with ctx.store.write() as db:
-        run_id = job_runs.start_in(db, job="job", started=time.time(), pid=os.getpid(), pid_started=None,
+        run_id = job_runs.start_in(db, job="job", started=started, pid=os.getpid(), pid_started=None,
                                    started_mono=None, boot=None)
     scribble_table(ctx.store, "canary_runs")  # damage the daemon's salvage finds
     new, salvaged = open_or_salvage(fleet.state_dir)
     new.close()
     assert salvaged is not None and salvaged.copied["job_runs"] >= 1
-    jobrun._finish(ctx, run_id, 0, time.monotonic(), 0, None)
+    jobrun._finish(ctx, run_id, 0, time.monotonic(), 0, None, job="job", started=started)
     with Store.in_dir(fleet.state_dir) as store:
         row = store.query_one("SELECT ended, exit_code FROM job_runs WHERE id = ?", (run_id,))
-    assert row["ended"] is not None and row["exit_code"] == 0
+        assert row["ended"] is not None and row["exit_code"] == 0
+        # A store whose run of that id is another's (runs numbered anew): that run keeps its own
+        # end; this one's is recorded whole, beside it.
+        with store.write() as db:
+            db.execute("UPDATE job_runs SET job = 'other', ended = NULL, exit_code = NULL WHERE id = ?", (run_id,))
+    jobrun._finish(ctx, run_id, 3, time.monotonic(), 0, None, job="job", started=started)
+    with Store.in_dir(fleet.state_dir) as store:
+        rows = [dict(r) for r in store.query("SELECT id, job, exit_code, started FROM job_runs ORDER BY id")]
+    assert rows[0]["job"] == "other" and rows[0]["exit_code"] is None
+    assert rows[-1]["job"] == "job" and rows[-1]["exit_code"] == 3 and rows[-1]["started"] == started
 
 
 def test_a_clean_job_whose_log_cannot_be_written_exits_74_never_0(tmp_path):
