@@ -501,34 +501,18 @@ def test_an_open_incident_reads_for_so_long_in_the_summary_and_the_timeline_alik
 
 def test_a_timeline_error_is_read_again_at_the_next_refresh_not_at_the_next_event(ctx):
     # The error stayed (with no rows) until some agent wrote a new event: on a quiet system, for
-    # many minutes. The reader is the panel's port: the real store's, failing while told to.
-    from dataclasses import dataclass
+    # many minutes. The store really locked by another connection, then let go.
+    import sqlite3
 
     from textual.app import App
 
-    from loomtui.errors import StoreUnavailable
     from loomtui.store import ledger
+    from loomtui.store.db import DB_NAME
     from loomtui.tui.timeline_panel import StoreEvents, TimelinePanel
-
-    @dataclass
-    class Flaky:
-        real: StoreEvents
-        failing: bool = False
-        where: str = ""
-
-        def page(self, **kwargs):
-            if self.failing:
-                raise StoreUnavailable(f"store {ctx.store.path}: database is locked")
-            return self.real.page(**kwargs)
-
-        def by_ids(self, ids):
-            return self.real.by_ids(ids)
-
-    reader = Flaky(StoreEvents(lambda: ctx.store))
 
     class Panel(App):
         def compose(self):
-            yield TimelinePanel(reader, lambda: NOW, None)
+            yield TimelinePanel(StoreEvents(lambda: ctx.store), lambda: NOW, None)
 
     async def run():
         app = Panel()
@@ -537,10 +521,16 @@ def test_a_timeline_error_is_read_again_at_the_next_refresh_not_at_the_next_even
             await until(pilot, lambda: timeline_status(app).startswith("incidents · page 1"), "the incidents")
             count = ledger.count(ctx.store)
             panel.ledger_changed(count)
-            reader.failing = True
-            panel.reload()
-            await until(pilot, lambda: timeline_status(app).startswith("timeline unavailable"), "the error")
-            reader.failing = False
+            ctx.close()  # the next read opens the store again, as after any store error
+            blocker = sqlite3.connect(ctx.state_dir / DB_NAME, timeout=30, isolation_level=None)
+            try:
+                blocker.execute("BEGIN EXCLUSIVE")
+                panel.reload()
+                await until(pilot, lambda: timeline_status(app).startswith("timeline unavailable"), "the error",
+                            timeout=120)
+            finally:
+                blocker.execute("ROLLBACK")
+                blocker.close()
             panel.ledger_changed(count)  # a refresh: the ledger's size as it was
             await until(pilot, lambda: timeline_status(app).startswith("incidents · page 1"), "the incidents again")
             assert app.query_one("#timeline-table", DataTable).row_count > 0
