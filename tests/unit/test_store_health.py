@@ -292,41 +292,41 @@ def test_a_store_opened_while_the_salvage_moves_its_files_waits_for_the_new_one(
 def test_what_another_loom_writes_while_the_salvage_copies_is_never_copied_over(store, state_dir, monkeypatch):
     # A cron tick or an operator's recycle opens the store while the salvage copies the old rows in:
     # it pinned a new session and queued a message, and the copy put the old pin and the old row 1
-    # back over them (the agent ran one conversation, the store pinned another). It waits instead.
+    # back over them (the agent ran one conversation, the store pinned another). It waits instead:
+    # an open then is busy ("salvaging it"), and what it writes once let in stays.
     with store.write() as db:
         session.pin_in(db, SID)
     outbox.enqueue(store, "the old store's message")
     scribble_table(store, "job_runs")  # damage the salvage finds; the pin and the outbox still read
     store.close()
-    real_connect, wrote = sqlite3.connect, threading.Event()
-    done: dict[str, object] = {}
-    newer = "87654321-aaaa-4bbb-8ccc-1234567890ab"
-
-    def other_loom() -> None:
-        try:
-            with Store.in_dir(state_dir) as theirs:
-                with theirs.write() as db:
-                    session.pin_in(db, newer)
-                outbox.enqueue(theirs, "written during the salvage")
-            done["other"] = True
-        except Exception as exc:  # the test fails below, naming it
-            done["other"] = exc
-        wrote.set()
+    real_connect = sqlite3.connect
+    during: list[object] = []
 
     def connect(target, *args, **kwargs):
-        if str(target).startswith("file:") and "damaged" in str(target):  # the copy begins: the window
-            threading.Thread(target=other_loom).start()
-            wrote.wait(2)  # it writes now if nothing keeps it out
+        if str(target).startswith("file:") and "damaged" in str(target) and not during:  # the copy begins
+            try:
+                during.append(Store.in_dir(state_dir, timeout=0.3))  # another Loom, in the window
+            except StoreUnavailable as exc:
+                during.append(exc)
         return real_connect(target, *args, **kwargs)
 
     monkeypatch.setattr(salvage.sqlite3, "connect", connect)
     new, salvaged = open_or_salvage(state_dir)
+    monkeypatch.undo()
+    newer = "87654321-aaaa-4bbb-8ccc-1234567890ab"
     try:
         assert salvaged is not None and salvaged.copied["meta"] >= 1
-        assert wrote.wait(30) and done["other"] is True, done
+        [opened] = during
+        if isinstance(opened, Store):
+            opened.close()
+        assert isinstance(opened, StoreUnavailable) and "salvaging it" in str(opened), opened
+        with Store.in_dir(state_dir) as theirs:  # let in now: what it writes is not copied over
+            with theirs.write() as db:
+                session.pin_in(db, newer)
+            outbox.enqueue(theirs, "written after the salvage")
         assert session.pinned(new) == newer
         texts = [m.text for m in outbox.recent(new, 10)]
-        assert "written during the salvage" in texts and "the old store's message" in texts
+        assert "written after the salvage" in texts and "the old store's message" in texts
     finally:
         new.close()
 
