@@ -47,6 +47,7 @@ class AgentRow:
     relaunches: int = 0      # in the last hour
     open_items: int = 0
     hold: str = ""           # "" when nothing holds it
+    why: str = ""            # why the agent could not be read ("" when it was): the wide column's, not a hold
 
 
 # The view's words for each state, and how bad it is. No hold here: the hold has its own column,
@@ -103,8 +104,8 @@ def gather_row(ctx: Context, now: float) -> AgentRow:
         return row_from(ctx.agent, status, status.relaunches_last_hour, ctx.config.agent.boot_grace)
     except Exception as exc:  # a locked store, a tmux that fails oddly: this row says so, the others load
         ctx.close()  # a broken connection is reopened on the next look
-        # The reason in the wide column (the hold's): in the state's 15 it was cut to "unreadable: st…".
-        return AgentRow(ctx.agent, "unreadable", "bad", hold=" ".join(str(exc).split()) or type(exc).__name__)
+        # The reason in the wide column, said as such: in the state's 15 it was cut to "unreadable: st…".
+        return AgentRow(ctx.agent, "unreadable", "bad", why=" ".join(str(exc).split()) or type(exc).__name__)
 
 
 def cells(row: AgentRow) -> list[Text]:
@@ -112,7 +113,8 @@ def cells(row: AgentRow) -> list[Text]:
             safe(row.canary, LEVELS.get(row.canary_level, "")),
             safe(row.relaunches or "", "bold yellow" if row.relaunches else ""),
             safe(row.open_items or "", "bold red" if row.open_items else ""),
-            safe(row.hold or "none", "bold red" if row.hold else "green")]
+            safe(f"not read: {row.why}", "bold red") if row.why and not row.hold
+            else safe(row.hold or "none", "bold red" if row.hold else "green")]
 
 
 class AgentContexts:

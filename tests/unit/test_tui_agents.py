@@ -258,4 +258,5 @@ def test_an_agent_that_cannot_be_read_says_why_in_the_wide_column(tmp_path):
         row = agents_view.gather_row(ctx, NOW)
     finally:
         ctx.close()
-    assert (row.state, row.state_level) == ("unreadable", "bad") and "loom.db" in row.hold
+    assert (row.state, row.state_level) == ("unreadable", "bad") and "loom.db" in row.why and row.hold == ""
+    assert agents_view.cells(row)[-1].plain.startswith("not read: ")  # never read as a hold in force
