@@ -13,15 +13,16 @@ from typing import Any
 from loomtui.config import LOCAL_HOST
 from loomtui.durations import format_duration
 from loomtui.hosts.reach import Unreachable
+from loomtui.report.check_rules import supervisor_stale_after
 from loomtui.text import printable
 
 # The remote command `loom hosts` runs on each host: every agent's object, whatever their number.
 STATUS_WORDS = ["status", "--json", "--list"]
 MAX_PUSHES = 16  # a host's push heartbeats shown (its answer is untrusted: bounded)
 # How old a host's supervisor heartbeat may be and still say someone supervises its agents, where
-# its status does not say (an older Loom): report/check_rules.supervisor_stale_after, for any
-# watchdog interval. A host that says judges its own.
-STALE_AFTER = 15.0
+# its status does not say (an older Loom): `loom check`'s rule, which is the same for any watchdog
+# interval. A host that says judges its own.
+STALE_AFTER = supervisor_stale_after(0.0)
 
 
 @dataclass(frozen=True)
