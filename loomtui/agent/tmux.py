@@ -34,7 +34,6 @@ import re
 import select
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -626,6 +625,8 @@ class AgentPane:
         a file of this user's alone (0600), removed at once: never among a process's arguments."""
         if version_at_least(version_of(tmux_binary()), (3, 1)):
             return self.server.cmd("source-file", "-", input=line)
+        import tempfile  # only here: it loads `random`, which `loom status` on every host need not
+
         fd, path = tempfile.mkstemp(prefix="loom-tmux-", suffix=".conf")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
