@@ -612,6 +612,8 @@ def sync_once(store: Store, target: Target, *, forced: bool = False, starting: b
     checkpoint = due_checkpoint(store, target, now)
     if forced and target.checkpoints and checkpoint is None and ledger.head(store)[0] > 0:
         checkpoint = ledger.head(store)  # by hand: the head as it is now (committed only if it moved)
+    if checkpoint is not None:
+        store.make_durable()  # the head goes off the box: what it names is on disk first
     with replica.lock(lock_timeout):
         outcome, state = replica.sync(target.settings, forced=forced, starting=starting, now=now,
                                       checkpoint=checkpoint)

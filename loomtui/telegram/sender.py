@@ -123,6 +123,7 @@ class Sender:
         if wait > 0:
             return wait
         text, truncated = rules.truncate(row.text)
+        self.store.make_durable()  # a message may carry a ledger head: what it names is on disk first
         try:
             await self.bot.initialize()  # getMe once; retried here so a start during an outage is fine
             # No parse_mode: message text (job names, log lines) is never markup.

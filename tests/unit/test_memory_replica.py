@@ -302,6 +302,34 @@ def test_a_bad_replica_setting_is_one_line_naming_the_file_and_key(tmp_path, rem
     assert "ghp_secret" not in done.stderr  # a secret in the URL is refused without being repeated
 
 
+def test_the_head_a_sync_sends_off_the_box_is_on_disk_first(tmp_path, remote):
+    # With synchronous = NORMAL a commit is sure only at a checkpoint: a power cut after the push
+    # could lose the events the pushed head names, and their ids, reused, read as a rewritten history.
+    import contextlib
+    import shutil
+    import sqlite3
+
+    from test_ledger_head import fill
+
+    from loomtui.config import load_config
+
+    config = write_config(tmp_path, remote)
+    state_dir = tmp_path / "state-a"
+    state_dir.mkdir(mode=0o700)
+    loaded, _ = load_config(str(config), {})
+    (tmp_path / "a" / "memory").mkdir(parents=True)
+    with Store.in_dir(state_dir) as store:  # open throughout: nothing checkpoints it on a close
+        fill(store, 12)
+        [target] = rep.targets(loaded, state_dir)
+        outcome, _ = rep.sync_once(store, target, forced=True)
+        assert outcome.checkpoint.startswith("12:") and remote_file(remote, ".loom/checkpoints/a").startswith("12:")
+        alone = tmp_path / "alone"
+        alone.mkdir()
+        shutil.copy(state_dir / "loom.db", alone / "loom.db")  # the file, not its write-ahead log
+        with contextlib.closing(sqlite3.connect(alone / "loom.db")) as db:
+            assert db.execute("SELECT max(id) FROM ledger").fetchone()[0] == 12
+
+
 def test_ledger_verify_remote_passes_then_fails_after_a_local_rewrite_with_recomputed_hashes(tmp_path, remote):
     from test_ledger_head import fill, rewrite
 

@@ -5,6 +5,7 @@ getUpdates (429 with retry_after), a store too busy to record a delivery Telegra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from fakebot import FakeBot
@@ -153,3 +154,39 @@ def test_a_loopback_bot_api_is_reached_directly_never_through_the_proxy(fake, mo
         assert [m.text for m in fake.messages] == ["through no proxy"] and proxy.paths == []
     finally:
         proxy.close()
+
+
+def test_what_a_message_names_is_on_disk_before_the_message_goes(fake, tmp_path):
+    # With synchronous = NORMAL a commit is sure only at a checkpoint: after a power cut the events
+    # a sent message named (its ledger head) could be lost and their ids reused, and the head the
+    # operator holds would read as a rewritten history. The store's file alone, without its log,
+    # holds them once the message has gone.
+    import shutil
+    import sqlite3
+
+    from loomtui.store import ledger
+    from loomtui.store.db import DB_NAME
+    from loomtui.telegram.clock import Clock
+    from loomtui.telegram.sender import Sender
+
+    cfg = parse_config({"telegram": {"chat_id": 42, "api_base": fake.api_base}}, "loom.toml", None)
+    with Store.in_dir(tmp_path) as store:
+        for n in range(5):
+            ledger.append(store, "inject", source="test", detail={"n": n})
+        seq, digest = ledger.head(store)
+        outbox.enqueue(store, f"Loom: escalated ledger {ledger.format_head(seq, digest)}")
+
+        async def run() -> None:
+            bot = make_bot(TOKEN, cfg.telegram)
+            try:
+                await Sender(store, cfg.telegram, bot, Clock()).step()
+            finally:
+                await bot.shutdown()
+
+        asyncio.run(run())
+        assert [m.text.split()[-1] for m in fake.messages] == [ledger.format_head(seq, digest)]
+        alone = tmp_path / "alone"
+        alone.mkdir()
+        shutil.copy(tmp_path / DB_NAME, alone / DB_NAME)  # the file, not its write-ahead log
+        with contextlib.closing(sqlite3.connect(alone / DB_NAME)) as db:
+            assert db.execute("SELECT max(id) FROM ledger").fetchone()[0] == seq
