@@ -87,7 +87,7 @@ def findings(agents: list[AgentFacts], host: HostFacts) -> list[tuple[int, str]]
             found.append((WARNING, f"{who}: {items} past the backstop"))
     if host.heartbeat_age is None:
         found.append((CRITICAL, "no supervisor heartbeat: loom supervise is not running"))
-    elif host.heartbeat_age > host.stale_after:
+    elif host.heartbeat_age > host.stale_after or host.heartbeat_age < -host.stale_after:  # dated far ahead: not a beat
         found.append((CRITICAL, f"supervisor heartbeat {_age(host.heartbeat_age)} old: loom supervise is not running"))
     messages = "1 message" if host.pending == 1 else f"{host.pending} messages"
     if host.pending and not host.telegram_on:

@@ -28,10 +28,16 @@ def beat(store: Store, name: str, detail: dict[str, Any] | None = None, now: flo
 
 
 def age(beat: dict[str, Any], now: Instant) -> float:
-    """How old a beat `read` gave is at `now` (negative: dated ahead, across a boot or a step)."""
+    """How old a beat `read` gave is at `now` (negative: dated ahead by a step of the wall clock).
+    A beat of another boot is at least as old as this boot (the monotonic clock counts from it):
+    its writer went with that boot, whatever the wall clock, set back at the restart, says."""
     detail = beat.get("detail")
     kept = detail if isinstance(detail, dict) else {}
-    return raw_age(stored(beat["ts"], kept.get("mono"), kept.get("boot")), now)
+    then = stored(beat["ts"], kept.get("mono"), kept.get("boot"))
+    seconds = raw_age(then, now)
+    if then.boot is not None and now.boot is not None and then.boot != now.boot and now.mono is not None:
+        return max(seconds, now.mono)
+    return seconds
 
 
 def read(store: Store) -> dict[str, dict[str, Any]]:

@@ -548,3 +548,26 @@ def test_the_supervisors_heartbeat_ages_on_the_monotonic_clock_whatever_the_wall
         virtual.advance(120)
         assert status.gather(ctx, look=False).supervisor.age == pytest.approx(120.0)
         assert 120.0 > check_rules.supervisor_stale_after(ctx.config.watchdog.interval)
+
+
+def test_a_heartbeat_of_another_boot_is_never_fresh_whatever_the_wall_clock_says(ctx):
+    """A box whose clock came back behind its last beat after a power cut (fake-hwclock), and whose
+    daemon did not come back: by wall time the beat lay ahead, and `loom check` said OK until the
+    clock caught up. Its writer went with that boot: at least as old as this one."""
+    from fake_clock import FakeClock
+
+    from loomtui.report import check_rules, status
+    from loomtui.store import heartbeats
+
+    before = FakeClock(W, M, BOOT)
+    with clock.use(before):
+        heartbeats.beat(ctx.store, "supervisor", {"pid": 1})
+    after = FakeClock(W - 600, 45.0, OTHER_BOOT)  # 45 s into the new boot, the wall clock 10 min behind
+    with clock.use(after):
+        age = status.gather(ctx, look=False).supervisor.age
+        assert age == pytest.approx(45.0)
+        stale_after = check_rules.supervisor_stale_after(ctx.config.watchdog.interval)
+        assert age > stale_after
+        facts = check_rules.HostFacts(heartbeat_age=age, stale_after=stale_after, telegram_on=False)
+        code, line = check_rules.verdict([], facts)
+        assert code == check_rules.CRITICAL and "not running" in line
