@@ -40,6 +40,14 @@ class Fd:
             os.close(self.fd)
             self.fd = -1
 
+    def __del__(self) -> None:
+        # A watch dropped unclosed (a loop restarted after an error, its closure gone): closed with
+        # it, never one descriptor more per restart until EMFILE.
+        try:
+            self.close()
+        except OSError:
+            pass
+
 
 class Inotify(Fd):
     def changes(self) -> tuple[set[str], bool, bool]:

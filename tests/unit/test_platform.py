@@ -108,3 +108,27 @@ def test_linux_s_directory_watch_names_files_written_and_moved_in_and_ends_with_
             _, _, ended = watch.changes()
     finally:
         watch.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="pidfd_open: Linux 5.3 and later")
+def test_an_exit_watch_dropped_unclosed_closes_its_descriptor():
+    # The exit-watch loop drops its closure, the watch in it, when a tick raises; each restart
+    # opened another pidfd for the same pane and the old one was never closed.
+    import gc
+    import subprocess
+
+    from loomtui.platform import linux
+
+    proc = subprocess.Popen(["sleep", "60"])
+    try:
+        watch = linux.PLATFORM.exit_watch(proc.pid)
+        assert watch is not None
+        fd = watch.fileno()
+        os.fstat(fd)
+        del watch
+        gc.collect()
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    finally:
+        proc.kill()
+        proc.wait()
