@@ -49,6 +49,12 @@ def _verdict(args: argparse.Namespace) -> tuple[int, str]:
     for item in queue.unresolved_items(base.store):
         if item.escalated_at is not None:
             escalated[item.agent] = escalated.get(item.agent, 0) + 1
+    from loomtui.daemon.oneshot import loop_name
+    from loomtui.store import heartbeats
+
+    beat_detail = (heartbeats.read(base.store).get("supervisor") or {}).get("detail")  # supervise.HEARTBEAT
+    loops = beat_detail.get("loops") if isinstance(beat_detail, dict) else None
+    running = set(loops) if isinstance(loops, dict) and loops else None  # None: an older daemon says nothing
     agents = []
     for s in statuses:
         view = config.for_agent(s.name)
@@ -60,7 +66,8 @@ def _verdict(args: argparse.Namespace) -> tuple[int, str]:
             unwitnessed_for=(s.taken - claim.ts) if s.unwitnessed and claim is not None else None,
             witness_within=rules.witness_within(view.agent.boot_grace, view.canary.ack_timeout,
                                                 view.canary.misses_to_recycle, view.watchdog.interval),
-            past_backstop=escalated.get(s.name, 0)))
+            past_backstop=escalated.get(s.name, 0),
+            supervised=None if running is None else loop_name("watchdog", s.name) in running))
     first = statuses[0]
     beat = first.supervisor
     box = first.outbox

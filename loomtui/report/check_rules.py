@@ -34,6 +34,7 @@ class AgentFacts:
     unwitnessed_for: float | None = None  # seconds since a relaunch no canary has acked yet
     witness_within: float = 0.0         # how long a witness may take (boot grace and the canary's misses)
     past_backstop: int = 0              # queue items escalated to the operator, not yet witnessed
+    supervised: bool | None = None      # the running daemon has its watchdog (None: it does not say)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,10 @@ def findings(agents: list[AgentFacts], host: HostFacts) -> list[tuple[int, str]]
         if a.past_backstop:
             items = "1 queue item" if a.past_backstop == 1 else f"{a.past_backstop} queue items"
             found.append((WARNING, f"{who}: {items} past the backstop"))
+        if a.supervised is False and host.heartbeat_age is not None and host.heartbeat_age <= host.stale_after:
+            # The config names it, the running daemon (which read its config at its start) does not.
+            found.append((CRITICAL, f"{who} is not supervised: the running loom supervise has no watchdog for it "
+                                    "(started before it was configured): restart loom supervise"))
     if host.heartbeat_age is None:
         found.append((CRITICAL, "no supervisor heartbeat: loom supervise is not running"))
     elif host.heartbeat_age > host.stale_after or host.heartbeat_age < -host.stale_after:  # dated far ahead: not a beat

@@ -62,6 +62,16 @@ def test_each_state_has_its_exit_code(make_harness):
         finally:
             os.kill(server, signal.SIGCONT)
         until(harness, 0, "OK once tmux answers again")
+
+        # An agent added to the config after the daemon started (it read its config once): the
+        # daemon has no watchdog for it, and `loom check` says so rather than OK.
+        text = harness.config_path.read_text().replace("[agent]\n", '[[agents]]\nname = "main"\n', 1)
+        text = text.replace("[[agent.modals]]", "[[agents.modals]]")
+        later = harness.root / "later.toml"
+        later.write_text(text + f'[[agents]]\nname = "beta"\ntmux_socket = "{harness.socket}"\nsession = "beta"\n')
+        result = harness.loom("--config", str(later), "check")
+        assert result.returncode == 2 and "agent beta is not supervised" in result.stdout, result.stdout
+        assert "agent main is not supervised" not in result.stdout
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(30)

@@ -92,3 +92,14 @@ def test_messages_unsent_warn_when_telegram_is_off_or_they_wait_too_long_or_were
 def test_the_heartbeat_is_fresh_for_three_beats_and_at_least_15s():
     assert supervisor_stale_after(30.0) == 15.0
     assert supervisor_stale_after(1.0) == 15.0
+
+
+def test_an_agent_the_running_daemon_does_not_supervise_is_critical():
+    # Added to the config after `loom supervise` started (it reads its config once): nothing watches
+    # it or probes it, and `loom check` said OK for it.
+    code, line = verdict([AgentFacts("main", "running", supervised=True), AgentFacts("beta", "running", supervised=False)],
+                         FRESH)
+    assert code == CRITICAL and "agent beta is not supervised" in line and "restart loom supervise" in line
+    assert verdict([AgentFacts("main", "running", supervised=None)], FRESH)[0] == OK  # an older daemon: says nothing
+    stale = HostFacts(heartbeat_age=60.0, stale_after=15.0, telegram_on=True)
+    assert "not supervised" not in verdict([AgentFacts("beta", "running", supervised=False)], stale)[1]
