@@ -12,8 +12,12 @@ has no such label.
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 import threading
 import time
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,12 +27,12 @@ from prometheus_client.core import (
     GaugeMetricFamily,
     HistogramMetricFamily,
 )
-from prometheus_client.exposition import start_http_server
+from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
 from loomtui.agent.drivers import capabilities
 from loomtui.canary import runs as canary
-from loomtui.config import split_listen
+from loomtui.config import is_loopback, split_listen
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.pump import client as pump_client
@@ -331,16 +335,53 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return split_listen(listen)
 
 
-def serve(ctx: Context, loop_stats: Callable[[], dict[str, Any]]) -> Any:
-    """Start the endpoint in a thread; a port that cannot be bound is a fatal, named error.
+def host_names(host: str, port: int) -> frozenset[str]:
+    """The Host headers that name a loopback endpoint: its address as a client writes it (IPv6 in
+    brackets), and localhost for a loopback address (or the loopback addresses for localhost)."""
+    bare = host.strip("[]").lower()
+    try:
+        bare = ipaddress.ip_address(bare).compressed  # as a client writes it: [::1], not its long form
+    except ValueError:
+        pass  # a name
+    names = {f"[{bare}]" if ":" in bare else bare}
+    if is_loopback(bare):
+        names |= {"localhost", "127.0.0.1", "[::1]"} if bare in ("localhost", "localhost.") else {"localhost"}
+    return frozenset(f"{name}:{port}" for name in names)
 
-    prometheus_client picks the socket's family from the address (getaddrinfo), so `::1` is
-    served over IPv6."""
-    host, port = parse_listen(ctx.config.metrics.listen)
+
+def guarded(app: Any, allowed: frozenset[str] | None) -> Any:
+    """`app`, answering only requests whose Host names this endpoint (`allowed`; None: any, the
+    network's names being the operator's to choose, metrics.allow_remote). A page in a browser
+    that got its name to resolve to 127.0.0.1 (DNS rebinding) sends its own name: refused, 403."""
+    def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if allowed is not None and str(environ.get("HTTP_HOST", "")).lower() not in allowed:
+            start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"403: not this endpoint's name\n"]
+        return app(environ, start_response)
+    return wsgi
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass  # a scrape every few seconds is no news
+
+
+def serve(ctx: Context, loop_stats: Callable[[], dict[str, Any]]) -> Any:
+    """Start the endpoint in a thread; a port that cannot be bound is a fatal, named error. `::1`
+    is served over IPv6."""
+    cfg = ctx.config.metrics
+    host, port = parse_listen(cfg.listen)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(ctx, loop_stats))
+
+    class Server(ThreadingMixIn, WSGIServer):
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    app = guarded(make_wsgi_app(registry), None if cfg.allow_remote else host_names(host, port))
     try:
-        server, _thread = start_http_server(port, addr=host, registry=registry)
+        server = make_server(host.strip("[]"), port, app, Server, handler_class=_Quiet)
     except OSError as exc:
-        raise LoomError(f"metrics.listen {ctx.config.metrics.listen}: cannot listen: {exc.strerror or exc}") from None
+        raise LoomError(f"metrics.listen {cfg.listen}: cannot listen: {exc.strerror or exc}") from None
+    threading.Thread(target=server.serve_forever, name="loom-metrics", daemon=True).start()
     return server

@@ -35,7 +35,22 @@ def test_metrics_reflect_the_store(make_harness):
     assert 'mode="resume"} 1.0' in text  # the crash (or exit: tmux may not report the status)
     assert 'loom_held{agent="main"} 0.0' in text and "loom_supervisor_heartbeat_age_seconds" in text
     assert 'loom_loop_ticks_total{agent="main",loop="watchdog"}' in text
+    # A browser's page whose name was made to resolve to 127.0.0.1 (DNS rebinding) sends its own
+    # name as Host: refused. Prometheus, with the address or localhost, is answered.
+    assert status_for(port, f"evil.example:{port}") == 403
+    assert status_for(port, f"127.0.0.1:{port}") == 200 and status_for(port, f"localhost:{port}") == 200
     assert daemon.stop() == 0
+
+
+def status_for(port: int, host: str) -> int:
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", "/metrics", headers={"Host": host})
+        return connection.getresponse().status
+    finally:
+        connection.close()
 
 
 def ipv6_loopback_port() -> int | None:

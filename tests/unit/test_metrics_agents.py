@@ -152,3 +152,12 @@ def test_an_ok_whose_latency_is_not_known_is_the_last_ok_but_gives_no_latency(tw
     got = scrape(alpha)
     assert math.isnan(got['loom_canary_last_latency_seconds{agent="alpha"}'])
     assert 90 <= got['loom_canary_last_ok_age_seconds{agent="alpha"}'] < 900
+
+
+def test_the_names_a_loopback_endpoint_answers_to():
+    from loomtui.daemon.metrics import host_names
+
+    assert host_names("127.0.0.1", 9464) == {"127.0.0.1:9464", "localhost:9464"}
+    assert host_names("0:0:0:0:0:0:0:1", 9464) == {"[::1]:9464", "localhost:9464"}
+    assert host_names("localhost", 9464) == {"localhost:9464", "127.0.0.1:9464", "[::1]:9464"}
+    assert "evil.example:9464" not in host_names("127.0.0.1", 9464)
