@@ -48,8 +48,18 @@ _launch_record = functools.lru_cache(maxsize=64)(LaunchRecord.from_json)
 
 
 def recorded_processes(ctx: Context) -> dict[str, Any] | None:
+    """The pane and server processes recorded at the last launch; None when there is none, or when
+    it was recorded on another boot: none of its processes can be alive, and a pid and start
+    (clock ticks since boot on Linux) that a deterministic boot gave again would name a stranger,
+    whose tree a stop would kill."""
     raw = ctx.store.get_meta(ctx.store.agent_key(PROCS_KEY))
-    return json.loads(raw) if raw else None
+    if not raw:
+        return None
+    record = json.loads(raw)
+    boot, now = record.get("boot") if isinstance(record, dict) else None, clock.boot_id()
+    if boot is not None and now is not None and boot != now:
+        return None
+    return record
 
 
 def record_processes(ctx: Context, driver: AgentDriver, pane_pid: int) -> None:
@@ -62,6 +72,7 @@ def record_processes(ctx: Context, driver: AgentDriver, pane_pid: int) -> None:
     ctx.store.set_meta(ctx.store.agent_key(PROCS_KEY), json.dumps({
         "pane_pid": pane_pid, "pane_started": proctree.of(ctx).start_time(pane_pid),
         "server_pid": server, "server_started": proctree.of(ctx).start_time(server) if server else None,
+        "boot": clock.boot_id(),
     }))
 
 

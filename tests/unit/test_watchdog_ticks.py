@@ -557,7 +557,22 @@ def test_the_second_look_before_a_reap(machine):
 
 
 def recorded(ctx: Context) -> dict | None:
-    return launches.recorded_processes(ctx)
+    """The record, less the boot it names (this boot's: asserted here)."""
+    found = launches.recorded_processes(ctx)
+    if found is None:
+        return None
+    assert found.pop("boot", clock.boot_id()) == clock.boot_id()
+    return found
+
+
+def test_a_record_of_another_boot_names_no_process_of_ours(machine):
+    # Linux's process start is clock ticks since boot: a deterministic boot (a Pi, a VM image) can
+    # give the same pid the same start again, and a stop would have killed that stranger's tree.
+    machine.store.set_meta(machine.store.agent_key(launches.PROCS_KEY), json.dumps(
+        {"pane_pid": PANE, "pane_started": 2.0, "server_pid": SERVER, "server_started": 1.0, "boot": "an-old-boot"}))
+    assert launches.recorded_processes(machine) is None
+    Watchdog(machine).observe()  # kept current: recorded again, on this boot
+    assert launches.recorded_processes(machine)["boot"] == clock.boot_id()
 
 
 def test_the_record_of_our_processes_is_kept_current(machine):
