@@ -132,3 +132,29 @@ def test_an_exit_watch_dropped_unclosed_closes_its_descriptor():
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_macos_names_its_boot_by_one_scheme_in_every_process(monkeypatch, tmp_path):
+    # A sysctl that timed out once was cached as "no session", and that process named its boot by
+    # its boot time while the others used the uuid: each took the other's pending probes for another
+    # boot's, settled at once as misses. A timeout is now "not known this time", asked again.
+    import subprocess as sp
+
+    fake = tmp_path / "sysctl"
+    fake.write_text("#!/bin/sh\nsleep 30\n")
+    fake.chmod(0o755)
+    real_run = sp.run
+
+    def run(argv, *args, **kwargs):  # the sysctl at its path, played by a script (not Loom's code)
+        if argv[:1] == ["/usr/sbin/sysctl"]:
+            argv = [str(fake), *argv[1:]]
+            kwargs["timeout"] = 0.2
+        return real_run(argv, *args, **kwargs)
+
+    monkeypatch.setattr(darwin.subprocess, "run", run)
+    monkeypatch.setattr(darwin, "_SESSION", [])
+    assert darwin.PLATFORM.boot_id() is None  # timed out: unknown now, nothing cached
+    fake.write_text("#!/bin/sh\necho 0F0E-UUID\n")
+    assert darwin.PLATFORM.boot_id() == "0F0E-UUID"
+    fake.write_text("#!/bin/sh\nsleep 30\n")
+    assert darwin.PLATFORM.boot_id() == "0F0E-UUID"  # once known, the boot's for as long as it runs
