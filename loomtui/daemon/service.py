@@ -88,7 +88,8 @@ def tmux_tmpdir(environ: Mapping[str, str] | None = None) -> Path:
 def writable_paths(ctx: Context, environ: Mapping[str, str] | None = None) -> list[Path]:
     """What the daemon itself writes: the state dir (the store, locks, acks, signals, the pump's
     sockets: every agent's dir is inside it), the tmux temp dir (a tmux client makes the socket
-    directory there when it is missing, and SQLite and Python put temporary files there), and
+    directory there when it is missing; SQLite and Python put temporary files there too, TMPDIR
+    pointing there when it is not /tmp), and
     each memory dir replicated to a remote (the replica loop commits, pulls and checks out there:
     read-only, every sync failed and nothing was ever replicated). Not the agents' cwd nor an
     unreplicated memory dir: the agent writes those, from its own unit (above), and the cwd is the
@@ -114,7 +115,10 @@ def systemd_unit(ctx: Context, environ: dict[str, str] | None = None) -> str:
     rw = " ".join(systemd_quote("-" + _single_line("a path", str(p))) for p in writable_paths(ctx, env))
     path = _single_line("PATH", env.get("PATH", "/usr/bin:/bin"))
     # The daemon must find the socket where the operator's `tmux -L` does.
+    # And its temporary files (Python's tempfile, SQLite's) where it may write: they look at TMPDIR,
+    # then /tmp, which is not writable here when TMUX_TMPDIR takes its place among the paths.
     tmux_tmpdir_line = ("\n" + environment("TMUX_TMPDIR", _single_line("TMUX_TMPDIR", env["TMUX_TMPDIR"]))
+                        + "\n" + environment("TMPDIR", str(tmux_tmpdir(env)))
                         if env.get("TMUX_TMPDIR") else "")
     return f"""[Unit]
 Description=Loom supervisor: keeps the agent alive, reachable and honest

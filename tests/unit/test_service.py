@@ -93,7 +93,10 @@ def test_read_write_paths_are_the_state_dir_and_tmux_tmpdir_escaped(ctx, tmp_pat
     assert "%%h" in line and "$HOME" in line and "$$" not in line  # no variables in this directive
     # The daemon looks for the socket where the operator's tmux does.
     assert f'"TMUX_TMPDIR={str(tmux_tmp).replace("%", "%%")}"' in keys["Environment"]
+    # And its temporary files there too: /tmp is not writable under ProtectSystem=strict then.
+    assert f'"TMPDIR={os.path.realpath(tmux_tmp).replace("%", "%%")}"' in keys["Environment"]
     default = service_section(service.systemd_unit(ctx, {"PATH": "/bin"}))
+    assert not any(line.startswith('"TMPDIR=') for line in default["Environment"])
     assert unquote_words(default["ReadWritePaths"][0], exec_line=False)[1] == "-" + os.path.realpath("/tmp")
 
 
