@@ -7,9 +7,10 @@ What the agent reports: SessionStart when it starts; UserPromptSubmit when it ta
 (a probe, a nudge) and Stop once that turn ends; and the turns the operator gives it, which Loom
 never typed: a `busy` fault is such a turn, in progress when the next probe arrives (which queues
 behind it and acks late), a `long_turn` fault a longer one, up to most of `canary.max_turn`, using
-a tool (PostToolUse) every few minutes. A probe or a line typed while a turn runs is queued, as
-Claude Code queues it, and taken when the turn ends. A wedged agent (deaf) reports nothing, a
-dialog eats what is typed.
+a tool (PostToolUse) every few minutes. One turn at a time, as Claude Code runs them: a probe or a
+line typed while a turn runs (the operator's, or another line's) is queued and taken when that turn
+ends, the lines queued together as one prompt; an operator's prompt waits for the running line's
+turn to end. A wedged agent (deaf) reports nothing, a dialog eats what is typed.
 
 Hook events are sometimes lost (HOOK_LOST) or late (HOOK_LATE, by up to LATE_BY): the witness and
 the turns must cope with both. The world keeps what Loom could have seen (`seen_open`, `seen_last`)
@@ -42,6 +43,9 @@ class HookModel:
         self.sim = sim
         self.written = 0
         self.queued: dict[int, list[tuple[str, str]]] = {}   # agent pid -> lines typed into its running turn
+        # agent pid -> when the lines it is taking end (their Stop): one turn at a time, as Claude
+        # Code runs them; a line typed meanwhile waits, and an operator's prompt too.
+        self.line_until: dict[int, float] = {}
 
     # -- the hook command ---------------------------------------------------------------------
 
@@ -106,25 +110,51 @@ class HookModel:
                 self.end_at(a, w.busy_end(w.t))
             self.queued.setdefault(a.pid, []).append((text, "probe" if is_probe else "line"))
             return
-        self.take(a.pid, text, is_probe, max(w.t, a.ready_at))
+        if self.in_line(a.pid):  # another line's turn runs: this one waits for its end
+            self.queued.setdefault(a.pid, []).append((text, "probe" if is_probe else "line"))
+            return
+        self.take(a.pid, [(text, "probe" if is_probe else "line")], max(w.t, a.ready_at))
 
-    def take(self, pid: int, text: str, is_probe: bool, when: float) -> None:
-        """The CLI takes the line at `when`: its prompt, the probe's `touch` a moment later, the Stop."""
+    def in_line(self, pid: int) -> bool:
+        return self.line_until.get(pid, float("-inf")) > self.sim.world.t
+
+    def take(self, pid: int, lines: list[tuple[str, str]], when: float) -> None:
+        """The CLI takes the lines at `when`, as one prompt (Claude Code joins the lines queued
+        behind a turn into one message): its prompt, each probe's `touch` a moment later, one Stop;
+        what is typed meanwhile waits for that Stop."""
         sim, w = self.sim, self.sim.world
-        sim.at(when, self.fire, pid, "UserPromptSubmit", {"prompt": text})
+        sim.at(when, self.fire, pid, "UserPromptSubmit", {"prompt": "\n".join(text for text, _ in lines)})
         done = when + w.latency()
-        if is_probe:
-            path = sim.probe_path(text)
+        for text, kind in lines:
+            path = sim.probe_path(text) if kind == "probe" else None
             if path is not None:
                 sim.at(done, sim.acked, pid, path)
-        sim.at(done + 0.2, self.fire, pid, "Stop", {"stop_hook_active": False})
+        self.line_until[pid] = done + 0.2
+        sim.at(done + 0.2, self.line_done, pid)
+
+    def line_done(self, pid: int) -> None:
+        """The lines' turn ends (Stop); what was typed meanwhile is taken next, as one prompt."""
+        self.fire(pid, "Stop", {"stop_hook_active": False})
+        self.line_until.pop(pid, None)
+        self.take_queued(pid)
+
+    def take_queued(self, pid: int) -> None:
+        w = self.sim.world
+        a = w.agent
+        queued = self.queued.pop(pid, [])
+        if queued and a is not None and a.pid == pid:
+            self.take(pid, queued, w.t + TAKE_GAP)
 
     # -- turns the operator gave it ------------------------------------------------------------
 
     def begin_turn(self, a: Agent, until: float | None) -> None:
         """A turn of the operator's begins now (its prompt), using tools until it ends (`until`, or
-        when the probe a `busy` turn waits for sets its end)."""
+        when the probe a `busy` turn waits for sets its end); after the running line's turn, if
+        one runs (Claude Code runs one turn at a time)."""
         w = self.sim.world
+        if self.in_line(a.pid):
+            self.sim.at(self.line_until[a.pid] + TAKE_GAP, self.begin_later, a.pid, until)
+            return
         a.turn_since = w.t
         a.turn_until = until
         w.turn_began(a.pid)
@@ -132,6 +162,12 @@ class HookModel:
         self.sim.after(w.rng.uniform(*TOOL_EVERY), self.tool, a.pid)
         if until is not None:
             self.end_at(a, until)
+
+    def begin_later(self, pid: int, until: float | None) -> None:
+        a = self.sim.world.agent
+        if a is None or a.pid != pid or not a.alive or a.turn_since is not None:
+            return  # gone since, or another turn of the operator's began
+        self.begin_turn(a, None if until is None else max(until, self.sim.world.t + 1.0))
 
     def end_at(self, a: Agent, until: float) -> None:
         a.turn_until = until
@@ -155,7 +191,4 @@ class HookModel:
         a.busy_next = False
         w.turn_ended(pid)
         self.fire(pid, "Stop", {"stop_hook_active": False})
-        when = w.t
-        for text, kind in self.queued.pop(pid, []):
-            when += TAKE_GAP
-            self.take(pid, text, kind == "probe", when)
+        self.take_queued(pid)  # the lines typed into it, as one prompt

@@ -139,3 +139,36 @@ def test_a_wall_clock_stepped_during_a_busy_turn_does_not_get_the_busy_agent_rec
     sim = Sim(config, PROFILES["clockjump"], 4, 0.4).run()
     assert sim.violation is None, sim.violation
     assert sim.report.faults.get("clock_back", 0) >= 1 and sim.report.faults.get("long_turn", 0) >= 1
+
+
+def test_the_simulated_cli_runs_one_turn_at_a_time():
+    # Hooked storm seed 87, day 22.99: two nudges typed at once were each taken at once, each its own
+    # prompt and Stop, and an operator's long turn began 1.5 s later, inside them: prompt, prompt,
+    # prompt, Stop, Stop. Claude Code never writes that (a line typed during a turn joins it or waits
+    # for its end); Loom's turns closed the long turn at the first Stop, the misses of the probes
+    # typed into it counted, and a busy agent was recycled. Lines typed at once are one prompt now,
+    # and the operator's prompt waits for that turn's Stop.
+    from loomtui.store import hook_events
+
+    seen: list[str] = []
+
+    def type_two(sim) -> None:
+        a = sim.world.agent
+        sim.hooks.typed(a, "the first nudge", False)
+        sim.hooks.typed(a, "the second nudge", False)
+
+    def operator(sim) -> None:
+        sim.hooks.begin_turn(sim.world.agent, sim.world.t + 900)
+
+    def read(sim) -> None:
+        rows = reversed(hook_events.recent(sim.ctx.store, sim.ctx.agent, limit=500))
+        seen.extend(r["event"] for r in rows if r["event"] in ("UserPromptSubmit", "Stop")
+                    and r["ts"] >= sim.world.wall - 1200)
+
+    sim = scripted(hooked(), 2, [], looks=[(1 * H, type_two), (1 * H + 1.5, operator), (1 * H + 1100, read)])
+    assert sim.violation is None, sim.violation
+    assert seen[:4] == ["UserPromptSubmit", "Stop", "UserPromptSubmit", "Stop"], seen
+    open_turns = 0
+    for event in seen:  # never a prompt while a turn runs, never a Stop with none
+        open_turns += 1 if event == "UserPromptSubmit" else -1
+        assert open_turns in (0, 1), seen
