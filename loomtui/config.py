@@ -127,6 +127,30 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def host_header_name(host: str) -> str:
+    """How a client writes this address in a Host header: IPv6 in brackets in its shortest form
+    (0:0:0:0:0:0:0:1 is [::1]), names lower case."""
+    bare = host.strip("[]").lower()
+    try:
+        address = ipaddress.ip_address(bare)
+    except ValueError:
+        return bare
+    return f"[{address.compressed}]" if address.version == 6 else address.compressed
+
+
+def loopback_names(host: str) -> frozenset[str]:
+    """The names a client may give in its Host header for a server on `host`: its own, and
+    localhost for 127.0.0.1 or ::1 (which localhost resolves to), or those two for localhost. The
+    served console's and the metrics endpoint's rule against DNS rebinding alike."""
+    name = host_header_name(host)
+    names = {name}
+    if name in ("127.0.0.1", "[::1]"):
+        names.add("localhost")
+    if name == "localhost":
+        names |= {"127.0.0.1", "[::1]"}
+    return frozenset(names)
+
+
 def split_listen(value: str) -> tuple[str, int]:
     """`127.0.0.1:9464` → ("127.0.0.1", 9464); `[::1]:9464` → ("::1", 9464); ValueError otherwise."""
     found = _HOST_PORT.fullmatch(value)

@@ -12,7 +12,6 @@ has no such label.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import threading
 import time
@@ -32,7 +31,7 @@ from prometheus_client.registry import Collector
 
 from loomtui.agent.drivers import capabilities
 from loomtui.canary import runs as canary
-from loomtui.config import is_loopback, split_listen
+from loomtui.config import loopback_names, split_listen
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.pump import client as pump_client
@@ -336,17 +335,8 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 def host_names(host: str, port: int) -> frozenset[str]:
-    """The Host headers that name a loopback endpoint: its address as a client writes it (IPv6 in
-    brackets), and localhost for a loopback address (or the loopback addresses for localhost)."""
-    bare = host.strip("[]").lower()
-    try:
-        bare = ipaddress.ip_address(bare).compressed  # as a client writes it: [::1], not its long form
-    except ValueError:
-        pass  # a name
-    names = {f"[{bare}]" if ":" in bare else bare}
-    if is_loopback(bare):
-        names |= {"localhost", "127.0.0.1", "[::1]"} if bare in ("localhost", "localhost.") else {"localhost"}
-    return frozenset(f"{name}:{port}" for name in names)
+    """The Host headers that name a loopback endpoint (config.loopback_names, with its port)."""
+    return frozenset(f"{name}:{port}" for name in loopback_names(host))
 
 
 def guarded(app: Any, allowed: frozenset[str] | None) -> Any:

@@ -26,9 +26,10 @@ from pathlib import Path
 from loomtui import redact
 from loomtui.agent import proctree
 from loomtui.daemon import scrub
+from loomtui.config import host_header_name
 from loomtui.errors import LoomError
 from loomtui.text import printable
-from loomtui.tui.serve_guard import Listen, host_name, is_loopback, loggable_path, refusal, token_of
+from loomtui.tui.serve_guard import Listen, is_loopback, loggable_path, refusal, token_of
 from loomtui.tui.serve_page import STATIC_FILES, render, security_headers
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "check_host", "check_socket_path", "console_command", "is_loopback",
@@ -275,7 +276,7 @@ def serve(command: str, listen: Listen, state_dir: Path) -> None:
         hint = (f"from another machine: ssh -L 8000:{listen.socket_path} THIS_HOST, "
                 f"then open http://127.0.0.1:8000/?token={token}")
     else:
-        where = f"{host_name(listen.host)}:{listen.port}"
+        where = f"{host_header_name(listen.host)}:{listen.port}"
         url = f"http://{where}/?token={token}"
         hint = f"open {url}"
     _remove_stale_token_files(state_dir)

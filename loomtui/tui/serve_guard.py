@@ -11,10 +11,10 @@ token it somehow learned.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import re
 from dataclasses import dataclass
 
+from loomtui.config import loopback_names
 from loomtui.config import is_loopback as config_is_loopback
 
 # The token travels in the page's URL (`/?token=…`) and, after that, in the path of everything the
@@ -30,17 +30,6 @@ def is_loopback(host: str) -> bool:
     return config_is_loopback(host.strip("[]"))
 
 
-def host_name(host: str) -> str:
-    """How a browser writes this address in a Host header: IPv6 in brackets, names lower case."""
-    bare = host.strip("[]").lower()
-    try:
-        address = ipaddress.ip_address(bare)
-    except ValueError:
-        return bare
-    # Its shortest form, as a browser writes it: 0:0:0:0:0:0:0:1 is [::1] in every Host header.
-    return f"[{address.compressed}]" if address.version == 6 else address.compressed
-
-
 @dataclass(frozen=True)
 class Listen:
     """Where the server listens: a loopback TCP address, or a unix socket (reached through
@@ -52,12 +41,7 @@ class Listen:
 
     def hosts(self) -> frozenset[str]:
         """The Host headers that name this TCP server (a unix socket's are checked by `host_ok`)."""
-        name = host_name(self.host)
-        names = {name}
-        if name in ("127.0.0.1", "[::1]"):
-            names.add("localhost")  # localhost resolves to the address served
-        if name == "localhost":
-            names |= {"127.0.0.1", "[::1]"}
+        names = loopback_names(self.host)
         hosts = {f"{n}:{self.port}" for n in names}
         if self.port == 80:  # a browser leaves the default port out
             hosts |= names
