@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _verdict(args: argparse.Namespace) -> tuple[int, str]:
     from loomtui.report import check_rules as rules
+    from loomtui.daemon.oneshot import loop_name
     from loomtui.report import status as status_mod
     from loomtui.sentinel import queue
 
@@ -49,12 +50,8 @@ def _verdict(args: argparse.Namespace) -> tuple[int, str]:
     for item in queue.unresolved_items(base.store):
         if item.escalated_at is not None:
             escalated[item.agent] = escalated.get(item.agent, 0) + 1
-    from loomtui.daemon.oneshot import loop_name
-    from loomtui.store import heartbeats
-
-    beat_detail = (heartbeats.read(base.store).get("supervisor") or {}).get("detail")  # supervise.HEARTBEAT
-    loops = beat_detail.get("loops") if isinstance(beat_detail, dict) else None
-    running = set(loops) if isinstance(loops, dict) and loops else None  # None: an older daemon says nothing
+    beat = statuses[0].supervisor  # the host's: every agent's status has the same
+    running = beat.loops if beat is not None else None  # None: an older daemon says nothing
     agents = []
     for s in statuses:
         view = config.for_agent(s.name)
@@ -68,9 +65,7 @@ def _verdict(args: argparse.Namespace) -> tuple[int, str]:
                                                 view.canary.misses_to_recycle, view.watchdog.interval),
             past_backstop=escalated.get(s.name, 0),
             supervised=None if running is None else loop_name("watchdog", s.name) in running))
-    first = statuses[0]
-    beat = first.supervisor
-    box = first.outbox
+    box = statuses[0].outbox
     host = rules.HostFacts(
         heartbeat_age=beat.age if beat is not None else None,
         stale_after=rules.supervisor_stale_after(config.watchdog.interval),

@@ -260,6 +260,7 @@ def replica_look(ctx: Context, now: float) -> ReplicaLook | None:
 class Heartbeat:
     age: float
     pid: int | None
+    loops: frozenset[str] | None = None  # the loops its writer runs (None: it does not say, an older Loom)
 
 
 @dataclass(frozen=True)
@@ -391,7 +392,7 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         config=str(ctx.config_path) if ctx.config_path else None,
         pinned_session=session.pinned(store),
         ledger_events=ledger.count(store),
-        heartbeats={name: Heartbeat(heartbeats.age(b, at), b["pid"]) for name, b in beats.items()},
+        heartbeats={name: Heartbeat(heartbeats.age(b, at), b["pid"], _loops(b)) for name, b in beats.items()},
         last_events=ledger.tail(store, events, agent=ctx.agent) if events else [],
         outbox=outbox.summary(store, now),
         conflict=telegram_state.conflict(store),
@@ -412,6 +413,13 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         replica=replica_look(ctx, now),
         supervisor_stale_after=check_rules.supervisor_stale_after(ctx.config.watchdog.interval),
     )
+
+
+def _loops(beat: dict[str, Any]) -> frozenset[str] | None:
+    """The loop names a beat's writer says it runs (the daemon's `loops`), or None."""
+    detail = beat.get("detail")
+    loops = detail.get("loops") if isinstance(detail, dict) else None
+    return frozenset(loops) if isinstance(loops, dict) and loops else None
 
 
 def pushes(ctx: Context, now: float) -> dict[str, dict[str, Any]]:
