@@ -32,7 +32,7 @@ from loomtui.errors import LoomError
 from loomtui.memory import index as memory
 from loomtui.memory.index import editor_argv  # noqa: F401  (its home before `loom memory edit` used it)
 from loomtui.tui.memory_source import REMOTE_EVERY, LocalMemory, MemorySource
-from loomtui.tui.modals import DetailScreen, PromptScreen
+from loomtui.tui.modals import PromptScreen, open_detail
 
 PREVIEW_LIMIT = 64 * 1024
 REPLICA_REFRESH = 15.0  # seconds between looks at the replica's lag (a small JSON file in .git)
@@ -419,9 +419,4 @@ class MemoryPanel(Widget):
 
     def on_memory_panel_search_done(self, message: SearchDone) -> None:
         message.stop()
-        if self.screen is not self.app.screen:
-            # Another screen came up while the search ran (a prompt being typed into): a dialog
-            # over it would take its keys. Said instead; the search can be asked again.
-            self.notify(memory.printable(f"{message.title}: not opened over the screen in use"), markup=False)
-            return
-        self.app.push_screen(DetailScreen(message.title, message.body))
+        open_detail(self, message.title, message.body)

@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Static
 
 from loomtui.text import printable
@@ -114,6 +115,16 @@ class DetailScreen(ModalScreen[None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+def open_detail(widget: Widget, title: str, body: Text) -> None:
+    """A worker's result as a DetailScreen over `widget`'s screen, if that is still the one in use.
+    Another screen came up meanwhile (a prompt being typed into): a dialog over it would take its
+    keys, so it is said instead, and asked for again from where it came."""
+    if widget.screen is not widget.app.screen:
+        widget.notify(printable(f"{title}: not opened over the screen in use"), markup=False)
+        return
+    widget.app.push_screen(DetailScreen(title, body))
 
 
 class HelpScreen(ModalScreen[None]):

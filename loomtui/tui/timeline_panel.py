@@ -30,7 +30,7 @@ from loomtui.store import ledger
 from loomtui.store.db import Store
 from loomtui.text import printable
 from loomtui.tui.canary_panel import when
-from loomtui.tui.modals import DetailScreen, PromptScreen
+from loomtui.tui.modals import PromptScreen, open_detail
 from loomtui.tui.snapshot import event_detail, pretty, took
 from loomtui.tui.tables import KeyedTable, safe
 
@@ -325,9 +325,4 @@ class TimelinePanel(Widget):
     @on(DetailLoaded)
     def _show_detail(self, message: DetailLoaded) -> None:
         message.stop()
-        if self.screen is not self.app.screen:
-            # Another screen came up meanwhile (a prompt being typed into): a dialog over it would
-            # take its keys. Said instead; Enter on the row opens it again.
-            self.notify(printable(f"{message.title}: not opened over the screen in use"), markup=False)
-            return
-        self.app.push_screen(DetailScreen(message.title, message.body))
+        open_detail(self, message.title, message.body)
