@@ -34,12 +34,10 @@ def host_view(store: Store | None, reply: ssh.Reply, now: float) -> view.HostVie
     None, or a store that fails: this machine's is unusable, and it is since this look), its Loom's
     failure, or its agents."""
     if not reply.reached:
-        try:
-            if store is None:
-                raise LoomError("no store")
-            since = reach.failed(store, reply.host, reply.reason, now)
-        except LoomError:
-            since = reach.Unreachable(now, reply.reason)
+        since = reach.Unreachable(now, reply.reason)
+        if store is not None:
+            with contextlib.suppress(LoomError):  # the first failure in a row, where the store can keep it
+                since = reach.failed(store, reply.host, reply.reason, now)
         return view.HostView(reply.host, unreachable=since)
     if store is not None:
         with contextlib.suppress(LoomError):  # kept when the store can; the answer is shown either way

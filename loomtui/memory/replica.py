@@ -12,7 +12,7 @@ The repository is not in the work tree: it is a git directory of Loom's under th
 directory; a `.git` there would be a config (filters, fsmonitor, credential helpers, an upload-pack)
 and hooks of its making, run by the daemon with the daemon's environment. A `.git` directory an
 older Loom made there is adopted once: its objects, refs and index copied, nothing that runs, then
-removed.
+moved aside into the state dir (`ensure_repository`); any other `.git` there is refused.
 
 What the last sync left (push and pull times, commits not pushed, the error while offline) is kept
 in `loom-replica.json` in that git directory: `loom status` and the console read it without running
