@@ -168,7 +168,15 @@ def recover(
                 recovery.clear_hold(ctx, source=source, cause=cause, at=at)
             outcome = launch.relaunch_locked(ctx, decision.launch_mode, cause=cause, source=source,
                                              reason=reason or "; ".join(decision.reasons), evidence=evidence,
-                                             driver=driver)
+                                             driver=driver, automatic=not operator)
+            if outcome.held is not None:
+                # A hold written after the policy's look, before the relaunch's record: nothing was
+                # done, and the refusal is recorded as any other (it was counted admitted a moment ago).
+                if _loop(source) == "operator":
+                    _admitted(ctx, source, "refused", "hold")
+                else:
+                    holds.refused(ctx, action="relaunch", cause=cause, loop=_loop(source), source=source, now=at)
+                return Recovery("held", notes=[hold_rules.describe(outcome.held, at)])
             result = Recovery("relaunched" if outcome.ok else "failed", decision, outcome)
         elif decision.action == policy.HOLD and decision.escalate:
             _admitted(ctx, source, "refused", "ceiling")

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from loomtui import clock
-from loomtui.agent import drivers, launches
+from loomtui.agent import drivers, holds, launches
+from loomtui.agent.hold_rules import Hold, refuses
 from loomtui.agent.commands import memory_index_path, render_command  # noqa: F401  (memory_index_path: re-exported)
 from loomtui.agent.launches import LAUNCH_KEY, record_processes, recorded_processes
 from loomtui.agent.records import LaunchRecord
@@ -45,6 +46,7 @@ class Outcome:
     error: str = ""
     resume_failed: bool = False
     events: list[int] = field(default_factory=list)
+    held: Hold | None = None  # an automatic relaunch found a hold in force as it was to be recorded: nothing done
 
     def describe(self) -> str:
         if not self.ok:
@@ -73,7 +75,12 @@ def relaunch_locked(
     driver: AgentDriver | None = None,
     evidence: dict[str, Any] | None = None,
     fallback: bool = False,
+    automatic: bool = False,
 ) -> Outcome:
+    """`automatic`: a cause of Loom's own, which a hold refuses. The caller judged the hold before
+    it decided; it is judged again in the transaction that records the relaunch, so that an
+    operator's `loom hold` written in between (during the second look, which can take seconds) is
+    never overtaken by the relaunch it was placed to stop."""
     if mode not in (RESUME, FRESH):
         raise LoomError(f"unknown relaunch mode {mode!r}: use resume or fresh")
     agent = ctx.config.agent
@@ -96,6 +103,10 @@ def relaunch_locked(
     # Pin and record before launching: a crash mid-launch still knows which session is ours,
     # and the attempt counts toward the fuse and ceiling whether or not it works.
     with store.write() as db:
+        hold = holds.held_in(db) if automatic else None
+        if refuses(hold, "relaunch", automatic=automatic, now=at):
+            outcome.ok, outcome.held, outcome.error = False, hold, "a hold was placed before the relaunch was recorded"
+            return outcome
         if mode == FRESH:
             session.pin_in(db, new)
         detail: dict[str, Any] = {"mode": mode, "old_session": old, "new_session": new, "mono": at.mono,

@@ -209,6 +209,48 @@ def test_a_busy_recycle_lock_and_a_second_look_leave_the_agent_alone(ctx):
     assert "relaunch" not in kinds(ctx)
 
 
+class OperatorHoldsOnceAdmitted(FakeClock):
+    """The operator's `loom hold`, another process (its own store connection), lands the moment after
+    the policy admitted the relaunch and before it is recorded: the first reading of the clock once
+    the admission's count is in the store (a locked store's busy wait widens that moment to seconds)."""
+
+    def __init__(self, operator: Context) -> None:
+        super().__init__(T0, MONO, BOOT)
+        self.operator, self.placed, self.loop = operator, False, "watchdog"
+
+    def boot_id(self) -> str | None:
+        if not self.placed and admitted(self.operator).get(
+                (("decision", "admitted"), ("loop", self.loop), ("reason", ""))):
+            self.placed = True
+            actions.hold(self.operator, "deploying", None, source="cli")
+        return super().boot_id()
+
+
+def test_a_hold_written_after_the_policys_look_stops_the_relaunch_it_was_placed_to_stop(ctx, tmp_path):
+    relaunched(ctx, 3600)  # a session pinned: the policy resumes it
+    operator = Context.load(str(tmp_path / "config.toml"), str(tmp_path / "state"), environ={})
+    before = session.pinned(ctx.store)
+    launched = ctx.store.get_meta(ctx.store.agent_key(launches.LAUNCH_KEY))
+    try:
+        with clock.use(OperatorHoldsOnceAdmitted(operator)) as c:
+            result = actions.recover(ctx, "crash", source="watchdog")
+            assert c.placed
+            assert result.status == "held" and not result.ok
+            assert result.describe() == "held: held by the operator: deploying (until released)"
+            assert kinds(ctx)[-2:] == ["hold_placed", "refused"] and kinds(ctx).count("relaunch") == 1
+            assert session.pinned(ctx.store) == before
+            assert ctx.store.get_meta(ctx.store.agent_key(launches.LAUNCH_KEY)) == launched
+            assert admitted(ctx)[(("decision", "refused"), ("loop", "watchdog"), ("reason", "hold"))] == 1.0
+            # `loom tick` (the operator's hands, an automatic cause) is held the same way, counted as the operator's.
+            actions.release(ctx, source="cli")
+            c.placed, c.loop = False, "operator"
+            assert actions.recover(ctx, "crash", source="cli").status == "held" and c.placed
+            assert admitted(ctx)[(("decision", "refused"), ("loop", "operator"), ("reason", "hold"))] == 1.0
+            assert kinds(ctx).count("relaunch") == 1
+    finally:
+        operator.close()
+
+
 def test_a_recovery_says_what_happened_in_one_line():
     assert recovery.Recovery("busy").describe() == "busy"
     assert recovery.Recovery("resolved", notes=["gone", "again"]).describe() == "resolved: gone; again"

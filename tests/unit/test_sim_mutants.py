@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 from loomtui import actions
-from loomtui.agent import policy, recovery, watchdog_rules
+from loomtui.agent import launch, policy, recovery, watchdog_rules
 from loomtui.agent import watchdog as watchdog_loop
 from loomtui.canary import loop as canary_loop
 from loomtui.canary import probe as _probe  # noqa: F401  (imported now: a lazy import under a mutant would keep it)
@@ -140,9 +140,11 @@ def test_a_canary_loop_that_passes_one_as_its_miss_threshold_is_caught(monkeypat
 
 
 def test_forgetting_the_hold_is_caught(monkeypatch):
-    # Both guards forget it: the admission of automatic actions (actions.admit) and the policy.
+    # Every guard forgets it: the admission of automatic actions (actions.admit), the policy, and the
+    # relaunch's own look in the transaction that records it.
     monkeypatch.setattr(policy, "decide", deciding(situation=lambda s: replace(s, held=False)))
     monkeypatch.setattr(actions, "admit", lambda *args, **kwargs: None)
+    plant(monkeypatch, launch, "relaunch_locked", "hold = holds.held_in(db) if automatic else None", "hold = None")
     caught_in("recovery_storm", "escalate_once_and_hold")
 
 
