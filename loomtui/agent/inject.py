@@ -10,6 +10,7 @@ whether it was delivered or queued.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from loomtui.agent.ports import AgentDriver
 from loomtui.agent.stream_driver import origin_of
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context
-from loomtui.errors import AgentNotReading, LockHeld, LoomError
+from loomtui.errors import AgentNotReading, LockHeld, LoomError, StoreError
 from loomtui.hooks import settings as hook_settings
 from loomtui.hooks.events import typed_digest
 from loomtui.pump.facts import Delivery
@@ -28,6 +29,8 @@ from loomtui.store import ledger, locks
 from loomtui.text import digest, sanitize
 
 MAX_LENGTH = 100_000
+
+log = logging.getLogger("loom.inject")
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class InjectResult:
     delivery: str = ""  # with the pump: delivered (reached the CLI) or queued (behind a running turn)
     position: int | None = None
     not_reading: bool = False  # refused because the agent's CLI no longer reads its input (AgentNotReading)
+    unrecorded: str = ""  # typed, but the store would not take its ledger event (why): never to be typed again
 
 
 def inject(
@@ -71,19 +75,29 @@ def inject(
     # is not typed into the new one (it was meant for this one, and that one may be booting).
     expect = driver.pane_pid()
     who = origin or origin_of(kind, source)
-    error, event_id, delivery, not_reading = _typed(ctx, lambda: driver.type_line(clean, expect, origin=who, ref=ref),
-                                                    kind, source, info, lock_timeout)
-    if not error and hook_settings.wanted(ctx.config.agent):
+    typed = _typed(ctx, lambda: driver.type_line(clean, expect, origin=who, ref=ref), kind, source, info, lock_timeout)
+    if not typed.error and hook_settings.wanted(ctx.config.agent):
         launches.ring(ctx.agent_dir, launches.TYPED)  # the hooks loop starts this line's dispatch timeout
-    return InjectResult(not error, len(clean), info["digest"], error, event_id,
+    delivery = typed.delivery
+    return InjectResult(not typed.error, len(clean), info["digest"], typed.error, typed.event_id,
                         delivery=delivery.state if delivery else "", position=delivery.position if delivery else None,
-                        not_reading=not_reading)
+                        not_reading=typed.not_reading, unrecorded=typed.unrecorded)
+
+
+@dataclass(frozen=True)
+class _Typed:
+    error: str                  # "" once the driver took the line or the keys
+    event_id: int               # its ledger event; 0 when the store would not take it
+    delivery: Delivery | None
+    not_reading: bool           # the agent's CLI no longer reads its input
+    unrecorded: str = ""        # typed, its ledger event refused by the store: why
 
 
 def _typed(ctx: Context, typing: Callable[[], Delivery | None], kind: EventKind, source: str, detail: dict[str, Any],
-           lock_timeout: float) -> tuple[str, int, Delivery | None, bool]:
-    """Run `typing` under inject.lock and record it, ok or not: (error or "", ledger event id,
-    delivery, whether the agent's CLI no longer reads its input)."""
+           lock_timeout: float) -> _Typed:
+    """Run `typing` under inject.lock and record it, ok or not. A line typed stays typed when the
+    store then refuses its record (locked past its busy timeout): raised, it would read as a line
+    never sent, and the caller's retry (the sentinel's next pass, an operator) would type it twice."""
     error = ""
     delivery = None
     not_reading = False
@@ -93,12 +107,18 @@ def _typed(ctx: Context, typing: Callable[[], Delivery | None], kind: EventKind,
     except (TmuxError, LockHeld) as exc:
         error = str(exc)
         not_reading = isinstance(exc, AgentNotReading)
-    event = ledger.append(
-        ctx.store, kind, source=source, cause=None if not error else "inject_failed",
-        detail={**detail, "ok": not error, **({"error": error} if error else {}),
-                **(delivery.as_detail() if delivery else {})},
-    )
-    return error, event.id, delivery, not_reading
+    try:
+        event = ledger.append(
+            ctx.store, kind, source=source, cause=None if not error else "inject_failed",
+            detail={**detail, "ok": not error, **({"error": error} if error else {}),
+                    **(delivery.as_detail() if delivery else {})},
+        )
+    except StoreError as exc:
+        if error:
+            raise  # nothing was typed: the store's fault is the one to report
+        log.warning("%s typed, but the ledger could not record it: %s", kind, exc)
+        return _Typed(error, 0, delivery, not_reading, unrecorded=str(exc))
+    return _Typed(error, event.id, delivery, not_reading)
 
 
 def press(
@@ -114,6 +134,6 @@ def press(
     """Named keys (e.g. Enter to dismiss a dialog) through the same lock and ledger as text."""
     driver = driver or drivers.of(ctx)
     expect = driver.pane_pid()
-    error, event_id, _, _ = _typed(ctx, lambda: driver.send_keys(keys, expect), kind, source,
-                                {"keys": keys, **(detail or {})}, lock_timeout)
-    return InjectResult(not error, 0, "", error, event_id)
+    typed = _typed(ctx, lambda: driver.send_keys(keys, expect), kind, source, {"keys": keys, **(detail or {})},
+                   lock_timeout)
+    return InjectResult(not typed.error, 0, "", typed.error, typed.event_id, unrecorded=typed.unrecorded)

@@ -86,6 +86,11 @@ def run_inject(args: argparse.Namespace) -> int:
         print(f"loom: inject failed: {result.error}", file=sys.stderr)
         return 1
     print(f"injected {result.length} characters (digest {result.digest})")
+    if result.unrecorded:
+        # Typed: a non-zero exit must not read as "not sent", or a retry types the line twice.
+        print(f"loom: the line was typed, but the ledger could not record it ({result.unrecorded}); "
+              "do not send it again", file=sys.stderr)
+        return 75
     return 0
 
 

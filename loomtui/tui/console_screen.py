@@ -527,8 +527,10 @@ class ConsoleScreen(Screen):
     def _run_inject(self, agent: Context, text: str) -> None:
         with self._action_ctx(agent) as ctx:
             result = actions.inject(ctx, text, source="tui")
-        self._done("inject", f"sent {result.length} characters" if result.ok else f"failed: {result.error}",
-                   result.ok, agent.agent)
+        said = f"sent {result.length} characters" if result.ok else f"failed: {result.error}"
+        if result.unrecorded:
+            said += f" (not in the ledger: {result.unrecorded}; do not send it again)"
+        self._done("inject", said, result.ok, agent.agent)
 
     def action_plots(self) -> None:
         if self.snapshot is None:
