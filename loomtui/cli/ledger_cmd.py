@@ -72,8 +72,13 @@ def run_verify(args: argparse.Namespace) -> int:
             kept = ledger.parse_head(args.head)
         except ValueError as exc:
             raise LoomError(f"ledger verify --head: {exc}", exit_code=2) from None
+    from loomtui.store import earlier_chains
+
     ctx = context(args)
     checkpoints = _remote_checkpoints(ctx) if args.remote else []
+    # A head checkpointed before a salvage is of the ledger the salvage moved aside: proven there.
+    earlier = earlier_chains.prove(ctx.store, checkpoints) if checkpoints else earlier_chains.Proof()
+    checkpoints = earlier.unproven(checkpoints)
     verdict = ledger.verify(ctx.store, kept=kept, checkpoints=checkpoints)
     line = verdict.describe()
     if verdict.ok and kept is not None:
@@ -82,8 +87,27 @@ def run_verify(args: argparse.Namespace) -> int:
         newest = max(checkpoints)
         line += (f", and to all {len(checkpoints)} checkpoint{'s' * (len(checkpoints) != 1)} on the remote "
                  f"(the newest {ledger.format_head(*newest)})")
+    if verdict.ok:
+        for chain in earlier.chains:
+            held = sorted(h for h, c in earlier.proven.items() if c.path == chain.path)
+            if held:
+                line += (f"; {len(held)} checkpoint{'s' * (len(held) != 1)} of the ledger before the salvage of "
+                         f"{_when(chain.salvaged_at)} proven against {chain.path} (the newest "
+                         f"{ledger.format_head(*held[-1])})")
     print(line, file=sys.stdout if verdict.ok else sys.stderr)
+    if not verdict.ok:
+        for chain in earlier.chains:
+            # A head of that ledger past what its damaged file still reads cannot be proven: said, not passed.
+            reads = f"cannot be read ({chain.error})" if chain.error else f"holds its chain to event {chain.reads_to}"
+            print(f"loom: the store was salvaged on {_when(chain.salvaged_at)}: the ledger before it, {chain.path}, "
+                  f"{reads}; a checkpoint of that ledger beyond it cannot be proven", file=sys.stderr)
     return 0 if verdict.ok else 1
+
+
+def _when(ts: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
 
 
 def run_head(args: argparse.Namespace) -> int:

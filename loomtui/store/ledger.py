@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -241,6 +241,25 @@ def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = No
         return Verdict(False, count, kept[0], f"the ledger ends at event {count}, before the kept head: "
                                               "events were removed and the chain rebuilt")
     return Verdict(True, count)
+
+
+def intact(db: sqlite3.Connection, batch: int = 5000) -> Iterator[tuple[int, str]]:
+    """(id, hash) of each event from the first, as long as the chain holds: it stops before the first
+    event that does not follow (missing, edited, reordered) and where the file stops reading (a
+    damaged store's, opened read-only: store/earlier_chains.py)."""
+    expected_id, prev_hash = 1, GENESIS
+    try:
+        cursor = db.execute("SELECT id, ts, kind, source, cause, detail, prev_hash, hash, agent FROM ledger ORDER BY id")
+        while rows := cursor.fetchmany(batch):
+            for rid, ts, kind, source, cause, detail, prev, digest, agent in rows:
+                if rid != expected_id or prev != prev_hash or not isinstance(ts, float | int) \
+                        or not isinstance(detail, str) or not isinstance(agent, str) \
+                        or event_hash(prev_hash, rid, float(ts), kind, source, cause, detail, agent) != digest:
+                    return
+                yield rid, digest
+                prev_hash, expected_id = digest, expected_id + 1
+    except sqlite3.DatabaseError:
+        return  # as far as it reads
 
 
 def escalated_after(store: Store, seen: int, kinds: Iterable[str]) -> bool:

@@ -129,6 +129,23 @@ def test_verify_head_in_process_names_the_mismatch(store):
         ledger.parse_head("4:" + "z" * 64)
 
 
+def test_the_intact_chain_reads_as_far_as_it_holds(store, state_dir):
+    # What the proof against a salvaged file walks: from the genesis, to the event before the first
+    # that does not follow (an edit without its hashes recomputed; a deleted event).
+    fill(store, 6)
+    with store.read() as db:
+        whole = list(ledger.intact(db, batch=2))
+    assert [seq for seq, _ in whole] == [1, 2, 3, 4, 5, 6] and whole[-1] == ledger.head(store)
+    db = sqlite3.connect(state_dir / DB_NAME, isolation_level=None)
+    try:
+        db.execute("UPDATE ledger SET detail = '{\"i\":99}' WHERE id = 5")
+        assert [seq for seq, _ in ledger.intact(db)] == [1, 2, 3, 4]
+        db.execute("DELETE FROM ledger WHERE id = 3")
+        assert [seq for seq, _ in ledger.intact(db)] == [1, 2]
+    finally:
+        db.close()
+
+
 def test_every_escalation_carries_the_head_it_made(tmp_path, loom, state_dir):
     ctx = Context.load(None, str(state_dir), environ={})
     try:

@@ -353,6 +353,81 @@ def test_ledger_verify_remote_passes_then_fails_after_a_local_rewrite_with_recom
     assert "ledger broken at event 12" in caught.stderr and "the checkpoint's" in caught.stderr
 
 
+def salvaged_after_a_checkpoint(tmp_path, remote, damaged_table: str):
+    """Twelve events checkpointed off the box, then the store damaged (`damaged_table`'s root page
+    overwritten) and salvaged as the daemon does: a new chain, the old file moved aside."""
+    from test_ledger_head import fill
+    from test_store_health import scribble_table
+
+    from loomtui.store.salvage import open_or_salvage
+
+    config = write_config(tmp_path, remote)
+    state_dir = tmp_path / "state-a"
+    state_dir.mkdir(mode=0o700)
+    with Store.in_dir(state_dir) as store:
+        fill(store, 12)
+    assert loom_at(config, "memory", "sync").returncode == 0
+    assert remote_file(remote, ".loom/checkpoints/a").startswith("12:")
+    with Store.in_dir(state_dir) as store:
+        scribble_table(store, damaged_table)
+    store, salvage = open_or_salvage(state_dir)
+    assert salvage is not None
+    with store:
+        fill(store, 3)  # the new chain: its salvage event, then three
+    return config, state_dir, salvage
+
+
+def test_after_a_salvage_the_old_ledgers_checkpoints_are_proven_against_the_file_it_moved_aside(tmp_path, remote):
+    # The new chain restarts at event 1: the head checkpointed before the salvage is not in it, and
+    # verify --remote failed on it at every run from then on.
+    from test_ledger_head import rewrite
+
+    config, state_dir, salvage = salvaged_after_a_checkpoint(tmp_path, remote, "meta")
+    ok = loom_at(config, "ledger", "verify", "--remote")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("ledger intact: 4 events; 1 checkpoint of the ledger before the salvage of ")
+    assert f"proven against {salvage.moved_to} (the newest 12:" in ok.stdout
+    assert loom_at(config, "memory", "sync").returncode == 0  # the new chain's head goes off the box too
+    both = loom_at(config, "ledger", "verify", "--remote")
+    assert both.returncode == 0, both.stderr
+    assert "and to all 1 checkpoint on the remote (the newest 4:" in both.stdout and "before the salvage" in both.stdout
+    # The old file is held to the heads kept off the box: edited, hashes and all, its chain no longer
+    # reaches the checkpoint, and nothing else can prove it.
+    import shutil
+    import sqlite3
+
+    kept = tmp_path / "kept.db"
+    shutil.copy(salvage.moved_to, kept)
+    with sqlite3.connect(salvage.moved_to, isolation_level=None) as old:
+        old.execute("UPDATE ledger SET detail = ? WHERE id = 5", (ledger.canonical({"i": 999}),))
+        prev = old.execute("SELECT hash FROM ledger WHERE id = 4").fetchone()[0]
+        for rid, ts, kind, source, cause, detail, agent in old.execute(
+                "SELECT id, ts, kind, source, cause, detail, agent FROM ledger WHERE id >= 5 ORDER BY id").fetchall():
+            digest = ledger.event_hash(prev, rid, ts, kind, source, cause, detail, agent)
+            old.execute("UPDATE ledger SET prev_hash = ?, hash = ? WHERE id = ?", (prev, digest, rid))
+            prev = digest
+    old.close()
+    edited = loom_at(config, "ledger", "verify", "--remote")
+    assert edited.returncode == 1
+    assert "the ledger ends at event 4, before the checkpoint of event 12" in edited.stderr
+    assert (f"the ledger before it, {salvage.moved_to}, holds its chain to event 12; a checkpoint of that ledger "
+            "beyond it cannot be proven") in edited.stderr
+    shutil.copy(kept, salvage.moved_to)
+    assert loom_at(config, "ledger", "verify", "--remote").returncode == 0
+    # The new chain is held to its own checkpoint as any other: rewritten, it fails.
+    rewrite(state_dir, 2, {"i": 999, "forged": True})
+    caught = loom_at(config, "ledger", "verify", "--remote")
+    assert caught.returncode == 1 and "ledger broken at event 4" in caught.stderr
+
+
+def test_after_a_salvage_that_lost_the_old_ledger_its_checkpoints_are_said_unprovable(tmp_path, remote):
+    config, _, salvage = salvaged_after_a_checkpoint(tmp_path, remote, "ledger")
+    lost = loom_at(config, "ledger", "verify", "--remote")
+    assert lost.returncode == 1
+    assert "the ledger ends at event 4, before the checkpoint of event 12" in lost.stderr
+    assert f"the ledger before it, {salvage.moved_to}, holds its chain to event 0;" in lost.stderr
+
+
 def test_ledger_verify_remote_without_a_remote_or_a_checkpoint_says_why(tmp_path, remote):
     bare = tmp_path / "config.toml"
     bare.write_text(f'state_dir = "{tmp_path / "s"}"\n')
