@@ -118,6 +118,10 @@ def checkpoint_due(head_seq: int, last_seq: int | None, last_at: float | None, e
         return False
     if escalated_after or last_at is None or last_seq is None:
         return True
+    if head_seq < last_seq:
+        # A new chain (a salvage started one): its head goes off the box at once, and an escalation
+        # in it would never count as after the old chain's checkpoint.
+        return True
     return now - last_at >= interval or now < last_at
 
 

@@ -68,6 +68,7 @@ def test_the_ledger_head_is_checkpointed_each_interval_once_it_moved_and_at_once
     assert not rules.checkpoint_due(5, 5, T0, True, T0 + 9999, 3600)     # the head has not moved
     assert not rules.checkpoint_due(9, 5, T0, False, T0 + 3599, 3600)
     assert rules.checkpoint_due(9, 5, T0, False, T0 + 3600, 3600)
+    assert rules.checkpoint_due(3, 5, T0, False, T0 + 1, 3600)          # a new chain after a salvage: at once
     assert rules.checkpoint_due(9, 5, T0, True, T0 + 1, 3600)            # an escalation since
     assert rules.checkpoint_due(9, 5, T0, False, T0 - 1, 3600)           # a clock stepped back
 
