@@ -97,13 +97,13 @@ def prove(store: Store, heads: Iterable[tuple[int, str]]) -> Proof:
             proof.chains.append(Chain(path, salvaged_at, error=str(exc)))
             break
         try:
-            reads_to = 0
+            reads_to, held = 0, []
             for seq, digest in ledger.intact(old):
                 reads_to = seq
                 if digest in wanted.get(seq, ()):
-                    proof.proven[(seq, digest)] = Chain(path, salvaged_at)  # completed below
+                    held.append((seq, digest))
             chain = Chain(path, salvaged_at, reads_to)
-            proof.proven = {h: chain if c.path == path else c for h, c in proof.proven.items()}
+            proof.proven.update((head, chain) for head in held)
             proof.chains.append(chain)
             previous = _salvaged_from(old, directory)
         finally:
