@@ -29,6 +29,7 @@ from loomtui.errors import LoomError
 from loomtui.store.statedir import open_private, private_dir
 
 UNIT_NAME = "loom.service"
+ENV_FILE = ".config/loom/env"  # under the home directory: the unit's EnvironmentFile, where its secrets go
 PLIST_LABEL = "dev.loom.supervise"
 
 
@@ -135,7 +136,7 @@ RestartSec=5
 # this unit's cgroup and sandbox: a restart or crash of the daemon leaves the agent running.
 {environment(UNIT_ENV, UNIT_ENV_VALUE)}{tmux_tmpdir_line}
 # Put secrets such as {token_env} in this file (mode 0600), never in the unit itself.
-EnvironmentFile=-%h/.config/loom/env
+EnvironmentFile=-%h/{ENV_FILE}
 # Everything the daemon started dies with it (the agent is not among it, see above).
 KillMode=control-group
 

@@ -293,8 +293,9 @@ def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[
             checks.extend(own if len(config.agents) == 1 else [dataclasses.replace(c, name=f"{c.name} {name}")
                                                                 for c in own])
         # The host's: one Telegram, one memory dir per agent view, one service.
-        checks.extend([*first_start.check_telegram(config, env), *first_start.check_memory(config),
-                       *first_start.check_service(first_start.installed_unit() if unit is None else unit)])
+        service = first_start.installed_unit() if unit is None else unit
+        checks.extend([*first_start.check_telegram(config, env, service), *first_start.check_memory(config),
+                       *first_start.check_service(service)])
         for more in extra or ():
             checks.extend(more(config, state_dir, store))
     # Last, with the store closed: the simulation forks a process per core.

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from loomtui.config import Config
+from loomtui.daemon.service import ENV_FILE
 from loomtui.errors import LoomError
 from loomtui.report.doctor import FAIL, OK, Check
 
@@ -25,6 +26,7 @@ from loomtui.report.doctor import FAIL, OK, Check
 # (`env -i PATH=… claude`, `exec claude`, `nice -n 5 claude`).
 _RUNNERS = {"env", "exec", "nice", "nohup", "command", "stdbuf", "setsid", "timeout"}
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDERS = {"session_id": "x", "memory_index": "x", "state_dir": "x", "hook_settings": "x"}
 
 
@@ -86,22 +88,78 @@ def check_agent(config: Config, environ: Mapping[str, str]) -> Iterator[Check]:
         yield Check(OK, "agent", ", ".join(dict.fromkeys(found)))
 
 
-def check_telegram(config: Config, environ: Mapping[str, str]) -> Iterator[Check]:
+def check_telegram(config: Config, environ: Mapping[str, str], service: Path | None = None,
+                   env_file: Path | None = None) -> Iterator[Check]:
     """With a chat id Telegram is on: the token must load as the sender loads it (a file of mode
-    0600, or the variable). A group chat without allowed_users is the config's own error."""
+    0600, or the variable). A group chat without allowed_users is the config's own error.
+
+    The variable is looked for where the daemon will have it: with an installed systemd unit
+    (`service`), in the unit's EnvironmentFile (`env_file`, default ~/.config/loom/env), not in the
+    shell running the doctor; a launchd agent passes no such variable at all. Without a service,
+    `loom supervise` is started by hand, from a shell like this one."""
     from loomtui.telegram.token import load_token
 
     tg = config.telegram
     if not tg.chat_id:
         yield Check(OK, "telegram", "off (telegram.chat_id = 0): alerts stay in the outbox, shown by loom status")
         return
+    where = ""
+    if tg.token_file is None and service is not None and service.exists():
+        if service.suffix == ".plist":
+            yield Check(FAIL, "telegram", f"the launchd agent {service} passes no ${tg.token_env} to loom supervise: "
+                        "put the token in a file of mode 0600 and set telegram.token_file")
+            return
+        env_file = env_file or _home() / ENV_FILE
+        try:
+            environ, where = _environment_file(env_file), f" in {env_file} (the service's)"
+        except LoomError as exc:
+            yield Check(FAIL, "telegram", f"{exc}")
+            return
+        if tg.token_env not in environ:
+            yield Check(FAIL, "telegram", f"the service {service} reads its environment from {env_file}, which does not "
+                        f"set {tg.token_env}: add a line {tg.token_env}=TOKEN there (the file of mode 0600)")
+            return
     try:
         load_token(tg, environ)
     except LoomError as exc:
-        yield Check(FAIL, "telegram", f"{exc}")
+        yield Check(FAIL, "telegram", f"{exc}{where}")
         return
-    source = f"file {tg.token_file}" if tg.token_file is not None else f"${tg.token_env}"
+    source = f"file {tg.token_file}" if tg.token_file is not None else f"${tg.token_env}{where}"
     yield Check(OK, "telegram", f"chat {tg.chat_id}, token from {source}")
+
+
+def _home() -> Path:
+    # systemd's %h, as ssh's: the passwd entry's home, not $HOME.
+    import pwd
+
+    return Path(pwd.getpwuid(os.getuid()).pw_dir)
+
+
+def _environment_file(path: Path) -> dict[str, str]:
+    """The variables a systemd EnvironmentFile sets, read as systemd reads its plain lines (NAME=VALUE,
+    one pair of quotes around a value removed, # and ; comments); {} when there is none (the unit's
+    `-` makes it optional). It holds secrets: one others may read is refused."""
+    try:
+        info = path.stat()
+        text = path.read_text("utf-8", "replace")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise LoomError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if info.st_mode & 0o077:
+        raise LoomError(f"{path} holds the service's secrets and its mode {info.st_mode & 0o777:04o} is too open; "
+                        f"run: chmod 600 {path}")
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        name, sep, value = line.partition("=")
+        if not sep or line.startswith(("#", ";")) or not _NAME.fullmatch(name.strip()):
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        found[name.strip()] = value
+    return found
 
 
 def check_memory(config: Config) -> Iterator[Check]:
@@ -153,5 +211,5 @@ def installed_unit() -> Path | None:
 def first_start(config: Config, environ: Mapping[str, str], unit: Path | None) -> list[Check]:
     """Every first-start check for one agent's view of the config (the Telegram, memory and service
     lines are the host's: the caller keeps one of each)."""
-    return [*check_agent(config, environ), *check_telegram(config, environ), *check_memory(config),
+    return [*check_agent(config, environ), *check_telegram(config, environ, unit), *check_memory(config),
             *check_service(unit)]

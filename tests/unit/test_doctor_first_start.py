@@ -98,6 +98,36 @@ def test_a_token_from_the_environment_must_be_set(tmp_path):
     assert [c.status for c in check_telegram(off, {})] == [OK]
 
 
+def test_with_a_service_installed_the_token_is_looked_for_where_the_service_has_it(tmp_path):
+    # The daemon runs under the unit, which reads its variables from its EnvironmentFile: a token
+    # in the doctor's shell alone said ok, and the service ran without Telegram; one only in the
+    # file was reported missing.
+    config = config_of(tmp_path, '[telegram]\nchat_id = 42\ntoken_env = "TOKEN"\n')
+    unit, env_file = tmp_path / "loom.service", tmp_path / "env"
+    unit.write_text("[Service]\nEnvironmentFile=-%h/.config/loom/env\n")
+    shell = {"TOKEN": "123456:from-the-shell"}
+    [absent] = check_telegram(config, shell, unit, env_file)
+    assert absent.status == FAIL and f"reads its environment from {env_file}, which does not set TOKEN" in absent.detail
+    env_file.write_text("# the service's secrets\nOTHER=1\nTOKEN='123456:from-the-file'\n")
+    env_file.chmod(0o644)
+    [too_open] = check_telegram(config, {}, unit, env_file)
+    assert too_open.status == FAIL and f"mode 0644 is too open; run: chmod 600 {env_file}" in too_open.detail
+    env_file.chmod(0o600)
+    [there] = check_telegram(config, {}, unit, env_file)
+    assert there.status == OK and there.detail == f"chat 42, token from $TOKEN in {env_file} (the service's)"
+    env_file.write_text("TOKEN=\n")
+    [empty] = check_telegram(config, shell, unit, env_file)
+    assert empty.status == FAIL and "no bot token" in empty.detail and str(env_file) in empty.detail
+    assert all("from-the" not in c.detail for c in (absent, too_open, there, empty))
+    # launchd passes the agent's plist variables only: a token variable never reaches the daemon.
+    plist = tmp_path / "dev.loom.supervise.plist"
+    plist.write_text("<plist/>")
+    [launchd] = check_telegram(config, shell, plist, env_file)
+    assert launchd.status == FAIL and "set telegram.token_file" in launchd.detail
+    # A token file is the same for every service; no service: the shell's variable, as before.
+    assert [c.status for c in check_telegram(config, shell, tmp_path / "absent.service", env_file)] == [OK]
+
+
 def test_the_memory_dir_is_required_only_when_the_command_passes_its_index(tmp_path):
     plain = config_of(tmp_path, f'[memory]\ndir = "{tmp_path / "mem"}"\n')
     assert [c.status for c in check_memory(plain)] == [OK]  # nothing needs it
