@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Mapping
 from urllib.parse import quote
 
@@ -30,26 +29,7 @@ def load_token(cfg: TelegramConfig, environ: Mapping[str, str] | None = None) ->
 
 
 def _read_file(path: os.PathLike[str]) -> str:
-    try:
-        # O_NONBLOCK: a named pipe in its place would block the open until someone wrote to it.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise LoomError(f"telegram.token_file {path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        # Checked on the open descriptor, so the file cannot be swapped between check and read.
-        if not stat.S_ISREG(info.st_mode):
-            raise LoomError(f"telegram.token_file {path}: not a regular file")
-        mode = stat.S_IMODE(info.st_mode)
-        if mode & 0o077:
-            raise LoomError(f"telegram.token_file {path}: mode {mode:04o} is too open; run: chmod 600 {path}")
-        data = os.read(fd, 4096)
-    finally:
-        os.close(fd)
-    token = data.decode("utf-8", "replace").strip()
-    if not token:
-        raise LoomError(f"telegram.token_file {path}: file is empty")
-    return token
+    return redact.read_secret_file(path, "telegram.token_file")
 
 
 def _register(token: str) -> None:
