@@ -446,9 +446,17 @@ class MetricsConfig(Section):
     # The metrics tell anyone who can read them what the agent is doing: served to the network only
     # when the operator says so.
     allow_remote = Field(boolean, False)
+    # A file (mode 0600) holding the bearer token every scrape must send (Prometheus's
+    # `authorization.credentials_file`); required where the network may reach the endpoint.
+    token_file = Field(optional_path, None)
 
     def validate(self, loc: Loc) -> None:
-        if not self.listen or self.allow_remote:
+        if not self.listen:
+            return
+        if self.allow_remote:
+            if self.token_file is None:
+                raise Bad((*loc, "token_file"), "metrics.allow_remote serves the metrics to the network: set "
+                          "metrics.token_file, a file of mode 0600 holding the token every scrape must send")
             return
         host, _ = split_listen(self.listen)
         if not is_loopback(host):

@@ -29,6 +29,7 @@ from prometheus_client.core import (
 from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
+from loomtui import redact
 from loomtui.agent.drivers import capabilities
 from loomtui.canary import runs as canary
 from loomtui.config import loopback_names, split_listen
@@ -339,14 +340,25 @@ def host_names(host: str, port: int) -> frozenset[str]:
     return frozenset(f"{name}:{port}" for name in loopback_names(host))
 
 
-def guarded(app: Any, allowed: frozenset[str] | None) -> Any:
+def guarded(app: Any, allowed: frozenset[str] | None, token: str | None = None) -> Any:
     """`app`, answering only requests whose Host names this endpoint (`allowed`; None: any, the
     network's names being the operator's to choose, metrics.allow_remote). A page in a browser
-    that got its name to resolve to 127.0.0.1 (DNS rebinding) sends its own name: refused, 403."""
+    that got its name to resolve to 127.0.0.1 (DNS rebinding) sends its own name: refused, 403.
+    With a `token` (metrics.token_file), a request without `Authorization: Bearer TOKEN` is refused,
+    401, as Prometheus's `authorization` expects."""
+    import hmac
+
+    wanted = f"Bearer {token}".encode() if token is not None else None
+
     def wsgi(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         if allowed is not None and str(environ.get("HTTP_HOST", "")).lower() not in allowed:
             start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8")])
             return [b"403: not this endpoint's name\n"]
+        if wanted is not None and not hmac.compare_digest(
+                str(environ.get("HTTP_AUTHORIZATION", "")).encode("utf-8", "surrogateescape"), wanted):
+            start_response("401 Unauthorized", [("Content-Type", "text/plain; charset=utf-8"),
+                                                ("WWW-Authenticate", 'Bearer realm="loom"')])
+            return [b"401: send the bearer token of metrics.token_file\n"]
         return app(environ, start_response)
     return wsgi
 
@@ -368,7 +380,8 @@ def serve(ctx: Context, loop_stats: Callable[[], dict[str, Any]]) -> Any:
         daemon_threads = True
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
-    app = guarded(make_wsgi_app(registry), None if cfg.allow_remote else host_names(host, port))
+    token = redact.read_secret_file(cfg.token_file, "metrics.token_file") if cfg.token_file is not None else None
+    app = guarded(make_wsgi_app(registry), None if cfg.allow_remote else host_names(host, port), token)
     try:
         server = make_server(host.strip("[]"), port, app, Server, handler_class=_Quiet)
     except OSError as exc:

@@ -35,11 +35,19 @@ def scrape_config(config: Config, *, job: str = "loom", interval: str = "30s") -
         # JSON strings are YAML strings: an address or a name is never read as YAML syntax.
         static += [f"      - targets: [{json.dumps(address)}]",
                    f"        labels: {{host: {json.dumps(name)}}}"]
+    token_file = config.metrics.token_file
+    # One job for every host (the alerts read job="loom"), so one token: each host's metrics.token_file
+    # holds the same one, and this Prometheus reads it from the path this config names.
+    auth = ["    authorization:", "      type: Bearer", f"      credentials_file: {json.dumps(str(token_file))}"] \
+        if token_file is not None else []
     lines = ["# Written by `loom prometheus-config`: one target per host, each labelled host=NAME",
-             "# (addresses as this Prometheus reaches them).",
+             "# (addresses as this Prometheus reaches them)" + (
+                 "; every host's metrics.token_file holds the same token, which this Prometheus reads"
+                 " from the file named below (readable by its user)." if auth else "."),
              "scrape_configs:",
              f"  - job_name: {json.dumps(job)}",
              f"    scrape_interval: {json.dumps(interval)}",
+             *auth,
              "    static_configs:" + ("" if static else " []  # no host has a metrics address yet"),
              *static]
     for name in missing:

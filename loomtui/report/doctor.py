@@ -294,7 +294,8 @@ def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[
                                                                 for c in own])
         # The host's: one Telegram, one memory dir per agent view, one service.
         service = first_start.installed_unit() if unit is None else unit
-        checks.extend([*first_start.check_telegram(config, env, service), *first_start.check_memory(config),
+        checks.extend([*first_start.check_telegram(config, env, service), *first_start.check_metrics(config),
+                       *first_start.check_memory(config),
                        *first_start.check_service(service)])
         for more in extra or ():
             checks.extend(more(config, state_dir, store))

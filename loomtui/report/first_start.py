@@ -162,6 +162,22 @@ def _environment_file(path: Path) -> dict[str, str]:
     return found
 
 
+def check_metrics(config: Config) -> Iterator[Check]:
+    """The metrics endpoint's token file reads as `loom supervise` reads it at start (a daemon that
+    cannot read it does not start)."""
+    from loomtui import redact
+
+    cfg = config.metrics
+    if not cfg.listen or cfg.token_file is None:
+        return
+    try:
+        redact.read_secret_file(cfg.token_file, "metrics.token_file")
+    except LoomError as exc:
+        yield Check(FAIL, "metrics", f"{exc}")
+        return
+    yield Check(OK, "metrics", f"{cfg.listen}, scrapes need the token of {cfg.token_file}")
+
+
 def check_memory(config: Config) -> Iterator[Check]:
     """Each memory directory once, whichever agents share it: with several agents, the line names
     them (the first agent's alone was checked, an agent's own `[agents.memory] dir` never)."""

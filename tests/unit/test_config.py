@@ -295,6 +295,9 @@ REFUSED = [
     ('[metrics]\nlisten = "prometheus.lan:9464"\n',
      "metrics.listen: 'prometheus.lan' is not a loopback address (127.0.0.0/8, ::1, localhost): anyone who can "
      "reach it could read the metrics; listen on 127.0.0.1 or [::1], or set metrics.allow_remote = true"),
+    ('[metrics]\nlisten = "0.0.0.0:19466"\nallow_remote = true\n',
+     "metrics.token_file: metrics.allow_remote serves the metrics to the network: set metrics.token_file, a file "
+     "of mode 0600 holding the token every scrape must send"),
     ('[metrics]\nlisten = "::1:9464"\n', "metrics.listen: expected HOST:PORT, e.g. 127.0.0.1:9464 or [::1]:9464"),
     ('[metrics]\nlisten = "[nope]:9464"\n', "metrics.listen: 'nope' in brackets is not an IPv6 address"),
     ('[metrics]\nlisten = "127.0.0.1:0"\n', "metrics.listen: port must be 1-65535 (got 0)"),
@@ -328,8 +331,11 @@ ACCEPTED = [
     ({"metrics": {"listen": "127.3.4.5:9464"}}, "metrics"),
     ({"metrics": {"listen": "localhost:9464"}}, "metrics"),
     ({"metrics": {"listen": "[::1]:9464"}}, "metrics"),
-    ({"metrics": {"listen": "0.0.0.0:19466", "allow_remote": True}}, "metrics"),
-    ({"metrics": {"listen": "[::]:19466", "allow_remote": True}}, "metrics"),
+    ({"metrics": {"listen": "0.0.0.0:19466", "allow_remote": True, "token_file": Path("/etc/loom/metrics-token")}},
+     "metrics"),
+    ({"metrics": {"listen": "[::]:19466", "allow_remote": True, "token_file": Path("/etc/loom/metrics-token")}},
+     "metrics"),
+    ({"metrics": {"listen": "127.0.0.1:9464", "token_file": Path("/etc/loom/metrics-token")}}, "metrics"),
     ({"telegram": {"api_base": "https://botapi.example.com:8443"}}, "telegram"),
     ({"telegram": {"api_base": "http://127.0.0.1:8081/bot"}}, "telegram"),
     ({"telegram": {"api_base": "http://localhost:8081"}}, "telegram"),

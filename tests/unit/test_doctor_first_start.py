@@ -11,7 +11,8 @@ import pytest
 from loomtui.config import load_config
 from loomtui.demo.launcher import Demo
 from loomtui.report.doctor import FAIL, OK, run_checks
-from loomtui.report.first_start import check_agent, check_memory, check_service, check_telegram, program
+from loomtui.report.first_start import (check_agent, check_memory, check_metrics, check_service, check_telegram,
+                                        program)
 
 
 def config_of(tmp_path, text: str):
@@ -160,3 +161,18 @@ def test_the_demos_config_passes_every_check(tmp_path):
     assert failed == []
     names = {c.name for c in checks}
     assert {"agent", "cwd", "telegram", "memory", "simulation"} <= names
+
+
+def test_the_metrics_token_file_must_be_readable_and_private(tmp_path):
+    token = tmp_path / "metrics-token"
+    config = config_of(tmp_path, f'[metrics]\nlisten = "127.0.0.1:9464"\ntoken_file = "{token}"\n')
+    [missing] = check_metrics(config)
+    assert missing.status == FAIL and f"metrics.token_file {token}: cannot read" in missing.detail
+    token.write_text("scrape-token-value\n")
+    token.chmod(0o640)
+    [open_file] = check_metrics(config)
+    assert open_file.status == FAIL and "mode 0640 is too open" in open_file.detail
+    token.chmod(0o600)
+    [ok] = check_metrics(config)
+    assert ok.status == OK and "scrape-token-value" not in ok.detail
+    assert list(check_metrics(config_of(tmp_path, '[metrics]\nlisten = "127.0.0.1:9464"\n'))) == []

@@ -45,9 +45,25 @@ def test_one_target_per_host_labelled_with_its_name(tmp_path):
     assert 'job_name: "loom"' in out and 'scrape_interval: "30s"' in out
 
 
+def test_with_a_token_file_the_job_sends_it_as_a_bearer_token(tmp_path):
+    token = tmp_path / "metrics-token"
+    done = written(tmp_path, CONFIG.replace('listen = "127.0.0.1:9464"\n',
+                                            f'listen = "127.0.0.1:9464"\ntoken_file = "{token}"\n'))
+    assert done.returncode == 0, done.stderr
+    assert f'    authorization:\n      type: Bearer\n      credentials_file: "{token}"\n    static_configs:' in done.stdout
+    assert "every host's metrics.token_file holds the same token" in done.stdout
+    assert "authorization" not in written(tmp_path).stdout  # none without one
+
+
+TOKENED = CONFIG.replace('listen = "127.0.0.1:9464"\n', 'listen = "127.0.0.1:9464"\ntoken_file = "TOKEN"\n')
+
+
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (.ci/run installs Debian's prometheus)")
-@pytest.mark.parametrize("text", [CONFIG, ""])
+@pytest.mark.parametrize("text", [CONFIG, "", TOKENED])
 def test_promtool_accepts_it_with_hosts_and_with_none(tmp_path, text):
+    token = tmp_path / "metrics-token"
+    token.write_text("a-scrape-token-of-some-length\n")
+    text = text.replace('"TOKEN"', f'"{token}"')
     done = written(tmp_path, text)
     assert done.returncode == 0, done.stderr
     scrape = tmp_path / "prometheus.yml"
