@@ -76,13 +76,15 @@ def run_verify(args: argparse.Namespace) -> int:
 
     ctx = context(args)
     checkpoints = _remote_checkpoints(ctx) if args.remote else []
-    # A head checkpointed before a salvage is of the ledger the salvage moved aside: proven there.
-    earlier = earlier_chains.prove(ctx.store, checkpoints) if checkpoints else earlier_chains.Proof()
+    # A head kept or checkpointed before a salvage is of the ledger the salvage moved aside: proven there.
+    heads = [*checkpoints, *([kept] if kept is not None else [])]
+    earlier = earlier_chains.prove(ctx.store, heads) if heads else earlier_chains.Proof()
     checkpoints = earlier.unproven(checkpoints)
-    verdict = ledger.verify(ctx.store, kept=kept, checkpoints=checkpoints)
+    kept_here = kept if kept is not None and kept not in earlier.proven else None
+    verdict = ledger.verify(ctx.store, kept=kept_here, checkpoints=checkpoints)
     line = verdict.describe()
-    if verdict.ok and kept is not None:
-        line += f", and it leads to the kept head {ledger.format_head(*kept)}"
+    if verdict.ok and kept_here is not None:
+        line += f", and it leads to the kept head {ledger.format_head(*kept_here)}"
     if verdict.ok and checkpoints:
         newest = max(checkpoints)
         line += (f", and to all {len(checkpoints)} checkpoint{'s' * (len(checkpoints) != 1)} on the remote "
@@ -91,16 +93,21 @@ def run_verify(args: argparse.Namespace) -> int:
         for chain in earlier.chains:
             held = sorted(h for h, c in earlier.proven.items() if c.path == chain.path)
             if held:
-                line += (f"; {len(held)} checkpoint{'s' * (len(held) != 1)} of the ledger before the salvage of "
-                         f"{_when(chain.salvaged_at)} proven against {chain.path} (the newest "
-                         f"{ledger.format_head(*held[-1])})")
+                line += (f"; {len(held)} head{'s' * (len(held) != 1)} kept off the box before the salvage of "
+                         f"{_when(chain.salvaged_at)} proven against the ledger it moved aside, {chain.path} "
+                         f"(the newest {ledger.format_head(*held[-1])})")
     print(line, file=sys.stdout if verdict.ok else sys.stderr)
-    if not verdict.ok:
-        for chain in earlier.chains:
-            # A head of that ledger past what its damaged file still reads cannot be proven: said, not passed.
+    for chain in earlier.chains:
+        if verdict.ok:
+            # Exit 0 says the history before the salvage is intact in that file, not in this ledger, and a
+            # salvage is written by whoever can write the store: Loom's own tells the operator at once.
+            print(f"loom: note: this ledger begins at a salvage on {_when(chain.salvaged_at)}; the history before "
+                  f"it is in {chain.path}. Loom told the operator of its own salvage when it made it: one you were "
+                  "never told of was made by someone else", file=sys.stderr)
+        else:
             reads = f"cannot be read ({chain.error})" if chain.error else f"holds its chain to event {chain.reads_to}"
-            print(f"loom: the store was salvaged on {_when(chain.salvaged_at)}: the ledger before it, {chain.path}, "
-                  f"{reads}; a checkpoint of that ledger beyond it cannot be proven", file=sys.stderr)
+            print(f"loom: note: this ledger begins at a salvage on {_when(chain.salvaged_at)}; the ledger before it, "
+                  f"{chain.path}, {reads}: a head of that ledger beyond it cannot be proven", file=sys.stderr)
     return 0 if verdict.ok else 1
 
 

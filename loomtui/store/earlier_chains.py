@@ -9,6 +9,11 @@ as strong as before the salvage (a forged chain cannot hash to a kept head); a h
 damaged file still reads cannot be proven, and is said so. Salvages follow one another: an old
 file's own first event may name the file before it.
 
+What it proves is that history up to the last head kept before the salvage is intact in that file,
+not in the ledger now in use: anyone who can write the store can begin a chain with a salvage of
+their own. `loom ledger verify` says so whenever a salvage is crossed, and Loom's own salvage told
+the operator when it was made (salvage.py).
+
 Only files in the store's own directory, named as a salvage names them, are read: a first event
 written by anyone else never points the proof at another file.
 """
@@ -63,9 +68,10 @@ def _salvaged_from(db: sqlite3.Connection, directory: Path) -> tuple[Path, float
     except (TypeError, ValueError, AttributeError):
         return None
     name = Path(moved).name if isinstance(moved, str) else ""
-    if not MOVED_NAME.fullmatch(name) or not (directory / name).is_file():
-        return None
-    return directory / name, float(row[0])
+    path = directory / name
+    if not MOVED_NAME.fullmatch(name) or path.is_symlink() or not path.is_file():
+        return None  # a link named like one would point the proof at another file
+    return path, float(row[0])
 
 
 def _open_read_only(path: Path) -> sqlite3.Connection:

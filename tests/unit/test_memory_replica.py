@@ -385,8 +385,17 @@ def test_after_a_salvage_the_old_ledgers_checkpoints_are_proven_against_the_file
     config, state_dir, salvage = salvaged_after_a_checkpoint(tmp_path, remote, "meta")
     ok = loom_at(config, "ledger", "verify", "--remote")
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.startswith("ledger intact: 4 events; 1 checkpoint of the ledger before the salvage of ")
-    assert f"proven against {salvage.moved_to} (the newest 12:" in ok.stdout
+    assert ok.stdout.startswith("ledger intact: 4 events; 1 head kept off the box before the salvage of ")
+    assert f"proven against the ledger it moved aside, {salvage.moved_to} (the newest 12:" in ok.stdout
+    # Passed, but never silently: the history is in that file, and a salvage is anyone's who can write the store.
+    assert "this ledger begins at a salvage on " in ok.stderr and f"the history before it is in {salvage.moved_to}" in ok.stderr
+    assert "one you were never told of was made by someone else" in ok.stderr
+    # A head the operator kept before the salvage (an escalation's, `loom ledger head`) is proven there too.
+    head = remote_file(remote, ".loom/checkpoints/a").split()[0]
+    kept = loom_at(config, "ledger", "verify", "--head", head)
+    assert kept.returncode == 0, kept.stderr
+    assert kept.stdout.startswith("ledger intact: 4 events; 1 head kept off the box before the salvage of ")
+    assert loom_at(config, "ledger", "verify", "--head", "12:" + "0" * 64).returncode == 1
     assert loom_at(config, "memory", "sync").returncode == 0  # the new chain's head goes off the box too
     both = loom_at(config, "ledger", "verify", "--remote")
     assert both.returncode == 0, both.stderr
@@ -410,7 +419,7 @@ def test_after_a_salvage_the_old_ledgers_checkpoints_are_proven_against_the_file
     edited = loom_at(config, "ledger", "verify", "--remote")
     assert edited.returncode == 1
     assert "the ledger ends at event 4, before the checkpoint of event 12" in edited.stderr
-    assert (f"the ledger before it, {salvage.moved_to}, holds its chain to event 12; a checkpoint of that ledger "
+    assert (f"the ledger before it, {salvage.moved_to}, holds its chain to event 12: a head of that ledger "
             "beyond it cannot be proven") in edited.stderr
     shutil.copy(kept, salvage.moved_to)
     assert loom_at(config, "ledger", "verify", "--remote").returncode == 0
@@ -425,7 +434,14 @@ def test_after_a_salvage_that_lost_the_old_ledger_its_checkpoints_are_said_unpro
     lost = loom_at(config, "ledger", "verify", "--remote")
     assert lost.returncode == 1
     assert "the ledger ends at event 4, before the checkpoint of event 12" in lost.stderr
-    assert f"the ledger before it, {salvage.moved_to}, holds its chain to event 0;" in lost.stderr
+    assert f"the ledger before it, {salvage.moved_to}, holds its chain to event 0:" in lost.stderr
+    # A link named as a salvage names its file is never followed: the proof reads this directory's files only.
+    state_dir = salvage.moved_to.parent
+    moved_name = salvage.moved_to.name
+    salvage.moved_to.rename(state_dir / "elsewhere.db")
+    (state_dir / moved_name).symlink_to(state_dir / "elsewhere.db")
+    linked = loom_at(config, "ledger", "verify", "--remote")
+    assert linked.returncode == 1 and "begins at a salvage" not in linked.stderr
 
 
 def test_ledger_verify_remote_without_a_remote_or_a_checkpoint_says_why(tmp_path, remote):
