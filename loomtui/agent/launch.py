@@ -168,9 +168,11 @@ def relaunch_locked(
             detail["why"] = why
         event = ledger.append(store, "resume_failed", source=source, cause="resume_failed", detail=detail)
         outcome.events.append(event.id)
+        # Its own relaunch, recorded as any: a hold placed while the resume booted refuses it too (the
+        # fresh start would wipe the conversation the operator may be holding the agent to save).
         fresh = relaunch_locked(ctx, FRESH, cause="resume_failed", source=source,
                                 reason=f"resume of {new} " + (f"failed: {why}" if why else "found no conversation"),
-                                driver=driver, fallback=True)
+                                driver=driver, fallback=True, automatic=automatic)
         fresh.events[:0] = outcome.events
         fresh.old_session_id = old
         return fresh

@@ -251,6 +251,57 @@ def test_a_hold_written_after_the_policys_look_stops_the_relaunch_it_was_placed_
         operator.close()
 
 
+class ResumeFailsWhileTheOperatorHolds:
+    """The driver port for one relaunch: the old agent stops, the resumed one finds no conversation
+    and exits, and meanwhile (while it boots) the operator's `loom hold` lands from another process."""
+
+    owns_turns, has_dialogs = False, False
+
+    def __init__(self, operator: Context) -> None:
+        self.operator, self.launched = operator, []
+
+    def stop(self, grace, recorded=None):
+        return []
+
+    def launch(self, command, cwd, env, exit_signal=None):
+        from loomtui.agent.tmux import PaneInfo
+
+        self.launched.append(command)
+        actions.hold(self.operator, "saving the conversation by hand", None, source="cli")
+        return PaneInfo("%1", 4242, False, None, 200, 50)
+
+    def server_pid(self):
+        return None
+
+    def pane_info(self):
+        from loomtui.agent.tmux import PaneInfo
+
+        return PaneInfo("%1", 4242, True, 1, 200, 50)
+
+    def screen(self, history=False, pane_id=None):
+        return "No conversation found with session ID: s-1"
+
+
+def test_a_hold_placed_while_a_resume_boots_refuses_its_fresh_fallback(ctx, tmp_path):
+    # The fresh start after a failed resume is a relaunch of its own, which wipes the conversation:
+    # an operator who held the agent meanwhile (to save it by hand) had it started fresh anyway.
+    relaunched(ctx, 3600)
+    pinned = "0b6f1d62-5d2a-4c2e-9d55-7a0c1e2f3a4b"
+    with ctx.store.write() as db:
+        session.pin_in(db, pinned)
+    operator = Context.load(str(tmp_path / "config.toml"), str(tmp_path / "state"), environ={})
+    pane = ResumeFailsWhileTheOperatorHolds(operator)
+    try:
+        result = actions.recover(ctx, "crash", source="watchdog", driver=pane)
+    finally:
+        operator.close()
+    assert result.status == "held" and not result.ok, (result.describe(), pane.launched, kinds(ctx))
+    assert result.describe() == "held: held by the operator: saving the conversation by hand (until released)"
+    assert len(pane.launched) == 1  # the resume alone
+    assert session.pinned(ctx.store) == pinned  # the conversation's session stays pinned: nothing fresh began
+    assert kinds(ctx)[-4:] == ["relaunch", "hold_placed", "resume_failed", "refused"]
+
+
 def test_a_recovery_says_what_happened_in_one_line():
     assert recovery.Recovery("busy").describe() == "busy"
     assert recovery.Recovery("resolved", notes=["gone", "again"]).describe() == "resolved: gone; again"
