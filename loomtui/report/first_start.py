@@ -19,7 +19,7 @@ from pathlib import Path
 from loomtui.config import Config
 from loomtui.daemon.service import ENV_FILE
 from loomtui.errors import LoomError
-from loomtui.report.doctor import FAIL, OK, Check
+from loomtui.report.doctor import FAIL, OK, WARN, Check
 
 # Words a command may start with that run the words after them: their options (and numbers: nice's
 # value, timeout's duration) and VAR=value words are skipped to find the program
@@ -106,19 +106,26 @@ def check_telegram(config: Config, environ: Mapping[str, str], service: Path | N
     where = ""
     if tg.token_file is None and service is not None and service.exists():
         if service.suffix == ".plist":
-            yield Check(FAIL, "telegram", f"the launchd agent {service} passes no ${tg.token_env} to loom supervise: "
-                        "put the token in a file of mode 0600 and set telegram.token_file")
-            return
-        env_file = env_file or _home() / ENV_FILE
-        try:
-            environ, where = _environment_file(env_file), f" in {env_file} (the service's)"
-        except LoomError as exc:
-            yield Check(FAIL, "telegram", f"{exc}")
-            return
-        if tg.token_env not in environ:
-            yield Check(FAIL, "telegram", f"the service {service} reads its environment from {env_file}, which does not "
-                        f"set {tg.token_env}: add a line {tg.token_env}=TOKEN there (the file of mode 0600)")
-            return
+            environ, where = _plist_environment(service), f" in {service} (the launchd agent's)"
+            if tg.token_env not in environ:
+                # launchctl setenv could still pass it: a warning, with the way that always works.
+                yield Check(WARN, "telegram", f"the launchd agent {service} sets no {tg.token_env} for loom supervise "
+                            "(only launchctl setenv would pass it): put the token in a file of mode 0600 and set "
+                            "telegram.token_file")
+                return
+        else:
+            env_file = env_file or _home() / ENV_FILE
+            try:
+                environ, where = _environment_file(env_file), f" in {env_file} (the service's)"
+            except LoomError as exc:
+                yield Check(FAIL, "telegram", f"{exc}")
+                return
+            if tg.token_env not in environ:
+                # A drop-in's Environment= or environment.d could still set it: a warning, naming the usual place.
+                yield Check(WARN, "telegram", f"the service {service} reads its secrets from {env_file}, which does "
+                            f"not set {tg.token_env} (nor does the unit): add a line {tg.token_env}=TOKEN there "
+                            "(the file of mode 0600)")
+                return
     try:
         load_token(tg, environ)
     except LoomError as exc:
@@ -133,6 +140,18 @@ def _home() -> Path:
     import pwd
 
     return Path(pwd.getpwuid(os.getuid()).pw_dir)
+
+
+def _plist_environment(path: Path) -> dict[str, str]:
+    """The EnvironmentVariables a launchd agent's plist gives its program ({} if it cannot be read)."""
+    import plistlib
+
+    try:
+        with path.open("rb") as fh:
+            variables = plistlib.load(fh).get("EnvironmentVariables") or {}
+    except (OSError, ValueError, AttributeError, plistlib.InvalidFileException):
+        return {}
+    return {str(k): str(v) for k, v in variables.items()} if isinstance(variables, dict) else {}
 
 
 def _environment_file(path: Path) -> dict[str, str]:

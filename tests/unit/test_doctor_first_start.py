@@ -10,7 +10,7 @@ import pytest
 
 from loomtui.config import load_config
 from loomtui.demo.launcher import Demo
-from loomtui.report.doctor import FAIL, OK, run_checks
+from loomtui.report.doctor import FAIL, OK, WARN, run_checks
 from loomtui.report.first_start import (check_agent, check_memory, check_metrics, check_service, check_telegram,
                                         program)
 
@@ -108,7 +108,7 @@ def test_with_a_service_installed_the_token_is_looked_for_where_the_service_has_
     unit.write_text("[Service]\nEnvironmentFile=-%h/.config/loom/env\n")
     shell = {"TOKEN": "123456:from-the-shell"}
     [absent] = check_telegram(config, shell, unit, env_file)
-    assert absent.status == FAIL and f"reads its environment from {env_file}, which does not set TOKEN" in absent.detail
+    assert absent.status == WARN and f"reads its secrets from {env_file}, which does not set TOKEN" in absent.detail
     env_file.write_text("# the service's secrets\nOTHER=1\nTOKEN='123456:from-the-file'\n")
     env_file.chmod(0o644)
     [too_open] = check_telegram(config, {}, unit, env_file)
@@ -121,10 +121,15 @@ def test_with_a_service_installed_the_token_is_looked_for_where_the_service_has_
     assert empty.status == FAIL and "no bot token" in empty.detail and str(env_file) in empty.detail
     assert all("from-the" not in c.detail for c in (absent, too_open, there, empty))
     # launchd passes the agent's plist variables only: a token variable never reaches the daemon.
+    import plistlib
+
     plist = tmp_path / "dev.loom.supervise.plist"
-    plist.write_text("<plist/>")
+    plist.write_bytes(plistlib.dumps({"Label": "dev.loom.supervise", "EnvironmentVariables": {"PATH": "/usr/bin"}}))
     [launchd] = check_telegram(config, shell, plist, env_file)
-    assert launchd.status == FAIL and "set telegram.token_file" in launchd.detail
+    assert launchd.status == WARN and "sets no TOKEN" in launchd.detail and "set telegram.token_file" in launchd.detail
+    plist.write_bytes(plistlib.dumps({"EnvironmentVariables": {"TOKEN": "123456:from-the-plist"}}))
+    [in_plist] = check_telegram(config, {}, plist, env_file)
+    assert in_plist.status == OK and in_plist.detail == f"chat 42, token from $TOKEN in {plist} (the launchd agent's)"
     # A token file is the same for every service; no service: the shell's variable, as before.
     assert [c.status for c in check_telegram(config, shell, tmp_path / "absent.service", env_file)] == [OK]
 
