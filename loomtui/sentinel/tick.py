@@ -27,7 +27,7 @@ from loomtui.agent import launches, proctree
 from loomtui.timing import Instant, as_instant
 from loomtui.config import JobConfig
 from loomtui.context import Context
-from loomtui.errors import LoomError
+from loomtui.errors import LoomError, StoreError
 from loomtui.sentinel import cron, jobscan, literal_search, logscan, queue, schedule
 from loomtui.sentinel.queue_rules import (
     EXIT,
@@ -329,7 +329,21 @@ def witness_window(ctx: Context, item: Item) -> float | None:
         return None
 
 
+# Nudges typed whose count the store refused (locked past its busy timeout twice: the line's ledger
+# event, then the count): (store, item) → when typed. The next pass records the count instead of
+# typing the line again. A daemon's passes share it; a one-shot `loom tick sentinel` cannot.
+_TYPED_UNCOUNTED: dict[tuple[str, int], float] = {}
+
+
 def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: SentinelReport) -> None:
+    key = (str(ctx.store.path), item.id)
+    typed_at = _TYPED_UNCOUNTED.get(key)
+    if typed_at is not None:
+        with ctx.store.write() as db:
+            queue_items.nudged_in(db, item.id, typed_at)
+        del _TYPED_UNCOUNTED[key]
+        report.nudged.append(item.id)
+        return
     detail = {"item": item.id, "job": item.job, "nudge": item.nudges + 1, "renudge": action.renudge}
     try:
         result = actions.nudge(ctx, action.text, source=SOURCE, detail=detail)
@@ -345,8 +359,12 @@ def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: SentinelR
         report.nudge_failed.append(item.id)
         report.errors.append(f"nudge of item {item.id} failed: {error}")
         return
-    with ctx.store.write() as db:
-        queue_items.nudged_in(db, item.id, now)
+    try:
+        with ctx.store.write() as db:
+            queue_items.nudged_in(db, item.id, now)
+    except StoreError:
+        _TYPED_UNCOUNTED[key] = now  # typed: counted on the next pass, never typed twice
+        raise
     report.nudged.append(item.id)
 
 

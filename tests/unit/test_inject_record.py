@@ -3,7 +3,8 @@ timeout by another process: a backup, an operator's sqlite3 shell). Raised, it r
 sent, and the caller's retry typed it twice: the sentinel's next pass nudged again, an operator sent
 it again. The real actions.inject and actions.nudge on a real store locked by a second SQLite
 connection the moment the line is typed; the store waits its busy timeout on the test's clock; the
-driver port is one that takes every line and counts it."""
+driver port is one that takes every line and counts it. The sentinel's count of a nudge, refused by
+the same locked store, is kept for its next pass instead of typing the line again."""
 
 from __future__ import annotations
 
@@ -93,3 +94,33 @@ def test_a_line_not_typed_still_reports_the_store_s_refusal(ctx):
     finally:
         pane.free()
     assert pane.typed == []
+
+
+def test_a_nudge_typed_whose_count_the_store_refused_is_counted_on_the_next_pass_not_typed_again(tmp_path):
+    # The store stays locked past the line's ledger event and past the sentinel's count of the nudge:
+    # that pass fails. The next one found the item never nudged and typed the line a second time.
+    from test_sentinel_scan import Fleet
+
+    from loomtui.sentinel import queue
+    from loomtui.sentinel.tick import sentinel_tick
+
+    fleet = Fleet(tmp_path / "fleet", [{"name": "backup"}], {"renudge": "20m", "backstop": "30m"})
+    fleet.ctx.close()
+    loaded = Context.load(str(fleet.config_path), None, environ={})
+    ctx = Context(loaded.config, loaded.config_path, loaded.state_dir, store_waits_on_clock=True)
+    loaded.close()
+    ctx.driver = pane = LocksTheStoreAsItTypes(ctx.store.path)
+    fleet.write("backup", "ERROR disk full\n")
+    try:
+        with clock.use(FakeClock(T0, 9000.0, "boot-a")):
+            with pytest.raises(StoreUnavailable):
+                sentinel_tick(ctx, T0, notify=True)
+            pane.free()
+            assert len(pane.typed) == 1
+            report = sentinel_tick(ctx, T0 + 60, notify=True)
+        [item] = queue.listing(ctx.store)
+        assert len(pane.typed) == 1 and report.nudged == [item.id]
+        assert (item.nudges, item.last_nudge_at) == (1, T0)  # counted when it was typed
+    finally:
+        pane.free()
+        ctx.close()
