@@ -330,18 +330,23 @@ def witness_window(ctx: Context, item: Item) -> float | None:
 
 
 # Nudges typed whose count the store refused (locked past its busy timeout twice: the line's ledger
-# event, then the count): (store, item) → when typed. The next pass records the count instead of
-# typing the line again. A daemon's passes share it; a one-shot `loom tick sentinel` cannot.
-_TYPED_UNCOUNTED: dict[tuple[str, int], float] = {}
+# event, then the count): (store, item) → (the item's count then, when typed). The next pass records
+# that nudge instead of typing the line again, if the item is as it was (not counted since, not
+# reopened after). A daemon's passes share it; a one-shot `loom tick sentinel` cannot.
+_TYPED_UNCOUNTED: dict[tuple[str, int], tuple[int, float]] = {}
 
 
 def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: SentinelReport) -> None:
     key = (str(ctx.store.path), item.id)
-    typed_at = _TYPED_UNCOUNTED.get(key)
-    if typed_at is not None:
-        with ctx.store.write() as db:
-            queue_items.nudged_in(db, item.id, typed_at)
-        del _TYPED_UNCOUNTED[key]
+    uncounted = _TYPED_UNCOUNTED.pop(key, None)
+    if uncounted is not None and uncounted[0] == item.nudges and \
+            (item.reopened_at is None or item.reopened_at <= uncounted[1]):
+        try:
+            with ctx.store.write() as db:
+                queue_items.nudged_in(db, item.id, uncounted[1])
+        except StoreError:
+            _TYPED_UNCOUNTED[key] = uncounted  # still locked: the pass after this one tries again
+            raise
         report.nudged.append(item.id)
         return
     detail = {"item": item.id, "job": item.job, "nudge": item.nudges + 1, "renudge": action.renudge}
@@ -363,7 +368,7 @@ def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: SentinelR
         with ctx.store.write() as db:
             queue_items.nudged_in(db, item.id, now)
     except StoreError:
-        _TYPED_UNCOUNTED[key] = now  # typed: counted on the next pass, never typed twice
+        _TYPED_UNCOUNTED[key] = (item.nudges, now)  # typed: counted on the next pass, never typed twice
         raise
     report.nudged.append(item.id)
 
