@@ -115,6 +115,8 @@ def test_a_nudge_typed_whose_count_the_store_refused_is_counted_on_the_next_pass
         with clock.use(FakeClock(T0, 9000.0, "boot-a")):
             with pytest.raises(StoreUnavailable):
                 sentinel_tick(ctx, T0, notify=True)
+            with pytest.raises(StoreUnavailable):
+                sentinel_tick(ctx, T0 + 30, notify=True)  # still locked: nothing typed, nothing forgotten
             pane.free()
             assert len(pane.typed) == 1
             report = sentinel_tick(ctx, T0 + 60, notify=True)
