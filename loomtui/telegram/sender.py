@@ -34,6 +34,7 @@ BAD_REQUEST_ATTEMPTS = 3  # Telegram understood and refused this very message; r
 
 log = logging.getLogger("loomtui.telegram.sender")
 RECORD_RETRY = 1.0  # seconds before a delivery the busy store did not take is recorded again
+PASS_BUDGET = 30.0  # seconds one `loom tick notify` may spend pacing its messages
 
 
 async def run_sender(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM,
@@ -74,7 +75,9 @@ async def _sending(ctx: Context, bot: telegram.Bot | None, clock: Clock) -> Asyn
 async def send_due(ctx: Context, *, clock: Clock = SYSTEM, bot: telegram.Bot | None = None,
                    limit: int = 100) -> tuple[int, int]:
     """One pass of the sender (`loom tick notify`): deliver what is due now, then return
-    (sent, still pending). Waits for nothing: a row that must wait is left for the next tick.
+    (sent, still pending). It waits only as long as Telegram's per-chat pace asks between two
+    messages (a second; stopping there sent one message a tick, and a burst of alerts took as many
+    ticks), for PASS_BUDGET at most; a row whose retry must wait longer is left for the next tick.
     Raises LockHeld while the daemon's sender (or another tick) is delivering."""
     cfg = ctx.config.telegram
 
@@ -86,9 +89,15 @@ async def send_due(ctx: Context, *, clock: Clock = SYSTEM, bot: telegram.Bot | N
         return 0, counts()[1]
     before = counts()[0]
     async with _sending(ctx, bot, clock) as sender:
+        began, never = clock.monotonic(), asyncio.Event()
         for _ in range(limit):
-            if outbox.head(ctx.store) is None or await sender.step() > 0:
+            if outbox.head(ctx.store) is None:
                 break
+            wait = await sender.step()
+            if wait > rules.MIN_GAP or clock.monotonic() - began + wait > PASS_BUDGET:
+                break
+            if wait > 0:
+                await clock.sleep(wait, never)
         if sender.unrecorded:
             # A tick ends here: the next would send the row again. Its failure says so instead.
             raise StoreUnavailable(f"outbox {list(sender.unrecorded)} sent, but the store was too busy to "

@@ -190,3 +190,22 @@ def test_what_a_message_names_is_on_disk_before_the_message_goes(fake, tmp_path)
         shutil.copy(tmp_path / DB_NAME, alone / DB_NAME)  # the file, not its write-ahead log
         with contextlib.closing(sqlite3.connect(alone / DB_NAME)) as db:
             assert db.execute("SELECT max(id) FROM ledger").fetchone()[0] == seq
+
+
+def test_a_tick_delivers_a_burst_at_telegram_s_pace_not_one_message(fake, tmp_path, monkeypatch):
+    """`loom tick notify` stopped at the per-chat pause after its first message: twenty alerts took
+    twenty ticks. It waits that second out between messages, within its budget."""
+    from loomtui.telegram.sender import send_due
+
+    monkeypatch.setenv("LOOM_TEST_TOKEN", TOKEN)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[telegram]\nchat_id = 42\napi_base = "{fake.api_base}"\ntoken_env = "LOOM_TEST_TOKEN"\n')
+    ctx = Context.load(str(config), str(tmp_path / "state"), environ={})
+    try:
+        for n in range(3):
+            outbox.enqueue(ctx.store, f"alert {n}")
+        sent, left = asyncio.run(send_due(ctx, bot=make_bot(TOKEN, ctx.config.telegram)))
+        assert (sent, left) == (3, 0)
+        assert [m.text for m in fake.messages] == ["alert 0", "alert 1", "alert 2"]
+    finally:
+        ctx.close()
