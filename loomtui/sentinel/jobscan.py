@@ -8,7 +8,9 @@ so lines written just before the rotation are not lost, and no line is read twic
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,10 +40,28 @@ class ScanResult:
     finished_head: bytes | None = None  # its first bytes, which tell it from a later file given its inode number
 
 
+def open_regular(path: str) -> int:
+    """A descriptor on the regular file at `path`; OSError for anything else. Without O_NONBLOCK a
+    named pipe in a log's place blocked the open until someone wrote to it: the sentinel hung holding
+    its lock, and no job was scanned, nudged or escalated again."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    return fd
+
+
 def scan_log(job_name: str, path: str, pos: Position | None, matcher: logscan.Matcher) -> ScanResult:
     """Read the log's new lines; OSError other than a missing file is the caller's to report."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_regular(path)
     except FileNotFoundError:
         fd = None
     if fd is None:
@@ -173,7 +193,7 @@ def _find_previous(path: str, pos: Position, current: FileFacts | None, quiet: b
     for name in names:
         full = os.path.join(directory, name)
         try:
-            fd = os.open(full, os.O_RDONLY | os.O_CLOEXEC)
+            fd = open_regular(full)
         except OSError:
             continue
         try:

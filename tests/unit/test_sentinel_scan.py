@@ -318,6 +318,29 @@ def test_unreadable_log_is_an_item_and_long_lines_and_bad_utf8_are_handled(fleet
     assert {i.kind for i in f.items() if i.job == "locked"} == {"scan", "line"}
 
 
+def test_a_named_pipe_in_a_log_s_place_is_an_item_not_a_hung_sentinel(fleet):
+    # Opened without O_NONBLOCK, a FIFO blocked the pass until someone wrote to it: the sentinel hung
+    # holding its lock, and no job was scanned, nudged or escalated again. One beside a rotated log
+    # (a name starting with the log's) was opened while looking for the old file, and hung it too.
+    import os
+    import threading
+
+    f = fleet([{"name": "piped"}, {"name": "plain"}])
+    f.write("piped", "ERROR before the pipe\n")
+    f.tick(1000.0)
+    f.log("piped").rename(f.logs / "piped.log.1")
+    os.mkfifo(f.logs / "piped.log.fifo")
+    os.mkfifo(f.log("piped"))
+    f.write("plain", "ERROR disk full\n")
+    done = threading.Event()
+    threading.Thread(target=lambda: (f.tick(1060.0), done.set()), daemon=True).start()
+    assert done.wait(60), "the sentinel pass hung on a named pipe"
+    items = {(i.job, i.kind) for i in f.items()}
+    assert ("plain", "line") in items and ("piped", "scan") in items
+    [scan] = [i for i in f.items() if i.kind == "scan"]
+    assert "not a regular file" in scan.sample
+
+
 def test_many_distinct_failures_fold_into_a_bounded_number_of_items(fleet):
     f = fleet([{"name": "noisy"}])
     f.write("noisy", "".join(f"ERROR {word} broke\n" for word in
