@@ -80,7 +80,12 @@ def missed(schedule: str, reference: float, now: float, grace: float, *,
     """
     if not schedule.strip():
         return None
-    first = next_due(schedule, reference, cron=cron)
+    try:
+        first = next_due(schedule, reference, cron=cron)
+    except ValueError:
+        # A cron schedule past its last date (a year field: "0 0 1 12 * 0 2023"): no run is due any more.
+        # Raised, it ended every sentinel pass, and no job was scanned or escalated again.
+        return None
     if now <= first + grace:
         return None
     every = period(schedule)
@@ -89,7 +94,10 @@ def missed(schedule: str, reference: float, now: float, grace: float, *,
         return first, first + max(0, steps) * every
     last = first
     for _ in range(MAX_STEPS):
-        nxt = next_due(schedule, last, cron=cron)
+        try:
+            nxt = next_due(schedule, last, cron=cron)
+        except ValueError:
+            break  # its last date was `last`
         if now <= nxt + grace:
             break
         last = nxt

@@ -227,6 +227,15 @@ def test_every_schedule_missed_after_period_plus_grace_and_reported_once():
     assert schedule.missed("", 0.0, 1e9, grace=0, cron=cron.in_zone(UTC)) is None
 
 
+def test_a_cron_schedule_past_its_last_date_misses_nothing_more():
+    # A year field whose years have passed: croniter finds no next date and raised, which ended every
+    # sentinel pass. Its last date may still have been missed; after it, nothing is due.
+    utc = cron.in_zone(UTC)
+    dec_1_2023 = dt.datetime(2023, 12, 1, tzinfo=UTC).timestamp()
+    assert schedule.missed("0 0 1 12 * 0 2023", dec_1_2023 + 1, 1.9e9, grace=300, cron=utc) is None
+    assert schedule.missed("0 0 1 12 * 0 2023", dec_1_2023 - 86400, 1.9e9, grace=300, cron=utc) == (dec_1_2023, dec_1_2023)
+
+
 def test_cron_schedule_fires_in_the_given_zone_and_counts_a_missed_day_once():
     ran = dt.datetime(2025, 6, 1, 7, 0, 5, tzinfo=BERLIN).timestamp()
     next_day = dt.datetime(2025, 6, 2, 7, 0, tzinfo=BERLIN).timestamp()
