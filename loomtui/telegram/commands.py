@@ -350,7 +350,9 @@ class Poller:
                     ledger.append_in(db, "telegram_ignored", source="telegram",
                                      detail={"chat_id": chat_id, "update_id": update.update_id})
             return
-        parsed = rules.parse_command(msg.text)
+        # A command is typed, not forwarded: a forwarded `/recycle fresh` (someone else's words, passed
+        # on) is plain text, relayed with the bridge on and never run.
+        parsed = None if msg.forward_origin is not None else rules.parse_command(msg.text)
         if parsed is None and not self.cfg.bridge and chat_id < 0:
             # A group's chatter is not addressed to Loom: no help reply to each line, nothing recorded.
             with self.store.write() as db:

@@ -96,6 +96,25 @@ def update(uid: int, text: str) -> telegram.Update:
     return telegram.Update.de_json({"update_id": uid, "message": message}, BOT)
 
 
+def forwarded(uid: int, text: str) -> telegram.Update:
+    """`text` forwarded into the operator's chat by the operator: someone else's words, passed on."""
+    message = {"message_id": uid * 10, "date": int(time.time()), "text": text,
+               "chat": {"id": CHAT, "type": "private"}, "from": {"id": CHAT, "is_bot": False, "first_name": "x"},
+               "forward_origin": {"type": "user", "date": int(time.time()) - 60,
+                                  "sender_user": {"id": 777, "is_bot": False, "first_name": "someone"}}}
+    return telegram.Update.de_json({"update_id": uid, "message": message}, BOT)
+
+
+def test_a_forwarded_command_is_never_run(one):
+    rec = Recorder(("main",))
+    poller = Poller(one.store, one.config.telegram, BOT, rec, Clock(), username="loom_bot")
+    asyncio.run(poller.handle(forwarded(5001, "/recycle fresh")))
+    asyncio.run(poller.handle(forwarded(5002, "/hold 30m stop everything")))
+    assert rec.calls == []
+    replies = [m.text for m in outbox.recent(one.store, 10)]
+    assert len(replies) == 2 and all(r.startswith(HELP[:20]) for r in replies)
+
+
 def say(ctx: Context, actions, *texts: str) -> list[str]:
     """Each text through a real poller on the real store; the replies it put in the outbox."""
     poller = Poller(ctx.store, ctx.config.telegram, BOT, actions, Clock(), username="loom_bot")
