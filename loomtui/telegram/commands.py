@@ -63,6 +63,7 @@ AGENTS_HELP = ("Loom commands: /status [NAME], /canary NAME, /recycle NAME resum
 BRIDGE_HELP = "; any other text goes to the agent, and its answer comes back here"
 AGENTS_BRIDGE_HELP = "; any other text goes to agent {first}, and its answer comes back here"
 COMMANDS = ("status", "canary", "recycle", "queue", "hold", "release")
+WAITING = ("canary",)  # answered while the polling goes on: it waits for the agent
 MODES = ("resume", "fresh")
 USAGE = {"canary": "", "recycle": "resume|fresh", "hold": "[30m] REASON", "release": ""}
 MAX_COMMAND_AGE = 600.0  # a /recycle typed before an outage is not acted on when the outage ends
@@ -91,6 +92,7 @@ class Actions(Protocol):
     def hold(self, agent: str, reason: str, duration: float | None) -> str: ...
     def release(self, agent: str) -> str: ...
     def relay(self, text: str, ref: str) -> str: ...
+    def interrupt(self) -> None: ...  # the poller stops: a probe still waiting for its ack ends now
     def close(self) -> None: ...
 
 
@@ -104,6 +106,7 @@ class OperatorActions:
         self.agents = tuple(ctx.config.agent_names)
         self._contexts: dict[str, Context] = {}
         self._lock = threading.Lock()  # actions run on worker threads, several at once
+        self._stopping = threading.Event()  # set by interrupt(): a /canary's wait for its ack ends
 
     def of(self, agent: str) -> Context:
         """The agent's Context, made once (KeyError for a name the config does not have)."""
@@ -111,6 +114,9 @@ class OperatorActions:
             if agent not in self._contexts:
                 self._contexts[agent] = self.ctx if agent == self.ctx.agent else self.ctx.for_agent(agent)
             return self._contexts[agent]
+
+    def interrupt(self) -> None:
+        self._stopping.set()
 
     def close(self) -> None:
         with self._lock:
@@ -138,7 +144,8 @@ class OperatorActions:
     def canary(self, agent: str) -> str:
         from loomtui import actions
 
-        return self._named(agent, "canary " + actions.canary_now(self.of(agent), source=self.source).describe())
+        probe = actions.canary_now(self.of(agent), source=self.source, stop=self._stopping)
+        return self._named(agent, "canary " + probe.describe())
 
     def recycle(self, agent: str, mode: str) -> str:
         from loomtui import actions
@@ -262,6 +269,8 @@ async def run_commands(ctx: Context, actions: Actions, stop: asyncio.Event, *, c
             if wait > 0 and await clock.sleep(wait, stop):
                 break
     finally:
+        actions.interrupt()  # a /canary still waiting for its ack answers now, as it stands
+        await poller.drain()
         actions.close()
         with contextlib.suppress(Exception):
             await bot.shutdown()
@@ -276,6 +285,7 @@ class Poller:
         self.username = username
         self.senders = cfg.senders
         self.started = clock.now()  # a later step of the wall clock is measured from here
+        self._background: set[asyncio.Task[None]] = set()  # commands answered while the polling goes on
 
     async def step(self, stop: asyncio.Event) -> float:
         try:
@@ -370,9 +380,25 @@ class Poller:
             ledger.append_in(db, "telegram_command", source="telegram",
                              detail={"command": name, "update_id": update.update_id})
         age = self.age_of(msg)
-        reply = await self.answer(name, parsed[1] if parsed else [], age)
-        outbox.enqueue(self.store, redact.scrub(reply), chat_id=chat_id,
-                       dedupe_key=f"telegram_reply:{chat_id}:{msg.message_id}:{update.update_id}")
+        reply = self._reply(name, parsed[1] if parsed else [], age, chat_id,
+                            f"telegram_reply:{chat_id}:{msg.message_id}:{update.update_id}")
+        if name in WAITING:
+            # It waits for the agent (a probe's ack: up to canary.ack_timeout); the operator's next
+            # command, /recycle or /hold after a /canary that finds the agent deaf, must not wait for it.
+            task = asyncio.create_task(reply)
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        else:
+            await reply
+
+    async def _reply(self, name: str, args: list[str], age: float, chat_id: int, dedupe_key: str) -> None:
+        reply = await self.answer(name, args, age)
+        outbox.enqueue(self.store, redact.scrub(reply), chat_id=chat_id, dedupe_key=dedupe_key)
+
+    async def drain(self) -> None:
+        """Wait for the commands still being answered (their replies in the outbox)."""
+        while self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
 
     def refused(self, update: telegram.Update, msg: telegram.Message) -> bool:
         """Whether this message is one Loom does not act on for who sent it or whom it addresses;

@@ -105,6 +105,37 @@ def forwarded(uid: int, text: str) -> telegram.Update:
     return telegram.Update.de_json({"update_id": uid, "message": message}, BOT)
 
 
+def test_a_canary_waiting_for_its_ack_does_not_hold_up_the_operator_s_next_command(one):
+    # The poller answered one update after another: a /canary that found the agent deaf held a
+    # /recycle or /hold sent next until its probe timed out (canary.ack_timeout, 3 minutes).
+    import threading
+
+    class SlowProbe(Recorder):
+        def __init__(self) -> None:
+            super().__init__(("main",))
+            self.acked = threading.Event()
+
+        def canary(self, agent):
+            self.acked.wait(30)
+            return super().canary(agent)
+
+    rec = SlowProbe()
+    poller = Poller(one.store, one.config.telegram, BOT, rec, Clock(), username="loom_bot")
+
+    async def run() -> list[str]:
+        await poller.handle(update(6001, "/canary"))
+        await asyncio.wait_for(poller.handle(update(6002, "/recycle fresh")), 10)  # not behind the probe
+        answered = [m.text for m in reversed(outbox.recent(one.store, 10))]
+        rec.acked.set()
+        await poller.drain()
+        return answered
+
+    answered = asyncio.run(run())
+    assert answered == ["recycle"]
+    assert [m.text for m in reversed(outbox.recent(one.store, 10))] == ["recycle", "canary"]
+    assert rec.calls == [("recycle", "main", "fresh"), ("canary", "main")]
+
+
 def test_a_forwarded_command_is_never_run(one):
     rec = Recorder(("main",))
     poller = Poller(one.store, one.config.telegram, BOT, rec, Clock(), username="loom_bot")
@@ -119,8 +150,12 @@ def say(ctx: Context, actions, *texts: str) -> list[str]:
     """Each text through a real poller on the real store; the replies it put in the outbox."""
     poller = Poller(ctx.store, ctx.config.telegram, BOT, actions, Clock(), username="loom_bot")
     before = {m.id for m in outbox.recent(ctx.store, 1000)}
-    for i, text in enumerate(texts, start=1):
-        asyncio.run(poller.handle(update(1000 + len(before) + i, text)))
+    async def run() -> None:
+        for i, text in enumerate(texts, start=1):
+            await poller.handle(update(1000 + len(before) + i, text))
+            await poller.drain()  # a /canary is answered while the polling goes on: its reply in order here
+
+    asyncio.run(run())
     return [m.text for m in reversed(outbox.recent(ctx.store, 1000)) if m.id not in before]
 
 
