@@ -182,6 +182,28 @@ def test_inject_into_no_agent_fails_and_is_recorded(harness):
     assert len(events) == 1 and events[0]["detail"]["ok"] is False
 
 
+def test_a_line_typed_while_another_process_locks_the_store_is_typed_once_and_said_so(harness):
+    # The store locked past its busy timeout (a backup, an sqlite3 shell) between the typing and its
+    # record: the line is in the pane, and `loom inject` must not read as "not sent" (exit 1 would
+    # invite the retry that types it twice). It exits 75 and says not to send it again.
+    import sqlite3
+
+    session = harness.start()
+    blocker = sqlite3.connect(harness.state_dir / "loom.db", isolation_level=None, timeout=30)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")  # writers wait; readers, and the typing, go on
+        done = harness.loom("inject", "remember LOCKED-STORE-LINE")
+    finally:
+        blocker.close()
+    assert done.returncode == 75, done.stderr
+    assert "injected 26 characters" in done.stdout
+    assert "the line was typed, but the ledger could not record it" in done.stderr
+    assert "do not send it again" in done.stderr and "locked" in done.stderr
+    wait_for(lambda: "remember LOCKED-STORE-LINE" in harness.transcript(session), 30, what="the line reached the agent")
+    assert harness.transcript(session).count("remember LOCKED-STORE-LINE") == 1
+    assert [e for e in harness.events("inject") if e["detail"].get("length") == 26] == []  # nothing invented
+
+
 def test_the_agent_tree_is_found_from_the_pane(harness):
     harness.start()
     from loomtui.agent.driver import UP, TmuxDriver
