@@ -59,11 +59,18 @@ def words(action: str, agent: str, *, mode: str = "", reason: str = "", duration
 def run(host: HostConfig, state_dir: Path, command: list[str], stdin: str = "") -> Outcome:
     """`command` run by the host's Loom (`stdin` its standard input); what it said (its last line)
     and whether it succeeded. An unreachable host refuses the action with ssh's reason."""
-    reply = ssh.run(host, command, state_dir=state_dir, timeout=host.command_timeout, stdin=stdin.encode())
+    return outcome_of(host.name, ssh.run(host, command, state_dir=state_dir, timeout=host.command_timeout,
+                                         stdin=stdin.encode()))
+
+
+def outcome_of(name: str, reply: ssh.Reply) -> Outcome:
+    """What the console says of a host's answer: its last line, the error's when it failed (a `loom
+    inject` that typed the line but could not record it exits 75 with both: the warning is the news)."""
     if not reply.reached:
-        return Outcome(f"host {host.name} is unreachable: {reply.reason}", False)
-    said = ssh.last_line(reply.stdout) or ssh.last_line(reply.stderr) or f"exit {reply.code}"
-    return Outcome(f"on host {host.name}: {said}", reply.code == 0)
+        return Outcome(f"host {name} is unreachable: {reply.reason}", False)
+    first, second = (reply.stdout, reply.stderr) if reply.code == 0 else (reply.stderr, reply.stdout)
+    said = ssh.last_line(first) or ssh.last_line(second) or f"exit {reply.code}"
+    return Outcome(f"on host {name}: {said}", reply.code == 0)
 
 
 class RemoteEvents:

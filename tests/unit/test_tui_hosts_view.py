@@ -137,6 +137,20 @@ def test_a_key_on_an_unreachable_host_is_refused_with_ssh_s_reason(tmp_path):
                                                                  agent="main")
 
 
+def test_a_remote_action_that_failed_is_told_by_its_error_line():
+    from loomtui.hosts.ssh import Reply
+
+    typed = Reply("b", 75, "injected 12 characters (digest ab12)\n",
+                  "loom: the line was typed, but the ledger could not record it (locked); do not send it again\n")
+    outcome = remote_agent.outcome_of("b", typed)
+    assert not outcome.ok and outcome.text.startswith("on host b: loom: the line was typed") \
+        and "do not send it again" in outcome.text
+    ok = remote_agent.outcome_of("b", Reply("b", 0, "canary ok in 2.0s\n", "a warning\n"))
+    assert ok.ok and ok.text == "on host b: canary ok in 2.0s"
+    assert remote_agent.outcome_of("b", Reply("b", 1, "", "")).text == "on host b: exit 1"
+    assert remote_agent.outcome_of("b", Reply("b", 1, "only stdout\n", "")).text == "on host b: only stdout"
+
+
 def footer(app) -> str:
     return [strip.text for strip in app.screen._compositor.render_strips()][-1]
 
