@@ -25,6 +25,7 @@ class Sent:
     text: str
     message_id: int
     at: float  # time.monotonic() of this process when the request arrived
+    link_preview_options: Any = None  # as the request gave it (PTB sends it JSON-encoded)
 
 
 @dataclass
@@ -141,7 +142,7 @@ class FakeBot:
             chat_id = int(params["chat_id"])
             mid = self._next_message
             self._next_message += 1
-            self.messages.append(Sent(chat_id, text, mid, time.monotonic()))
+            self.messages.append(Sent(chat_id, text, mid, time.monotonic(), params.get("link_preview_options")))
             self._cond.notify_all()
         chat = {"id": chat_id, "type": "private", "first_name": "operator"} if chat_id > 0 else \
             {"id": chat_id, "type": "supergroup" if chat_id < -10**12 else "group", "title": "the team"}

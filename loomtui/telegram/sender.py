@@ -35,6 +35,7 @@ BAD_REQUEST_ATTEMPTS = 3  # Telegram understood and refused this very message; r
 log = logging.getLogger("loomtui.telegram.sender")
 RECORD_RETRY = 1.0  # seconds before a delivery the busy store did not take is recorded again
 PASS_BUDGET = 30.0  # seconds one `loom tick notify` may spend pacing its messages
+NO_PREVIEW = telegram.LinkPreviewOptions(is_disabled=True)
 
 
 async def run_sender(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM,
@@ -135,8 +136,9 @@ class Sender:
         self.store.make_durable()  # a message may carry a ledger head: what it names is on disk first
         try:
             await self.bot.initialize()  # getMe once; retried here so a start during an outage is fine
-            # No parse_mode: message text (job names, log lines) is never markup.
-            sent = await self.bot.send_message(chat_id=chat, text=text)
+            # No parse_mode: message text (job names, log lines) is never markup. No link preview:
+            # Telegram's servers would fetch every URL a log line or the agent's answer carries.
+            sent = await self.bot.send_message(chat_id=chat, text=text, link_preview_options=NO_PREVIEW)
         except RetryAfter as exc:
             return self._retry_after(row, exc)
         except BadRequest as exc:

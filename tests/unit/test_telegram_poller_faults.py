@@ -207,5 +207,10 @@ def test_a_tick_delivers_a_burst_at_telegram_s_pace_not_one_message(fake, tmp_pa
         sent, left = asyncio.run(send_due(ctx, bot=make_bot(TOKEN, ctx.config.telegram)))
         assert (sent, left) == (3, 0)
         assert [m.text for m in fake.messages] == ["alert 0", "alert 1", "alert 2"]
+        # No link preview: Telegram's servers would fetch the URLs a log line or an answer carries.
+        import json
+
+        options = [m.link_preview_options for m in fake.messages]
+        assert all((json.loads(o) if isinstance(o, str) else o) == {"is_disabled": True} for o in options), options
     finally:
         ctx.close()
