@@ -376,6 +376,9 @@ class MemoryPanel(Widget):
             # $VISUAL with an unclosed quote (ValueError), another host's ssh words (OSError): said,
             # never the end of the console.
             argv = self.source.edit_argv(rel, self.environ)
+        except LoomError as exc:  # outside the directory, or not a regular file: as `loom memory edit` says
+            self.notify(memory.printable(f"not edited: {exc}"), severity="error", markup=False)
+            return
         except (ValueError, OSError) as exc:
             self.notify(memory.printable(f"cannot tell which editor to run: {exc}"), severity="error", markup=False)
             return

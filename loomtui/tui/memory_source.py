@@ -62,7 +62,9 @@ class LocalMemory:
         return None if state is None else replica.lag_line(state, short=True)
 
     def read(self, rel: str, limit: int) -> tuple[str, bool] | None:
-        data = memory.read_text(self.memory_dir, rel, limit + 1)
+        # `limit` characters are at most 4 bytes each in UTF-8 (a limit in bytes cut a CJK file at a
+        # third, mid-character, and never said there was more).
+        data = memory.read_text(self.memory_dir, rel, limit * 4 + 4)
         return None if data is None else (data[:limit], len(data) > limit)
 
     def search(self, term: str) -> list[memory.Hit]:
@@ -71,7 +73,9 @@ class LocalMemory:
         return memory.search(term, report, bodies)
 
     def edit_argv(self, rel: str, environ: Mapping[str, str]) -> list[str]:
-        return memory.editor_argv(environ, self.memory_dir / rel)
+        # The checks `loom memory edit` makes: a link the agent planted to a file outside (a secret),
+        # or a named pipe, is refused, never handed to the editor.
+        return memory.editor_argv(environ, memory.edit_path(self.memory_dir, rel))
 
 
 class RemoteMemory:

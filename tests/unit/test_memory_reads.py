@@ -147,6 +147,21 @@ def test_this_machine_s_preview_and_search_keep_to_the_directory_as_show_does(me
     bodies = memory.read_bodies(root, ["out.md", "up/secret.md", "alias.md", "tz.md", "pipe.md"])
     assert sorted(bodies) == ["alias.md", "tz.md"]
     assert local.search("secret") == [] and sorted(h.path for h in local.search("zürich")) == ["alias.md", "tz.md"]
+    # The console's `e` makes `loom memory edit`'s checks: a link out (a secret) or a pipe is never
+    # handed to the editor (the preview refused them, and `e` opened them all the same).
+    for rel in ("out.md", "up/secret.md", "pipe.md"):
+        with pytest.raises(LoomError):
+            local.edit_argv(rel, {"EDITOR": "true"})
+    assert local.edit_argv("tz.md", {"EDITOR": "true"}) == ["true", str(os.path.realpath(root / "tz.md"))]
+
+
+def test_this_machine_s_preview_of_a_long_non_ascii_file_says_there_is_more(tmp_path):
+    from loomtui.tui.memory_source import LocalMemory
+
+    (tmp_path / "cjk.md").write_text("記" * 30_000, encoding="utf-8")  # 90 KB, 30,000 characters
+    text, more = LocalMemory(tmp_path, "MEMORY.md").read("cjk.md", 20_000)
+    assert (len(text), more) == (20_000, True) and "\ufffd" not in text
+    assert LocalMemory(tmp_path, "MEMORY.md").read("cjk.md", 30_000) == ("記" * 30_000, False)
 
 
 def test_edit_runs_the_editor_on_the_file_inside_the_directory(mem, loom, tmp_path):
