@@ -9,6 +9,7 @@ writer is `add_entry`, which the operator runs on purpose.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import re
@@ -604,7 +605,6 @@ def _write_index(index: Path, old: bytes | None, line: str, mode: int) -> None:
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(index.parent)
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
@@ -632,6 +632,12 @@ def _add_entry(memory_dir: Path, index_name: str, title: str, hook: str, file: s
     title, hook = _check_text("title", title), _check_text("--hook", hook)
     rel = _check_file(file if file else slug(title), index_name)
     line = index_line(title, rel, hook)
+    parsed = parse_line(line)
+    if not isinstance(parsed, tuple) or (rel not in candidates(parsed[1])[:1]):
+        # Its own reader must read the line back as this file (`todo:x.md` reads as a link elsewhere,
+        # `#b.md` as no file, `c\_d.md` as `c_d.md`): else the index points nowhere and the file is an orphan.
+        raise LoomError(f"memory add: --file {rel!r} would not read back as that file in the index; "
+                        "use letters, digits, '-', '_' and '/'")
     if len(line) > LINE_LIMIT:
         raise LoomError(f"memory add: the index line would be {len(line)} characters (limit {LINE_LIMIT}); "
                         "shorten the title or the hook")
@@ -661,6 +667,9 @@ def _add_entry(memory_dir: Path, index_name: str, title: str, hook: str, file: s
             except BaseException:
                 os.unlink(created)
                 raise
+            # The line is in the index from its rename on: a failure now (or Ctrl-C) must not take its
+            # file away (it did, and the index pointed at a file deleted).
+            _fsync_dir(index.parent)
             return target, line
     finally:
         lock.release()
@@ -688,9 +697,15 @@ def _create(target: Path, body: str) -> Path:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileExistsError:
         raise LoomError(f"memory add: {target} already exists; not overwriting it") from None
-    with os.fdopen(fd, "wb") as f:
-        f.write(body.encode("utf-8"))
-        f.flush()
-        os.fsync(f.fileno())
-    _fsync_dir(target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_dir(target.parent)
+    except BaseException:
+        # Not in the index yet: a file left behind would be an orphan, and the next add "already exists".
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(target)
+        raise
     return target

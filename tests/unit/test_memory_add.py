@@ -64,6 +64,11 @@ def test_add_refuses_to_overwrite_a_file(mem, loom):
         (["Other", "--hook", "line\nbreak"], "control characters"),
         (["Other", "--hook", "x" * 300], "limit 200"),
         (["  ", "--hook", "x"], "title is empty"),
+        # Names its own index reader would not read back as the file (a scheme, a fragment, an escape):
+        # the line pointed nowhere and the file was an orphan.
+        (["Other", "--hook", "x", "--file", "todo:x.md"], "would not read back as that file"),
+        (["Other", "--hook", "x", "--file", "#b.md"], "would not read back as that file"),
+        (["Other", "--hook", "x", "--file", "c\\_d.md"], "would not read back as that file"),
     ],
 )
 def test_add_refuses_what_would_break_the_index(mem, loom, args, message):
@@ -209,3 +214,47 @@ def test_two_tight_adder_processes_interleave_without_loss(mem):
                 p.wait()
     assert errors == []
     _check_all_once(root, {f"{t} entry {i}" for t in ("x", "y") for i in range(n)})
+
+
+def test_a_failure_after_the_index_took_the_line_keeps_the_file_it_names(tmp_path, monkeypatch):
+    # The directory's fsync after the index's rename failed (or Ctrl-C came during it): the new file
+    # was deleted, and the index pointed at a file gone. A failure before the line: no file left.
+    import errno
+    import os
+    import stat
+
+    from loomtui.errors import LoomError
+    from loomtui.memory import index as memory_index
+
+    real_fsync = os.fsync
+    failing: list[str] = []
+
+    def fsync(fd):
+        if failing and stat.S_ISDIR(os.fstat(fd).st_mode):
+            failing.pop()
+            raise OSError(errno.EIO, "Input/output error")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    root = tmp_path / "memory"
+    root.mkdir()
+    memory_index.add_entry(root, "MEMORY.md", "First", "the first")
+    failing.append("the file's directory")  # the first directory fsync: the new file's own
+    with pytest.raises(LoomError, match="Input/output error"):
+        memory_index.add_entry(root, "MEMORY.md", "Second", "the second")
+    assert not (root / "second.md").exists() and "Second" not in (root / "MEMORY.md").read_text()
+    # Past the file's: the one after the index's rename.
+    calls = []
+
+    def fsync_after_rename(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            calls.append(fd)
+            if len(calls) == 2:
+                raise OSError(errno.EIO, "Input/output error")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync_after_rename)
+    with pytest.raises(LoomError, match="Input/output error"):
+        memory_index.add_entry(root, "MEMORY.md", "Third", "the third")
+    assert "[Third](third.md)" in (root / "MEMORY.md").read_text() and (root / "third.md").exists()
+    assert memory_index.survey(root, "MEMORY.md").problems == ()
