@@ -183,3 +183,16 @@ def test_edit_runs_the_editor_on_the_file_inside_the_directory(mem, loom, tmp_pa
     assert (tmp_path / "secret.md").read_text() == "the operator's secret\n"
     missing = loom("--config", str(config), "memory", "edit", "tz.md", env={"VISUAL": str(tmp_path / "no-editor")})
     assert missing.returncode == 1 and "cannot run" in missing.stderr and len(missing.stderr.splitlines()) == 1
+
+
+def test_lint_says_a_link_that_leaves_through_a_symlink_leads_outside(mem, loom):
+    # `show`, the preview, search and edit all refuse such a file; lint said the entry was sound.
+    root, config = mem
+    with open(root / "MEMORY.md", "a") as fh:
+        fh.write("- [Up](up/secret.md) — through a linked folder\n")
+    report = memory.survey(root, "MEMORY.md")
+    outside = {p.path: p.message for p in report.problems if p.kind == "outside"}
+    assert set(outside) == {"out.md", "up/secret.md"}
+    assert all("leads outside the memory directory through a symlink" in m for m in outside.values())
+    lint = loom("--config", str(config), "memory", "lint")
+    assert lint.returncode != 0 and "up/secret.md" in lint.stdout + lint.stderr
