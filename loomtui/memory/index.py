@@ -223,7 +223,9 @@ def parse_line(raw: str) -> tuple[str, str, str] | str | None:
 
 
 def parse_index(text: str) -> Index:
-    lines = tuple(text.splitlines())
+    # A byte-order mark (an editor on Windows writes one) is not part of the first line: it made a
+    # `# Memory` heading, or the first entry, an unparsed line.
+    lines = tuple(text.removeprefix("\ufeff").splitlines())
     entries: list[Entry] = []
     unparsed: list[Unparsed] = []
     for n, raw in enumerate(lines, 1):

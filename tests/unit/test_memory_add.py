@@ -258,3 +258,17 @@ def test_a_failure_after_the_index_took_the_line_keeps_the_file_it_names(tmp_pat
         memory_index.add_entry(root, "MEMORY.md", "Third", "the third")
     assert "[Third](third.md)" in (root / "MEMORY.md").read_text() and (root / "third.md").exists()
     assert memory_index.survey(root, "MEMORY.md").problems == ()
+
+
+def test_an_index_that_starts_with_a_byte_order_mark_reads_as_any_other(tmp_path):
+    from loomtui.errors import LoomError
+    from loomtui.memory import index as memory_index
+
+    root = tmp_path / "memory"
+    root.mkdir()
+    (root / "tz.md").write_text("# Time\n")
+    (root / "MEMORY.md").write_bytes("\ufeff- [Timezone](tz.md) — which clock\n".encode("utf-8"))
+    report = memory_index.survey(root, "MEMORY.md")
+    assert report.problems == () and [r.title for r in report.rows] == ["Timezone"]
+    with pytest.raises(LoomError, match="already in"):
+        memory_index.add_entry(root, "MEMORY.md", "Timezone", "again")
