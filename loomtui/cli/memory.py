@@ -156,7 +156,10 @@ def run_edit(args: argparse.Namespace) -> int:
     import os
 
     mem_dir, _ = _where(args)
-    argv = memory.editor_argv(os.environ, memory.edit_path(mem_dir, args.rel))
+    try:
+        argv = memory.editor_argv(os.environ, memory.edit_path(mem_dir, args.rel))
+    except ValueError as exc:  # $VISUAL with an unclosed quote: one line, not a traceback
+        raise LoomError(f"memory edit: cannot tell which editor to run ($VISUAL or $EDITOR): {exc}") from None
     try:
         # The editor owns this terminal (the console's ssh -t): its stdin, stdout and stderr.
         return subprocess.run(argv, check=False).returncode

@@ -542,9 +542,14 @@ def edit_path(memory_dir: Path, rel: str) -> Path:
 
 
 def editor_argv(environ: Mapping[str, str], path: Path) -> list[str]:
-    """$VISUAL, then $EDITOR, then vi; the path is one argv element, never shell text."""
-    command = environ.get("VISUAL") or environ.get("EDITOR") or "vi"
-    return [*shlex.split(command), str(path)]
+    """$VISUAL, then $EDITOR, then vi; the path is one argv element, never shell text. One that
+    names no program (blank) is passed over: the argv was the memory file alone, which ran the
+    file the agent wrote. ValueError for one shlex cannot split (an unclosed quote)."""
+    for name in ("VISUAL", "EDITOR"):
+        words = shlex.split(environ.get(name) or "")
+        if words:
+            return [*words, str(path)]
+    return ["vi", str(path)]
 
 
 def read_bodies(memory_dir: Path, paths: Iterable[str]) -> dict[str, str]:

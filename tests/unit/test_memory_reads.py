@@ -164,6 +164,18 @@ def test_this_machine_s_preview_of_a_long_non_ascii_file_says_there_is_more(tmp_
     assert LocalMemory(tmp_path, "MEMORY.md").read("cjk.md", 30_000) == ("記" * 30_000, False)
 
 
+def test_a_blank_editor_variable_is_passed_over_and_an_unsplittable_one_is_one_line(mem, loom, tmp_path):
+    # A blank $VISUAL made the argv the memory file alone: it ran the file the agent wrote.
+    root, config = mem
+    path = root / "tz.md"
+    assert memory.editor_argv({"VISUAL": "  ", "EDITOR": "nano -w"}, path) == ["nano", "-w", str(path)]
+    assert memory.editor_argv({"VISUAL": "", "EDITOR": " "}, path) == ["vi", str(path)]
+    bad = loom("--config", str(config), "memory", "edit", "tz.md", env={"VISUAL": 'vi "x'})
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().startswith("loom: memory edit: cannot tell which editor to run") and \
+        len(bad.stderr.strip().splitlines()) == 1
+
+
 def test_edit_runs_the_editor_on_the_file_inside_the_directory(mem, loom, tmp_path):
     root, config = mem
     editor = tmp_path / "editor.py"
