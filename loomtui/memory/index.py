@@ -661,6 +661,7 @@ def _add_entry(memory_dir: Path, index_name: str, title: str, hook: str, file: s
                         "shorten the title or the hook")
     memory_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # what Loom creates is the operator's alone
     index = Path(os.path.realpath(memory_dir / index_name))
+    inside(memory_dir, rel)  # a folder on the way that is a link out would put the new file outside
     target = memory_dir / rel
     lock = FileLock(index.parent, f".{index.name}.lock")
     # A blocking flock queues in the kernel; polling with LOCK_NB lets a busy adder starve the other.

@@ -272,3 +272,18 @@ def test_an_index_that_starts_with_a_byte_order_mark_reads_as_any_other(tmp_path
     assert report.problems == () and [r.title for r in report.rows] == ["Timezone"]
     with pytest.raises(LoomError, match="already in"):
         memory_index.add_entry(root, "MEMORY.md", "Timezone", "again")
+
+
+def test_add_into_a_folder_that_is_a_link_out_is_refused(tmp_path):
+    import os
+
+    from loomtui.errors import LoomError
+    from loomtui.memory import index as memory_index
+
+    root, elsewhere = tmp_path / "memory", tmp_path / "elsewhere"
+    root.mkdir()
+    elsewhere.mkdir()
+    os.symlink(elsewhere, root / "sub")
+    with pytest.raises(LoomError, match="leads outside the memory dir"):
+        memory_index.add_entry(root, "MEMORY.md", "Planted", "x", file="sub/x.md")
+    assert list(elsewhere.iterdir()) == [] and not (root / "MEMORY.md").exists()
