@@ -154,7 +154,21 @@ def confirmed(path: Path) -> str | None:
     """Does the file at `path` fail the check the salvage at start makes (`PRAGMA quick_check`, on a
     connection of its own, read-only)? Its verdict, or None when its pages read. Asked only once
     SQLite has called the store damaged: a daemon that exits on damage the salvage would not see
-    comes back to the same damage, every few seconds, for ever."""
+    comes back to the same damage, every few seconds, for ever.
+
+    An empty or missing file is never opened: SQLite, opening it, deletes the write-ahead log beside
+    it (the commits a salvage would carry over), even one another connection holds. Its verdict is
+    the refusal to open it (refuse_orphaned_log), or none."""
+    try:
+        db = FileId.of(path)
+    except OSError:
+        return None  # cannot look: no verdict, the next failure asks again
+    if db is None or db.size == 0:
+        try:
+            refuse_orphaned_log(path)
+        except StoreBroken as broken:
+            return broken.reason
+        return None
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
     except sqlite3.Error as exc:

@@ -382,6 +382,27 @@ def test_a_reader_refuses_an_empty_store_beside_its_log(state_dir):
         daemon.close()
 
 
+def test_a_tick_that_meets_an_empty_store_beside_its_log_keeps_the_log_and_exits_74(state_dir, tmp_path):
+    # The tick's look at why its store failed opened the empty file for a quick_check, and SQLite
+    # deleted the log (the commits the salvage carries over); the tick exited 1 saying nothing is lost.
+    from conftest import run_loom
+
+    daemon = emptied_beside_its_log(state_dir)
+    wal = health.wal_path(daemon.path)
+    config = tmp_path / "c.toml"
+    config.write_text(f'state_dir = "{state_dir}"\n')
+    try:
+        before = (wal.stat().st_ino, wal.stat().st_size)
+        assert health.confirmed(daemon.path).startswith("the file is empty but its write-ahead log")
+        tick = run_loom("--config", str(config), "tick", "sentinel")
+        assert tick.returncode == 74, tick.stdout + tick.stderr
+        assert "is unusable: the file is empty but its write-ahead log" in tick.stdout + tick.stderr
+        assert (wal.stat().st_ino, wal.stat().st_size) == before
+    finally:
+        daemon.close()
+    assert health.confirmed(state_dir / "absent.db") is None  # no file, no log: nothing to say
+
+
 def test_a_reader_refuses_a_missing_store_beside_its_log(state_dir):
     daemon = emptied_beside_its_log(state_dir)
     try:
