@@ -83,3 +83,20 @@ def test_a_locked_store_never_ends_the_daemon_however_many_beats_it_costs(tmp_pa
         holder.close()
         ctx.close()
         loaded.close()
+
+
+def test_a_sleep_that_runs_out_leaves_no_task_behind():
+    # The shielded wait left its inner stop.wait() pending at each timeout: every loop's every sleep
+    # added a task for the life of the daemon (about 1 GB a month).
+    from loomtui.daemon.supervise import sleep_or_stop
+
+    async def run() -> tuple[list[bool], int, bool]:
+        stop = asyncio.Event()
+        slept = [await sleep_or_stop(stop, 0.001) for _ in range(200)]
+        await asyncio.sleep(0)
+        left = len(asyncio.all_tasks()) - 1  # this one
+        stop.set()
+        return slept, left, await sleep_or_stop(stop, 10)
+
+    slept, left, stopped = asyncio.run(run())
+    assert slept == [False] * 200 and left == 0 and stopped
