@@ -98,11 +98,14 @@ def relaunch_locked(
     outcome = Outcome(True, mode, new, old, cause, resume_failed=fallback)
     recorded = recorded_processes(ctx)
     launched_before = store.get_meta(store.agent_key(LAUNCH_KEY))
-    at = clock.now()
-    now = at.wall
     # Pin and record before launching: a crash mid-launch still knows which session is ours,
     # and the attempt counts toward the fuse and ceiling whether or not it works.
     with store.write() as db:
+        # Dated when written, not before the write waited for a locked store (its busy timeout, 10 s):
+        # dated earlier, it left the ceiling's window that much early, and a seventh relaunch came
+        # within the hour (hooked storm seed 62, day 22.87).
+        at = clock.now()
+        now = at.wall
         hold = holds.held_in(db) if automatic else None
         if refuses(hold, "relaunch", automatic=automatic, now=at):
             outcome.ok, outcome.held, outcome.error = False, hold, "a hold was placed before the relaunch was recorded"

@@ -209,46 +209,24 @@ def test_a_busy_recycle_lock_and_a_second_look_leave_the_agent_alone(ctx):
     assert "relaunch" not in kinds(ctx)
 
 
-class OperatorHoldsOnceAdmitted(FakeClock):
-    """The operator's `loom hold`, another process (its own store connection), lands the moment after
-    the policy admitted the relaunch and before it is recorded: the first reading of the clock once
-    the admission's count is in the store (a locked store's busy wait widens that moment to seconds)."""
-
-    def __init__(self, operator: Context) -> None:
-        super().__init__(T0, MONO, BOOT)
-        self.operator, self.placed, self.loop = operator, False, "watchdog"
-
-    def boot_id(self) -> str | None:
-        if not self.placed and admitted(self.operator).get(
-                (("decision", "admitted"), ("loop", self.loop), ("reason", ""))):
-            self.placed = True
-            actions.hold(self.operator, "deploying", None, source="cli")
-        return super().boot_id()
-
-
-def test_a_hold_written_after_the_policys_look_stops_the_relaunch_it_was_placed_to_stop(ctx, tmp_path):
-    relaunched(ctx, 3600)  # a session pinned: the policy resumes it
-    operator = Context.load(str(tmp_path / "config.toml"), str(tmp_path / "state"), environ={})
+def test_a_hold_written_after_the_policys_look_stops_the_relaunch_it_was_placed_to_stop(ctx):
+    # The policy read no hold; the operator's `loom hold` landed before the relaunch's record (a
+    # locked store's busy wait makes that window seconds wide): the record's own transaction finds
+    # it, and nothing is recorded, pinned, stopped or started.
+    relaunched(ctx, 3600)
+    actions.hold(ctx, "deploying", None, source="cli")
     before = session.pinned(ctx.store)
     launched = ctx.store.get_meta(ctx.store.agent_key(launches.LAUNCH_KEY))
-    try:
-        with clock.use(OperatorHoldsOnceAdmitted(operator)) as c:
-            result = actions.recover(ctx, "crash", source="watchdog")
-            assert c.placed
-            assert result.status == "held" and not result.ok
-            assert result.describe() == "held: held by the operator: deploying (until released)"
-            assert kinds(ctx)[-2:] == ["hold_placed", "refused"] and kinds(ctx).count("relaunch") == 1
-            assert session.pinned(ctx.store) == before
-            assert ctx.store.get_meta(ctx.store.agent_key(launches.LAUNCH_KEY)) == launched
-            assert admitted(ctx)[(("decision", "refused"), ("loop", "watchdog"), ("reason", "hold"))] == 1.0
-            # `loom tick` (the operator's hands, an automatic cause) is held the same way, counted as the operator's.
-            actions.release(ctx, source="cli")
-            c.placed, c.loop = False, "operator"
-            assert actions.recover(ctx, "crash", source="cli").status == "held" and c.placed
-            assert admitted(ctx)[(("decision", "refused"), ("loop", "operator"), ("reason", "hold"))] == 1.0
-            assert kinds(ctx).count("relaunch") == 1
-    finally:
-        operator.close()
+    untouched = ResumeFailsWhileTheOperatorHolds(ctx)  # any call to it would be a launch
+    outcome = launch.relaunch_locked(ctx, "fresh", cause="crash", source="watchdog", driver=untouched,
+                                     automatic=True)
+    assert not outcome.ok and outcome.held is not None and outcome.held.reason == "deploying"
+    assert untouched.launched == [] and kinds(ctx).count("relaunch") == 1
+    assert session.pinned(ctx.store) == before
+    assert ctx.store.get_meta(ctx.store.agent_key(launches.LAUNCH_KEY)) == launched
+    # An operator's own relaunch is not refused by it.
+    assert not launch.relaunch_locked(ctx, "fresh", cause="operator_fresh", source="cli",
+                                      driver=LaunchesAndLives()).held
 
 
 class ResumeFailsWhileTheOperatorHolds:
@@ -300,6 +278,21 @@ def test_a_hold_placed_while_a_resume_boots_refuses_its_fresh_fallback(ctx, tmp_
     assert len(pane.launched) == 1  # the resume alone
     assert session.pinned(ctx.store) == pinned  # the conversation's session stays pinned: nothing fresh began
     assert kinds(ctx)[-4:] == ["relaunch", "hold_placed", "resume_failed", "refused"]
+    assert admitted(ctx)[(("decision", "refused"), ("loop", "watchdog"), ("reason", "hold"))] == 1.0
+
+
+def test_the_fallback_refused_under_loom_tick_is_counted_as_the_operator_s(ctx, tmp_path):
+    # `loom tick watchdog` (the operator's hands, an automatic cause): held the same way.
+    relaunched(ctx, 3600)
+    with ctx.store.write() as db:
+        session.pin_in(db, "0b6f1d62-5d2a-4c2e-9d55-7a0c1e2f3a4b")
+    operator = Context.load(str(tmp_path / "config.toml"), str(tmp_path / "state"), environ={})
+    try:
+        result = actions.recover(ctx, "crash", source="cli", driver=ResumeFailsWhileTheOperatorHolds(operator))
+    finally:
+        operator.close()
+    assert result.status == "held"
+    assert admitted(ctx)[(("decision", "refused"), ("loop", "operator"), ("reason", "hold"))] == 1.0
 
 
 def test_a_recovery_says_what_happened_in_one_line():
@@ -426,3 +419,64 @@ def test_a_count_the_store_cannot_take_is_logged_and_the_action_goes_on(ctx, cap
     [record] = [r for r in caplog.records if r.name == "loom.actions"]
     assert record.getMessage() == ("could not count loom_admit_total {'loop': 'watchdog', 'decision': 'refused', "
                                    "'reason': 'lock_busy'}: no such table: counters")
+
+
+class LaunchesAndLives:
+    """The driver port for one relaunch that works: the old agent stops, the new one runs."""
+
+    owns_turns, has_dialogs = False, False
+
+    def stop(self, grace, recorded=None):
+        return []
+
+    def launch(self, command, cwd, env, exit_signal=None):
+        from loomtui.agent.tmux import PaneInfo
+
+        return PaneInfo("%1", 4242, False, None, 200, 50)
+
+    def server_pid(self):
+        return None
+
+    def pane_info(self):
+        from loomtui.agent.tmux import PaneInfo
+
+        return PaneInfo("%1", 4242, False, None, 200, 50)
+
+    def screen(self, history=False, pane_id=None):
+        return ""
+
+
+def test_a_relaunch_whose_record_waited_for_a_locked_store_is_dated_when_written(tmp_path):
+    # Dated before the write waited (the store's busy timeout), the relaunch left the ceiling's window
+    # that much early, and a seventh came within the hour (hooked storm seed 62, day 22.87).
+    import sqlite3
+
+    config = tmp_path / "config.toml"
+    config.write_text(ONE_AGENT)
+    loaded = Context.load(str(config), str(tmp_path / "state"), environ={})
+    ctx = Context(loaded.config, loaded.config_path, loaded.state_dir, store_waits_on_clock=True)
+    loaded.close()
+    ctx.store.query("SELECT 1")
+    blocker = sqlite3.connect(ctx.store.path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+
+    class FreedAfterFiveSeconds(FakeClock):
+        def sleep(self, seconds):
+            super().sleep(seconds)
+            if self.at_mono - MONO >= 5 and blocker.in_transaction:
+                blocker.execute("ROLLBACK")
+
+    try:
+        with clock.use(FreedAfterFiveSeconds(T0, MONO, BOOT)):
+            outcome = launch.relaunch_locked(ctx, "fresh", cause="crash", source="watchdog",
+                                             driver=LaunchesAndLives(), automatic=True)
+        assert outcome.ok, outcome.describe()
+        [event] = ledger.tail(ctx.store, 5, kinds=["relaunch"])
+        assert event.ts >= T0 + 5 and event.detail["mono"] >= MONO + 5
+        record = launches.last_launch(ctx)
+        assert record is not None and record.ts == event.ts
+        [history] = recovery.history(ctx)
+        assert history.at.wall == event.ts
+    finally:
+        blocker.close()
+        ctx.close()
