@@ -12,6 +12,7 @@ process.
 from __future__ import annotations
 
 import asyncio
+import logging
 import dataclasses
 import json
 import threading
@@ -21,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from loomtui.context import Context
-from loomtui.errors import LockHeld
+from loomtui.errors import LockHeld, StoreUnavailable
 from loomtui.store import counters, health, ledger, locks
 from loomtui.store.db import DB_NAME
+
+log = logging.getLogger("loom.tick")
 
 LOOPS = ("watchdog", "canary", "sentinel", "notify")
 AGENT_LOOPS = ("watchdog", "canary")  # one per agent; the sentinel and the sender serve every agent
@@ -65,14 +68,21 @@ class TickOutcome:
 
 
 def record(ctx: Context, loop: str, source: str, status: str, seconds: float | None) -> None:
-    """The loop KPIs of one tick: the trigger, the run's outcome and how long it took."""
+    """The loop KPIs of one tick: the trigger, the run's outcome and how long it took. A count the
+    store cannot take (locked past its busy timeout) is lost, logged, and never changes what the
+    tick did: raised, a tick that ran (and may have relaunched) exited 1, "failed"."""
     labels = loop_labels(loop, ctx.agent if loop in AGENT_LOOPS else None)
     tally = counters.Tally()
     tally.add("loom_fire_total", {**labels, "source": source})
     tally.add("loom_run_total", {**labels, "status": status})
     if seconds is not None:
         tally.observe("loom_tick_duration_seconds", labels, seconds)
-    tally.flush(ctx.store)
+    try:
+        tally.flush(ctx.store)
+    except StoreUnavailable as exc:
+        if health.classify(exc) != health.TRANSIENT:
+            raise  # damage is the tick's news (exit 74), not a lost count
+        log.warning("could not count the %s tick (%s): %s", loop, status, exc)
 
 
 def loop_name(loop: str, agent: str | None) -> str:

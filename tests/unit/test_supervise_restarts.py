@@ -100,3 +100,28 @@ def test_a_sleep_that_runs_out_leaves_no_task_behind():
 
     slept, left, stopped = asyncio.run(run())
     assert slept == [False] * 200 and left == 0 and stopped
+
+
+def test_a_tick_that_ran_is_ran_when_the_locked_store_refuses_its_count(tmp_path):
+    # `loom tick` counted its run after it: a store locked past its busy timeout then made a tick
+    # that ran (and may have relaunched) exit 1, "failed".
+    from fake_clock import FakeClock
+
+    from loomtui import clock
+    from loomtui.daemon.oneshot import tick_once
+
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    loaded = Context.load(str(config), str(tmp_path / "state"), environ={})
+    ctx = Context(loaded.config, loaded.config_path, loaded.state_dir, store_waits_on_clock=True)
+    loaded.close()
+    ctx.store.query("SELECT 1")
+    blocker = sqlite3.connect(ctx.store.path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    try:
+        with clock.use(FakeClock()):
+            outcome = tick_once(ctx, "notify")  # Telegram is off: the pass reads, writes nothing
+        assert (outcome.status, outcome.exit_code) == ("ran", 0), outcome
+    finally:
+        blocker.close()
+        ctx.close()
