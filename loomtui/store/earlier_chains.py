@@ -23,12 +23,11 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-import urllib.parse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loomtui.store import ledger
+from loomtui.store import ledger, salvage
 from loomtui.store.db import DB_NAME, Store
 
 MOVED_NAME = re.compile(re.escape(DB_NAME) + r"\.damaged-[0-9TZ]+(-[0-9]+)?")
@@ -74,16 +73,6 @@ def _salvaged_from(db: sqlite3.Connection, directory: Path) -> tuple[Path, float
     return path, float(row[0])
 
 
-def _open_read_only(path: Path) -> sqlite3.Connection:
-    # As the salvage read it: a log beside it is replayed, else the file is read as it lies (no
-    # -wal or -shm is made beside the evidence), and a truncated file reads as far as it goes.
-    wal = Path(f"{path}-wal")
-    flags = "mode=ro" if wal.exists() and wal.stat().st_size else "mode=ro&immutable=1"
-    db = sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?{flags}", uri=True, timeout=5)
-    db.execute("PRAGMA writable_schema = ON")
-    return db
-
-
 def prove(store: Store, heads: Iterable[tuple[int, str]]) -> Proof:
     """Which of `heads` the ledgers before this store's salvages hold (none without a salvage)."""
     wanted: dict[int, set[str]] = {}
@@ -98,7 +87,7 @@ def prove(store: Store, heads: Iterable[tuple[int, str]]) -> Proof:
         path, salvaged_at = previous
         seen.add(path)
         try:
-            old = _open_read_only(path)
+            old = salvage.open_evidence(path)
         except sqlite3.Error as exc:
             proof.chains.append(Chain(path, salvaged_at, error=str(exc)))
             break

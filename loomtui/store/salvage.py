@@ -194,21 +194,32 @@ def _move_aside(state_dir: Path) -> Salvage:
     return Salvage(target)
 
 
+def open_evidence(path: Path) -> sqlite3.Connection:
+    """A damaged store moved aside, opened read-only as the salvage reads it (and `loom ledger
+    verify` after it: earlier_chains.py); sqlite3.Error when it cannot be."""
+    wal = Path(f"{path}-wal")
+    # With no log of its own to replay, the file is read as it lies (immutable): no -wal or -shm
+    # is created beside the evidence.
+    flags = "mode=ro" if wal.exists() and wal.stat().st_size else "mode=ro&immutable=1"
+    db = sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?{flags}", uri=True, timeout=5)
+    try:
+        # Read a truncated file up to where it ends, instead of refusing it whole for being
+        # shorter than its header says. The connection is read-only: nothing is written.
+        db.execute("PRAGMA writable_schema = ON")
+    except sqlite3.Error:
+        db.close()
+        raise
+    return db
+
+
 def _carry_over(salvage: Salvage, store: Store) -> None:
     if salvage.moved_to.stat().st_size == 0:
         # Nothing to read, and SQLite would delete a log beside an empty file: keep it as it is.
         salvage.unreadable["*"] = "the file is empty"
         return
-    wal = Path(f"{salvage.moved_to}-wal")
-    # With no log of its own to replay, the file is read as it lies (immutable): no -wal or -shm
-    # is created beside the evidence.
-    flags = "mode=ro" if wal.exists() and wal.stat().st_size else "mode=ro&immutable=1"
     try:
-        old = sqlite3.connect(f"file:{urllib.parse.quote(str(salvage.moved_to))}?{flags}", uri=True, timeout=5)
+        old = open_evidence(salvage.moved_to)
         old.row_factory = sqlite3.Row
-        # Read a truncated file up to where it ends, instead of refusing it whole for being
-        # shorter than its header says. The connection is read-only: nothing is written.
-        old.execute("PRAGMA writable_schema = ON")
     except sqlite3.Error as exc:
         salvage.unreadable["*"] = str(exc)
         return
