@@ -427,3 +427,20 @@ class AgentsHarness(LoomRunner):
         self.resume_servers()  # a stopped server would not answer the cleanup's questions
         for member in self.members.values():
             member.cleanup()
+
+
+def clock_waiting_context(config_path: Path | str, state_dir: Path | str | None = None) -> Context:
+    """The Context of `config_path` whose store waits out a locked store's busy timeout on the
+    installed clock (as the simulator's do), its store opened and migrated before anyone locks it."""
+    loaded = Context.load(str(config_path), None if state_dir is None else str(state_dir), environ={})
+    ctx = Context(loaded.config, loaded.config_path, loaded.state_dir, store_waits_on_clock=True)
+    loaded.close()
+    ctx.store.query("SELECT 1")
+    return ctx
+
+
+def locked_by_another(store_path: Path) -> sqlite3.Connection:
+    """Another process's connection holding the store's write lock until it is closed (readers go on)."""
+    blocker = sqlite3.connect(store_path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    return blocker

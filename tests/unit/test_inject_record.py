@@ -13,8 +13,9 @@ import sqlite3
 import pytest
 
 from fake_clock import FakeClock
+from harness import clock_waiting_context, locked_by_another
+
 from loomtui import actions, clock
-from loomtui.context import Context
 from loomtui.errors import StoreUnavailable, TmuxError
 from loomtui.store import ledger
 
@@ -36,8 +37,7 @@ class LocksTheStoreAsItTypes:
         return 4242
 
     def type_line(self, text: str, expect_pane_pid: int | None = None, *, origin: str = "operator", ref: str = ""):
-        self.blocker = sqlite3.connect(self.store_path, isolation_level=None)
-        self.blocker.execute("BEGIN EXCLUSIVE")
+        self.blocker = locked_by_another(self.store_path)
         if self.fail:
             raise TmuxError("the pane is gone")
         self.typed.append(text)
@@ -53,10 +53,7 @@ class LocksTheStoreAsItTypes:
 def ctx(tmp_path):
     config = tmp_path / "config.toml"
     config.write_text("")
-    loaded = Context.load(str(config), str(tmp_path / "state"), environ={})
-    c = Context(loaded.config, loaded.config_path, loaded.state_dir, store_waits_on_clock=True)
-    loaded.close()
-    c.store.query("SELECT 1")  # opened and migrated before anyone locks it
+    c = clock_waiting_context(config, tmp_path / "state")
     yield c
     c.close()
 
@@ -106,9 +103,7 @@ def test_a_nudge_typed_whose_count_the_store_refused_is_counted_on_the_next_pass
 
     fleet = Fleet(tmp_path / "fleet", [{"name": "backup"}], {"renudge": "20m", "backstop": "30m"})
     fleet.ctx.close()
-    loaded = Context.load(str(fleet.config_path), None, environ={})
-    ctx = Context(loaded.config, loaded.config_path, loaded.state_dir, store_waits_on_clock=True)
-    loaded.close()
+    ctx = clock_waiting_context(fleet.config_path)
     ctx.driver = pane = LocksTheStoreAsItTypes(ctx.store.path)
     fleet.write("backup", "ERROR disk full\n")
     try:

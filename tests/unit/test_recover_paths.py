@@ -449,16 +449,12 @@ class LaunchesAndLives:
 def test_a_relaunch_whose_record_waited_for_a_locked_store_is_dated_when_written(tmp_path):
     # Dated before the write waited (the store's busy timeout), the relaunch left the ceiling's window
     # that much early, and a seventh came within the hour (hooked storm seed 62, day 22.87).
-    import sqlite3
+    from harness import clock_waiting_context, locked_by_another
 
     config = tmp_path / "config.toml"
     config.write_text(ONE_AGENT)
-    loaded = Context.load(str(config), str(tmp_path / "state"), environ={})
-    ctx = Context(loaded.config, loaded.config_path, loaded.state_dir, store_waits_on_clock=True)
-    loaded.close()
-    ctx.store.query("SELECT 1")
-    blocker = sqlite3.connect(ctx.store.path, isolation_level=None)
-    blocker.execute("BEGIN EXCLUSIVE")
+    ctx = clock_waiting_context(config, tmp_path / "state")
+    blocker = locked_by_another(ctx.store.path)
 
     class FreedAfterFiveSeconds(FakeClock):
         def sleep(self, seconds):

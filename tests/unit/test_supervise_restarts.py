@@ -106,18 +106,15 @@ def test_a_tick_that_ran_is_ran_when_the_locked_store_refuses_its_count(tmp_path
     # `loom tick` counted its run after it: a store locked past its busy timeout then made a tick
     # that ran (and may have relaunched) exit 1, "failed".
     from fake_clock import FakeClock
+    from harness import clock_waiting_context, locked_by_another
 
     from loomtui import clock
     from loomtui.daemon.oneshot import tick_once
 
     config = tmp_path / "config.toml"
     config.write_text("")
-    loaded = Context.load(str(config), str(tmp_path / "state"), environ={})
-    ctx = Context(loaded.config, loaded.config_path, loaded.state_dir, store_waits_on_clock=True)
-    loaded.close()
-    ctx.store.query("SELECT 1")
-    blocker = sqlite3.connect(ctx.store.path, isolation_level=None)
-    blocker.execute("BEGIN EXCLUSIVE")
+    ctx = clock_waiting_context(config, tmp_path / "state")
+    blocker = locked_by_another(ctx.store.path)
     try:
         with clock.use(FakeClock()):
             outcome = tick_once(ctx, "notify")  # Telegram is off: the pass reads, writes nothing
