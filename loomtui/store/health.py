@@ -23,6 +23,7 @@ import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 from loomtui.errors import StoreError
 
@@ -170,7 +171,9 @@ def confirmed(path: Path) -> str | None:
             return broken.reason
         return None
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+        # Quoted: a `#`, `?` or `%` in the path would cut it short, and the cut path be opened
+        # read-write (a stray empty database made elsewhere, the damage never confirmed).
+        conn = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=5.0)
     except sqlite3.Error as exc:
         return str(exc) if classify(exc) == DAMAGED else None
     try:
@@ -240,6 +243,19 @@ def refuse_orphaned_log(path: Path) -> None:
         what = "is empty" if db is not None else "is missing"
         raise StoreBroken(path, f"the file {what} but its write-ahead log holds {log.size} bytes; "
                                 "not opened, so nothing is lost (loom supervise salvages it when it starts)")
-    if db is not None and (path.parent / SIDECAR).exists():
+    if db is not None and pins_kept(path.parent):
         raise StoreBroken(path, "the file is empty but a pinned session shows a store was here; "
                                 "not opened (loom supervise salvages it when it starts)")
+
+
+def pins_kept(state_dir: Path) -> bool:
+    """A pinned session's sidecar is kept in the state dir or in any agent's directory
+    (agents/NAME/, whatever the config says now): a store was here. A config with `[[agents]]`
+    and none named `main` keeps its pins only there."""
+    if (state_dir / SIDECAR).exists():
+        return True
+    try:
+        entries = list(os.scandir(state_dir / "agents"))
+    except OSError:
+        return False
+    return any((Path(e.path) / SIDECAR).exists() for e in entries)

@@ -148,8 +148,7 @@ def _emptied(state_dir: Path) -> bool:
             return False
     except FileNotFoundError:
         return False  # no store yet, or the operator removed it: a fresh start, nothing to keep
-    pinned = [state_dir, *(d for _, d in _agent_dirs(state_dir))]
-    return any((d / session.SIDECAR).exists() for d in pinned) or health.log_holds_commits(state_dir / DB_NAME)
+    return health.pins_kept(state_dir) or health.log_holds_commits(state_dir / DB_NAME)
 
 
 def _agent_dirs(state_dir: Path) -> list[tuple[str, Path]]:

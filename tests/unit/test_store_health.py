@@ -14,6 +14,7 @@ import pytest
 from harness import log_only_commits
 
 from loomtui.errors import StoreUnavailable
+from loomtui.store import db as store_db
 from loomtui.store import health, ledger, outbox, salvage, session
 from loomtui.store.db import DB_NAME, Store, open_lock
 from loomtui.store.health import DAMAGED, OTHER, TRANSIENT, FileId, Opened, StoreBroken, classify
@@ -431,6 +432,36 @@ def test_a_reader_refuses_an_empty_store_with_a_pinned_session(state_dir):
     with pytest.raises(StoreBroken, match="pinned session shows a store was here"):
         Store.in_dir(state_dir)
     assert health.SIDECAR == session.SIDECAR
+
+
+def test_a_reader_refuses_an_empty_store_whose_pins_only_named_agents_keep(state_dir):
+    # `[[agents]]` with none named `main`: the pins are kept in agents/NAME/ alone. Opened, the
+    # empty file became a fresh store, the daemon's start then saw nothing to salvage, and every
+    # agent's next relaunch started fresh (its conversation lost, nobody told).
+    state_dir.mkdir(mode=0o700)
+    (state_dir / DB_NAME).write_bytes(b"")
+    alpha = state_dir / "agents" / "alpha"
+    alpha.mkdir(parents=True)
+    session.write_sidecar(alpha, SID)
+    with pytest.raises(StoreBroken, match="pinned session shows a store was here"):
+        Store.in_dir(state_dir)
+    assert (state_dir / DB_NAME).stat().st_size == 0
+    store, salvaged = open_or_salvage(state_dir)  # the daemon's start salvages it, the pin carried
+    with store:
+        assert salvaged is not None
+        assert store.get_meta(store_db.agent_key(session.KEY, "alpha")) == SID
+
+
+def test_the_damage_check_opens_the_store_whose_path_holds_a_hash(tmp_path):
+    # The check's URI was not quoted: `#` began a fragment, the path was cut at it and the cut
+    # path opened read-write, a stray empty database made outside the state dir.
+    state_dir = tmp_path / "h#1"
+    state_dir.mkdir(mode=0o700)
+    with Store.in_dir(state_dir) as store:
+        assert health.confirmed(store.path) is None
+        scribble_table(store, "meta")
+        assert health.confirmed(store.path) is not None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h#1"]
 
 
 def test_a_new_state_dir_creates_its_store(state_dir):
