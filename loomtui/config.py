@@ -15,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+from string import Formatter
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,15 +67,29 @@ def _tmux_name(value: str) -> str:
 def _has_session_id(value: str) -> str:
     # Without the id, a resume continues "the most recent" conversation (once a stranger's)
     # and a fresh start runs under an id Loom pinned but the agent never heard of.
-    if "{session_id}" not in value:
+    available = "available: {session_id}, {memory_index}, {state_dir}, {hook_settings}"
+    try:
+        # The fields as format() reads them: `{{session_id}}` is an escaped brace, no placeholder
+        # (it renders as the literal text, and the pinned id never reached the agent).
+        fields = [field for _, field, _, _ in Formatter().parse(value) if field is not None]
+    except ValueError as exc:  # states.placeholders reads the same, once this has passed
+        raise ValueError(f"bad placeholder: {exc}; {available}") from None
+    for field in fields:
+        if field not in PLACEHOLDERS:
+            # `{state_dir.acks}` or `{session_id[0]}` too: an attribute or an index of the value
+            # raised at every launch.
+            shown = "{" + field + "}"
+            raise ValueError(f"bad placeholder {shown}; {available}")
+    if "session_id" not in fields:
         raise ValueError("must contain {session_id}: Loom resumes only the session it pinned")
     try:
-        value.format(session_id="x", memory_index="x", state_dir="x", hook_settings="x")
+        value.format(**dict.fromkeys(PLACEHOLDERS, "x"))
     except (KeyError, IndexError, ValueError) as exc:
-        raise ValueError(
-            f"bad placeholder {exc}; available: {{session_id}}, {{memory_index}}, {{state_dir}}, {{hook_settings}}"
-        ) from None
+        raise ValueError(f"bad placeholder {exc}; {available}") from None
     return value
+
+
+PLACEHOLDERS = ("session_id", "memory_index", "state_dir", "hook_settings")
 
 
 def _env_names(value: dict[str, str]) -> dict[str, str]:
@@ -721,8 +736,25 @@ def find_config_path(cli_value: str | None, environ: dict[str, str] | None = Non
     return default_config_path(), False
 
 
+def _no_nul(value: Any, loc: tuple[str | int, ...]) -> None:
+    """TOML lets a string hold U+0000, which no path, argument or environment value can: a state
+    dir or a job's log with one was accepted, then every command (or every sentinel pass) ended
+    in "embedded null byte"."""
+    if isinstance(value, str):
+        if "\0" in value:
+            raise Bad(loc, "must not contain a NUL character (\\u0000)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _no_nul(key, (*loc, key))
+            _no_nul(item, (*loc, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _no_nul(item, (*loc, i))
+
+
 def parse_config(data: dict[str, Any], source: Path | str, base: Path | None) -> Config:
     try:
+        _no_nul(data, ())
         return Config.build(data, (), base)
     except Bad as exc:
         raise ConfigError(f"{source}: {key_path(exc.loc)}: {exc.message}") from None

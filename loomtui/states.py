@@ -4,6 +4,8 @@ kind of event the ledger records, one name each."""
 
 from __future__ import annotations
 
+from string import Formatter
+
 from typing import Literal, get_args
 
 # Agents: the one agent of a single [agent] table (and of every row written before agents had
@@ -28,8 +30,17 @@ OPEN, CLAIMED, WITNESSED = "open", "claimed", "witnessed"
 HOOK_SETTINGS = "{hook_settings}"
 
 
+def placeholders(command: str) -> frozenset[str]:
+    """The placeholders a command template names, as str.format reads it (`{{hook_settings}}` is
+    the literal text, none); none for a template format() cannot read (the config refuses it)."""
+    try:
+        return frozenset(field for _, field, _, _ in Formatter().parse(command) if field is not None)
+    except ValueError:
+        return frozenset()
+
+
 def passes_hook_settings(*commands: str) -> bool:
-    return any(HOOK_SETTINGS in command for command in commands)
+    return any(HOOK_SETTINGS[1:-1] in placeholders(command) for command in commands)
 
 
 # Every kind of ledger event. The ledger refuses any other on write (a typo would be an event no

@@ -31,6 +31,7 @@ from loomtui.agent.watchdog_rules import FAILED, READY, BootLook, stream_boot_ve
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.hooks import settings as hook_settings
+from loomtui.states import passes_hook_settings
 from loomtui.pump import transcript
 from loomtui.store import ledger, locks, meta, session
 
@@ -92,7 +93,7 @@ def relaunch_locked(
     new = old if mode == RESUME else str(uuid.uuid4())
     assert new is not None
     template = agent.resume_command if mode == RESUME else agent.fresh_command
-    if hook_settings.PLACEHOLDER in template:
+    if passes_hook_settings(template):
         hook_settings.write(ctx.agent_dir)  # refreshed for each launch: the file the command names
     command = render_command(ctx, template, new)
     outcome = Outcome(True, mode, new, old, cause, resume_failed=fallback)

@@ -16,6 +16,7 @@ from loomtui.agent.drivers import driver_class
 from loomtui.config import Config, load_config
 from loomtui.errors import LoomError
 from loomtui.hooks.settings import PLACEHOLDER
+from loomtui.states import passes_hook_settings
 from loomtui.store import ledger
 from loomtui.store.db import DB_NAME, Store
 from loomtui.store.statedir import agent_dir, prepare_state_dir, resolve_state_dir
@@ -71,7 +72,7 @@ def check_hooks(config: Config) -> Check | None:
     """Claude Code without Loom's hooks settings runs with no dispatch witness: a line typed and
     never taken is noticed only at the next canary. A warning: it still works as before."""
     lacking = [key for key in ("fresh_command", "resume_command")
-               if _CLAUDE.search(getattr(config.agent, key)) and PLACEHOLDER not in getattr(config.agent, key)]
+               if _CLAUDE.search(getattr(config.agent, key)) and not passes_hook_settings(getattr(config.agent, key))]
     if not any(_CLAUDE.search(getattr(config.agent, key)) for key in ("fresh_command", "resume_command")):
         return None
     if lacking:

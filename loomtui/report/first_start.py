@@ -20,6 +20,7 @@ from loomtui.config import Config
 from loomtui.daemon.service import ENV_FILE
 from loomtui.errors import LoomError
 from loomtui.report.doctor import FAIL, OK, WARN, Check
+from loomtui.states import placeholders
 
 # Words a command may start with that run the words after them: their options (and numbers: nice's
 # value, timeout's duration) and VAR=value words are skipped to find the program
@@ -207,7 +208,7 @@ def check_memory(config: Config) -> Iterator[Check]:
         directory = Path(view.memory.dir)
         users.setdefault(directory, []).append(name)
         passes[directory] = passes.get(directory, False) or any(
-            "{memory_index}" in getattr(view.agent, key) for key in ("fresh_command", "resume_command"))
+            "memory_index" in placeholders(getattr(view.agent, key)) for key in ("fresh_command", "resume_command"))
     for directory, names in users.items():
         label = "memory" if len(config.agent_names) == 1 else f"memory {', '.join(names)}"
         if directory.is_dir():

@@ -37,6 +37,10 @@ def test_ack_timeout_defaults_to_a_minute_where_the_hooks_tell_busy_from_deaf(tm
     hooked = parse_config({"agent": {"fresh_command": "claude --settings {hook_settings} --session-id {session_id}"}},
                           "x", None)
     assert hooked.canary.ack_timeout == 60
+    # `{{hook_settings}}` is the literal text, no settings file passed: no hooks, the longer wait.
+    escaped = parse_config({"agent": {"fresh_command": "claude --settings {{hook_settings}} --session-id {session_id}"}},
+                           "x", None)
+    assert escaped.canary.ack_timeout == 180
     config, _ = load_config(str(write(tmp_path, f"[agent]\n{HOOKED}[canary]\nack_timeout = \"3m\"\n")), {})
     assert config.canary.ack_timeout == 180
     many = write(tmp_path, f'[canary]\ninterval = "5m"\n[[agents]]\nname = "a"\n{HOOKED}'
@@ -133,6 +137,16 @@ BAD = [
     ('[[agents]]\nname = "a"\ntmux_socket = "t"\nsession = "s"\n[[agents]]\nname = "b"\ntmux_socket = "t"\n'
      'session = "s"\n', "agents[1].session"),
     ('[[agents]]\nname = "a"\n[[jobs]]\nname = "j"\nlog = "x"\nagent = "b"\n', "jobs[0].agent"),
+    # An escaped placeholder is the literal text: the pinned id never reached the agent.
+    ('[agent]\nresume_command = "claude --resume {{session_id}}"\n', "agent.resume_command"),
+    # An attribute or an index of a placeholder raised at every launch (a traceback, exit 1).
+    ('[agent]\nfresh_command = "claude --add-dir {state_dir.acks} --session-id {session_id}"\n', "agent.fresh_command"),
+    ('[agent]\nfresh_command = "claude --session-id {session_id[0]}"\n', "agent.fresh_command"),
+    # U+0000, which TOML allows: no path, argument or environment value can hold it.
+    ('state_dir = "/tmp/a\\u0000b"\n', "state_dir"),
+    ('[[jobs]]\nname = "x"\nlog = "x\\u0000.log"\n', "jobs[0].log"),
+    ('[agent.env]\nX = "a\\u0000"\n', "agent.env.X"),
+    ('[agent]\nfresh_command = "claude --session-id {session_id} \\u0000"\n', "agent.fresh_command"),
 ]
 
 
