@@ -43,6 +43,7 @@ from loomtui.config_schema import (
     section,
     string,
     table_of_strings,
+    timeout_duration,
 )
 from loomtui.durations import parse_duration
 from loomtui.errors import ConfigError
@@ -239,7 +240,7 @@ class HeartbeatConfig(Section):
     url = Field(also(string(1, 2000), _push_url))
     name = Field(also(string(0, 60), _no_control_characters), "")  # "" = heartbeat1, heartbeat2, ... in order
     interval = Field(positive_duration, 60.0)
-    timeout = Field(positive_duration, 10.0)
+    timeout = Field(timeout_duration, 10.0)
     # The agents it speaks for; [] = every agent of this host.
     agents = Field(list_of(string(1)), factory=list)
     # A hold (the ceiling's or an operator's) counts as a failure only where this says so.
@@ -445,7 +446,7 @@ class MemoryConfig(Section):
     # How often the remote is pulled (rebased onto) besides at start and by `loom memory sync`.
     pull_interval = Field(positive_duration, 300.0)
     # Every git call is ended after this long: a remote that hangs never holds a loop.
-    git_timeout = Field(positive_duration, 60.0)
+    git_timeout = Field(timeout_duration, 60.0)
     # This box's name in the replica: conflict copies (FILE.conflict-HOST-TIME), ledger checkpoints.
     host = Field(also(string(1), _replica_host), factory=default_host)
 
@@ -542,9 +543,9 @@ class HostConfig(Section):
     config = Field(also(string(), _no_control_characters), "")
     state_dir = Field(also(string(), _no_control_characters), "")
     # How long ssh may take to connect, a read (`loom hosts`) to answer, and a command (`--host`) to end.
-    connect_timeout = Field(positive_duration, 10.0)
-    timeout = Field(positive_duration, 30.0)
-    command_timeout = Field(positive_duration, 600.0)
+    connect_timeout = Field(timeout_duration, 10.0)
+    timeout = Field(timeout_duration, 30.0)
+    command_timeout = Field(timeout_duration, 600.0)
     # Where a Prometheus scrapes that host's metrics (HOST:PORT as it reaches them, e.g. over the
     # tailnet; that host serves them with its own metrics.listen): `loom prometheus-config`.
     metrics = Field(also(string(), _listen), "")

@@ -219,6 +219,19 @@ def positive_duration(value: Any, loc: Loc, base: Path | None) -> float:
     return seconds
 
 
+# The longest a command Loom waits on may take (git, ssh, a heartbeat's GET): one that needs more
+# hangs. Longer waits also overflow the poll under subprocess's timeout (milliseconds in a C int,
+# about 24.8 days): a `git_timeout = "30d"` failed every replica tick with an OverflowError.
+MAX_TIMEOUT = 86400.0
+
+
+def timeout_duration(value: Any, loc: Loc, base: Path | None) -> float:
+    seconds = positive_duration(value, loc, base)
+    if seconds > MAX_TIMEOUT:
+        raise Bad(loc, "must be at most 1d: a command that needs longer hangs")
+    return seconds
+
+
 def regex(value: Any, loc: Loc, base: Path | None) -> str:
     text = string()(value, loc, base)
     try:

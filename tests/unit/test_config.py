@@ -147,6 +147,9 @@ BAD = [
     ('[[jobs]]\nname = "x"\nlog = "x\\u0000.log"\n', "jobs[0].log"),
     ('[agent.env]\nX = "a\\u0000"\n', "agent.env.X"),
     ('[agent]\nfresh_command = "claude --session-id {session_id} \\u0000"\n', "agent.fresh_command"),
+    # A wait on a command past a day: a hang, and past 24.8 days subprocess's poll overflowed.
+    ('[memory]\ngit_timeout = "30d"\n', "memory.git_timeout"),
+    ('[[hosts]]\nname = "b"\nssh = "b"\ncommand_timeout = "2d"\n', "hosts[0].command_timeout"),
 ]
 
 
