@@ -309,6 +309,8 @@ class Store:
 
     def migrate(self) -> list[str]:
         """Apply every migration not yet applied; safe when several processes open at once."""
+        if self._migrated():
+            return []
         applied_now: list[str] = []
         with self.write() as db:
             db.execute(
@@ -331,6 +333,19 @@ class Store:
             version = len(done) + len(applied_now)
             db.execute(f"PRAGMA user_version = {version}")
         return applied_now
+
+    def _migrated(self) -> bool:
+        """Every migration applied already, as read without the write lock: a store in use (another
+        process writing, a backup holding its lock) opens for reading as WAL lets it, where taking
+        the lock on every open made `loom status`, `loom check` and the console fail once another
+        writer held it past the busy timeout (and wrote a frame to the log each time)."""
+        try:
+            done = {r[0] for r in self.conn.execute("SELECT name FROM schema_migrations")}
+            version = int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+        except sqlite3.OperationalError:
+            return False  # a new store (no such table yet), or one to look at under the lock
+        known = {name for name, _ in MIGRATIONS}
+        return done == known and version == len(known)
 
     def schema_version(self) -> int:
         return int(self.pragma("user_version"))

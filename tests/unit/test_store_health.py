@@ -11,7 +11,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from harness import log_only_commits
+from harness import locked_by_another, log_only_commits
 
 from loomtui.errors import StoreUnavailable
 from loomtui.store import db as store_db
@@ -462,6 +462,25 @@ def test_the_damage_check_opens_the_store_whose_path_holds_a_hash(tmp_path):
         scribble_table(store, "meta")
         assert health.confirmed(store.path) is not None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["h#1"]
+
+
+def test_a_store_in_use_opens_for_reading_while_another_process_holds_its_write_lock(state_dir):
+    # Every open took the write lock to look for migrations: `loom status`, `loom check` and the
+    # console failed once a backup or another writer held it past the busy timeout, and each open
+    # wrote a frame to the log.
+    state_dir.mkdir(mode=0o700)
+    with Store.in_dir(state_dir) as store:
+        ledger.append(store, "hold_placed", source="operator", detail={"reason": "before"})
+    log = health.wal_path(state_dir / DB_NAME)
+    blocker = locked_by_another(state_dir / DB_NAME)
+    try:
+        before = log.stat().st_size
+        with Store.in_dir(state_dir, timeout=0.2) as reader:
+            assert reader.schema_version() > 0
+            assert [e.kind for e in ledger.tail(reader, 5)] == ["hold_placed"]
+        assert log.stat().st_size == before
+    finally:
+        blocker.close()
 
 
 def test_a_new_state_dir_creates_its_store(state_dir):
