@@ -501,13 +501,12 @@ def test_an_open_incident_reads_for_so_long_in_the_summary_and_the_timeline_alik
 
 def test_a_timeline_error_is_read_again_at_the_next_refresh_not_at_the_next_event(ctx):
     # The error stayed (with no rows) until some agent wrote a new event: on a quiet system, for
-    # many minutes. The store really locked by another connection, then let go.
-    import sqlite3
-
+    # many minutes. The store's open really refused for a while (a salvage's lock: a writer's
+    # lock no longer stops a reader's open), then let go.
     from textual.app import App
 
     from loomtui.store import ledger
-    from loomtui.store.db import DB_NAME
+    from loomtui.store.db import DB_NAME, open_lock
     from loomtui.tui.timeline_panel import StoreEvents, TimelinePanel
 
     class Panel(App):
@@ -522,15 +521,10 @@ def test_a_timeline_error_is_read_again_at_the_next_refresh_not_at_the_next_even
             count = ledger.count(ctx.store)
             panel.ledger_changed(count)
             ctx.close()  # the next read opens the store again, as after any store error
-            blocker = sqlite3.connect(ctx.state_dir / DB_NAME, timeout=30, isolation_level=None)
-            try:
-                blocker.execute("BEGIN EXCLUSIVE")
+            with open_lock(ctx.state_dir / DB_NAME, exclusive=True, timeout=5):
                 panel.reload()
                 await until(pilot, lambda: timeline_status(app).startswith("timeline unavailable"), "the error",
                             timeout=120)
-            finally:
-                blocker.execute("ROLLBACK")
-                blocker.close()
             panel.ledger_changed(count)  # a refresh: the ledger's size as it was
             await until(pilot, lambda: timeline_status(app).startswith("incidents · page 1"), "the incidents again")
             assert app.query_one("#timeline-table", DataTable).row_count > 0
