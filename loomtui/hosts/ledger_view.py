@@ -1,15 +1,14 @@
 """Another host's ledger events, as its own `loom ledger tail --json` prints them: the words of
 that command for one page, and its output read back as events (untrusted JSON lines: each parsed
-with json.loads and every field checked for its type; a line that is not an event is an error,
+with hosts.view.loads (json.loads, a nesting too deep an error too) and every field checked for its type; a line that is not an event is an error,
 never half an event). The console's timeline of another host's agent reads its pages so."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from loomtui.hosts.view import finite_number
+from loomtui.hosts.view import finite_number, loads
 from loomtui.store.ledger import Event
 from loomtui.text import printable
 
@@ -41,7 +40,7 @@ def _text(doc: dict[str, Any], key: str, limit: int, *, optional: bool = False) 
 
 def event(line: str) -> Event:
     """One line of `ledger tail --json` as an event; ValueError when it is not one."""
-    doc = json.loads(line)
+    doc = loads(line)
     if not isinstance(doc, dict):
         raise ValueError("an event that is not an object")
     ident, ts, detail = doc.get("id"), doc.get("ts"), doc.get("detail")

@@ -117,6 +117,16 @@ class HostView:
                 "agents": [a.as_json() for a in self.agents]}
 
 
+def loads(text: str) -> Any:
+    """Another host's JSON, parsed: ValueError for anything that is not JSON, a nesting too deep for
+    the parser included (its RecursionError is no ValueError: one host's answer of `[[[[...` ended
+    `loom hosts`, and the console's hosts view, for every host)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+
+
 def finite_number(value: Any) -> float | None:
     """A finite number, or None (JSON from another host may say 1e400, or an integer of 400 digits)."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
@@ -177,7 +187,7 @@ def _positive(value: Any) -> float | None:
 
 def parse_status(stdout: str) -> tuple[AgentRow, ...]:
     """The agents in a host's `loom status --json --list` output; ValueError when it is not that."""
-    return status_rows(json.loads(stdout))
+    return status_rows(loads(stdout))
 
 
 def status_rows(data: Any) -> tuple[AgentRow, ...]:

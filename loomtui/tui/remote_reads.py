@@ -1,7 +1,7 @@
 """Another host's answers to the console's reads, made typed records: its `loom queue --json`, `loom
 jobs --json`, `loom canary --history N --json` and `loom pane --json` (tui/remote_source.py asks),
 and its `loom memory --json`, `memory show --json` and `memory search --json` (tui/memory_source.py). The output is
-untrusted JSON: parsed with json.loads, bounded, and every field checked against the type the
+untrusted JSON: parsed with hosts.view.loads (json.loads, a nesting too deep an error too), bounded, and every field checked against the type the
 local record has (a field of the wrong type is its default where it has one, else the record is
 refused), every string made printable and cut to a length. Nothing here runs anything.
 """
@@ -9,12 +9,11 @@ refused), every string made printable and cut to a length. Nothing here runs any
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any, TypeVar
 
 from loomtui.canary.runs import Probe
 from loomtui.report.pane import STATES
-from loomtui.hosts.view import finite_number
+from loomtui.hosts.view import finite_number, loads
 from loomtui.memory.index import Hit, Problem, Report, Row
 from loomtui.report.fleet import JobRow
 from loomtui.sentinel.queue_rules import Item
@@ -107,7 +106,7 @@ def _list(data: Any, what: str) -> list[Any]:
 
 def parse_queue(stdout: str) -> list[Item]:
     """The items of `loom queue --json`, in its order."""
-    data = json.loads(stdout)
+    data = loads(stdout)
     if not isinstance(data, dict):
         raise ValueError("not the queue's object")
     return [record(Item, doc) for doc in _list(data.get("items"), "queue items")]
@@ -115,19 +114,19 @@ def parse_queue(stdout: str) -> list[Item]:
 
 def parse_jobs(stdout: str) -> list[JobRow]:
     """The jobs of `loom jobs --json`, in the host's config's order."""
-    return [record(JobRow, doc) for doc in _list(json.loads(stdout), "jobs")]
+    return [record(JobRow, doc) for doc in _list(loads(stdout), "jobs")]
 
 
 def parse_probes(stdout: str) -> list[Probe]:
     """The probes of `loom canary --history N --json`, newest first (no nonce is sent: none kept)."""
-    return [record(Probe, doc, nonce="", joined=False) for doc in _list(json.loads(stdout), "probes")]
+    return [record(Probe, doc, nonce="", joined=False) for doc in _list(loads(stdout), "probes")]
 
 
 def parse_pane(stdout: str) -> PaneView:
     """The pane of `loom pane --json`: its state (one of a look's), its text as it came, escapes and
     all (the pane panel shows any pane's text through rich's ANSI reader and tables.shown, never
     raw), and why, made printable."""
-    doc = json.loads(stdout)
+    doc = loads(stdout)
     if not isinstance(doc, dict) or doc.get("state") not in STATES:
         raise ValueError("not a pane's look")
     text, why = doc.get("text"), doc.get("why")
@@ -175,7 +174,7 @@ def _kinds(raw: Any) -> tuple[str, ...]:
 def parse_memory(stdout: str) -> MemoryListing:
     """The listing of `loom memory --json`: its rows in the index's order (a row whose key came
     before is dropped: a key names one row of the table), its problems, its replica's lag."""
-    doc = json.loads(stdout)
+    doc = loads(stdout)
     if not isinstance(doc, dict):
         raise ValueError("not a memory listing's object")
     index = doc.get("index")
@@ -198,7 +197,7 @@ def parse_memory(stdout: str) -> MemoryListing:
 def parse_shown(stdout: str) -> tuple[str, bool]:
     """One file's text from `loom memory show --json` (printable, its lines kept; at most
     MAX_MEMORY_TEXT characters) and whether it was cut, there or here."""
-    doc = json.loads(stdout)
+    doc = loads(stdout)
     if not isinstance(doc, dict) or not isinstance(doc.get("text"), str):
         raise ValueError("not a memory file's text")
     text = doc["text"]
@@ -208,7 +207,7 @@ def parse_shown(stdout: str) -> tuple[str, bool]:
 
 def parse_hits(stdout: str) -> list[Hit]:
     """The hits of `loom memory search --json`, in its order."""
-    data = json.loads(stdout)
+    data = loads(stdout)
     if not isinstance(data, list):
         raise ValueError("not a list of hits")
     return [record(Hit, doc) for doc in data[:MAX_HITS]]

@@ -20,7 +20,6 @@ memory --json` and friends).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -99,7 +98,7 @@ class RemoteSource:
     def load(self, now: float) -> RemoteLoad:
         agent = self.chosen.agent
         reads: dict[str, tuple[list[str], Callable[[str], Any]]] = {
-            "status": (view.STATUS_WORDS, lambda out: status_of(json.loads(out), agent)),
+            "status": (view.STATUS_WORDS, lambda out: status_of(view.loads(out), agent)),
             "queue": (remote_reads.queue_words(agent), remote_reads.parse_queue),
             "jobs": (remote_reads.jobs_words(agent), remote_reads.parse_jobs),
             "canary": (remote_reads.canary_words(agent, PROBES), remote_reads.parse_probes),

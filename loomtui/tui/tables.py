@@ -117,8 +117,14 @@ class KeyedTable(DataTable):
         return self._order[self.cursor_row]
 
     def sync(self, rows: Sequence[tuple[str, Sequence[Text]]]) -> None:
-        """Show exactly `rows` (key, cells) in this order, touching only cells that changed."""
-        keys = [key for key, _ in rows]
+        """Show exactly `rows` (key, cells) in this order, touching only cells that changed; a key
+        given twice shows its first row only (another host's answer is untrusted: two queue items
+        or events with one id made the table raise DuplicateKey, which ended the console)."""
+        first: dict[str, Sequence[Text]] = {}
+        for key, cells in rows:
+            first.setdefault(key, cells)
+        rows = list(first.items())
+        keys = list(first)
         if self._wrap:
             rows = [(key, self._wrapped(cells)) for key, cells in rows]
             if keys == self._order and any(tuple(map(_sig, cells)) != tuple(map(_sig, self._cells.get(key, ())))

@@ -320,3 +320,41 @@ def test_a_queue_that_could_not_be_read_is_never_shown_as_empty():
             assert app.query_one("#queue-detail", Static).content.plain == "the queue is empty"
 
     asyncio.run(run())
+
+
+def test_a_host_that_sends_one_id_twice_or_json_nested_too_deep_never_ends_the_console():
+    # Two queue items with one id became two rows with one key: the table raised DuplicateKey in a
+    # message handler and Textual ended the console. A `[[[[...` answer raised RecursionError, no
+    # ValueError: `loom hosts` ended for every host.
+    import asyncio
+
+    from textual.app import App
+    from textual.widgets import DataTable
+
+    from loomtui.hosts import gather, ledger_view, ssh, view
+    from loomtui.tui.queue_panel import QueuePanel
+
+    twice = remote_reads.parse_queue(json.dumps({"items": [ITEM, {**ITEM, "job": "other"}]}))
+    assert [i.id for i in twice] == [4, 4]
+
+    class Panel(App):
+        def compose(self):
+            yield QueuePanel()
+
+    async def run() -> None:
+        app = Panel()
+        async with app.run_test(size=(80, 24)) as pilot:
+            app.query_one(QueuePanel).show(twice)
+            await pilot.pause()
+            table = app.query_one(QueuePanel).query_one(DataTable)
+            assert table.row_count == 1
+            assert app.is_running
+
+    asyncio.run(run())
+    deep = "[" * 100_000 + "]" * 100_000
+    for parse in (remote_reads.parse_queue, remote_reads.parse_jobs, remote_reads.parse_probes, view.parse_status,
+                  remote_reads.parse_memory, remote_reads.parse_hits, ledger_view.parse_page):
+        with pytest.raises(ValueError):
+            parse(deep)
+    shown = gather.host_view(None, ssh.Reply("b", 0, deep, ""), 0.0)
+    assert shown.error.startswith("not the status JSON expected")
