@@ -46,7 +46,9 @@ def words(action: str, agent: str, *, mode: str = "", reason: str = "", duration
         return ["recycle", f"--{mode}", "--agent", agent, "--reason", "from the console of " + ssh.origin()]
     if action == "hold":
         limit = ["--for", f"{max(1, round(duration))}s"] if duration is not None else []
-        return ["hold", *limit, "--reason", reason, "--agent", agent]
+        # One word with its option: a reason beginning with `-` was read by the host's argparse
+        # as an option (exit 2), where the same reason held a local agent.
+        return ["hold", *limit, f"--reason={reason}", "--agent", agent]
     if action == "release":
         return ["release", "--agent", agent]
     if action == "inject":

@@ -365,6 +365,19 @@ def test_loom_hosts_keeps_the_first_failure_and_still_shows_this_machine(tmp_pat
     assert any(line.startswith("b  unreachable since ") for line in text.stdout.splitlines()), text.stdout
 
 
+def test_a_hold_from_the_console_whose_reason_begins_with_a_dash_is_taken_by_the_hosts_loom(tmp_path):
+    # The console sent `--reason REASON`: the host's argparse read `--no-restarts` as an option
+    # and exited 2. The words it sends, run by a real Loom as the host runs them.
+    from loomtui.tui import remote_agent
+
+    path = config_file(tmp_path, "")
+    words = remote_agent.words("hold", "main", reason="--no-restarts during the migration", duration=None)
+    held = run_loom("--config", str(path), *words)
+    assert held.returncode == 0, held.stderr
+    status = json.loads(run_loom("--config", str(path), "status", "--json").stdout)
+    assert status["hold"]["reason"] == "--no-restarts during the migration"
+
+
 def test_via_ssh_is_honoured_only_inside_an_ssh_session(tmp_path):
     path = config_file(tmp_path, "")
     refused = run_loom("--config", str(path), "--via-ssh", "laptop", "hold", "--reason", "r")

@@ -63,8 +63,8 @@ def test_a_remote_agents_keys_are_its_hosts_own_commands():
     recycle = remote_agent.words("recycle", "main", mode="fresh")
     assert recycle[:4] == ["recycle", "--fresh", "--agent", "main"] and recycle[4] == "--reason"
     assert remote_agent.words("hold", "main", reason="swap model", duration=1800.0) == \
-        ["hold", "--for", "1800s", "--reason", "swap model", "--agent", "main"]
-    assert remote_agent.words("hold", "main", reason="x", duration=None) == ["hold", "--reason", "x", "--agent", "main"]
+        ["hold", "--for", "1800s", "--reason=swap model", "--agent", "main"]
+    assert remote_agent.words("hold", "main", reason="x", duration=None) == ["hold", "--reason=x", "--agent", "main"]
     assert remote_agent.words("release", "main") == ["release", "--agent", "main"]
     # A line and a note go on the command's standard input, never among its words.
     assert remote_agent.words("inject", "main") == ["inject", "--stdin", "--agent", "main"]
