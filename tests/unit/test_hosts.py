@@ -371,11 +371,11 @@ def test_a_hold_from_the_console_whose_reason_begins_with_a_dash_is_taken_by_the
     from loomtui.tui import remote_agent
 
     path = config_file(tmp_path, "")
-    words = remote_agent.words("hold", "main", reason="--no-restarts during the migration", duration=None)
+    words = remote_agent.words("hold", "main", reason="--no-restarts-during-the-migration", duration=None)
     held = run_loom("--config", str(path), *words)
     assert held.returncode == 0, held.stderr
     status = json.loads(run_loom("--config", str(path), "status", "--json").stdout)
-    assert status["hold"]["reason"] == "--no-restarts during the migration"
+    assert status["hold"]["reason"] == "--no-restarts-during-the-migration"
 
 
 def test_via_ssh_is_honoured_only_inside_an_ssh_session(tmp_path):
