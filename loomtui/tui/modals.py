@@ -55,6 +55,18 @@ class RecycleScreen(ModalScreen[str | None]):
 
 
 HINT = "Enter to confirm · Esc to cancel"
+# The most of a prompt's title shown: five lines of the dialog at 80 columns. A hold's reason is
+# anyone's words and may run to pages (the agent's own, a Telegram user's): shown whole, it pushed
+# the answer's box below the screen, and the operator typed `release` blind.
+TITLE_MAX = 320
+
+
+def clipped(text: str, limit: int = TITLE_MAX) -> str:
+    """`text` cut in its middle to `limit` characters: the question a title ends with stays."""
+    if len(text) <= limit:
+        return text
+    tail = limit // 3
+    return text[:limit - tail - 1] + "…" + text[-tail:]
 
 
 class PromptScreen(ModalScreen[str | None]):
@@ -78,7 +90,8 @@ class PromptScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(Text(printable(self.title_text)), classes="dialog-title", id="prompt-title", markup=False)
+            yield Static(Text(clipped(printable(self.title_text))), classes="dialog-title", id="prompt-title",
+                         markup=False)
             yield Input(value=self.value, placeholder=self.placeholder, id="prompt-input")
             yield Static(Text(HINT, style="dim"), id="prompt-hint", markup=False)
 

@@ -549,3 +549,31 @@ def test_the_newest_notice_is_on_the_screen_however_long_the_ones_before(ctx):
             assert bar.region.height <= 6
 
     asyncio.run(run())
+
+
+# -- a prompt's title never pushes its answer's box off the screen ---------------------------------
+
+
+def test_a_hold_reason_of_pages_leaves_the_release_prompt_s_box_on_screen():
+    # A hold's reason is anyone's words (the agent's own, a Telegram user's): 1,600 characters of
+    # it in the release prompt's title pushed the input below row 24, and `release` was typed blind.
+    from textual.app import App
+    from textual.widgets import Input
+
+    from loomtui.tui.modals import PromptScreen
+
+    title = "held by the operator: " + "migration notes " * 100 + " for agent main. Type release to end it"
+
+    async def run():
+        app = App()
+        async with app.run_test(size=SIZE) as pilot:
+            app.push_screen(PromptScreen(title, "release"))
+            await until(pilot, lambda: isinstance(app.screen, PromptScreen), "the prompt")
+            await pilot.pause()
+            box = app.screen.query_one(Input).region
+            assert box.height > 0 and box.y + box.height <= SIZE[1], box
+            shown = app.screen.query_one("#prompt-title", Static).content.plain
+            assert shown.startswith("held by the operator: migration notes")
+            assert shown.endswith("Type release to end it") and "…" in shown
+
+    asyncio.run(run())
