@@ -560,12 +560,16 @@ def test_a_hold_reason_of_pages_leaves_the_release_prompt_s_box_on_screen():
     from textual.app import App
     from textual.widgets import Input
 
+    from loomtui.tui.app import stylesheet
     from loomtui.tui.modals import PromptScreen
 
     title = "held by the operator: " + "migration notes " * 100 + " for agent main. Type release to end it"
 
+    class Styled(App):
+        CSS_PATH = stylesheet()  # the console's own dialogs
+
     async def run():
-        app = App()
+        app = Styled()
         async with app.run_test(size=SIZE) as pilot:
             app.push_screen(PromptScreen(title, "release"))
             await until(pilot, lambda: isinstance(app.screen, PromptScreen), "the prompt")
