@@ -29,7 +29,7 @@ COMMANDS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
         ("prometheus-config", "print a Prometheus scrape configuration for this host and every [[hosts]] entry"),
     )),
     ("doctor", (("doctor", "check tmux, config, state dir, store and ledger, and simulate the config; "
-                           "non-zero if any fails"),)),
+                           "non-zero if any fails (2: the config)"),)),
     ("check", (("check", "one line and a monitoring plugin's exit code: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN"),)),
     ("ledger_cmd", (("ledger", "read or verify the hash-chained event ledger"),)),
     ("agent_cmds", (
