@@ -41,6 +41,7 @@ STDLIB = {
     "hashlib": "text.digest: the ledger's short sha256 of a message (a pure function of bytes)",
     "math": "canary.rules: math.inf, the time left of a hold that lasts until released",
     "urllib.parse": "heartbeat_rules: a push URL split and joined again (no request: the shell sends it)",
+    "string": "states.placeholders: a command template's fields as str.format reads them (Formatter.parse)",
     # logscan reads the literals every match of a failure pattern must contain ("needles") from the
     # pattern as Python's own `re` parses it: any other parser could disagree with `re` about what a
     # pattern means, and a needle that a match need not contain would hide failure lines. These
