@@ -6,6 +6,7 @@ starts the app lives in tui/main.py.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
 from importlib.resources import files
@@ -42,6 +43,17 @@ class LoomApp(App):
         self.now = now
         self.console_screen = ConsoleScreen(ctx, self.source, refresh_every=refresh_every, watch=watch, now=now,
                                             agents=agents)
+        # Set as the console closes: a probe under way stops waiting for its ack (the daemon's canary
+        # settles it). Its thread kept the process alive for up to the ack timeout after `q`, the
+        # screen restored and no prompt back: a console that looked hung.
+        self.leaving = threading.Event()
+
+    def exit(self, *args, **kwargs) -> None:
+        self.leaving.set()
+        super().exit(*args, **kwargs)
+
+    def on_unmount(self) -> None:
+        self.leaving.set()
 
     @property
     def snapshot(self) -> Snapshot | None:

@@ -460,12 +460,12 @@ class ConsoleScreen(Screen):
             self._remote_key("canary")
             return
         self.notify("probing…", title=self._title("canary"), markup=False, timeout=3)
-        self._run_canary(self.ctx)
+        self._run_canary(self.ctx, getattr(self.app, "leaving", None))
 
     @work(thread=True, group="action-canary", exit_on_error=False)
-    def _run_canary(self, agent: Context) -> None:
+    def _run_canary(self, agent: Context, leaving: threading.Event | None) -> None:
         with self._action_ctx(agent) as ctx:
-            probe = actions.canary_now(ctx, source="tui")
+            probe = actions.canary_now(ctx, source="tui", stop=leaving)
         self._done("canary", probe.describe(), probe.result == "ok", agent.agent)
 
     def action_recycle(self) -> None:

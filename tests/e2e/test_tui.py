@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
-import sqlite3
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
-from harness import wait_for
+from harness import locked_by_another, wait_for
 from rich.text import Text
 from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable, Static, TabbedContent
@@ -18,7 +19,7 @@ from tui_state import NOW, populate, write_config
 
 from loomtui.context import Context
 from loomtui.store import heartbeats, ledger
-from loomtui.store.db import DB_NAME
+from loomtui.store.db import DB_NAME, open_lock
 from loomtui.tui.app import LoomApp
 from loomtui.tui.console_screen import AGENT_ACTIONS, HOST_ACTIONS
 from loomtui.tui.keymap import APP_KEYS, TABS
@@ -317,13 +318,43 @@ def test_actions_against_a_real_agent(make_harness, tmp_path):
 CONSOLE = "Canary 2  Queue 3"  # the console's tab bar: on the screen while the console is
 
 
+def test_q_during_a_probe_ends_the_console_without_waiting_out_the_ack(make_harness):
+    # The probe's thread kept the process for up to its ack timeout after `q`: the screen restored,
+    # no prompt back, a console that looked hung over ssh. The console's closing now stops the
+    # wait (the daemon's canary settles the probe). A wedged agent never acks; ten minutes to wait.
+    harness = make_harness(sections={"canary": {"ack_timeout": "10m"}})
+    harness.start()
+    assert harness.loom("inject", "/wedge").returncode == 0
+    ctx = harness.ctx()
+
+    async def run():
+        app = LoomApp(ctx, watch=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.snapshot is not None, what="the first snapshot")
+            await pilot.press("c")
+            await until(pilot, lambda: harness.events("canary_sent"), timeout=60, what="the probe typed")
+            await pilot.press("q")
+
+    ended = threading.Event()
+
+    def console():
+        asyncio.run(run())  # returns once the loop's worker threads have ended, the probe's too
+        ended.set()
+
+    threading.Thread(target=console, daemon=True).start()
+    assert ended.wait(120), "the console waited out the probe's ack"
+    ctx.close()
+
+
 def test_console_survives_a_locked_store_and_a_missing_tmux(tmp_path):
     config = write_config(tmp_path, socket=f"loomtest-gone-{tmp_path.name[-6:]}")
     ctx = Context.load(str(config), None, environ={})
     populate(ctx)
     ctx.close()
-    blocker = sqlite3.connect(tmp_path / "state" / DB_NAME, timeout=30, isolation_level=None)
-    blocker.execute("BEGIN EXCLUSIVE")
+    path = tmp_path / "state" / DB_NAME
+    # A salvage holds the store (its open lock): not even a read can open it.
+    salvage = contextlib.ExitStack()
+    salvage.enter_context(open_lock(path, exclusive=True, timeout=5))
     ctx = Context.load(str(config), None, environ={})
 
     async def run():
@@ -338,7 +369,7 @@ def test_console_survives_a_locked_store_and_a_missing_tmux(tmp_path):
             # The probe cannot write its run: the worker's store error is the notice, and no outcome.
             error = await until(pilot, lambda: next((m for t, m in notices if t == "error"), None),
                                 what="the canary's error notice")
-            assert error.startswith("_run_canary: store ") and error.endswith("database is locked"), error
+            assert error.startswith("_run_canary: store ") and "database is locked" in error, error
             assert notices == [("canary", "probing…"), ("error", error)] and app.outcomes == []
             assert app.is_running
             # Whether a hold is in force cannot be read: `h` offers neither a new hold (it would
@@ -347,15 +378,28 @@ def test_console_survives_a_locked_store_and_a_missing_tmux(tmp_path):
             said = await until(pilot, lambda: next((m for t, m in notices if t == "hold"), None), what="h's notice")
             assert "is not known" in said and "database is locked" in said
             assert not isinstance(app.screen, PromptScreen)
-            blocker.execute("ROLLBACK")
+            salvage.close()
             await until(pilot, lambda: app.snapshot and not app.snapshot.store_error, what="recovery")
             assert "bbbbbbbb" in screen_text(app)
+            # Another writer holds the store's lock (a backup, a long sqlite3 session): the console
+            # reads on, and a probe's write is refused once its busy wait is over.
+            blocker = locked_by_another(path)
+            try:
+                notices.clear()
+                await pilot.press("c")
+                error = await until(pilot, lambda: next((m for t, m in notices if t == "error"), None),
+                                    what="the second probe's error notice", timeout=120)
+                assert error.startswith("_run_canary: store ") and error.endswith("database is locked"), error
+                assert app.snapshot is not None and not app.snapshot.store_error and app.outcomes == []
+                assert app.is_running and "bbbbbbbb" in screen_text(app)
+            finally:
+                blocker.close()
             assert ctx.store.query_one("SELECT count(*) AS n FROM canary_runs")["n"] == 7  # populate's, no more
 
     try:
         asyncio.run(run())
     finally:
-        blocker.close()
+        salvage.close()
         ctx.close()
 
 
