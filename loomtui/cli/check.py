@@ -64,7 +64,11 @@ def _verdict(args: argparse.Namespace) -> tuple[int, str]:
             witness_within=rules.witness_within(view.agent.boot_grace, view.canary.ack_timeout,
                                                 view.canary.misses_to_recycle, view.watchdog.interval),
             past_backstop=escalated.get(s.name, 0),
-            supervised=None if running is None else loop_name("watchdog", s.name) in running))
+            supervised=None if running is None else loop_name("watchdog", s.name) in running,
+            stuck=rules.stuck({loop: beat.ran(loop_name(loop, s.name)) if beat is not None else None
+                               for loop in ("watchdog", "canary")},
+                              rules.tick_stuck_after(view.agent.boot_grace, view.canary.ack_timeout,
+                                                     view.agent.resume_check, view.agent.stop_grace))))
     box = statuses[0].outbox
     host = rules.HostFacts(
         heartbeat_age=beat.age if beat is not None else None,

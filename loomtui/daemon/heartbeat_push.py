@@ -21,8 +21,10 @@ from collections.abc import Callable
 from typing import Any
 
 from loomtui import clock
-from loomtui.config import HeartbeatConfig, is_loopback
+from loomtui.config import Config, HeartbeatConfig, is_loopback
 from loomtui.context import Context
+from loomtui.daemon import oneshot
+from loomtui.report import check_rules
 from loomtui.report import heartbeat_rules as rules
 from loomtui.report import status as status_mod
 from loomtui.store import counters, heartbeat_pushes
@@ -39,13 +41,25 @@ def period(ctx: Context) -> float:
     return min([PERIOD, *(b.interval for b in ctx.config.heartbeat)])
 
 
-def health(statuses: list[status_mod.Status], now: float) -> list[rules.AgentHealth]:
+def health(statuses: list[status_mod.Status], now: float, config: Config | None = None) -> list[rules.AgentHealth]:
     out = []
     for s in statuses:
         claim = s.relaunch
         waited = now - claim.ts if claim is not None and s.unwitnessed else None
-        out.append(rules.AgentHealth(s.name, s.agent_state(), waited))
+        out.append(rules.AgentHealth(s.name, s.agent_state(), waited, _stuck(s, config)))
     return out
+
+
+def _stuck(s: status_mod.Status, config: Config | None) -> str:
+    """The agent's loops whose tick under way has run too long (`loom check`'s rule), said."""
+    beat = s.supervisor
+    if beat is None or config is None:
+        return ""
+    view = config.for_agent(s.name)
+    found = check_rules.stuck({loop: beat.ran(oneshot.loop_name(loop, s.name)) for loop in ("watchdog", "canary")},
+                              check_rules.tick_stuck_after(view.agent.boot_grace, view.canary.ack_timeout,
+                                                           view.agent.resume_check, view.agent.stop_grace))
+    return "; ".join(f"{loop} tick stuck for {int(seconds)}s" for loop, seconds in found)
 
 
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -136,7 +150,7 @@ def heartbeat_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
         if not due:
             return None
         try:
-            well = health(status_mod.gather_all(ctx, events=0), clock.wall())
+            well = health(status_mod.gather_all(ctx, events=0), clock.wall(), ctx.config)
         except Exception as exc:  # noqa: BLE001  # no look, no verdict: a skipped beat, not a wrong one
             well, unseen = None, f"status unavailable: {type(exc).__name__}"
         said = {}

@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from typing import Any
 from pathlib import Path
 
 from loomtui import __version__
@@ -53,6 +54,17 @@ class LoopStats:
     last_duration: float = 0.0
     last_tick: float | None = None
     last_error: str = ""
+    began: float | None = None  # time.monotonic() when the tick under way began; None between ticks
+
+    def said(self, now: float) -> dict[str, Any]:
+        """As the heartbeat and the metrics say it: `busy_for`, how long the tick under way has run
+        at `now` (time.monotonic()), in place of its start, a reading no other process can use. A
+        tick that never ends (a read of /proc stuck on a process in D state, say) leaves the loop
+        dead while the heartbeat beats on: `loom check` and the push heartbeats say so by this."""
+        out = asdict(self)
+        began = out.pop("began")
+        out["busy_for"] = None if began is None else round(max(0.0, now - began), 1)
+        return out
 
 
 class Doorbell:
@@ -229,6 +241,7 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 if tick is None:
                     tick = spec.make(ctx, rt.halt)
                 run = locked(ctx, spec.loop, tick, lock_dir(ctx, spec)) if spec.loop in oneshot.LOOPS else tick
+                stats.began = began
                 result = await running.run_in_executor(worker, run)
                 if result is BUSY:
                     status = "busy"  # a `loom tick` of this loop (cron, a timer) is running: it acts, we don't
@@ -251,6 +264,7 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 stats.restarts += 1
                 continue
             finally:
+                stats.began = None
                 stats.ticks += 1
                 stats.last_duration = time.monotonic() - began
                 stats.last_tick = time.time()
@@ -330,7 +344,7 @@ async def run_heartbeat(rt: Runtime, stop: asyncio.Event, period: float) -> None
     try:
         while not stop.is_set():
             detail = {"pid": os.getpid(), "started": rt.started, "version": __version__,
-                      "loops": {name: asdict(s) for name, s in rt.stats.items()}}
+                      "loops": {name: s.said(time.monotonic()) for name, s in list(rt.stats.items())}}
             failed: Exception | None = None
             try:
                 await asyncio.to_thread(heartbeats.beat, ctx.store, HEARTBEAT, detail)
@@ -423,7 +437,8 @@ def supervise(ctx: Context, loops: list[TickLoop], services: list[Service] | Non
         if ctx.config.metrics.listen:
             from loomtui.daemon import metrics
 
-            server = metrics.serve(clone(ctx), lambda: {name: asdict(s) for name, s in list(rt.stats.items())})
+            server = metrics.serve(clone(ctx), lambda: {name: s.said(time.monotonic())
+                                                         for name, s in list(rt.stats.items())})
         ledger.append(ctx.store, "supervisor_start", source="supervisor",
                       detail={"pid": os.getpid(), "version": __version__,
                               "loops": [s.name for s in loops] + [s.name for s in rt.services]})

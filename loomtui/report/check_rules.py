@@ -4,7 +4,7 @@ code monitoring plugins use (Nagios, Icinga, Monit, cron and healthchecks wrappe
 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; the worst finding decides, CRITICAL over WARNING over
 UNKNOWN (a tmux that did not answer says nothing about an agent that is also held). CRITICAL: an
 agent down, the ceiling's hold (automatic recovery has stopped), no fresh supervisor heartbeat
-(nobody is watching). WARNING: an operator's hold, a relaunch unwitnessed past the time its canary
+or an agent's watchdog or canary tick stuck (nobody is watching). WARNING: an operator's hold, a relaunch unwitnessed past the time its canary
 should have taken, queue items past their backstop, messages the operator has not been sent.
 UNKNOWN: the agent could not be looked at. `loom status` stays descriptive; this is for alerting.
 """
@@ -35,6 +35,7 @@ class AgentFacts:
     witness_within: float = 0.0         # how long a witness may take (boot grace and the canary's misses)
     past_backstop: int = 0              # queue items escalated to the operator, not yet witnessed
     supervised: bool | None = None      # the running daemon has its watchdog (None: it does not say)
+    stuck: tuple[tuple[str, float], ...] = ()  # its loops whose tick under way has run too long, and how long
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,19 @@ def witness_within(boot_grace: float, ack_timeout: float, misses_to_recycle: int
     """The longest a relaunch stays unwitnessed while all is well: the agent boots, the canary
     probes it and waits out its misses (after which it would recycle), plus a watchdog tick."""
     return boot_grace + misses_to_recycle * ack_timeout + watchdog_interval
+
+
+def tick_stuck_after(boot_grace: float, ack_timeout: float, resume_check: float, stop_grace: float) -> float:
+    """How long one watchdog or canary tick may run while all is well: a probe waits out its ack
+    (a booting stream-json pump's boot grace first), then a relaunch stops the agent, watches a
+    resume boot and falls back to fresh once, each store write perhaps waiting out a locked store's
+    busy time. Ten minutes more: a stuck tick is news within about a quarter of an hour, a slow one never."""
+    return boot_grace + ack_timeout + 2 * (stop_grace + resume_check) + 600.0
+
+
+def stuck(ran: dict[str, float | None], bound: float) -> tuple[tuple[str, float], ...]:
+    """The loops (by their word: watchdog, canary) whose tick under way has run longer than `bound`."""
+    return tuple((loop, seconds) for loop, seconds in ran.items() if seconds is not None and seconds > bound)
 
 
 def _age(seconds: float) -> str:
@@ -86,6 +100,11 @@ def findings(agents: list[AgentFacts], host: HostFacts) -> list[tuple[int, str]]
         if a.past_backstop:
             items = "1 queue item" if a.past_backstop == 1 else f"{a.past_backstop} queue items"
             found.append((WARNING, f"{who}: {items} past the backstop"))
+        for loop, seconds in a.stuck:
+            # The heartbeat beats on from the daemon's own loop while this one's thread is stuck
+            # (a read of /proc hung on a process in D state, say): nobody is watching the agent.
+            found.append((CRITICAL, f"{who}'s {loop} tick has run {_age(seconds)}: stuck, nobody is watching "
+                                    "it (restart loom supervise)"))
         if a.supervised is False and host.heartbeat_age is not None and host.heartbeat_age <= host.stale_after:
             # The config names it, the running daemon (which read its config at its start) does not.
             found.append((CRITICAL, f"{who} is not supervised: the running loom supervise has no watchdog for it "

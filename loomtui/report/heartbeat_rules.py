@@ -6,7 +6,8 @@ and nothing at all when the machine or its supervisor is gone (the receiver aler
 after its own grace). So a dead box is noticed off the box.
 
 Down is what the lifecycle can tell for sure: tmux said the session is gone, the pane's process
-exited, the pane has no agent process, or a relaunch stayed unwitnessed past its bound. A hold is a
+exited, the pane has no agent process, a relaunch stayed unwitnessed past its bound, or the agent's
+watchdog or canary tick has run far past any tick's time (stuck: nobody watches it). A hold is a
 failure only where the heartbeat says so (an operator's hold is usually on purpose). A look that
 could not tell (tmux did not answer, the process tree could not be walked) says neither: that beat
 is skipped, and if it lasts, the receiver's grace turns the silence into an alert.
@@ -34,6 +35,7 @@ class AgentHealth:
     name: str
     state: AgentState
     unwitnessed_for: float | None = None  # seconds since the relaunch no ack has witnessed yet
+    stuck: str = ""                       # its loops whose tick has run too long, said ("" when none)
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ def verdict(agents: list[AgentHealth], *, hold_fails: bool, unwitnessed_after: f
     (and none is down), else ok. An empty list is ok: the supervisor itself is up."""
     down, unsure = [], []
     for a in agents:
+        if a.stuck:
+            down.append(f"{a.name} {a.stuck}")  # nobody is watching it, whatever its state reads
         if a.state in DOWN:
             down.append(f"{a.name} {a.state}")
         elif a.state in HELD:

@@ -261,6 +261,14 @@ class Heartbeat:
     age: float
     pid: int | None
     loops: frozenset[str] | None = None  # the loops its writer runs (None: it does not say, an older Loom)
+    # The loops whose tick was under way at the beat, and how long it had run then (seconds).
+    busy: dict[str, float] = field(default_factory=dict)
+
+    def ran(self, loop: str) -> float | None:
+        """How long `loop`'s tick under way has run by now: as long as it had at the beat, and the
+        beat's age since (it may have ended meanwhile: the next beat says so). None: no tick under way."""
+        busy = self.busy.get(loop)
+        return None if busy is None else busy + max(0.0, self.age)
 
 
 @dataclass(frozen=True)
@@ -392,7 +400,7 @@ def gather(ctx: Context, *, events: int = 5, now: float | None = None, look: boo
         config=str(ctx.config_path) if ctx.config_path else None,
         pinned_session=session.pinned(store),
         ledger_events=ledger.count(store),
-        heartbeats={name: Heartbeat(heartbeats.age(b, at), b["pid"], _loops(b)) for name, b in beats.items()},
+        heartbeats={name: Heartbeat(heartbeats.age(b, at), b["pid"], _loops(b), _busy(b)) for name, b in beats.items()},
         last_events=ledger.tail(store, events, agent=ctx.agent) if events else [],
         outbox=outbox.summary(store, now),
         conflict=telegram_state.conflict(store),
@@ -420,6 +428,20 @@ def _loops(beat: dict[str, Any]) -> frozenset[str] | None:
     detail = beat.get("detail")
     loops = detail.get("loops") if isinstance(detail, dict) else None
     return frozenset(loops) if isinstance(loops, dict) and loops else None
+
+
+def _busy(beat: dict[str, Any]) -> dict[str, float]:
+    """The loops a beat's writer says had a tick under way, each with how long it had run."""
+    detail = beat.get("detail")
+    loops = detail.get("loops") if isinstance(detail, dict) else None
+    if not isinstance(loops, dict):
+        return {}
+    out = {}
+    for name, stats in loops.items():
+        busy = stats.get("busy_for") if isinstance(stats, dict) else None
+        if isinstance(busy, (int, float)) and not isinstance(busy, bool) and 0 <= busy < float("inf"):
+            out[str(name)] = float(busy)
+    return out
 
 
 def pushes(ctx: Context, now: float) -> dict[str, dict[str, Any]]:
