@@ -19,6 +19,7 @@ out unusable). A daemon that exits at all has failed, so the service manager res
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -316,7 +317,7 @@ async def run_service(rt: Runtime, service: Service, stop: asyncio.Event) -> Non
     while not stop.is_set():
         ctx = clone(rt.ctx)
         try:
-            await service.run(ctx, stop)
+            await on_a_loop_of_its_own(service, ctx, stop)
             failures = 0
         except asyncio.CancelledError:
             raise
@@ -324,11 +325,11 @@ async def run_service(rt: Runtime, service: Service, stop: asyncio.Event) -> Non
             failures += 1
             stats.errors += 1
             stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
-            fatal = unusable_store(ctx, exc)
+            fatal = await asyncio.to_thread(unusable_store, ctx, exc)
             if fatal:
                 give_up(rt, stop, fatal)
             else:
-                _record_error(ctx, service.name, exc)
+                await asyncio.to_thread(_record_error, ctx, service.name, exc)
         finally:
             ctx.close()
         if stop.is_set():
@@ -336,6 +337,39 @@ async def run_service(rt: Runtime, service: Service, stop: asyncio.Event) -> Non
         stats.restarts += 1
         if await sleep_or_stop(stop, backoff(failures, 2.0, MAX_LOOP_BACKOFF)):
             break
+
+
+async def on_a_loop_of_its_own(service: Service, ctx: Context, stop: asyncio.Event) -> None:
+    """`service.run` on an event loop of its own, in a thread of its own, until it returns (or
+    raises: here, in the caller). A service reads and writes the store between its awaits (the
+    Telegram sender's outbox, the poller's offset), and a store another process holds locked makes
+    each such call wait out its busy time: on the daemon's loop, that stopped every other loop's
+    scheduling, the heartbeat and the stop signal for ten seconds a call. `stop` reaches the
+    service's own loop as its own event."""
+    halted = threading.Event()
+    inner: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+
+    async def body() -> None:
+        own = asyncio.Event()
+        inner.append((asyncio.get_running_loop(), own))
+        if halted.is_set():  # the stop came before this loop was there to be told
+            own.set()
+        await service.run(ctx, own)
+
+    async def relay() -> None:
+        await stop.wait()
+        halted.set()
+        for loop, own in inner:
+            with contextlib.suppress(RuntimeError):  # its loop has ended: nothing left to tell
+                loop.call_soon_threadsafe(own.set)
+
+    relaying = asyncio.create_task(relay())
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"loom-{service.name}")
+    try:
+        await asyncio.get_running_loop().run_in_executor(worker, asyncio.run, body())
+    finally:
+        relaying.cancel()
+        worker.shutdown(wait=False)
 
 
 async def run_heartbeat(rt: Runtime, stop: asyncio.Event, period: float) -> None:

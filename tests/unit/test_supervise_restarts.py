@@ -122,3 +122,88 @@ def test_a_tick_that_ran_is_ran_when_the_locked_store_refuses_its_count(tmp_path
     finally:
         blocker.close()
         ctx.close()
+
+
+def test_telegram_waiting_out_a_locked_store_never_stops_the_daemon_s_own_loop(tmp_path):
+    """The Telegram services read and write the store between their awaits. On the daemon's loop,
+    a store another process held locked made each such call wait out its busy time there: every
+    other loop's next tick, the heartbeat and the stop signal waited with it. Each service runs on
+    a loop of its own now. Here the sender has a delivery to record while another process holds
+    the store; its busy wait is held open (the clock port's sleep, until the test lets it go), and
+    a loop on the daemon's loop ticks on all the while."""
+    import threading
+
+    from fakebot import FakeBot
+    from harness import clock_waiting_context, locked_by_another
+
+    from loomtui import clock
+    from loomtui.daemon.loops import services
+    from loomtui.daemon.supervise import run_service
+    from loomtui.store import outbox
+
+    class HeldSleep:
+        """The real clocks; a sleep (the store's busy wait) waits for the test to let it go."""
+
+        def __init__(self) -> None:
+            self.sleeping, self.go = threading.Event(), threading.Event()
+            self.gave_up = False  # the test never let it go: the daemon's loop was stuck behind it
+
+        def wall(self) -> float:
+            return clock.SYSTEM.wall()
+
+        def monotonic(self) -> float:
+            return clock.SYSTEM.monotonic()
+
+        def boot_id(self) -> str | None:
+            return clock.SYSTEM.boot_id()
+
+        def sleep(self, seconds: float) -> None:
+            self.sleeping.set()
+            if not self.go.wait(60):
+                self.gave_up = True
+                self.go.set()
+            clock.SYSTEM.sleep(min(seconds, 0.01))
+
+    token = "123456:own-loop-test-token"
+    fake = FakeBot(token).start()
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    config = tmp_path / "loom.toml"
+    config.write_text(f'[telegram]\nchat_id = 42\napi_base = "{fake.api_base}"\ntoken_file = "{token_file}"\n'
+                      'poll_interval = "50ms"\n')
+    ctx = clock_waiting_context(config, tmp_path / "state")
+    [sender] = [s for s in services(ctx) if s.name == "telegram_sender"]
+    ticks: list[int] = []
+    spec = TickLoop("counter", 0.02, lambda loop_ctx, halt: lambda: ticks.append(1))
+    rt = Runtime(ctx, [spec], [sender])
+    held = HeldSleep()
+    seen: list[int] = []
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(run_service(rt, sender, stop)), asyncio.create_task(run_tick_loop(rt, spec, stop))]
+        blocker = locked_by_another(ctx.store.path)  # before the row: Telegram takes it, its record waits
+        try:
+            while not held.sleeping.is_set():
+                await asyncio.sleep(0.02)
+            before = len(ticks)
+            while len(ticks) < before + 20:  # the sender waits in its busy wait all this time
+                await asyncio.sleep(0.02)
+            seen.append(len(ticks) - before)
+        finally:
+            blocker.close()
+            held.go.set()
+        stop.set()
+        await asyncio.gather(*tasks)
+
+    try:
+        with clock.use(held):
+            outbox.enqueue(ctx.store, "the ceiling's hold is in force")
+            asyncio.run(asyncio.wait_for(run(), 120))
+        assert not held.gave_up and seen and seen[0] >= 20
+        assert fake.texts(42) == ["the ceiling's hold is in force"]
+    finally:
+        held.go.set()
+        fake.stop()
+        ctx.close()
