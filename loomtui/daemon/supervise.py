@@ -240,7 +240,9 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 if ctx is None:
                     ctx = clone(rt.ctx, spec.agent)
                 if tick is None:
-                    tick = spec.make(ctx, rt.halt)
+                    # In the loop's thread: a make may open the store or read it (the hooks loop's
+                    # does), which waits out a locked store's busy time, never on the daemon's loop.
+                    tick = await running.run_in_executor(worker, spec.make, ctx, rt.halt)
                 run = locked(ctx, spec.loop, tick, lock_dir(ctx, spec)) if spec.loop in oneshot.LOOPS else tick
                 stats.began = began
                 result = await running.run_in_executor(worker, run)
@@ -252,11 +254,11 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 failures += 1
                 stats.errors += 1
                 stats.last_error = f"{type(exc).__name__}: {exc}"[:300]
-                fatal = unusable_store(ctx or rt.ctx, exc)
+                fatal = await asyncio.to_thread(unusable_store, ctx or rt.ctx, exc)
                 if fatal:
                     give_up(rt, stop, fatal)  # a restarted loop would only meet it again
                     break
-                _record_error(ctx or rt.ctx, spec.name, exc)
+                await asyncio.to_thread(_record_error, ctx or rt.ctx, spec.name, exc)
                 if await sleep_or_stop(stop, backoff(failures, 2.0, MAX_LOOP_BACKOFF)):
                     break
                 if ctx is not None:
