@@ -40,6 +40,7 @@ class Watchdog:
     def __init__(self, ctx: Context, driver: AgentDriver | None = None) -> None:
         self.ctx = ctx
         self.driver = driver or drivers.of(ctx)
+        self._others: dict[str, AgentDriver] = {}  # the other configured agents' drivers, by name
         self.settings = settings_from(ctx.config, has_dialogs=self.driver.has_dialogs)
         self.memory = Looks()
         self.last_foreign_scan: float | None = None
@@ -204,8 +205,14 @@ class Watchdog:
         pane_pid = self._live_pane_pid()
         if pane_pid is None or launches.relaunch_under_way(self.ctx):
             return []
+        panes = self._agents_panes(pane_pid)
+        if panes is None:
+            return []
         try:
-            ours = set(proctree.of(self.ctx).walk(pane_pid)[0])
+            # Every configured agent's tree, not only this one's: two agents running the same
+            # plugin have pollers of one pattern (each with its own token), and each agent's
+            # watchdog reaped the other's, recycled it for a missing poller, and so on to the fuse.
+            ours = {pid for pane in panes for pid in proctree.of(self.ctx).walk(pane)[0]}
         except proctree.Ambiguous:
             return []
         results = []
@@ -223,11 +230,34 @@ class Watchdog:
             return None
         return info.pane_pid if info is not None and not info.dead else None
 
+    def _agents_panes(self, pane_pid: int) -> list[int] | None:
+        """This agent's live pane and every other configured agent's (a dead or missing one has no
+        tree to spare); None when another agent's pane cannot be told (tmux did not answer): a
+        poller that may be its is no stranger's, so nothing is reaped until a look can tell."""
+        panes = [pane_pid]
+        for name in self.ctx.config.agent_names:
+            if name == self.ctx.agent:
+                continue
+            if name not in self._others:  # made once: a driver may keep a tmux control client
+                other = self.ctx.for_agent(name)
+                self._others[name] = drivers.of(other)
+                other.close()
+            try:
+                info = self._others[name].pane_info()
+            except TmuxError:
+                return None
+            if info is not None and not info.dead:
+                panes.append(info.pane_pid)
+        return panes
+
     def _confirm_foreign(self, pid: int) -> bool:
-        # Second look, just before the kill: still there, still a poller, and no ancestor is the
-        # agent's pane as it is now (a poller the agent just spawned may have been missed).
+        # Second look, just before the kill: still there, still a poller, and no ancestor is any
+        # agent's pane as it is now (a poller an agent just spawned may have been missed).
         pane_pid = self._live_pane_pid()
         if pane_pid is None:
+            return False
+        panes = self._agents_panes(pane_pid)
+        if panes is None:
             return False
         try:
             line = proctree.of(self.ctx).cmdline(pid)
@@ -236,7 +266,7 @@ class Watchdog:
             return False
         if not re.search(self.ctx.config.agent.poller_match, line):
             return False
-        return pane_pid not in ancestors
+        return not ancestors & set(panes)
 
 
 # How far the watchdog has read the pump's transcript for denials: {"ino", "offset"}.

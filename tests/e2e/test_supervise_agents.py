@@ -13,7 +13,7 @@ import time
 
 import psutil
 import pytest
-from harness import AgentsHarness, wait_for
+from harness import AgentsHarness, toml_value, wait_for
 
 from loomtui.store import heartbeats
 from loomtui.store.db import Store
@@ -116,6 +116,38 @@ def test_a_hung_agent_is_unclear_and_left_alone_while_the_other_is_recovered(two
     daemon.proc.terminate()
     assert daemon.proc.wait(30) == 0, daemon.output()
     assert two.loom("ledger", "verify").returncode == 0
+
+
+def test_two_agents_whose_pollers_share_one_pattern_never_reap_each_other(tmp_path):
+    """Two agents running the same plugin: their pollers have one pattern (each with its own token
+    in its environment). Each agent's watchdog took the other's poller for a stranger, reaped it,
+    recycled the other for its missing poller, and so on to the fuse's fresh starts."""
+    harness = AgentsHarness(tmp_path, ["alpha", "beta"], sections=FAST)
+    try:
+        shared = r"loomtui\.demo\.poller --bot bot-"  # both agents' pollers, as one plugin's would be
+        text = harness.config_path.read_text()
+        for member in harness.members.values():
+            text = text.replace(f"--bot {member.bot}\\\\b", "--bot bot-")
+        assert text.count(toml_value(shared)) == 2, text
+        harness.config_path.write_text(text)
+        for name in harness.members:
+            harness.start(name)
+        pollers = {name: wait_for(lambda m=member: m.poller_pids(), 60, what=f"agent {name}'s poller")
+                   for name, member in harness.members.items()}
+        daemon = Daemon(harness)
+        try:
+            # Many foreign scans of each agent (every second), both trees plainly seen.
+            wait_for(lambda: daemon.ticks("watchdog:alpha") >= 12 and daemon.ticks("watchdog:beta") >= 12, 90,
+                     what="a dozen watchdog ticks of each agent")
+            assert harness.events("foreign_poller_reaped") == []
+            assert [e for e in harness.events("relaunch") if e["cause"] == "poller_missing"] == []
+            assert {name: member.poller_pids() for name, member in harness.members.items()} == pollers
+            assert daemon.proc.poll() is None, daemon.output()
+        finally:
+            daemon.proc.terminate()
+            daemon.proc.wait(30)
+    finally:
+        harness.cleanup()
 
 
 STUCK = """
