@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from loomtui.agent import kill, proctree
-from loomtui.agent.ports import AgentFacts
+from loomtui.agent.ports import NOT_LIVE, AgentFacts
 from loomtui.agent.tmux import AgentPane, PaneInfo, TmuxError, TmuxGone, TmuxTimeout
 from loomtui.config import AgentConfig, Config, legacy_socket
 from loomtui.errors import LoomError
@@ -155,6 +155,9 @@ class TmuxDriver:
             raise TmuxGone("the agent's pane does not exist")
         if info.dead:
             raise TmuxGone("the agent's pane is dead (its process exited)")
+        if expect_pane_pid == NOT_LIVE:
+            raise TmuxGone("the agent's pane was not live when this was asked (dead, or tmux did not answer); "
+                           "not typed into the one there now")
         if expect_pane_pid is not None and info.pane_pid != expect_pane_pid:
             # Meant for the agent that was there when asked; this one is new and may be booting.
             raise TmuxGone("the agent was relaunched while this waited for its turn; not typed")

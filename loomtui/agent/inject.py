@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loomtui.agent import drivers, launches
-from loomtui.agent.ports import AgentDriver
+from loomtui.agent.ports import NOT_LIVE, AgentDriver
 from loomtui.agent.stream_driver import origin_of
 from loomtui.agent.tmux import TmuxError
 from loomtui.context import Context
@@ -74,6 +74,8 @@ def inject(
     # The agent as it is now: if a relaunch replaces it while we wait for inject.lock, the text
     # is not typed into the new one (it was meant for this one, and that one may be booting).
     expect = driver.pane_pid()
+    if expect is None:
+        expect = NOT_LIVE
     who = origin or origin_of(kind, source)
     typed = _typed(ctx, lambda: driver.type_line(clean, expect, origin=who, ref=ref), kind, source, info, lock_timeout)
     if not typed.error and hook_settings.wanted(ctx.config.agent):
@@ -134,6 +136,8 @@ def press(
     """Named keys (e.g. Enter to dismiss a dialog) through the same lock and ledger as text."""
     driver = driver or drivers.of(ctx)
     expect = driver.pane_pid()
+    if expect is None:
+        expect = NOT_LIVE
     typed = _typed(ctx, lambda: driver.send_keys(keys, expect), kind, source, {"keys": keys, **(detail or {})},
                    lock_timeout)
     return InjectResult(not typed.error, 0, "", typed.error, typed.event_id, unrecorded=typed.unrecorded)

@@ -33,6 +33,13 @@ class AgentFacts:
     screen: str | None = None          # the live pane's visible screen, asked with the pane (observe(with_screen=True))
 
 
+# What `type_line` and `send_keys` are told to expect when the agent had no live pane as the asker
+# looked (dead, gone, or tmux not answering): nothing is typed, whatever pane is there by the
+# time the line's turn comes (a relaunch meanwhile: the new agent, perhaps booting, is not the one
+# the line was meant for). None would skip that check, and the line went into the new agent.
+NOT_LIVE = -1
+
+
 @runtime_checkable
 class AgentDriver(Protocol):
     """The agent as its callers use it: exactly the members they call, and two capabilities.

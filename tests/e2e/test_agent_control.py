@@ -165,6 +165,31 @@ def test_a_paste_into_a_pane_that_died_types_nothing_and_the_server_lives(harnes
     assert "loom-test-buffer" not in harness.tmux("list-buffers").stdout
 
 
+def test_a_line_asked_while_the_pane_was_not_live_is_not_typed_into_the_pane_there_later(harness):
+    # The agent crashed (or tmux timed out on the one look) as the line was asked; while it waited
+    # for inject.lock the watchdog relaunched the agent, holding the lock. The line then went into
+    # the new agent as it booted (it could answer a start-up dialog): the check that the pane was
+    # the one asked of was skipped when there had been none. The driver port here answers the ask
+    # as a dead pane would; the pane there by the line's turn is the live demo agent.
+    from loomtui.agent import drivers
+
+    session_id = harness.start()
+    ctx = harness.ctx()
+    real = drivers.of(ctx)
+
+    class AskedWhileDead(type(real)):
+        def pane_pid(self) -> int | None:
+            return None
+
+    ctx.driver = AskedWhileDead(ctx.config, ctx.agent_dir)
+    result = actions.inject(ctx, "meant for the agent that died", source="test")
+    assert not result.ok and "not live when this was asked" in result.error, result
+    ctx.driver = None
+    assert actions.inject(ctx, "meant for the agent there now", source="test").ok
+    wait_for(lambda: "meant for the agent there now" in harness.transcript(session_id), what="the second line")
+    assert "meant for the agent that died" not in harness.transcript(session_id)
+
+
 def test_missing_tmux_binary_is_a_clear_error(harness):
     bare_path = os.path.dirname(sys.executable)
     for args in (["inject", "hello"], ["recycle", "--fresh"]):
