@@ -144,6 +144,12 @@ def version_of(binary: str) -> str:
     return _versions[binary]
 
 
+def start_dir(cwd: str | os.PathLike[str]) -> str:
+    """`cwd` as tmux's `-c` takes it: tmux expands formats in it (`#{session_name}`, `#S`, and
+    `#(...)`, which runs a command), so a `#` is doubled to stand for itself."""
+    return os.fspath(cwd).replace("#", "##")
+
+
 def control_mode_safe(binary: str) -> bool:
     """Whether this tmux can take a control client connecting while notifications happen."""
     if binary not in _safe:
@@ -152,10 +158,17 @@ def control_mode_safe(binary: str) -> bool:
 
 
 def version_at_least(version: str, wanted: tuple[int, int]) -> bool:
-    """`tmux -V` says `wanted` or later ("tmux 3.7", "tmux 3.7b", "tmux next-3.8"). Anything else
-    ("tmux master", "tmux openbsd-7.4") is taken as earlier."""
-    found = re.match(r"tmux (?:next-)?(\d+)\.(\d+)", version)  # not "tmux openbsd-7.4": OpenBSD's numbering
-    return found is not None and (int(found[1]), int(found[2])) >= wanted
+    """`tmux -V` says `wanted` or later ("tmux 3.7", "tmux 3.7b", "tmux next-3.8"). A development
+    build `next-X.Y` is on its way to X.Y, not there: it is taken for the release before (master
+    said `next-3.7` for months before the control client's fix went in). Anything else ("tmux
+    master", "tmux openbsd-7.4") is taken as earlier."""
+    found = re.match(r"tmux (next-)?(\d+)\.(\d+)", version)  # not "tmux openbsd-7.4": OpenBSD's numbering
+    if found is None:
+        return False
+    major, minor = int(found[2]), int(found[3])
+    if found[1]:
+        major, minor = (major, minor - 1) if minor > 0 else (major - 1, 99)
+    return (major, minor) >= wanted
 
 
 def version_has_fix(version: str) -> bool:
@@ -725,7 +738,7 @@ class AgentPane:
         if self.info() is not None:
             return False
         new = ("new-session", "-d", "-s", self.session, "-n", "agent",
-               "-x", self.width, "-y", self.height, "-c", os.fspath(cwd), "exec sleep 2147483647")
+               "-x", self.width, "-y", self.height, "-c", start_dir(cwd), "exec sleep 2147483647")
         if os.environ.get(UNIT_ENV) == UNIT_ENV_VALUE and not self.server_running():
             if not self._new_session_in_unit(new):
                 return False
@@ -779,7 +792,7 @@ class AgentPane:
         a command line `source-file -` reads: as `-e` words of a tmux process, any local user
         reading /proc/PID/cmdline while it ran read each value."""
         self._check(self.server.cmd("clear-history", target=self.target), "clear-history")
-        words = ["respawn-pane", "-k", "-t", self.target, "-c", os.fspath(cwd)]
+        words = ["respawn-pane", "-k", "-t", self.target, "-c", start_dir(cwd)]
         for key, value in env.items():
             words += ["-e", f"{key}={value}"]
         words.append(command)
