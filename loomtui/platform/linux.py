@@ -74,9 +74,18 @@ def inotify_names(data: bytes) -> tuple[set[str], bool, bool]:
     return names, lost, ended
 
 
+def has_children_files(proc: str = "/proc", pid: int | None = None) -> bool:
+    """The /proc walk reads each thread's `children` file: a kernel built without it
+    (CONFIG_PROC_CHILDREN comes with CHECKPOINT_RESTORE; Termux, some embedded kernels) has `task`
+    but no `children`, and every tree read as its root alone: the poller missing on every look (a
+    recycle each poller_grace), a stop that left the agent's children. psutil walks those."""
+    pid = os.getpid() if pid is None else pid
+    return os.path.exists(f"{proc}/{pid}/task/{pid}/children")
+
+
 class Linux:
     name = "linux"
-    proc_files = os.path.exists(f"/proc/{os.getpid()}/task")
+    proc_files = has_children_files()
 
     def boot_id(self) -> str | None:
         return _boot_id()

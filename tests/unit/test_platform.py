@@ -158,3 +158,16 @@ def test_macos_names_its_boot_by_one_scheme_in_every_process(monkeypatch, tmp_pa
     assert darwin.PLATFORM.boot_id() == "0F0E-UUID"
     fake.write_text("#!/bin/sh\nsleep 30\n")
     assert darwin.PLATFORM.boot_id() == "0F0E-UUID"  # once known, the boot's for as long as it runs
+
+
+def test_the_proc_walk_is_taken_only_where_each_thread_s_children_file_is_there(tmp_path):
+    # A kernel without CONFIG_PROC_CHILDREN has /proc/PID/task but no children files: every tree
+    # read as its root alone (the poller missing on every look, a stop that left the children).
+    from loomtui.platform.linux import Linux, has_children_files
+
+    task = tmp_path / "42" / "task" / "42"
+    task.mkdir(parents=True)
+    assert not has_children_files(str(tmp_path), 42)
+    (task / "children").write_text("")
+    assert has_children_files(str(tmp_path), 42)
+    assert Linux.proc_files == has_children_files()  # this machine's, as its platform takes it
