@@ -11,6 +11,7 @@ events from the end is caught too.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -205,8 +206,12 @@ def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = No
                     return Verdict(
                         False, count, rid, "does not follow the event before it: an event was deleted or reordered"
                     )
-                if (not isinstance(r["ts"], float | int) or not isinstance(r["detail"], str)
-                        or not isinstance(r["agent"], str)):
+                if (not isinstance(r["ts"], float | int) or not math.isfinite(r["ts"])
+                        or not isinstance(r["detail"], str) or not isinstance(r["agent"], str)
+                        or not isinstance(r["kind"], str) or not isinstance(r["source"], str)
+                        or not isinstance(r["cause"], str | None)):
+                    # A NaN time or a kind that is a number is no event Loom wrote; hashing it raised,
+                    # and verify, the tool for an edited ledger, ended in a traceback.
                     return Verdict(False, count, rid, "a field has the wrong type: edited")
                 digest = event_hash(prev_hash, rid, float(r["ts"]), r["kind"], r["source"], r["cause"], r["detail"],
                                     r["agent"])
@@ -228,11 +233,14 @@ def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = No
         if count:
             return Verdict(False, count, count, "the ledger head record is missing")
     else:
-        head = json.loads(head_value)
-        if int(head["id"]) != count or head["hash"] != prev_hash:
-            if int(head["id"]) > count:
-                return Verdict(False, count, count + 1, f"missing: the head says {head['id']} events exist: deleted")
-            return Verdict(False, count, int(head["id"]), "the ledger head does not match the last event")
+        head = _read_head(head_value)
+        if head is None:
+            return Verdict(False, count, count, "the ledger head record is unreadable: edited")
+        head_id, head_hash = head
+        if head_id != count or head_hash != prev_hash:
+            if head_id > count:
+                return Verdict(False, count, count + 1, f"missing: the head says {head_id} events exist: deleted")
+            return Verdict(False, count, head_id, "the ledger head does not match the last event")
     wanted.pop(0, None)
     if wanted:
         return Verdict(False, count, min(wanted), f"the ledger ends at event {count}, before the checkpoint of "
@@ -241,6 +249,18 @@ def verify(store: Store, batch: int = 5000, *, kept: tuple[int, str] | None = No
         return Verdict(False, count, kept[0], f"the ledger ends at event {count}, before the kept head: "
                                               "events were removed and the chain rebuilt")
     return Verdict(True, count)
+
+
+def _read_head(value: object) -> tuple[int, str] | None:
+    """The head record's (id, hash), or None when it is not one Loom wrote."""
+    try:
+        head = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    if not isinstance(head, dict) or not isinstance(head.get("hash"), str):
+        return None
+    ident = head.get("id")
+    return (ident, head["hash"]) if isinstance(ident, int) and not isinstance(ident, bool) else None
 
 
 def intact(db: sqlite3.Connection, batch: int = 5000) -> Iterator[tuple[int, str]]:

@@ -105,13 +105,26 @@ def test_edit_is_named(store, state_dir, loom):
     assert result.returncode == 1 and "event 17" in result.stderr
 
 
-@pytest.mark.parametrize("column,value", [("kind", "'forged'"), ("source", "'x'"), ("cause", "'x'"), ("ts", "ts + 1")])
+@pytest.mark.parametrize("column,value", [("kind", "'forged'"), ("source", "'x'"), ("cause", "'x'"), ("ts", "ts + 1"),
+                                          ("ts", "9e999"), ("kind", "5"), ("cause", "x'00'")])
 def test_any_field_edit_is_caught(store, state_dir, column, value):
     fill(store, 10)
     with raw(state_dir) as db:
         db.execute(f"UPDATE ledger SET {column} = {value} WHERE id = 4")
     verdict = ledger.verify(store)
     assert (verdict.ok, verdict.bad_id) == (False, 4)
+
+
+@pytest.mark.parametrize("head", ["not json", "[1, 2]", '{"id": "9", "hash": "x"}', '{"hash": "x"}', "null"])
+def test_an_unreadable_head_record_is_named_not_a_traceback(store, state_dir, loom, head):
+    # verify is the tool for an edited ledger: an edited head record ended it in a traceback.
+    fill(store, 5)
+    with raw(state_dir) as db:
+        db.execute("UPDATE meta SET value = ? WHERE key = ?", (head, ledger.HEAD_KEY))
+    verdict = ledger.verify(store)
+    assert not verdict.ok and "head record is unreadable" in verdict.reason
+    result = loom("ledger", "verify")
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
 
 
 def test_deletion_is_named(store, state_dir, loom):
