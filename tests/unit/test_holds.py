@@ -63,6 +63,33 @@ def test_the_ceilings_old_record_reads_as_a_ceiling_hold_until_released():
 def test_describe_says_who_why_and_time_left():
     hold = Hold(T0, "operator", "deploying", T0 + 1800)
     assert rules.describe(hold, T0 + 600) == "held by the operator: deploying (20m left)"
+    quota = Hold(T0, "harness", "the model's quota is spent", None, cause="rate_limit")
+    assert rules.describe(quota, T0) == "held by the harness (rate_limit): the model's quota is spent (until released)"
+    agent = Hold(T0, "operator", "a long migration", None, actor="agent")
+    assert rules.describe(agent, T0) == "held by the agent: a long migration (until released)"
+
+
+def test_the_ceilings_oldest_records_read_whole_and_write_back_as_written():
+    # The ceiling's first records had neither `by` nor `reason`: their reasons joined, or a word.
+    joined = Hold.from_record({"ts": T0, "reasons": ["6 relaunches in 1h", "fuse blown"]})
+    assert (joined.by, joined.reason) == ("ceiling", "6 relaunches in 1h; fuse blown")
+    bare = Hold.from_record({"ts": T0})
+    assert (bare.by, bare.reason, bare.since) == ("ceiling", "held at the ceiling", T0)
+    assert Hold.from_record({}).since == 0.0  # no time at all: as old as can be, never a time to come
+    # A `by` no Loom writes (a hand-edited record) reads as the ceiling's: the hold stays in force.
+    assert Hold.from_record({"ts": T0, "by": "someone"}).by == "ceiling"
+    # Written back: the ceiling's record keeps its reasons list (an older Loom reads that), an
+    # operator's has none; the clocks only where they were read.
+    ceiling = Hold(T0, "ceiling", "6 relaunches in 1h", mono=50.0, boot="b1").record()
+    assert ceiling["reasons"] == ["6 relaunches in 1h"] and (ceiling["mono"], ceiling["boot"]) == (50.0, "b1")
+    operator = Hold(T0, "operator", "deploying").record()
+    assert "reasons" not in operator and "mono" not in operator and "boot" not in operator
+
+
+def test_a_refusal_already_noted_leaves_the_hold_as_it_is():
+    hold = rules.noting(Hold(T0, "operator", "x"), "relaunch", "crash")
+    assert rules.noting(hold, "relaunch", "crash") is hold
+    assert rules.noting(hold, "nudge", "queue_item").refused == ("relaunch:crash", "nudge:queue_item")
 
 
 @pytest.fixture
