@@ -67,6 +67,7 @@ WAITING = ("canary",)  # answered while the polling goes on: it waits for the ag
 MODES = ("resume", "fresh")
 USAGE = {"canary": "", "recycle": "resume|fresh", "hold": "[30m] REASON", "release": ""}
 MAX_COMMAND_AGE = 600.0  # a /recycle typed before an outage is not acted on when the outage ends
+IGNORED_EVERY = 3600.0  # a stranger's chat in the ledger at most once an hour (its messages counted between)
 # The operator hears of a 409 Conflict once in this long, however often it comes and goes (two
 # pollers on one token take turns: each success cleared it, and each 409 after was told again).
 CONFLICT_RETELL = 6 * 3600.0
@@ -285,6 +286,7 @@ class Poller:
         self.username = username
         self.senders = cfg.senders
         self.started = clock.now()  # a later step of the wall clock is measured from here
+        self._ignored: dict[int, tuple[float, int]] = {}  # a stranger's chat: (its last record, monotonic; unrecorded since)
         self._background: set[asyncio.Task[None]] = set()  # commands answered while the polling goes on
 
     async def step(self, stop: asyncio.Event) -> float:
@@ -349,16 +351,32 @@ class Poller:
             if state.clear_conflict_in(db):
                 ledger.append_in(db, "telegram_conflict_cleared", source="telegram", ts=self.clock.time())
 
+    def _tell_ignored(self, chat_id: int | None) -> int | None:
+        """Whether a stranger's message goes in the ledger: the first from a chat, then one an hour
+        (a stranger who knows the bot's name added an event per message: the ledger grew without
+        bound). It does with the number from that chat that went unrecorded since its last (0:
+        none); None when this one is only counted."""
+        now = self.clock.monotonic()
+        key = chat_id if chat_id is not None else 0
+        last, skipped = self._ignored.get(key, (None, 0))
+        if last is not None and now - last < IGNORED_EVERY:
+            self._ignored[key] = (last, skipped + 1)
+            return None
+        self._ignored[key] = (now, 0)
+        return skipped
+
     async def handle(self, update: telegram.Update) -> None:
         msg = update.message
         chat_id = msg.chat.id if msg else None
         if msg is None or chat_id != self.cfg.chat_id:
+            told = self._tell_ignored(chat_id) if msg is not None else None
             with self.store.write() as db:
                 state.set_offset_in(db, update.update_id + 1)
-                if msg is not None:
+                if told is not None:
                     # The chat id says who tried; their text is theirs and stays out of the ledger.
                     ledger.append_in(db, "telegram_ignored", source="telegram",
-                                     detail={"chat_id": chat_id, "update_id": update.update_id})
+                                     detail={"chat_id": chat_id, "update_id": update.update_id,
+                                             **({"ignored_since": told} if told else {})})
             return
         # A command is typed, not forwarded: a forwarded `/recycle fresh` (someone else's words, passed
         # on) is plain text, relayed with the bridge on and never run.

@@ -126,6 +126,30 @@ def test_a_strangers_message_reaches_nobody_and_its_text_is_not_kept(tmp_path, s
     assert state.offset(store) == 2
 
 
+def test_a_stranger_is_in_the_ledger_once_an_hour_whatever_they_send(tmp_path, store):
+    # Each stranger's message added an event: anyone who knew the bot's name grew the ledger
+    # without bound. The first of each chat, then one an hour, saying how many went unrecorded.
+    from fake_clock import FakeClock
+
+    from loomtui import clock
+
+    other = STRANGER + 1
+    with clock.use(FakeClock(time.time(), 500.0)) as c:
+        poller = Poller(store, config(tmp_path, bridge=True).telegram, BOT, Agent(), Clock())
+        for uid in range(1, 51):
+            asyncio.run(poller.handle(update(uid, STRANGER, f"spam {uid}")))
+        asyncio.run(poller.handle(update(51, other, "hello?")))
+        c.advance(3599.0)
+        asyncio.run(poller.handle(update(52, STRANGER, "spam 52")))
+        c.advance(1.0)
+        asyncio.run(poller.handle(update(53, STRANGER, "spam 53")))
+    ignored = sorted((e for e in ledger.tail(store, 100) if e.kind == "telegram_ignored"), key=lambda e: e.id)
+    assert [e.detail for e in ignored] == [
+        {"chat_id": STRANGER, "update_id": 1}, {"chat_id": other, "update_id": 51},
+        {"chat_id": STRANGER, "update_id": 53, "ignored_since": 50}]
+    assert state.offset(store) == 54  # every one read past all the same
+
+
 def test_without_the_bridge_text_is_only_a_command_mistake(tmp_path, store):
     agent = Agent()
     handle(store, config(tmp_path, bridge=False, commands=True), agent, update(1, CHAT, "hello"))
