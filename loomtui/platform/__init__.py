@@ -44,6 +44,7 @@ class DirectoryWatch(Waitable, Protocol):
 class Platform(Protocol):
     name: str
     proc_files: bool  # /proc/<pid>/task/*/children, cmdline and stat are there to read
+    boot_from_file: bool  # boot_id() reads a file: no psutil, no process (the pump stands on the standard library)
 
     def boot_id(self) -> str | None:
         """This boot's identity (the monotonic clock is comparable within one), None if unknown."""

@@ -41,6 +41,7 @@ def _boot_session() -> str | None:
 class Darwin:
     name = "darwin"
     proc_files = False
+    boot_from_file = False
 
     def boot_id(self) -> str | None:
         session = _boot_session()

@@ -86,6 +86,7 @@ def has_children_files(proc: str = "/proc", pid: int | None = None) -> bool:
 class Linux:
     name = "linux"
     proc_files = has_children_files()
+    boot_from_file = os.path.exists(BOOT_ID)  # the boot id is a file to read (no psutil, no process)
 
     def boot_id(self) -> str | None:
         return _boot_id()

@@ -24,6 +24,7 @@ def boot_time_id() -> str | None:
 class Portable:
     name = "portable"
     proc_files = False
+    boot_from_file = False
 
     def boot_id(self) -> str | None:
         return boot_time_id()

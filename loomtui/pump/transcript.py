@@ -122,7 +122,7 @@ def _boot() -> str | None:
     """The boot, where the platform reads it from a file (/proc: Linux). The portable platform asks
     psutil, which the pump, standing on the standard library, never loads: there a record keeps no
     boot and is timed on the wall clock, as every record was before they kept both clocks."""
-    return clock.boot_id() if platform.current().proc_files else None
+    return clock.boot_id() if platform.current().boot_from_file else None
 
 
 def _number(value: Any) -> bool:

@@ -171,3 +171,8 @@ def test_the_proc_walk_is_taken_only_where_each_thread_s_children_file_is_there(
     (task / "children").write_text("")
     assert has_children_files(str(tmp_path), 42)
     assert Linux.proc_files == has_children_files()  # this machine's, as its platform takes it
+    # The pump's transcript reads the boot id from its file whatever the tree walk may use: the two
+    # were one flag, and a kernel without the children files lost every record's boot.
+    from loomtui.platform.linux import BOOT_ID
+
+    assert Linux.boot_from_file == os.path.exists(BOOT_ID)
