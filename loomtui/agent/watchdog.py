@@ -232,15 +232,30 @@ class Watchdog:
 
     def _agents_panes(self, pane_pid: int) -> list[int] | None:
         """This agent's live pane and every other configured agent's (a dead or missing one has no
-        tree to spare); None when another agent's pane cannot be told (tmux did not answer): a
-        poller that may be its is no stranger's, so nothing is reaped until a look can tell."""
+        tree to spare); None when another agent's pane cannot be told: a poller that may be its is
+        no stranger's, so nothing is reaped until a look can tell.
+
+        Another agent's pane is the one its last launch recorded while that process still runs as
+        recorded (no tmux call: its tmux server may hang, and this agent's tick must not wait on
+        it); else tmux is asked, as for an agent started before Loom recorded its processes."""
         panes = [pane_pid]
         for name in self.ctx.config.agent_names:
             if name == self.ctx.agent:
                 continue
-            if name not in self._others:  # made once: a driver may keep a tmux control client
-                other = self.ctx.for_agent(name)
-                self._others[name] = drivers.of(other)
+            other = self.ctx.for_agent(name)
+            try:
+                if other.driver is None and self.ctx.driver is not None:
+                    # This agent's driver port was filled in (the simulator's world, a test): its
+                    # world holds this agent alone, and the machine's tmux is none of its business.
+                    continue
+                recorded = launches.recorded_processes(other)
+                if recorded is not None and proctree.of(self.ctx).alive_as(recorded.get("pane_pid"),
+                                                                            recorded.get("pane_started")):
+                    panes.append(int(recorded["pane_pid"]))
+                    continue
+                if name not in self._others:  # made once: a driver may keep a tmux control client
+                    self._others[name] = drivers.of(other)
+            finally:
                 other.close()
             try:
                 info = self._others[name].pane_info()

@@ -142,8 +142,18 @@ def test_two_agents_whose_pollers_share_one_pattern_never_reap_each_other(tmp_pa
             assert harness.events("foreign_poller_reaped") == []
             assert [e for e in harness.events("relaunch") if e["cause"] == "poller_missing"] == []
             assert {name: member.poller_pids() for name, member in harness.members.items()} == pollers
+            # Beta's tmux server hangs: alpha's scan takes beta's pane from its launch's record (a
+            # tmux call would wait, then leave every stranger alone), and still reaps a stranger.
+            harness.stop_server("beta")
+            assert harness.loom("inject", "--agent", "alpha", "/foreign-poller").returncode == 0
+            reaped = wait_for(lambda: harness.events("foreign_poller_reaped"), 60, what="the stranger reaped")
+            assert {e["agent"] for e in reaped} == {"alpha"}
+            assert reaped[0]["detail"]["pid"] not in {pid for pids in pollers.values() for pid in pids}
+            harness.resume_servers()
+            assert {name: member.poller_pids() for name, member in harness.members.items()} == pollers
             assert daemon.proc.poll() is None, daemon.output()
         finally:
+            harness.resume_servers()
             daemon.proc.terminate()
             daemon.proc.wait(30)
     finally:

@@ -394,3 +394,24 @@ def test_the_booting_check_counts_the_grace_from_the_record_loom_put_back_after_
     assert checker.recorded_launch == 100.0 and not checker.booting(slow, 100.0 + grace)
     checker.on_launch_failed(None)       # no record at all: the last one stays
     assert checker.recorded_launch == 100.0
+
+
+def test_a_config_of_several_agents_is_simulated_without_the_machine_s_tmux(monkeypatch):
+    # The foreign-poller scan looks at every configured agent's pane; in the simulator only the
+    # simulated agent's driver is the world's, and the others were asked of the machine's own
+    # tmux (a host's real agent then steered the run, or no tmux left every stranger unreaped).
+    from loomtui.agent.driver import TmuxDriver
+    from loomtui.config import parse_config
+
+    asked: list[str] = []
+
+    def machine_tmux(self):
+        asked.append(self.agent.session)
+        return None
+
+    monkeypatch.setattr(TmuxDriver, "pane_info", machine_tmux)
+    config = parse_config({"agents": [{"name": "main", "poller_match": "telegram-poller"},
+                                      {"name": "research", "poller_match": "telegram-poller"}]}, "c.toml", None)
+    report = simulate(1, 0.3, "storm", config)
+    assert asked == [] and report["violation"] is None
+    assert report["foreign_pollers_reaped"] > 0
