@@ -52,6 +52,7 @@ def _verdict(args: argparse.Namespace) -> tuple[int, str]:
             escalated[item.agent] = escalated.get(item.agent, 0) + 1
     beat = statuses[0].supervisor  # the host's: every agent's status has the same
     running = beat.loops if beat is not None else None  # None: an older daemon says nothing
+    host_stale = rules.supervisor_stale_after(config.watchdog.interval)
     agents = []
     for s in statuses:
         view = config.for_agent(s.name)
@@ -65,14 +66,14 @@ def _verdict(args: argparse.Namespace) -> tuple[int, str]:
                                                 view.canary.misses_to_recycle, view.watchdog.interval),
             past_backstop=escalated.get(s.name, 0),
             supervised=None if running is None else loop_name("watchdog", s.name) in running,
-            stuck=rules.stuck({loop: beat.ran(loop_name(loop, s.name)) if beat is not None else None
+            stuck=rules.stuck({loop: beat.ran(loop_name(loop, s.name), host_stale) if beat is not None else None
                                for loop in ("watchdog", "canary")},
                               rules.tick_stuck_after(view.agent.boot_grace, view.canary.ack_timeout,
                                                      view.agent.resume_check, view.agent.stop_grace))))
     box = statuses[0].outbox
     host = rules.HostFacts(
         heartbeat_age=beat.age if beat is not None else None,
-        stale_after=rules.supervisor_stale_after(config.watchdog.interval),
+        stale_after=host_stale,
         telegram_on=bool(config.telegram.chat_id), pending=box["pending"],
         oldest_pending_age=box["oldest_pending_age"], failed=box["failed"])
     return rules.verdict(agents, host)

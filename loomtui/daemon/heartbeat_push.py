@@ -56,7 +56,8 @@ def _stuck(s: status_mod.Status, config: Config | None) -> str:
     if beat is None or config is None:
         return ""
     view = config.for_agent(s.name)
-    found = check_rules.stuck({loop: beat.ran(oneshot.loop_name(loop, s.name)) for loop in ("watchdog", "canary")},
+    fresh = check_rules.supervisor_stale_after(config.watchdog.interval)
+    found = check_rules.stuck({loop: beat.ran(oneshot.loop_name(loop, s.name), fresh) for loop in ("watchdog", "canary")},
                               check_rules.tick_stuck_after(view.agent.boot_grace, view.canary.ack_timeout,
                                                            view.agent.resume_check, view.agent.stop_grace))
     return "; ".join(f"{loop} tick stuck for {int(seconds)}s" for loop, seconds in found)

@@ -44,6 +44,9 @@ log = logging.getLogger("loom.supervise")
 
 HEARTBEAT = "supervisor"
 MAX_LOOP_BACKOFF = 60.0
+# How long a service still at work when the daemon's wait for its loops ran out (30 s) is given
+# before its store is closed under it: 30 + 30 s, well inside systemd's 90 s stop timeout.
+SERVICE_GRACE = 30.0
 FATAL_HEARTBEAT_FAILURES = 3
 
 
@@ -237,6 +240,7 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
             planned = None
             status = "ok"
             try:
+                stats.began = began  # a make that hangs is a tick under way too
                 if ctx is None:
                     ctx = clone(rt.ctx, spec.agent)
                 if tick is None:
@@ -244,7 +248,6 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                     # does), which waits out a locked store's busy time, never on the daemon's loop.
                     tick = await running.run_in_executor(worker, spec.make, ctx, rt.halt)
                 run = locked(ctx, spec.loop, tick, lock_dir(ctx, spec)) if spec.loop in oneshot.LOOPS else tick
-                stats.began = began
                 result = await running.run_in_executor(worker, run)
                 if result is BUSY:
                     status = "busy"  # a `loom tick` of this loop (cron, a timer) is running: it acts, we don't
@@ -367,8 +370,20 @@ async def on_a_loop_of_its_own(service: Service, ctx: Context, stop: asyncio.Eve
 
     relaying = asyncio.create_task(relay())
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"loom-{service.name}")
+    running = asyncio.get_running_loop().run_in_executor(worker, asyncio.run, body())
     try:
-        await asyncio.get_running_loop().run_in_executor(worker, asyncio.run, body())
+        await asyncio.shield(running)
+    except asyncio.CancelledError:
+        # The daemon stops and its wait for the loops ran out: the service was told to stop, and
+        # its thread may still be inside a command (a relaunch from Telegram). Its store is closed
+        # and the stop recorded only once it is done, or after a grace more.
+        halted.set()
+        for loop, own in inner:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(own.set)
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(running), SERVICE_GRACE)
+        raise
     finally:
         relaying.cancel()
         worker.shutdown(wait=False)

@@ -264,11 +264,15 @@ class Heartbeat:
     # The loops whose tick was under way at the beat, and how long it had run then (seconds).
     busy: dict[str, float] = field(default_factory=dict)
 
-    def ran(self, loop: str) -> float | None:
+    def ran(self, loop: str, stale_after: float) -> float | None:
         """How long `loop`'s tick under way has run by now: as long as it had at the beat, and the
-        beat's age since (it may have ended meanwhile: the next beat says so). None: no tick under way."""
+        beat's age since (it may have ended meanwhile: the next beat says so). None: no tick under
+        way, or a beat older than `stale_after` (a daemon gone, or one whose beats a locked store
+        refuses): what it said of its ticks then is no word on them now."""
         busy = self.busy.get(loop)
-        return None if busy is None else busy + max(0.0, self.age)
+        if busy is None or not 0.0 <= self.age <= stale_after:
+            return None
+        return busy + self.age
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from loomtui import clock
 from loomtui.context import Context
 from loomtui.daemon.heartbeat_push import health
 from loomtui.daemon.supervise import HEARTBEAT, Runtime, TickLoop, run_heartbeat, run_tick_loop
@@ -49,7 +50,7 @@ def test_the_heartbeat_says_how_long_the_tick_under_way_has_run_and_nothing_betw
                 seen["busy"].append(value)
             await asyncio.sleep(0.05)
         status = await asyncio.to_thread(lambda: status_mod.gather(ctx, events=0))
-        seen["ran"] = [status.supervisor.ran("watchdog") if status.supervisor else None]
+        seen["ran"] = [status.supervisor.ran("watchdog", 15.0) if status.supervisor else None]
         release.set()
         while len(ticks) < 4:
             await asyncio.sleep(0.02)
@@ -97,6 +98,17 @@ def test_loom_check_calls_a_watchdog_tick_past_any_tick_s_time_stuck(tmp_path, l
         ctx.close()
 
 
+def test_a_daemon_gone_mid_tick_is_no_heartbeat_not_a_stuck_tick(tmp_path, loom, state_dir):
+    ctx = Context.load(None, str(state_dir), environ={})
+    try:
+        heartbeats.beat(ctx.store, HEARTBEAT, {"pid": 1, "loops": {"watchdog": {"busy_for": 5000.0}}},
+                        now=clock.wall() - 3600)
+        line = loom("check").stdout
+        assert "heartbeat" in line and "stuck" not in line, line
+    finally:
+        ctx.close()
+
+
 def test_the_bound_is_a_probe_and_two_relaunches_and_ten_minutes():
     bound = check_rules.tick_stuck_after(90, 180, 5, 3)
     assert bound == 90 + 180 + 2 * (3 + 5) + 600
@@ -114,5 +126,9 @@ def test_a_hostile_or_old_beat_says_no_tick_under_way():
                    {"loops": {"watchdog": {"busy_for": float("inf")}}}):
         assert status_mod._busy({"detail": detail}) == {}, detail
     assert status_mod._busy({"detail": {"loops": {"watchdog": {"busy_for": 7}}}}) == {"watchdog": 7.0}
-    assert status_mod.Heartbeat(3.0, 1, None, {"watchdog": 7.0}).ran("watchdog") == 10.0
-    assert status_mod.Heartbeat(3.0, 1).ran("watchdog") is None
+    assert status_mod.Heartbeat(3.0, 1, None, {"watchdog": 7.0}).ran("watchdog", 15.0) == 10.0
+    assert status_mod.Heartbeat(3.0, 1).ran("watchdog", 15.0) is None
+    # A beat no longer fresh (the daemon gone mid-tick, or its beats refused by a locked store)
+    # says nothing of a tick now: "no heartbeat" is the news, never a tick stuck for hours.
+    assert status_mod.Heartbeat(16.0, 1, None, {"watchdog": 7.0}).ran("watchdog", 15.0) is None
+    assert status_mod.Heartbeat(-20.0, 1, None, {"watchdog": 7.0}).ran("watchdog", 15.0) is None

@@ -207,3 +207,45 @@ def test_telegram_waiting_out_a_locked_store_never_stops_the_daemon_s_own_loop(t
         held.go.set()
         fake.stop()
         ctx.close()
+
+
+def test_a_service_still_at_work_when_the_daemon_stops_finishes_before_its_store_closes(tmp_path):
+    """The daemon's wait for its loops ran out (30 s) and cancelled the service's task: the task
+    returned at once while the service's own thread was still inside a command, and its store was
+    closed under it, the stop recorded and the daemon's lock let go while it acted. The task now
+    ends once the service is done (or after a grace)."""
+    import threading
+
+    from loomtui.daemon.supervise import Service, on_a_loop_of_its_own
+
+    ctx = Context.load(None, str(tmp_path / "state"), environ={})
+    inside, finish = threading.Event(), threading.Event()
+    done: list[str] = []
+
+    async def busy(loop_ctx: Context, stop: asyncio.Event) -> None:
+        await asyncio.to_thread(inside.set)
+        await asyncio.to_thread(finish.wait, 120)  # a command that takes a while, deaf to the stop
+        done.append("done")
+
+    async def run() -> list[str]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(on_a_loop_of_its_own(Service("busy", busy), ctx, stop))
+        while not inside.is_set():
+            await asyncio.sleep(0.01)
+        stop.set()
+        task.cancel()
+        for _ in range(20):
+            await asyncio.sleep(0.01)  # the cancelled task waits for the service
+        seen = ["waiting" if not task.done() else "ended"]
+        finish.set()
+        try:
+            await task
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+        return seen + done
+
+    try:
+        assert asyncio.run(asyncio.wait_for(run(), 120)) == ["waiting", "cancelled", "done"]
+    finally:
+        finish.set()
+        ctx.close()
