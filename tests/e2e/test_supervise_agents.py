@@ -134,23 +134,33 @@ def test_two_agents_whose_pollers_share_one_pattern_never_reap_each_other(tmp_pa
             harness.start(name)
         pollers = {name: wait_for(lambda m=member: m.poller_pids(), 60, what=f"agent {name}'s poller")
                    for name, member in harness.members.items()}
+        started = {e["id"] for e in harness.events("relaunch")}
         daemon = Daemon(harness)
         try:
             # Many foreign scans of each agent (every second), both trees plainly seen.
             wait_for(lambda: daemon.ticks("watchdog:alpha") >= 12 and daemon.ticks("watchdog:beta") >= 12, 90,
                      what="a dozen watchdog ticks of each agent")
-            assert harness.events("foreign_poller_reaped") == []
-            assert [e for e in harness.events("relaunch") if e["cause"] == "poller_missing"] == []
-            assert {name: member.poller_pids() for name, member in harness.members.items()} == pollers
+            relaunches = [e for e in harness.events("relaunch") if e["id"] not in started]
+            assert [e for e in relaunches if e["cause"] == "poller_missing"] == [], relaunches
+            # No agent's live poller reaped. (On a loaded machine an agent may be relaunched for
+            # another cause: its old poller, left behind a moment, is a stranger and may be reaped.)
+            relaunched = {e["agent"] for e in relaunches}
+            kept = {pid for name, pids in pollers.items() if name not in relaunched for pid in pids}
+            reaped = [e for e in harness.events("foreign_poller_reaped") if e["detail"]["pid"] in kept]
+            assert reaped == [], (reaped, relaunches)
+            for name, member in harness.members.items():
+                if name not in relaunched:
+                    assert member.poller_pids() == pollers[name], name
+            pollers = {name: member.poller_pids() for name, member in harness.members.items()}
+            before = len(harness.events("foreign_poller_reaped"))
             # Beta's tmux server hangs: alpha's scan takes beta's pane from its launch's record (a
             # tmux call would wait, then leave every stranger alone), and still reaps a stranger.
             harness.stop_server("beta")
             assert harness.loom("inject", "--agent", "alpha", "/foreign-poller").returncode == 0
-            reaped = wait_for(lambda: harness.events("foreign_poller_reaped"), 60, what="the stranger reaped")
+            reaped = wait_for(lambda: harness.events("foreign_poller_reaped")[before:], 60, what="the stranger reaped")
             assert {e["agent"] for e in reaped} == {"alpha"}
             assert reaped[0]["detail"]["pid"] not in {pid for pids in pollers.values() for pid in pids}
             harness.resume_servers()
-            assert {name: member.poller_pids() for name, member in harness.members.items()} == pollers
             assert daemon.proc.poll() is None, daemon.output()
         finally:
             harness.resume_servers()
