@@ -124,10 +124,13 @@ def test_two_agents_whose_pollers_share_one_pattern_never_reap_each_other(tmp_pa
     recycled the other for its missing poller, and so on to the fuse's fresh starts."""
     harness = AgentsHarness(tmp_path, ["alpha", "beta"], sections=FAST)
     try:
-        shared = r"loomtui\.demo\.poller --bot bot-"  # both agents' pollers, as one plugin's would be
+        # Both agents' pollers, as one plugin's would be; no other test's (a pattern that matched
+        # every demo poller on the machine had this daemon reap another test's, rightly).
+        bots = "|".join(member.bot for member in harness.members.values())
+        shared = rf"loomtui\.demo\.poller --bot ({bots})\b"
         text = harness.config_path.read_text()
         for member in harness.members.values():
-            text = text.replace(f"--bot {member.bot}\\\\b", "--bot bot-")
+            text = text.replace(toml_value(rf"loomtui\.demo\.poller --bot {member.bot}\b"), toml_value(shared))
         assert text.count(toml_value(shared)) == 2, text
         harness.config_path.write_text(text)
         for name in harness.members:
