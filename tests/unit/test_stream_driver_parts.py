@@ -405,3 +405,21 @@ def test_the_demo_takes_the_driver_from_its_caller_and_refuses_an_unknown_one(tm
     assert Demo.for_this_install().driver == "tmux"
     with pytest.raises(LoomError, match="LOOM_DEMO_DRIVER"):
         Demo(tmp_path / "other", driver="screen")
+
+
+def test_the_boot_verdict_says_why_in_words_the_ledger_keeps():
+    # The why goes into the relaunch's `resume_failed` or `launch_died` event and to the operator.
+    from loomtui.agent.watchdog_rules import FAILED, READY, WAIT, BootLook, stream_boot_verdict
+
+    def said(look: BootLook, resume: bool = True) -> tuple[str, str]:
+        return stream_boot_verdict(look, resume=resume, resume_check=5.0)
+
+    assert said(BootLook(1.0, exited=True, exit_status=3)) == (FAILED, "the CLI exited during the resume check (status 3)")
+    assert said(BootLook(1.0, exited=True), resume=False) == (FAILED, "the CLI exited during the launch check (status None)")
+    assert said(BootLook(1.0, screen_failed=True)) == (FAILED, "the pane shows the resume failure")
+    assert said(BootLook(1.0, first_result_error=True)) == (
+        FAILED, "the CLI answered with an error result before any turn succeeded")
+    assert said(BootLook(1.0, first_result_error=False)) == (READY, "a turn succeeded")
+    assert said(BootLook(1.0, init_seen=True, pump_up=True)) == (READY, "init came and nothing is pending")
+    assert said(BootLook(1.0, init_seen=True, pump_up=True, busy=True)) == (WAIT, "")
+    assert said(BootLook(5.0)) == (READY, "the check passed")
