@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _verdict(args: argparse.Namespace) -> tuple[int, str]:
     from loomtui.report import check_rules as rules
-    from loomtui.daemon.oneshot import loop_name
+    from loomtui.daemon.oneshot import loop_name, stuck_ticks
     from loomtui.report import status as status_mod
     from loomtui.sentinel import queue
 
@@ -66,10 +66,7 @@ def _verdict(args: argparse.Namespace) -> tuple[int, str]:
                                                 view.canary.misses_to_recycle, view.watchdog.interval),
             past_backstop=escalated.get(s.name, 0),
             supervised=None if running is None else loop_name("watchdog", s.name) in running,
-            stuck=rules.stuck({loop: beat.ran(loop_name(loop, s.name), host_stale) if beat is not None else None
-                               for loop in ("watchdog", "canary")},
-                              rules.tick_stuck_after(view.agent.boot_grace, view.canary.ack_timeout,
-                                                     view.agent.resume_check, view.agent.stop_grace))))
+            stuck=stuck_ticks(beat, config, s.name)))
     box = statuses[0].outbox
     host = rules.HostFacts(
         heartbeat_age=beat.age if beat is not None else None,

@@ -24,7 +24,6 @@ from loomtui import clock
 from loomtui.config import Config, HeartbeatConfig, is_loopback
 from loomtui.context import Context
 from loomtui.daemon import oneshot
-from loomtui.report import check_rules
 from loomtui.report import heartbeat_rules as rules
 from loomtui.report import status as status_mod
 from loomtui.store import counters, heartbeat_pushes
@@ -52,14 +51,7 @@ def health(statuses: list[status_mod.Status], now: float, config: Config | None 
 
 def _stuck(s: status_mod.Status, config: Config | None) -> str:
     """The agent's loops whose tick under way has run too long (`loom check`'s rule), said."""
-    beat = s.supervisor
-    if beat is None or config is None:
-        return ""
-    view = config.for_agent(s.name)
-    fresh = check_rules.supervisor_stale_after(config.watchdog.interval)
-    found = check_rules.stuck({loop: beat.ran(oneshot.loop_name(loop, s.name), fresh) for loop in ("watchdog", "canary")},
-                              check_rules.tick_stuck_after(view.agent.boot_grace, view.canary.ack_timeout,
-                                                           view.agent.resume_check, view.agent.stop_grace))
+    found = oneshot.stuck_ticks(s.supervisor, config, s.name) if config is not None else ()
     return "; ".join(f"{loop} tick stuck for {int(seconds)}s" for loop, seconds in found)
 
 

@@ -19,12 +19,17 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loomtui.context import Context
 from loomtui.errors import LockHeld, StoreUnavailable
 from loomtui.store import counters, health, ledger, locks
+from loomtui.report import check_rules
 from loomtui.store.db import DB_NAME
+
+if TYPE_CHECKING:
+    from loomtui.config import Config
+    from loomtui.report.status import Heartbeat
 
 log = logging.getLogger("loom.tick")
 
@@ -89,6 +94,19 @@ def loop_name(loop: str, agent: str | None) -> str:
     """A loop's name in logs, heartbeats and loop_error events: `watchdog:beta` for agent beta;
     `main`'s loops keep their names from before there were several agents (as its meta keys do)."""
     return loop if agent in (None, "main") else f"{loop}:{agent}"
+
+
+def stuck_ticks(beat: Heartbeat | None, config: Config, agent: str) -> tuple[tuple[str, float], ...]:
+    """`agent`'s watchdog and canary loops whose tick under way, as the supervisor's last fresh
+    beat tells it, has run longer than any tick may (report/check_rules.py): `loom check`'s and the
+    push heartbeats' one reading."""
+    if beat is None:
+        return ()
+    view = config.for_agent(agent)
+    fresh = check_rules.supervisor_stale_after(config.watchdog.interval)
+    return check_rules.stuck({loop: beat.ran(loop_name(loop, agent), fresh) for loop in ("watchdog", "canary")},
+                             check_rules.tick_stuck_after(view.agent.boot_grace, view.canary.ack_timeout,
+                                                          view.agent.resume_check, view.agent.stop_grace))
 
 
 def tick_once(ctx: Context, loop: str, *, source: str = "cron") -> TickOutcome:

@@ -361,12 +361,15 @@ async def on_a_loop_of_its_own(service: Service, ctx: Context, stop: asyncio.Eve
             own.set()
         await service.run(ctx, own)
 
-    async def relay() -> None:
-        await stop.wait()
+    def tell_stop() -> None:
         halted.set()
         for loop, own in inner:
             with contextlib.suppress(RuntimeError):  # its loop has ended: nothing left to tell
                 loop.call_soon_threadsafe(own.set)
+
+    async def relay() -> None:
+        await stop.wait()
+        tell_stop()
 
     relaying = asyncio.create_task(relay())
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"loom-{service.name}")
@@ -377,10 +380,7 @@ async def on_a_loop_of_its_own(service: Service, ctx: Context, stop: asyncio.Eve
         # The daemon stops and its wait for the loops ran out: the service was told to stop, and
         # its thread may still be inside a command (a relaunch from Telegram). Its store is closed
         # and the stop recorded only once it is done, or after a grace more.
-        halted.set()
-        for loop, own in inner:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(own.set)
+        tell_stop()
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await asyncio.wait_for(asyncio.shield(running), SERVICE_GRACE)
         raise
