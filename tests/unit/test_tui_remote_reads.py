@@ -293,7 +293,6 @@ def test_a_queue_that_could_not_be_read_is_never_shown_as_empty():
     # empty" and the plot "nothing waits" in green, while the header said "queue 3".
     import asyncio
 
-    from textual.app import App
     from textual.widgets import Static
 
     from loomtui.tui.plots import queue_title
@@ -303,12 +302,8 @@ def test_a_queue_that_could_not_be_read_is_never_shown_as_empty():
     assert "not read: " + why in queue_title([], why).plain and "nothing waits" not in queue_title([], why).plain
     assert "nothing waits" in queue_title([]).plain
 
-    class Panel(App):
-        def compose(self):
-            yield QueuePanel()
-
     async def run() -> None:
-        app = Panel()
+        app = queue_app()
         async with app.run_test(size=(80, 24)) as pilot:
             panel = app.query_one(QueuePanel)
             panel.show([], why)
@@ -328,7 +323,6 @@ def test_a_host_that_sends_one_id_twice_or_json_nested_too_deep_never_ends_the_c
     # ValueError: `loom hosts` ended for every host.
     import asyncio
 
-    from textual.app import App
     from textual.widgets import DataTable
 
     from loomtui.hosts import gather, ledger_view, ssh, view
@@ -337,12 +331,8 @@ def test_a_host_that_sends_one_id_twice_or_json_nested_too_deep_never_ends_the_c
     twice = remote_reads.parse_queue(json.dumps({"items": [ITEM, {**ITEM, "job": "other"}]}))
     assert [i.id for i in twice] == [4, 4]
 
-    class Panel(App):
-        def compose(self):
-            yield QueuePanel()
-
     async def run() -> None:
-        app = Panel()
+        app = queue_app()
         async with app.run_test(size=(80, 24)) as pilot:
             app.query_one(QueuePanel).show(twice)
             await pilot.pause()
@@ -358,3 +348,16 @@ def test_a_host_that_sends_one_id_twice_or_json_nested_too_deep_never_ends_the_c
             parse(deep)
     shown = gather.host_view(None, ssh.Reply("b", 0, deep, ""), 0.0)
     assert shown.error.startswith("not the status JSON expected")
+
+
+def queue_app():
+    """An App holding the queue panel alone (Textual imported here, as the tests above do)."""
+    from textual.app import App
+
+    from loomtui.tui.queue_panel import QueuePanel
+
+    class Panel(App):
+        def compose(self):
+            yield QueuePanel()
+
+    return Panel()
