@@ -24,6 +24,7 @@ from loomtui.canary.runs import (
     ERROR,
     INJECT_FAILED,
     MISS,
+    NEVER_TYPED,
     OK,
     PENDING,
     SKIPPED,
@@ -36,6 +37,7 @@ from loomtui.canary.runs import (
     probe_from,
     settle_run,
     settle_stale,
+    typed,
 )
 from loomtui.context import Context
 from loomtui.errors import LoomError
@@ -61,6 +63,11 @@ def probe(ctx: Context, send: Send, *, source: str, join: bool = True,
         # Only a probe typed into this launch's agent is worth joining: one typed before the
         # last relaunch went to an agent that is gone, and its miss says nothing about this one.
         pending = canary_runs.last_of_launch(ctx.store, ctx.agent, PENDING, launch_seq(ctx))
+        if pending is not None and not typed(ctx, pending["id"]):
+            # Its prober held this lock from the run's record to its typing, and let go: it went
+            # away before typing it. Waiting on it would wait for an ack no agent was asked for.
+            settle_run(ctx, pending["id"], ERROR, why=NEVER_TYPED)
+            pending = None
         if pending is None or not join:
             run = _send(ctx, send, source, ack_timeout)
         else:

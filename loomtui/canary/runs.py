@@ -40,6 +40,7 @@ from loomtui.store import canary_runs, ledger, session
 
 CANARY_LOCK = "canary.lock"
 SETTLE_SLACK = 5.0
+NEVER_TYPED = "never typed: its prober went away before typing it"
 ACK_FILE_MAX_AGE = 86400.0
 
 
@@ -230,10 +231,25 @@ def settle_stale(ctx: Context, now: Instant | float | None = None) -> int:
         elif acked is not None:
             settled += settle_run(ctx, row["id"], MISS, ack_at=acked,
                                   why=f"acked {acked - row['deadline']:.1f}s after the deadline (prober went away)")
-        else:
+        elif typed(ctx, row["id"]):
             settled += settle_run(ctx, row["id"], MISS, why="no ack before the deadline (prober went away)")
+        else:
+            settled += settle_run(ctx, row["id"], ERROR, why=NEVER_TYPED)
         forget_ack(path)
     return settled
+
+
+def typed(ctx: Context, run_id: int) -> bool:
+    """Whether run `run_id`'s probe was typed: its canary_sent event says so. A prober that died
+    after recording its run and before typing it (killed while it waited for inject.lock or a slow
+    paste) left a run that no agent was ever asked to ack: no miss, or two such deaths would
+    recycle a healthy agent."""
+    row = ledger.canary_sent(ctx.store, ctx.agent, run_id)
+    try:
+        detail = json.loads(row[0]) if row is not None else None
+    except (TypeError, ValueError):
+        return False
+    return isinstance(detail, dict) and detail.get("ok") is True
 
 
 def sweep_acks(ctx: Context, now: float | None = None) -> None:

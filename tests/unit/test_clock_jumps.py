@@ -33,6 +33,7 @@ from loomtui.sentinel import queue, schedule
 from loomtui.sentinel.queue_rules import CLAIMED, Escalate, Item, JobRun, decide, review
 from loomtui.sentinel.tick import sentinel_tick
 from loomtui.store import canary_runs as store_runs
+from loomtui.store import ledger
 from loomtui.store.db import Store
 from loomtui.telegram.clock import Clock, command_age
 from loomtui.telegram.commands import MAX_COMMAND_AGE, Poller
@@ -98,7 +99,8 @@ def test_a_recorded_probe_keeps_both_clocks_and_the_next_is_an_interval_away_aft
 @STEPS
 def test_a_dead_probers_probe_is_settled_after_its_timeout_whatever_the_wall_clock_says(ctx, step):
     sent = Instant(W, M, BOOT)
-    canary_runs.insert_run(ctx, "n-orphan", "canary", PENDING, W, W + 180, sent=sent)
+    run = canary_runs.insert_run(ctx, "n-orphan", "canary", PENDING, W, W + 180, sent=sent)
+    ledger.append(ctx.store, "canary_sent", source="canary", detail={"run": run, "ok": True})  # it was typed
     assert canary_runs.settle_stale(ctx, later(100, step)) == 0  # before its deadline: still in flight
     assert canary_runs.settle_stale(ctx, later(180 + canary_runs.SETTLE_SLACK, step)) == 1
     assert canary_runs.last_probe(ctx).result == canary_rules.MISS
@@ -148,8 +150,9 @@ def test_a_probe_left_pending_by_another_boot_is_settled_at_once_whatever_its_da
     # The daemon stopped with a probe in flight; the machine came back with its clock six hours
     # behind the send. By wall time its deadline never passed: pending, it held every scheduled
     # probe off (canary.loop's `pending`) as long as the clock stayed behind.
-    canary_runs.insert_run(ctx, "n-before-reboot", "canary", PENDING, W + 6 * 3600, W + 6 * 3600 + 180,
-                           sent=Instant(W + 6 * 3600, M, BOOT))
+    run = canary_runs.insert_run(ctx, "n-before-reboot", "canary", PENDING, W + 6 * 3600, W + 6 * 3600 + 180,
+                                 sent=Instant(W + 6 * 3600, M, BOOT))
+    ledger.append(ctx.store, "canary_sent", source="canary", detail={"run": run, "ok": True})  # it was typed
     assert canary_runs.settle_stale(ctx, Instant(W, 12.0, OTHER_BOOT)) == 1
     assert canary_runs.last_probe(ctx).result == canary_rules.MISS
     assert not store_runs.any_with_result(ctx.store, ctx.agent, canary_rules.PENDING)

@@ -8,6 +8,9 @@ tests/e2e/test_stream_driver.py."""
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 import pytest
 
 from fake_clock import FakeClock
@@ -122,3 +125,45 @@ def test_a_relaunch_begun_while_the_probe_s_record_waited_for_the_store_skips_th
             held.release()
         blocker.close()
         ctx.close()
+
+
+def test_a_probe_its_prober_never_typed_is_no_miss_however_often_it_happens(ctx, fixed_clock):
+    """A prober killed after recording its run and before typing it (the daemon's SIGKILL while it
+    waited for inject.lock or a slow paste) leaves a pending run no agent was asked to ack. Settled
+    later, it is an error (ours), never a miss: two such deaths recycled a healthy agent."""
+    for n in range(2):
+        now = clock.now()
+        runs.insert_run(ctx, f"n-untyped-{n}", "canary", runs.PENDING, now.wall, now.wall + 2)
+        fixed_clock.advance(2 + runs.SETTLE_SLACK)
+        assert runs.settle_stale(ctx) == 1
+    rows = ctx.store.query("SELECT result, why FROM canary_runs ORDER BY id")
+    assert [(r["result"], r["why"]) for r in rows] == [("error", runs.NEVER_TYPED)] * 2
+    assert not CanaryLoop(ctx, driver=Typing(TmuxError("unused"))).misses_mean_deaf()
+    # One that was typed (its canary_sent says ok) and never acked is a miss, as before.
+    now = clock.now()
+    typed = runs.insert_run(ctx, "n-typed", "canary", runs.PENDING, now.wall, now.wall + 2)
+    ledger.append(ctx.store, "canary_sent", source="canary", detail={"run": typed, "ok": True})
+    fixed_clock.advance(2 + runs.SETTLE_SLACK)
+    assert runs.settle_stale(ctx) == 1
+    assert runs.last_probe(ctx).result == runs.MISS
+
+
+class Acking(Typing):
+    """A live pane whose agent runs the probe's command at once."""
+
+    def type_line(self, text: str, expect_pane_pid: int | None = None, *, origin: str = "operator", ref: str = ""):
+        self.typed += 1
+        Path(shlex.split(text.rsplit("touch ", 1)[1])[0]).touch()
+        return None
+
+
+def test_a_pending_probe_its_prober_never_typed_is_not_joined(ctx, fixed_clock):
+    """Joining it would wait for an ack no agent was asked for, and record its miss: the run is
+    settled as never typed and a probe of the asker's own is typed."""
+    now = clock.now()
+    orphan = runs.insert_run(ctx, "n-untyped", "canary", runs.PENDING, now.wall, now.wall + 2)
+    ctx.driver = acking = Acking(TmuxError("unused"))
+    probe = actions.canary_now(ctx, source="operator")
+    assert (probe.result, probe.joined, acking.typed) == (runs.OK, False, 1)
+    [row] = ctx.store.query("SELECT result, why FROM canary_runs WHERE id = ?", (orphan,))
+    assert (row["result"], row["why"]) == ("error", runs.NEVER_TYPED)
