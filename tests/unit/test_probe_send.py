@@ -9,11 +9,13 @@ tests/e2e/test_stream_driver.py."""
 from __future__ import annotations
 
 import shlex
+import threading
 from pathlib import Path
 
 import pytest
 
 from fake_clock import FakeClock
+from harness import wait_for
 from loomtui import actions, clock
 from loomtui.canary import runs
 from loomtui.canary.loop import CanaryLoop
@@ -163,7 +165,10 @@ def test_a_pending_probe_its_prober_never_typed_is_not_joined(ctx, fixed_clock):
     now = clock.now()
     orphan = runs.insert_run(ctx, "n-untyped", "canary", runs.PENDING, now.wall, now.wall + 2)
     ctx.driver = acking = Acking(TmuxError("unused"))
-    probe = actions.canary_now(ctx, source="operator")
+    asked: list = []
+    # A daemon thread: joined, the wait never ends on this clock, and fails the poll, not pytest.
+    threading.Thread(target=lambda: asked.append(actions.canary_now(ctx, source="operator")), daemon=True).start()
+    [probe] = wait_for(lambda: asked, 60, what="the operator's probe")
     assert (probe.result, probe.joined, acking.typed) == (runs.OK, False, 1)
     [row] = ctx.store.query("SELECT result, why FROM canary_runs WHERE id = ?", (orphan,))
     assert (row["result"], row["why"]) == ("error", runs.NEVER_TYPED)
