@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loomtui.hooks.harness_rules import HOLDING
 from loomtui.timing import Instant, age, raw_age
 
 PROMPT, STOP, STOP_FAILURE, NOTIFICATION, SESSION_START, SESSION_END = (
@@ -41,7 +42,7 @@ NEW_PROCESS = ("startup", "resume")
 # A turn's outcome once it ended.
 STOPPED, FAILED, IDLE_END, GONE = "stopped", "failed", "idle", "gone"
 # What a miss is excused by ("": it counts).
-BUSY, WAITING = "busy", "permission"
+BUSY, WAITING, REFUSED = "busy", "permission", "refused"
 # The current turn, as status and the console say it.
 NO_TURN, TURN_BUSY, TURN_QUIET, TURN_LONG, TURN_WAITING = "idle", "busy", "quiet", "too long", "waiting for permission"
 
@@ -156,19 +157,26 @@ def current(all_turns: list[Turn]) -> Turn | None:
 
 
 def excuse(all_turns: list[Turn], sent: Instant, now: Instant, quiet: float, max_turn: float) -> str:
-    """Why a miss of a probe sent at `sent` says nothing about deafness: BUSY, WAITING, or "" (it counts).
+    """Why a miss of a probe sent at `sent` says nothing about deafness: BUSY, WAITING, REFUSED, or
+    "" (it counts).
 
-    The turn that matters is one begun before the probe was typed, not ended by then."""
+    The turn that matters is one begun before the probe was typed, not ended by then. Else the
+    first turn begun after it (the probe's own, when it began one): failed for a cause no restart
+    fixes (a quota, a login: harness_rules.HOLDING), the agent took the line and the API refused
+    it. Counted, such misses outlived the rate limit's hold, and at its end the next probe's miss
+    (its turn retrying the 429) recycled the agent, then wiped its conversation."""
+    own: Turn | None = None
     for turn in reversed(all_turns):
         if after(turn.began, sent):
-            continue  # begun after the probe (maybe by it): no excuse for it
+            own = turn  # begun after the probe (maybe by it): the earliest such is its own
+            continue
         if turn.ended is not None and not after(turn.ended, sent):
-            return ""  # the agent was between turns when the probe came: nothing excuses its miss
+            break  # the agent was between turns when the probe came
         if turn.ended is not None:
             return BUSY if turn.outcome in (STOPPED, FAILED, IDLE_END) else ""
         now_state = state(turn, now, quiet, max_turn)
         return {TURN_BUSY: BUSY, TURN_WAITING: WAITING}.get(now_state, "")
-    return ""
+    return REFUSED if own is not None and own.outcome == FAILED and own.error in HOLDING else ""
 
 
 def holds_back(all_turns: list[Turn], typed: Instant, now: Instant, quiet: float, max_turn: float) -> str:

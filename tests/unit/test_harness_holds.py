@@ -305,3 +305,39 @@ def test_a_failed_resume_held_off_is_settled_by_the_hold_not_carried_out_at_its_
         assert resume.look(ctx) is None and resume.look(ctx) is None
         assert [e.id for e in ledger.tail(ctx.store, 500)] == before  # nothing tried, nothing refused
         assert len(kinds(ctx, "relaunch")) == 1
+
+
+def test_the_misses_a_rate_limit_caused_do_not_recycle_once_its_hold_ran_out(tmp_path):
+    """A probe typed into a rate-limited agent begins a turn the CLI retries, then fails: its miss
+    was the quota's. Counted, it outlived the hold, and at the hold's end the next probe (its turn
+    retrying the 429 again, no StopFailure yet) made two misses: a recycle, then a fresh start."""
+    from loomtui.canary import runs as canary_runs
+    from loomtui.canary.loop import CanaryLoop
+
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    hook = Hooks(ctx, virtual)
+    with clock.use(virtual):
+        def missed(nonce: str) -> None:
+            now = clock.now()
+            canary_runs.insert_run(ctx, nonce, "canary", canary_runs.MISS, now.wall, now.wall + 60)
+            virtual.advance(1)
+            hook("UserPromptSubmit", prompt=f"liveness check {nonce}")  # the probe's own turn
+
+        missed("n-1")
+        virtual.advance(180)  # the CLI retries the 429, then gives up
+        hook("StopFailure", error="rate_limit")
+        assert holds.current(ctx, clock.now()).cause == "rate_limited"
+        virtual.advance(harness_rules.DEFAULT_HOLD + 5)
+        assert holds.current(ctx, clock.now()) is None  # ran out, no turn succeeded
+        missed("n-2")  # its turn retries again: open, no StopFailure yet
+        virtual.advance(60)
+        assert not CanaryLoop(ctx).misses_mean_deaf()
+        from loomtui.hooks import turns
+
+        judged = turns.excused(ctx, canary_runs.recent_runs(ctx), clock.now())
+        assert [r.excused for r in judged] == ["refused", ""]  # the first: its own turn refused by the API
+        virtual.advance(120)
+        hook("StopFailure", error="rate_limit")  # and so the next hold, still no relaunch
+        assert not CanaryLoop(ctx).misses_mean_deaf()
+        assert not kinds(ctx, "relaunch")

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from loomtui.canary.rules import MISS, OK, ProbeRun, consecutive_misses, due_in, should_recycle
 from loomtui.hooks import turn_rules as tr
-from loomtui.hooks.turn_rules import BUSY, WAITING, Mark, Turn, excuse, holds_back, state, turns, withholds_probe
+from loomtui.hooks.harness_rules import HOLDING
+from loomtui.hooks.turn_rules import BUSY, REFUSED, WAITING, Mark, Turn, excuse, holds_back, state, turns, withholds_probe
 from loomtui.timing import Instant
 
 BOOT = "b1"
@@ -127,6 +128,16 @@ def test_no_excuse_between_turns_or_from_a_turn_the_probe_began():
     assert excuse([], at(105), at(120), QUIET, MAX_TURN) == ""              # no hooks: every miss counts
 
 
+def test_a_miss_whose_own_turn_the_api_refused_for_a_quota_or_a_login_is_excused():
+    refused = [PROMPT(0), STOP(10), PROMPT(100), m(280, tr.STOP_FAILURE, "rate_limit")]
+    assert excuse(turns(refused), at(99), at(300), QUIET, MAX_TURN) == REFUSED
+    assert excuse(turns(refused), at(50), at(300), QUIET, MAX_TURN) == REFUSED   # between turns, then its own
+    failed = [PROMPT(0), STOP(10), PROMPT(100), m(280, tr.STOP_FAILURE, "server_error")]
+    assert excuse(turns(failed), at(99), at(300), QUIET, MAX_TURN) == ""          # a restart may fix that one
+    retrying = [PROMPT(0), STOP(10), PROMPT(100)]
+    assert excuse(turns(retrying), at(99), at(160), QUIET, MAX_TURN) == ""        # not refused yet: it counts
+
+
 def test_a_permission_prompt_excuses_a_miss_and_withholds_the_next_probe():
     marks = [PROMPT(0), m(5, tr.NOTIFICATION, tr.PERMISSION, "Claude needs your permission to use Bash")]
     all_turns = turns(marks)
@@ -168,6 +179,7 @@ def test_which_came_first_is_the_monotonic_clock_s_word_not_a_stepped_wall_clock
 
 
 EVENTS = st.sampled_from([tr.PROMPT, tr.STOP, tr.STOP_FAILURE, tr.SESSION_START, "PostToolUse",
+                          tr.STOP_FAILURE + ":rate_limit", tr.STOP_FAILURE + ":server_error",
                           tr.SESSION_START + ":" + tr.LAUNCH, tr.SESSION_START + ":startup",
                           tr.SESSION_START + ":" + tr.COMPACT,
                           tr.NOTIFICATION + ":" + tr.PERMISSION, tr.NOTIFICATION + ":" + tr.IDLE])
@@ -184,13 +196,18 @@ def marks_of(steps: list[tuple[float, str]]) -> list[Mark]:
 
 @given(st.lists(st.tuples(st.floats(0, 3000), EVENTS), max_size=30), st.floats(0, 60_000), st.floats(0, 60_000))
 def test_an_excuse_only_ever_comes_from_a_turn_open_when_the_probe_was_typed(steps, sent_t, later):
+    """... or from the probe's own turn, refused by the API for a cause that holds."""
     marks = marks_of(steps)
     all_turns = turns(marks)
     sent, now = at(sent_t), at(sent_t + later)
     why = excuse(all_turns, sent, now, QUIET, MAX_TURN)
-    assert why in ("", BUSY, WAITING)
+    assert why in ("", BUSY, WAITING, REFUSED)
     spans = [t for t in all_turns if t.began.wall <= sent.wall and (t.ended is None or t.ended.wall >= sent.wall)]
-    if why:
+    if why == REFUSED:
+        own = [t for t in all_turns if t.began.wall > sent.wall][0]
+        assert own.outcome == tr.FAILED and own.error in HOLDING
+        assert not spans or spans[-1].ended is not None, "a refusal read past a turn that still spans the probe"
+    elif why:
         assert spans, "an excuse without a turn that spans the probe"
     if why == WAITING:
         assert spans[-1].ended is None and spans[-1].waiting
