@@ -65,10 +65,17 @@ def missing_since(store: Store, agent: str, after_id: int) -> list[sqlite3.Row]:
 
 
 def last_missing_typed_at(store: Store, agent: str) -> float | None:
-    """When the line of the agent's latest dispatch_missing was typed (None: none was ever missing)."""
-    row = store.query_one("SELECT json_extract(detail, '$.typed_at') FROM ledger WHERE agent = ? "
-                          "AND kind = 'dispatch_missing' ORDER BY id DESC LIMIT 1", (agent,))
-    value = row[0] if row else None
+    """When the line of the agent's latest dispatch_missing was typed; None when none was ever
+    missing, or when a probe acked after it was recorded (the ledger's order, whatever the wall
+    clock did since: stepped back, every later ack read as older than the line, and the canary
+    probed back to back until the clock caught up)."""
+    row = store.query_one(
+        "SELECT json_extract(m.detail, '$.typed_at'), EXISTS(SELECT 1 FROM ledger c WHERE c.agent = m.agent "
+        "AND c.kind = 'canary' AND c.id > m.id AND json_extract(c.detail, '$.result') = 'ok') FROM ledger m "
+        "WHERE m.agent = ? AND m.kind = 'dispatch_missing' ORDER BY m.id DESC LIMIT 1", (agent,))
+    if row is None or row[1]:
+        return None
+    value = row[0]
     return float(value) if isinstance(value, (int, float)) else None
 
 

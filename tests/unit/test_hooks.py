@@ -334,6 +334,42 @@ def test_a_missing_line_calls_for_a_probe_only_if_no_probe_has_answered_since():
     assert probe_now(100, 90, "ok", None)                   # an ok without an ack time counts from its send
 
 
+def test_a_probe_acked_after_a_missing_line_was_recorded_answers_it_whatever_the_wall_clock_did(tmp_path):
+    """The wall clock stepped back an hour after a dispatch_missing: every later probe was sent and
+    acked at a wall time before the line's typing, so by wall time none answered it, and the canary
+    probed back to back (a real model turn each) until the clock caught up. The ledger's order says
+    the ack came after."""
+    from loomtui.canary import runs as canary_runs
+
+    ctx = hooked_ctx(tmp_path, timeout="15s")
+    settings.write(ctx.agent_dir)
+    virtual = FakeClock(1_000_000.0, 1_000_000.0 - 1000, BOOT)
+    with clock.use(virtual):
+        seen = Witness(ctx)
+        typed_event(ctx, "never taken")
+        virtual.advance(16)
+        assert seen.look() == (1, None)
+        assert line_calling_for_probe(ctx) == virtual.at_wall - 16
+        virtual.at_wall -= 3600  # NTP steps a clock that ran an hour ahead back
+        virtual.advance(5)
+        sent = clock.wall()
+        run = canary_runs.insert_run(ctx, "n-after", "canary", canary_runs.PENDING, sent, sent + 60)
+        ledger.append(ctx.store, "canary_sent", source="canary", detail={"run": run, "ok": True})
+        virtual.advance(2)
+        assert canary_runs.settle_run(ctx, run, canary_runs.OK, ack_at=clock.wall())
+        assert line_calling_for_probe(ctx) is None
+        # A probe that missed since answers nothing: the line still calls (by its wall rule, as ever).
+        virtual.at_wall += 3600
+        run = canary_runs.insert_run(ctx, "n-missed", "canary", canary_runs.PENDING, clock.wall(), clock.wall() + 60)
+        assert canary_runs.settle_run(ctx, run, canary_runs.MISS)
+        assert line_calling_for_probe(ctx) is None  # the ok after the record still answered it
+        virtual.advance(1)
+        typed_event(ctx, "lost again")
+        virtual.advance(16)
+        assert seen.look() == (1, None)
+        assert line_calling_for_probe(ctx) == virtual.at_wall - 16  # a new missing line calls again
+
+
 def typed_event(ctx: Context, text: str, kind: str = "inject", **extra) -> int:
     return ledger.append(ctx.store, kind, source="cli", detail={
         "length": len(text), "digest": digest(text), "ok": True, **extra}).id
