@@ -157,8 +157,18 @@ def _watchdog(ctx: Context) -> str:
 
 def _canary(ctx: Context) -> str:
     from loomtui.canary.loop import CanaryLoop
+    from loomtui.hooks import settings as hook_settings
 
-    return CanaryLoop(ctx, threading.Event()).tick() or "nothing due"
+    said = ""
+    if hook_settings.wanted(ctx.config.agent):
+        # The daemon's hooks loop has no tick of its own: the agent's hook events are recorded here,
+        # before the canary reads its turns. Unread, the files piled up (whole payloads: prompts,
+        # tool output), no miss was excused by a busy turn, no rate limit held, no resume proven.
+        from loomtui.daemon.loops import hooks_look
+
+        missing, _ = hooks_look(ctx)()
+        said = f"{missing} typed line(s) never dispatched; " if missing else ""
+    return said + (CanaryLoop(ctx, threading.Event()).tick() or "nothing due")
 
 
 def _sentinel(ctx: Context) -> str:

@@ -341,3 +341,21 @@ def test_the_misses_a_rate_limit_caused_do_not_recycle_once_its_hold_ran_out(tmp
         hook("StopFailure", error="rate_limit")  # and so the next hold, still no relaunch
         assert not CanaryLoop(ctx).misses_mean_deaf()
         assert not kinds(ctx, "relaunch")
+
+
+def test_a_cron_canary_tick_records_the_agent_s_hook_events_before_it_reads_the_turns(tmp_path):
+    """`loom tick canary` from cron: no daemon runs the hooks loop, so the tick records the event
+    files itself. Unread, they piled up (whole payloads), and no rate limit held, no busy turn
+    excused a miss, no resume was proven."""
+    from loomtui.daemon.oneshot import tick_once
+
+    ctx = hooked_ctx(tmp_path)
+    events = settings.events_dir(ctx.agent_dir)
+    (events / "ev.1.json").write_text(json.dumps({"session_id": "s-1", "hook_event_name": "StopFailure",
+                                                  "error": "rate_limit"}))
+    outcome = tick_once(ctx, "canary")
+    assert outcome.status == "ran", outcome.line
+    hold = holds.current(ctx, clock.now())
+    assert hold is not None and hold.cause == "rate_limited"
+    assert not list(events.iterdir())
+    assert not kinds(ctx, "canary_sent")  # held: nothing probed
