@@ -31,6 +31,7 @@ from loomtui.errors import LoomError, StoreError
 from loomtui.sentinel import cron, jobscan, literal_search, logscan, queue, schedule
 from loomtui.sentinel.queue_rules import (
     EXIT,
+    LINE,
     MISSED,
     OPEN,
     SCAN,
@@ -227,6 +228,11 @@ def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], at: Instant, repo
     report.runs_reviewed += len(runs)
 
 
+def _lines_held(items: dict[tuple[str, str], Item]) -> int:
+    """The job's live items of distinct failure lines (the overflow item not among them)."""
+    return sum(1 for kind, signature in items if kind == LINE and signature != jobscan.OVERFLOW)
+
+
 def exit_failure(run: JobRun) -> Failure:
     if run.error:
         text = f"run {run.id}: {run.error}"
@@ -245,6 +251,12 @@ def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs:
     events: list[tuple[EventKind, dict]] = []
     for failure in failures:
         key = (failure.kind, failure.signature)
+        if key not in items and _lines_held(items) >= jobscan.MAX_SIGNATURES and failure.kind == LINE:
+            # The job holds its share of distinct failure lines already: a log whose errors differ by
+            # words (a user, a feed, a file) added twenty items a scan, each nudged, then sent to the
+            # operator, without end. More fold into the one item that says "read the log".
+            failure = replace(failure, signature=jobscan.OVERFLOW)
+            key = (LINE, jobscan.OVERFLOW)
         item = items.get(key)
         if item is None:
             item = queue.insert(db, failure, str(job.log), now, agent=job.agent)

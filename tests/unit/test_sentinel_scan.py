@@ -422,3 +422,25 @@ def test_property_every_line_is_counted_once_across_rotations_and_truncations(tm
         assert sum(i.count for i in f.items()) == state["written"]
     finally:
         f.ctx.close()
+
+
+def test_new_distinct_failures_scan_after_scan_fold_once_the_job_holds_its_share(fleet):
+    """A log whose errors differ by words (a user, a feed, a file), not numbers: each scan's twenty
+    new signatures became twenty more items, each nudged and then sent to the operator, without end.
+    Once the job holds MAX_SIGNATURES live line items, more fold into its one overflow item."""
+    from loomtui.sentinel import jobscan
+
+    f = fleet([{"name": "words"}])
+    words = (f"{a}{b}{c}" for a in "ghijklmnop" for b in "ghijklmnop" for c in "ghijklmnop")
+    for _ in range(6):
+        f.write("words", "".join(f"ERROR user {next(words)} not found\n" for _ in range(30)))
+        f.tick()
+    items = f.items()
+    assert len(items) == jobscan.MAX_SIGNATURES + 1
+    [overflow] = [i for i in items if i.signature == jobscan.OVERFLOW]
+    assert sum(i.count for i in items) == 180 and overflow.count == 180 - jobscan.MAX_SIGNATURES
+    # A line the job already has an item for is still counted there, not in the overflow.
+    f.write("words", "ERROR user ggg not found\n")
+    f.tick()
+    [first] = [i for i in f.items() if i.sample.endswith(" ggg not found")]
+    assert first.count == 2
