@@ -64,6 +64,8 @@ class Item:
     first_seen_boot: str | None = None
     claimed_mono: float | None = None
     claimed_boot: str | None = None
+    reopened_mono: float | None = None
+    reopened_boot: str | None = None
 
     @property
     def seen(self) -> Instant:
@@ -72,6 +74,18 @@ class Item:
     @property
     def claimed(self) -> Instant | None:
         return None if self.claimed_at is None else Instant(self.claimed_at, self.claimed_mono, self.claimed_boot)
+
+    @property
+    def reopened(self) -> Instant | None:
+        return None if self.reopened_at is None else Instant(self.reopened_at, self.reopened_mono, self.reopened_boot)
+
+    @property
+    def open_since(self) -> Instant:
+        """Where its backstop runs from: its first sighting, or its last reopen when later. The agent
+        gets its time again after a claim that did not hold: from the first sighting, a fix claimed
+        in time and failing a day later reached the operator in the same pass as the agent's nudge."""
+        reopened = self.reopened
+        return reopened if reopened is not None and raw_age(self.seen, reopened) > 0 else self.seen
 
 
 @dataclass(frozen=True)
@@ -125,26 +139,28 @@ def after_claim(item: Item, failure: Failure) -> bool:
 Events = list[tuple[EventKind, dict]]
 
 
-def absorb(item: Item, failure: Failure, now: float) -> tuple[Item, Events]:
+def absorb(item: Item, failure: Failure, now: Instant | float) -> tuple[Item, Events]:
     """An existing, not yet witnessed item meets one more failure of its signature."""
-    grown = replace(item, count=item.count + failure.count, last_seen=now)
+    grown = replace(item, count=item.count + failure.count, last_seen=as_instant(now).wall)
     if item.state == CLAIMED and after_claim(item, failure):
         return reopen(grown, now, f"{failure.kind} failure seen after the claim")
     return grown, []
 
 
-def reopen(item: Item, now: float, why: str) -> tuple[Item, Events]:
+def reopen(item: Item, now: Instant | float, why: str) -> tuple[Item, Events]:
     if item.state != CLAIMED:
         return item, []
+    at = as_instant(now)
     detail = {"item": item.id, "job": item.job, "why": why, "claimed_by": item.claimed_by,
               "claimed_session": item.claimed_session, "claimed_at": item.claimed_at}
     # The note says the claim did not hold; what the claimer wrote stays below it.
     note = f"claim did not hold ({why})" + (f"; earlier note: {item.note}" if item.note else "")
-    return replace(item, state=OPEN, reopened_at=now, reopens=item.reopens + 1, note=note[:2000]), [
+    return replace(item, state=OPEN, reopened_at=at.wall, reopened_mono=at.mono, reopened_boot=at.boot,
+                   reopens=item.reopens + 1, note=note[:2000]), [
         ("queue_reopen", detail)]
 
 
-def review(item: Item, run: JobRun, now: float) -> tuple[Item, Events]:
+def review(item: Item, run: JobRun, now: Instant | float) -> tuple[Item, Events]:
     """A claimed item meets a finished run of its job: witness on a clean run, reopen on a bad one."""
     claimed = item.claimed
     # Started after the claim: by the monotonic clock when both were read on one boot, else by wall.
@@ -153,7 +169,8 @@ def review(item: Item, run: JobRun, now: float) -> tuple[Item, Events]:
     if run.clean:
         detail = {"item": item.id, "job": item.job, "run": run.id, "claimed_by": item.claimed_by,
                   "claimed_session": item.claimed_session}
-        return replace(item, state=WITNESSED, witnessed_at=now, witness_run=run.id), [("queue_witness", detail)]
+        return replace(item, state=WITNESSED, witnessed_at=as_instant(now).wall, witness_run=run.id), [
+            ("queue_witness", detail)]
     why = f"run {run.id} " + ("did not finish cleanly" if run.error
                               else f"exited {run.exit_code}" if run.exit_code != 0
                               else f"wrote {run.failure_lines} failure line(s)")
@@ -197,7 +214,7 @@ def decide(item: Item, cfg: QueueSettings, now: Instant | float, *, relaunching:
     actions: list[Nudge | Escalate] = []
     if not relaunching and nudge_due(item, cfg.renudge, at.wall):
         actions.append(Nudge(item.id, nudge_text(item), item.nudges > 0))
-    if item.escalated_at is None and age(item.seen, at) >= cfg.backstop:
+    if item.escalated_at is None and age(item.open_since, at) >= cfg.backstop:
         actions.append(Escalate(item.id, escalation_text(item, at), backstop_key(item.id)))
     return actions
 

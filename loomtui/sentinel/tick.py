@@ -266,14 +266,14 @@ def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs:
             report.new_items.append(item.id)
         else:
             before = item.state
-            item, evs = absorb(item, failure, now)
+            item, evs = absorb(item, failure, at)
             events += evs
             (report.reopened if item.state == OPEN and before != OPEN else report.recurred).append(item.id)
             touched[item.id] = item
         items[key] = item
     for run in runs:
         for key, item in list(items.items()):
-            item, evs = review(item, run, now)
+            item, evs = review(item, run, at)
             if evs:
                 events += evs
                 touched[item.id] = item

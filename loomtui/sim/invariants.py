@@ -329,10 +329,12 @@ class Checker:
             self.fail("witness_is_clean", f"item {item_id} witnessed by run {run_id}, started before the claim")
 
     def backstop_window(self, item) -> tuple[float, float] | None:
-        """(start on `t`, window) of an item's backstop: from its first sighting, or from its claim."""
+        """(start on `t`, window) of an item's backstop: from its first sighting (or a later reopen), or
+        from its claim."""
         cfg = self.sim.config.sentinel
         if item.state == "open" and item.first_seen_mono is not None:
-            return item.first_seen_mono, cfg.backstop
+            # From the later of its first sighting and its last reopen (queue_rules.Item.open_since).
+            return max(item.first_seen_mono, item.reopened_mono or -math.inf), cfg.backstop
         if item.state == "claimed" and item.claimed_mono is not None:
             return item.claimed_mono, max(cfg.backstop, self.witness_window(item) or 0.0)
         return None

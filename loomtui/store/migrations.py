@@ -236,4 +236,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX canary_runs_agent_id ON canary_runs(agent, id)
         """,
     ),
+    (
+        "0014_queue_reopened_on_both_clocks",
+        # An item's reopen on both clocks, as its first sighting and its claim: the backstop runs
+        # from the later of its sighting and its reopen. NULL on older rows: measured by wall time.
+        """
+        ALTER TABLE queue_items ADD COLUMN reopened_mono REAL;
+        ALTER TABLE queue_items ADD COLUMN reopened_boot TEXT
+        """,
+    ),
 ]

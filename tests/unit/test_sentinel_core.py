@@ -37,6 +37,7 @@ from loomtui.sentinel.queue_rules import (
     unwitnessed_text,
 )
 from loomtui.sentinel.signature import normalize
+from loomtui.timing import Instant
 
 # -- lines from bytes --------------------------------------------------------------------
 
@@ -446,6 +447,26 @@ def test_review_witnesses_with_the_run_and_reopens_saying_why():
     for run, why in whys.items():
         it, events = review(claimed, run, 200.0)
         assert (it.reopened_at, events[0][1]["why"]) == (200.0, why)
+
+
+def test_a_reopened_item_gives_the_agent_its_backstop_again_before_the_operator_hears():
+    """Claimed in time, never escalated, failing again a day later: the reopen's pass nudges the
+    agent, and the operator hears only if a backstop passes from the reopen with it still open."""
+    claimed = item(first_seen=1000.0, state=CLAIMED, claimed_at=1500.0, claimed_by="cli")
+    day = 1000.0 + 86400.0
+    reopened, _ = absorb(claimed, Failure("backup", EXIT, "s", "x", at=day), Instant(day, 5000.0, "b"))
+    assert (reopened.state, reopened.reopened_at, reopened.reopened_mono, reopened.reopened_boot) == (
+        OPEN, day, 5000.0, "b")
+    assert [type(a).__name__ for a in decide(reopened, CFG, Instant(day, 5000.0, "b"))] == ["Nudge"]
+    just_short = Instant(day + CFG.backstop - 1, 5000.0 + CFG.backstop - 1, "b")
+    assert [type(a).__name__ for a in decide(reopened, CFG, just_short)] == ["Nudge"]
+    due = Instant(day + CFG.backstop, 5000.0 + CFG.backstop, "b")
+    assert type(decide(reopened, CFG, due)[-1]).__name__ == "Escalate"
+    # On the monotonic clock within its boot: the wall clock stepped a day ahead changes nothing.
+    stepped = Instant(day + 86400.0 + 60, 5060.0, "b")
+    assert all(type(a).__name__ == "Nudge" for a in decide(reopened, CFG, stepped))
+    # Reopened before it was first seen by a clock stepped back: its first sighting still counts.
+    assert replace(reopened, reopened_at=500.0, reopened_mono=None).open_since == reopened.seen
 
 
 def test_an_unclaimed_open_item_needs_no_window_and_actions_carry_the_item():
