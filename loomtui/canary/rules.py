@@ -61,15 +61,18 @@ def consecutive_misses(runs: list[ProbeRun], launch_seq: int) -> int:
 
 def due_in(last: ProbeRun | None, now: Instant | float, interval: float, ack_timeout: float) -> float:
     """Seconds until the next scheduled probe: a miss re-probes at once (its timeout already
-    passed), anything else waits a full interval from the last probe; so does a miss acked late
+    passed), an error or a skip looks again after one ack timeout, anything else waits a full
+    interval from the last probe; so does a miss acked late
     or excused by a busy turn (another probe would only queue behind the first)."""
     if last is None:
         return 0.0
     if last.result == MISS and not (last.late or last.excused):
         return 0.0
     since = age(last.sent, as_instant(now))
-    if last.result in (ERROR, INJECT_FAILED):
-        # Our own fault or no pane: look again after one ack timeout, not a whole interval.
+    if last.result in (ERROR, INJECT_FAILED, SKIPPED):
+        # Our own fault, no pane, or a relaunch under way (the watchdog's second look held
+        # recycle.lock, and may have found nothing to do): look again after one ack timeout, not a
+        # whole interval. A skip had put off the re-probe a miss calls for by twenty minutes.
         return max(0.0, min(ack_timeout, interval) - since)
     return max(0.0, interval - since)
 
