@@ -23,8 +23,13 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from loomtui.daemon.logs import setup_logging
     from loomtui.daemon.oneshot import tick_once
 
+    # The daemon's handlers: scrubbed of secrets, HTTP noise quieted. Without them the libraries'
+    # warnings reached cron's stderr through Python's last-resort handler, as they were: an error
+    # page that echoed the request's path printed the bot token.
+    setup_logging("WARNING")
     ctx = context(args) if args.loop in AGENT_LOOPS else base_context(args)
     outcome = tick_once(ctx, args.loop, source=args.source)
     if args.json:

@@ -214,3 +214,43 @@ def test_a_tick_delivers_a_burst_at_telegram_s_pace_not_one_message(fake, tmp_pa
         assert all((json.loads(o) if isinstance(o, str) else o) == {"is_disabled": True} for o in options), options
     finally:
         ctx.close()
+
+
+def test_loom_tick_notify_never_prints_the_token_an_error_page_echoes(tmp_path):
+    """A Bot API behind a proxy whose error page echoes the request's path (Apache's 404 does):
+    python-telegram-bot logs the page in full, `/bot<TOKEN>/sendMessage` with it. From cron, that
+    went to stderr (mail) unscrubbed: `loom tick` logs through the daemon's scrubbed handlers."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from conftest import run_loom
+
+    class Echoing(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            body = f"<html><body>Not Found: {self.path}</body></html>".encode()
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echoing)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        config = tmp_path / "config.toml"
+        config.write_text(f'state_dir = "{tmp_path / "state"}"\n[telegram]\nchat_id = 42\n'
+                          f'api_base = "http://127.0.0.1:{server.server_address[1]}/bot"\n'
+                          'token_env = "LOOM_TEST_TOKEN"\n')
+        env = {"LOOM_CONFIG": str(config), "LOOM_TEST_TOKEN": TOKEN}
+        queued = Context.load(str(config), None, environ={})
+        outbox.enqueue(queued.store, "the job broke")
+        queued.close()
+        done = run_loom("tick", "notify", env=env)
+        assert TOKEN not in done.stdout + done.stderr
+        assert TOKEN.split(":")[1] not in done.stdout + done.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
