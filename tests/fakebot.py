@@ -3,7 +3,8 @@
 Enough of getMe (the bot's username is `BOT_USER["username"]`), sendMessage and getUpdates (messages
 in private or group chats, from any user) for python-telegram-bot, plus switches for the
 failures Loom must survive: flood control (429 + retry_after), an outage (connections refused,
-or 502 from a "proxy"), and a second poller (409 on getUpdates).
+or 502 from a "proxy"), a second poller (409 on getUpdates), a group upgraded to a supergroup
+(400 with migrate_to_chat_id) and a group the bot was removed from (403).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class FakeBot:
     updates_flood: list[int] = field(default_factory=list)  # the same for the next getUpdates calls
     conflict: bool = False
     down_mode: str | None = None  # None, "502"
+    migrated: dict[int, int] = field(default_factory=dict)  # a group's id -> the supergroup it became
+    kicked: set[int] = field(default_factory=set)  # chats the bot was removed from (403 on send)
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition()
@@ -140,6 +143,13 @@ class FakeBot:
             if len(text.encode("utf-16-le")) // 2 > 4096:
                 return 400, {"ok": False, "error_code": 400, "description": "Bad Request: message is too long"}
             chat_id = int(params["chat_id"])
+            if chat_id in self.migrated:
+                return 400, {"ok": False, "error_code": 400,
+                             "description": "Bad Request: group chat was upgraded to a supergroup chat",
+                             "parameters": {"migrate_to_chat_id": self.migrated[chat_id]}}
+            if chat_id in self.kicked:
+                return 403, {"ok": False, "error_code": 403,
+                             "description": "Forbidden: bot was kicked from the group chat"}
             mid = self._next_message
             self._next_message += 1
             self.messages.append(Sent(chat_id, text, mid, time.monotonic(), params.get("link_preview_options")))

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import logging
 
 import telegram
-from telegram.error import BadRequest, RetryAfter, TelegramError
+from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
 
 from loomtui.timing import backoff
 from loomtui.config import TelegramConfig
@@ -115,6 +115,9 @@ class Sender:
         # Rows Telegram took whose delivery the store did not (busy past its timeout): recorded at the
         # next step, never sent again (the loop's restart after the error sent them a second time).
         self._unrecorded: dict[int, dict] = {}
+        # A group Telegram upgraded to a supergroup answers every send with the new id: sent there
+        # (for this process's life; the operator is told to set telegram.chat_id to it).
+        self._moved: dict[int, int] = {}
 
     @property
     def unrecorded(self) -> tuple[int, ...]:
@@ -129,6 +132,7 @@ class Sender:
         if row.id in self._unrecorded:
             return self._record(row.id)
         chat = row.chat_id or self.cfg.chat_id
+        chat = self._moved.get(chat, chat)
         wait = max(self._retry_wait(row), self._rate_wait(chat))
         if wait > 0:
             return wait
@@ -141,9 +145,21 @@ class Sender:
             sent = await self.bot.send_message(chat_id=chat, text=text, link_preview_options=NO_PREVIEW)
         except RetryAfter as exc:
             return self._retry_after(row, exc)
+        except ChatMigrated as exc:
+            # Before BadRequest's branch: PTB raises it for that 400. Retried as a network error, the
+            # row stayed at the outbox's head for good and every message behind it waited.
+            self._moved[chat] = int(exc.new_chat_id)
+            log.warning("telegram: chat %d is now the supergroup %d: sending there; set telegram.chat_id = %d",
+                        chat, self._moved[chat], self._moved[chat])
+            return 0.0
         except BadRequest as exc:
             return self._failed(row, exc, permanent=row.attempts + 1 >= BAD_REQUEST_ATTEMPTS)
-        except TelegramError as exc:  # network, timeout, 5xx, Forbidden, InvalidToken, ChatMigrated
+        except Forbidden as exc:
+            # A reply to a chat the bot can no longer write to (removed from that group) is given
+            # up: retried, it held every later alert behind it. The operator's own chat is retried,
+            # as every message waits on the operator's fix there anyway.
+            return self._failed(row, exc, permanent=chat != self._moved.get(self.cfg.chat_id, self.cfg.chat_id))
+        except TelegramError as exc:  # network, timeout, 5xx, InvalidToken
             return self._failed(row, exc, permanent=False)
         self._last_sent[chat] = self.clock.monotonic()
         self._hold = None

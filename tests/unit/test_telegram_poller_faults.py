@@ -254,3 +254,39 @@ def test_loom_tick_notify_never_prints_the_token_an_error_page_echoes(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_group_upgraded_to_a_supergroup_and_a_group_that_removed_the_bot_block_nothing(fake, store):
+    """Telegram answers a send to an upgraded group with the supergroup's id: the message goes
+    there. A reply to a group the bot was removed from is given up. Each was retried as a network
+    error before, at the outbox's head for good, and every alert behind it waited."""
+    from fake_clock import FakeClock
+
+    from loomtui import clock
+    from loomtui.telegram.sender import Sender
+
+    fake.migrated[-100] = -1_000_000_000_100
+    fake.kicked.add(-200)
+    cfg = parse_config({"telegram": {"chat_id": -100, "api_base": fake.api_base}}, "loom.toml", None)
+    outbox.enqueue(store, "a reply where the command came from", chat_id=-200)
+    outbox.enqueue(store, "the job broke")
+    outbox.enqueue(store, "the agent is back")
+
+    async def run() -> None:
+        bot = make_bot(TOKEN, cfg.telegram)
+        sender = Sender(store, cfg.telegram, bot, Clock())
+        try:
+            for _ in range(12):
+                if outbox.head(store) is None:
+                    return
+                await sender.step()
+                clock.sleep(5)  # past the per-chat pause
+        finally:
+            await bot.shutdown()
+
+    with clock.use(FakeClock()):
+        asyncio.run(run())
+    assert fake.texts(-1_000_000_000_100) == ["the job broke", "the agent is back"]
+    states = {m.text: m.state for m in outbox.recent(store, 10)}
+    assert states == {"a reply where the command came from": "failed", "the job broke": "sent",
+                      "the agent is back": "sent"}
