@@ -393,13 +393,14 @@ class Poller:
             await self.relay(update, msg)
             return
         name = parsed[0] if parsed and parsed[0] in COMMANDS else "help"
+        unknown = parsed[0] if parsed and name == "help" and parsed[0] not in ("help", "start") else ""
         with self.store.write() as db:
             state.set_offset_in(db, update.update_id + 1)
             ledger.append_in(db, "telegram_command", source="telegram",
                              detail={"command": name, "update_id": update.update_id})
         age = self.age_of(msg)
         reply = self._reply(name, parsed[1] if parsed else [], age, chat_id,
-                            f"telegram_reply:{chat_id}:{msg.message_id}:{update.update_id}")
+                            f"telegram_reply:{chat_id}:{msg.message_id}:{update.update_id}", unknown)
         if name in WAITING:
             # It waits for the agent (a probe's ack: up to canary.ack_timeout); the operator's next
             # command, /recycle or /hold after a /canary that finds the agent deaf, must not wait for it.
@@ -409,8 +410,13 @@ class Poller:
         else:
             await reply
 
-    async def _reply(self, name: str, args: list[str], age: float, chat_id: int, dedupe_key: str) -> None:
+    async def _reply(self, name: str, args: list[str], age: float, chat_id: int, dedupe_key: str,
+                     unknown: str = "") -> None:
         reply = await self.answer(name, args, age)
+        if unknown:
+            # With the bridge on, the help alone read as if the line had gone to the agent.
+            reply = (f"/{unknown} is not a Loom command" + ("; it was not passed to the agent (send it "
+                     "without the leading /)" if self.cfg.bridge else "") + ". " + reply)
         outbox.enqueue(self.store, redact.scrub(reply), chat_id=chat_id, dedupe_key=dedupe_key)
 
     async def drain(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from loomtui.text import printable
 
 MAX_LENGTH = 4096  # Telegram's limit for one text message, counted in UTF-16 code units
@@ -44,14 +46,19 @@ def rate_wait(last_sent: float | None, now: float, gap: float = MIN_GAP) -> floa
 
 
 def parse_command(text: str | None) -> tuple[str, list[str]] | None:
-    """`/recycle@loom_bot fresh` → ("recycle", ["fresh"]); None when it is not a command."""
+    """`/recycle@loom_bot fresh` → ("recycle", ["fresh"]); None when it is not a command: a bot
+    command's name is 1 to 32 letters, digits and underscores (Telegram's own rule), so
+    "/etc/hosts is wrong" is text, relayed to the agent with the bridge on, not a command."""
     if not text or not text.startswith("/"):
         return None
     words = text.split()
     name = words[0][1:].split("@", 1)[0].lower()
-    if not name:
+    if not COMMAND_NAME.fullmatch(name):
         return None
     return name, words[1:]
+
+
+COMMAND_NAME = re.compile(r"[a-z0-9_]{1,32}")
 
 
 def addressee(text: str | None) -> str:

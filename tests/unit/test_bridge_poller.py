@@ -109,9 +109,21 @@ def test_operator_text_goes_to_the_agent_and_nothing_is_said_back_yet(tmp_path, 
 
 def test_commands_still_work_beside_the_bridge(tmp_path, store):
     agent = Agent()
-    handle(store, config(tmp_path, bridge=True), agent, update(1, CHAT, "/status"), update(2, CHAT, "/nonsense"))
+    handle(store, config(tmp_path, bridge=True), agent, update(1, CHAT, "/status"), update(2, CHAT, "/nonsense"),
+           update(3, CHAT, "/help"))
     assert agent.relayed == []
-    assert replies(store) == [(CHAT, "Loom status\nall good"), (CHAT, HELP + BRIDGE_HELP)]
+    # An unknown command says it went nowhere: the help alone read as if it had gone to the agent.
+    assert replies(store) == [(CHAT, "Loom status\nall good"),
+                              (CHAT, "/nonsense is not a Loom command; it was not passed to the agent (send it "
+                                     "without the leading /). " + HELP + BRIDGE_HELP),
+                              (CHAT, HELP + BRIDGE_HELP)]
+
+
+def test_a_line_that_starts_with_a_path_is_text_for_the_agent_not_a_command(tmp_path, store):
+    agent = Agent()
+    handle(store, config(tmp_path, bridge=True), agent, update(1, CHAT, "/etc/nginx/nginx.conf is broken, fix it"))
+    assert agent.relayed == [("/etc/nginx/nginx.conf is broken, fix it", "tg-10")]
+    assert replies(store) == []
 
 
 def test_a_strangers_message_reaches_nobody_and_its_text_is_not_kept(tmp_path, store, caplog):

@@ -56,6 +56,9 @@ def test_parse_command():
     assert rules.parse_command("/STATUS") == ("status", [])
     assert rules.parse_command("hello") is None
     assert rules.parse_command("/") is None
+    assert rules.parse_command("/etc/hosts is wrong") is None   # a path, not a command's name
+    assert rules.parse_command("/tmp is full") == ("tmp", ["is", "full"])  # a name Telegram allows
+    assert rules.parse_command("/" + "x" * 33) is None
     assert rules.parse_command(None) is None
 
 
