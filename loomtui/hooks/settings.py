@@ -21,6 +21,7 @@ import functools
 import json
 import os
 import shlex
+import tempfile
 from pathlib import Path
 
 from loomtui.errors import LoomError
@@ -74,13 +75,19 @@ def write(agent_dir: Path) -> Path:
         for directory in (hooks_dir(agent_dir), events_dir(agent_dir)):
             directory.mkdir(mode=0o700, exist_ok=True)
             os.chmod(directory, 0o700)
-        temp = path.with_name(f".{SETTINGS}.{os.getpid()}")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(settings(agent_dir), fh, indent=2)
-            fh.write("\n")
-        os.chmod(temp, 0o600)
-        os.replace(temp, path)
+        # A name of its own (mkstemp: 0600, O_EXCL): the daemon's hooks loop and a relaunch write it
+        # at once at a start, and with one name per process one truncated the other's file, whose
+        # rename then failed the relaunch.
+        fd, name = tempfile.mkstemp(prefix=f".{SETTINGS}.", dir=path.parent)
+        temp = Path(name)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(settings(agent_dir), fh, indent=2)
+                fh.write("\n")
+            os.replace(temp, path)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
     except OSError as exc:
         raise LoomError(f"cannot write the hooks settings {path}: {exc.strerror or exc}") from None
     return path
