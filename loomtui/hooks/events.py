@@ -27,6 +27,9 @@ QUALIFIER = {
     "Notification": "notification_type",  # permission_prompt, idle_prompt, ...
     "PreCompact": "trigger",           # manual, auto
     "PostToolUse": "tool_name",
+    # A tool call that failed (PostToolUse is a success's only): a turn whose build or tests keep
+    # failing is alive and working, not quiet.
+    "PostToolUseFailure": "tool_name",
 }
 EVENTS = tuple(QUALIFIER)
 UNREADABLE = "unreadable"

@@ -32,7 +32,7 @@ from loomtui.timing import Instant, age, raw_age
 PROMPT, STOP, STOP_FAILURE, NOTIFICATION, SESSION_START, SESSION_END = (
     "UserPromptSubmit", "Stop", "StopFailure", "Notification", "SessionStart", "SessionEnd")
 # The events that name the tool used (the hooks report PostToolUse; the pump sees the call asked for).
-TOOL_EVENTS = ("PostToolUse", "PreToolUse")
+TOOL_EVENTS = ("PostToolUse", "PostToolUseFailure", "PreToolUse")
 PERMISSION, IDLE = "permission_prompt", "idle_prompt"
 # A SessionStart's sources that are not the CLI's: Loom's own launch (hooks.turns puts it in); and
 # the CLI's own that start no process.

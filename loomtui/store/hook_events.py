@@ -15,6 +15,7 @@ from loomtui.timing import Instant
 TYPED_KINDS = ("inject", "queue_nudge", "canary_sent")
 PROMPT = "UserPromptSubmit"
 TOOL = "PostToolUse"
+TOOL_FAILED = "PostToolUseFailure"
 # The events that begin, end or pause a turn (hooks.turn_rules); a tool's use is only a sign of life.
 TURN_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop", "StopFailure", "Notification")
 
@@ -108,9 +109,12 @@ def turn_marks_kept(store: Store, agent: str, first_id: int, last_id: int) -> tu
 
 
 def last_tool_use(store: Store, agent: str) -> sqlite3.Row | None:
-    """The agent's latest PostToolUse: the newest sign of life inside a turn, and its tool."""
-    return store.query_one("SELECT id, ts, mono, boot, event, source, detail FROM hook_events WHERE agent = ? "
-                           "AND event = ? ORDER BY id DESC LIMIT 1", (agent, TOOL))
+    """The agent's latest tool use, done or failed: the newest sign of life inside a turn, and its
+    tool. The newest of each along the (agent, event, id) index, the later of the two."""
+    last = ("SELECT id, ts, mono, boot, event, source, detail FROM hook_events WHERE agent = ? AND event = ? "
+            "ORDER BY id DESC LIMIT 1")
+    return store.query_one(f"SELECT * FROM ({last}) UNION ALL SELECT * FROM ({last}) ORDER BY id DESC LIMIT 1",
+                           (agent, TOOL, agent, TOOL_FAILED))
 
 
 def prune(store: Store, agent: str, before: float) -> int:

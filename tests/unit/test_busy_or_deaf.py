@@ -69,6 +69,23 @@ def test_misses_typed_into_a_busy_turn_do_not_count_until_the_turn_goes_quiet(tm
         assert loop.misses_mean_deaf()
 
 
+def test_a_turn_whose_tool_calls_keep_failing_is_busy_not_quiet(tmp_path):
+    """A build or a test run failing again and again: PostToolUse is a success's only, so the turn
+    said nothing for turn_quiet, read as a wedge, and its misses recycled a working agent."""
+    ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        loop = CanaryLoop(ctx)
+        hook(ctx, "UserPromptSubmit")
+        for _ in range(8):  # 8 x (5 + 3) minutes: well past turn_quiet, a failed call every 8
+            virtual.advance(5 * 60)
+            hook(ctx, "PostToolUseFailure", "Bash")
+            miss(ctx, virtual)
+        assert not loop.misses_mean_deaf()
+        [turn] = turns.read(ctx)
+        assert turn.tool == "Bash" and turn.ended is None
+
+
 def unread(ctx: Context, n: int, at: float, event: str = "PostToolUse") -> None:
     """An event file the hooks loop has not read yet (the store was locked, say), written at `at`."""
     path = settings.events_dir(ctx.agent_dir) / f"ev.{n}.json"

@@ -56,7 +56,7 @@ def test_the_settings_file_has_one_fixed_command_for_each_event_and_is_private(t
     doc = json.loads(path.read_text())
     assert sorted(doc) == ["hooks"]
     assert sorted(doc["hooks"]) == sorted(["SessionStart", "UserPromptSubmit", "Stop", "StopFailure",
-                                          "Notification", "PreCompact", "PostToolUse"])
+                                          "Notification", "PreCompact", "PostToolUse", "PostToolUseFailure"])
     command = settings.hook_command(agent_dir)
     for groups in doc["hooks"].values():
         assert groups == [{"matcher": "", "hooks": [{"type": "command", "command": command}]}]
