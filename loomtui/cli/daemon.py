@@ -27,9 +27,13 @@ def run_supervise(args: argparse.Namespace) -> int:
     from loomtui.daemon.logs import setup_logging
     from loomtui.daemon.supervise import supervise
 
+    from loomtui.cli import _guarded
+    from loomtui.daemon.supervise import leave
+
     setup_logging(args.log_level)
     ctx = context(args)
-    return supervise(ctx, loops.tick_loops(ctx), loops.services(ctx))
+    # Its error said here, as every command's: the process may end in `leave`, a thread stuck.
+    return leave(_guarded(lambda: supervise(ctx, loops.tick_loops(ctx), loops.services(ctx))))
 
 
 def run_install(args: argparse.Namespace) -> int:

@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -447,6 +448,51 @@ async def main_async(rt: Runtime, heartbeat_period: float) -> None:
             log.error("task %s ended with %s", task.get_name(), task.exception())
 
 
+def run_leaving_stuck_threads(main: Awaitable[None]) -> None:
+    """asyncio.run, but its end does not wait for the threads of its default executor: a tick still
+    stuck in one (a /proc read in D state, a call that never returns) held the daemon's stop for
+    good, until systemd killed it at its stop timeout. Tasks still running are cancelled as
+    asyncio.run cancels them."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main)
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.wait(pending, timeout=STUCK_GRACE))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()  # its executor shut down without a wait
+
+
+STUCK_GRACE = 2.0  # a worker thread about to end is given this long before it counts as stuck
+
+
+def leave(code: int) -> int:
+    """`code`; or, when a thread is still running after the stop was recorded, the process ends
+    with it now. The interpreter's exit joins every worker thread: one stuck in a tick or a service
+    kept a stopped daemon alive for good (systemd killed it at its stop timeout, 90 s)."""
+    deadline = time.monotonic() + STUCK_GRACE
+    stuck = []
+    for thread in threading.enumerate():
+        if thread is threading.main_thread() or thread.daemon:
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            stuck.append(thread.name)
+    if not stuck:
+        return code
+    log.error("stopped with %d thread(s) still running, left behind: %s", len(stuck), ", ".join(sorted(stuck)))
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 def _record_stop(ctx: Context) -> int:
     """The stop asked for (SIGTERM, SIGINT), in the ledger: exit 0, or 74 with the one line when the
     store turned out unusable meanwhile (never a traceback); a busy store only costs the event."""
@@ -494,7 +540,7 @@ def supervise(ctx: Context, loops: list[TickLoop], services: list[Service] | Non
                       detail={"pid": os.getpid(), "version": __version__,
                               "loops": [s.name for s in loops] + [s.name for s in rt.services]})
         heartbeat_period = min(5.0, min((s.period for s in loops), default=5.0) * 2)
-        asyncio.run(main_async(rt, heartbeat_period))
+        run_leaving_stuck_threads(main_async(rt, heartbeat_period))
         if rt.fatal:
             raise LoomError(rt.fatal, exit_code=rt.exit_code)
         return _record_stop(ctx)

@@ -249,3 +249,54 @@ def test_a_service_still_at_work_when_the_daemon_stops_finishes_before_its_store
     finally:
         finish.set()
         ctx.close()
+
+
+STUCK_DAEMON = """
+import sys, threading
+from loomtui.cli import _guarded
+from loomtui.context import Context
+from loomtui.daemon.supervise import TickLoop, leave, supervise
+
+ctx = Context.load(None, sys.argv[1], environ={})
+
+
+def make(loop_ctx, halt):
+    def tick():
+        print("stuck", flush=True)
+        threading.Event().wait()  # never returns, whatever the daemon asks (a /proc read in D state)
+    return tick
+
+
+sys.exit(leave(_guarded(lambda: supervise(ctx, [TickLoop("stuck", 3600.0, make)], []))))
+"""
+
+
+def test_a_daemon_whose_tick_is_stuck_for_good_still_stops_on_sigterm(tmp_path):
+    """The loops are given their grace, the stop is recorded, and the process ends: the interpreter's
+    exit joined the stuck worker thread and never came, until systemd's SIGKILL at its stop timeout."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import loom_env
+    from harness import wait_for
+
+    state = tmp_path / "state"
+    daemon = subprocess.Popen([sys.executable, "-c", STUCK_DAEMON, str(state)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=loom_env({}))
+    try:
+        assert daemon.stdout is not None
+        assert daemon.stdout.readline().strip() == "stuck"
+        daemon.send_signal(signal.SIGTERM)
+        wait_for(lambda: daemon.poll() is not None, 180, what="the daemon to end after SIGTERM")
+        assert daemon.returncode == 0, daemon.stderr.read() if daemon.stderr else ""
+        assert "left behind: loom-stuck" in (daemon.stderr.read() if daemon.stderr else "")
+        ctx = Context.load(None, str(state), environ={})
+        try:
+            assert ledger.tail(ctx.store, 10, kinds=["supervisor_stop"])
+        finally:
+            ctx.close()
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        daemon.wait()
