@@ -388,7 +388,9 @@ def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: SentinelR
 def escalate(ctx: Context, item: Item, action: Escalate, now: float, report: SentinelReport) -> None:
     with ctx.store.write() as db:
         row = queue_items.escalated_at_in(db, item.id)
-        if row is None or row[0] is not None:
+        # Looked at again in the transaction that tells: the pass read its items before typing its
+        # nudges, seconds ago, and an item claimed (or witnessed) meanwhile was told as still open.
+        if row is None or row[0] is not None or row[1] != item.state:
             return
         # With several agents the human is told whose it was.
         text = action.text if len(ctx.config.agents) == 1 else f"[{item.agent}] {action.text}"

@@ -56,8 +56,8 @@ def nudged_in(db: sqlite3.Connection, item_id: int, now: float) -> None:
 
 
 def escalated_at_in(db: sqlite3.Connection, item_id: int) -> sqlite3.Row | None:
-    """The item's escalated_at (None inside: not escalated yet), or None: no such item."""
-    return db.execute("SELECT escalated_at FROM queue_items WHERE id = ?", (item_id,)).fetchone()
+    """The item's escalated_at (None inside: not escalated yet) and its state, or None: no such item."""
+    return db.execute("SELECT escalated_at, state FROM queue_items WHERE id = ?", (item_id,)).fetchone()
 
 
 def escalate_in(db: sqlite3.Connection, item_id: int, now: float) -> None:

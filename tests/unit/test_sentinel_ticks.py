@@ -269,6 +269,23 @@ def test_an_item_escalated_since_it_was_read_is_not_escalated_again(tmp_path):
         f.ctx.close()
 
 
+def test_an_item_claimed_since_the_pass_read_it_is_not_told_to_the_operator_as_open(tmp_path):
+    # A pass reads its items, then types its nudges (seconds); the agent's `loom resolve` lands
+    # meanwhile. The operator was told "has an open failure" of an item already claimed.
+    f = Fleet(tmp_path / "fleet", [{"name": "backup"}], {"backstop": "30m"}, agent=nopane())
+    try:
+        f.write("backup", "ERROR disk full\n")
+        t0 = 1_000_000.0
+        f.tick(t0, notify=False)
+        [read] = f.items()
+        claims.resolve(f.ctx, read.id, "freed space", source="cli", now=t0 + 31 * 60)
+        report = SentinelReport(t0 + 31 * 60)
+        tick_mod.escalate(f.ctx, read, Escalate(read.id, "open for 31m", "k"), t0 + 31 * 60, report)
+        assert report.escalated == [] and outbox.recent(f.ctx.store) == [] and escalations(f.ctx) == []
+    finally:
+        f.ctx.close()
+
+
 def test_a_scheduled_job_that_never_ran_is_missed_from_when_watching_began(tmp_path):
     f = Fleet(tmp_path / "fleet", [{"name": "nightly", "schedule": "every 10m"}], {"missed_grace": "5m"})
     try:
