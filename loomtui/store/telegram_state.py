@@ -11,6 +11,7 @@ from loomtui.store.db import Store
 
 OFFSET_KEY = "telegram_update_offset"
 CONFLICT_KEY = "telegram_conflict"
+CONFLICT_TOLD_KEY = "telegram_conflict_told"  # when the operator was last told of a 409 (wall)
 CONFLICT_NOTE = "another process polls this token (HTTP 409): Loom receives no commands"
 
 
@@ -35,3 +36,15 @@ def set_conflict_in(db: sqlite3.Connection, since: float, pid: int) -> None:
 
 def clear_conflict_in(db: sqlite3.Connection) -> bool:
     return meta.delete_in(db, CONFLICT_KEY)
+
+
+def conflict_told_in(db: sqlite3.Connection) -> float | None:
+    value = meta.get_in(db, CONFLICT_TOLD_KEY)
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def set_conflict_told_in(db: sqlite3.Connection, at: float) -> None:
+    meta.set_in(db, CONFLICT_TOLD_KEY, repr(at))

@@ -341,8 +341,13 @@ class Poller:
         with self.store.write() as db:
             state.set_conflict_in(db, now, os.getpid())
             ledger.append_in(db, "telegram_conflict", source="telegram", detail={"note": state.CONFLICT_NOTE}, ts=now)
-            # One message in each CONFLICT_RETELL (the outbox keeps one per dedupe key).
-            outbox.enqueue(db, CONFLICT_MESSAGE, dedupe_key=f"telegram_conflict:{int(now // CONFLICT_RETELL)}", now=now)
+            # One message in each CONFLICT_RETELL from the last one told (a fixed bucket told two
+            # conflicts minutes apart on either side of its edge); a clock behind the last telling
+            # (stepped back) tells again rather than keep quiet until it catches up.
+            told = state.conflict_told_in(db)
+            if told is None or not 0 <= now - told < CONFLICT_RETELL:
+                outbox.enqueue(db, CONFLICT_MESSAGE, dedupe_key=f"telegram_conflict:{now!r}", now=now)
+                state.set_conflict_told_in(db, now)
 
     def _clear_conflict(self) -> None:
         if state.conflict(self.store) is None:

@@ -65,6 +65,37 @@ def test_a_second_poller_coming_and_going_is_told_to_the_operator_once(fake, sto
     assert [m.text for m in outbox.recent(store, 100)].count(CONFLICT_MESSAGE) == 1
 
 
+def test_the_409_notice_is_told_once_in_six_hours_from_the_last_one_not_per_fixed_bucket(fake, store):
+    """Conflicts a second either side of a multiple of six hours were two messages minutes apart."""
+    from loomtui.telegram.commands import CONFLICT_RETELL
+
+    class At(Clock):
+        t = CONFLICT_RETELL * 300_000 - 1.0  # a second before a fixed bucket's edge
+
+        def time(self) -> float:
+            return self.t
+
+    at = At()
+    cfg = parse_config({"telegram": {"chat_id": 42, "commands": True, "api_base": fake.api_base,
+                                     "long_poll": "1s"}}, "loom.toml", None)
+
+    async def run() -> None:
+        bot = make_bot(TOKEN, cfg.telegram)
+        poller = Poller(store, cfg.telegram, bot, Agent(), at, username="loom_bot")
+        try:
+            for conflict, then in ((True, 2.0), (False, 0.0), (True, CONFLICT_RETELL), (False, 0.0), (True, 0.0)):
+                fake.conflict = conflict
+                await poller.step(asyncio.Event())
+                at.t += then
+        finally:
+            await bot.shutdown()
+
+    asyncio.run(run())
+    assert len(ledger.tail(store, 100, kinds=["telegram_conflict"])) == 3
+    # The first, and the one six hours after it: not the one two seconds later across the edge.
+    assert [m.text for m in outbox.recent(store, 100)].count(CONFLICT_MESSAGE) == 2
+
+
 def test_flood_control_on_get_updates_waits_as_long_as_telegram_says(fake, store):
     [waited, then] = steps(fake, store, [False, False], flood=[7])
     assert waited >= 7.0  # not the backoff's first second
