@@ -164,7 +164,7 @@ def _record(ctx: Context, batch: list[Recorded]) -> None:
                 counters.bump_in(db, TURNS_TOTAL, {"agent": ctx.agent, "outcome": TURN_OUTCOME[event.event],
                                                    "error": event.source if event.event == "StopFailure" else ""})
             if event.event == "Notification" and event.source == PERMISSION:
-                _tell_permission_in(db, ctx, event, row_id)
+                _tell_permission_in(db, ctx, event, row_id, at.wall)
             kind = LEDGER_KIND.get(event.event)
             if kind is not None:
                 detail = {"event": event.event, **({"session_id": event.session_id} if event.session_id else {}),
@@ -173,14 +173,16 @@ def _record(ctx: Context, batch: list[Recorded]) -> None:
             harness.apply_in(db, ctx, event, at, reading)  # a quota's or a login's hold, and its end
 
 
-def _tell_permission_in(db: sqlite3.Connection, ctx: Context, event: HookEvent, row_id: int) -> None:
+def _tell_permission_in(db: sqlite3.Connection, ctx: Context, event: HookEvent, row_id: int, at: float) -> None:
     """The operator hears once of each permission prompt the agent waits on (its message names the
-    tool): a canary probe will not be typed into it meanwhile, and a miss then is not deafness."""
+    tool): a canary probe will not be typed into it meanwhile, and a miss then is not deafness.
+    Keyed by the event's row and time: a row's id is given again once a prune emptied the table
+    (a week without events), and the outbox keeps every key it sent, so a new prompt went untold."""
     whose = f"[{ctx.agent}] " if len(ctx.config.agent_names) > 1 else ""
     message = event.detail.get("message")
     said = message if isinstance(message, str) else ""
     outbox.enqueue(db, f"{whose}Loom: the agent waits for your permission: {printable(said) or 'a tool'}",
-                   dedupe_key=f"permission:{ctx.agent}:{row_id}")
+                   dedupe_key=f"permission:{ctx.agent}:{row_id}:{at!r}")
 
 
 def _remove(path: Path, *, quiet: bool = False) -> bool:

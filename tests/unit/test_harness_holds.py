@@ -359,3 +359,18 @@ def test_a_cron_canary_tick_records_the_agent_s_hook_events_before_it_reads_the_
     assert hold is not None and hold.cause == "rate_limited"
     assert not list(events.iterdir())
     assert not kinds(ctx, "canary_sent")  # held: nothing probed
+
+
+def test_a_permission_prompt_after_a_week_without_events_is_told_though_its_row_id_was_used_before(tmp_path):
+    """A prune that empties the table gives the next event the id of one forgotten, and the outbox
+    keeps every key it sent: keyed by the row id alone, the new prompt went untold."""
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    hook = Hooks(ctx, virtual)
+    with clock.use(virtual):
+        hook("Notification", notification_type="permission_prompt", message="Claude needs your permission to use Bash")
+        virtual.advance(8 * 86400)
+        assert ingest.prune(ctx) == 1
+        hook("Notification", notification_type="permission_prompt", message="Claude needs your permission to use Edit")
+    told = [m for m in messages(ctx) if "waits for your permission" in m]
+    assert len(told) == 2 and told[1].endswith("to use Edit")
