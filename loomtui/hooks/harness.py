@@ -42,7 +42,7 @@ def _in_force(db: sqlite3.Connection, ctx: Context, now: Instant) -> Hold | None
 
 
 def _facts(hold: Hold | None) -> rules.Held | None:
-    return None if hold is None else rules.Held(hold.by == "harness", hold.cause, hold.since)
+    return None if hold is None else rules.Held(hold.by == "harness", hold.cause, hold.since, hold.mono, hold.boot)
 
 
 def failed_in(db: sqlite3.Connection, ctx: Context, event: HookEvent, at: Instant, now: Instant) -> Hold | None:
@@ -75,6 +75,6 @@ def stopped_in(db: sqlite3.Connection, ctx: Context, at: Instant, now: Instant) 
     run out before the turn succeeded is recorded as ended then, not at the reading after the
     success: a failure after this success is news to the operator (harness_rules.on_failure)."""
     hold = _in_force(db, ctx, at)  # `at` is never after the reading (ingest caps it)
-    if not rules.on_success(_facts(hold), at.wall):
+    if not rules.on_success(_facts(hold), at.wall, at.mono, at.boot):
         return None
     return holds.release_in(db, ctx, source=SOURCE, how=SUCCEEDED, now=now)

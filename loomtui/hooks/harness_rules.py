@@ -47,6 +47,8 @@ class Held:
     harness: bool
     cause: str
     since: float
+    mono: float | None = None  # the monotonic clock at `since`, on boot `boot` (None: wall time only)
+    boot: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,17 @@ def on_failure(error_type: str, *, now: float, resets_at: float | None, held: He
     return HoldFor(cause, seconds, tell=not repeat)
 
 
-def on_success(held: Held | None, stopped_at: float) -> bool:
-    """A Stop (a turn that succeeded) ends the harness's hold when it came after the hold began."""
-    return held is not None and held.harness and stopped_at >= held.since
+def on_success(held: Held | None, stopped_at: float, stopped_mono: float | None = None,
+               stopped_boot: str | None = None) -> bool:
+    """A Stop (a turn that succeeded) ends the harness's hold when it came after the hold began: by
+    the monotonic clock where both were read on one boot (the wall clock stepped back between
+    them dated the success before the hold, which then lasted its whole time, a day with a reset
+    time), by wall time otherwise."""
+    if held is None or not held.harness:
+        return False
+    if held.mono is not None and stopped_mono is not None and held.boot is not None and held.boot == stopped_boot:
+        return stopped_mono >= held.mono
+    return stopped_at >= held.since
 
 
 def resume_verdict(*, mode: str, pinned: str, source: str, session_id: str) -> tuple[str, str] | None:

@@ -374,3 +374,21 @@ def test_a_permission_prompt_after_a_week_without_events_is_told_though_its_row_
         hook("Notification", notification_type="permission_prompt", message="Claude needs your permission to use Edit")
     told = [m for m in messages(ctx) if "waits for your permission" in m]
     assert len(told) == 2 and told[1].endswith("to use Edit")
+
+
+def test_a_turn_that_succeeded_ends_the_hold_though_the_wall_clock_stepped_back_between(tmp_path):
+    """NTP stepped the clock back two minutes after the rate limit: the next turn's Stop was dated
+    before the hold began, by wall time, and the hold lasted its whole time though the agent was
+    working again."""
+    ctx = hooked_ctx(tmp_path)
+    virtual = FakeClock(time.time(), 5000.0, BOOT)
+    hook = Hooks(ctx, virtual)
+    with clock.use(virtual):
+        hook("StopFailure", error="rate_limit")
+        assert holds.current(ctx, clock.now()) is not None
+        virtual.at_wall -= 120
+        virtual.advance(30)
+        hook("Stop")
+        assert holds.current(ctx, clock.now()) is None
+        [cleared] = kinds(ctx, "hold_cleared")
+        assert cleared.detail["how"] == "succeeded"

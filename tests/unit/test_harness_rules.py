@@ -87,6 +87,14 @@ def test_a_success_after_the_hold_began_ends_it_and_one_before_does_not():
     assert not on_success(None, NOW)
 
 
+def test_a_success_after_the_hold_ends_it_by_the_monotonic_clock_whatever_the_wall_clock_did():
+    held = Held(True, "rate_limited", NOW, mono=500.0, boot="b")
+    assert on_success(held, NOW - 120, 530.0, "b")          # the wall clock stepped back 150 s since
+    assert not on_success(held, NOW + 120, 499.0, "b")      # before the hold, whatever the wall says
+    assert on_success(held, NOW + 1, 3.0, "other-boot")     # another boot: only the wall clock speaks
+    assert not on_success(Held(True, "rate_limited", NOW), NOW - 1, 530.0, "b")  # a hold without a mono
+
+
 def test_every_ordering_of_failures_and_successes_tells_once_per_episode():
     """A run of events through the rules, as the shell applies them: the operator is told at the
     first failure of an episode only; an episode ends with a success."""
