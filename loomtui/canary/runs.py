@@ -235,7 +235,8 @@ def settle_stale(ctx: Context, now: Instant | float | None = None) -> int:
             settled += settle_run(ctx, row["id"], MISS, why="no ack before the deadline (prober went away)")
         else:
             settled += settle_run(ctx, row["id"], ERROR, why=NEVER_TYPED)
-        forget_ack(path)
+        if acked is not None:
+            forget_ack(path)  # only an ack read: one that came meanwhile is a late ack (note_late_acks)
     return settled
 
 

@@ -8,6 +8,7 @@ tests/e2e/test_stream_driver.py."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import threading
 from pathlib import Path
@@ -172,3 +173,45 @@ def test_a_pending_probe_its_prober_never_typed_is_not_joined(ctx, fixed_clock):
     assert (probe.result, probe.joined, acking.typed) == (runs.OK, False, 1)
     [row] = ctx.store.query("SELECT result, why FROM canary_runs WHERE id = ?", (orphan,))
     assert (row["result"], row["why"]) == ("error", runs.NEVER_TYPED)
+
+
+def test_an_ack_that_comes_while_the_miss_is_recorded_is_kept_and_counted_late(tmp_path):
+    """The miss's record can wait out a busy store (its busy timeout), right at the deadline a slow
+    agent acks by: the ack written meanwhile was deleted unread, and the miss counted for an agent
+    that heard. Real SQLite; the wait's clock lets the agent ack and the store go."""
+    import sqlite3
+
+    from loomtui.canary import probe as probe_mod
+
+    config = tmp_path / "config.toml"
+    config.write_text('[canary]\nack_timeout = "2s"\n')
+    loaded = Context.load(str(config), str(tmp_path / "state"), environ={})
+    ctx = Context(loaded.config, loaded.config_path, loaded.state_dir, store_waits_on_clock=True)
+    loaded.close()
+    ctx.acks_dir.mkdir(mode=0o700, exist_ok=True)
+    acked: list[float] = []
+    blocker = sqlite3.connect(ctx.store.path, isolation_level=None)
+
+    class AckMeanwhile(FakeClock):
+        def sleep(self, seconds: float) -> None:
+            super().sleep(seconds)
+            if not acked:
+                ack = ctx.acks_dir / "n-slow"
+                ack.touch()
+                os.utime(ack, (T0 + 2.5, T0 + 2.5))  # half a second late
+                acked.append(T0 + 2.5)
+                blocker.execute("ROLLBACK")  # and the store free again
+
+    try:
+        with clock.use(AckMeanwhile(T0, 9000.0, "boot-a")) as virtual:
+            run_id = runs.insert_run(ctx, "n-slow", "canary", runs.PENDING, T0, T0 + 2)
+            row = ctx.store.query_one("SELECT * FROM canary_runs WHERE id = ?", (run_id,))
+            virtual.advance(3)  # past its deadline: the wait records the miss at once
+            blocker.execute("BEGIN EXCLUSIVE")
+            assert probe_mod.wait(ctx, runs.probe_from(row)).result == runs.MISS
+            assert acked and (ctx.acks_dir / "n-slow").exists()
+            assert runs.note_late_acks(ctx) == 1
+        assert runs.last_probe(ctx).ack_at == T0 + 2.5  # it heard, late
+    finally:
+        blocker.close()
+        ctx.close()
