@@ -208,7 +208,7 @@ def test_one_agent_keeps_todays_syntax_and_may_be_named(one):
                          ("release", "main")]
     assert replies[7:] == ["/canary: no agent by that name (agents: main)",
                            "/recycle: no agent by that name (agents: main)",
-                           "usage: /recycle resume|fresh", HELP]
+                           "usage: /recycle resume|fresh", "/x is not a Loom command. " + HELP]
 
 
 def test_the_real_actions_hold_and_release_only_the_named_agent(two):
