@@ -41,6 +41,8 @@ class FakeBot:
     down_mode: str | None = None  # None, "502"
     migrated: dict[int, int] = field(default_factory=dict)  # a group's id -> the supergroup it became
     kicked: set[int] = field(default_factory=set)  # chats the bot was removed from (403 on send)
+    unknown_chats: set[int] = field(default_factory=set)  # 400 "chat not found" (a wrong chat_id)
+    rejects: list[str] = field(default_factory=list)  # a 400 with this description for each next send
 
     def __post_init__(self) -> None:
         self._cond = threading.Condition()
@@ -147,6 +149,10 @@ class FakeBot:
                 return 400, {"ok": False, "error_code": 400,
                              "description": "Bad Request: group chat was upgraded to a supergroup chat",
                              "parameters": {"migrate_to_chat_id": self.migrated[chat_id]}}
+            if chat_id in self.unknown_chats:
+                return 400, {"ok": False, "error_code": 400, "description": "Bad Request: chat not found"}
+            if self.rejects:
+                return 400, {"ok": False, "error_code": 400, "description": self.rejects.pop(0)}
             if chat_id in self.kicked:
                 return 403, {"ok": False, "error_code": 403,
                              "description": "Forbidden: bot was kicked from the group chat"}

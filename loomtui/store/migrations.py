@@ -245,4 +245,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE queue_items ADD COLUMN reopened_boot TEXT
         """,
     ),
+    (
+        "0015_outbox_rejections",
+        # How often Telegram refused this very message (400), apart from the attempts an outage or
+        # flood control cost: a message retried three times in an outage was given up at its first 400.
+        """
+        ALTER TABLE outbox ADD COLUMN rejections INTEGER NOT NULL DEFAULT 0
+        """,
+    ),
 ]

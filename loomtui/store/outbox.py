@@ -39,6 +39,7 @@ class Message:
     telegram_message_id: int | None
     sent: float | None
     last_error: str | None
+    rejections: int = 0  # Telegram's refusals of this very message (400), apart from outages
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Message:
@@ -170,15 +171,16 @@ def mark_sent(store: Store, msg_id: int, *, message_id: int, chat_id: int, lengt
     return True
 
 
-def defer(store: Store, msg_id: int, *, until: float, error: str, fail: bool = False,
+def defer(store: Store, msg_id: int, *, until: float, error: str, fail: bool = False, rejected: bool = False,
           event: EventKind | None = None, event_detail: dict[str, Any] | None = None) -> None:
-    """Count a failed attempt; `fail` gives the row up (it stays in the store, visible as failed)."""
+    """Count a failed attempt (`rejected`: Telegram refused the message itself); `fail` gives the
+    row up (it stays in the store, visible as failed)."""
     error = redact.scrub(error)[:500]
     with store.write() as db:
         db.execute(
-            "UPDATE outbox SET attempts = attempts + 1, next_attempt = ?, last_error = ?, "
-            "state = CASE WHEN ? THEN 'failed' ELSE state END WHERE id = ? AND state = 'pending'",
-            (until, error, fail, msg_id),
+            "UPDATE outbox SET attempts = attempts + 1, rejections = rejections + ?, next_attempt = ?, "
+            "last_error = ?, state = CASE WHEN ? THEN 'failed' ELSE state END WHERE id = ? AND state = 'pending'",
+            (int(rejected), until, error, fail, msg_id),
         )
         # Every attempt that did not deliver; a row given up is counted once more as given_up.
         counters.bump_in(db, NOTIFY, {"sink": SINK, "result": "failed"})
@@ -192,5 +194,5 @@ def requeue_failed(store: Store) -> int:
     """Give failed rows another go (an operator's decision, e.g. after fixing `telegram.chat_id`)."""
     with store.write() as db:
         return db.execute(
-            "UPDATE outbox SET state = 'pending', attempts = 0, next_attempt = 0 WHERE state = 'failed'"
+            "UPDATE outbox SET state = 'pending', attempts = 0, rejections = 0, next_attempt = 0 WHERE state = 'failed'"
         ).rowcount

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 import logging
+import re
 
 import telegram
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
@@ -31,6 +32,9 @@ from loomtui.telegram.token import load_token
 
 LOCK_NAME = "telegram-sender.lock"  # two senders on one store would both send the head row
 BAD_REQUEST_ATTEMPTS = 3  # Telegram understood and refused this very message; retrying forever is a wedge
+# A 400 that is about the chat, not the message (a wrong telegram.chat_id, a group deleted): every
+# message to that chat gets it, and giving each up burned every alert sent while it was wrong.
+CHAT_GONE = re.compile(r"chat not found|group chat was deactivated|chat_id is empty", re.IGNORECASE)
 
 log = logging.getLogger("loomtui.telegram.sender")
 RECORD_RETRY = 1.0  # seconds before a delivery the busy store did not take is recorded again
@@ -153,12 +157,16 @@ class Sender:
                         chat, self._moved[chat], self._moved[chat])
             return 0.0
         except BadRequest as exc:
-            return self._failed(row, exc, permanent=row.attempts + 1 >= BAD_REQUEST_ATTEMPTS)
+            if CHAT_GONE.search(str(exc)):
+                # The chat, not the message: the operator's own waits on the fix (as every message
+                # does), a reply to another chat is given up (as a Forbidden one).
+                return self._failed(row, exc, permanent=chat != self._chat(), rejected=False)
+            return self._failed(row, exc, permanent=row.rejections + 1 >= BAD_REQUEST_ATTEMPTS, rejected=True)
         except Forbidden as exc:
             # A reply to a chat the bot can no longer write to (removed from that group) is given
             # up: retried, it held every later alert behind it. The operator's own chat is retried,
             # as every message waits on the operator's fix there anyway.
-            return self._failed(row, exc, permanent=chat != self._moved.get(self.cfg.chat_id, self.cfg.chat_id))
+            return self._failed(row, exc, permanent=chat != self._chat())
         except TelegramError as exc:  # network, timeout, 5xx, InvalidToken
             return self._failed(row, exc, permanent=False)
         self._last_sent[chat] = self.clock.monotonic()
@@ -166,6 +174,10 @@ class Sender:
         self._unrecorded[row.id] = {"message_id": sent.message_id, "chat_id": chat, "length": len(text),
                                     "truncated": truncated, "now": self.clock.time()}
         return self._record(row.id)
+
+    def _chat(self) -> int:
+        """The operator's chat, where a group became a supergroup the new one."""
+        return self._moved.get(self.cfg.chat_id, self.cfg.chat_id)
 
     def _record(self, row_id: int) -> float:
         """The delivery of a row Telegram took, into the store; on a busy store, again at the next step."""
@@ -198,7 +210,7 @@ class Sender:
                      event="telegram_retry_after", event_detail={"retry_after": delay})
         return delay
 
-    def _failed(self, row: outbox.Message, exc: TelegramError, *, permanent: bool) -> float:
+    def _failed(self, row: outbox.Message, exc: TelegramError, *, permanent: bool, rejected: bool = False) -> float:
         delay = backoff(row.attempts + 1, self.cfg.backoff_base, self.cfg.backoff_max)
         error = describe(exc)
         self._hold = (row.id, self.clock.monotonic() + delay)
@@ -211,5 +223,6 @@ class Sender:
             event = "telegram_error" if row.attempts == 0 else None
             log.warning("telegram: outbox %d not delivered (%s); retry in %.1fs", row.id, error, delay)
         outbox.defer(self.store, row.id, until=self.clock.time() + delay, error=error, fail=permanent,
-                     event=event, event_detail={"error": type(exc).__name__, "attempts": row.attempts + 1})
+                     rejected=rejected, event=event,
+                     event_detail={"error": type(exc).__name__, "attempts": row.attempts + 1})
         return 0.0 if permanent else delay

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import pytest
 from fakebot import FakeBot
@@ -321,3 +322,63 @@ def test_a_group_upgraded_to_a_supergroup_and_a_group_that_removed_the_bot_block
     states = {m.text: m.state for m in outbox.recent(store, 10)}
     assert states == {"a reply where the command came from": "failed", "the job broke": "sent",
                       "the agent is back": "sent"}
+
+
+def deliver(fake: FakeBot, store: Store, chat_id: int, steps: int, between=None) -> None:
+    """The sender stepped `steps` times on a virtual clock moved on by each wait it asks for;
+    `between(i)` runs before step i."""
+    from fake_clock import FakeClock
+
+    from loomtui import clock
+    from loomtui.telegram.sender import Sender
+
+    cfg = parse_config({"telegram": {"chat_id": chat_id, "api_base": fake.api_base}}, "loom.toml", None)
+
+    async def run() -> None:
+        bot = make_bot(TOKEN, cfg.telegram)
+        sender = Sender(store, cfg.telegram, bot, Clock())
+        try:
+            for i in range(steps):
+                if between is not None:
+                    between(i)
+                wait = await sender.step()
+                clock.sleep(max(wait, 1.1))
+        finally:
+            await bot.shutdown()
+
+    with clock.use(FakeClock(time.time(), 5000.0)):
+        asyncio.run(run())
+
+
+def test_a_message_retried_through_an_outage_is_not_given_up_at_its_first_rejection(fake, store):
+    """`attempts` counts every failure: three in an outage, then one 400 (a proxy's, say), and the
+    message was given up; the README says three rejections."""
+    outbox.enqueue(store, "the job broke")
+    fake.go_down("502")
+
+    def outage_then_one_rejection(i: int) -> None:
+        if i == 3:
+            fake.come_back()
+            fake.rejects.append("Bad Request: can't parse entities")
+
+    deliver(fake, store, 42, 6, outage_then_one_rejection)
+    [row] = outbox.recent(store, 10)
+    assert row.state == "sent" and fake.texts() == ["the job broke"]
+
+
+def test_a_wrong_chat_id_holds_the_alerts_until_it_is_fixed_and_gives_none_up(fake, store):
+    """400 "chat not found" is about the chat, not the message: each alert was given up in turn,
+    every one sent while the setting was wrong burned."""
+    for n in range(3):
+        outbox.enqueue(store, f"alert {n}")
+    fake.unknown_chats.add(42)
+    pending: list[set[str]] = []
+
+    def fixed_after_a_while(i: int) -> None:
+        if i == 6:
+            pending.append({m.state for m in outbox.recent(store, 10)})
+            fake.unknown_chats.clear()  # the operator fixed telegram.chat_id (or started the bot)
+
+    deliver(fake, store, 42, 14, fixed_after_a_while)
+    assert pending == [{"pending"}]
+    assert fake.texts(42) == ["alert 0", "alert 1", "alert 2"]
