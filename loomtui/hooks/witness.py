@@ -25,7 +25,7 @@ from loomtui.hooks.settings import wanted
 from loomtui.hooks.witness_rules import EARLY, Prompt, Typed, probe_now, witness
 from loomtui.store import counters, ledger
 from loomtui.store import hook_events as table
-from loomtui.timing import Instant, raw_age, stored
+from loomtui.timing import Instant, age, raw_age, stored
 
 # How far back a witness that just started looks: the ledger's last events, and of those only the
 # lines typed within a few timeouts (older ones were judged by the daemon before, or typed before
@@ -45,7 +45,6 @@ class Witness:
         self.ctx = ctx
         self.timeout = ctx.config.agent.dispatch_timeout
         self.floor = table.ledger_floor(ctx.store, START_BACK)
-        self.started = clock.wall()
         self.first_seen: dict[int, Instant] = {}
         self.typed_at: dict[int, float] = {}  # a held-back line's own typing time (first_seen moved on)
         self.held: set[int] = set()           # lines a busy turn held back at the last look
@@ -58,9 +57,12 @@ class Witness:
         now = clock.now()
         rows = table.typed_since(ctx.store, ctx.agent, self.floor)
         read_to = max([self.floor, *(int(r["id"]) for r in rows)])
-        horizon = max(now.wall, self.started) - HORIZON_TIMEOUTS * self.timeout - EARLY
+        # Within the horizon by the monotonic clock from the line's first sighting: measured from
+        # the witness's start by wall time, a clock stepped back an hour below it dropped every line
+        # typed for that hour, unjudged.
+        horizon = HORIZON_TIMEOUTS * self.timeout + EARLY
         self._still_held(now)
-        typed = [line for line in self._typed(rows, now) if line.at.wall >= horizon and line.id not in self.dispatched]
+        typed = [line for line in self._typed(rows, now) if age(line.at, now) <= horizon and line.id not in self.dispatched]
         if not typed:
             self._advance(read_to, [])
             return 0, None

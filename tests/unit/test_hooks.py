@@ -400,6 +400,24 @@ def test_two_threads_writing_the_settings_at_once_both_succeed(tmp_path):
     assert [p.name for p in path.parent.iterdir() if p.name.startswith(".")] == []  # no temporaries left
 
 
+def test_a_line_typed_after_the_wall_clock_stepped_back_below_the_witness_s_start_is_judged(tmp_path):
+    """The horizon ran from the witness's start by wall time: stepped back an hour, every line typed
+    for that hour lay before it, and none was judged."""
+    ctx = hooked_ctx(tmp_path, timeout="15s")
+    settings.write(ctx.agent_dir)
+    virtual = FakeClock(1_000_000.0, 1_000_000.0 - 1000, BOOT)
+    with clock.use(virtual):
+        seen = Witness(ctx)
+        virtual.at_wall -= 3600
+        virtual.advance(1)
+        lost = typed_event(ctx, "never taken")
+        assert seen.look() == (0, 15.0)
+        virtual.advance(16)
+        assert seen.look() == (1, None)
+        [missing] = [e for e in ledger.tail(ctx.store, 20) if e.kind == "dispatch_missing"]
+        assert missing.detail["typed"] == lost
+
+
 def typed_event(ctx: Context, text: str, kind: str = "inject", **extra) -> int:
     return ledger.append(ctx.store, kind, source="cli", detail={
         "length": len(text), "digest": digest(text), "ok": True, **extra}).id
