@@ -70,6 +70,10 @@ def inject(
     witnessed_by = typed_digest(clean)  # what the dispatch witness matches the CLI's prompt with
     if witnessed_by != info["digest"]:
         info["said"] = witnessed_by
+    if clean.lstrip().startswith("/"):
+        # A slash command (/compact, /clear, /model) is the CLI's own: it submits no prompt, and the
+        # dispatch witness would report every one missing. Only that it is one is kept, not which.
+        info["slash"] = True
     driver = driver or drivers.of(ctx)
     # The agent as it is now: if a relaunch replaces it while we wait for inject.lock, the text
     # is not typed into the new one (it was meant for this one, and that one may be booting).

@@ -109,6 +109,8 @@ class Witness:
             said = detail.get("said") or detail.get("digest")
             if not isinstance(said, str) or detail.get("delivery") == "queued":
                 continue  # a line the pump holds behind a running turn is not the CLI's yet (issue 26: busy)
+            if detail.get("slash"):
+                continue  # the CLI's own command: no prompt is owed (agent/inject.py)
             # Its deadline counts on the monotonic clock from the moment its event was written.
             at = self.first_seen.setdefault(int(row["id"]), clock.at_wall(float(row["ts"]), now))
             out.append(Typed(int(row["id"]), at, said, str(row["kind"]), float(row["ts"])))

@@ -418,6 +418,36 @@ def test_a_line_typed_after_the_wall_clock_stepped_back_below_the_witness_s_star
         assert missing.detail["typed"] == lost
 
 
+def test_a_slash_command_typed_into_the_agent_is_owed_no_prompt(tmp_path):
+    """`loom inject /compact`: the CLI runs its own command and submits no prompt, so the witness
+    reported it missing and hastened a probe each time. The real inject; the driver port takes the line."""
+    from loomtui import actions
+
+    class Taking:
+        has_dialogs, owns_turns = False, False
+
+        def pane_pid(self) -> int:
+            return 4242
+
+        def type_line(self, text, expect_pane_pid=None, *, origin="operator", ref=""):
+            return None
+
+    ctx = hooked_ctx(tmp_path, timeout="15s")
+    settings.write(ctx.agent_dir)
+    ctx.driver = Taking()
+    virtual = FakeClock(1_000_000.0, 1_000_000.0 - 1000, BOOT)
+    with clock.use(virtual):
+        seen = Witness(ctx)
+        assert actions.inject(ctx, "/compact", source="cli").ok
+        assert actions.inject(ctx, "what broke?", source="cli").ok
+        virtual.advance(16)
+        assert seen.look() == (1, None)  # the plain line only
+    [slash] = [e for e in ledger.tail(ctx.store, 20) if e.kind == "inject" and e.detail["length"] == 8]
+    [plain] = [e for e in ledger.tail(ctx.store, 20) if e.kind == "inject" and e.detail["length"] != 8]
+    assert slash.detail["slash"] is True and "compact" not in json.dumps(slash.detail)  # that, not which
+    assert "slash" not in plain.detail
+
+
 def typed_event(ctx: Context, text: str, kind: str = "inject", **extra) -> int:
     return ledger.append(ctx.store, kind, source="cli", detail={
         "length": len(text), "digest": digest(text), "ok": True, **extra}).id
