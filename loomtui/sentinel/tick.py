@@ -302,8 +302,12 @@ def send_due(ctx: Context, at: Instant, report: SentinelReport) -> None:
         # budget went to the older items' renudges, and a new failure reached the human at its
         # backstop never nudged; and each agent its own budget (another's failing injections spent it).
         for item in sorted(items, key=lambda i: (not _owed_first_nudge(i), i.id)):
-            # An item's nudges go to its job's agent; one whose agent left the config, to the first.
-            name = item.agent if item.agent in ctx.config.agent_names else ctx.agent
+            # An item's nudges go to its job's agent as the config says now (a job moved to another
+            # agent takes its live items along: they kept nudging the old one); a job or an agent
+            # gone from the config, to the agent the item was for, else the first.
+            job = ctx.config.job(item.job)
+            owner = job.agent if job is not None and job.agent in ctx.config.agent_names else item.agent
+            name = owner if owner in ctx.config.agent_names else ctx.agent
             if name not in agents:
                 agents[name] = ctx if name == ctx.agent else ctx.for_agent(name)
                 # boot grace on the monotonic clock, not `now`

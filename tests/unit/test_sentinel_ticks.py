@@ -469,6 +469,34 @@ def test_a_cron_claims_witness_window_runs_to_the_next_local_slot_plus_the_grace
         f.ctx.close()
 
 
+def test_a_job_moved_to_another_agent_takes_its_live_items_nudges_along(tmp_path):
+    def config(owner: str) -> Context:
+        lines = [f"state_dir = {toml_value(str(tmp_path / 'state'))}", "[sentinel]", 'backstop = "30m"']
+        for name in ("alpha", "beta"):
+            lines += ["[[agents]]", f'name = "{name}"', f"tmux_socket = {toml_value(nopane()['tmux_socket'])}"]
+        lines += ["[[jobs]]", 'name = "report"', f"log = {toml_value(str(tmp_path / 'report.log'))}",
+                  f'agent = "{owner}"']
+        path = tmp_path / "config.toml"
+        path.write_text("\n".join(lines) + "\n")
+        return Context.load(str(path), None, environ={})
+
+    (tmp_path / "report.log").write_text("ERROR report broke\n")
+    ctx = config("alpha")
+    try:
+        sentinel_tick(ctx, 1000.0, notify=False)
+        [item] = queue.listing(ctx.store)
+        assert item.agent == "alpha"
+    finally:
+        ctx.close()
+    ctx = config("beta")  # the operator hands the job to beta
+    try:
+        sentinel_tick(ctx, 1100.0, notify=True)
+        [attempt] = ledger.tail(ctx.store, 10, kinds=["queue_nudge"])
+        assert attempt.agent == "beta" and attempt.detail["item"] == item.id
+    finally:
+        ctx.close()
+
+
 def test_an_item_whose_job_and_agent_left_the_config_is_nudged_into_the_first_agent(tmp_path):
     def config(with_beta: bool) -> Context:
         lines = [f"state_dir = {toml_value(str(tmp_path / 'state'))}", "[sentinel]", 'backstop = "30m"',
