@@ -365,6 +365,15 @@ def nudge(ctx: Context, item: Item, action: Nudge, now: float, report: SentinelR
             raise
         report.nudged.append(item.id)
         return
+    typed = ledger.nudge_typed(ctx.store, ctx.agent, item.id, item.nudges + 1)
+    if typed is not None and (item.reopened_at is None or item.reopened_at <= typed):
+        # Typed, its count lost (the daemon killed between the two writes, or restarted after the
+        # store refused the count): counted now, as _TYPED_UNCOUNTED does within one daemon, not
+        # typed a second time.
+        with ctx.store.write() as db:
+            queue_items.nudged_in(db, item.id, typed)
+        report.nudged.append(item.id)
+        return
     detail = {"item": item.id, "job": item.job, "nudge": item.nudges + 1, "renudge": action.renudge}
     try:
         result = actions.nudge(ctx, action.text, source=SOURCE, detail=detail)

@@ -455,6 +455,16 @@ def canary_witness(store: Store, agent: str, relaunch_id: int) -> sqlite3.Row | 
         "AND json_extract(detail, '$.launch') IS NULL)) ORDER BY id LIMIT 1", (relaunch_id, agent, relaunch_id))
 
 
+def nudge_typed(store: Store, agent: str, item_id: int, nudge: int) -> float | None:
+    """When nudge number `nudge` of queue item `item_id` was typed (its queue_nudge event, ok), among
+    the agent's last 200 nudges; None when it was not."""
+    row = store.query_one(
+        "SELECT ts FROM (SELECT ts, detail FROM ledger WHERE agent = ? AND kind = 'queue_nudge' ORDER BY id DESC "
+        "LIMIT 200) WHERE json_extract(detail, '$.item') = ? AND json_extract(detail, '$.nudge') = ? "
+        "AND json_extract(detail, '$.ok') = 1 LIMIT 1", (agent, item_id, nudge))
+    return float(row[0]) if row is not None else None
+
+
 def canary_sent(store: Store, agent: str, run_id: int) -> sqlite3.Row | None:
     """The detail of the canary_sent event of run `run_id`, among the last thousand events."""
     return store.query_one("SELECT detail FROM ledger WHERE agent = ? AND kind = 'canary_sent' AND id > "

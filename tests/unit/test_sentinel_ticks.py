@@ -109,6 +109,25 @@ def test_finished_died_running_and_orphaned_runs_are_judged_as_they_stand(tmp_pa
         f.ctx.close()
 
 
+def test_a_nudge_typed_whose_count_was_lost_is_counted_at_the_next_pass_not_typed_again(tmp_path):
+    # The daemon killed between a nudge's typing (its queue_nudge event, ok) and its count, or
+    # restarted after the store refused the count: the next daemon's pass typed it again.
+    f = Fleet(tmp_path / "fleet", [{"name": "backup"}], {"backstop": "30m"}, agent=nopane())
+    try:
+        f.write("backup", "ERROR disk full\n")
+        f.tick(1000.0, notify=False)
+        [item] = f.items()
+        ledger.append(f.ctx.store, "queue_nudge", source="sentinel", ts=1001.0,
+                      detail={"item": item.id, "job": "backup", "nudge": 1, "renudge": False, "ok": True})
+        report = f.tick(1002.0, notify=True)
+        assert report.nudged == [item.id] and report.nudge_failed == []
+        assert len(ledger.tail(f.ctx.store, 20, kinds=["queue_nudge"])) == 1  # typed once
+        [counted] = f.items()
+        assert (counted.nudges, counted.last_nudge_at) == (1, 1001.0)
+    finally:
+        f.ctx.close()
+
+
 def test_a_log_that_cannot_be_read_is_an_item_saying_why(tmp_path):
     f = Fleet(tmp_path / "fleet", [{"name": "app"}])
     try:
