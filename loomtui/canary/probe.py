@@ -169,11 +169,12 @@ def wait(ctx: Context, run: Probe, stop: threading.Event | None = None) -> Probe
         deadline = clock.wall() + (end - clock.monotonic())
         if result == OK and ack_at is not None and ack_at > deadline:
             result, why = MISS, f"acked {ack_at - deadline:.1f}s after the deadline"
-        settle_run(ctx, run.id, result, ack_at=ack_at, why=why)  # a miss acked late keeps its ack: it heard
-        if ack_at is not None:
-            # Only an ack read is forgotten: one that came while the miss was recorded (its write can
-            # wait out a busy store, right at the deadline a slow agent acks by) is the late ack that
-            # note_late_acks records; deleted unread, the miss counted for an agent that heard.
+        recorded = settle_run(ctx, run.id, result, ack_at=ack_at, why=why)  # a miss acked late keeps its ack
+        if ack_at is not None and recorded:
+            # Only an ack read and recorded here is forgotten: one that came while the miss was
+            # recorded (its write can wait out a busy store, right at the deadline a slow agent acks
+            # by), or one read after another settler recorded a miss, is the late ack note_late_acks
+            # records; deleted unread, the miss counted for an agent that heard.
             forget_ack(path)
     row = canary_runs.get(ctx.store, run.id)
     if row is None:  # inserted above, and runs are never deleted while a probe waits

@@ -209,6 +209,7 @@ def settle_stale(ctx: Context, now: Instant | float | None = None) -> int:
             continue
         path = ctx.acks_dir / row["nonce"]
         acked = ack_time(path)
+        before = settled
         if acked is not None and now_at is not None and stepped(sent, now_at):
             # The ack's mtime is wall time, and the wall clock was stepped since the send: on the
             # send's wall clock the ack came at its mtime (stepped after it) or its mtime less the
@@ -235,8 +236,8 @@ def settle_stale(ctx: Context, now: Instant | float | None = None) -> int:
             settled += settle_run(ctx, row["id"], MISS, why="no ack before the deadline (prober went away)")
         else:
             settled += settle_run(ctx, row["id"], ERROR, why=NEVER_TYPED)
-        if acked is not None:
-            forget_ack(path)  # only an ack read: one that came meanwhile is a late ack (note_late_acks)
+        if acked is not None and settled > before:
+            forget_ack(path)  # only an ack read and recorded here: any other is a late ack (note_late_acks)
     return settled
 
 

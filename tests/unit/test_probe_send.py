@@ -215,3 +215,21 @@ def test_an_ack_that_comes_while_the_miss_is_recorded_is_kept_and_counted_late(t
     finally:
         blocker.close()
         ctx.close()
+
+
+def test_an_ack_read_after_another_settler_recorded_the_miss_is_left_for_its_late_record(ctx, fixed_clock):
+    """The canary loop's settle_stale recorded the miss first (its prober slow, the store busy);
+    the prober then read the late ack, lost the race to record it, and deleted it all the same."""
+    from loomtui.canary import probe as probe_mod
+
+    ctx.acks_dir.mkdir(mode=0o700, exist_ok=True)
+    run_id = runs.insert_run(ctx, "n-raced", "canary", runs.PENDING, T0, T0 + 2)
+    row = ctx.store.query_one("SELECT * FROM canary_runs WHERE id = ?", (run_id,))
+    fixed_clock.advance(3)
+    assert runs.settle_run(ctx, run_id, runs.MISS, why="no ack before the deadline (prober went away)")
+    ack = ctx.acks_dir / "n-raced"
+    ack.touch()
+    os.utime(ack, (T0 + 2.5, T0 + 2.5))
+    assert probe_mod.wait(ctx, runs.probe_from(row)).result == runs.MISS
+    assert ack.exists() and runs.note_late_acks(ctx) == 1
+    assert runs.last_probe(ctx).ack_at == T0 + 2.5
