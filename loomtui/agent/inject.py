@@ -11,6 +11,7 @@ whether it was delivered or queued.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from loomtui.store import ledger, locks
 from loomtui.text import digest, sanitize
 
 MAX_LENGTH = 100_000
+SLASH_COMMAND = re.compile(r"/[A-Za-z0-9_:-]+(?:\s|$)")  # a command's name, then a space or the end
 
 log = logging.getLogger("loom.inject")
 
@@ -70,9 +72,10 @@ def inject(
     witnessed_by = typed_digest(clean)  # what the dispatch witness matches the CLI's prompt with
     if witnessed_by != info["digest"]:
         info["said"] = witnessed_by
-    if clean.lstrip().startswith("/"):
+    if SLASH_COMMAND.match(clean.lstrip()):
         # A slash command (/compact, /clear, /model) is the CLI's own: it submits no prompt, and the
-        # dispatch witness would report every one missing. Only that it is one is kept, not which.
+        # dispatch witness would report every one missing. Only that it is one is kept, not which. A
+        # line that starts with a path (/etc/hosts is wrong) is text, and owed its prompt.
         info["slash"] = True
     driver = driver or drivers.of(ctx)
     # The agent as it is now: if a relaunch replaces it while we wait for inject.lock, the text

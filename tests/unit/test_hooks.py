@@ -400,6 +400,29 @@ def test_two_threads_writing_the_settings_at_once_both_succeed(tmp_path):
     assert [p.name for p in path.parent.iterdir() if p.name.startswith(".")] == []  # no temporaries left
 
 
+def test_a_probe_typed_before_the_missing_line_settled_ok_after_its_record_does_not_answer_it(tmp_path):
+    """settle_stale records a dead prober's ok up to its deadline and more after it: recorded after
+    the dispatch_missing, its ack (before the line was typed) had answered the line, and the probe
+    the missing line called for was never sent."""
+    from loomtui.canary import runs as canary_runs
+
+    ctx = hooked_ctx(tmp_path, timeout="15s")
+    settings.write(ctx.agent_dir)
+    virtual = FakeClock(1_000_000.0, 1_000_000.0 - 1000, BOOT)
+    with clock.use(virtual):
+        seen = Witness(ctx)
+        sent = clock.wall()
+        run = canary_runs.insert_run(ctx, "n-before", "canary", canary_runs.PENDING, sent, sent + 60)
+        ledger.append(ctx.store, "canary_sent", source="canary", detail={"run": run, "ok": True})
+        virtual.advance(3)
+        typed_at = clock.wall()
+        typed_event(ctx, "never taken")
+        virtual.advance(16)
+        assert seen.look() == (1, None)
+        assert canary_runs.settle_run(ctx, run, canary_runs.OK, ack_at=sent + 1)  # acked before the line
+        assert line_calling_for_probe(ctx) == typed_at
+
+
 def test_a_line_typed_after_the_wall_clock_stepped_back_below_the_witness_s_start_is_judged(tmp_path):
     """The horizon ran from the witness's start by wall time: stepped back an hour, every line typed
     for that hour lay before it, and none was judged."""
@@ -440,12 +463,13 @@ def test_a_slash_command_typed_into_the_agent_is_owed_no_prompt(tmp_path):
         seen = Witness(ctx)
         assert actions.inject(ctx, "/compact", source="cli").ok
         assert actions.inject(ctx, "what broke?", source="cli").ok
+        assert actions.inject(ctx, "/etc/hosts is wrong", source="cli").ok  # a path: text, owed a prompt
         virtual.advance(16)
-        assert seen.look() == (1, None)  # the plain line only
+        assert seen.look() == (2, None)  # the plain lines only
     [slash] = [e for e in ledger.tail(ctx.store, 20) if e.kind == "inject" and e.detail["length"] == 8]
-    [plain] = [e for e in ledger.tail(ctx.store, 20) if e.kind == "inject" and e.detail["length"] != 8]
+    plain = [e for e in ledger.tail(ctx.store, 20) if e.kind == "inject" and e.detail["length"] != 8]
     assert slash.detail["slash"] is True and "compact" not in json.dumps(slash.detail)  # that, not which
-    assert "slash" not in plain.detail
+    assert len(plain) == 2 and not [e for e in plain if "slash" in e.detail]
 
 
 def typed_event(ctx: Context, text: str, kind: str = "inject", **extra) -> int:
