@@ -67,12 +67,15 @@ def missing_since(store: Store, agent: str, after_id: int) -> list[sqlite3.Row]:
 
 def last_missing_typed_at(store: Store, agent: str) -> float | None:
     """When the line of the agent's latest dispatch_missing was typed; None when none was ever
-    missing, or when a probe acked after it was recorded (the ledger's order, whatever the wall
-    clock did since: stepped back, every later ack read as older than the line, and the canary
-    probed back to back until the clock caught up)."""
+    missing, or when a probe typed after it was recorded acked (the ledger's order, whatever the
+    wall clock did since: stepped back, every later ack read as older than the line, and the canary
+    probed back to back until the clock caught up). A probe typed before the record, settled ok
+    after it, answers nothing by this (its ack may have come before the line was typed)."""
     row = store.query_one(
         "SELECT json_extract(m.detail, '$.typed_at'), EXISTS(SELECT 1 FROM ledger c WHERE c.agent = m.agent "
-        "AND c.kind = 'canary' AND c.id > m.id AND json_extract(c.detail, '$.result') = 'ok') FROM ledger m "
+        "AND c.kind = 'canary' AND c.id > m.id AND json_extract(c.detail, '$.result') = 'ok' "
+        "AND EXISTS(SELECT 1 FROM ledger s WHERE s.agent = m.agent AND s.kind = 'canary_sent' AND s.id > m.id "
+        "AND json_extract(s.detail, '$.run') = json_extract(c.detail, '$.run'))) FROM ledger m "
         "WHERE m.agent = ? AND m.kind = 'dispatch_missing' ORDER BY m.id DESC LIMIT 1", (agent,))
     if row is None or row[1]:
         return None
