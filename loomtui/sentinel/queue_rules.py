@@ -79,13 +79,17 @@ class Item:
     def reopened(self) -> Instant | None:
         return None if self.reopened_at is None else Instant(self.reopened_at, self.reopened_mono, self.reopened_boot)
 
-    @property
-    def open_since(self) -> Instant:
-        """Where its backstop runs from: its first sighting, or its last reopen when later. The agent
-        gets its time again after a claim that did not hold: from the first sighting, a fix claimed
-        in time and failing a day later reached the operator in the same pass as the agent's nudge."""
-        reopened = self.reopened
-        return reopened if reopened is not None and raw_age(self.seen, reopened) > 0 else self.seen
+    def open_since(self, backstop: float) -> Instant:
+        """Where its backstop runs from: its first sighting; or its last reopen, when the claim that
+        reopen ended had held for a backstop at least. From the first sighting, a fix claimed in
+        time and failing a day later reached the operator in the same pass as the agent's nudge; from
+        every reopen, an agent whose fixes never held (a job every 15 minutes failing again after
+        each claim) kept the operator from ever hearing."""
+        reopened, claimed = self.reopened, self.claimed
+        if reopened is not None and claimed is not None and raw_age(self.seen, reopened) > 0 \
+                and raw_age(claimed, reopened) >= backstop:
+            return reopened
+        return self.seen
 
 
 @dataclass(frozen=True)
@@ -214,7 +218,7 @@ def decide(item: Item, cfg: QueueSettings, now: Instant | float, *, relaunching:
     actions: list[Nudge | Escalate] = []
     if not relaunching and nudge_due(item, cfg.renudge, at.wall):
         actions.append(Nudge(item.id, nudge_text(item), item.nudges > 0))
-    if item.escalated_at is None and age(item.open_since, at) >= cfg.backstop:
+    if item.escalated_at is None and age(item.open_since(cfg.backstop), at) >= cfg.backstop:
         actions.append(Escalate(item.id, escalation_text(item, at), backstop_key(item.id)))
     return actions
 

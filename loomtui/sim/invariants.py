@@ -333,8 +333,13 @@ class Checker:
         from its claim."""
         cfg = self.sim.config.sentinel
         if item.state == "open" and item.first_seen_mono is not None:
-            # From the later of its first sighting and its last reopen (queue_rules.Item.open_since).
-            return max(item.first_seen_mono, item.reopened_mono or -math.inf), cfg.backstop
+            # From its first sighting, or its last reopen when the claim it ended had held for a
+            # backstop (queue_rules.Item.open_since).
+            start = item.first_seen_mono
+            if item.reopened_mono is not None and item.claimed_mono is not None and item.reopened_mono > start \
+                    and item.reopened_mono - item.claimed_mono >= cfg.backstop:
+                start = item.reopened_mono
+            return start, cfg.backstop
         if item.state == "claimed" and item.claimed_mono is not None:
             return item.claimed_mono, max(cfg.backstop, self.witness_window(item) or 0.0)
         return None

@@ -466,7 +466,12 @@ def test_a_reopened_item_gives_the_agent_its_backstop_again_before_the_operator_
     stepped = Instant(day + 86400.0 + 60, 5060.0, "b")
     assert all(type(a).__name__ == "Nudge" for a in decide(reopened, CFG, stepped))
     # Reopened before it was first seen by a clock stepped back: its first sighting still counts.
-    assert replace(reopened, reopened_at=500.0, reopened_mono=None).open_since == reopened.seen
+    assert replace(reopened, reopened_at=500.0, reopened_mono=None).open_since(CFG.backstop) == reopened.seen
+    # A claim that held less than a backstop gives no time again: a job every 15 minutes failing
+    # after each claim would have kept the operator from ever hearing.
+    quick = replace(reopened, claimed_at=day - 15 * 60)
+    assert quick.open_since(CFG.backstop) == quick.seen
+    assert type(decide(quick, CFG, Instant(day, 5000.0, "b"))[-1]).__name__ == "Escalate"
 
 
 def test_an_unclaimed_open_item_needs_no_window_and_actions_carry_the_item():
