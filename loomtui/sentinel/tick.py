@@ -307,6 +307,12 @@ def send_due(ctx: Context, at: Instant, report: SentinelReport) -> None:
             # gone from the config, to the agent the item was for, else the first.
             job = ctx.config.job(item.job)
             owner = job.agent if job is not None and job.agent in ctx.config.agent_names else item.agent
+            if owner != item.agent:
+                # Re-homed for good: the status, the console, the escalation's name and its ledger
+                # event read the item's agent too, not only its nudges.
+                with ctx.store.write() as db:
+                    queue_items.update_in(db, item.id, {"agent": owner})
+                item = replace(item, agent=owner)
             name = owner if owner in ctx.config.agent_names else ctx.agent
             if name not in agents:
                 agents[name] = ctx if name == ctx.agent else ctx.for_agent(name)

@@ -512,6 +512,11 @@ def test_a_job_moved_to_another_agent_takes_its_live_items_nudges_along(tmp_path
         sentinel_tick(ctx, 1100.0, notify=True)
         [attempt] = ledger.tail(ctx.store, 10, kinds=["queue_nudge"])
         assert attempt.agent == "beta" and attempt.detail["item"] == item.id
+        assert queue.get(ctx.store, item.id).agent == "beta"  # the status and its escalation say beta too
+        report = sentinel_tick(ctx, 1100.0 + 31 * 60, notify=True)
+        assert report.escalated == [item.id]
+        [esc] = escalations(ctx)
+        assert esc.agent == "beta" and outbox.recent(ctx.store)[0].text.startswith("[beta] ")
     finally:
         ctx.close()
 
