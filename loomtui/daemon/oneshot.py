@@ -160,7 +160,9 @@ def _canary(ctx: Context) -> str:
     from loomtui.hooks import settings as hook_settings
 
     said = ""
-    if hook_settings.wanted(ctx.config.agent):
+    # A running `loom supervise` records them in its hooks loop: two readers of one event file
+    # recorded it twice (a permission prompt told twice, a line reported missing twice).
+    if hook_settings.wanted(ctx.config.agent) and not locks.is_held(ctx.state_dir, locks.SUPERVISOR):
         # The daemon's hooks loop has no tick of its own: the agent's hook events are recorded here,
         # before the canary reads its turns. Unread, the files piled up (whole payloads: prompts,
         # tool output), no miss was excused by a busy turn, no rate limit held, no resume proven.

@@ -392,3 +392,28 @@ def test_a_turn_that_succeeded_ends_the_hold_though_the_wall_clock_stepped_back_
         assert holds.current(ctx, clock.now()) is None
         [cleared] = kinds(ctx, "hold_cleared")
         assert cleared.detail["how"] == "succeeded"
+
+
+def test_a_canary_tick_beside_a_running_daemon_leaves_the_hook_events_to_the_daemon_s_hooks_loop(tmp_path):
+    from loomtui.daemon.oneshot import tick_once
+    from loomtui.store import locks
+
+    ctx = hooked_ctx(tmp_path)
+    events = settings.events_dir(ctx.agent_dir)
+    (events / "ev.1.json").write_text(json.dumps({"session_id": "s-1", "hook_event_name": "StopFailure",
+                                                  "error": "rate_limit"}))
+    class NoPane:  # the driver port with no agent running: the tick types nothing anywhere
+        has_dialogs, owns_turns = False, False
+
+        def pane_pid(self) -> None:
+            return None
+
+        def type_line(self, text, expect_pane_pid=None, *, origin="operator", ref=""):
+            from loomtui.errors import TmuxError
+
+            raise TmuxError("no pane")
+
+    ctx.driver = NoPane()
+    with locks.hold(ctx.state_dir, locks.SUPERVISOR, timeout=0):  # `loom supervise` runs
+        tick_once(ctx, "canary", source="cli")
+    assert [p.name for p in events.iterdir()] == ["ev.1.json"]  # left for the daemon, not read twice
