@@ -150,8 +150,8 @@ class Sender:
         except RetryAfter as exc:
             return self._retry_after(row, exc)
         except ChatMigrated as exc:
-            # Before BadRequest's branch: PTB raises it for that 400. Retried as a network error, the
-            # row stayed at the outbox's head for good and every message behind it waited.
+            # PTB's own error for that 400 (a TelegramError, not a BadRequest). Retried as a network
+            # error, the row stayed at the outbox's head for good and every message behind it waited.
             self._moved[chat] = int(exc.new_chat_id)
             log.warning("telegram: chat %d is now the supergroup %d: sending there; set telegram.chat_id = %d",
                         chat, self._moved[chat], self._moved[chat])
