@@ -11,6 +11,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from contextlib import closing
@@ -43,6 +44,26 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: floa
         time.sleep(interval)
     message = f"timed out after {timeout}s waiting for {what or predicate} (last: {last!r})"
     raise AssertionError(message + ("\n" + explain() if explain is not None else ""))
+
+
+def failures_at_once(work: Callable[[], object], threads: int) -> list[Exception]:
+    """What `work` raised, run by `threads` threads at once (each begins when all are ready)."""
+    ready = threading.Barrier(threads)
+    failures: list[Exception] = []
+
+    def run() -> None:
+        ready.wait()
+        try:
+            work()
+        except Exception as exc:  # noqa: BLE001 (every failure is the finding)
+            failures.append(exc)
+
+    started = [threading.Thread(target=run) for _ in range(threads)]
+    for thread in started:
+        thread.start()
+    for thread in started:
+        thread.join()
+    return failures
 
 
 def log_only_commits(directory: Path) -> bytes:

@@ -373,27 +373,11 @@ def test_a_probe_acked_after_a_missing_line_was_recorded_answers_it_whatever_the
 def test_two_threads_writing_the_settings_at_once_both_succeed(tmp_path):
     """The daemon's hooks loop and a relaunch write the settings at once at a start: with one
     temporary name per process, one truncated the other's file and the other's rename failed."""
-    import threading
+    from harness import failures_at_once
 
     agent_dir = tmp_path / "agent"
     agent_dir.mkdir(mode=0o700)
-    barrier = threading.Barrier(2)
-    errors: list[Exception] = []
-
-    def writer() -> None:
-        barrier.wait()
-        for _ in range(300):
-            try:
-                settings.write(agent_dir)
-            except Exception as exc:  # noqa: BLE001 (counted: the test's point)
-                errors.append(exc)
-
-    threads = [threading.Thread(target=writer) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert failures_at_once(lambda: [settings.write(agent_dir) for _ in range(300)], 2) == []
     path = settings.settings_path(agent_dir)
     assert json.loads(path.read_text()) == settings.settings(agent_dir)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600

@@ -30,6 +30,13 @@ def nopane() -> dict:
     return {"tmux_socket": NOPANE["tmux_socket"] + secrets.token_hex(4)}
 
 
+def disk_full(tmp_path) -> Fleet:
+    """One job, `backup`, whose log says its disk is full; a 30-minute backstop; nudges to no pane."""
+    f = Fleet(tmp_path / "fleet", [{"name": "backup"}], {"backstop": "30m"}, agent=nopane())
+    f.write("backup", "ERROR disk full\n")
+    return f
+
+
 def add_run(f: Fleet, job: str, started: float, *, ended: float | None, exit_code: int | None = None,
             error: str | None = None, pid: int | None = None, pid_started: float | None = None) -> int:
     with f.ctx.store.write() as db:
@@ -112,9 +119,8 @@ def test_finished_died_running_and_orphaned_runs_are_judged_as_they_stand(tmp_pa
 def test_a_nudge_typed_whose_count_was_lost_is_counted_at_the_next_pass_not_typed_again(tmp_path):
     # The daemon killed between a nudge's typing (its queue_nudge event, ok) and its count, or
     # restarted after the store refused the count: the next daemon's pass typed it again.
-    f = Fleet(tmp_path / "fleet", [{"name": "backup"}], {"backstop": "30m"}, agent=nopane())
+    f = disk_full(tmp_path)
     try:
-        f.write("backup", "ERROR disk full\n")
         f.tick(1000.0, notify=False)
         [item] = f.items()
         ledger.append(f.ctx.store, "queue_nudge", source="sentinel", ts=1001.0,
@@ -195,9 +201,8 @@ def escalations(ctx: Context):
 
 
 def test_the_backstop_tells_the_operator_once_with_the_ledgers_head(tmp_path):
-    f = Fleet(tmp_path / "fleet", [{"name": "backup"}], {"backstop": "30m"}, agent=nopane())
+    f = disk_full(tmp_path)
     try:
-        f.write("backup", "ERROR disk full\n")
         t0 = 1_000_000.0
         f.tick(t0, notify=True)
         [item] = f.items()
@@ -272,9 +277,8 @@ def test_an_item_escalated_since_it_was_read_is_not_escalated_again(tmp_path):
     # escalate() reads the item's escalated_at again in its own transaction: an Escalate decided on
     # an older read (another pass got there first) tells the operator nothing more, nor one for an
     # item that is gone.
-    f = Fleet(tmp_path / "fleet", [{"name": "backup"}], {"backstop": "30m"}, agent=nopane())
+    f = disk_full(tmp_path)
     try:
-        f.write("backup", "ERROR disk full\n")
         t0 = 1_000_000.0
         f.tick(t0, notify=False)
         [stale] = f.items()
@@ -291,9 +295,8 @@ def test_an_item_escalated_since_it_was_read_is_not_escalated_again(tmp_path):
 def test_an_item_claimed_since_the_pass_read_it_is_not_told_to_the_operator_as_open(tmp_path):
     # A pass reads its items, then types its nudges (seconds); the agent's `loom resolve` lands
     # meanwhile. The operator was told "has an open failure" of an item already claimed.
-    f = Fleet(tmp_path / "fleet", [{"name": "backup"}], {"backstop": "30m"}, agent=nopane())
+    f = disk_full(tmp_path)
     try:
-        f.write("backup", "ERROR disk full\n")
         t0 = 1_000_000.0
         f.tick(t0, notify=False)
         [read] = f.items()
