@@ -23,12 +23,10 @@ def register(sub) -> None:
 
 
 def run_supervise(args: argparse.Namespace) -> int:
+    from loomtui.cli import _guarded
     from loomtui.daemon import loops
     from loomtui.daemon.logs import setup_logging
-    from loomtui.daemon.supervise import supervise
-
-    from loomtui.cli import _guarded
-    from loomtui.daemon.supervise import leave
+    from loomtui.daemon.supervise import leave, supervise
 
     setup_logging(args.log_level)
     ctx = context(args)
