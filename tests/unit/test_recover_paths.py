@@ -8,6 +8,7 @@ temporary state dir, on a clock the test sets (the relaunches are ledger events,
 from __future__ import annotations
 
 import secrets
+import subprocess
 
 import pytest
 
@@ -29,6 +30,16 @@ ONE_AGENT = f'[agent]\ntmux_socket = "{SOCKET}"\n'
 TWO_AGENTS = (f'[[agents]]\nname = "main"\ntmux_socket = "{SOCKET}"\n'
               f'[[agents]]\nname = "beta"\ntmux_socket = "{SOCKET}-beta"\n')
 AGENT = Actor("agent", session="s-1", agent="main")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_tmux_server_left():
+    """A recovery the policy lets through relaunches for real (the release's test does, and so
+    does any mutant that lets one through): its tmux session, the placeholder pane, was left running
+    on the private socket after the run. Ended with the module."""
+    yield
+    for socket in (SOCKET, f"{SOCKET}-beta"):
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, timeout=30, check=False)
 
 
 @pytest.fixture(autouse=True)
