@@ -70,8 +70,9 @@ def read(ctx: Context) -> list[Turn]:
         # nothing): a turn of the process before it ended with it.
         # Placed by the monotonic clock where it can be: by wall time, a clock stepped back since the
         # launch put it after the new process's own turn, which it then ended.
-        place = next((i for i, m in enumerate(marks) if turn_rules.after(m.at, launched.at)), len(marks))
-        marks.insert(place, Mark(launched.at, turn_rules.SESSION_START, turn_rules.LAUNCH))
+        at = launched.at  # a property that builds an Instant: once, not once per mark
+        place = next((i for i, m in enumerate(marks) if turn_rules.after(m.at, at)), len(marks))
+        marks.insert(place, Mark(at, turn_rules.SESSION_START, turn_rules.LAUNCH))
     acks = [_ack(r) for r in canary_runs.recent_sends(ctx.store, ctx.agent, ACKS)
             if r["result"] == OK and r["ack_at"] is not None]
     return turn_rules.closed_by_acks(turn_rules.turns(marks), acks)

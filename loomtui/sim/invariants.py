@@ -396,7 +396,9 @@ class Checker:
             quiet_since = max(self.trouble_since, self.last_attempt, self.last_notice)
             # Trouble ends with a witness, and a turn of the operator's keeps the probes behind it
             # (the agent hears; it is busy): the time in turns is not silence, as for relaunch_witnessed.
-            if self.late(t - quiet_since, self.silent_bound + w.busy_between(quiet_since, t), quiet_since):
+            # (busy_between, a scan of the world's turns, only once past the bound it can only stretch)
+            if t - quiet_since > self.silent_bound and \
+                    self.late(t - quiet_since, self.silent_bound + w.busy_between(quiet_since, t), quiet_since):
                 self.fail("never_silent", f"in trouble since {self.trouble_since:.0f}s; no relaunch and no word to "
                                           f"the operator for {t - quiet_since:.0f}s")
         if a is not None and alive and a.deaf_since is not None:
@@ -405,7 +407,7 @@ class Checker:
                 self.fail("deaf_bound", f"deaf for {t - since:.0f}s (bound {self.deaf_bound:.0f}s)")
         if self.pending_witness is not None:
             seq, at = self.pending_witness
-            if self.late(t - at, self.witness_bound + w.busy_between(at, t), at):
+            if t - at > self.witness_bound and self.late(t - at, self.witness_bound + w.busy_between(at, t), at):
                 self.fail("relaunch_witnessed", f"relaunch {seq} at {at:.0f}s neither witnessed by an ack nor "
                                                 f"followed by a relaunch or an escalation")
         if self.unprobed is not None:
