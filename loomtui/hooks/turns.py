@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from loomtui import clock
 from loomtui.agent import launches
+from loomtui.agent.records import LaunchRecord
 from loomtui.canary.rules import MISS, OK, ProbeRun
 from loomtui.context import Context
 from loomtui.hooks import ingest, pump_turns, source, turn_rules
@@ -48,6 +49,8 @@ def turn_marks(store: Store, agent: str) -> list[tuple[int, Mark]]:
             (len(marks), marks[-1][1].at.wall):
         marks = []  # some were pruned since (and the newest one's id maybe given to another): all again
     new = hook_events.turn_marks_after(store, agent, marks[-1][0] if marks else 0, MARKS)
+    if marks and not new:
+        return marks  # the very list of the last read: nothing came since (read's memo asks `is`)
     fresh = (marks + [(int(r["id"]), _mark(r)) for r in new])[-MARKS:]
     kept[agent] = fresh
     return fresh
@@ -61,10 +64,31 @@ def from_pump(ctx: Context) -> bool:
 def read(ctx: Context) -> list[Turn]:
     """The agent's recent turns, oldest first (the last one open while it runs)."""
     if from_pump(ctx):
-        marks = pump_turns.marks(ctx.agent_dir)  # the pump's state dir is the agent's (drivers.of)
-    else:
-        marks = _hook_marks(ctx)
+        return _made(pump_turns.marks(ctx.agent_dir), launches.last_launch(ctx), _acks(ctx))
+    kept = turn_marks(ctx.store, ctx.agent)
+    tool = hook_events.last_tool_use(ctx.store, ctx.agent)
     launched = launches.last_launch(ctx)
+    acks = _acks(ctx)
+    # The turns are a pure function of the marks, the latest tool use, the launch and the acks, each
+    # read again above (indexed reads); made again only when one of them changed. The canary asks at
+    # every look while it misses and the witness at every late line, mostly of the same events.
+    key = (_mark(tool) if tool is not None else None, int(tool["id"]) if tool is not None else None,
+           launched.at if launched is not None else None, tuple(acks))
+    memo = _MADE.setdefault(ctx.store, {})
+    last = memo.get(ctx.agent)
+    if last is not None and last[0] is kept and last[1] == key:
+        return list(last[2])
+    made = _made(_hook_marks(kept, tool), launched, acks)
+    memo[ctx.agent] = (kept, key, made)
+    return list(made)
+
+
+# Per store connection and agent, the turns read last and what they were made of (read's memo).
+_MADE: weakref.WeakKeyDictionary[Store, dict[str, tuple[list[tuple[int, Mark]], tuple, list[Turn]]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def _made(marks: list[Mark], launched: LaunchRecord | None, acks: list[tuple[Instant, Instant]]) -> list[Turn]:
     if launched is not None:
         # Loom's own launch is a new process, whatever its hooks said (a wedged or slow one says
         # nothing): a turn of the process before it ended with it.
@@ -73,9 +97,12 @@ def read(ctx: Context) -> list[Turn]:
         at = launched.at  # a property that builds an Instant: once, not once per mark
         place = next((i for i, m in enumerate(marks) if turn_rules.after(m.at, at)), len(marks))
         marks.insert(place, Mark(at, turn_rules.SESSION_START, turn_rules.LAUNCH))
-    acks = [_ack(r) for r in canary_runs.recent_sends(ctx.store, ctx.agent, ACKS)
-            if r["result"] == OK and r["ack_at"] is not None]
     return turn_rules.closed_by_acks(turn_rules.turns(marks), acks)
+
+
+def _acks(ctx: Context) -> list[tuple[Instant, Instant]]:
+    return [_ack(r) for r in canary_runs.recent_sends(ctx.store, ctx.agent, ACKS)
+            if r["result"] == OK and r["ack_at"] is not None]
 
 
 def _ack(row) -> tuple[Instant, Instant]:
@@ -87,10 +114,8 @@ def _ack(row) -> tuple[Instant, Instant]:
     return sent, Instant(acked_at, mono, sent.boot)
 
 
-def _hook_marks(ctx: Context) -> list[Mark]:
-    kept = turn_marks(ctx.store, ctx.agent)
+def _hook_marks(kept: list[tuple[int, Mark]], tool) -> list[Mark]:
     marks = [m for _, m in kept]
-    tool = hook_events.last_tool_use(ctx.store, ctx.agent)
     if tool is not None and (not kept or int(tool["id"]) > kept[0][0]):
         # A tool's use is a sign of life inside whatever turn it fell in: the latest one is all the
         # open turn needs (ended turns excuse or not by how they ended, not by their activity).

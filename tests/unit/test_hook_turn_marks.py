@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from loomtui.hooks import turns
@@ -98,3 +98,67 @@ def test_no_events_is_no_marks_and_then_the_first(store, agent):
     assert turns.turn_marks(store, agent) == []
     write(store, agent, "SessionStart", 1.0)
     assert turns.turn_marks(store, agent) == whole(store, agent) and len(whole(store, agent)) == 1
+
+
+# -- turns.read: the turns made again only when what they are made of changed ---------------------
+
+READ_STEPS = st.lists(st.one_of(
+    st.tuples(st.just("write"), st.sampled_from(EVENTS), st.integers(1, 100)),
+    st.tuples(st.just("prune"), st.integers(0, 100)),
+    st.tuples(st.just("launch"), st.integers(1, 100)),
+    st.tuples(st.just("ack"), st.integers(1, 100), st.integers(0, 30)),
+    st.tuples(st.just("look"),),
+), max_size=60)
+
+
+def fresh_read(ctx) -> list:
+    """What turns.read gives with nothing remembered from an earlier read."""
+    turns._MADE.pop(ctx.store, None)
+    turns._KEPT.pop(ctx.store, None)
+    return turns.read(ctx)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(READ_STEPS)
+# Only the latest tool use changed since the last read (no new turn mark): the open turn's last sign of life.
+@example([("write", "UserPromptSubmit", 50), ("look",), ("write", "PostToolUse", 60)])
+# Only an ack came: the probe that began the open turn closes it.
+@example([("write", "UserPromptSubmit", 50), ("look",), ("ack", 45, 15)])
+# Only a launch: the turn before it ended with the process.
+@example([("write", "UserPromptSubmit", 50), ("look",), ("launch", 70)])
+def test_each_read_gives_the_turns_a_read_from_nothing_gives(tmp_path, steps):
+    from loomtui.agent.launches import LAUNCH_KEY
+    from loomtui.agent.records import LaunchRecord
+    from loomtui.canary.rules import OK, PENDING
+    from loomtui.canary.runs import insert_run, settle_run
+    from loomtui.context import Context
+
+    place = tmp_path / f"r{next(RUNS)}"
+    place.mkdir()
+    config = place / "config.toml"
+    config.write_text(f'state_dir = "{place / "state"}"\n[agent]\n'
+                      'fresh_command = "claude --settings {hook_settings} --session-id {session_id}"\n'
+                      'resume_command = "claude --settings {hook_settings} --resume {session_id}"\n')
+    ctx = Context.load(str(config), None, environ={})
+    twin = ctx.clone()  # a second connection: its memo is its own
+    try:
+        for step in steps:
+            if step[0] == "write":
+                write(ctx.store, ctx.agent, step[1], float(step[2]))
+            elif step[0] == "prune":
+                hook_events.prune(ctx.store, ctx.agent, float(step[1]))
+            elif step[0] == "launch":
+                at = float(step[1])
+                with ctx.store.write() as db:
+                    ctx.store.set_meta(ctx.store.agent_key(LAUNCH_KEY),
+                                       LaunchRecord(at, at, "boot", "fresh", "s1", "exit").to_json(), db)
+            elif step[0] == "ack":
+                sent = float(step[1])
+                run = insert_run(ctx, f"n{next(RUNS)}", "canary", PENDING, sent, sent + 60,
+                                 sent=Instant(sent, sent, "boot"))
+                settle_run(ctx, run, OK, ack_at=sent + step[2])
+            seen = turns.read(twin)
+            assert seen == fresh_read(ctx), step
+    finally:
+        twin.close()
+        ctx.close()
