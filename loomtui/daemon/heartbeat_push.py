@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loomtui import clock
+from loomtui.agent import lifecycle
 from loomtui.config import Config, HeartbeatConfig, is_loopback
 from loomtui.context import Context
 from loomtui.daemon import oneshot
@@ -45,7 +46,9 @@ def health(statuses: list[status_mod.Status], now: float, config: Config | None 
     for s in statuses:
         claim = s.relaunch
         waited = now - claim.ts if claim is not None and s.unwitnessed else None
-        out.append(rules.AgentHealth(s.name, s.agent_state(), waited, _stuck(s, config)))
+        state = s.agent_state()
+        beneath = s.agent_state(with_hold=False) if state in lifecycle.HELD else None
+        out.append(rules.AgentHealth(s.name, state, waited, _stuck(s, config), beneath))
     return out
 
 

@@ -8,7 +8,9 @@ after its own grace). So a dead box is noticed off the box.
 Down is what the lifecycle can tell for sure: tmux said the session is gone, the pane's process
 exited, the pane has no agent process, a relaunch stayed unwitnessed past its bound, or the agent's
 watchdog or canary tick has run far past any tick's time (stuck: nobody watches it). A hold is a
-failure only where the heartbeat says so (an operator's hold is usually on purpose). A look that
+failure where the heartbeat says so (an operator's hold is usually on purpose), but it hides
+nothing: an agent down beneath a hold is down. Held by the ceiling it had read as held, and the
+receiver heard "ok" at the very moment Loom gave up on a dead agent. A look that
 could not tell (tmux did not answer, the process tree could not be walked) says neither: that beat
 is skipped, and if it lasts, the receiver's grace turns the silence into an alert.
 """
@@ -19,8 +21,8 @@ import math
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from loomtui.agent.lifecycle import EXITED, GONE, HELD, NO_PROCESS, NOT_LOOKED, PROCESS_UNKNOWN, UNKNOWN, \
-    UNWITNESSED, AgentState
+from loomtui.agent.lifecycle import EXITED, GONE, HELD, NO_PROCESS, NOT_LOOKED, PROCESS_UNKNOWN, \
+    UNKNOWN, UNWITNESSED, AgentState
 
 OK = "ok"
 FAIL = "fail"
@@ -36,6 +38,7 @@ class AgentHealth:
     state: AgentState
     unwitnessed_for: float | None = None  # seconds since the relaunch no ack has witnessed yet
     stuck: str = ""                       # its loops whose tick has run too long, said ("" when none)
+    beneath: AgentState | None = None     # held: the state the facts give beneath the hold
 
 
 @dataclass(frozen=True)
@@ -51,16 +54,21 @@ def verdict(agents: list[AgentHealth], *, hold_fails: bool, unwitnessed_after: f
     for a in agents:
         if a.stuck:
             down.append(f"{a.name} {a.stuck}")  # nobody is watching it, whatever its state reads
-        if a.state in DOWN:
-            down.append(f"{a.name} {a.state}")
-        elif a.state in HELD:
+        state, held = a.state, ""
+        if state in HELD:
             if hold_fails:
                 down.append(f"{a.name} held")
-        elif a.state == UNWITNESSED:
+                continue
+            if a.beneath is None:
+                continue
+            state, held = a.beneath, " (held)"
+        if state in DOWN:
+            down.append(f"{a.name} {state}{held}")
+        elif state == UNWITNESSED:
             if a.unwitnessed_for is not None and a.unwitnessed_for >= unwitnessed_after:
-                down.append(f"{a.name} unwitnessed for {int(a.unwitnessed_for)}s")
-        elif a.state in UNSURE:
-            unsure.append(f"{a.name} {a.state}")
+                down.append(f"{a.name} unwitnessed for {int(a.unwitnessed_for)}s{held}")
+        elif state in UNSURE:
+            unsure.append(f"{a.name} {state}{held}")
     if down:
         return Verdict(FAIL, "; ".join(down))
     if unsure:

@@ -41,6 +41,43 @@ def test_each_state_alone_says_what_it_is(state, hold_fails):
         assert got.says == OK  # unwitnessed for 5 s: within its bound
 
 
+@pytest.mark.parametrize("held", sorted(lifecycle.HELD))
+@pytest.mark.parametrize("beneath", [s for s in lifecycle.STATES if s not in lifecycle.HELD])
+@pytest.mark.parametrize("hold_fails", [False, True])
+def test_a_hold_hides_nothing_down_beneath_it(held, beneath, hold_fails):
+    """Held, Loom recovers nothing: the agent down beneath the hold is down (the ceiling's hold had
+    turned a dead agent's /fail into "ok" at the very moment Loom gave up on it)."""
+    got = verdict([AgentHealth("main", held, 900.0, beneath=beneath)], hold_fails=hold_fails, unwitnessed_after=600)
+    alone = verdict([AgentHealth("main", beneath, 900.0)], hold_fails=hold_fails, unwitnessed_after=600)
+    if hold_fails:
+        assert got == rules.Verdict(FAIL, "main held")
+    else:
+        assert got.says == alone.says
+        assert got.why == ("; ".join(f"{part} (held)" for part in alone.why.split("; ")) if alone.why else "")
+
+
+def test_the_heartbeat_reads_the_state_beneath_a_hold_from_the_status(tmp_path):
+    from loomtui.agent.hold_rules import Hold
+    from loomtui.daemon.heartbeat_push import health
+    from loomtui.report.status import AgentLook, Status
+
+    def status(process: str, hold: Hold | None) -> Status:
+        return Status(taken=1000.0, state_dir=str(tmp_path), config=None, pinned_session=None, ledger_events=0,
+                      heartbeats={}, last_events=[], outbox={}, conflict=None,
+                      agent=AgentLook("up", pane={"pane_pid": 1, "dead": False}, tree={"process": process}),
+                      canary=None, canary_settled=None, queue={}, hold=hold, last_launch=None, since_launch=None)
+
+    ceiling = Hold(since=900.0, by="ceiling", reason="6 relaunches within 1h")
+    [gone] = health([status("missing", ceiling)], 1000.0)
+    assert (gone.state, gone.beneath) == (lifecycle.HELD_CEILING, lifecycle.NO_PROCESS)
+    assert verdict([gone], hold_fails=False, unwitnessed_after=600) == \
+        rules.Verdict(FAIL, f"main {lifecycle.NO_PROCESS} (held)")
+    [well] = health([status("present", ceiling)], 1000.0)
+    assert verdict([well], hold_fails=False, unwitnessed_after=600).says == OK
+    [free] = health([status("missing", None)], 1000.0)
+    assert (free.state, free.beneath) == (lifecycle.NO_PROCESS, None)
+
+
 def test_an_unwitnessed_relaunch_fails_only_past_its_bound():
     def says(waited):
         return verdict([AgentHealth("main", lifecycle.UNWITNESSED, waited)], hold_fails=False,
