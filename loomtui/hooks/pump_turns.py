@@ -5,7 +5,11 @@ The canary asks at every tick, and a busy turn's transcript grows by every event
 each read takes only the bytes appended since the last (per transcript path, in this process),
 however many (a turn of tool results carrying images can add megabytes between two looks), keeps
 the marks compacted, and starts from a bounded tail on its first read, or again when the file was
-replaced or cut. (Until 2026-12-06 it also started again from the tail when the file had grown by
+replaced or cut: the last MiB, or further back until it holds a record that bounds the latest turn
+(the `in` that began it, a `result`, a pump's start or its CLI's exit). A turn that printed more
+than a MiB since its `in` (tool results carrying images) was otherwise not seen by a supervisor
+restarted during it: its signs of life had no start, and the busy agent's probes counted as misses,
+to a recycle mid-turn. (Until 2026-12-06 it also started again from the tail when the file had grown by
 more than 5 MiB since: the open turn's prompt was dropped with the marks before it, and the probes
 queued behind that busy turn counted as misses, to a recycle.)
 """
@@ -25,6 +29,13 @@ from loomtui.pump import transcript
 # hooks keep (hooks.turns.MARKS).
 MARKS = 240
 TAIL = 1 << 20  # where a first read starts: the transcript's last MiB
+# Then further back while no record there bounds the latest turn; past the last, the whole file
+# (a turn of more than that is still open, and its start is the one thing its reader needs).
+WIDER = (16 << 20, 256 << 20)
+# The pump's records that bound a turn, as an `in` (it begins one) and a `result` (it ends one) do:
+# the turns after any of them depend on nothing earlier (pump_marks), so a first read may start there.
+BOUNDS = {(transcript.PUMP, pump_marks.STARTED), (transcript.PUMP, pump_marks.CLI_EXIT),
+          (transcript.PUMP, pump_marks.SPAWN_FAILED)}
 CHUNK = 4 << 20  # at most this much per read of the file (transcript.read's default)
 
 
@@ -50,7 +61,7 @@ def marks(state_dir: Path) -> list[Mark]:
     with _LOCK:
         kept = _KEPT.get(str(path))
         if kept is None or kept.inode != stat.st_ino or stat.st_size < kept.offset:
-            kept = _Kept(stat.st_ino, transcript.tail_offset(path, TAIL))
+            kept = _Kept(stat.st_ino, _first_offset(path))
         while True:
             records = list(transcript.read(path, kept.offset, CHUNK))
             if not records:
@@ -60,3 +71,40 @@ def marks(state_dir: Path) -> list[Mark]:
             kept.offset = records[-1].end
         _KEPT[str(path)] = kept
         return list(kept.marks)
+
+
+def _first_offset(path: Path) -> int:
+    """Where a first read starts: the last TAIL, or the first of the WIDER windows (else the whole
+    file) that holds a record bounding the latest turn. Each window is looked through only where
+    the one before did not reach."""
+    looked_from: int | None = None  # the previous window's start: what lies after it had no bound
+    for window in (TAIL, *WIDER):
+        start = transcript.tail_offset(path, window)
+        if start == 0 or _bounded(path, start, looked_from):
+            return start
+        looked_from = start
+    return 0
+
+
+def _bounded(path: Path, start: int, stop: int | None) -> bool:
+    """Whether a record from `start` up to `stop` (None: the end) bounds a turn."""
+    offset = start
+    while stop is None or offset < stop:
+        records = list(transcript.read(path, offset, CHUNK))
+        if not records:
+            return False
+        for record in records:
+            if stop is not None and record.offset >= stop:
+                return False
+            if _is_bound(record):
+                return True
+        offset = records[-1].end
+    return False
+
+
+def _is_bound(record: transcript.Record) -> bool:
+    if record.dir == transcript.IN:
+        return True
+    if record.dir == transcript.OUT:
+        return record.event.get("type") == "result"
+    return (record.dir, record.data.get("what")) in BOUNDS

@@ -250,6 +250,39 @@ def test_a_busy_turn_that_wrote_megabytes_since_the_last_look_stays_open(tmp_pat
     log.close()
 
 
+def test_a_reader_new_to_a_turn_that_printed_megabytes_since_its_line_still_sees_it_open(tmp_path):
+    # A supervisor restarted during a busy turn reads the transcript for the first time: the last
+    # MiB held only the turn's tool results, no start, so the turn was not seen and its probes
+    # counted as misses, to a recycle mid-turn. The first read reaches back to the turn's `in`.
+    path = transcript.path_in(tmp_path)
+    log = transcript.Writer(path)
+    log.append(transcript.PUMP, ts=T0, what="started", pid=1, cli_pid=2, argv=["claude"])
+    log.append(transcript.IN, ts=T0 + 1, seq=7, origin="telegram", ref="", text="refactor the module")
+    log.append(transcript.OUT, ts=T0 + 2, event={"type": "system", "subtype": "init", "session_id": "s"})
+    for i in range(40):  # 2 MB of Read results, the turn still running
+        log.append(transcript.OUT, ts=T0 + 10 + i, event={"type": "assistant", "message": {"content": [
+            {"type": "tool_use", "id": f"t{i}", "name": "Read", "input": {}}]}})
+        log.append(transcript.OUT, ts=T0 + 10 + i, event={"type": "user", "message": {"content": [
+            {"type": "tool_result", "tool_use_id": f"t{i}", "content": "x" * 50_000}]}})
+    log.close()
+    assert os.path.getsize(path) > pump_turns.TAIL + 900_000
+    [turn] = turn_rules.turns(pump_turns.marks(tmp_path))  # the first read of this path here
+    assert (turn.began, turn.last, turn.ended, turn.tool) == (at(1), at(49), None, "Read")
+    assert excuse([turn], at(5), at(60), QUIET, MAX_TURN) == BUSY
+
+
+def test_a_reader_new_to_a_transcript_that_ends_between_turns_starts_from_its_last_mib(tmp_path):
+    # The last MiB holds a `result`: nothing before it is needed, and nothing before it is read.
+    path = transcript.path_in(tmp_path)
+    log = transcript.Writer(path)
+    for i in range(40):
+        log.append(transcript.IN, ts=T0 + 10 * i, seq=i + 1, origin="operator", ref="", text="x" * 50_000)
+        log.append(transcript.OUT, ts=T0 + 10 * i + 1, event={"type": "result", "is_error": False})
+    log.close()
+    turns_seen = turn_rules.turns(pump_turns.marks(tmp_path))
+    assert 0 < len(turns_seen) < 40 and turns_seen[-1].ended == at(391)
+
+
 # -- the canary, on a real store and a real transcript -------------------------------------------
 
 BOOT = "b1"
