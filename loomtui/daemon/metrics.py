@@ -113,11 +113,12 @@ def agent_metrics(statuses: list[tuple[Context, status_mod.Status]], now: float)
                                      labels=[AGENT, "cause", "mode"])
     results = CounterMetricFamily("loom_canary_probes", "Canary probes by result", labels=[AGENT, "result"])
     latency = GaugeMetricFamily("loom_canary_last_latency_seconds", "Latency of the last acked probe", labels=[AGENT])
-    ok_age = GaugeMetricFamily("loom_canary_last_ok_age_seconds", "Seconds since the last acked probe was sent",
-                               labels=[AGENT])
+    ok_age = GaugeMetricFamily("loom_canary_last_ok_age_seconds", "Seconds since the last acked probe was sent "
+                               "(never acked: since the first probe was sent)", labels=[AGENT])
     last_miss = GaugeMetricFamily("loom_canary_last_missed", "1 if the last settled probe was a miss", labels=[AGENT])
     queue = GaugeMetricFamily("loom_queue_items", "Sentinel queue items by state", labels=[AGENT, "state"])
-    held = GaugeMetricFamily("loom_held", "1 while automatic relaunching is held at the ceiling", labels=[AGENT])
+    held = GaugeMetricFamily("loom_held", "1 while a hold (the ceiling's, an operator's, the harness's) stops "
+                             "automatic relaunching", labels=[AGENT])
     for actx, status in statuses:
         name, store = actx.agent, actx.store
         for row in ledger.relaunch_counts(store, name):
@@ -128,7 +129,10 @@ def agent_metrics(statuses: list[tuple[Context, status_mod.Status]], now: float)
         # None: a dead prober's ack settled after a step of the wall clock, whose time says nothing.
         known = last_ok["latency"] if last_ok else None
         latency.add_metric([name], known if known is not None else float("nan"))
-        ok_age.add_metric([name], now - last_ok["sent_at"] if last_ok else float("nan"))
+        # An agent that never acked is the deafest of all: aged from its first probe, so the alert
+        # on this age fires for it too (NaN, which compares false, had kept it quiet for good).
+        since = last_ok["sent_at"] if last_ok else canary_runs.first_sent(store, name)
+        ok_age.add_metric([name], now - since if since is not None else float("nan"))
         last = status.canary_settled
         last_miss.add_metric([name], 1.0 if last is not None and last.result == canary.MISS else 0.0)
         for state, n in status.queue.items():
@@ -193,7 +197,7 @@ SETTINGS = ("canary.interval", "canary.ack_timeout", "sentinel.backstop", "watch
 
 # Loops that belong to an agent (the rest, sentinel and notify, are the host's), and the operator's
 # actions, which are always on an agent.
-AGENT_BOUND = {"watchdog", "canary", "signals", "exit_watch", "operator"}
+AGENT_BOUND = {"watchdog", "canary", "signals", "exit_watch", "hooks", "operator"}
 
 
 def agent_of(loop: str, labels: dict[str, str], *, bound: bool = False) -> str:
@@ -235,7 +239,8 @@ def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Stat
 
     settings = GaugeMetricFamily("loom_setting_seconds", "The configured intervals alert rules compare with",
                                  labels=[AGENT, "setting"])
-    ceiling = GaugeMetricFamily("loom_setting_ceiling_count", "Automatic relaunches allowed in the ceiling window",
+    # Not `_count`: that suffix is a histogram's or a summary's (promtool check metrics).
+    ceiling = GaugeMetricFamily("loom_setting_ceiling_relaunches", "Automatic relaunches allowed in the ceiling window",
                                 labels=[AGENT])
     for actx, _ in statuses:
         cfg = actx.config

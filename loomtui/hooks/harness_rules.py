@@ -31,6 +31,9 @@ HOLDING = {
     "cloud_credential_error": "auth",
 }
 CAUSES = frozenset(HOLDING.values())
+# Every error type Claude Code 2.1 is known to report: a metric's label is one of these or "other"
+# (the event is the agent's own text: a label per new word would be a series for good).
+KNOWN_ERRORS = frozenset((*HOLDING, "server_error", "overloaded", "invalid_request", "max_output_tokens", "unknown"))
 DEFAULT_HOLD = 30 * 60.0   # no reset time given: the canary looks again after this long
 MAX_AHEAD = 24 * 3600.0    # a reset time further ahead is taken as this far
 MIN_HOLD = 60.0            # a reset time already past, or seconds away, holds at least this long

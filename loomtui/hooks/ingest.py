@@ -22,7 +22,7 @@ from pathlib import Path
 from loomtui import clock
 from loomtui.context import Context
 from loomtui.hooks import events as hook_events
-from loomtui.hooks import harness
+from loomtui.hooks import harness, harness_rules
 from loomtui.hooks.events import HookEvent
 from loomtui.hooks.settings import PREFIX, SUFFIX, events_dir
 from loomtui.states import EventKind
@@ -161,8 +161,10 @@ def _record(ctx: Context, batch: list[Recorded]) -> None:
             at = clock.at_wall(min(item.wall, reading.wall), reading)
             row_id = table.insert_in(db, ctx.agent, at, event.event, event.session_id, event.source, event.detail)
             if event.event in ("Stop", "StopFailure"):
+                error = "" if event.event != "StopFailure" else \
+                    event.source if event.source in harness_rules.KNOWN_ERRORS else "other"
                 counters.bump_in(db, TURNS_TOTAL, {"agent": ctx.agent, "outcome": TURN_OUTCOME[event.event],
-                                                   "error": event.source if event.event == "StopFailure" else ""})
+                                                   "error": error})
             if event.event == "Notification" and event.source == PERMISSION:
                 _tell_permission_in(db, ctx, event, row_id, at.wall)
             kind = LEDGER_KIND.get(event.event)

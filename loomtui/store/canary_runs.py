@@ -129,7 +129,16 @@ def last_ok_latency(store: Store, agent: str) -> sqlite3.Row | None:
 
 
 def counts_by_result(store: Store, agent: str) -> list[sqlite3.Row]:
-    return store.query("SELECT result, COUNT(*) AS n FROM canary_runs WHERE agent = ? GROUP BY result", (agent,))
+    """The agent's settled runs by result: a counter's values, so never the pending ones (a run
+    counted pending and then ok made the pending count fall, which no counter may)."""
+    return store.query("SELECT result, COUNT(*) AS n FROM canary_runs WHERE agent = ? AND result != 'pending' "
+                       "GROUP BY result", (agent,))
+
+
+def first_sent(store: Store, agent: str) -> float | None:
+    """When the agent's first probe still kept was sent (wall), None when it never had one."""
+    row = store.query_one("SELECT sent_at FROM canary_runs WHERE agent = ? ORDER BY id LIMIT 1", (agent,))
+    return float(row["sent_at"]) if row is not None else None
 
 
 def from_id(store: Store, first: int) -> list[sqlite3.Row]:

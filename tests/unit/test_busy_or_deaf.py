@@ -307,7 +307,9 @@ def test_the_metrics_count_turns_missing_lines_and_dispatch_latency(tmp_path):
     with clock.use(virtual):
         seen = Witness(ctx)
         for n, payload in enumerate(({"hook_event_name": "Stop"}, {"hook_event_name": "Stop"},
-                                     {"hook_event_name": "StopFailure", "error_type": "rate_limit"})):
+                                     {"hook_event_name": "StopFailure", "error_type": "rate_limit"},
+                                     {"hook_event_name": "StopFailure", "error_type": "made-up by the agent 1"},
+                                     {"hook_event_name": "StopFailure", "error_type": "made-up by the agent 2"})):
             (settings.events_dir(ctx.agent_dir) / f"ev.{n}.json").write_text(json.dumps(payload))
         ingest.collect(ctx)
         for text in ("taken quickly", "never taken"):
@@ -321,6 +323,8 @@ def test_the_metrics_count_turns_missing_lines_and_dispatch_latency(tmp_path):
     got = scrape(ctx)
     assert got['loom_turns_total{agent="main",error="",outcome="stopped"}'] == 2
     assert got['loom_turns_total{agent="main",error="rate_limit",outcome="failed"}'] == 1
+    # An error type no CLI is known to say is "other": the agent's words are no label (a series each, for good).
+    assert got['loom_turns_total{agent="main",error="other",outcome="failed"}'] == 2
     assert got['loom_dispatch_missing_total{agent="main"}'] == 1
     assert got['loom_dispatch_latency_seconds_count{agent="main"}'] == 1
     assert got['loom_dispatch_latency_seconds_sum{agent="main"}'] == 2.0

@@ -45,6 +45,12 @@ def test_promtool_unit_tests_every_alert():
 
 
 def served_names(tmp_path) -> set[str]:
+    text = served(tmp_path)
+    return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+
+def served(tmp_path) -> str:
+    """A real scrape's exposition text, every family populated."""
     # The stream-json driver: its metrics are the tmux driver's and the pump's.
     config = write_config(tmp_path, socket=f"loomtest-contrib-{tmp_path.name[-6:]}")
     config.write_text(config.read_text().replace("[agent]\n", '[agent]\ndriver = "stream-json"\n', 1))
@@ -58,10 +64,19 @@ def served_names(tmp_path) -> set[str]:
         tally.flush(ctx.store)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(StoreCollector(ctx, lambda: {}))
-        text = generate_latest(registry).decode()
+        return generate_latest(registry).decode()
     finally:
         ctx.close()
-    return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+
+@needs_promtool
+def test_promtool_finds_nothing_wrong_with_what_is_served(tmp_path):
+    """Names by Prometheus's conventions (a gauge named `_count` had been served): what
+    `promtool check metrics` says of a real scrape."""
+    result = subprocess.run([PROMTOOL, "check", "metrics"], input=served(tmp_path), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0 and not result.stdout.strip() and not result.stderr.strip(), \
+        result.stdout + result.stderr
 
 
 def test_every_metric_the_rules_and_dashboard_name_is_served(tmp_path):

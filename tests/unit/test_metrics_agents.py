@@ -107,7 +107,7 @@ def test_each_agent_has_its_own_series_and_the_host_has_one(two):
     # Each agent's own settings (beta's overrides), the shared backstop repeated for each.
     assert got['loom_setting_seconds{agent="alpha",setting="canary.interval"}'] == 600
     assert got['loom_setting_seconds{agent="beta",setting="canary.interval"}'] == 180
-    assert got['loom_setting_ceiling_count{agent="beta"}'] == 4
+    assert got['loom_setting_ceiling_relaunches{agent="beta"}'] == 4
     assert got['loom_setting_seconds{agent="alpha",setting="sentinel.backstop"}'] == \
         got['loom_setting_seconds{agent="beta",setting="sentinel.backstop"}']
     assert got['loom_witness_ratio{agent="beta",what="relaunch"}'] == 0
@@ -127,6 +127,38 @@ def test_each_agent_has_its_own_series_and_the_host_has_one(two):
             assert "agent=" not in series, series
         elif family.startswith("loom_"):
             assert 'agent="' in series, series
+
+
+def test_a_probe_under_way_is_no_count_and_an_agent_never_acked_ages_from_its_first_probe(two):
+    """The probes counter only rises: a run counted pending then ok had made `pending` fall. And an
+    agent whose probes all missed (a permission prompt eating each one) had an ack age of NaN,
+    which no alert's comparison can fire on."""
+    alpha, beta = two
+    now = time.time()
+    probe(alpha, "a1", "pending", now - 10)
+    probe(beta, "b1", "miss", now - 3000)
+    probe(beta, "b2", "miss", now - 1200)
+    got = scrape(alpha)
+    assert not [series for series in got if series.startswith("loom_canary_probes_total") and "pending" in series]
+    assert 'loom_canary_probes_total{agent="alpha",result="ok"}' not in got
+    assert got['loom_canary_probes_total{agent="beta",result="miss"}'] == 2
+    assert 3000 <= got['loom_canary_last_ok_age_seconds{agent="beta"}'] < 3600
+    assert 10 <= got['loom_canary_last_ok_age_seconds{agent="alpha"}'] < 600  # its one probe, still under way
+    with alpha.store.write() as db:
+        db.execute("DELETE FROM canary_runs")
+    assert math.isnan(scrape(alpha)['loom_canary_last_ok_age_seconds{agent="alpha"}'])  # no probe yet: no age
+
+
+def test_the_hooks_loop_of_the_main_agent_is_labelled_main(tmp_path):
+    config = tmp_path / "loom.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n[agent]\ntmux_socket = "loomtest-m2-{tmp_path.name[-6:]}"\n')
+    ctx = Context.load(str(config), None, environ={})
+    try:
+        got = scrape(ctx, {"hooks": {"ticks": 5, "errors": 0}, "sentinel": {"ticks": 1, "errors": 0}})
+    finally:
+        ctx.close()
+    assert got['loom_loop_ticks_total{agent="main",loop="hooks"}'] == 5
+    assert got['loom_loop_ticks_total{agent="",loop="sentinel"}'] == 1
 
 
 def test_a_single_agent_is_labelled_main(tmp_path):
