@@ -304,9 +304,9 @@ class Replica:
 
     def _settle(self, result: Any, now: float) -> list[tuple[str, str]]:
         """Take a rebase under way to its end: at each stop every conflict kept both ways, what the
-        work tree holds added, then on; a step that will not go on with nothing unmerged skipped.
-        Aborted (and an error quoting git's last word: `result`, the rebase's own, until a step
-        has one) past MAX_REBASE_STOPS."""
+        work tree holds added, then on; a step that will not go on with nothing unmerged is
+        unstuck (`_unstick`), never reset. Aborted (and an error quoting git's last word: `result`,
+        the rebase's own, until a step has one) past MAX_REBASE_STOPS."""
         conflicts: list[tuple[str, str]] = []
         stops = 0
         while self._rebasing():
@@ -320,9 +320,29 @@ class Replica:
             self.git.run("add", "-A")
             result = self.git.run("-c", "core.editor=true", "rebase", "--continue", check=False)
             if not result.ok and not self._unmerged() and self._rebasing():
-                # Nothing left to commit in this step (the sides agreed after all): skip it.
-                result = self.git.run("rebase", "--skip", check=False)
+                result = self._unstick(now) or result
         return conflicts
+
+    def _unstick(self, now: float) -> Result | None:
+        """`--continue` stopped with nothing unmerged. `--skip` resets hard, so it is taken only
+        when the index and the work tree are HEAD's (a pick the sides' agreement left empty): it
+        then discards nothing. Files written since the `add` (the agent writes at any time) are
+        added at the next stop round. What is staged but cannot be committed by the rebase itself
+        (stopped between picks, or killed inside one: no author-script) is committed here: it is
+        the agent's writes or this box's pick, and a skip reset it away."""
+        if self._unstaged():
+            return None
+        if self.git.run("diff", "--cached", "--quiet", "HEAD", check=False).ok:
+            return self.git.run("rebase", "--skip", check=False)
+        self.git.run("commit", "-q", "--no-verify", "-m",
+                     f"memory on {self.host} at {_stamp(now)}, written while a rebase was stopped")
+        return None
+
+    def _unstaged(self) -> bool:
+        """Anything `add -A` would take: a tracked file changed, an untracked one not ignored."""
+        if not self.git.run("diff", "--quiet", check=False).ok:
+            return True
+        return bool(self.git.run("ls-files", "-z", "--others", "--exclude-standard").out)
 
     def _unmerged(self) -> dict[str, dict[int, str]]:
         found: dict[str, dict[int, str]] = {}

@@ -569,3 +569,83 @@ def test_a_git_dir_of_the_operators_own_in_the_memory_dir_is_refused_and_left_wh
     assert sorted(p.relative_to(work).as_posix() for p in (work / ".git").rglob("*")) == before
     assert git("config", "--get", "user.name", cwd=work).strip() == "me"
     assert not a.git_dir.exists() and not list(a.git_dir.parent.glob("*.new-*"))  # nothing half made
+
+
+# -- a rebase stopped where `--continue` cannot go on: what is there is committed, never reset away ----
+
+
+def two_local_commits(tmp_path: Path, remote: Path, *, conflicting: bool = False) -> rep.Replica:
+    """b with two commits the remote has not got (x.md, then y.md) and a's newer commit fetched.
+    `conflicting`: b's first commit and a's both changed MEMORY.md."""
+    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
+    a.dir.mkdir(parents=True)
+    (a.dir / "MEMORY.md").write_text("base\n")
+    (a.dir / "other.md").write_text("keep\n")
+    sync(a, forced=True)
+    sync(b, forced=True)
+    (a.dir / ("MEMORY.md" if conflicting else "fromA.md")).write_text("base\nfrom a\n")
+    sync(a, forced=True)
+    if conflicting:
+        (b.dir / "MEMORY.md").write_text("base\nfrom b\n")
+    (b.dir / "x.md").write_text("x1\n")
+    b.commit(T0, "c1")
+    (b.dir / "y.md").write_text("y1\n")
+    b.commit(T0 + 1, "c2")
+    b.fetch()
+    return b
+
+
+def rebase_with(b: rep.Replica, line: str) -> subprocess.CompletedProcess:
+    """The real `git rebase -i`, `line` put in its todo after the first pick (a `break`, an `exec`)."""
+    env = {"HOME": str(Path.home()), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(Path.home() / "gitconfig"),
+           "PATH": "/usr/bin:/bin", "GIT_SEQUENCE_EDITOR": f"sed -i '1a {line}'"}
+    return subprocess.run([GIT, "-c", "user.name=b", "-c", "user.email=b@example.invalid", *repo(b), "rebase", "-i",
+                           b.remote_ref], cwd=b.dir, env=env, capture_output=True, timeout=60)
+
+
+def test_a_rebase_stopped_between_picks_keeps_what_the_agent_wrote_meanwhile(tmp_path, remote):
+    """Killed between two picks, and the agent wrote on: `--continue` refuses the staged change, and
+    the `--skip` that followed reset it away (the agent's line lost, the sync said it pushed)."""
+    b = two_local_commits(tmp_path, remote)
+    rebase_with(b, "break")
+    assert (b.git_dir / "rebase-merge").exists()
+    with open(b.dir / "x.md", "a") as fh:
+        fh.write("the agent's fact\n")
+    done, _ = sync(b, forced=True)
+    assert done.pushed and not (b.git_dir / "rebase-merge").exists()
+    assert (b.dir / "x.md").read_text() == "x1\nthe agent's fact\n"
+    assert remote_file(remote, "x.md") == "x1\nthe agent's fact\n"
+    assert remote_file(remote, "y.md") == "y1\n" and remote_file(remote, "fromA.md") == "base\nfrom a\n"
+
+
+def test_a_rebase_killed_mid_pick_keeps_that_pick(tmp_path, remote):
+    """Killed inside a pick: its change applied to the index, the todo past it, nothing committed
+    and no author-script. `--continue` cannot commit it, and `--skip` reset this box's commit away."""
+    b = two_local_commits(tmp_path, remote)
+    rebase_with(b, "break")
+    todo = b.git_dir / "rebase-merge" / "git-rebase-todo"
+    pick, *rest = todo.read_text().splitlines()
+    todo.write_text("".join(f"{line}\n" for line in rest))  # as the sequencer leaves it mid-pick
+    with open(b.git_dir / "rebase-merge" / "done", "a") as fh:
+        fh.write(pick + "\n")
+    git(*repo(b), "cherry-pick", "-n", pick.split()[1], cwd=b.dir)
+    done, _ = sync(b, forced=True)
+    assert done.pushed and not (b.git_dir / "rebase-merge").exists()
+    assert (b.dir / "y.md").read_text() == "y1\n" and remote_file(remote, "y.md") == "y1\n"
+    assert remote_file(remote, "x.md") == "x1\n"
+
+
+def test_a_file_written_while_a_conflict_stop_is_continued_is_kept_with_the_conflict_copy(tmp_path, remote):
+    """At a conflict stop the work tree is added, then `--continue`: a file written while it runs (here
+    by an `exec` in the todo, as the agent could at any moment) made it stop with nothing unmerged,
+    and the `--skip` that followed reset the write away."""
+    b = two_local_commits(tmp_path, remote, conflicting=True)
+    stopped = rebase_with(b, "exec echo the agent wrote >> other.md")
+    assert stopped.returncode != 0 and (b.git_dir / "rebase-merge").exists()  # at the conflict in c1
+    done, _ = sync(b, forced=True, now=T0)
+    assert done.pushed and not (b.git_dir / "rebase-merge").exists()
+    [(path, copy)] = done.conflicts
+    assert path == "MEMORY.md" and (b.dir / copy).read_text() == "base\nfrom b\n"
+    assert remote_file(remote, copy) == "base\nfrom b\n"
+    assert remote_file(remote, "other.md") == "keep\nthe agent wrote\n"
+    assert remote_file(remote, "y.md") == "y1\n" and remote_file(remote, "x.md") == "x1\n"
