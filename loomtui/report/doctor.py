@@ -56,10 +56,13 @@ def check_canary_permissions(config: Config, state_dir: Path) -> Check:
     missing = []
     for key in ("fresh_command", "resume_command"):
         command = getattr(config.agent, key)
-        if not _CLAUDE.search(command):
-            continue
-        lacks = [flag for flag, ok in (("--add-dir", "--add-dir" in command and ("acks" in command)),
-                                       ("--allowedTools 'Bash(touch:*)'", "Bash(touch" in command)) if not ok]
+        argv = _argv(command)
+        if argv is None or not _CLAUDE.search(command):
+            continue  # an unsplittable command cannot start at all: the launch's own check names it
+        # The flags as the CLI reads them, not words found anywhere: a --disallowedTools naming
+        # touch, or "acks" in another flag's value, had passed; a permitting mode had failed.
+        lacks = [flag for flag, ok in (("--add-dir", adds_acks(argv, state_dir)),
+                                       ("--allowedTools 'Bash(touch:*)'", permits_touch(argv))) if not ok]
         if lacks:
             missing.append(f"agent.{key} lacks {' and '.join(lacks)}")
     if missing:
@@ -85,6 +88,7 @@ def check_hooks(config: Config) -> Check | None:
 # -- the stream-json driver -------------------------------------------------------------------
 
 _ALLOWED_TOOLS = ("--allowedTools", "--allowed-tools")
+_DISALLOWED_TOOLS = ("--disallowedTools", "--disallowed-tools")
 _TOUCH_RULES = ("Bash(touch:*)", "Bash(touch *)", "Bash")
 # Permission modes under which print mode runs a Bash command without asking (there is nobody to ask).
 _PERMITTING_MODES = ("bypassPermissions",)
@@ -117,15 +121,32 @@ def _values(argv: list[str], names: tuple[str, ...]) -> list[str]:
     return found
 
 
+def _rules(argv: list[str], names: tuple[str, ...]) -> list[str]:
+    # Rules are split by commas or spaces, but not inside a rule's parentheses: "Bash(touch *)".
+    return [rule for value in _values(argv, names) for rule in re.findall(r"[^\s,()]+(?:\([^)]*\))?", value)]
+
+
 def permits_touch(argv: list[str]) -> bool:
-    """Print mode never asks: the canary's `touch` runs only if the flags allow it beforehand."""
+    """The canary's `touch` runs without a prompt (print mode never asks: there it is denied):
+    allowed beforehand and not disallowed (a deny rule wins over every allow and mode)."""
+    if any(rule == "Bash" or rule.startswith("Bash(touch") for rule in _rules(argv, _DISALLOWED_TOOLS)):
+        return False
     if "--dangerously-skip-permissions" in argv:
         return True
     if any(mode in _PERMITTING_MODES for mode in _values(argv, ("--permission-mode",))):
         return True
-    # Rules are split by commas or spaces, but not inside a rule's parentheses: "Bash(touch *)".
-    rules = [rule for value in _values(argv, _ALLOWED_TOOLS) for rule in re.findall(r"[^\s,()]+(?:\([^)]*\))?", value)]
-    return any(rule in _TOUCH_RULES for rule in rules)
+    return any(rule in _TOUCH_RULES for rule in _rules(argv, _ALLOWED_TOOLS))
+
+
+def adds_acks(argv: list[str], state_dir: Path) -> bool:
+    """An --add-dir gives the agent its acks directory (`state_dir`: the agent's own, which
+    `{state_dir}` in its command names), or a directory holding it."""
+    acks = Path(os.path.abspath(state_dir / "acks"))
+    for value in _values(argv, ("--add-dir",)):
+        given = Path(os.path.abspath(os.path.expanduser(value.replace("{state_dir}", str(state_dir)))))
+        if given == acks or given in acks.parents:
+            return True
+    return False
 
 
 def check_stream_permissions(config: Config, state_dir: Path) -> Check:
@@ -139,7 +160,7 @@ def check_stream_permissions(config: Config, state_dir: Path) -> Check:
         lacks = []
         if not permits_touch(argv):
             lacks.append("--allowedTools 'Bash(touch:*)' (or a --permission-mode that permits it)")
-        if not _values(argv, ("--add-dir",)) or "acks" not in " ".join(_values(argv, ("--add-dir",))):
+        if not adds_acks(argv, state_dir):
             lacks.append("--add-dir {state_dir}/acks")
         if lacks:
             missing.append(f"agent.{key} lacks {' and '.join(lacks)}")

@@ -68,6 +68,28 @@ def test_doctor_says_when_claude_cannot_ack(tmp_path):
     assert check_canary_permissions(good, tmp_path).status == OK
 
 
+@pytest.mark.parametrize("flags, ok", [
+    ("--add-dir {state_dir}/acks --allowedTools 'Bash(touch:*)'", True),
+    ("--add-dir={state_dir}/acks --allowed-tools 'Bash(touch *)'", True),
+    ("--add-dir {state_dir} --allowedTools Bash", True),                   # a directory holding the acks, all of Bash
+    ("--add-dir {state_dir}/acks --permission-mode bypassPermissions", True),
+    ("--add-dir {state_dir}/acks --dangerously-skip-permissions", True),
+    # The flag's words anywhere in the command had passed these:
+    ("--add-dir {state_dir}/acks --disallowedTools 'Bash(touch:*)'", False),  # touch forbidden
+    ("--add-dir {state_dir}/acks --allowedTools 'Bash(touch:*)' --disallowedTools Bash", False),
+    ("--add-dir /srv/other --settings /x/acks.json --allowedTools 'Bash(touch:*)'", False),  # never the acks dir
+    ("--add-dir {state_dir}/acks-old --allowedTools 'Bash(touch:*)'", False),
+    ("--allowedTools 'Bash(touch:*)' --add-dir", False),
+])
+def test_doctor_reads_the_canary_flags_as_the_cli_does(tmp_path, flags, ok):
+    from loomtui.config import parse_config
+    from loomtui.report.doctor import FAIL, OK, check_canary_permissions
+
+    config = parse_config({"agent": {"fresh_command": f"claude {flags} --session-id {{session_id}}",
+                                     "resume_command": f"claude {flags} --resume {{session_id}}"}}, "c.toml", None)
+    assert check_canary_permissions(config, tmp_path).status == (OK if ok else FAIL)
+
+
 def test_runs_of_an_earlier_launch_are_skipped_not_the_end_of_the_count():
     history = runs(MISS, MISS, seq=0) + [ProbeRun(5.0, MISS, 1), ProbeRun(6.0, OK, 0), ProbeRun(7.0, MISS, 1)]
     assert consecutive_misses(history, 1) == 2
