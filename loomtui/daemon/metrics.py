@@ -30,6 +30,7 @@ from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
 from loomtui import redact
+from loomtui.agent import proctree
 from loomtui.agent.drivers import capabilities
 from loomtui.canary import runs as canary
 from loomtui.config import loopback_names, split_listen
@@ -159,7 +160,9 @@ def pump_metrics(agents: list[Context], now: float) -> Iterator[Any]:
     for actx in pumped:
         name = actx.agent
         doc = pump_client.status(actx.agent_dir) or {}
-        exited = bool(doc.get("cli_exit"))
+        # The file as its pump last wrote it: a pump killed (or its tmux server gone) left it saying
+        # a turn runs, and a dead agent's turn aged on until the long-turn alert fired.
+        exited = bool(doc.get("cli_exit")) or not _pump_alive(actx, doc)
         waiting.add_metric([name], float(doc["queue"]) if isinstance(doc.get("queue"), int) and not exited else 0.0)
         running = doc.get("turn") == "running" and not exited
         turn.add_metric([name], 1.0 if running else 0.0)
@@ -167,6 +170,14 @@ def pump_metrics(agents: list[Context], now: float) -> Iterator[Any]:
         age.add_metric([name], max(0.0, now - started) if running and isinstance(started, (int, float)) else 0.0)
         denied.add_metric([name], ledger.count_of(actx.store, name, "permission_denied"))
     yield from (waiting, turn, age, denied)
+
+
+def _pump_alive(actx: Context, doc: dict[str, Any]) -> bool:
+    """The pump that wrote `doc` still runs: its pid, begun no later than the file says it began."""
+    pid, began = doc.get("pid"), doc.get("started")
+    if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(began, (int, float)):
+        return False
+    return proctree.of(actx).alive_since(pid, None, float(began))
 
 
 # The loop KPIs counted in the store (store/counters.py): name → (help, labels, kind).

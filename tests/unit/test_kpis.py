@@ -4,6 +4,7 @@ witness ratio, schedule drift, stuck age, notify results and tick-duration histo
 from __future__ import annotations
 
 import datetime as dt
+import os
 
 import pytest
 from prometheus_client import generate_latest
@@ -123,14 +124,16 @@ def test_the_pump_is_scraped_with_the_stream_json_driver_only(tmp_path):
         got = scrape(c)
         assert (got['loom_pump_queue{agent="main"}'], got['loom_pump_turn_running{agent="main"}'], got['loom_pump_turn_age_seconds{agent="main"}']) == (0, 0, 0)
         (c.state_dir / "pump.json").write_text(json.dumps(
-            {"pid": 1, "turn": "running", "turn_started": time.time() - 120, "queue": 3, "cli_exit": None}))
+            {"pid": os.getpid(), "started": time.time(), "turn": "running", "turn_started": time.time() - 120,
+             "queue": 3, "cli_exit": None}))  # a pump that runs: this process
         ledger.append(c.store, "permission_denied", source="watchdog", detail={"tools": ["Bash"]})
         got = scrape(c)
         assert (got['loom_pump_queue{agent="main"}'], got['loom_pump_turn_running{agent="main"}']) == (3, 1)
         assert 120 <= got['loom_pump_turn_age_seconds{agent="main"}'] < 3600
         assert got['loom_permission_denied_total{agent="main"}'] == 1
         (c.state_dir / "pump.json").write_text(json.dumps(
-            {"pid": 1, "turn": "running", "turn_started": 1.0, "queue": 3, "cli_exit": {"status": 137}}))
+            {"pid": os.getpid(), "started": time.time(), "turn": "running", "turn_started": 1.0, "queue": 3,
+             "cli_exit": {"status": 137}}))
         got = scrape(c)  # a pump whose CLI exited holds nothing and runs no turn
         assert (got['loom_pump_queue{agent="main"}'], got['loom_pump_turn_running{agent="main"}'], got['loom_pump_turn_age_seconds{agent="main"}']) == (0, 0, 0)
     finally:

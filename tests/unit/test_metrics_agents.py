@@ -4,6 +4,7 @@ what belongs to the host (heartbeat, outbox, ledger size, job schedules) carries
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import pytest
@@ -147,6 +148,32 @@ def test_a_probe_under_way_is_no_count_and_an_agent_never_acked_ages_from_its_fi
     with alpha.store.write() as db:
         db.execute("DELETE FROM canary_runs")
     assert math.isnan(scrape(alpha)['loom_canary_last_ok_age_seconds{agent="alpha"}'])  # no probe yet: no age
+
+
+def test_the_pump_gauges_say_a_turn_only_while_the_pump_that_wrote_them_runs(two):
+    import json
+    import subprocess
+    import sys
+
+    _, beta = two
+    now = time.time()
+
+    def pump_file(pid: int, started: float) -> dict[str, float]:
+        (beta.agent_dir / "pump.json").write_text(json.dumps({
+            "pid": pid, "started": started, "turn": "running", "turn_started": now - 600, "queue": 2}))
+        got = scrape(beta)
+        return {k: got[f'{k}{{agent="beta"}}'] for k in ("loom_pump_turn_running", "loom_pump_queue",
+                                                          "loom_pump_turn_age_seconds")}
+
+    alive = pump_file(os.getpid(), now)  # this process: it runs, and began before the file says
+    assert alive["loom_pump_turn_running"] == 1 and alive["loom_pump_queue"] == 2
+    assert alive["loom_pump_turn_age_seconds"] >= 600
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = pump_file(gone.pid, now)  # killed, its file left saying a turn runs
+    assert dead == {"loom_pump_turn_running": 0, "loom_pump_queue": 0, "loom_pump_turn_age_seconds": 0}
+    reused = pump_file(os.getpid(), now - 3600 * 24 * 400)  # the pid now another process's, begun later
+    assert reused["loom_pump_turn_running"] == 0
 
 
 def test_the_hooks_loop_of_the_main_agent_is_labelled_main(tmp_path):
