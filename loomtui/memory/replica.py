@@ -433,8 +433,15 @@ class Replica:
         outcome = Outcome()
         try:
             settled = self.ensure(now)  # a rebase an earlier sync left half done, finished: its conflicts too
+            if self._rebasing():
+                raise GitError(f"{self.dir}: a rebase is left half done")
         except GitError as exc:  # recorded as any failed sync is, never the loop's error
-            settled, outcome.error = [], _short(exc)
+            # Nothing else this round: mid-rebase, `add -A` marks a conflicted file resolved with
+            # its markers, and a commit, a checkpoint or a push would carry them onto the remote.
+            outcome.error, outcome.ahead = _short(exc), state.ahead
+            _failed(state, outcome.error, now)
+            _write_atomic(self.git_dir / STATE_FILE, json.dumps(asdict(state), sort_keys=True))
+            return outcome, state
         if checkpoint is not None and self.write_checkpoint(*checkpoint, now):
             outcome.checkpoint = ledger.format_head(*checkpoint)
             state.checkpoint_seq, state.checkpoint_at = checkpoint[0], now
@@ -448,7 +455,7 @@ class Replica:
         if plan.commit and self.commit(now):
             outcome.committed = True
             state.fingerprint, state.changed_at = "", None
-        reached, tried = not outcome.error, plan.pull
+        reached, tried = True, plan.pull
         if plan.pull:
             state.last_try = now
             try:
@@ -473,15 +480,19 @@ class Replica:
         if tried and reached:
             state.failures, state.error, state.error_since = 0, "", None
         elif not reached:
-            state.failures += 1
-            state.error = outcome.error
-            state.error_since = state.error_since if state.error_since is not None else now
+            _failed(state, outcome.error, now)
         if settled:
             outcome.conflicts = settled + outcome.conflicts
         state.ahead = outcome.ahead = ahead
         state.conflicts = self.conflict_copies()
         _write_atomic(self.git_dir / STATE_FILE, json.dumps(asdict(state), sort_keys=True))
         return outcome, state
+
+
+def _failed(state: State, error: str, now: float) -> None:
+    state.failures += 1
+    state.error = error
+    state.error_since = state.error_since if state.error_since is not None else now
 
 
 def _rejected(result: Result) -> bool:

@@ -649,3 +649,38 @@ def test_a_file_written_while_a_conflict_stop_is_continued_is_kept_with_the_conf
     assert remote_file(remote, copy) == "base\nfrom b\n"
     assert remote_file(remote, "other.md") == "keep\nthe agent wrote\n"
     assert remote_file(remote, "y.md") == "y1\n" and remote_file(remote, "x.md") == "x1\n"
+
+
+def test_a_rebase_left_half_done_that_cannot_be_finished_now_is_not_committed_over(tmp_path, remote):
+    """The look that finishes an earlier sync's rebase failed (here: the remote's URL changed and a
+    crashed git left config.lock). The sync went on regardless: `add -A` marked the conflicted file
+    resolved with its conflict markers, committed it with the ledger's checkpoint mid-rebase, and
+    the next sync pushed the markers. Now nothing is committed, checkpointed or pushed that round."""
+    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
+    a.dir.mkdir(parents=True)
+    (a.dir / "MEMORY.md").write_text("base\n")
+    sync(a, forced=True)
+    sync(b, forced=True)
+    (a.dir / "MEMORY.md").write_text("base\nfrom a\n")
+    sync(a, forced=True)
+    (b.dir / "MEMORY.md").write_text("base\nfrom b\n")
+    b.commit(T0)
+    b.fetch()
+    stopped = subprocess.run([GIT, *repo(b), "rebase", "-q", b.remote_ref], cwd=b.dir, capture_output=True)
+    assert stopped.returncode != 0 and (b.git_dir / "rebase-merge").exists()
+    head = git(*repo(b), "rev-parse", "HEAD", cwd=b.dir)
+    moved = replica(tmp_path, f"file://{remote}", "b", timeout=60)  # memory.remote spelled anew
+    (b.git_dir / "config.lock").write_text("")  # a git that died holding the config
+    done, state = sync(moved, forced=True, now=T0 + 10, checkpoint=(5, "ab" * 32))
+    assert done.error and state.error and not done.committed and not done.checkpoint and not done.pushed
+    assert git(*repo(b), "rev-parse", "HEAD", cwd=b.dir) == head and (b.git_dir / "rebase-merge").exists()
+    assert "MEMORY.md" in git(*repo(b), "ls-files", "-u", cwd=b.dir)  # still the rebase's to finish
+
+    (b.git_dir / "config.lock").unlink()
+    done, _ = sync(moved, forced=True, now=T0 + 20, checkpoint=(5, "ab" * 32))
+    assert done.pushed and done.checkpoint and not (b.git_dir / "rebase-merge").exists()
+    [(path, copy)] = done.conflicts
+    assert remote_file(remote, path) == "base\nfrom a\n" and remote_file(remote, copy) == "base\nfrom b\n"
+    markers = subprocess.run([GIT, "--git-dir", str(remote), "log", "-G<<<<<<<", "--format=%s", "main"],
+                             capture_output=True, text=True, check=True).stdout
+    assert markers == ""  # no commit ever held a conflict marker
