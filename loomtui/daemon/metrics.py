@@ -38,8 +38,11 @@ from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.pump import client as pump_client
 from loomtui.report import status as status_mod
+from loomtui.sentinel import queue
+from loomtui.states import OPEN
 from loomtui.store import canary_runs, counters, job_runs, ledger, outbox, queue_items
 from loomtui.text import one_line
+from loomtui.timing import Instant, age, as_instant
 
 AGENT = "agent"
 LABEL_MAX = 200  # a free-text label (a hold's reason) is cut here: a label is a name, not a document
@@ -172,6 +175,18 @@ def pump_metrics(agents: list[Context], now: float) -> Iterator[Any]:
     yield from (waiting, turn, age, denied)
 
 
+def _waiting_item_age(actx: Context, now: Instant | float) -> float:
+    """How long the agent's oldest open item, not yet escalated, has run toward its backstop (0:
+    none): what LoomQueueItemPastBackstop compares with the backstop, as the sentinel does. A claimed
+    item is the agent's, under its witness window (a daily job's is a day); measured from its first
+    sighting it had raised the alert for a day over a fix made in minutes."""
+    backstop = actx.config.sentinel.backstop
+    items = map(queue.from_row, queue_items.unwitnessed(actx.store, actx.agent))
+    ages = [age(item.open_since(backstop), as_instant(now)) for item in items
+            if item.state == OPEN and item.escalated_at is None]
+    return max(ages, default=0.0)
+
+
 def _pump_alive(actx: Context, doc: dict[str, Any]) -> bool:
     """The pump that wrote `doc` still runs: its pid, begun no later than the file says it began."""
     pid, began = doc.get("pid"), doc.get("started")
@@ -288,12 +303,11 @@ def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Stat
     backlog.add_metric([], now - first if first is not None else 0.0)
     yield backlog
 
-    stuck = GaugeMetricFamily("loom_stuck_age_seconds", "Age of the oldest open or claimed queue item, and of "
-                              "the last relaunch while no canary has witnessed it (0: nothing stuck)",
-                              labels=[AGENT, "what"])
+    stuck = GaugeMetricFamily("loom_stuck_age_seconds", "How long the oldest open queue item not yet sent to the "
+                              "operator has waited (from where its backstop runs), and the last relaunch while no "
+                              "canary has witnessed it (0: nothing stuck)", labels=[AGENT, "what"])
     for actx, status in statuses:
-        oldest = queue_items.oldest_unresolved(actx.store, actx.agent)
-        stuck.add_metric([actx.agent, "queue_item"], now - oldest if oldest is not None else 0.0)
+        stuck.add_metric([actx.agent, "queue_item"], _waiting_item_age(actx, status.moment))
         claim = status.relaunch
         # Only the last relaunch can be unwitnessed: a later one supersedes the claim of an earlier.
         stuck.add_metric([actx.agent, "relaunch"], now - claim.ts if claim is not None and status.unwitnessed else 0.0)

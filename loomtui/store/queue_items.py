@@ -103,13 +103,6 @@ def counts(store: Store, agent: str | None = None) -> dict[str, int]:
     return out
 
 
-def oldest_unresolved(store: Store, agent: str) -> float | None:
-    """When the agent's oldest open or claimed item was first seen (None: none)."""
-    row = store.query_one("SELECT MIN(first_seen) FROM queue_items WHERE agent = ? AND "
-                          "state IN ('open', 'claimed')", (agent,))
-    return row[0] if row else None
-
-
 def spans(store: Store, agent: str, since: float) -> list[sqlite3.Row]:
     """The agent's items live now or witnessed since `since`: first_seen, witnessed_at."""
     return store.query("SELECT first_seen, witnessed_at FROM queue_items WHERE agent = ? AND (state != 'witnessed' "

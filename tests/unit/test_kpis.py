@@ -62,7 +62,7 @@ def test_a_scrape_shows_the_loop_kpis_the_store_implies(ctx):
         db.execute("INSERT INTO job_runs(job, started) VALUES ('newsletter', ?)", (NOW - 600,))
         db.execute("INSERT INTO job_runs(job, started) VALUES ('newsletter', ?)", (NOW + 45,))  # 45 s late
         db.execute("INSERT INTO queue_items(job, kind, signature, sample, log, first_seen, last_seen, state) "
-                   "VALUES ('newsletter', 'line', 's', 'x', 'l', ?, ?, 'claimed')", (NOW - 7200, NOW - 7200))
+                   "VALUES ('newsletter', 'line', 's', 'x', 'l', ?, ?, 'open')", (NOW - 7200, NOW - 7200))
     for kind in ("queue_claim", "queue_claim", "queue_witness"):
         ledger.append(store, kind, source="sentinel", detail={})
     first = outbox.enqueue(store, "hello", dedupe_key="k")

@@ -176,6 +176,31 @@ def test_the_pump_gauges_say_a_turn_only_while_the_pump_that_wrote_them_runs(two
     assert reused["loom_pump_turn_running"] == 0
 
 
+def test_a_queue_item_waits_toward_its_backstop_only_while_open_and_untold(two):
+    """LoomQueueItemPastBackstop compares this age with the backstop: an item the agent claimed is
+    under its witness window (a daily job's is a day), one sent to the operator has reached them."""
+    alpha, _ = two
+    now = time.time()
+
+    def item(state: str, first_seen: float, **more) -> None:
+        columns = {"job": "j", "kind": "line", "signature": f"s{first_seen}", "sample": "x", "log": "/l",
+                   "first_seen": first_seen, "last_seen": now, "count": 1, "state": state, "nudges": 1,
+                   "agent": "alpha", **more}
+        with alpha.store.write() as db:
+            db.execute(f"INSERT INTO queue_items({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+                       tuple(columns.values()))
+
+    def waited() -> float:
+        return scrape(alpha)['loom_stuck_age_seconds{agent="alpha",what="queue_item"}']
+
+    item("claimed", now - 7200, claimed_at=now - 7000)
+    item("witnessed", now - 9000, witnessed_at=now - 100)
+    item("open", now - 5000, escalated_at=now - 3000)
+    assert waited() == 0
+    item("open", now - 600)
+    assert 600 <= waited() < 900
+
+
 def test_the_hooks_loop_of_the_main_agent_is_labelled_main(tmp_path):
     config = tmp_path / "loom.toml"
     config.write_text(f'state_dir = "{tmp_path / "state"}"\n[agent]\ntmux_socket = "loomtest-m2-{tmp_path.name[-6:]}"\n')
