@@ -45,8 +45,13 @@ class Result:
         for line in (self.err or self.out).splitlines():
             line = line.strip()
             if line and not line.startswith("hint:"):
-                return line[:200]
+                return as_text(line)[:200]
         return f"exit {self.code}"
+
+
+def as_text(name: str) -> str:
+    """A name git gave (bytes not UTF-8 kept as surrogates) as text SQLite, JSON and a log take."""
+    return os.fsencode(name).decode("utf-8", "replace")
 
 
 def environment(host: str, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -90,8 +95,9 @@ class Git:
             raise GitError(f"{self.work_tree}: cannot run git: {exc.strerror or exc}") from None
         if done is None:
             raise GitError(f"{self.work_tree}: git {args[0]} did not finish within {limit:g}s (memory.git_timeout)")
-        result = Result(done.code, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace"),
-                        done.stdout)
+        # stdout as the file system's names (surrogateescape): a path read from `ls-files -z` is
+        # passed back to git as the same bytes, where "replace" made a name git did not know.
+        result = Result(done.code, os.fsdecode(done.stdout), done.stderr.decode("utf-8", "replace"), done.stdout)
         if check and not result.ok:
             raise GitError(f"{self.work_tree}: git {args[0]} failed: {result.first_error_line()}")
         return result

@@ -34,7 +34,7 @@ from typing import Any
 
 from loomtui import clock
 from loomtui.memory import replica_rules as rules
-from loomtui.memory.git import Git, GitError, Result
+from loomtui.memory.git import Git, GitError, Result, as_text
 from loomtui.sentinel.queue_rules import CLAIMED, MEMORY_CONFLICT, WITNESSED
 from loomtui.states import MEMORY_QUEUE
 from loomtui.store import ledger, queue_items
@@ -107,6 +107,7 @@ class Outcome:
         if self.pulled:
             out.append("pulled (rebased onto the remote)")
         for path, copy in self.conflicts:
+            path = as_text(path)
             out.append(f"conflict in {path}: the remote's version kept as {path}, this box's as {copy}")
         if self.pushed:
             out.append("pushed")
@@ -358,7 +359,8 @@ class Replica:
         """In a rebase stage 2 is the remote's side (the commits replayed onto), 3 this box's."""
         copy = ""
         if 3 in stages:
-            copy = self._free_name(rules.conflict_name(path, self.host, _stamp(now)))
+            # Named in text (a name that is not UTF-8 made so): the queue item and the log hold it.
+            copy = self._free_name(rules.conflict_name(as_text(path), self.host, _stamp(now)))
             target = self.dir / copy
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(self._blob(stages[3]))
@@ -530,6 +532,7 @@ def open_conflicts(store: Store, agent: str, directory: Path, conflicts: list[tu
     with store.write() as db:
         live = {(r["kind"], r["signature"]): r for r in queue_items.live_in(db, JOB)}
         for path, copy in conflicts:
+            path = as_text(path)  # SQLite takes text; the file's own name may not be UTF-8
             sample = (f"{path} in {directory}: the remote's version kept as {path}, this box's as {copy}; "
                       "merge them into the file and delete the copy")
             row = live.get((CONFLICT, path))

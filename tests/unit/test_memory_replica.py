@@ -684,3 +684,34 @@ def test_a_rebase_left_half_done_that_cannot_be_finished_now_is_not_committed_ov
     markers = subprocess.run([GIT, "--git-dir", str(remote), "log", "-G<<<<<<<", "--format=%s", "main"],
                              capture_output=True, text=True, check=True).stdout
     assert markers == ""  # no commit ever held a conflict marker
+
+
+def test_a_conflict_in_a_file_whose_name_is_not_utf8_is_kept_both_ways(tmp_path, remote):
+    """git's `-z` output was decoded with "replace": `caf\\xe9.md` came back as `caf\\ufffd.md`, a
+    name git did not know, so keeping both sides failed at every sync and the rebase stayed half
+    done. Names now round-trip as the bytes on disk; what is stored and shown is text."""
+    import os
+
+    name = os.fsdecode(b"caf\xe9.md")
+    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
+    a.dir.mkdir(parents=True)
+    (a.dir / name).write_text("base\n")
+    sync(a, forced=True)
+    sync(b, forced=True)
+    (a.dir / name).write_text("base\nfrom a\n")
+    sync(a, forced=True)
+    (b.dir / name).write_text("base\nfrom b\n")
+    done, state = sync(b, forced=True, now=T0)
+    assert not done.error and done.pushed and not (b.git_dir / "rebase-merge").exists()
+    [(path, copy)] = done.conflicts
+    assert path == name and (b.dir / name).read_text() == "base\nfrom a\n"
+    assert (b.dir / copy).read_text() == "base\nfrom b\n" and state.conflicts == 1
+    assert copy.encode("utf-8")  # a text name: the queue item (SQLite) and the log take it
+    assert remote_file(remote, name) == "base\nfrom a\n" and remote_file(remote, copy) == "base\nfrom b\n"
+    assert all(line.encode("utf-8") for line in done.lines())  # the daemon's log takes them
+
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    with Store.in_dir(state_dir) as store:
+        [opened] = rep.open_conflicts(store, "main", b.dir, done.conflicts, T0)
+        assert queue_items.get(store, opened)["log"] == str(b.dir / copy)
