@@ -62,6 +62,7 @@ EventKind = Literal[
     # Telegram
     "telegram_sent", "telegram_error", "telegram_failed", "telegram_retry_after", "telegram_command",
     "telegram_ignored", "telegram_refused", "telegram_conflict", "telegram_conflict_cleared",
+    "outbox_requeued", "outbox_forgotten",
     # the supervisor and the store
     "supervisor_start", "supervisor_stop", "loop_error", "store_salvaged",
 ]

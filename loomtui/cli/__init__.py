@@ -57,6 +57,8 @@ COMMANDS: list[tuple[str, tuple[tuple[str, str], ...]]] = [
                  "(observation, probes on request and recording go on)"),
         ("release", "end the hold in force (the operator's or the ceiling's)"),
     )),
+    ("outbox_cmd", (("outbox", "the operator's messages not delivered yet, and those Telegram refused "
+                                "(--retry them or --forget them)"),)),
     ("tick", (("tick", "run exactly one tick of one loop, as `loom supervise` would "
                        "(exit 0 ran, 1 failed, 74 the store is unusable, 75 another tick of that loop was running)"),)),
     ("sim", (("sim", "simulate months of faults in seconds against Loom's real rules"),)),

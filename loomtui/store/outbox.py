@@ -190,9 +190,30 @@ def defer(store: Store, msg_id: int, *, until: float, error: str, fail: bool = F
             ledger.append_in(db, event, source="telegram", detail={"outbox_id": msg_id, **(event_detail or {})})
 
 
-def requeue_failed(store: Store) -> int:
-    """Give failed rows another go (an operator's decision, e.g. after fixing `telegram.chat_id`)."""
+def unsent(store: Store, limit: int = 100) -> list[Message]:
+    """Messages that have not reached the operator, given up ones and those still to go, oldest first."""
+    rows = store.query("SELECT * FROM outbox WHERE state != 'sent' ORDER BY id LIMIT ?", (limit,))
+    return [Message.from_row(r) for r in rows]
+
+
+def requeue_failed(store: Store, *, source: str) -> list[int]:
+    """Give failed rows another go (an operator's decision, e.g. after fixing `telegram.chat_id`):
+    their ids, recorded in the ledger with the change."""
     with store.write() as db:
-        return db.execute(
-            "UPDATE outbox SET state = 'pending', attempts = 0, rejections = 0, next_attempt = 0 WHERE state = 'failed'"
-        ).rowcount
+        ids = [int(r[0]) for r in db.execute("SELECT id FROM outbox WHERE state = 'failed' ORDER BY id")]
+        db.execute("UPDATE outbox SET state = 'pending', attempts = 0, rejections = 0, next_attempt = 0 "
+                   "WHERE state = 'failed'")
+        if ids:
+            ledger.append_in(db, "outbox_requeued", source=source, detail={"outbox_ids": ids})
+        return ids
+
+
+def forget_failed(store: Store, *, source: str) -> list[int]:
+    """Delete the failed rows (an operator's decision: a chat that will never take them): their
+    ids, recorded in the ledger with the deletion. `loom check` warns while any is kept."""
+    with store.write() as db:
+        ids = [int(r[0]) for r in db.execute("SELECT id FROM outbox WHERE state = 'failed' ORDER BY id")]
+        db.execute("DELETE FROM outbox WHERE state = 'failed'")
+        if ids:
+            ledger.append_in(db, "outbox_forgotten", source=source, detail={"outbox_ids": ids})
+        return ids

@@ -17,7 +17,7 @@ from loomtui import cli, platform
 
 # The order and names of `loom --help`; a new command is added here and to cli.COMMANDS.
 ORDER = ["status", "hosts", "prometheus-config", "doctor", "check", "ledger", "inject", "recycle", "pane", "attach", "canary", "supervise", "install-service", "memory",
-         "run-job", "queue", "jobs", "resolve", "sentinel", "hold", "release", "tick", "sim", "pump"]
+         "run-job", "queue", "jobs", "resolve", "sentinel", "hold", "release", "outbox", "tick", "sim", "pump"]
 HEAVY = {"telegram", "textual"}
 
 LOADED = ("import json, runpy, sys\n"

@@ -72,8 +72,9 @@ def test_defer_counts_attempts_and_fail_gives_up_visibly(store):
     assert outbox.head(store).id == b
     s = outbox.summary(store, now=outbox.get(store, b).created + 5)
     assert (s["pending"], s["failed"], s["sent"], round(s["oldest_pending_age"])) == (1, 1, 0, 5)
-    assert outbox.requeue_failed(store) == 1
+    assert outbox.requeue_failed(store, source="cli") == [a]
     assert outbox.head(store).id == a
+    assert ledger.tail(store, 1)[0].detail == {"outbox_ids": [a]}
 
 
 def test_status_includes_the_outbox_and_no_conflict(loom):
@@ -88,3 +89,33 @@ def test_status_says_telegram_is_off_and_that_the_pending_stay_unsent(loom, stor
     outbox.enqueue(store, "the agent needs you")
     assert ("telegram        off (telegram.chat_id = 0): outbox 1 pending, 0 failed, 0 sent; the pending stay unsent"
             in loom("status").stdout)
+
+
+def test_the_operator_sees_the_refused_messages_and_retries_or_forgets_them(store, loom):
+    """`loom check` warns while a refused message is kept: `loom outbox` shows it, and the
+    operator's --retry or --forget ends the warning (nothing could before: it warned for good)."""
+    kept = outbox.enqueue(store, "job \x1b[31mbackup\x1b[0m failed\nsee the log")
+    outbox.defer(store, kept, until=0.0, error="BadRequest: chat not found", rejected=True, fail=True)
+    assert outbox.get(store, kept).state == "failed"
+    waiting = outbox.enqueue(store, "still to go")
+
+    shown = loom("outbox")
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].split()[:2] == [str(kept), "failed"] and "chat not found" in lines[0]
+    assert "\x1b" not in shown.stdout and "backup" in lines[0]  # the text made printable, one line each
+    assert lines[1].split()[:2] == [str(waiting), "pending"]
+    assert json.loads(loom("outbox", "--json").stdout)["messages"][0]["text"].startswith("job ")
+    assert "refused by Telegram" in loom("check").stdout
+
+    again = loom("outbox", "--retry")
+    assert (again.returncode, again.stdout.strip()) == (0, f"1 refused message put back in line: {kept}")
+    assert outbox.get(store, kept).state == "pending" and outbox.get(store, kept).attempts == 0
+    outbox.defer(store, kept, until=0.0, error="BadRequest: chat not found", rejected=True, fail=True)
+    gone = loom("outbox", "--forget", "--json")
+    assert json.loads(gone.stdout) == {"action": "forget", "outbox_ids": [kept]}
+    assert outbox.get(store, kept) is None and outbox.get(store, waiting).state == "pending"
+    assert "refused by Telegram" not in loom("check").stdout
+    kinds = [e.kind for e in ledger.tail(store, 5)]
+    assert "outbox_requeued" in kinds and "outbox_forgotten" in kinds
+    assert ledger.verify(store).ok
