@@ -119,7 +119,8 @@ def findings(agents: list[AgentFacts], host: HostFacts) -> list[tuple[int, str]]
     elif host.pending and (host.oldest_pending_age or 0.0) > UNSENT_AFTER:
         found.append((WARNING, f"{messages} for the operator unsent for {_age(host.oldest_pending_age or 0.0)}"))
     if host.failed:
-        found.append((WARNING, f"{host.failed} message{'' if host.failed == 1 else 's'} refused by Telegram"))
+        found.append((WARNING, f"{host.failed} message{'' if host.failed == 1 else 's'} refused by Telegram "
+                               "(loom outbox: --retry or --forget)"))
     return sorted(found, key=lambda f: -_RANK[f[0]])
 
 

@@ -86,7 +86,7 @@ def test_messages_unsent_warn_when_telegram_is_off_or_they_wait_too_long_or_were
     assert findings(running, HostFacts(3.0, 15.0, True, pending=1, oldest_pending_age=30.0)) == []  # on its way
     slow = HostFacts(3.0, 15.0, True, pending=1, oldest_pending_age=3600.0)
     assert findings(running, slow) == [(WARNING, "1 message for the operator unsent for 60m")]
-    assert findings(running, HostFacts(3.0, 15.0, True, failed=1)) == [(WARNING, "1 message refused by Telegram")]
+    assert findings(running, HostFacts(3.0, 15.0, True, failed=1)) == [(WARNING, "1 message refused by Telegram (loom outbox: --retry or --forget)")]
 
 
 def test_the_heartbeat_is_fresh_for_three_beats_and_at_least_15s():
