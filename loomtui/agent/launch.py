@@ -4,9 +4,10 @@ Resume only ever continues the pinned id ("most recent" once resumed a stranger'
 conversation), and a fresh id is never passed together with a resume flag. A resume whose
 agent exits at once saying it found no conversation is a `resume_failed`, and its fallback
 is a fresh session. With the stream-json driver the pump tells more (watchdog_rules.
-stream_boot_verdict): within `agent.resume_check` the CLI exiting, the resume failure on the
-pane, or an error `result` before any turn succeeded each fail the resume the same way. Only the
-actions module calls this, holding recycle.lock (actions.recover).
+stream_boot_verdict): within `agent.resume_check` the resume failure on the CLI's stderr or in its
+error `result`, or an error `result` before any `init`, fails the resume the same way; an exit
+that says none of that is the launch's death, and the conversation is kept. Only the actions
+module calls this, holding recycle.lock (actions.recover).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from loomtui.agent.records import LaunchRecord
 from loomtui.agent.policy import FRESH, RESUME
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.tmux import PaneInfo, TmuxError
-from loomtui.agent.watchdog_rules import FAILED, READY, BootLook, stream_boot_verdict
+from loomtui.agent.watchdog_rules import DIED, FAILED, READY, BootLook, stream_boot_verdict
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.hooks import settings as hook_settings
@@ -158,8 +159,8 @@ def relaunch_locked(
         failed = _watch_stream_boot(ctx, driver, info, new, now, resuming, mark)
         if failed is None:
             return outcome
-        why, screen, status = failed
-        resume_failed = resuming
+        verdict, why, screen, status = failed
+        resume_failed = resuming and verdict == FAILED
     else:
         died = _watch_boot(ctx, driver, info.pane_id, new, now)
         if died is None:
@@ -184,8 +185,10 @@ def relaunch_locked(
     tail = " | ".join(line.strip() for line in screen.splitlines() if line.strip())[-300:]
     outcome.ok = False
     outcome.error = f"the agent exited at once (status {status}): {tail}"
-    event = ledger.append(store, "launch_died", source=source, cause=cause,
-                          detail={"mode": mode, "session": new, "status": status, "screen_tail": tail})
+    gone: dict[str, Any] = {"mode": mode, "session": new, "status": status, "screen_tail": tail}
+    if why:
+        gone["why"] = why
+    event = ledger.append(store, "launch_died", source=source, cause=cause, detail=gone)
     outcome.events.append(event.id)
     return outcome
 
@@ -224,14 +227,19 @@ def _transcript_mark(state_dir: Path) -> tuple[int, int] | None:
 
 
 class _SinceLaunch:
-    """The transcript's records since the launch, read on: init seen, the first result, a CLI exit."""
+    """The transcript's records since the launch, read on: init seen, the first result (and whether
+    it said the resume failed, or came before any init), the CLI's stderr saying so, a CLI exit."""
 
-    def __init__(self, state_dir: Path, mark: tuple[int, int] | None) -> None:
+    def __init__(self, state_dir: Path, mark: tuple[int, int] | None, failed_match: str) -> None:
         self.path = transcript.path_in(state_dir)
         self.mark = mark
+        self.failed_match = failed_match
         self.offset: int | None = None
         self.init = False
         self.first_error: bool | None = None
+        self.error_before_init = False
+        self.result_failed = False
+        self.stderr_failed = False
         self.exit_status: int | None = None
         self.exited = False
 
@@ -251,21 +259,36 @@ class _SinceLaunch:
                 self.init = True
             elif record.dir == transcript.OUT and event.get("type") == "result" and self.first_error is None:
                 self.first_error = bool(event.get("is_error"))
+                self.error_before_init = self.first_error and not self.init
+                self.result_failed = self.first_error and self._says_failed(_result_words(event))
+            elif record.dir == transcript.ERR and not self.stderr_failed:
+                self.stderr_failed = self._says_failed(record.data.get("line"))
             elif record.dir == transcript.PUMP and record.data.get("what") == "cli_exit":
                 self.exited = True
                 status = record.data.get("status")
                 self.exit_status = status if isinstance(status, int) else None
 
+    def _says_failed(self, text: object) -> bool:
+        return isinstance(text, str) and re.search(self.failed_match, text) is not None
+
+
+def _result_words(event: dict[str, Any]) -> str:
+    """What an error result says in words: its `errors` and its `result` text."""
+    errors = event.get("errors")
+    words = [e for e in errors if isinstance(e, str)] if isinstance(errors, list) else []
+    result = event.get("result")
+    return "\n".join(words + ([result] if isinstance(result, str) else []))
+
 
 def _watch_stream_boot(ctx: Context, driver: AgentDriver, launched: PaneInfo, session_id: str,
                        launched_ts: float, resuming: bool,
-                       mark: tuple[int, int] | None) -> tuple[str, str, int | None] | None:
+                       mark: tuple[int, int] | None) -> tuple[str, str, str, int | None] | None:
     """Watch a stream-json launch for `agent.resume_check` (or until it is plainly fine):
-    (why it failed, its last screen, exit status), or None."""
+    (FAILED or DIED, why, its last screen, exit status), or None."""
     from loomtui.pump import render  # stream-json only
 
     agent = ctx.config.agent
-    since = _SinceLaunch(ctx.agent_dir, mark)
+    since = _SinceLaunch(ctx.agent_dir, mark, agent.resume_failed_match)
     start = clock.monotonic()
     while True:
         elapsed = clock.monotonic() - start
@@ -278,8 +301,8 @@ def _watch_stream_boot(ctx: Context, driver: AgentDriver, launched: PaneInfo, se
         since.advance()
         facts = driver.stream_facts(None if info.dead else info.pane_pid)
         current = facts is not None and facts.current
-        screen_failed = False
-        if resuming and not info.dead:
+        screen_failed = since.stderr_failed  # the pump keeps the CLI's stderr, after the pane is gone too
+        if resuming and not info.dead and not screen_failed:
             try:
                 said = render.stderr_said(driver.screen(pane_id=info.pane_id))
                 screen_failed = re.search(agent.resume_failed_match, said) is not None
@@ -288,19 +311,20 @@ def _watch_stream_boot(ctx: Context, driver: AgentDriver, launched: PaneInfo, se
         status = info.dead_status if info.dead_status is not None else since.exit_status
         look = BootLook(elapsed=elapsed, exited=info.dead or since.exited, exit_status=status,
                         screen_failed=screen_failed, pump_up=current, init_seen=since.init,
-                        first_result_error=since.first_error,
+                        first_result_error=since.first_error, result_failed=since.result_failed,
+                        error_before_init=since.error_before_init,
                         busy=bool(current and facts and (facts.running or facts.queue)))
         verdict, why = stream_boot_verdict(look, resume=resuming, resume_check=agent.resume_check)
         if verdict == READY:
             if current:
                 launches.mark_ready(ctx, session_id, launched_ts)
             return None
-        if verdict == FAILED:
+        if verdict in (FAILED, DIED):
             try:
                 screen = driver.screen(history=True)
             except TmuxError:
                 screen = ""
-            return why, screen, status
+            return verdict, why, screen, status
         clock.sleep(0.1)
 
 

@@ -232,7 +232,9 @@ def assess(obs: Observation, mem: Looks, s: Settings, mono: float) -> tuple[list
 
 # -- the stream-json driver's resume check ---------------------------------------------------
 
-WAIT, READY, FAILED = "wait", "ready", "failed"
+# FAILED: the resume found no conversation (the caller starts fresh, discarding it); DIED: the CLI
+# exited without saying so (the caller calls that a launch death, and the conversation stays).
+WAIT, READY, FAILED, DIED = "wait", "ready", "failed", "died"
 
 
 @dataclass(frozen=True)
@@ -243,30 +245,40 @@ class BootLook:
     elapsed: float                       # seconds since the launch
     exited: bool = False                 # the CLI exited (the pane died, or the pump recorded it)
     exit_status: int | None = None
-    screen_failed: bool = False          # the pane shows `agent.resume_failed_match`
+    screen_failed: bool = False          # the CLI's stderr (pane or transcript) shows `agent.resume_failed_match`
     pump_up: bool = False                # the new pump has written its status file
     init_seen: bool = False              # the CLI's system/init event came
     first_result_error: bool | None = None   # the first `result` since the launch: error or not; None = none yet
     busy: bool = False                   # a turn running, or messages queued (a new pump delivers leftovers)
+    result_failed: bool = False          # that first result is an error whose words match `resume_failed_match`
+    error_before_init: bool = False      # that first result is an error, and no `init` came before it
 
 
 def stream_boot_verdict(look: BootLook, *, resume: bool, resume_check: float) -> tuple[str, str]:
-    """(WAIT | READY | FAILED, why) for a stream-json launch watched for `resume_check` seconds.
+    """(WAIT | READY | FAILED | DIED, why) for a stream-json launch watched for `resume_check` seconds.
 
-    A resume fails when, within the check, the CLI exits, the pane shows the resume failure, or an
-    error `result` comes before any turn succeeded. A silent resume is not one of those: Claude
-    Code emits init with each turn, never before the first message (tests/e2e/test_claude_code_cli.py),
-    and a resume that hangs misses the canary and is recycled. A fresh launch only fails by exiting (the caller calls
-    that launch_died). READY early once nothing more can come: a successful first turn, or init
-    with nothing pending; else READY when the check ends. Never proof of liveness: the canary's
-    witness probe follows.
+    A resume FAILED only on the CLI's own word that the session is not there: `resume_failed_match`
+    on its stderr or in its error result, or an error result with no `init` before it (Claude Code
+    prints init once the session is loaded, at the start of a turn; a resume of a session it cannot
+    find answers an error result without one, and exits 1: docs/STREAM.md). FAILED discards the
+    conversation for a fresh one, so nothing less counts: an error result after init (a queued
+    message answered with a usage limit, a prompt too long) is a turn that failed in a loaded
+    session, and an exit that says nothing of the session (status 0, a signal, a crash) is DIED,
+    the launch's death, whatever the launch (until 2026-12-06 either failed the resume, and a
+    conversation that was there was thrown away). A silent resume is neither: Claude Code emits
+    init with each turn, never before the first message (tests/e2e/test_claude_code_cli.py), and a
+    resume that hangs misses the canary and is recycled. READY early once nothing more can come: a
+    successful first turn, or init with nothing pending; else READY when the check ends. Never proof
+    of liveness: the canary's witness probe follows.
     """
-    if look.exited:
-        return FAILED, f"the CLI exited during the {'resume' if resume else 'launch'} check (status {look.exit_status})"
     if resume and look.screen_failed:
-        return FAILED, "the pane shows the resume failure"
-    if resume and look.first_result_error:
-        return FAILED, "the CLI answered with an error result before any turn succeeded"
+        return FAILED, "the CLI's stderr shows the resume failure"
+    if resume and look.result_failed:
+        return FAILED, "the CLI's error result says the resume failed"
+    if resume and look.error_before_init:
+        return FAILED, "the CLI answered with an error result before any init: it loaded no session"
+    if look.exited:
+        return DIED, f"the CLI exited during the {'resume' if resume else 'launch'} check (status {look.exit_status})"
     if look.first_result_error is False:
         return READY, "a turn succeeded"
     if look.init_seen and look.pump_up and not look.busy:

@@ -252,10 +252,10 @@ def test_a_resume_that_finds_no_conversation_goes_fresh(make_stream):
     assert result.returncode == 0, result.stderr
     assert "after the resume failed" in result.stdout
     [failed] = harness.events("resume_failed")
-    # The CLI answers an error result, says so on stderr (the pane) and exits, as Claude Code does:
-    # whichever of the three the check sees first fails the resume.
+    # The CLI answers an error result before any init, and says so in it and on stderr, then exits,
+    # as Claude Code does: whichever the check sees first fails the resume (the exit alone would not).
     assert failed["detail"]["session"] == first
-    assert any(sign in failed["detail"]["why"] for sign in ("exited", "shows the resume failure", "error result"))
+    assert any(sign in failed["detail"]["why"] for sign in ("shows the resume failure", "error result"))
     assert [(e["cause"], e["detail"]["mode"]) for e in relaunches(harness)[-2:]] == [
         ("operator_resume", "resume"), ("resume_failed", "fresh")]
     third = harness.pinned()
@@ -284,27 +284,45 @@ def test_a_message_that_says_no_conversation_found_fails_no_resume(make_stream):
     assert harness.pinned() == first
 
 
-def test_an_error_result_before_any_turn_succeeded_fails_the_resume(make_stream):
+def resumed_with_a_leftover(make_stream, leftover: str):
+    """An agent killed in a turn with `leftover` queued behind it, resumed by the operator: the new
+    pump delivers the leftover first, during the resume's check."""
     harness = make_stream(sections={"agent": {"resume_check": "5m"}})
     first = harness.start()
     gate = harness.root / "gate"
     assert harness.loom("inject", f"/wait-for {gate}").returncode == 0
-    # Queued behind the running turn, and kept by the pump: the next pump delivers it first.
-    assert harness.loom("inject", "/error-result").returncode == 0
+    assert harness.loom("inject", leftover).returncode == 0
     assert harness.events("inject")[-1]["detail"]["delivery"] == "queued"
     os.kill(wait_for(harness.agent_pid, 30, what="the agent"), signal.SIGKILL)
     wait_for(lambda: harness.pane_pid() is None, 30, what="the pane dead")
-    result = harness.loom("recycle", "--resume", timeout=120)
+    return harness, first, harness.loom("recycle", "--resume", timeout=120)
+
+
+def test_an_error_result_after_init_keeps_the_resumed_conversation(make_stream):
+    # A leftover answered at once with an error (a usage limit, a prompt too long) came after init:
+    # the session loaded, and a turn in it failed. It was taken for a failed resume and the
+    # conversation thrown away for a fresh one.
+    harness, first, result = resumed_with_a_leftover(make_stream, "/error-result")
     assert result.returncode == 0, result.stderr
-    assert "after the resume failed" in result.stdout
-    [failed] = harness.events("resume_failed")
-    assert failed["detail"]["session"] == first and "error result" in failed["detail"]["why"]
+    assert "after the resume failed" not in result.stdout
+    assert harness.events("resume_failed") == [] and harness.pinned() == first
     # The resumed CLI did get the leftover, and answered it with the error.
     assert "/error-result" in harness.transcript(first)
-    assert [(e["cause"], e["detail"]["mode"]) for e in relaunches(harness)[-2:]] == [
-        ("operator_resume", "resume"), ("resume_failed", "fresh")]
-    wait_for(lambda: harness.pump_up(harness.pinned()), 60, what="the fresh session")
-    assert harness.pinned() != first
+    assert [(e["cause"], e["detail"]["mode"]) for e in relaunches(harness)[-1:]] == [("operator_resume", "resume")]
+    wait_for(lambda: harness.pump_up(first), 60, what="the resumed session behind its pump")
+    verified(harness)
+
+
+def test_a_resumed_cli_that_dies_after_init_is_a_launch_death_not_a_lost_conversation(make_stream):
+    # An exit that says nothing of the session (a crash in the leftover's turn) is the launch's
+    # death: launch_died, and the conversation stays pinned for the next relaunch to resume.
+    harness, first, result = resumed_with_a_leftover(make_stream, "/crash")
+    assert result.returncode != 0
+    assert harness.events("resume_failed") == [] and harness.pinned() == first
+    [died] = harness.events("launch_died")
+    assert died["detail"]["session"] == first and "exited" in died["detail"]["why"]
+    assert "/crash" in harness.transcript(first)
+    assert [(e["cause"], e["detail"]["mode"]) for e in relaunches(harness)[-1:]] == [("operator_resume", "resume")]
     verified(harness)
 
 

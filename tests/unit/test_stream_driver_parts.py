@@ -25,7 +25,7 @@ from loomtui.agent.stream_driver import (
 )
 from loomtui.agent.tmux import TmuxError
 from loomtui.agent.watchdog import Watchdog, record_denials
-from loomtui.agent.watchdog_rules import FAILED, READY, WAIT, BootLook, settings_from, stream_boot_verdict
+from loomtui.agent.watchdog_rules import DIED, FAILED, READY, WAIT, BootLook, settings_from, stream_boot_verdict
 from loomtui.config import parse_config
 from loomtui.context import Context
 from loomtui.pump import transcript
@@ -161,11 +161,26 @@ def verdict(resume=True, check=5.0, **look):
     return stream_boot_verdict(BootLook(**{"elapsed": 0.0, **look}), resume=resume, resume_check=check)[0]
 
 
-def test_a_resume_fails_on_exit_screen_or_an_error_first_result():
-    assert verdict(exited=True, exit_status=0) == FAILED
-    assert verdict(exited=True, exit_status=1, init_seen=True, pump_up=True) == FAILED
+def test_a_resume_fails_only_on_the_clis_word_that_the_session_is_not_there():
+    # Its stderr or its error result says so, or it answered an error before any init (the session
+    # never loaded), as Claude Code's resume of an unknown session does, exiting 1 after.
     assert verdict(screen_failed=True, pump_up=True) == FAILED
-    assert verdict(first_result_error=True, init_seen=True, pump_up=True) == FAILED
+    assert verdict(first_result_error=True, result_failed=True, init_seen=True, pump_up=True) == FAILED
+    assert verdict(first_result_error=True, error_before_init=True, exited=True, exit_status=1) == FAILED
+    assert verdict(first_result_error=True, error_before_init=True, pump_up=True) == FAILED
+
+
+def test_an_exit_or_an_error_after_init_during_a_resume_keeps_the_conversation():
+    # FAILED starts fresh and throws the conversation away: each of these once did. An exit that
+    # says nothing of the session (status 0, a signal, a crash mid-turn) is the launch's death;
+    # an error result after init (a queued message answered with a usage limit, or "prompt is too
+    # long") is a turn that failed in a session that loaded.
+    assert verdict(exited=True, exit_status=0) == DIED
+    assert verdict(exited=True, exit_status=None) == DIED
+    assert verdict(exited=True, exit_status=1, init_seen=True, pump_up=True) == DIED
+    assert verdict(exited=True, exit_status=1, init_seen=True, first_result_error=True) == DIED
+    assert verdict(first_result_error=True, init_seen=True, pump_up=True) == READY
+    assert verdict(first_result_error=True, init_seen=True, pump_up=True, busy=True) == WAIT
 
 
 def test_a_resume_is_ready_early_once_nothing_more_can_come():
@@ -183,7 +198,9 @@ def test_a_silent_resume_is_ready_when_the_check_ends_and_left_to_the_canary():
 
 
 def test_a_fresh_launch_fails_only_by_exiting():
-    assert verdict(resume=False, exited=True) == FAILED
+    assert verdict(resume=False, exited=True) == DIED
+    assert verdict(resume=False, exited=True, first_result_error=True, error_before_init=True,
+                   result_failed=True) == DIED  # no resume to fail: a fresh launch only dies
     assert verdict(resume=False, screen_failed=True, pump_up=True, elapsed=9.0) == READY
     assert verdict(resume=False, first_result_error=True, pump_up=True) == WAIT
     assert verdict(resume=False, first_result_error=True, pump_up=True, elapsed=9.0) == READY
@@ -192,16 +209,20 @@ def test_a_fresh_launch_fails_only_by_exiting():
 
 looks = st.builds(BootLook, elapsed=st.floats(0, 100), exited=st.booleans(), exit_status=st.none() | st.integers(0, 3),
                   screen_failed=st.booleans(), pump_up=st.booleans(), init_seen=st.booleans(),
-                  first_result_error=st.none() | st.booleans(), busy=st.booleans())
+                  first_result_error=st.none() | st.booleans(), busy=st.booleans(),
+                  result_failed=st.booleans(), error_before_init=st.booleans())
 
 
 @given(looks, st.booleans(), st.floats(0.1, 60))
 def test_the_verdict_invariants(look, resume, check):
     result, why = stream_boot_verdict(look, resume=resume, resume_check=check)
     if look.exited:
-        assert result == FAILED and "exited" in why
-    if result == FAILED and not look.exited:
-        assert resume  # a fresh launch fails only by exiting
+        assert result in (FAILED, DIED)
+    if result == DIED:
+        assert look.exited and "exited" in why
+    if result == FAILED:
+        # Only the CLI's own word fails a resume (and discards its conversation); a fresh launch only dies.
+        assert resume and (look.screen_failed or look.result_failed or look.error_before_init)
     if look.elapsed >= check:
         assert result != WAIT  # the check always ends
     if result == WAIT:
@@ -409,16 +430,18 @@ def test_the_demo_takes_the_driver_from_its_caller_and_refuses_an_unknown_one(tm
 
 def test_the_boot_verdict_says_why_in_words_the_ledger_keeps():
     # The why goes into the relaunch's `resume_failed` or `launch_died` event and to the operator.
-    from loomtui.agent.watchdog_rules import FAILED, READY, WAIT, BootLook, stream_boot_verdict
+    from loomtui.agent.watchdog_rules import DIED, FAILED, READY, WAIT, BootLook, stream_boot_verdict
 
     def said(look: BootLook, resume: bool = True) -> tuple[str, str]:
         return stream_boot_verdict(look, resume=resume, resume_check=5.0)
 
-    assert said(BootLook(1.0, exited=True, exit_status=3)) == (FAILED, "the CLI exited during the resume check (status 3)")
-    assert said(BootLook(1.0, exited=True), resume=False) == (FAILED, "the CLI exited during the launch check (status None)")
-    assert said(BootLook(1.0, screen_failed=True)) == (FAILED, "the pane shows the resume failure")
-    assert said(BootLook(1.0, first_result_error=True)) == (
-        FAILED, "the CLI answered with an error result before any turn succeeded")
+    assert said(BootLook(1.0, exited=True, exit_status=3)) == (DIED, "the CLI exited during the resume check (status 3)")
+    assert said(BootLook(1.0, exited=True), resume=False) == (DIED, "the CLI exited during the launch check (status None)")
+    assert said(BootLook(1.0, screen_failed=True)) == (FAILED, "the CLI's stderr shows the resume failure")
+    assert said(BootLook(1.0, first_result_error=True, result_failed=True, init_seen=True)) == (
+        FAILED, "the CLI's error result says the resume failed")
+    assert said(BootLook(1.0, first_result_error=True, error_before_init=True)) == (
+        FAILED, "the CLI answered with an error result before any init: it loaded no session")
     assert said(BootLook(1.0, first_result_error=False)) == (READY, "a turn succeeded")
     assert said(BootLook(1.0, init_seen=True, pump_up=True)) == (READY, "init came and nothing is pending")
     assert said(BootLook(1.0, init_seen=True, pump_up=True, busy=True)) == (WAIT, "")
