@@ -493,6 +493,11 @@ def _ssh_destination(value: str) -> str:
 _NO_KEY_CHECK = re.compile(r"""(?i)(?:-o)?\s*stricthostkeychecking\s*[=\s]\s*(["']?)(?:no|off|false)\1""")
 
 
+# accept-new trusts a key not yet known; with a known-hosts file that keeps nothing, every key is.
+_ACCEPT_NEW = re.compile(r"""(?i)(?:-o)?\s*stricthostkeychecking\s*[=\s]\s*(["']?)accept-new\1""")
+_FORGETFUL = re.compile(r"""(?i)(?:-o)?\s*userknownhostsfile\s*[=\s]\s*(["']?)(?:/dev/null|none)\1""")
+
+
 def _checked_options(value: list[str]) -> list[str]:
     # Host keys are checked as the operator's ssh checks them: an option that turns that off would
     # hand the remote Loom's commands and output to whoever answers on the way.
@@ -500,6 +505,11 @@ def _checked_options(value: list[str]) -> list[str]:
         if _NO_KEY_CHECK.fullmatch(word.strip()):
             raise Bad(("ssh_options", i), "turns host key checking off: Loom never does; "
                       "add the host's key to a known_hosts file instead")
+    accepting = [i for i, word in enumerate(value) if _ACCEPT_NEW.fullmatch(word.strip())]
+    forgetting = [i for i, word in enumerate(value) if _FORGETFUL.fullmatch(word.strip())]
+    if accepting and forgetting:
+        raise Bad(("ssh_options", accepting[0]), "accept-new with a known_hosts file that keeps nothing trusts "
+                  "every host key on every connection: Loom never does; keep the key in a known_hosts file")
     return value
 
 

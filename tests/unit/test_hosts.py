@@ -75,6 +75,10 @@ BAD = [
      "hosts[0].ssh_options[1]", "host key checking off"),
     ('[[hosts]]\nname = "b"\nssh = "x"\nssh_options = ["-oStrictHostKeyChecking=\\"no\\""]\n',
      "hosts[0].ssh_options[0]", "host key checking off"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\nssh_options = ["-o", "StrictHostKeyChecking=accept-new", "-o", '
+     '"UserKnownHostsFile=/dev/null"]\n', "hosts[0].ssh_options[1]", "trusts every host key"),
+    ('[[hosts]]\nname = "b"\nssh = "x"\nssh_options = ["-oUserKnownHostsFile none", '
+     '"-oStrictHostKeyChecking=accept-new"]\n', "hosts[0].ssh_options[1]", "trusts every host key"),
     ('[[hosts]]\nname = "b"\nssh = "x"\nssh_options = "-F x"\n', "hosts[0].ssh_options", "expected a list"),
     ('[[hosts]]\nname = "b"\nssh = "x"\nloom = ""\n', "hosts[0].loom", "must name a command"),
     ('[[hosts]]\nname = "b"\nssh = "x"\nloom = "loom \\"unclosed"\n', "hosts[0].loom", "cannot split"),
