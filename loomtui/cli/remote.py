@@ -21,8 +21,15 @@ UNREACHABLE = 69
 _LOCAL_ONLY = ("--config", "--state-dir")
 # The options by which a command reads its text on standard input: this one's goes to the host.
 _READS_STDIN = ("--stdin", "--note-stdin")
-# The commands that need this terminal there (`ssh -t`, its streams this process's own).
-_IN_A_TERMINAL = ("attach",)
+# The commands that need this terminal there (`ssh -t`, its streams this process's own): a
+# command, or a command and its first word (an editor without a terminal exits, or waits on it).
+_IN_A_TERMINAL = (("attach",), ("memory", "edit"))
+
+
+def in_a_terminal(words: Sequence[str]) -> bool:
+    """Whether the command `words` runs in a terminal there (its words before any option's value)."""
+    plain = [word for word in words if not word.startswith("-")]
+    return any(tuple(plain[:len(command)]) == command for command in _IN_A_TERMINAL)
 
 
 def split(words: Sequence[str], valued: Sequence[str]) -> tuple[str, list[str], list[str]] | None:
@@ -80,7 +87,7 @@ def run(host_name: str, before: list[str], words: list[str]) -> int:
         if host is None:
             known = ", ".join(h.name for h in ctx.config.hosts) or "none configured"
             raise LoomError(f"no host named {host_name!r} (hosts: {known})", exit_code=2)
-        if words[0] in _IN_A_TERMINAL:
+        if in_a_terminal(words):
             return _in_terminal(host, words, ctx.state_dir)
         stdin = b""
         options = words[:words.index("--")] if "--" in words else words  # after `--`, words are the line's

@@ -434,3 +434,17 @@ def test_a_host_that_never_answers_is_cut_off_at_its_timeout(tmp_path):
         refused = run_loom("--config", str(path), "--host", "b", "status", timeout=120)
         assert refused.returncode == remote.UNREACHABLE
         assert refused.stderr.strip() == "loom: host b (127.0.0.1) is unreachable: no answer within 3s"
+
+
+@pytest.mark.parametrize("words, terminal", [
+    (["attach"], True),
+    (["memory", "edit", "notes/a.md"], True),   # an editor there: without a terminal vi exited 1
+    (["memory", "show", "edit"], False),          # the host's words, made printable here
+    (["memory", "search", "edit"], False),
+    (["memory"], False),
+    (["status", "--json"], False),
+])
+def test_only_what_needs_a_terminal_there_gets_one(words, terminal):
+    from loomtui.cli.remote import in_a_terminal
+
+    assert in_a_terminal(words) is terminal
