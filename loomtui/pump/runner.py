@@ -610,20 +610,26 @@ def _decode(raw: bytes) -> str:
 
 
 def _show(line: str) -> None:
-    os.write(1, (line + "\n").encode("utf-8", "replace"))
+    transcript.write_all(1, (line + "\n").encode("utf-8", "replace"))
 
 
 def _replace(path: Path, data: bytes, sync: bool = False) -> None:
-    """Write a sibling temp file (0600) and rename it over `path`: a reader sees the old or the new."""
+    """Write a sibling temp file (0600) and rename it over `path`: a reader sees the old or the new,
+    whole. A write that falls short (a full disk) raises, and leaves `path` as it was: a queue file
+    cut short was said to be kept, and the next pump set it aside as unreadable (a message lost)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, data)
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            transcript.write_all(fd, data)
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _same_user(conn: socket.socket) -> bool:

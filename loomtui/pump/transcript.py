@@ -2,11 +2,15 @@
 
 Written by the pump only; read by the driver, the console and the Telegram bridge, which keep
 their own offsets. A line cut short by a crash mid-write is skipped, not fatal, and a reader
-never passes a line that has no newline yet (it is still being written).
+never passes a line that has no newline yet (it is still being written). So that the next record
+is never glued onto such a line (and lost with it: a pump's `started`, a turn's `in`), a writer
+ends it with a newline before its first record, and a record it could write only in part (a full
+disk) is cut back off again.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Iterator
@@ -48,11 +52,19 @@ class Record:
 
 
 class Writer:
-    """Appends records; one write per line, so a reader never sees two lines interleaved."""
+    """Appends records; one writer at a time (the pump holds its state dir's lock), so a reader never
+    sees two lines interleaved."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            size = os.fstat(self._fd).st_size
+            if size and os.pread(self._fd, 1, size - 1) != b"\n":
+                write_all(self._fd, b"\n")  # a line cut short by a writer killed mid-write: ended here
+        except OSError:
+            os.close(self._fd)
+            raise
 
     def append(self, dir: str, ts: float | None = None, **data: Any) -> None:
         """A record of now on both clocks (Loom's, as the supervisor reads them: loomtui.clock), or
@@ -67,10 +79,36 @@ class Writer:
             # A lone surrogate (half an emoji, as a CLI that cut a string in JavaScript prints it)
             # has no UTF-8: the line is written in ASCII, escaped, and reads back the same.
             line = (json.dumps(record, separators=(",", ":")) + "\n").encode("ascii")
-        os.write(self._fd, line)
+        self._write_line(line)
+
+    def _write_line(self, line: bytes) -> None:
+        """All of `line`, or none of it: a part left behind would swallow the next record."""
+        done = os.write(self._fd, line)
+        if done == len(line):
+            return
+        start = os.lseek(self._fd, 0, os.SEEK_CUR) - done  # O_APPEND: the write ended at the end
+        try:
+            write_all(self._fd, line[done:])
+        except OSError:
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError:
+                pass  # the newline the next Writer ends it with keeps the records after it whole
+            raise
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """os.write until every byte is written (it may write fewer: a full disk, a signal); an
+    OSError when no more can be."""
+    view = memoryview(data)
+    while view:
+        done = os.write(fd, view)
+        if done <= 0:
+            raise OSError(errno.ENOSPC, "no byte could be written")
+        view = view[done:]
 
 
 def read(path: Path, offset: int = 0, limit_bytes: int = 4 << 20, max_line: int = MAX_LINE) -> Iterator[Record]:
