@@ -1,10 +1,11 @@
 """A command run to its end or to a deadline, whichever comes first. It runs in a session of its
 own, so at the deadline its whole process group goes (git and the ssh it started; ssh and its
-ProxyCommand or jump), and its pipes are read to their end. hosts/ssh.py and memory/git.py run
-their commands through it."""
+ProxyCommand or jump), and its pipes are read to their end; so does an interrupt of the wait
+(Ctrl-C), before it goes on. hosts/ssh.py and memory/git.py run their commands through it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -30,13 +31,28 @@ def run(argv: Sequence[str], *, timeout: float, stdin: bytes | None = None,
     try:
         out, err = proc.communicate(stdin, timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill(proc)
         try:
             proc.communicate(timeout=KILLED_WAIT)
         except subprocess.TimeoutExpired:
             proc.wait()  # the group's leader is gone: only a process outside it still holds the pipes
         return None
+    except BaseException:
+        # Ctrl-C, or any exception while it waits: in its own session the terminal's Ctrl-C never
+        # reached it, and once the caller lets go of what it holds (the replica's lock) a git left
+        # running would write on under the next holder. The group goes and is reaped first.
+        _kill(proc)
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):  # a stdin flush into a dead child
+                    pipe.close()
+        proc.wait()
+        raise
     return Ran(proc.returncode, out, err)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
