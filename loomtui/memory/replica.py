@@ -65,6 +65,7 @@ class State:
     ahead: int = 0
     error: str = ""
     error_since: float | None = None
+    error_kind: str = ""  # rules.REMOTE (fetch, push) or rules.LOCAL; "" from an older Loom: remote
     rejected: bool = False
     fingerprint: str = ""
     changed_at: float | None = None
@@ -83,7 +84,8 @@ class State:
             return cls()
 
     def lag(self) -> rules.Lag:
-        return rules.Lag(self.last_push, self.last_pull, self.ahead, self.error, self.error_since, self.conflicts)
+        return rules.Lag(self.last_push, self.last_pull, self.ahead, self.error, self.error_since, self.conflicts,
+                         self.error_kind or rules.REMOTE)
 
 
 @dataclass
@@ -96,6 +98,7 @@ class Outcome:
     checkpoint: str = ""
     conflicts: list[tuple[str, str]] = field(default_factory=list)  # (file, where this box's side went)
     error: str = ""
+    error_kind: str = ""  # rules.REMOTE or rules.LOCAL, with `error`
     ahead: int = 0
 
     def lines(self) -> list[str]:
@@ -112,7 +115,8 @@ class Outcome:
         if self.pushed:
             out.append("pushed")
         if self.error:
-            out.append(f"remote unreachable: {self.error}; {self.ahead} commit{'s' * (self.ahead != 1)} kept "
+            what = "remote unreachable" if self.error_kind != rules.LOCAL else rules.LOCAL_WORDS
+            out.append(f"{what}: {self.error}; {self.ahead} commit{'s' * (self.ahead != 1)} kept "
                        "locally until the next try")
         return out
 
@@ -440,8 +444,8 @@ class Replica:
         except GitError as exc:  # recorded as any failed sync is, never the loop's error
             # Nothing else this round: mid-rebase, `add -A` marks a conflicted file resolved with
             # its markers, and a commit, a checkpoint or a push would carry them onto the remote.
-            outcome.error, outcome.ahead = _short(exc), state.ahead
-            _failed(state, outcome.error, now)
+            outcome.ahead = state.ahead
+            _failed(state, outcome, exc, rules.LOCAL, now)
             _write_atomic(self.git_dir / STATE_FILE, json.dumps(asdict(state), sort_keys=True))
             return outcome, state
         if checkpoint is not None and self.write_checkpoint(*checkpoint, now):
@@ -457,19 +461,22 @@ class Replica:
         if plan.commit and self.commit(now):
             outcome.committed = True
             state.fingerprint, state.changed_at = "", None
-        reached, tried = True, plan.pull
+        tried = plan.pull
         if plan.pull:
             state.last_try = now
             try:
                 self.fetch()
-                outcome.conflicts = settled + self.integrate(now)
-                settled = []
-                outcome.pulled, state.last_pull, state.rejected = True, now, False
-            except GitError as exc:
-                reached = False
-                outcome.error = _short(exc)
+            except GitError as exc:  # fetch and ls-remote: the remote's, and its backoff grows
+                _failed(state, outcome, exc, rules.REMOTE, now)
+            else:
+                try:
+                    outcome.conflicts = settled + self.integrate(now)
+                    settled = []
+                    outcome.pulled, state.last_pull, state.rejected = True, now, False
+                except GitError as exc:  # the rebase here refused (a dirty tree): not the remote
+                    _failed(state, outcome, exc, rules.LOCAL, now)
         ahead = self.ahead()
-        if reached and ahead and (plan.push or outcome.pulled):
+        if not outcome.error and ahead and (plan.push or outcome.pulled):
             state.last_try, tried = now, True
             pushed = self.push()
             if pushed.ok:
@@ -477,12 +484,11 @@ class Replica:
             elif _rejected(pushed):
                 state.rejected = True  # the remote moved since the fetch: the next look pulls first
             else:
-                reached = False
-                outcome.error = _short(GitError(pushed.first_error_line()))
-        if tried and reached:
-            state.failures, state.error, state.error_since = 0, "", None
-        elif not reached:
-            _failed(state, outcome.error, now)
+                _failed(state, outcome, GitError(pushed.first_error_line()), rules.REMOTE, now)
+        if tried and outcome.error_kind != rules.REMOTE:
+            state.failures = 0  # the remote answered
+        if tried and not outcome.error:
+            state.error, state.error_kind, state.error_since = "", "", None
         if settled:
             outcome.conflicts = settled + outcome.conflicts
         state.ahead = outcome.ahead = ahead
@@ -491,10 +497,15 @@ class Replica:
         return outcome, state
 
 
-def _failed(state: State, error: str, now: float) -> None:
-    state.failures += 1
-    state.error = error
-    state.error_since = state.error_since if state.error_since is not None else now
+def _failed(state: State, outcome: Outcome, exc: Exception, kind: str, now: float) -> None:
+    """The sync stopped at `exc`: the remote's (it counts towards the backoff) or a refusal here
+    (a dirty tree, a path git did not know), which no wait for the remote would mend."""
+    outcome.error, outcome.error_kind = _short(exc), kind
+    if kind == rules.REMOTE:
+        state.failures += 1
+    if not state.error or state.error_since is None or (state.error_kind or rules.REMOTE) != kind:
+        state.error_since = now
+    state.error, state.error_kind = outcome.error, kind
 
 
 def _rejected(result: Result) -> bool:

@@ -17,6 +17,10 @@ from loomtui.durations import format_duration
 # While the remote is away, tries come at most this often at first, then back off to the cap.
 RETRY_BASE = 10.0
 RETRY_MAX = 600.0
+# What stopped a sync: the remote (a fetch, ls-remote or push that failed: the backoff grows), or
+# git here (a rebase refused for a dirty tree, a path it did not know: waiting mends nothing).
+REMOTE, LOCAL = "remote", "local"
+LOCAL_WORDS = "not synced (git refused here, not the remote)"
 # The ledger events that reach the operator: each one is checkpointed off the box at once.
 ESCALATIONS = ("escalation", "queue_escalate", "operator_alert")
 
@@ -151,11 +155,13 @@ class Lag:
     error: str = ""
     error_since: float | None = None
     conflicts: int = 0
+    error_kind: str = REMOTE
 
 
 def lag_words(lag: Lag | None, now: float, *, short: bool = False) -> str:
-    """`pushed 2m ago, pulled 1m ago, 0 commits to push`, or `offline since 5m: ...` while the
-    remote is away. `short` for the console's summary line at 80 columns."""
+    """`pushed 2m ago, pulled 1m ago, 0 commits to push`, or `remote unreachable (since 5m): ...`
+    while the remote is away (an error here says so instead). `short` for the console's summary
+    line at 80 columns."""
     if lag is None:
         return "not synced yet"
 
@@ -167,13 +173,14 @@ def lag_words(lag: Lag | None, now: float, *, short: bool = False) -> str:
         if lag.ahead:
             out += f" {lag.ahead} to push"
         if lag.error:
-            out += " offline"
+            out += " offline" if lag.error_kind != LOCAL else " error"
         return out
     commits = f"{lag.ahead} commit{'s' * (lag.ahead != 1)} to push"
     out = f"pushed {ago(lag.last_push)}, pulled {ago(lag.last_pull)}, {commits}"
     if lag.error:
         since = ago(lag.error_since) if lag.error_since is not None else "now"
-        out = f"remote unreachable (since {since.removesuffix(' ago')}): {lag.error}; " + out
+        what = "remote unreachable" if lag.error_kind != LOCAL else LOCAL_WORDS
+        out = f"{what} (since {since.removesuffix(' ago')}): {lag.error}; " + out
     if lag.conflicts:
         out += f"; {lag.conflicts} conflict{'s' * (lag.conflicts != 1)} to reconcile"
     return out

@@ -715,3 +715,31 @@ def test_a_conflict_in_a_file_whose_name_is_not_utf8_is_kept_both_ways(tmp_path,
     with Store.in_dir(state_dir) as store:
         [opened] = rep.open_conflicts(store, "main", b.dir, done.conflicts, T0)
         assert queue_items.get(store, opened)["log"] == str(b.dir / copy)
+
+
+def test_a_local_refusal_is_not_said_to_be_the_remote_and_does_not_back_it_off(tmp_path, remote, git_home,
+                                                                                 monkeypatch):
+    """The agent wrote while the fetch ran (here: the ssh in git's place writes, then serves the
+    fetch), so the rebase refused a dirty tree. That was shown as "remote unreachable" and grew the
+    remote's backoff, while the remote had just answered."""
+    a = box(tmp_path, remote, "a")
+    a.dir.mkdir(parents=True)
+    (a.dir / "MEMORY.md").write_text("base\n")
+    sync(a, forced=True)
+    (a.dir / "new.md").write_text("from a\n")
+    sync(a, forced=True)
+    memory, ssh = tmp_path / "b" / "memory", tmp_path / "ssh"
+    ssh.write_text(f"#!/bin/sh\ncase \"$2\" in git-upload-pack*) [ -f '{memory}/MEMORY.md' ] && "
+                   f"echo 'the agent writes' >> '{memory}/MEMORY.md';; esac\nexec sh -c \"$2\"\n")
+    ssh.chmod(0o755)
+    with open(git_home / "gitconfig", "a") as fh:
+        fh.write("[ssh]\n\tvariant = simple\n")  # host and command only: what the script takes
+    monkeypatch.setenv("GIT_SSH_COMMAND", str(ssh))
+    b = replica(tmp_path, f"ssh://forge{remote}", "b", timeout=60)
+    sync(b, forced=True, now=T0)  # the first pull: nothing tracked to write into yet
+    done, state = sync(b, forced=True, now=T0 + 1)
+    assert done.error and "unstaged changes" in done.error and not done.pushed
+    assert state.failures == 0 and state.error_kind == "local"
+    said = " ".join(done.lines()) + rep.lag_line(state, T0 + 1)
+    assert "remote unreachable" not in said and "offline" not in rep.lag_line(state, T0 + 1, short=True)
+    assert "not the remote" in said

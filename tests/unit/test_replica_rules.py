@@ -125,3 +125,10 @@ def test_the_lag_in_words_at_the_edges():
     away = rules.Lag(None, None, 0, "no route", None, conflicts=2)
     assert rules.lag_words(away, T0) == ("remote unreachable (since now): no route; pushed never, pulled never, "
                                          "0 commits to push; 2 conflicts to reconcile")
+
+
+def test_an_error_here_is_not_said_to_be_the_remote():
+    here = rules.Lag(T0 - 600, T0 - 60, 1, "cannot rebase: You have unstaged changes.", T0 - 60, error_kind=rules.LOCAL)
+    words = rules.lag_words(here, T0)
+    assert words.startswith("not synced (git refused here, not the remote) (since 1m): cannot rebase")
+    assert "unreachable" not in words and rules.lag_words(here, T0, short=True) == "↑10m ↓1m 1 to push error"
