@@ -19,6 +19,15 @@ INDENT = "  "
 
 
 def lines(dir: str, data: dict[str, Any]) -> list[str]:
+    """The record's lines for the pane; a record nothing here foresaw (numbers past a float, nesting
+    past the stack) is one line saying so, never an error: the pump's loop calls this."""
+    try:
+        return _lines(dir, data)
+    except (RecursionError, OverflowError, ValueError) as exc:
+        return [f"? a record the pane cannot show ({type(exc).__name__}; the transcript has it)"]
+
+
+def _lines(dir: str, data: dict[str, Any]) -> list[str]:
     if dir == "in":
         origin = _short(data.get("origin"))
         who = "you" if origin in ("", "operator") else origin
@@ -84,8 +93,7 @@ def tool_call(block: dict[str, Any]) -> str:
 
 def _result(event: dict[str, Any]) -> list[str]:
     subtype = _short(event.get("subtype"))
-    seconds = event.get("duration_ms")
-    took = f" ({seconds / 1000:.1f}s)" if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else ""
+    took = _took(event.get("duration_ms"))
     if event.get("is_error") is True:
         head = f"result error: {subtype or 'unknown'}{took}"
         errors = event.get("errors")
@@ -102,6 +110,16 @@ def _result(event: dict[str, Any]) -> list[str]:
     if names:
         out.append(f"{INDENT}denied: " + ", ".join(names))
     return out
+
+
+def _took(ms: object) -> str:
+    """ ` (1.5s)` for a result's duration_ms; nothing for one that is not a number a float holds."""
+    if not isinstance(ms, (int, float)) or isinstance(ms, bool):
+        return ""
+    try:
+        return f" ({ms / 1000:.1f}s)"
+    except OverflowError:  # an int past a float's range (any JSON number parses)
+        return ""
 
 
 def _pump(data: dict[str, Any]) -> list[str]:

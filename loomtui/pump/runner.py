@@ -47,6 +47,11 @@ PANE_DRAIN = 1.0        # at the end, how long the last lines may take to reach 
 # How far back the transcript is read for the last seq, widening while none is found (a last turn
 # of megabytes of tool results leaves no seq in the last MiB).
 SEQ_WINDOWS = (1 << 20, 16 << 20, 256 << 20)
+# An event nested deeper than this is kept as the text it came as (`raw`), beside its top-level
+# fields: a record that deep could be parsed by no reader whose own stack is deep (Python's parser
+# recurses, up to about a thousand levels less the caller's frames), and one past that by nobody.
+# Claude Code's events nest about ten deep; a tool's result may carry any JSON.
+MAX_DEPTH = 400
 
 
 @dataclass
@@ -214,13 +219,16 @@ class Pump:
         line = _decode(raw)
         try:
             event = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes: raw
             event = None
         if isinstance(event, dict):
             # Claude Code repeats `init` at every turn: the pane shows the session when it changes.
             same = event.get("type") == "system" and event.get("subtype") == "init" \
                 and event.get("session_id") == self.state.session_id
-            self._record(transcript.OUT, show=not same, event=event)
+            if _deeper(event, MAX_DEPTH):
+                self._record(transcript.OUT, show=not same, event=_shallow(event), raw=line)
+            else:
+                self._record(transcript.OUT, show=not same, event=event)
             self._apply(rules.Output(time.time(), event))
         elif line.strip():
             self._record(transcript.OUT, raw=line)
@@ -592,6 +600,26 @@ def last_seq(path: Path) -> int:
         if highest or start == 0:
             return highest
     return 0
+
+
+def _deeper(value: Any, limit: int) -> bool:
+    """Whether `value` nests containers more than `limit` deep (walked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def _shallow(event: dict[str, Any]) -> dict[str, Any]:
+    """An event's top-level fields that are not containers: what the transcript's readers read of
+    it (its type, a result's text and flags), when the whole of it is kept as text."""
+    return {k: v for k, v in event.items() if not isinstance(v, (dict, list))}
 
 
 def _exited() -> dict[str, Any]:

@@ -136,15 +136,15 @@ def read(path: Path, offset: int = 0, limit_bytes: int = 4 << 20, max_line: int 
         start, pos = pos, pos + len(raw)
         try:
             obj = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than this reader's stack allows
             continue
         if not isinstance(obj, dict) or not isinstance(obj.get("dir"), str):
             continue
         ts = obj.pop("ts", 0.0)
         kind = obj.pop("dir")
         mono, boot = obj.pop("mono", None), obj.pop("boot", None)
-        yield Record(start, pos, float(ts) if _number(ts) else 0.0, kind, obj,
-                     float(mono) if _number(mono) else None, boot if isinstance(boot, str) and boot else None)
+        yield Record(start, pos, _float(ts) or 0.0, kind, obj, _float(mono),
+                     boot if isinstance(boot, str) and boot else None)
 
 
 def _line_end(fh: BinaryIO) -> int | None:
@@ -163,8 +163,14 @@ def _boot() -> str | None:
     return clock.boot_id() if platform.current().boot_from_file else None
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+def _float(value: Any) -> float | None:
+    """A number as a float; None for anything else, and for an int past a float's range."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
 
 
 def tail_offset(path: Path, keep_bytes: int) -> int:

@@ -98,6 +98,18 @@ def test_every_piece_of_untrusted_text_is_made_safe_for_the_pane():
     assert any("]0;owned[31mred[2J31m over" in line for line in shown)
 
 
+def test_numbers_and_nesting_past_what_python_holds_give_the_pane_a_line_not_an_error():
+    # Each raised out of render.lines, which the pump's loop calls for every record: the pump died.
+    huge = int("9" * 400)  # any JSON number parses; no float holds this one
+    assert render.lines("out", {"event": {"type": "result", "is_error": False, "duration_ms": huge}}) == ["result ok"]
+    deep: object = {}
+    for _ in range(5000):
+        deep = [deep]
+    [line] = render.lines("out", {"event": {"type": "assistant", "message": {"content": [
+        {"type": "tool_use", "name": "Read", "input": {"x": deep}}]}}})
+    assert line.startswith("? a record the pane cannot show (RecursionError")
+
+
 def test_the_pane_lines_read_like_a_conversation():
     assert render.lines("in", {"origin": "operator", "text": "hi\nthere"}) == ["you › hi", "      there"]
     assert render.lines("in", {"origin": "telegram", "text": "yo"}) == ["telegram › yo"]

@@ -3,6 +3,8 @@ the pane's thread when the pane takes nothing, and the refusals of sends the CLI
 
 from __future__ import annotations
 
+import json
+import sys
 import threading
 
 from harness import wait_for
@@ -44,3 +46,39 @@ def test_sends_the_clis_exit_cut_short_are_refused_with_the_exited_code(tmp_path
     refusal = {"ok": False, "error": rules.EXITED, "code": rules.EXITED_CODE}
     assert written.answer == refusal and arrived.answer == refusal
     pump.log.close()
+
+
+# A CLI whose stdout says, in turn: a line nested deeper than Python's parser goes, one deeper than
+# the pump keeps as an event, and a result whose duration no float holds; then it exits 0.
+ODD_LINES = r"""
+import json
+print('{"type":"user","tool_use_result":' + '[' * 3000 + ']' * 3000 + '}', flush=True)
+print('{"type":"user","tool_use_result":' + '[' * 600 + ']' * 600 + '}', flush=True)
+print('{"type":"result","subtype":"success","is_error":false,"result":"done","duration_ms":' + '9' * 400 + '}',
+      flush=True)
+"""
+
+
+def test_lines_no_parser_or_float_can_hold_are_kept_and_the_pump_runs_on(tmp_path):
+    # Each of these ended the pump (RecursionError, OverflowError), its CLI killed with it; and a
+    # record nested near the parser's limit, written back, was unreadable to any reader deeper in its
+    # own stack (the console's, the bridge's), which it stopped for good.
+    shown: list[str] = []
+    pump = Pump(tmp_path, [sys.executable, "-c", ODD_LINES], show=shown.append)
+    assert pump.run() == 0
+    path = transcript.path_in(tmp_path)
+
+    def deep_in_a_stack(frames: int) -> list[transcript.Record]:
+        return list(transcript.read(path)) if frames == 0 else deep_in_a_stack(frames - 1)
+
+    records = deep_in_a_stack(500)
+    outs = [r for r in records if r.dir == transcript.OUT]
+    assert [r.data.get("what") for r in records if r.dir == transcript.PUMP] == ["started", "cli_exit"]
+    # Nothing lost: each line whole, as the text it came as where no event could hold it.
+    assert outs[0].data["raw"].count("[") == 3000 and outs[0].event == {}
+    assert outs[1].data["raw"].count("[") == 600 and outs[1].event == {"type": "user"}
+    assert outs[2].event["type"] == "result" and outs[2].event["duration_ms"] == int("9" * 400)
+    # The result ended nothing of ours but was taken in: the pump's rules saw it.
+    status = json.loads((tmp_path / "pump.json").read_text())
+    assert status["last_result"]["subtype"] == "success" and status["cli_exit"]["status"] == 0
+    assert "result ok" in shown

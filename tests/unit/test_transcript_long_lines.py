@@ -57,3 +57,18 @@ def test_the_pumps_turns_go_on_past_a_line_longer_than_a_read(tmp_path, monkeypa
     [turn] = turn_rules.turns(pump_turns.marks(tmp_path))
     assert turn.ended is not None and turn.ended.wall == T0 + 9
     log.close()
+
+
+def test_a_line_nested_past_the_parser_or_dated_past_a_float_stops_no_reader(tmp_path):
+    # Either raised out of `read` (RecursionError, OverflowError): every reader stopped at that line,
+    # for good. A line too deep is stepped over as one not JSON is; a time no float holds is no time.
+    path = transcript.path_in(tmp_path)
+    with open(path, "wb") as fh:
+        fh.write(b'{"ts":1,"dir":"out","event":{"x":' + b"[" * 5000 + b"]" * 5000 + b"}}\n")
+        fh.write(b'{"ts":' + b"9" * 400 + b',"mono":' + b"9" * 400 + b',"dir":"out","event":{"type":"result"}}\n')
+    log = transcript.Writer(path)
+    log.append(transcript.IN, ts=T0, seq=1, text="after")
+    log.close()
+    records = list(transcript.read(path))
+    assert [(r.dir, r.ts, r.mono, r.event.get("type")) for r in records] == [
+        ("out", 0.0, None, "result"), ("in", T0, None, None)]
