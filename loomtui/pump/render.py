@@ -1,8 +1,9 @@
 """The pump's pane: each transcript record as a few readable lines for `tmux attach`.
 
-Everything shown comes from the CLI, its stderr or a sender, so every piece goes through
-`text.sanitize` (no control character, hence no escape sequence, reaches the terminal) and long
-texts are cut.
+Everything shown comes from the CLI, its stderr or a sender, so every piece goes through `_safe`:
+`text.sanitize` (line breaks become spaces, control characters go, hence no escape sequence reaches
+the terminal), then `text.printable`, as all of Loom's terminal-bound text (the bidi overrides and
+isolates that reorder what the pane shows, and lone surrogates, become U+FFFD); long texts are cut.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from loomtui.text import sanitize
+from loomtui.text import printable, sanitize
 
 STDERR = "stderr: "     # how a line of the CLI's stderr starts on the pane
 LINE_MAX = 400          # characters per shown line
@@ -166,7 +167,7 @@ def _tool_result_text(content: object) -> str:
 def _block(head: str, text: object, limit: int = LINES_MAX) -> list[str]:
     """A multi-line text under a head: its lines each made safe, the first beside the head."""
     parts = str(text if text is not None else "").split("\n")
-    shown = [sanitize(p)[:LINE_MAX] for p in parts[:limit]]
+    shown = [_safe(p)[:LINE_MAX] for p in parts[:limit]]
     if len(parts) > limit:
         shown.append(f"… {len(parts) - limit} more lines")
     pad = " " * len(head)
@@ -174,8 +175,12 @@ def _block(head: str, text: object, limit: int = LINES_MAX) -> list[str]:
 
 
 def _one(text: object, limit: int = LINE_MAX) -> str:
-    return sanitize(str(text if text is not None else ""))[:limit]
+    return _safe(str(text if text is not None else ""))[:limit]
 
 
 def _short(text: object) -> str:
-    return sanitize(text)[:80] if isinstance(text, str) else ""
+    return _safe(text)[:80] if isinstance(text, str) else ""
+
+
+def _safe(text: str) -> str:
+    return printable(sanitize(text))

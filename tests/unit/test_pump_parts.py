@@ -110,6 +110,23 @@ def test_numbers_and_nesting_past_what_python_holds_give_the_pane_a_line_not_an_
     assert line.startswith("? a record the pane cannot show (RecursionError")
 
 
+def test_no_bidi_control_from_untrusted_text_reaches_the_pane():
+    # U+202E (right-to-left override) and the isolates reorder what the terminal shows: a tool call
+    # could read as another command than it is. text.sanitize let them through.
+    bidi = "rm -rf \u202e/ fdp\u202c \u2066x\u2069 \u2067y\u2069 \u2068z\u2069 \u202b\u202a\u200f\u200e\ud800"
+    shown: list[str] = []
+    shown += render.lines("in", {"seq": 1, "origin": "telegram", "ref": "", "text": bidi})
+    shown += render.lines("err", {"line": bidi})
+    shown += render.lines("out", {"raw": bidi})
+    shown += render.lines("out", {"event": {"type": "assistant", "message": {"content": [
+        {"type": "text", "text": bidi}, {"type": "tool_use", "name": bidi, "input": {"command": bidi}}]}}})
+    shown += render.lines("out", {"event": {"type": "result", "is_error": True, "subtype": bidi, "result": bidi}})
+    assert len(shown) == 7
+    for line in shown:
+        assert not any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in line), repr(line)
+        assert "rm -rf \ufffd/ fdp\ufffd" in line or "rm -rf" not in line
+
+
 def test_the_pane_lines_read_like_a_conversation():
     assert render.lines("in", {"origin": "operator", "text": "hi\nthere"}) == ["you › hi", "      there"]
     assert render.lines("in", {"origin": "telegram", "text": "yo"}) == ["telegram › yo"]
