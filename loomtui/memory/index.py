@@ -77,6 +77,8 @@ class Listing:
     # Of those, the ones that lead out of the directory through a symlink (shown, searched and edited
     # by no one: `inside`); lint says so, where it said ok.
     outside: frozenset[str] = frozenset()
+    # The index itself is a link out of the directory: not read (index_text None), and lint says so.
+    index_outside: bool = False
 
 
 @dataclass(frozen=True)
@@ -273,7 +275,10 @@ def analyze(listing: Listing) -> Report:
     files = listing.files
     nfc = {unicodedata.normalize("NFC", p): p for p in files}
     problems: list[Problem] = []
-    if listing.index_text is None:
+    if listing.index_outside:
+        problems.append(Problem(OUTSIDE, None, listing.index_name,
+                                "the index leads outside the memory directory through a symlink; not read"))
+    elif listing.index_text is None:
         problems.append(Problem(NO_INDEX, None, listing.index_name, "the index file does not exist"))
     index = parse_index(listing.index_text or "")
     kinds: dict[str, list[str]] = {}
@@ -461,7 +466,13 @@ def load(memory_dir: Path, index_name: str) -> Listing:
     dfd = _open_dir(memory_dir)
     try:
         try:
-            raw = _read(index_name, READ_LIMIT, dfd)
+            # As `read_text`: the agent writes this directory, and an index it linked to a secret
+            # must not put the secret on the screen.
+            where = inside(memory_dir, index_name)
+        except LoomError:
+            where = None
+        try:
+            raw = None if where is None else _read(where, READ_LIMIT)
         except OSError as exc:
             raise LoomError(f"memory index {memory_dir / index_name}: {exc.strerror or exc}") from None
         text = None if raw is None else raw.decode("utf-8", "surrogateescape")
@@ -482,7 +493,7 @@ def load(memory_dir: Path, index_name: str) -> Listing:
                 inside(memory_dir, rel)
             except LoomError:
                 outside.add(rel)
-        return Listing(index_name, text, files, frozenset(outside))
+        return Listing(index_name, text, files, frozenset(outside), index_outside=where is None)
     finally:
         os.close(dfd)
 
@@ -660,7 +671,7 @@ def _add_entry(memory_dir: Path, index_name: str, title: str, hook: str, file: s
         raise LoomError(f"memory add: the index line would be {len(line)} characters (limit {LINE_LIMIT}); "
                         "shorten the title or the hook")
     memory_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # what Loom creates is the operator's alone
-    index = Path(os.path.realpath(memory_dir / index_name))
+    index = inside(memory_dir, index_name)  # a link it is may lead elsewhere in the dir, never out of it
     inside(memory_dir, rel)  # a folder on the way that is a link out would put the new file outside
     target = memory_dir / rel
     lock = FileLock(index.parent, f".{index.name}.lock")

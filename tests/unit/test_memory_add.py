@@ -108,15 +108,35 @@ def test_add_creates_a_private_dir_file_and_index(mem, loom):
     assert os.stat(root / "MEMORY.md").st_mode & 0o777 == 0o600
 
 
-def test_add_follows_a_symlinked_index(mem, loom, tmp_path):
+def test_add_follows_a_symlinked_index_that_stays_inside(mem, loom, tmp_path):
     root, config = mem
-    root.mkdir()
-    real = tmp_path / "elsewhere.md"
+    (root / "notes").mkdir(parents=True)
+    real = root / "notes" / "index.md"
     real.write_text("- [A](a.md) — a\n")
     (root / "MEMORY.md").symlink_to(real)
     assert loom("--config", str(config), "memory", "add", "B", "--hook", "b").returncode == 0
     assert (root / "MEMORY.md").is_symlink()
     assert real.read_text() == "- [A](a.md) — a\n- [B](b.md) — b\n"
+
+
+def test_an_index_linked_out_of_the_memory_dir_is_neither_read_nor_written(mem, loom, tmp_path):
+    """The agent writes the memory dir: `MEMORY.md -> ../secret` put the secret on the console as
+    the index, and `memory add` appended a line to it, where `show` refuses such a link."""
+    root, config = mem
+    root.mkdir()
+    secret = tmp_path / "secret"
+    secret.write_text("the operator's secret\n")
+    (root / "MEMORY.md").symlink_to(Path("..") / "secret")
+    added = loom("--config", str(config), "memory", "add", "B", "--hook", "b")
+    assert added.returncode != 0 and "leads outside the memory dir" in added.stderr
+    assert secret.read_text() == "the operator's secret\n" and not (root / "b.md").exists()
+    assert not (tmp_path / ".secret.lock").exists()
+    listing = memory.load(root, "MEMORY.md")
+    assert listing.index_text is None
+    [problem] = [p for p in memory.analyze(listing).problems if p.path == "MEMORY.md"]
+    assert problem.kind == "outside" and "leads outside the memory directory" in problem.message
+    shown = loom("--config", str(config), "memory", "--json")
+    assert shown.returncode == 0 and "operator's secret" not in shown.stdout
 
 
 def _watch_index(index: Path, stop: threading.Event, errors: list[str]) -> int:
