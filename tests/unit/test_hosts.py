@@ -300,7 +300,8 @@ def unreachable_config(tmp_path: Path, port: int) -> Path:
     known = tmp_path / "known_hosts"
     known.write_text("")
     return config_file(tmp_path, f'[[hosts]]\nname = "b"\nssh = "127.0.0.1"\nconnect_timeout = "5s"\n'
-                                 f'ssh_options = ["-p", "{port}", "-o", "UserKnownHostsFile={known}", '
+                                 f'ssh_options = ["-F", "/dev/null", "-p", "{port}", '
+                                 f'"-o", "UserKnownHostsFile={known}", '
                                  f'"-o", "GlobalKnownHostsFile=none"]\n')
 
 
@@ -422,7 +423,8 @@ def test_a_host_that_never_answers_is_cut_off_at_its_timeout(tmp_path):
         known.write_text("")
         entries = "".join(
             f'[[hosts]]\nname = "{name}"\nssh = "127.0.0.1"\nconnect_timeout = "5m"\ntimeout = "2s"\ncommand_timeout = "3s"\n'
-            f'ssh_options = ["-p", "{port}", "-o", "UserKnownHostsFile={known}", "-o", "GlobalKnownHostsFile=none"]\n'
+            f'ssh_options = ["-F", "/dev/null", "-p", "{port}", "-o", "UserKnownHostsFile={known}", '
+            f'"-o", "GlobalKnownHostsFile=none"]\n'
             for name in ("b", "c"))
         path = config_file(tmp_path, entries)
         done = run_loom("--config", str(path), "hosts", "--json", timeout=120)

@@ -119,7 +119,8 @@ def test_a_key_on_an_unreachable_host_is_refused_with_ssh_s_reason(tmp_path):
     known = tmp_path / "known_hosts"
     known.write_text("")
     host = HostConfig.build({"name": "b", "ssh": "127.0.0.1", "connect_timeout": "5s",
-                             "ssh_options": ["-p", str(free_port()), "-o", f"UserKnownHostsFile={known}",
+                             "ssh_options": ["-F", "/dev/null", "-p", str(free_port()),
+                                             "-o", f"UserKnownHostsFile={known}",
                                              "-o", "GlobalKnownHostsFile=none"]}, ("hosts", 0), None)
     outcome = remote_agent.run(host, tmp_path / "state", remote_agent.words("canary", "main"))
     assert not outcome.ok
@@ -167,7 +168,8 @@ def test_the_hosts_view_at_80_columns_reads_an_unreachable_host_in_place(tmp_pat
     known = tmp_path / "known_hosts"
     known.write_text("")
     ctx = console_ctx(tmp_path, request, f'[[hosts]]\nname = "far"\nssh = "127.0.0.1"\nconnect_timeout = "5s"\n'
-                                         f'ssh_options = ["-p", "{free_port()}", "-o", "UserKnownHostsFile={known}", '
+                                         f'ssh_options = ["-F", "/dev/null", "-p", "{free_port()}", '
+                                         f'"-o", "UserKnownHostsFile={known}", '
                                          f'"-o", "GlobalKnownHostsFile=none"]\n')
 
     async def run():

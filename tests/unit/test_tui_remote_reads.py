@@ -209,7 +209,7 @@ def test_a_host_that_answers_nothing_in_time_keeps_what_the_panels_showed(tmp_pa
 
     nap = f"{30 + (os.getpid() % 1000) / 1000:.3f}"  # a sleep of this test's own, to look for after
     host = HostConfig.build({"name": "b", "ssh": "b.invalid", "timeout": "1s", "connect_timeout": "30s",
-                             "ssh_options": ["-o", f"ProxyCommand=sleep {nap}"]}, ("hosts", 0), None)
+                             "ssh_options": ["-F", os.devnull, "-o", f"ProxyCommand=sleep {nap}"]}, ("hosts", 0), None)
     row = view.AgentRow("main", "running", "ok", 5.0, 0, "", 3.0)
     load = RemoteSource(host, tmp_path / "state", Chosen("b", "main", row, 100.0)).load(200.0)
     assert load.chosen is None and load.snapshot.host == "b"
