@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loomtui.context import Context
-from loomtui.errors import LockHeld, StoreUnavailable
+from loomtui.errors import LockHeld, LoomError, StoreUnavailable
 from loomtui.store import counters, health, ledger, locks
 from loomtui.report import check_rules
 from loomtui.store.db import DB_NAME
@@ -170,7 +170,14 @@ def _canary(ctx: Context) -> str:
 
         missing, _ = hooks_look(ctx)()
         said = f"{missing} typed line(s) never dispatched; " if missing else ""
-    return said + (CanaryLoop(ctx, threading.Event()).tick() or "nothing due")
+    loop = CanaryLoop(ctx, threading.Event())
+    line = loop.tick() or "nothing due"
+    if loop.unrecorded_error:
+        # The daemon's loop keeps this for its next tick to record once the store takes writes;
+        # this process has no next tick: the error is the tick's, and its exit status says so
+        # (it had said "ran", exit 0, over a probe the locked store never let happen).
+        raise LoomError(said + loop.unrecorded_error)
+    return said + line
 
 
 def _sentinel(ctx: Context) -> str:

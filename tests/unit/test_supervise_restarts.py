@@ -124,6 +124,29 @@ def test_a_tick_that_ran_is_ran_when_the_locked_store_refuses_its_count(tmp_path
         ctx.close()
 
 
+def test_a_canary_tick_the_locked_store_kept_from_probing_is_failed(tmp_path):
+    """The daemon's canary loop keeps a locked store's error to record at its next tick; `loom
+    tick canary` has no next tick, and it had said "ran" (exit 0) over a probe never made."""
+    from fake_clock import FakeClock
+    from harness import clock_waiting_context, locked_by_another
+
+    from loomtui import clock
+    from loomtui.daemon.oneshot import tick_once
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'[agent]\ntmux_socket = "loomtest-tick-{tmp_path.name[-6:]}"\n')
+    ctx = clock_waiting_context(config, tmp_path / "state")
+    blocker = locked_by_another(ctx.store.path)
+    try:
+        with clock.use(FakeClock()):
+            outcome = tick_once(ctx, "canary")  # due at once: its probe's run is a write
+        assert (outcome.status, outcome.exit_code) == ("failed", 1), outcome
+        assert "database is locked" in outcome.line
+    finally:
+        blocker.close()
+        ctx.close()
+
+
 def test_telegram_waiting_out_a_locked_store_never_stops_the_daemon_s_own_loop(tmp_path):
     """The Telegram services read and write the store between their awaits. On the daemon's loop,
     a store another process held locked made each such call wait out its busy time there: every
