@@ -51,7 +51,16 @@ OLD_MARKERS = (STATE_FILE, OLD_LOCK_FILE)  # what tells a `.git` an older Loom m
 CHECKPOINTS = ".loom/checkpoints"
 JOB = MEMORY_QUEUE             # the queue's name for the replica, where a job's name stands
 CONFLICT = MEMORY_CONFLICT      # the queue item kind (sentinel.queue_rules words its nudge)
-MAX_REBASE_STOPS = 200         # a rebase stops once per conflicting commit; never loop for ever
+MAX_REBASE_STOPS = 200         # stops one sync takes a rebase through (one per conflicting commit); the next goes on
+
+
+class RebaseLeft(GitError):
+    """A rebase that stopped MAX_REBASE_STOPS times in one sync, left in progress for the next, with
+    the conflicts kept so far: their copies are in the tree, the agent's to reconcile now."""
+
+    def __init__(self, message: str, conflicts: list[tuple[str, str]]) -> None:
+        super().__init__(message)
+        self.conflicts = conflicts
 
 
 @dataclass
@@ -310,19 +319,26 @@ class Replica:
     def _settle(self, result: Any, now: float) -> list[tuple[str, str]]:
         """Take a rebase under way to its end: at each stop every conflict kept both ways, what the
         work tree holds added, then on; a step that will not go on with nothing unmerged is
-        unstuck (`_unstick`), never reset. Aborted (and an error quoting git's last word: `result`,
-        the rebase's own, until a step has one) past MAX_REBASE_STOPS."""
+        unstuck (`_unstick`), never reset. Past MAX_REBASE_STOPS, left in progress (RebaseLeft,
+        quoting git's last word: `result`, the rebase's own, until a step has one)."""
         conflicts: list[tuple[str, str]] = []
         stops = 0
         while self._rebasing():
-            stops += 1
-            if stops > MAX_REBASE_STOPS:
-                self.git.run("rebase", "--abort", check=False)
-                said = result.first_error_line() if result is not None else "a rebase left half done"
-                raise GitError(f"{self.dir}: git rebase onto {self.remote_ref} failed: {said}")
             for path, stages in self._unmerged().items():
                 conflicts.append((path, self._keep_both(path, stages, now)))
             self.git.run("add", "-A")
+            stops += 1
+            if stops > MAX_REBASE_STOPS:
+                # Left as it is, this stop's conflicts kept both ways first (no markers in the tree
+                # meanwhile). It was aborted: a hard reset, and the agent's writes since the rebase
+                # began (added at the stops, committed by `_unstick`, or not added yet), this box's
+                # picks and the copies kept so far went with it, while the next sync began the same
+                # rebase again and stopped at the same place. Left, the next sync's `ensure` goes on
+                # from here (a long history takes a few syncs), nothing else is done meanwhile (no
+                # commit or push mid-rebase) and the operator sees why.
+                said = result.first_error_line() if result is not None else "a rebase left half done"
+                raise RebaseLeft(f"{self.dir}: git rebase onto {self.remote_ref} stopped {MAX_REBASE_STOPS} "
+                                 f"times in one sync, left in progress for the next: {said}", conflicts)
             result = self.git.run("-c", "core.editor=true", "rebase", "--continue", check=False)
             if not result.ok and not self._unmerged() and self._rebasing():
                 result = self._unstick(now) or result
@@ -445,6 +461,7 @@ class Replica:
             # Nothing else this round: mid-rebase, `add -A` marks a conflicted file resolved with
             # its markers, and a commit, a checkpoint or a push would carry them onto the remote.
             outcome.ahead = state.ahead
+            outcome.conflicts = exc.conflicts if isinstance(exc, RebaseLeft) else []
             _failed(state, outcome, exc, rules.LOCAL, now)
             _write_atomic(self.git_dir / STATE_FILE, json.dumps(asdict(state), sort_keys=True))
             return outcome, state
@@ -474,6 +491,7 @@ class Replica:
                     settled = []
                     outcome.pulled, state.last_pull, state.rejected = True, now, False
                 except GitError as exc:  # the rebase here refused (a dirty tree): not the remote
+                    outcome.conflicts = exc.conflicts if isinstance(exc, RebaseLeft) else []
                     _failed(state, outcome, exc, rules.LOCAL, now)
         ahead = self.ahead()
         if not outcome.error and ahead and (plan.push or outcome.pulled):

@@ -595,10 +595,11 @@ def two_local_commits(tmp_path: Path, remote: Path, *, conflicting: bool = False
     return b
 
 
-def rebase_with(b: rep.Replica, line: str) -> subprocess.CompletedProcess:
-    """The real `git rebase -i`, `line` put in its todo after the first pick (a `break`, an `exec`)."""
+def rebase_with(b: rep.Replica, line: str, after: str = "1") -> subprocess.CompletedProcess:
+    """The real `git rebase -i`, `line` put in its todo after the first pick (a `break`, an `exec`),
+    or after each line `after` (a sed address) matches."""
     env = {"HOME": str(Path.home()), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": str(Path.home() / "gitconfig"),
-           "PATH": "/usr/bin:/bin", "GIT_SEQUENCE_EDITOR": f"sed -i '1a {line}'"}
+           "PATH": "/usr/bin:/bin", "GIT_SEQUENCE_EDITOR": f"sed -i '{after}a {line}'"}
     return subprocess.run([GIT, "-c", "user.name=b", "-c", "user.email=b@example.invalid", *repo(b), "rebase", "-i",
                            b.remote_ref], cwd=b.dir, env=env, capture_output=True, timeout=60)
 
@@ -649,6 +650,48 @@ def test_a_file_written_while_a_conflict_stop_is_continued_is_kept_with_the_conf
     assert remote_file(remote, copy) == "base\nfrom b\n"
     assert remote_file(remote, "other.md") == "keep\nthe agent wrote\n"
     assert remote_file(remote, "y.md") == "y1\n" and remote_file(remote, "x.md") == "x1\n"
+
+
+def test_a_rebase_past_a_syncs_stops_is_left_to_the_next_and_nothing_written_meanwhile_is_lost(tmp_path, remote,
+                                                                                                 monkeypatch):
+    """A rebase that stops more often than one sync goes on (MAX_REBASE_STOPS, 3 here: five conflicting
+    commits stand for hundreds), the agent writing between the stops (an `exec` after each pick).
+    Past the limit it was aborted: a hard reset, and the agent's lines (those committed at the stops
+    and by `_unstick`, and the last one not yet added) were gone with the conflict copies kept so far;
+    the next sync began the same rebase again and stopped at the same place."""
+    monkeypatch.setattr(rep, "MAX_REBASE_STOPS", 3)
+    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
+    a.dir.mkdir(parents=True)
+    (a.dir / "MEMORY.md").write_text("base\n")
+    (a.dir / "notes.md").write_text("notes\n")
+    sync(a, forced=True)
+    sync(b, forced=True)
+    (a.dir / "MEMORY.md").write_text("base\nfrom a\n")
+    sync(a, forced=True)
+    for n in range(1, 6):
+        (b.dir / "MEMORY.md").write_text(f"base\nfrom b {n}\n")
+        b.commit(T0 + n, f"b{n}")
+    b.fetch()
+    stopped = rebase_with(b, "exec echo the agent wrote >> notes.md", after="/^pick/")
+    assert stopped.returncode != 0 and (b.git_dir / "rebase-merge").exists()  # at the conflict in b1
+    done, state = sync(b, forced=True, now=T0 + 10)
+    assert done.error and state.error_kind == "local" and not done.pushed and state.failures == 0
+    written = (b.dir / "notes.md").read_text()
+    assert written.startswith("notes\nthe agent wrote\n") and set(written.splitlines()[1:]) == {"the agent wrote"}
+    assert (b.git_dir / "rebase-merge").exists()  # where it stopped, for the next sync to go on from
+    assert "left in progress" in rep.lag_line(state, T0 + 10)
+    kept = list(done.conflicts)  # each copy it made so far is the agent's to reconcile, now
+    assert kept and all((b.dir / copy).exists() for _, copy in kept)
+    assert (b.dir / "MEMORY.md").read_text() == "base\nfrom a\n"  # its last stop kept both ways: no markers
+    for n in range(4):  # each sync takes the rebase MAX_REBASE_STOPS further
+        done, state = sync(b, forced=True, now=T0 + 11 + n)
+        kept += done.conflicts
+        if not done.error:
+            break
+    assert done.pushed and not state.error and not (b.git_dir / "rebase-merge").exists()
+    assert remote_file(remote, "notes.md") == "notes\n" + "the agent wrote\n" * 5
+    assert remote_file(remote, "MEMORY.md") == "base\nfrom a\n"
+    assert sorted(remote_file(remote, copy) for _, copy in kept) == [f"base\nfrom b {n}\n" for n in range(1, 6)]
 
 
 def test_a_rebase_left_half_done_that_cannot_be_finished_now_is_not_committed_over(tmp_path, remote):
