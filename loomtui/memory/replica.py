@@ -454,17 +454,29 @@ class Replica:
         state = read_state(self.git_dir) or State()
         outcome = Outcome()
         try:
-            settled = self.ensure(now)  # a rebase an earlier sync left half done, finished: its conflicts too
-            if self._rebasing():
-                raise GitError(f"{self.dir}: a rebase is left half done")
-        except GitError as exc:  # recorded as any failed sync is, never the loop's error
-            # Nothing else this round: mid-rebase, `add -A` marks a conflicted file resolved with
-            # its markers, and a commit, a checkpoint or a push would carry them onto the remote.
+            self._sync(state, outcome, settings, forced=forced, starting=starting, now=now, checkpoint=checkpoint)
+        except GitError as exc:
+            # Git here refused (a rebase left half done it could not finish, a leftover index.lock
+            # at the commit): recorded as any failed sync is, where `loom status` and `loom memory`
+            # look, never the loop's error (the status, commit and count of commits ahead ran
+            # outside a try, and the state went on saying the last good sync's). Nothing else this
+            # round: mid-rebase, `add -A` marks a conflicted file resolved with its markers, and a
+            # commit, a checkpoint or a push would carry them onto the remote.
+            if isinstance(exc, RebaseLeft):
+                outcome.conflicts += exc.conflicts
             outcome.ahead = state.ahead
-            outcome.conflicts = exc.conflicts if isinstance(exc, RebaseLeft) else []
             _failed(state, outcome, exc, rules.LOCAL, now)
-            _write_atomic(self.git_dir / STATE_FILE, json.dumps(asdict(state), sort_keys=True))
-            return outcome, state
+        _write_atomic(self.git_dir / STATE_FILE, json.dumps(asdict(state), sort_keys=True))
+        return outcome, state
+
+    def _sync(self, state: State, outcome: Outcome, settings: rules.Settings, *, forced: bool, starting: bool,
+              now: float, checkpoint: tuple[int, str] | None) -> None:
+        """`sync`'s round, `state` and `outcome` filled in as it goes; a GitError not the remote's
+        raised (the fetch's and the push's are recorded here, as the remote's)."""
+        # A rebase an earlier sync left half done, finished: its conflicts too.
+        outcome.conflicts = self.ensure(now)
+        if self._rebasing():
+            raise GitError(f"{self.dir}: a rebase is left half done")
         if checkpoint is not None and self.write_checkpoint(*checkpoint, now):
             outcome.checkpoint = ledger.format_head(*checkpoint)
             state.checkpoint_seq, state.checkpoint_at = checkpoint[0], now
@@ -487,11 +499,11 @@ class Replica:
                 _failed(state, outcome, exc, rules.REMOTE, now)
             else:
                 try:
-                    outcome.conflicts = settled + self.integrate(now)
-                    settled = []
+                    outcome.conflicts += self.integrate(now)
                     outcome.pulled, state.last_pull, state.rejected = True, now, False
                 except GitError as exc:  # the rebase here refused (a dirty tree): not the remote
-                    outcome.conflicts = exc.conflicts if isinstance(exc, RebaseLeft) else []
+                    if isinstance(exc, RebaseLeft):
+                        outcome.conflicts += exc.conflicts
                     _failed(state, outcome, exc, rules.LOCAL, now)
         ahead = self.ahead()
         if not outcome.error and ahead and (plan.push or outcome.pulled):
@@ -507,12 +519,8 @@ class Replica:
             state.failures = 0  # the remote answered
         if tried and not outcome.error:
             state.error, state.error_kind, state.error_since = "", "", None
-        if settled:
-            outcome.conflicts = settled + outcome.conflicts
         state.ahead = outcome.ahead = ahead
         state.conflicts = self.conflict_copies()
-        _write_atomic(self.git_dir / STATE_FILE, json.dumps(asdict(state), sort_keys=True))
-        return outcome, state
 
 
 def _failed(state: State, outcome: Outcome, exc: Exception, kind: str, now: float) -> None:

@@ -786,3 +786,27 @@ def test_a_local_refusal_is_not_said_to_be_the_remote_and_does_not_back_it_off(t
     said = " ".join(done.lines()) + rep.lag_line(state, T0 + 1)
     assert "remote unreachable" not in said and "offline" not in rep.lag_line(state, T0 + 1, short=True)
     assert "not the remote" in said
+
+
+def test_a_leftover_index_lock_is_an_error_here_recorded_where_the_operator_looks(tmp_path, remote):
+    """A git killed while it held the index left index.lock: the commit's `add -A` failed, and the
+    GitError escaped the sync unrecorded (status, commit and the count of commits ahead ran outside
+    its try): `loom status` went on showing the last good sync, and the daemon's loop had the error."""
+    config = write_config(tmp_path, remote)
+    work = tmp_path / "a" / "memory"
+    work.mkdir(parents=True)
+    (work / "MEMORY.md").write_text("base\n")
+    assert loom_at(config, "memory", "sync").returncode == 0
+    (work / "MEMORY.md").write_text("base\nmore\n")
+    lock = rep.git_dir_of(tmp_path / "state-a", work) / "index.lock"
+    lock.write_text("")
+    done = loom_at(config, "memory", "sync")
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "not synced (git refused here, not the remote)" in done.stdout and "index.lock" in done.stdout
+    state = rep.state_of(tmp_path / "state-a", work)
+    assert state is not None and state.error_kind == "local" and state.failures == 0 and "index.lock" in state.error
+    status = loom_at(config, "status")
+    assert "memory replica  not synced (git refused here, not the remote)" in status.stdout
+    lock.unlink()
+    assert loom_at(config, "memory", "sync").returncode == 0
+    assert remote_file(remote, "MEMORY.md") == "base\nmore\n" and not rep.state_of(tmp_path / "state-a", work).error
