@@ -241,6 +241,9 @@ class ReplicaLook:
         return {"remote": self.remote, "dir": self.dir, "synced": lag is not None,
                 "last_push": lag.last_push if lag else None, "last_pull": lag.last_pull if lag else None,
                 "unpushed": lag.ahead if lag else None, "error": lag.error if lag else "",
+                # Whose the error is, as `describe` words it: "remote" (unreachable, the backoff
+                # grows) or "local" (git refused here: waiting for the remote mends nothing); "" with none.
+                "error_kind": lag.error_kind if lag and lag.error else "",
                 "error_since": lag.error_since if lag else None, "conflicts": lag.conflicts if lag else 0,
                 "describe": self.describe()}
 

@@ -264,7 +264,7 @@ def test_loom_memory_sync_commits_pushes_and_says_so_and_status_shows_the_lag(tm
     assert "memory replica  pushed" in status.stdout and "0 commits to push" in status.stdout
     data = __import__("json").loads(loom_at(config, "status", "--json").stdout)
     assert data["replica"]["unpushed"] == 0 and data["replica"]["last_push"] is not None
-    assert data["replica"]["remote"] == str(remote)
+    assert data["replica"]["remote"] == str(remote) and data["replica"]["error_kind"] == ""
 
 
 def test_loom_memory_sync_offline_keeps_the_commit_and_fails(tmp_path, remote):
@@ -274,6 +274,9 @@ def test_loom_memory_sync_offline_keeps_the_commit_and_fails(tmp_path, remote):
     done = loom_at(config, "memory", "sync")
     assert done.returncode == 1
     assert "remote unreachable" in done.stdout and "1 commit kept locally" in done.stdout
+    assert "memory replica  remote unreachable" in loom_at(config, "status").stdout
+    data = __import__("json").loads(loom_at(config, "status", "--json").stdout)["replica"]
+    assert data["error"] and data["error_kind"] == "remote"  # the remote's: its backoff grows
     work = tmp_path / "a" / "memory"
     assert git(f"--git-dir={rep.git_dir_of(tmp_path / 'state-a', work)}", "log", "-1", "--format=%s").startswith(
         "memory on a")
@@ -807,6 +810,8 @@ def test_a_leftover_index_lock_is_an_error_here_recorded_where_the_operator_look
     assert state is not None and state.error_kind == "local" and state.failures == 0 and "index.lock" in state.error
     status = loom_at(config, "status")
     assert "memory replica  not synced (git refused here, not the remote)" in status.stdout
+    data = __import__("json").loads(loom_at(config, "status", "--json").stdout)["replica"]
+    assert "index.lock" in data["error"] and data["error_kind"] == "local"  # here: no wait for the remote mends it
     lock.unlink()
     assert loom_at(config, "memory", "sync").returncode == 0
     assert remote_file(remote, "MEMORY.md") == "base\nmore\n" and not rep.state_of(tmp_path / "state-a", work).error
