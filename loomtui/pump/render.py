@@ -133,6 +133,9 @@ def _pump(data: dict[str, Any]) -> list[str]:
         return [f"— queued #{data.get('seq')} (position {data.get('position')}, from {_short(data.get('origin'))})"]
     if what == "pending":
         return [f"— {len(data.get('seqs') or [])} queued message(s) left by an earlier pump"]
+    if what == "unread":
+        return [f"— {len(data.get('seqs') or [])} message(s) written that the CLI never showed it read: "
+                f"kept for the next launch"]
     if what == "cli_exit":
         if data.get("signal"):
             return [f"— the CLI was killed by signal {data.get('signal')}"]

@@ -104,6 +104,10 @@ class Pump:
         self.events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.writes: queue.Queue[tuple[int, bytes] | None] = queue.Queue()
         self.messages: dict[int, Message] = {}
+        # Kept messages written to the CLI that it has not yet shown it read (_shows_read): their
+        # queue files stay until it does, so a CLI that dies first (a resume that fails without
+        # reading its input) leaves them for the next pump, not lost.
+        self.unread: list[int] = []
         self.waiting: dict[int, Pending] = {}
         self.state = rules.State()
         self.started = time.time()
@@ -221,6 +225,8 @@ class Pump:
             event = json.loads(line)
         except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes: raw
             event = None
+        if isinstance(event, dict) and self.unread and _shows_read(event):
+            self._read_through()  # before the rules: a result writes the next line, not read yet
         if isinstance(event, dict):
             # Claude Code repeats `init` at every turn: the pane shows the session when it changes.
             same = event.get("type") == "system" and event.get("subtype") == "init" \
@@ -232,6 +238,15 @@ class Pump:
             self._apply(rules.Output(time.time(), event))
         elif line.strip():
             self._record(transcript.OUT, raw=line)
+
+    def _read_through(self) -> None:
+        """The CLI read the lines written so far (in order, from one pipe): their files go."""
+        for seq in self.unread:
+            try:
+                os.unlink(self._queue_file(seq))
+            except FileNotFoundError:
+                pass
+        self.unread = []
 
     def _on_send(self, pending: Pending) -> None:
         before = self.state
@@ -258,20 +273,18 @@ class Pump:
                 self._write(action.seq)
 
     def _on_written(self, seq: int, error: str | None) -> None:
-        message = self.messages.pop(seq, None)
+        self.messages.pop(seq, None)
         pending = self.waiting.pop(seq, None)
         if error is not None:
+            self.unread = [s for s in self.unread if s != seq]  # its file stays: never delivered
             self._record(transcript.PUMP, what="write_failed", seq=seq, error=error)
             self._apply(rules.InputClosed(time.time(), seq))
             if pending is not None:
                 pending.reply({"ok": False, "error": f"could not write to the agent's CLI: {error}",
                                "code": rules.INPUT_CLOSED_CODE})
             return
-        if message is not None and message.persisted:
-            try:
-                os.unlink(self._queue_file(seq))
-            except FileNotFoundError:
-                pass
+        # A kept message's file stays until the CLI shows it read the line (_on_output): in the
+        # pipe is not read (a CLI that fails its resume exits without reading a byte of it).
         if pending is not None:
             self._publish()
             pending.reply({"ok": True, "state": "delivered", "seq": seq})
@@ -316,6 +329,9 @@ class Pump:
         self.state, _ = rules.step(self.state, rules.Exited(time.time(), status, signum))
         for item in later:
             self._handle(item)
+        kept = [seq for seq in self.unread if self._queue_file(seq).exists()]
+        if kept:
+            self._record(transcript.PUMP, what="unread", seqs=kept)
         self._record(transcript.PUMP, what="cli_exit", status=status, signal=signum, exit=code)
         self._publish()
         for pending in self.waiting.values():
@@ -345,6 +361,10 @@ class Pump:
         # Recorded before the bytes go: the CLI's answer must never come before its question
         # in the transcript. A failed write follows as a `write_failed` record of the same seq.
         self._record(transcript.IN, seq=seq, origin=message.origin, ref=message.ref, text=message.text)
+        if message.persisted:
+            # From now: what the CLI prints next follows this write (one line per turn, written
+            # between turns), even when it comes before the write thread says the bytes went.
+            self.unread.append(seq)
         self.writes.put((seq, user_line(message.text)))
 
     # Files.
@@ -600,6 +620,13 @@ def last_seq(path: Path) -> int:
         if highest or start == 0:
             return highest
     return 0
+
+
+def _shows_read(event: dict[str, Any]) -> bool:
+    """Whether an event the CLI printed after a write shows it read the line: any but an error
+    `result`, which Claude Code also prints without reading a byte (a resume of a session it cannot
+    find); a turn it took opens with `system/init` (docs/STREAM.md)."""
+    return not (event.get("type") == "result" and event.get("is_error") is True)
 
 
 def _deeper(value: Any, limit: int) -> bool:

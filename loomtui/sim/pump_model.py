@@ -7,10 +7,13 @@ The pump's turns and queue are Loom's own pump core, `pump.rules.step`: a line h
 turns is written to the CLI at once (`delivered`), one handed over during a turn waits (`queued`,
 with its place) and is written when that turn's `result` comes; seqs go on from the last pump's;
 a new pump delivers what the last one left queued, except probes (`dropped_probe`), as
-runner._load_queue does. Only the CLI is the world's: Claude Code prints nothing until a line
+runner._load_queue does, and with it what it kept written that its CLI never showed it read (its
+first event after the write was an error `result`, or none came: runner._shows_read). Only the CLI is the world's: Claude Code prints nothing until a line
 arrives, then `system/init`, the turn's `assistant` events (a tool call for a probe's `touch`, one
 every few minutes in a turn of the operator's) and its `result`. A resume of a conversation that is
-gone answers an error `result` at once and exits 1; any death of the CLI is the pump's `cli_exit`.
+gone answers an error `result` at once, reading nothing, and exits 1 (the pump has written it the
+first line it had queued by then, and the next after that result); any death of the CLI is the
+pump's `cli_exit`.
 
 Unlike the hooks, nothing here is lost or late: the pump writes its records itself, in order, as
 things happen. A wedged CLI (deaf) reads nothing and says nothing: a line written to it stays an
@@ -53,6 +56,7 @@ class Message:
     ref: str
     kind: str                       # probe / line / operator
     until: float | None = None      # an operator's turn: when it ends (None: a `busy` turn, set by its probe)
+    kept: bool = False              # in a queue file (it was queued): kept until the CLI shows it read it
 
 
 @dataclass
@@ -67,6 +71,7 @@ class Pump:
     messages: dict[int, Message] = field(default_factory=dict)
     written_at: dict[int, float] = field(default_factory=dict)   # seq -> when its `in` was written (t)
     stdin_closed: bool = False      # the CLI no longer reads its stdin: the next write fails
+    unread: list[int] = field(default_factory=list)   # kept lines written the CLI has not shown it read
 
 
 class PumpModel:
@@ -121,6 +126,7 @@ class PumpModel:
                 self.record(transcript.PUMP, what="dropped_probe", seq=seq)
                 continue
             carried[seq] = msg
+            msg.kept = True
             pending.append(seq)
         self.leftover = {}
         try:
@@ -130,18 +136,18 @@ class PumpModel:
         p = Pump(a.pid, a.pid * 10 + 2, w.wall, argv, rules.start(tuple(pending), self.last_seq + 1), carried)
         self.pump = p
         self.record(transcript.PUMP, what="started", pid=p.pid, cli_pid=p.cli_pid, argv=argv)
+        if pending:
+            self.record(transcript.PUMP, what="pending", seqs=pending)
+        self.apply(p, rules.Ready(w.wall))  # the first line it kept is written now, as runner._spawn
         if not a.alive:
             # The resume found no conversation (world.launch): Claude Code answers an error result at
-            # once, says so on stderr and exits 1 (docs/STREAM.md, "Refusals").
+            # once, reading nothing, says so on stderr and exits 1 (docs/STREAM.md, "Refusals").
             why = f"{RESUME_FAILED_SCREEN}: {a.session}"
             self.output(p, {"type": "result", "subtype": "error_during_execution", "is_error": True,
                             "num_turns": 0, "session_id": a.session, "errors": [why]})
             self.record(transcript.ERR, line=why)
             self.exited(p, a.exit_status, a.exit_signal)
             return
-        if pending:
-            self.record(transcript.PUMP, what="pending", seqs=pending)
-        self.apply(p, rules.Ready(w.wall))
         self.publish(p)
 
     def exited(self, p: Pump, status: int | None, signal: int | None) -> None:
@@ -151,9 +157,12 @@ class PumpModel:
             return
         p.state, _ = rules.step(p.state, rules.Exited(self.sim.world.wall, status, signal))
         code = status if status is not None else 128 + (signal or 0)
+        unread = [seq for seq in p.unread if seq in p.messages]
+        if unread:
+            self.record(transcript.PUMP, what="unread", seqs=unread)
         self.record(transcript.PUMP, what="cli_exit", status=status, signal=signal, exit=code)
         self.publish(p)
-        self.leftover = {seq: p.messages[seq] for seq in p.state.queue if seq in p.messages}
+        self.leftover = {seq: p.messages[seq] for seq in (*unread, *p.state.queue) if seq in p.messages}
         a = self.sim.world.agent
         if a is not None and a.pid == p.pid and not self.sim.hooked:
             a.seen_open = False  # a turn still open ended with its process (pump_marks: SessionEnd)
@@ -184,7 +193,7 @@ class PumpModel:
                 raise pump_client.refusal(action.reason, action.code)
             seq = action.seq
             self.last_seq = max(self.last_seq, seq)
-            p.messages[seq] = Message(text, origin, ref, kind, until)
+            p.messages[seq] = Message(text, origin, ref, kind, until, kept=isinstance(action, rules.Queued))
             if isinstance(action, rules.Queued):
                 self.record(transcript.PUMP, what="queued", seq=seq, position=action.position, origin=origin, ref=ref)
                 delivery = Delivery("queued", seq, action.position)
@@ -256,6 +265,8 @@ class PumpModel:
             p.state, _ = rules.step(p.state, rules.InputClosed(w.wall, seq))
             return False
         p.written_at[seq] = w.t
+        if msg.kept:
+            p.unread.append(seq)
         a = w.agent
         if a is None or a.pid != p.pid or not a.hearing():
             return True
@@ -375,5 +386,7 @@ class PumpModel:
         self.publish(p)
 
     def output(self, p: Pump, event: dict) -> None:
+        if not (event.get("type") == "result" and event.get("is_error") is True):
+            p.unread = []  # the CLI read what was written (runner._read_through); not its files' end here
         self.record(transcript.OUT, event=event)
         self.apply(p, rules.Output(self.sim.world.wall, event))

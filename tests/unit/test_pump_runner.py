@@ -4,9 +4,11 @@ the pane's thread when the pane takes nothing, and the refusals of sends the CLI
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
 
+from conftest import REPO, loom_env
 from harness import wait_for
 
 from loomtui.pump import rules, transcript
@@ -82,3 +84,50 @@ def test_lines_no_parser_or_float_can_hold_are_kept_and_the_pump_runs_on(tmp_pat
     status = json.loads((tmp_path / "pump.json").read_text())
     assert status["last_result"]["subtype"] == "success" and status["cli_exit"]["status"] == 0
     assert "result ok" in shown
+
+
+# A `--resume` of a session Claude Code cannot find: an error result at once, stdin never read, exit 1.
+RESUME_FAILS = r"""
+import time
+time.sleep(0.2)
+print('{"type":"result","subtype":"error_during_execution","is_error":true,"num_turns":0,'
+      '"errors":["No conversation found with session ID: s-1"]}', flush=True)
+time.sleep(0.3)
+raise SystemExit(1)
+"""
+# A CLI that takes three lines, each a turn that opens with init, then exits 0.
+TAKES_THREE = r"""
+import json, sys
+for n in range(3):
+    text = json.loads(sys.stdin.readline())["message"]["content"][0]["text"]
+    print(json.dumps({"type": "system", "subtype": "init", "session_id": "s-1"}), flush=True)
+    print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "got " + text}), flush=True)
+"""
+
+
+def pump_process(state_dir, cli_code: str) -> subprocess.CompletedProcess[str]:
+    """`loom pump` in a process of its own, as in the agent's pane, in front of a CLI of `cli_code`."""
+    return subprocess.run([sys.executable, "-m", "loomtui", "pump", "--state-dir", str(state_dir), "--",
+                           sys.executable, "-c", cli_code], capture_output=True, text=True, env=loom_env(),
+                          cwd=REPO, timeout=120)
+
+
+def test_kept_messages_a_cli_never_read_are_kept_for_the_next_launch(tmp_path):
+    # Their files went as soon as the bytes reached the pipe: a CLI that failed its resume without
+    # reading a byte ate one message per launch (two here: its error result let the next one be written).
+    queue = tmp_path / "pump-queue"
+    queue.mkdir()
+    for seq in (1, 2, 3):
+        (queue / f"{seq}.json").write_text(json.dumps(
+            {"seq": seq, "ts": 0, "origin": "telegram", "ref": f"tg-{seq}", "text": f"message {seq}"}))
+    assert pump_process(tmp_path, RESUME_FAILS).returncode == 1
+    assert sorted(p.name for p in queue.iterdir()) == ["1.json", "2.json", "3.json"]
+    path = transcript.path_in(tmp_path)
+    unread = [r.data["seqs"] for r in transcript.read(path) if r.data.get("what") == "unread"]
+    assert unread == [[1, 2]]
+    # The next launch's CLI reads them: each, in order, once, and only then is its file gone.
+    end = transcript.tail_offset(path, 0)
+    assert pump_process(tmp_path, TAKES_THREE).returncode == 0
+    answers = [r.event.get("result") for r in transcript.read(path, end) if r.event.get("type") == "result"]
+    assert answers == ["got message 1", "got message 2", "got message 3"]
+    assert list(queue.iterdir()) == []
