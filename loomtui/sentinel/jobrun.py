@@ -25,6 +25,7 @@ from loomtui.errors import LoomError, StoreUnavailable
 from loomtui.sentinel import logscan
 from loomtui.store import job_runs
 from loomtui.store.statedir import open_private, private_dir
+from loomtui.timing import Instant
 
 CHUNK = 65536
 MAX_OUTPUT_LINE = 65536  # a line longer than this is broken in the log rather than held in memory
@@ -33,7 +34,7 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 @dataclass
 class RunResult:
-    run_id: int
+    run_id: int | None  # None: the store took neither its start nor its end
     exit_code: int
     duration: float
     failure_lines: int
@@ -95,9 +96,29 @@ def open_log(path: Path) -> int:
     try:
         # 0600, its new directories 0700: a job's output may hold a secret (the sentinel reads it as us).
         private_dir(path.parent)
-        return open_private(path, os.O_WRONLY | os.O_APPEND)
+        fd = open_private(path, os.O_WRONLY | os.O_APPEND)
     except OSError as exc:
         raise LoomError(f"run-job: cannot open the job log {path}: {exc.strerror or exc}") from None
+    try:
+        _end_the_last_line(path, fd)
+    except OSError:
+        pass  # the run's own writes will say what is wrong with the log
+    return fd
+
+
+def _end_the_last_line(path: Path, fd: int) -> None:
+    """A log whose last line was cut short (a disk full, a run killed mid-write, a job's own
+    write without a newline) is ended first: the run's start line glued to it was no mark of
+    run-job's any more, and its command line was scanned as the job's output (a clean run made
+    a queue item)."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return
+    with open(path, "rb") as log:
+        log.seek(size - 1)
+        last = log.read(1)
+    if last and last != b"\n":
+        os.write(fd, b"\n")
 
 
 def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
@@ -116,10 +137,7 @@ def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
         started = at.wall
         # The start on both clocks: a claim is witnessed by a run that started after it, which a
         # step of the wall clock between the two must not decide (queue_rules.review).
-        with store.write() as db:
-            run_id = job_runs.start_in(db, job=name, started=started, pid=os.getpid(),
-                                       pid_started=proctree.start_time(os.getpid()), started_mono=at.mono,
-                                       boot=at.boot)
+        run_id = _start(ctx, name, at)
         try:
             fd = open_log(job.log)
         except LoomError as exc:
@@ -127,11 +145,12 @@ def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
             raise
         writer = LogWriter(fd, matcher)
         try:
-            writer.mark(f"start run {run_id} of job {name!r}: {shlex.join(argv)}")
-            env = {"LOOM_JOB": name, "LOOM_RUN_ID": str(run_id)}
+            which = f"run {run_id}" if run_id is not None else "a run the locked store could not record yet"
+            writer.mark(f"start {which} of job {name!r}: {shlex.join(argv)}")
+            env = {"LOOM_JOB": name, "LOOM_RUN_ID": "" if run_id is None else str(run_id)}
             code, error = _spawn_and_copy(argv, writer, env, stopper)
             duration = time.monotonic() - t0
-            writer.mark(f"run {run_id} " + (f"could not start: {error}" if error else
+            writer.mark(("the run " if run_id is None else f"run {run_id} ") + (f"could not start: {error}" if error else
                                              f"exit {code} after {duration:.1f}s"))
         finally:
             os.close(fd)
@@ -204,7 +223,28 @@ UNRECORDED = 75  # EX_TEMPFAIL: the job ran clean, its end could not be written 
 LOG_UNWRITTEN = 74  # EX_IOERR: the job ran clean, its output could not be written to its log
 
 
-def _finish(ctx: Context, run_id: int, code: int, t0: float, failures: int, error: str | None, *,
+def _start(ctx: Context, name: str, at: Instant) -> int | None:
+    """Record the run's start, its id; a store busy past its timeout is tried again as the end is,
+    and None when it never takes it: the job runs anyway (a nightly backup skipped for Loom's
+    bookkeeping is the worse loss; it had exited 1, never run) and its end records it whole."""
+    for attempt in range(FINISH_ATTEMPTS):
+        try:
+            # The start on both clocks: a claim is witnessed by a run that started after it, which
+            # a step of the wall clock between the two must not decide (queue_rules.review).
+            with ctx.store.write() as db:
+                return job_runs.start_in(db, job=name, started=at.wall, pid=os.getpid(),
+                                         pid_started=proctree.start_time(os.getpid()), started_mono=at.mono,
+                                         boot=at.boot)
+        except StoreUnavailable as exc:
+            if attempt == FINISH_ATTEMPTS - 1:
+                print(f"loom: run-job: the start of job {name!r} could not be recorded ({exc}): running it "
+                      "anyway, to be recorded at its end", file=sys.stderr)
+                return None
+            clock.sleep(min(2 ** attempt, 10))
+    return None
+
+
+def _finish(ctx: Context, run_id: int | None, code: int, t0: float, failures: int, error: str | None, *,
             job: str, started: float) -> None:
     """Record the run's end. A store busy past its timeout is tried again (the job is over; what
     is left is only to say how it went): an unrecorded end would read as a killed run later."""
@@ -217,8 +257,9 @@ def _finish(ctx: Context, run_id: int, code: int, t0: float, failures: int, erro
                 # the row read later as a run killed before its end). The store in its place takes it.
                 ctx.close()
             with ctx.store.write() as db:
-                if not job_runs.finish_in(db, run_id, ended=ended, exit_code=code, duration=duration,
-                                          failure_lines=failures, error=error, job=job, started=started):
+                if run_id is None or not job_runs.finish_in(db, run_id, ended=ended, exit_code=code,
+                                                            duration=duration, failure_lines=failures, error=error,
+                                                            job=job, started=started):
                     # Not in that store (a salvage that could not read the runs numbers them anew):
                     # the run recorded whole, never its end on another run's row.
                     again = job_runs.start_in(db, job=job, started=started, pid=os.getpid(), pid_started=None,
@@ -229,4 +270,4 @@ def _finish(ctx: Context, run_id: int, code: int, t0: float, failures: int, erro
         except StoreUnavailable:
             if attempt == FINISH_ATTEMPTS - 1:
                 raise
-            time.sleep(min(2 ** attempt, 10))
+            clock.sleep(min(2 ** attempt, 10))

@@ -207,8 +207,12 @@ PROBE = """
 import os, sys, time
 
 def _probe(frame, event, arg):
-    if (event == "c_call" and arg is time.sleep and frame.f_code.co_name == "_finish"
-            and frame.f_globals.get("__name__") == "loomtui.sentinel.jobrun"):
+    # loomtui.clock.sleep called by _finish: its back-off (on the clock port, as every wait of Loom's)
+    caller = frame.f_back
+    if (event == "call" and frame.f_code.co_name == "sleep"
+            and frame.f_globals.get("__name__") == "loomtui.clock" and caller is not None
+            and caller.f_code.co_name == "_finish"
+            and caller.f_globals.get("__name__") == "loomtui.sentinel.jobrun"):
         with open(os.environ["RUN_JOB_PROBE"], "a") as fh:
             fh.write("back-off\\n")
 
@@ -289,6 +293,83 @@ def test_a_clean_run_whose_end_cannot_be_recorded_exits_75(fleet, tmp_path):
     assert scan.returncode == 0, scan.stderr
     [item] = queue.listing(fleet.ctx.store)
     assert item.kind == "exit" and "without recording the exit" in item.signature
+
+
+def test_a_store_locked_from_before_the_start_to_after_the_end_runs_the_job_all_the_same(tmp_path):
+    """The start's record is tried again as the end's is; one the store never takes no longer
+    keeps the job from running (a nightly backup skipped for Loom's bookkeeping: it exited 1 at
+    once), and the run, clean but unrecorded, exits 75. Waits run on a fake clock."""
+    from fake_clock import FakeClock
+    from harness import clock_waiting_context, locked_by_another
+
+    from loomtui import clock
+
+    f = Fleet(tmp_path / "fleet", [{"name": "job"}])
+    f.ctx.close()
+    ctx = clock_waiting_context(f.config_path)
+    ran = tmp_path / "ran"
+    blocker = locked_by_another(ctx.store.path)
+    try:
+        with clock.use(FakeClock()):
+            result = jobrun.run_job(ctx, "job", [PY, "-c", f"open({str(ran)!r}, 'w').write('backed up')"])
+    finally:
+        blocker.close()
+    try:
+        assert ran.read_text() == "backed up"
+        assert (result.run_id, result.exit_code) == (None, jobrun.UNRECORDED)
+        log = f.log("job").read_text()
+        assert "start a run the locked store could not record yet of job 'job'" in log and "the run exit 0" in log
+        assert ctx.store.query("SELECT * FROM job_runs") == []  # nothing was recorded: it said so, 75
+    finally:
+        ctx.close()
+
+
+def test_a_start_the_locked_store_took_late_is_the_runs_own(tmp_path):
+    from fake_clock import FakeClock
+    from harness import clock_waiting_context, locked_by_another
+
+    from loomtui import clock
+
+    f = Fleet(tmp_path / "fleet", [{"name": "job"}])
+    f.ctx.close()
+    ctx = clock_waiting_context(f.config_path)
+    blocker = locked_by_another(ctx.store.path)
+    virtual = FakeClock()
+    real_sleep = virtual.sleep
+
+    def sleep_then_let_in(seconds: float) -> None:
+        real_sleep(seconds)
+        # The lock ends in run-job's first back-off (clock.sleep called by jobrun._start), not in
+        # the store's own busy wait before it.
+        if sys._getframe(2).f_code.co_name == "_start":
+            blocker.rollback()
+
+    virtual.sleep = sleep_then_let_in
+    try:
+        with clock.use(virtual):
+            result = jobrun.run_job(ctx, "job", [PY, "-c", "pass"])
+        assert (result.run_id, result.exit_code) == (1, 0)
+        [run] = ctx.store.query("SELECT * FROM job_runs")
+        assert run["exit_code"] == 0 and run["ended"] is not None
+        assert f"start run 1 of job 'job'" in f.log("job").read_text()
+    finally:
+        blocker.close()
+        ctx.close()
+
+
+def test_a_log_whose_last_line_was_cut_short_gets_its_newline_before_the_run_s_lines(fleet, tmp_path):
+    """A disk full or a run killed mid-write left a line without its newline: the next run's start
+    mark was glued to it, no mark any more, and the command line it carries was scanned as output."""
+    log = tmp_path / "deep" / "er" / "job.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("2026-12-06T00:00:00.000+00:00 progress 50%")
+    result = run_loom("run-job", "job", "--", "/usr/bin/env", "LOG_LEVEL=ERROR", PY, "-c", "pass", env=fleet.env())
+    assert result.returncode == 0, result.stderr
+    lines = log.read_text().splitlines()
+    assert lines[0].endswith("progress 50%") and "[loom run-job] start run 1" in lines[1]
+    scan = run_loom("sentinel", "scan", "--no-nudge", env=fleet.env())
+    assert scan.returncode == 0, scan.stderr
+    assert queue.listing(fleet.ctx.store) == []
 
 
 def test_a_runs_end_goes_to_the_store_a_salvage_put_in_place_while_it_ran(fleet):
