@@ -372,6 +372,19 @@ def test_a_log_whose_last_line_was_cut_short_gets_its_newline_before_the_run_s_l
     assert queue.listing(fleet.ctx.store) == []
 
 
+def test_a_job_line_dressed_as_run_jobs_own_is_still_the_jobs(fleet, tmp_path):
+    log = tmp_path / "deep" / "er" / "job.log"
+    script = "print('[loom run-job] ERROR: backup FAILED', flush=True)"
+    result = run_loom("run-job", "job", "--", PY, "-c", script, env=fleet.env())
+    assert result.returncode == 0, result.stderr
+    assert "(the job) [loom run-job] ERROR: backup FAILED" in log.read_text()
+    assert runs(fleet)[0]["failure_lines"] == 1
+    scan = run_loom("sentinel", "scan", "--no-nudge", env=fleet.env())
+    assert scan.returncode == 0, scan.stderr
+    [item] = queue.listing(fleet.ctx.store)
+    assert "backup FAILED" in item.sample
+
+
 def test_a_runs_end_goes_to_the_store_a_salvage_put_in_place_while_it_ran(fleet):
     # run-job opened the store when the job started; the daemon salvaged it meanwhile. The end was
     # committed into the file moved aside, and the new store's copy of the row read as a run killed.
