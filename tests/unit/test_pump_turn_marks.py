@@ -271,6 +271,23 @@ def test_a_reader_new_to_a_turn_that_printed_megabytes_since_its_line_still_sees
     assert excuse([turn], at(5), at(60), QUIET, MAX_TURN) == BUSY
 
 
+def test_a_first_read_widens_window_by_window_and_at_last_reads_the_whole_file(tmp_path, monkeypatch):
+    # The windows' sizes made small (sizes, not functions): a turn whose `in` lies past the second
+    # window is found in the whole file, one within it in that window, each still open.
+    monkeypatch.setattr(pump_turns, "TAIL", 1_000)
+    monkeypatch.setattr(pump_turns, "WIDER", (5_000, 20_000))
+    for signs, name in ((20, "near"), (200, "far")):  # about 8 KB and 80 KB of output since the `in`
+        path = transcript.path_in(tmp_path / name)
+        path.parent.mkdir()
+        log = transcript.Writer(path)
+        log.append(transcript.IN, ts=T0 + 1, seq=1, origin="operator", ref="", text="go")
+        for i in range(signs):
+            log.append(transcript.OUT, ts=T0 + 2 + i, event={"type": "user", "message": {"content": "x" * 300}})
+        log.close()
+        [turn] = turn_rules.turns(pump_turns.marks(tmp_path / name))
+        assert (turn.began, turn.last, turn.ended) == (at(1), at(1 + signs), None), name
+
+
 def test_a_reader_new_to_a_transcript_that_ends_between_turns_starts_from_its_last_mib(tmp_path):
     # The last MiB holds a `result`: nothing before it is needed, and nothing before it is read.
     path = transcript.path_in(tmp_path)
