@@ -137,13 +137,11 @@ def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
         raise LoomError("run-job: give the command after --, e.g. loom run-job NAME -- ./backup.sh", exit_code=2)
     cfg = ctx.config.sentinel
     matcher = logscan.matcher_for(job.patterns, job.anti_patterns, cfg.patterns, cfg.anti_patterns)
-    store = ctx.store
+    ctx.store  # opened first: an unusable store (not a locked one) is named and nothing runs
     # Whoever stops run-job (cron's timeout, systemd, Ctrl-C) stops the job, and the run is still recorded.
     with _Stopper() as stopper:
         at, t0 = clock.now(), time.monotonic()
         started = at.wall
-        # The start on both clocks: a claim is witnessed by a run that started after it, which a
-        # step of the wall clock between the two must not decide (queue_rules.review).
         run_id = _start(ctx, name, at)
         try:
             fd = open_log(job.log)
@@ -157,8 +155,8 @@ def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
             env = {"LOOM_JOB": name, "LOOM_RUN_ID": "" if run_id is None else str(run_id)}
             code, error = _spawn_and_copy(argv, writer, env, stopper)
             duration = time.monotonic() - t0
-            writer.mark(("the run " if run_id is None else f"run {run_id} ") + (f"could not start: {error}" if error else
-                                             f"exit {code} after {duration:.1f}s"))
+            ended = f"could not start: {error}" if error else f"exit {code} after {duration:.1f}s"
+            writer.mark(("the run " if run_id is None else f"run {run_id} ") + ended)
         finally:
             os.close(fd)
         error = error or writer.error
