@@ -45,8 +45,10 @@ log = logging.getLogger("loom.supervise")
 
 HEARTBEAT = "supervisor"
 MAX_LOOP_BACKOFF = 60.0
-# How long a service still at work when the daemon's wait for its loops ran out (30 s) is given
-# before its store is closed under it: 30 + 30 s, well inside systemd's 90 s stop timeout.
+# How long a loop still at work when the daemon's wait for its loops ran out (30 s) is given once
+# cancelled: a tick, or a service inside a command (a relaunch from Telegram). Its store is closed, the
+# stop recorded and supervisor.lock let go only once it is done, or once it is left behind after this
+# grace (said in the log): 30 + 30 s, well inside systemd's 90 s stop timeout.
 SERVICE_GRACE = 30.0
 FATAL_HEARTBEAT_FAILURES = 3
 
@@ -231,6 +233,9 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"loom-{spec.name}")
     running = asyncio.get_running_loop()
     planned: float | None = None
+    # The call in the loop's thread (a make, a tick), shielded: a cancel ends the wait for it, never
+    # the record of whether the thread is still at it.
+    work: asyncio.Future[Any] | None = None
     try:
         while not stop.is_set():
             began = time.monotonic()
@@ -247,9 +252,12 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 if tick is None:
                     # In the loop's thread: a make may open the store or read it (the hooks loop's
                     # does), which waits out a locked store's busy time, never on the daemon's loop.
-                    tick = await running.run_in_executor(worker, spec.make, ctx, rt.halt)
+                    making = running.run_in_executor(worker, spec.make, ctx, rt.halt)
+                    work = making
+                    tick = await asyncio.shield(making)
                 run = locked(ctx, spec.loop, tick, lock_dir(ctx, spec)) if spec.loop in oneshot.LOOPS else tick
-                result = await running.run_in_executor(worker, run)
+                work = running.run_in_executor(worker, run)
+                result = await asyncio.shield(work)
                 if result is BUSY:
                     status = "busy"  # a `loom tick` of this loop (cron, a timer) is running: it acts, we don't
                 failures = 0
@@ -282,8 +290,28 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                 break
     finally:
         worker.shutdown(wait=False, cancel_futures=True)
-        if ctx is not None:
+        # Cancelled with a tick still running (the daemon's wait for its loops ran out): its store
+        # is closed once it is done, never under it.
+        if ctx is not None and (work is None or await finished(work, spec.name)):
             ctx.close()
+
+
+async def finished(work: asyncio.Future[Any], name: str) -> bool:
+    """Whether the call `work` in loop `name`'s thread has ended, waiting up to SERVICE_GRACE for it
+    (the loop was cancelled while it ran). False: it is left behind, said in the log, and its store
+    is left open to it (the process ends soon after: `leave`)."""
+    if not work.done():
+        try:
+            await asyncio.wait([work], timeout=SERVICE_GRACE)
+        finally:
+            if not work.done():  # the grace ran out, or a second cancel cut it short
+                log.error("loop %s still at work after it was cancelled; left behind: loom-%s (its store "
+                          "left open)", name, name)
+    return work.done()
+
+
+class LeftBehind(asyncio.CancelledError):
+    """A cancelled service whose thread was still at work after its grace: its store stays open."""
 
 
 def lock_dir(ctx: Context, spec: TickLoop) -> Path:
@@ -322,9 +350,13 @@ async def run_service(rt: Runtime, service: Service, stop: asyncio.Event) -> Non
     failures = 0
     while not stop.is_set():
         ctx = clone(rt.ctx)
+        left = False
         try:
             await on_a_loop_of_its_own(service, ctx, stop)
             failures = 0
+        except LeftBehind:
+            left = True  # its thread is still inside a command: the store stays open to it
+            raise
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -337,7 +369,8 @@ async def run_service(rt: Runtime, service: Service, stop: asyncio.Event) -> Non
             else:
                 await asyncio.to_thread(_record_error, ctx, service.name, exc)
         finally:
-            ctx.close()
+            if not left:
+                ctx.close()
         if stop.is_set():
             break
         stats.restarts += 1
@@ -380,10 +413,13 @@ async def on_a_loop_of_its_own(service: Service, ctx: Context, stop: asyncio.Eve
     except asyncio.CancelledError:
         # The daemon stops and its wait for the loops ran out: the service was told to stop, and
         # its thread may still be inside a command (a relaunch from Telegram). Its store is closed
-        # and the stop recorded only once it is done, or after a grace more.
+        # and the stop recorded only once it is done, or once it is left behind after a grace more.
         tell_stop()
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait_for(asyncio.shield(running), SERVICE_GRACE)
+        try:
+            await finished(running, service.name)
+        finally:
+            if not running.done():
+                raise LeftBehind(service.name)  # also when a second cancel cut its grace short
         raise
     finally:
         relaying.cancel()
@@ -443,6 +479,13 @@ async def main_async(rt: Runtime, heartbeat_period: float) -> None:
     done, pending = await asyncio.wait(tasks, timeout=30)
     for task in pending:
         task.cancel()
+    if pending:
+        # Each cancelled loop waits up to SERVICE_GRACE for its thread, then leaves it behind: its
+        # end is awaited here, so the stop is recorded and supervisor.lock let go only after it.
+        ended, pending = await asyncio.wait(pending, timeout=SERVICE_GRACE + STUCK_GRACE)
+        done |= ended
+    for task in pending:
+        log.error("task %s did not end within its grace", task.get_name())
     for task in done:
         if not task.cancelled() and task.exception() is not None:
             log.error("task %s ended with %s", task.get_name(), task.exception())
@@ -452,7 +495,7 @@ def run_leaving_stuck_threads(main: Awaitable[None]) -> None:
     """asyncio.run, but its end does not wait for the threads of its default executor: a tick still
     stuck in one (a /proc read in D state, a call that never returns) held the daemon's stop for
     good, until systemd killed it at its stop timeout. Tasks still running are cancelled as
-    asyncio.run cancels them."""
+    asyncio.run cancels them, but never a second time: one cancelled already is in its grace."""
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(main)
@@ -460,9 +503,13 @@ def run_leaving_stuck_threads(main: Awaitable[None]) -> None:
         try:
             pending = asyncio.all_tasks(loop)
             for task in pending:
-                task.cancel()
+                if not task.cancelling():  # a second cancel would cut short the grace it is in
+                    task.cancel()
             if pending:
-                loop.run_until_complete(asyncio.wait(pending, timeout=STUCK_GRACE))
+                _, left = loop.run_until_complete(asyncio.wait(pending, timeout=STUCK_GRACE))
+                if left:  # never to end now: what they hold (a store) stays theirs until the process ends
+                    log.error("stopped with %d task(s) still running, left behind: %s", len(left),
+                              ", ".join(sorted(task.get_name() for task in left)))
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()  # its executor shut down without a wait

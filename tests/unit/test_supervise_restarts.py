@@ -278,9 +278,11 @@ STUCK_DAEMON = """
 import sys, threading
 from loomtui.cli import _guarded
 from loomtui.context import Context
+from loomtui.daemon import supervise as daemon
 from loomtui.daemon.supervise import TickLoop, leave, supervise
 
 ctx = Context.load(None, sys.argv[1], environ={})
+daemon.SERVICE_GRACE = 2.0  # its grace once cancelled: this one will never take it
 
 
 def make(loop_ctx, halt):
@@ -319,6 +321,78 @@ def test_a_daemon_whose_tick_is_stuck_for_good_still_stops_on_sigterm(tmp_path):
             assert ledger.tail(ctx.store, 10, kinds=["supervisor_stop"])
         finally:
             ctx.close()
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        daemon.wait()
+
+
+BUSY_AT_STOP = """
+import asyncio, sys, time
+from loomtui.cli import _guarded
+from loomtui.context import Context
+from loomtui.daemon.supervise import Service, TickLoop, leave, supervise
+from loomtui.store import ledger
+
+ctx = Context.load(None, sys.argv[1], environ={})
+PAST = float(sys.argv[2])  # how long each keeps at work once the stop came, deaf to it
+
+
+def make(loop_ctx, halt):
+    def tick():
+        print("ticking", flush=True)
+        halt.wait()
+        time.sleep(PAST)
+        ledger.append(loop_ctx.store, "operator_alert", source="test", detail={"note": "tick done"})
+    return tick
+
+
+async def busy(service_ctx, stop):
+    print("serving", flush=True)
+    await stop.wait()
+    await asyncio.to_thread(time.sleep, PAST)  # a command (a relaunch from Telegram) still under way
+    ledger.append(service_ctx.store, "operator_alert", source="test", detail={"note": "service done"})
+
+
+sys.exit(leave(_guarded(lambda: supervise(ctx, [TickLoop("slow", 3600.0, make)], [Service("busy", busy)]))))
+"""
+
+
+def test_a_tick_and_a_service_still_at_work_past_the_daemons_wait_finish_before_the_stop_is_recorded(tmp_path):
+    """Stopped, the daemon waits 30 s for its loops, then cancels those still at work and gives them
+    SERVICE_GRACE more. The cancel was sent twice (main_async, then the end of the event loop), and the
+    second cut the service's grace to nothing; a tick was given none at all: their stores were closed
+    under them, the stop recorded, supervisor.lock let go and the process ended while each still acted.
+    Here both work a few seconds past the daemon's wait: each ends, then the stop is recorded."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import loom_env
+    from harness import wait_for
+
+    from loomtui.daemon.supervise import SERVICE_GRACE
+
+    past = 33.0  # past the daemon's 30 s wait, well inside its grace
+    assert past < 30.0 + SERVICE_GRACE
+    state = tmp_path / "state"
+    daemon = subprocess.Popen([sys.executable, "-c", BUSY_AT_STOP, str(state), str(past)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=loom_env({}))
+    try:
+        assert daemon.stdout is not None
+        assert {daemon.stdout.readline().strip(), daemon.stdout.readline().strip()} == {"ticking", "serving"}
+        daemon.send_signal(signal.SIGTERM)
+        wait_for(lambda: daemon.poll() is not None, 180, what="the daemon to end after SIGTERM")
+        stderr = daemon.stderr.read() if daemon.stderr else ""
+        assert daemon.returncode == 0, stderr
+        assert "left behind" not in stderr, stderr
+        ctx = Context.load(None, str(state), environ={})
+        try:
+            said = [e.detail.get("note") or e.kind for e in ledger.tail(ctx.store, 20,
+                                                                        kinds=["operator_alert", "supervisor_stop"])]
+        finally:
+            ctx.close()
+        assert sorted(said[:2]) == ["service done", "tick done"] and said[2:] == ["supervisor_stop"], said
     finally:
         if daemon.poll() is None:
             daemon.kill()
