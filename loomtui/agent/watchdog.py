@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,9 +38,12 @@ class WatchdogReport:
 
 
 class Watchdog:
-    def __init__(self, ctx: Context, driver: AgentDriver | None = None) -> None:
+    def __init__(self, ctx: Context, driver: AgentDriver | None = None, stop: threading.Event | None = None) -> None:
+        """`stop`: set when the daemon stops (its halt); no relaunch is begun once it is, as the
+        canary's probe gives up its wait (a relaunch begun then outlived the daemon's stop)."""
         self.ctx = ctx
         self.driver = driver or drivers.of(ctx)
+        self.stop = stop or threading.Event()
         self._others: dict[str, AgentDriver] = {}  # the other configured agents' drivers, by name
         self.settings = settings_from(ctx.config, has_dialogs=self.driver.has_dialogs)
         self.memory = Looks()
@@ -132,6 +136,10 @@ class Watchdog:
             return "modal dismissed" if result.ok else f"modal dismissal failed: {result.error}"
         assert step.kind == "recover" and step.cause
         cause = step.cause
+        if self.stop.is_set():
+            # The daemon stops: a relaunch (stop, launch, a boot watched for its grace) would hold up
+            # the stop, and the store it records into is about to close. The next daemon's look finds it.
+            return f"{cause}: not relaunched, the daemon is stopping"
         evidence: dict[str, object] = {"note": step.note}
         if obs.pane_dead:
             evidence["status"] = obs.dead_status

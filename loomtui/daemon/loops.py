@@ -99,8 +99,8 @@ def _wait(fds: Sequence[FileDescriptorLike], halt: threading.Event, limit: float
 
 def watchdog_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
     """Every `exit_check` (or at once when tmux's pane-died hook rings) a cheap dead-pane look;
-    every `interval` the full watchdog tick."""
-    watchdog = Watchdog(ctx)
+    every `interval` the full watchdog tick; none begins a relaunch once the daemon stops (`halt`)."""
+    watchdog = Watchdog(ctx, stop=halt)
     interval = ctx.config.watchdog.interval
     last_full: list[float] = []
 

@@ -411,6 +411,25 @@ def test_a_relaunch_records_what_the_watchdog_saw_of_the_dead_pane(machine, stat
     assert report.results == [f"crash: relaunch ({failed.detail['mode']}) failed: {failed.detail['error']}"]
 
 
+def test_the_daemons_watchdog_begins_no_relaunch_once_the_daemon_stops(machine):
+    """The daemon stops (its halt is set) as the watchdog finds the pane dead. The daemon's watchdog
+    never heard the halt: the relaunch it began (the old agent stopped, a new one launched, its boot
+    watched for the boot grace) held up the stop, into the daemon's wait and past it, writing into a
+    store about to be closed. The next daemon's first look finds the dead pane."""
+    import threading
+
+    from loomtui.daemon.loops import watchdog_tick
+
+    halt = threading.Event()
+    machine.driver.info = dead()
+    halt.set()
+    report = watchdog_tick(machine, halt)()
+    assert [step.cause for step in report.steps] == ["crash"]
+    assert report.results == ["crash: not relaunched, the daemon is stopping"]
+    assert ledger.tail(machine.store, 10, kinds=["relaunch", "relaunch_failed"]) == []
+    assert machine.driver.info is not None  # nothing was stopped
+
+
 def test_a_relaunch_that_stopped_nothing_puts_the_launch_record_back(machine, virtual):
     """tmux stopped answering between the look and the stop: nothing was stopped, the old agent runs
     on. Its launch record stayed the failed relaunch's: a launch that never happened, taken for an
