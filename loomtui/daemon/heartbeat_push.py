@@ -29,6 +29,7 @@ from loomtui.report import heartbeat_rules as rules
 from loomtui.report import status as status_mod
 from loomtui.store import counters, heartbeat_pushes
 from loomtui.text import printable
+from loomtui.timing import age, as_instant
 
 log = logging.getLogger("loom.heartbeat")
 
@@ -45,7 +46,9 @@ def health(statuses: list[status_mod.Status], now: float, config: Config | None 
     out = []
     for s in statuses:
         claim = s.relaunch
-        waited = now - claim.ts if claim is not None and s.unwitnessed else None
+        # On the monotonic clock within a boot: a wall clock stepped ahead had failed the beat at
+        # once, one stepped back hid an unwitnessed relaunch.
+        waited = age(claim.at, as_instant(s.moment)) if claim is not None and s.unwitnessed else None
         state = s.agent_state()
         beneath = s.agent_state(with_hold=False) if state in lifecycle.HELD else None
         out.append(rules.AgentHealth(s.name, state, waited, _stuck(s, config), beneath))

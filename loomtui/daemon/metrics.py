@@ -310,7 +310,8 @@ def kpis(ctx: Context, now: float, statuses: list[tuple[Context, status_mod.Stat
         stuck.add_metric([actx.agent, "queue_item"], _waiting_item_age(actx, status.moment))
         claim = status.relaunch
         # Only the last relaunch can be unwitnessed: a later one supersedes the claim of an earlier.
-        stuck.add_metric([actx.agent, "relaunch"], now - claim.ts if claim is not None and status.unwitnessed else 0.0)
+        stuck.add_metric([actx.agent, "relaunch"], age(claim.at, as_instant(status.moment))
+                         if claim is not None and status.unwitnessed else 0.0)
     yield stuck
 
 

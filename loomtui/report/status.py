@@ -45,6 +45,15 @@ class RelaunchClaim:
     witness: int | None = None      # the ledger event of the ack that witnessed it
     witnessed_at: float | None = None
     failed: bool = False            # the launch itself failed (relaunch_failed / launch_died)
+    mono: float | None = None       # the relaunch on the monotonic clock, on boot `boot` (None: older records)
+    boot: str | None = None
+
+    @property
+    def at(self) -> Instant:
+        """When it was recorded, on both clocks where its record kept them: how long it has gone
+        unwitnessed is measured on the monotonic clock within a boot (a wall clock stepped an hour
+        ahead had failed a heartbeat at once)."""
+        return stored(self.ts, self.mono, self.boot)
 
     @property
     def witnessed(self) -> bool:
@@ -501,13 +510,15 @@ def relaunch_claim(ctx: Context) -> RelaunchClaim | None:
     if row is None:
         return None
     try:
-        mode = json.loads(row["detail"]).get("mode", "")
+        detail = json.loads(row["detail"])
     except ValueError:
-        mode = ""
+        detail = {}
+    detail = detail if isinstance(detail, dict) else {}
     failed = ledger.relaunch_failed_after(ctx.store, ctx.agent, row["id"])
     ack = canary.witness_of(ctx, row["id"])
-    return RelaunchClaim(row["id"], row["ts"], row["cause"] or "", mode, row["source"] or "",
-                         ack["event"] if ack else None, ack["ts"] if ack else None, failed)
+    at = stored(row["ts"], detail.get("mono"), detail.get("boot"))
+    return RelaunchClaim(row["id"], row["ts"], row["cause"] or "", str(detail.get("mode") or ""), row["source"] or "",
+                         ack["event"] if ack else None, ack["ts"] if ack else None, failed, at.mono, at.boot)
 
 
 def agent(ctx: Context, now: float | None = None) -> AgentLook:

@@ -78,6 +78,29 @@ def test_the_heartbeat_reads_the_state_beneath_a_hold_from_the_status(tmp_path):
     assert (free.state, free.beneath) == (lifecycle.NO_PROCESS, None)
 
 
+def test_an_unwitnessed_relaunch_is_timed_on_the_monotonic_clock(tmp_path):
+    """A wall clock stepped an hour ahead just after a relaunch had sent /fail at once; one stepped
+    back hid a relaunch unwitnessed for longer than its bound."""
+    from loomtui.daemon.heartbeat_push import health
+    from loomtui.report.status import AgentLook, RelaunchClaim, Status
+    from loomtui.timing import Instant
+
+    def waited(wall_now: float, mono_now: float, boot: str = "b1") -> float | None:
+        claim = RelaunchClaim(7, ts=1000.0, cause="crash", mode="resume", source="watchdog", mono=50.0, boot="b1")
+        status = Status(taken=wall_now, state_dir=str(tmp_path), config=None, pinned_session=None, ledger_events=0,
+                        heartbeats={}, last_events=[], outbox={}, conflict=None,
+                        agent=AgentLook("up", pane={"pane_pid": 1, "dead": False}, tree={"process": "present"}),
+                        canary=None, canary_settled=None, queue={}, hold=None, last_launch=None, since_launch=None,
+                        relaunch=claim, at=Instant(wall_now, mono_now, boot))
+        [agent] = health([status], wall_now)
+        assert agent.state == lifecycle.UNWITNESSED
+        return agent.unwitnessed_for
+
+    assert waited(1000.0 + 3600 + 30, 80.0) == 30.0   # stepped an hour ahead: 30 s, not an hour
+    assert waited(1000.0 - 3600, 50.0 + 900) == 900.0  # stepped back an hour: 15 minutes, past its bound
+    assert waited(1000.0 + 40, 7.0, "b2") == 40.0      # another boot: the wall clock is all there is
+
+
 def test_an_unwitnessed_relaunch_fails_only_past_its_bound():
     def says(waited):
         return verdict([AgentHealth("main", lifecycle.UNWITNESSED, waited)], hold_fails=False,
