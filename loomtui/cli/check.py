@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _verdict(args: argparse.Namespace) -> tuple[int, str]:
     from loomtui.report import check_rules as rules
-    from loomtui.daemon.oneshot import loop_name, stuck_ticks
+    from loomtui.daemon.oneshot import loop_name, stuck_host_loops, stuck_ticks
     from loomtui.report import status as status_mod
     from loomtui.sentinel import queue
 
@@ -72,5 +72,5 @@ def _verdict(args: argparse.Namespace) -> tuple[int, str]:
         heartbeat_age=beat.age if beat is not None else None,
         stale_after=host_stale,
         telegram_on=bool(config.telegram.chat_id), pending=box["pending"],
-        oldest_pending_age=box["oldest_pending_age"], failed=box["failed"])
+        oldest_pending_age=box["oldest_pending_age"], failed=box["failed"], stuck=stuck_host_loops(beat, config))
     return rules.verdict(agents, host)

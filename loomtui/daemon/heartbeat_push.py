@@ -61,6 +61,13 @@ def _stuck(s: status_mod.Status, config: Config | None) -> str:
     return "; ".join(f"{loop} tick stuck for {int(seconds)}s" for loop, seconds in found)
 
 
+def host_stuck(statuses: list[status_mod.Status], config: Config) -> str:
+    """The host-wide loops (the sentinel, the Telegram services) whose step under way has run too
+    long (`loom check`'s rule), said: every agent's beat fails with it."""
+    found = oneshot.stuck_host_loops(statuses[0].supervisor, config) if statuses else ()
+    return "; ".join(f"{loop} step stuck for {int(seconds)}s" for loop, seconds in found)
+
+
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -148,8 +155,10 @@ def heartbeat_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
         due = [s for s in senders if rules.due_in(s.last_offer, s.beat.interval, now) <= 0]
         if not due:
             return None
+        stuck = ""
         try:
-            well = health(status_mod.gather_all(ctx, events=0), clock.wall(), ctx.config)
+            statuses = status_mod.gather_all(ctx, events=0)
+            well, stuck = health(statuses, clock.wall(), ctx.config), host_stuck(statuses, ctx.config)
         except Exception as exc:  # noqa: BLE001  # no look, no verdict: a skipped beat, not a wrong one
             well, unseen = None, f"status unavailable: {type(exc).__name__}"
         said = {}
@@ -160,7 +169,8 @@ def heartbeat_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
                 verdict = rules.Verdict(rules.SKIP, unseen)
             else:
                 mine = [h for h in well if not beat.agents or h.name in beat.agents]
-                verdict = rules.verdict(mine, hold_fails=beat.hold_fails, unwitnessed_after=beat.unwitnessed_after)
+                verdict = rules.verdict(mine, hold_fails=beat.hold_fails, unwitnessed_after=beat.unwitnessed_after,
+                                        stuck=stuck)
             if verdict.says == rules.SKIP:
                 sender.record(rules.SKIP, verdict.why)
                 said[beat.name] = f"skipped ({verdict.why})"

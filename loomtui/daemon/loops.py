@@ -19,7 +19,8 @@ from loomtui.agent.tmux import TmuxError
 from loomtui.agent.watchdog import Watchdog
 from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
-from loomtui.daemon.supervise import Doorbell, Service, TickLoop, loop_name
+from loomtui.daemon import oneshot
+from loomtui.daemon.supervise import Doorbell, Service, StepMark, TickLoop, loop_name
 from loomtui.hooks import settings as hook_settings
 from loomtui.platform import DirectoryWatch, Waitable
 
@@ -411,24 +412,24 @@ def tick_loops(ctx: Context) -> list[TickLoop]:
     return out
 
 
-async def _sender(ctx: Context, stop: asyncio.Event) -> None:
+async def _sender(ctx: Context, stop: asyncio.Event, step: StepMark) -> None:
     from loomtui.telegram.sender import run_sender
 
-    await run_sender(ctx, stop)
+    await run_sender(ctx, stop, step=step)
 
 
-async def _commands(ctx: Context, stop: asyncio.Event) -> None:
+async def _commands(ctx: Context, stop: asyncio.Event, step: StepMark) -> None:
     """The bot's one poller: the operator's commands and, with telegram.bridge on, the messages
     it relays to the agent (run_commands reads both switches)."""
     from loomtui.telegram.commands import OperatorActions, run_commands
 
-    await run_commands(ctx, OperatorActions(ctx), stop)
+    await run_commands(ctx, OperatorActions(ctx), stop, step=step)
 
 
-async def _bridge_replies(ctx: Context, stop: asyncio.Event) -> None:
+async def _bridge_replies(ctx: Context, stop: asyncio.Event, step: StepMark) -> None:
     from loomtui.telegram.bridge import run_bridge
 
-    await run_bridge(ctx, stop)
+    await run_bridge(ctx, stop, step=step)
 
 
 def services(ctx: Context) -> list[Service]:
@@ -439,9 +440,10 @@ def services(ctx: Context) -> list[Service]:
     cfg = ctx.config.telegram
     if not cfg.chat_id:
         return []
-    out = [Service("telegram_sender", _sender)]
+    sender, commands, bridge = oneshot.TELEGRAM_SERVICES
+    out = [Service(sender, _sender)]
     if cfg.commands or cfg.bridge:
-        out.append(Service("telegram_commands", _commands))
+        out.append(Service(commands, _commands))
     if cfg.bridge:
-        out.append(Service("telegram_bridge", _bridge_replies))
+        out.append(Service(bridge, _bridge_replies))
     return out

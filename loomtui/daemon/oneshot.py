@@ -38,6 +38,8 @@ AGENT_LOOPS = ("watchdog", "canary")  # one per agent; the sentinel and the send
 EXIT_RAN, EXIT_FAILED, EXIT_BUSY = 0, 1, 75  # 75: EX_TEMPFAIL, "try again later"
 EXIT_UNUSABLE = health.EX_IOERR  # 74: the store is damaged or gone (`loom supervise` salvages it at start)
 LOOKS_KEY = "watchdog_looks"
+# The daemon's Telegram services (daemon/loops.py), by the name their heartbeat entries have.
+TELEGRAM_SERVICES = ("telegram_sender", "telegram_commands", "telegram_bridge")
 
 
 class SenderBusy(Exception):
@@ -107,6 +109,19 @@ def stuck_ticks(beat: Heartbeat | None, config: Config, agent: str) -> tuple[tup
     return check_rules.stuck({loop: beat.ran(loop_name(loop, agent), fresh) for loop in ("watchdog", "canary")},
                              check_rules.tick_stuck_after(view.agent.boot_grace, view.canary.ack_timeout,
                                                           view.agent.resume_check, view.agent.stop_grace))
+
+
+def stuck_host_loops(beat: Heartbeat | None, config: Config) -> tuple[tuple[str, float], ...]:
+    """The host-wide loops whose step under way, as the supervisor's last fresh beat tells it, has
+    run longer than any may: the sentinel's tick (its interval, and the margin), a Telegram service's
+    step (a poll's long poll, and the margin). `loom check`'s and the push heartbeats' one reading."""
+    if beat is None:
+        return ()
+    fresh = check_rules.supervisor_stale_after(config.watchdog.interval)
+    sentinel = check_rules.stuck({"sentinel": beat.ran("sentinel", fresh)},
+                                 check_rules.step_stuck_after(config.sentinel.interval))
+    return sentinel + check_rules.stuck({name: beat.ran(name, fresh) for name in TELEGRAM_SERVICES},
+                                        check_rules.step_stuck_after(config.telegram.long_poll))
 
 
 def tick_once(ctx: Context, loop: str, *, source: str = "cron") -> TickOutcome:

@@ -27,7 +27,7 @@ import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -135,12 +135,33 @@ class TickLoop:
 loop_name = oneshot.loop_name
 
 
+# What a service marks each of its steps with (`with step():` around a delivery, a poll, a look at the
+# transcript): the heartbeat says how long the one under way has run (`busy_for`), as of a tick.
+StepMark = Callable[[], contextlib.AbstractContextManager[object]]
+
+
 @dataclass
 class Service:
-    """A long-running coroutine (e.g. the Telegram sender) that watches `stop` itself."""
+    """A long-running coroutine (e.g. the Telegram sender) that watches `stop` itself and marks its
+    steps: `run(ctx, stop, step)`."""
 
     name: str
-    run: Callable[[Context, asyncio.Event], Awaitable[None]]
+    run: Callable[[Context, asyncio.Event, StepMark], Awaitable[None]]
+
+
+def marking(stats: LoopStats) -> StepMark:
+    """A service's step mark: `began` set while a step is under way (set and read across threads: one
+    attribute, written whole)."""
+
+    @contextlib.contextmanager
+    def step() -> Iterator[None]:
+        stats.began = time.monotonic()
+        try:
+            yield
+        finally:
+            stats.began = None
+
+    return step
 
 
 @dataclass
@@ -352,7 +373,7 @@ async def run_service(rt: Runtime, service: Service, stop: asyncio.Event) -> Non
         ctx = clone(rt.ctx)
         left = False
         try:
-            await on_a_loop_of_its_own(service, ctx, stop)
+            await on_a_loop_of_its_own(service, ctx, stop, marking(stats))
             failures = 0
         except LeftBehind:
             left = True  # its thread is still inside a command: the store stays open to it
@@ -378,7 +399,8 @@ async def run_service(rt: Runtime, service: Service, stop: asyncio.Event) -> Non
             break
 
 
-async def on_a_loop_of_its_own(service: Service, ctx: Context, stop: asyncio.Event) -> None:
+async def on_a_loop_of_its_own(service: Service, ctx: Context, stop: asyncio.Event,
+                               step: StepMark = contextlib.nullcontext) -> None:
     """`service.run` on an event loop of its own, in a thread of its own, until it returns (or
     raises: here, in the caller). A service reads and writes the store between its awaits (the
     Telegram sender's outbox, the poller's offset), and a store another process holds locked makes
@@ -393,7 +415,7 @@ async def on_a_loop_of_its_own(service: Service, ctx: Context, stop: asyncio.Eve
         inner.append((asyncio.get_running_loop(), own))
         if halted.is_set():  # the stop came before this loop was there to be told
             own.set()
-        await service.run(ctx, own)
+        await service.run(ctx, own, step)
 
     def tell_stop() -> None:
         halted.set()

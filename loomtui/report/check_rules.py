@@ -3,8 +3,9 @@ code monitoring plugins use (Nagios, Icinga, Monit, cron and healthchecks wrappe
 
 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; the worst finding decides, CRITICAL over WARNING over
 UNKNOWN (a tmux that did not answer says nothing about an agent that is also held). CRITICAL: an
-agent down, the ceiling's hold (automatic recovery has stopped), no fresh supervisor heartbeat
-or an agent's watchdog or canary tick stuck (nobody is watching). WARNING: an operator's hold, a relaunch unwitnessed past the time its canary
+agent down, the ceiling's hold (automatic recovery has stopped), no fresh supervisor heartbeat,
+an agent's watchdog or canary tick stuck (nobody is watching), or a host-wide loop's step stuck (the
+sentinel's tick, a Telegram service's step: no job watched, no message sent or command read). WARNING: an operator's hold, a relaunch unwitnessed past the time its canary
 should have taken, queue items past their backstop, messages the operator has not been sent.
 UNKNOWN: the agent could not be looked at. `loom status` stays descriptive; this is for alerting.
 """
@@ -24,6 +25,9 @@ _NOT_SEEN = {"unknown": "tmux did not answer", "process_unknown": "its process t
              "not_looked": "not looked at"}
 # Messages waiting longer than this for Telegram are unsent, not on their way.
 UNSENT_AFTER = 600.0
+# What a step may take past its longest wait while all is well: a stuck one is news within about a
+# quarter of an hour, a slow one never.
+STUCK_MARGIN = 600.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class HostFacts:
     pending: int = 0                    # outbox messages not yet sent
     oldest_pending_age: float | None = None
     failed: int = 0                     # outbox messages Telegram refused
+    stuck: tuple[tuple[str, float], ...] = ()  # host-wide loops whose step under way has run too long, and how long
 
 
 def supervisor_stale_after(watchdog_interval: float) -> float:
@@ -63,12 +68,18 @@ def tick_stuck_after(boot_grace: float, ack_timeout: float, resume_check: float,
     """How long one watchdog or canary tick may run while all is well: a probe waits out its ack
     (a booting stream-json pump's boot grace first), then a relaunch stops the agent, watches a
     resume boot and falls back to fresh once, each store write perhaps waiting out a locked store's
-    busy time. Ten minutes more: a stuck tick is news within about a quarter of an hour, a slow one never."""
-    return boot_grace + ack_timeout + 2 * (stop_grace + resume_check) + 600.0
+    busy time. Ten minutes more (STUCK_MARGIN)."""
+    return boot_grace + ack_timeout + 2 * (stop_grace + resume_check) + STUCK_MARGIN
+
+
+def step_stuck_after(longest_wait: float) -> float:
+    """How long one step of a host-wide loop may run while all is well: the longest it waits (the
+    sentinel's interval, a Telegram poll's long poll), ten minutes more (STUCK_MARGIN)."""
+    return longest_wait + STUCK_MARGIN
 
 
 def stuck(ran: dict[str, float | None], bound: float) -> tuple[tuple[str, float], ...]:
-    """The loops (by their word: watchdog, canary) whose tick under way has run longer than `bound`."""
+    """The loops (by their word: watchdog, canary, sentinel) whose tick under way has run longer than `bound`."""
     return tuple((loop, seconds) for loop, seconds in ran.items() if seconds is not None and seconds > bound)
 
 
@@ -109,6 +120,10 @@ def findings(agents: list[AgentFacts], host: HostFacts) -> list[tuple[int, str]]
             # The config names it, the running daemon (which read its config at its start) does not.
             found.append((CRITICAL, f"{who} is not supervised: the running loom supervise has no watchdog for it "
                                     "(started before it was configured): restart loom supervise"))
+    for loop, seconds in host.stuck:
+        # As an agent's tick: the heartbeat beats on while this loop's thread is stuck (a job's log on
+        # a hung NFS mount, a store that never answers), and nobody does its work.
+        found.append((CRITICAL, f"the {loop} loop's step has run {_age(seconds)}: stuck (restart loom supervise)"))
     if host.heartbeat_age is None:
         found.append((CRITICAL, "no supervisor heartbeat: loom supervise is not running"))
     elif host.heartbeat_age > host.stale_after or host.heartbeat_age < -host.stale_after:  # dated far ahead: not a beat

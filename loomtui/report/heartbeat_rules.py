@@ -7,7 +7,8 @@ after its own grace). So a dead box is noticed off the box.
 
 Down is what the lifecycle can tell for sure: tmux said the session is gone, the pane's process
 exited, the pane has no agent process, a relaunch stayed unwitnessed past its bound, or the agent's
-watchdog or canary tick has run far past any tick's time (stuck: nobody watches it). A hold is a
+watchdog or canary tick has run far past any tick's time (stuck: nobody watches it); so is every
+agent when a host-wide loop's step has (the sentinel's, a Telegram service's: nobody does its work). A hold is a
 failure where the heartbeat says so (an operator's hold is usually on purpose), but it hides
 nothing: an agent down beneath a hold is down. Held by the ceiling it had read as held, and the
 receiver heard "ok" at the very moment Loom gave up on a dead agent. A look that
@@ -47,10 +48,11 @@ class Verdict:
     why: str = ""
 
 
-def verdict(agents: list[AgentHealth], *, hold_fails: bool, unwitnessed_after: float) -> Verdict:
-    """What the heartbeat says for these agents: fail if any is down, skip if any could not be told
-    (and none is down), else ok. An empty list is ok: the supervisor itself is up."""
-    down, unsure = [], []
+def verdict(agents: list[AgentHealth], *, hold_fails: bool, unwitnessed_after: float, stuck: str = "") -> Verdict:
+    """What the heartbeat says for these agents: fail if any is down or a host-wide loop is `stuck`
+    (said), skip if any could not be told (and none is down), else ok. An empty list is ok: the
+    supervisor itself is up."""
+    down, unsure = [stuck] if stuck else [], []
     for a in agents:
         if a.stuck:
             down.append(f"{a.name} {a.stuck}")  # nobody is watching it, whatever its state reads

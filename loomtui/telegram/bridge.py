@@ -21,11 +21,12 @@ where it was. The outbox's dedupe key is the input's seq and timestamp: a transc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -231,8 +232,10 @@ def first_agent(ctx: Context) -> Context:
     return ctx if ctx.agent == first else ctx.for_agent(first)
 
 
-async def run_bridge(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM) -> None:
-    """Follow the first agent's transcript until `stop` is set (with the bridge off, only wait for `stop`)."""
+async def run_bridge(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM,
+                     step: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext) -> None:
+    """Follow the first agent's transcript until `stop` is set (with the bridge off, only wait for `stop`).
+    Each look runs inside `step()`: the daemon's heartbeat says how long it has run."""
     cfg = ctx.config.telegram
     if not cfg.bridge:
         await stop.wait()
@@ -241,7 +244,8 @@ async def run_bridge(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM
     try:
         bridge = Bridge(first.store, first.agent_dir, cfg.chat_id)
         while not stop.is_set():
-            await asyncio.to_thread(bridge.step)
+            with step():
+                await asyncio.to_thread(bridge.step)
             if await clock.sleep(cfg.poll_interval, stop):
                 break
     finally:

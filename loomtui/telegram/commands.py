@@ -254,9 +254,12 @@ def format_agents(statuses: list[Status]) -> str:
 
 
 async def run_commands(ctx: Context, actions: Actions, stop: asyncio.Event, *, clock: Clock = SYSTEM,
-                       bot: telegram.Bot | None = None) -> None:
+                       bot: telegram.Bot | None = None,
+                       step: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext) -> None:
     """Poll and answer operator commands (and relay the operator's messages, with the bridge on)
-    until `stop` is set; only waits for `stop` when neither is on."""
+    until `stop` is set; only waits for `stop` when neither is on. Each poll runs inside `step()`
+    (a command's answer goes on beside the polling, outside it): the daemon's heartbeat says how
+    long it has run."""
     cfg = ctx.config.telegram
     if not (cfg.commands or cfg.bridge):
         await stop.wait()
@@ -266,7 +269,8 @@ async def run_commands(ctx: Context, actions: Actions, stop: asyncio.Event, *, c
     poller = Poller(ctx.store, cfg, bot, actions, clock)
     try:
         while not stop.is_set():
-            wait = await poller.step(stop)
+            with step():
+                wait = await poller.step(stop)
             if wait > 0 and await clock.sleep(wait, stop):
                 break
     finally:

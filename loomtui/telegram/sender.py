@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 import logging
 import re
 
@@ -42,9 +42,10 @@ PASS_BUDGET = 30.0  # seconds one `loom tick notify` may spend pacing its messag
 NO_PREVIEW = telegram.LinkPreviewOptions(is_disabled=True)
 
 
-async def run_sender(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM,
-                     bot: telegram.Bot | None = None) -> None:
-    """Deliver the outbox until `stop` is set. Raises LoomError on a missing token or a second sender."""
+async def run_sender(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM, bot: telegram.Bot | None = None,
+                     step: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext) -> None:
+    """Deliver the outbox until `stop` is set. Raises LoomError on a missing token or a second sender.
+    Each step (one message tried) runs inside `step()`: the daemon's heartbeat says how long it has run."""
     cfg = ctx.config.telegram
     if not cfg.chat_id:
         log.info("telegram.chat_id is 0: Telegram is off; outbox messages stay pending")
@@ -52,7 +53,8 @@ async def run_sender(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM
         return
     async with _sending(ctx, bot, clock) as sender:
         while not stop.is_set():
-            wait = await sender.step()
+            with step():
+                wait = await sender.step()
             if wait > 0 and await clock.sleep(wait, stop):
                 break
 

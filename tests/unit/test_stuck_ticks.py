@@ -81,9 +81,10 @@ def test_loom_check_calls_a_watchdog_tick_past_any_tick_s_time_stuck(tmp_path, l
     bound = check_rules.tick_stuck_after(ctx.config.agent.boot_grace, ctx.config.canary.ack_timeout,
                                          ctx.config.agent.resume_check, ctx.config.agent.stop_grace)
     try:
-        write_beat(ctx, {"watchdog": bound - 60, "canary": None, "sentinel": 10 * bound})
+        sentinel = check_rules.step_stuck_after(ctx.config.sentinel.interval)
+        write_beat(ctx, {"watchdog": bound - 60, "canary": None, "sentinel": sentinel - 60})
         calm = loom("check")
-        assert "stuck" not in calm.stdout, calm.stdout  # long, not yet stuck; the sentinel is no agent's loop
+        assert "stuck" not in calm.stdout, calm.stdout  # long, not yet stuck
         write_beat(ctx, {"watchdog": bound + 60, "canary": 5.0, "sentinel": None})
         stuck = loom("check")
         assert stuck.returncode == check_rules.CRITICAL
@@ -95,6 +96,95 @@ def test_loom_check_calls_a_watchdog_tick_past_any_tick_s_time_stuck(tmp_path, l
         verdict = heartbeat_rules.verdict([agent], hold_fails=False, unwitnessed_after=600)
         assert verdict.says == heartbeat_rules.FAIL and "watchdog tick stuck" in verdict.why
     finally:
+        ctx.close()
+
+
+def test_loom_check_and_the_push_heartbeat_call_a_host_wide_loop_s_step_past_its_bound_stuck(tmp_path, loom,
+                                                                                            state_dir):
+    """The sentinel's tick (a job's log opened on a hung NFS mount) and a Telegram service's step are
+    no agent's loops: only the watchdog's and the canary's were held to a bound, and a sentinel stuck
+    for a day was never reported. Each host-wide step may take its longest wait (the sentinel's
+    interval, a poll's long poll) and ten minutes."""
+    from push_receiver import Receiver
+
+    from loomtui.daemon.heartbeat_push import heartbeat_tick
+    from loomtui.store import heartbeat_pushes
+
+    receiver = Receiver()
+    config = tmp_path / "loom.toml"
+    config.write_text(f'[[heartbeat]]\nurl = "{receiver.url}/ping/s3cret"\ntimeout = "2s"\n')
+    ctx = Context.load(str(config), str(state_dir), environ={})
+    halt = threading.Event()
+    sentinel = check_rules.step_stuck_after(ctx.config.sentinel.interval)
+    telegram = check_rules.step_stuck_after(ctx.config.telegram.long_poll)
+    try:
+        write_beat(ctx, {"watchdog": 5.0, "sentinel": sentinel - 60, "telegram_sender": telegram - 60})
+        assert "stuck" not in loom("--config", str(config), "check").stdout  # long, not yet stuck
+        write_beat(ctx, {"watchdog": 5.0, "sentinel": sentinel + 60, "telegram_sender": telegram + 60})
+        stuck = loom("--config", str(config), "check")
+        assert stuck.returncode == check_rules.CRITICAL
+        assert "the sentinel loop's step has run 21m: stuck (restart loom supervise)" in stuck.stdout, stuck.stdout
+        assert "the telegram_sender loop's step has run 11m: stuck" in stuck.stdout, stuck.stdout
+        # The push heartbeat fails, naming them, whatever the agent's own state.
+        heartbeat_tick(ctx, halt)()
+        from harness import wait_for
+
+        beat = wait_for(lambda: heartbeat_pushes.last(ctx.store, "heartbeat1"), 30, what="the beat recorded")
+        assert beat["says"] == heartbeat_rules.FAIL, beat
+        assert "sentinel step stuck for " in beat["why"] and "telegram_sender step stuck for " in beat["why"], beat
+    finally:
+        halt.set()
+        receiver.close()
+        ctx.close()
+
+
+def test_the_heartbeat_says_how_long_a_telegram_step_under_way_has_run(tmp_path):
+    """A service's steps were never marked, so a Telegram step that hung (a store that never
+    answers, a transcript on a hung mount) read as idle. The poller's long poll is a step under way:
+    the heartbeat says how long it has run, and nothing once it is done."""
+    import time
+
+    from fakebot import FakeBot
+
+    from loomtui.daemon.loops import services
+    from loomtui.daemon.supervise import run_service
+
+    token = "123456:busy-for-test-token"
+    fake = FakeBot(token).start()
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    config = tmp_path / "loom.toml"
+    config.write_text(f'[telegram]\nchat_id = 42\napi_base = "{fake.api_base}"\ntoken_file = "{token_file}"\n'
+                      'commands = true\nlong_poll = "60s"\n')
+    ctx = Context.load(str(config), str(tmp_path / "state"), environ={})
+    [poller] = [s for s in services(ctx) if s.name == "telegram_commands"]
+    rt = Runtime(ctx, [], [poller])
+    seen: dict[str, list] = {"busy": []}
+
+    def busy_for() -> float | None:
+        return rt.stats["telegram_commands"].said(time.monotonic())["busy_for"]
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(run_service(rt, poller, stop))
+        while not fake.get_updates_offsets and not task.done():
+            await asyncio.sleep(0.02)  # its long poll is in flight, and waits for an update
+        while len(seen["busy"]) < 2 and not task.done():
+            value = busy_for()
+            if isinstance(value, float) and (not seen["busy"] or value > seen["busy"][-1]):
+                seen["busy"].append(value)
+            await asyncio.sleep(0.05)
+        stop.set()
+        await task
+        seen["after"] = [busy_for()]
+
+    try:
+        asyncio.run(asyncio.wait_for(run(), 120))
+        assert len(seen["busy"]) == 2 and seen["busy"][0] < seen["busy"][1], seen
+        assert seen["after"] == [None]
+    finally:
+        fake.stop()
         ctx.close()
 
 

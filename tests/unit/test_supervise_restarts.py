@@ -245,7 +245,7 @@ def test_a_service_still_at_work_when_the_daemon_stops_finishes_before_its_store
     inside, finish = threading.Event(), threading.Event()
     done: list[str] = []
 
-    async def busy(loop_ctx: Context, stop: asyncio.Event) -> None:
+    async def busy(loop_ctx: Context, stop: asyncio.Event, step) -> None:
         await asyncio.to_thread(inside.set)
         await asyncio.to_thread(finish.wait, 120)  # a command that takes a while, deaf to the stop
         done.append("done")
@@ -347,7 +347,7 @@ def make(loop_ctx, halt):
     return tick
 
 
-async def busy(service_ctx, stop):
+async def busy(service_ctx, stop, step):
     print("serving", flush=True)
     await stop.wait()
     await asyncio.to_thread(time.sleep, PAST)  # a command (a relaunch from Telegram) still under way
