@@ -40,6 +40,7 @@ def _verdict(args: argparse.Namespace) -> tuple[int, str]:
     from loomtui.daemon.oneshot import loop_name, stuck_host_loops, stuck_ticks
     from loomtui.report import status as status_mod
     from loomtui.sentinel import queue
+    from loomtui.timing import age, as_instant
 
     base = base_context(args)
     config = base.config
@@ -61,7 +62,9 @@ def _verdict(args: argparse.Namespace) -> tuple[int, str]:
             name=s.name, state=s.agent_state(),
             # The hold's reason is anyone's words: one line, and no `|` (monitoring splits perfdata there).
             hold_reason=printable(s.hold.reason).replace("|", "/") if s.hold is not None else "",
-            unwitnessed_for=(s.taken - claim.ts) if s.unwitnessed and claim is not None else None,
+            # On the monotonic clock within a boot (the relaunch's record keeps it): a wall clock
+            # stepped ahead had warned at once, one stepped back hid a relaunch past its bound.
+            unwitnessed_for=age(claim.at, as_instant(s.moment)) if s.unwitnessed and claim is not None else None,
             witness_within=rules.witness_within(view.agent.boot_grace, view.canary.ack_timeout,
                                                 view.canary.misses_to_recycle, view.watchdog.interval),
             past_backstop=escalated.get(s.name, 0),

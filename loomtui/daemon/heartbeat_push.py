@@ -42,7 +42,7 @@ def period(ctx: Context) -> float:
     return min([PERIOD, *(b.interval for b in ctx.config.heartbeat)])
 
 
-def health(statuses: list[status_mod.Status], now: float, config: Config | None = None) -> list[rules.AgentHealth]:
+def health(statuses: list[status_mod.Status], config: Config | None = None) -> list[rules.AgentHealth]:
     out = []
     for s in statuses:
         claim = s.relaunch
@@ -158,7 +158,7 @@ def heartbeat_tick(ctx: Context, halt: threading.Event) -> Callable[[], object]:
         stuck = ""
         try:
             statuses = status_mod.gather_all(ctx, events=0)
-            well, stuck = health(statuses, clock.wall(), ctx.config), host_stuck(statuses, ctx.config)
+            well, stuck = health(statuses, ctx.config), host_stuck(statuses, ctx.config)
         except Exception as exc:  # noqa: BLE001  # no look, no verdict: a skipped beat, not a wrong one
             well, unseen = None, f"status unavailable: {type(exc).__name__}"
         said = {}

@@ -68,13 +68,13 @@ def test_the_heartbeat_reads_the_state_beneath_a_hold_from_the_status(tmp_path):
                       canary=None, canary_settled=None, queue={}, hold=hold, last_launch=None, since_launch=None)
 
     ceiling = Hold(since=900.0, by="ceiling", reason="6 relaunches within 1h")
-    [gone] = health([status("missing", ceiling)], 1000.0)
+    [gone] = health([status("missing", ceiling)])
     assert (gone.state, gone.beneath) == (lifecycle.HELD_CEILING, lifecycle.NO_PROCESS)
     assert verdict([gone], hold_fails=False, unwitnessed_after=600) == \
         rules.Verdict(FAIL, f"main {lifecycle.NO_PROCESS} (held)")
-    [well] = health([status("present", ceiling)], 1000.0)
+    [well] = health([status("present", ceiling)])
     assert verdict([well], hold_fails=False, unwitnessed_after=600).says == OK
-    [free] = health([status("missing", None)], 1000.0)
+    [free] = health([status("missing", None)])
     assert (free.state, free.beneath) == (lifecycle.NO_PROCESS, None)
 
 
@@ -92,7 +92,7 @@ def test_an_unwitnessed_relaunch_is_timed_on_the_monotonic_clock(tmp_path):
                         agent=AgentLook("up", pane={"pane_pid": 1, "dead": False}, tree={"process": "present"}),
                         canary=None, canary_settled=None, queue={}, hold=None, last_launch=None, since_launch=None,
                         relaunch=claim, at=Instant(wall_now, mono_now, boot))
-        [agent] = health([status], wall_now)
+        [agent] = health([status])
         assert agent.state == lifecycle.UNWITNESSED
         return agent.unwitnessed_for
 

@@ -91,7 +91,7 @@ def test_loom_check_calls_a_watchdog_tick_past_any_tick_s_time_stuck(tmp_path, l
         assert "agent's watchdog tick has run 15m: stuck, nobody is watching it (restart loom supervise)" in \
             stuck.stdout, stuck.stdout
         # The push heartbeat's verdict says the same: a fail, naming the loop.
-        [agent] = health(status_mod.gather_all(ctx, events=0), 0.0, ctx.config)
+        [agent] = health(status_mod.gather_all(ctx, events=0), ctx.config)
         assert agent.stuck.startswith("watchdog tick stuck for ")
         verdict = heartbeat_rules.verdict([agent], hold_fails=False, unwitnessed_after=600)
         assert verdict.says == heartbeat_rules.FAIL and "watchdog tick stuck" in verdict.why
