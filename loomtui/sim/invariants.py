@@ -31,8 +31,10 @@ NAMES = (
     "no_resume_after_canary_failed", "resume_only_the_pinned", "definitive_signal", "deaf_bound",
     "relaunch_witnessed", "queue_backstop", "backstop_not_early", "witness_is_clean", "no_typing_into_a_booting_agent",
     "foreign_poller_reaped", "poller_restored", "fuse", "backoff", "exit_relaunched", "busy_not_recycled",
-    "relaunch_probed", "denials_recorded_once",
+    "relaunch_probed", "denials_recorded_once", "conversation_kept",
 )
+# The causes whose relaunch always starts fresh (agent/policy.py: ALWAYS_FRESH).
+FRESH_CAUSES = ("preventive", "resume_failed")
 
 
 class Violation(Exception):
@@ -118,6 +120,8 @@ class Checker:
             if not operator and d["old"] in self.canary_recycled:
                 self.fail("no_resume_after_canary_failed",
                           f"session {d['old']} was recycled for canary_failed and is resumed again ({cause})")
+        if not operator and not d["fallback"]:
+            self.check_conversation_kept(d, d.get("at", t))  # before this relaunch's own recycle counts
         if cause == "canary_failed" and d["old"] is not None:
             self.canary_recycled.add(d["old"])
         self.check_fuse_and_backoff(d, operator)
@@ -209,6 +213,21 @@ class Checker:
         t = self.sim.world.t
         self.fail("busy_not_recycled", f"recycled for canary_failed {t - a.turn_since:.0f}s into a busy turn "
                                        f"(its last hook event {t - a.seen_last:.0f}s ago)")
+
+    def check_conversation_kept(self, d: dict, at: float) -> None:
+        """An automatic relaunch starts fresh, wiping the conversation, only when something asks for
+        it: a cause that always does, no session pinned, a session already recycled for
+        canary_failed (resumed, it revived its wedge), or the fuse (`fuse_count` automatic relaunches
+        inside `fuse_window`, counted here with a second's slack toward allowing it). The `fuse`
+        invariant checks only the other way: a fresh start when the fuse asked for one."""
+        if d["mode"] != "fresh" or d["cause"] in FRESH_CAUSES or d["old"] is None \
+                or d["old"] in self.canary_recycled:
+            return
+        wd = self.sim.config.watchdog
+        if len([x for x in self.decisions if at - x < wd.fuse_window + 1.0]) >= wd.fuse_count:
+            return
+        self.fail("conversation_kept", f"{d['cause']} relaunch started fresh, wiping session {d['old']}'s "
+                                       f"conversation, with nothing that asks for it (its resume was due)")
 
     def check_fuse_and_backoff(self, d: dict, operator: bool) -> None:
         """The thrash fuse: with `fuse_count` automatic relaunches inside `fuse_window` before it, an

@@ -320,6 +320,26 @@ def test_denials_read_again_at_every_tick_are_caught(monkeypatch):
     assert "permission_denied events for 1 results" in sim.violation.message
 
 
+def test_starting_fresh_when_a_resume_was_due_is_caught(monkeypatch):
+    # A review's mutant: every automatic relaunch fresh. It passed every storm: `fuse` checks only
+    # that a fresh start came when the fuse asked for one, and the conversation went each time.
+    def always_fresh(s, lims, now):
+        d = real_decide(s, lims, now)
+        return replace(d, mode=policy.FRESH) if d.action == policy.RELAUNCH and s.cause not in policy.OPERATOR else d
+
+    monkeypatch.setattr(policy, "decide", always_fresh)
+    caught_in("exit_zero_is_failure", "conversation_kept")
+
+
+def test_a_fuse_window_four_times_too_long_is_caught_in_a_storm(monkeypatch):
+    # Fresh starts rose from a dozen to three dozen a stormy day, and no invariant said a word.
+    monkeypatch.setattr(policy, "decide", deciding(limits=lambda lims: replace(lims, fuse_window=lims.fuse_window * 4)))
+    from loomtui.sim import simulate
+
+    run = simulate(1, 1.0, "storm")
+    assert_caught(run, "conversation_kept", profile="storm", days=1.0, seed=1)
+
+
 CAUGHT_BY = {
     "definitive_signal": test_recycling_on_one_miss_is_caught,
     "ceiling": test_a_ceiling_that_lets_two_more_through_is_caught,
@@ -341,6 +361,7 @@ CAUGHT_BY = {
     "busy_not_recycled": test_misses_counted_through_a_busy_turn_are_caught,
     "relaunch_probed": test_a_relaunch_left_to_the_regular_probe_is_caught,
     "denials_recorded_once": test_denials_read_again_at_every_tick_are_caught,
+    "conversation_kept": test_starting_fresh_when_a_resume_was_due_is_caught,
     # In test_sim.py: deadlines kept on the wall clock, under the clockjump profile's steps.
     "deaf_bound": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
     "backstop_not_early": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
