@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from loomtui.pump import client as pump_client  # its file names and refusals: the simulator opens no socket
 from loomtui.pump import rules, transcript
 from loomtui.pump.facts import Delivery
-from loomtui.sim.hooks_model import OPERATOR_PROMPT, TOOL_EVERY
+from loomtui.sim.hooks_model import OPERATOR_PROMPT, tool_gap
 from loomtui.sim.world import RESUME_FAILED_SCREEN
 
 if TYPE_CHECKING:
@@ -295,7 +295,7 @@ class PumpModel:
         if msg.kind == OPERATOR:
             a.turn_since, a.turn_until = w.t, msg.until
             w.turn_began(pid)
-            sim.after(w.rng.uniform(*TOOL_EVERY), self.tool, pid, seq)
+            sim.after(tool_gap(w.rng, sim.config.canary.turn_quiet), self.tool, pid, seq)
             if msg.until is not None:
                 sim.at(msg.until, self.end_turn, pid)
             return
@@ -337,7 +337,7 @@ class PumpModel:
                                               "name": "Bash", "input": {"command": "make test"}}]}})
         if sim.hooks is not None:
             sim.hooks.fire(pid, "PostToolUse", {"tool_name": "Bash"})
-        sim.after(w.rng.uniform(*TOOL_EVERY), self.tool, pid, seq)
+        sim.after(tool_gap(w.rng, sim.config.canary.turn_quiet), self.tool, pid, seq)
 
     def end_turn(self, pid: int) -> None:
         """The operator's turn is due to end: its `result` (the world's truth ends it even in a CLI
