@@ -13,6 +13,7 @@ A call that outlives its timeout is ended with its whole process group (git's ss
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,11 +43,19 @@ class Result:
         return self.code == 0
 
     def first_error_line(self) -> str:
-        for line in (self.err or self.out).splitlines():
-            line = line.strip()
-            if line and not line.startswith("hint:"):
+        """git's own word on the failure: its first `error:`, `fatal:` or `CONFLICT` line, else its
+        first line that is neither a hint nor progress ("Rebasing (3/10)" had been the error shown)."""
+        lines = [line.strip() for line in (self.err or self.out).splitlines()]
+        said = [line for line in lines if line and not line.startswith("hint:") and not _PROGRESS.match(line)]
+        for line in said:
+            if line.startswith(("error:", "fatal:", "CONFLICT")):
                 return as_text(line)[:200]
-        return f"exit {self.code}"
+        return as_text(said[0])[:200] if said else f"exit {self.code}"
+
+
+# What git says while it works, on stderr beside its errors.
+_PROGRESS = re.compile(r"(Rebasing \(\d+/\d+\)|Successfully rebased|Auto-merging |Enumerating objects|Counting objects"
+                       r"|Compressing objects|Writing objects|Total \d+|remote: (Enumerating|Counting|Compressing|Total))")
 
 
 def as_text(name: str) -> str:

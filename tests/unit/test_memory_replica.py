@@ -815,3 +815,15 @@ def test_a_leftover_index_lock_is_an_error_here_recorded_where_the_operator_look
     lock.unlink()
     assert loom_at(config, "memory", "sync").returncode == 0
     assert remote_file(remote, "MEMORY.md") == "base\nmore\n" and not rep.state_of(tmp_path / "state-a", work).error
+
+
+def test_the_error_shown_is_gits_own_word_not_its_progress():
+    from loomtui.memory.git import Result
+
+    rebase = Result(1, "", "Rebasing (3/10)\rAuto-merging notes.md\nCONFLICT (content): Merge conflict in notes.md\n"
+                          "error: could not apply 1a2b3c4... notes\nhint: Resolve all conflicts manually")
+    assert rebase.first_error_line() == "CONFLICT (content): Merge conflict in notes.md"
+    assert Result(1, "", "Rebasing (1/2)\nfatal: no rebase in progress").first_error_line() == "fatal: no rebase in progress"
+    assert Result(128, "", "ssh: connect to host b: Connection refused").first_error_line() == \
+        "ssh: connect to host b: Connection refused"
+    assert Result(1, "", "Rebasing (1/2)\nhint: see git help").first_error_line() == "exit 1"
