@@ -71,8 +71,7 @@ class CanaryLoop:
         return should_recycle(runs, launch_seq(self.ctx), cfg.misses_to_recycle)
 
     def _tick(self) -> str:
-        ctx, cfg = self.ctx, self.ctx.config.canary
-        settle_stale(ctx)
+        settle_stale(self.ctx)
         # The order of the questions is canary.rules.next_step's; this loop gathers the facts it
         # asks for, one at a time (some cost a tmux capture), and acts on its answer.
         facts, gather = CanaryFacts(self.waiting), self._facts()
@@ -80,10 +79,7 @@ class CanaryLoop:
             facts = replace(facts, **{step.fact: gather[step.fact]()})
         self.next_look, self.quiet = step.after, step.quiet
         if step.kind == RECOVER:
-            outcome = actions.recover(ctx, "canary_failed", source="canary",
-                                      still_failing=self.misses_mean_deaf,
-                                      evidence={"misses": cfg.misses_to_recycle}, driver=self.driver)
-            return f"canary_failed: {outcome.describe()}"
+            return self._recover()
         if step.kind == WITNESS:
             return self._probe(f"witnessing relaunch {gather.seq()}: ")
         if step.kind == PROBE:
@@ -124,16 +120,22 @@ class CanaryLoop:
         left = hold_rules.remaining(hold, clock.now())
         return math.inf if left is None else left
 
+    def _recover(self) -> str:
+        if self.stop.is_set():
+            # The daemon stops: a relaunch (stop, launch, a boot watched for its grace) would hold up
+            # the stop, into a store about to close. The next daemon's canary finds the misses again.
+            return "canary_failed: not relaunched, the daemon is stopping"
+        outcome = actions.recover(self.ctx, "canary_failed", source="canary", still_failing=self.misses_mean_deaf,
+                                  evidence={"misses": self.ctx.config.canary.misses_to_recycle}, driver=self.driver)
+        return f"canary_failed: {outcome.describe()}"
+
     def _probe(self, label: str) -> str:
-        ctx, cfg = self.ctx, self.ctx.config.canary
+        ctx = self.ctx
         result = actions.canary_now(ctx, source="canary", stop=self.stop)
         if self.stop.is_set():
             return "stopping"  # the probe stays pending; the next daemon settles it from the ack file
         if result.result == MISS and self.misses_mean_deaf():
-            outcome = actions.recover(ctx, "canary_failed", source="canary",
-                                      still_failing=self.misses_mean_deaf,
-                                      evidence={"misses": cfg.misses_to_recycle}, driver=self.driver)
-            return f"{label}{result.describe()}; canary_failed: {outcome.describe()}"
+            return f"{label}{result.describe()}; {self._recover()}"
         sweep_acks(ctx)
         return label + result.describe()
 

@@ -66,6 +66,21 @@ def test_two_misses_mean_deaf_and_a_hold_answers_the_recovery(ctx):
     assert (refusal.source, refusal.cause, refusal.detail["action"]) == ("canary", "canary_failed", "relaunch")
 
 
+def test_a_stopping_daemons_canary_relaunches_nothing(ctx):
+    """Deaf as the daemon stops: a relaunch (the old agent stopped, a new one launched, its boot
+    watched for the boot grace) would hold up the stop, writing into a store about to close. The
+    next daemon's canary finds the misses again."""
+    import threading
+
+    stop = threading.Event()
+    loop = CanaryLoop(ctx, stop)
+    probe(ctx, runs.MISS, 120.0)
+    probe(ctx, runs.MISS, 60.0)
+    stop.set()
+    assert loop.tick() == "canary_failed: not relaunched, the daemon is stopping"
+    assert ledger.tail(ctx.store, 10, kinds=["relaunch", "relaunch_failed", "refused"]) == []
+
+
 def test_deaf_inside_the_backoff_waits_for_it(ctx):
     ledger.append(ctx.store, "relaunch", source="watchdog", cause="crash", ts=T0 - 2.0,
                   detail={"mode": "resume", "mono": MONO - 2.0, "boot": BOOT})
