@@ -218,13 +218,15 @@ class Checker:
         """An automatic relaunch starts fresh, wiping the conversation, only when something asks for
         it: a cause that always does, no session pinned, a session already recycled for
         canary_failed (resumed, it revived its wedge), or the fuse (`fuse_count` automatic relaunches
-        inside `fuse_window`, counted here with a second's slack toward allowing it). The `fuse`
-        invariant checks only the other way: a fresh start when the fuse asked for one."""
+        inside `fuse_window`, counted here with SLACK toward allowing it: the policy decides before
+        the relaunch is recorded, and a locked store, the second look and the lock come between;
+        hooked seed 9, day 13.7, decided 7 s before its record, with a relaunch 906 s back). The
+        `fuse` invariant checks only the other way: a fresh start when the fuse asked for one."""
         if d["mode"] != "fresh" or d["cause"] in FRESH_CAUSES or d["old"] is None \
                 or d["old"] in self.canary_recycled:
             return
         wd = self.sim.config.watchdog
-        if len([x for x in self.decisions if at - x < wd.fuse_window + 1.0]) >= wd.fuse_count:
+        if len([x for x in self.decisions if at - x < wd.fuse_window + SLACK]) >= wd.fuse_count:
             return
         self.fail("conversation_kept", f"{d['cause']} relaunch started fresh, wiping session {d['old']}'s "
                                        f"conversation, with nothing that asks for it (its resume was due)")
