@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loomtui.hooks import settings
@@ -61,6 +62,8 @@ class HookModel:
         # agent pid -> when the lines it is taking end (their Stop): one turn at a time, as Claude
         # Code runs them; a line typed meanwhile waits, and an operator's prompt too.
         self.line_until: dict[int, float] = {}
+        self.probe_sent: dict[str, float] = {}   # a probe's text -> when Loom typed it
+        self.closed_by_ack = False  # the turn Loom saw last was closed by a probe's ack, not a Stop
 
     # -- the hook command ---------------------------------------------------------------------
 
@@ -99,15 +102,20 @@ class HookModel:
         if event == "UserPromptSubmit":
             if not a.seen_open:
                 a.seen_began = w.t  # a late prompt says the turn began when it was written
-            a.seen_open = True
+            a.seen_open, self.closed_by_ack = True, False
             w.turn_reported(a.pid)
         elif event in ("Stop", "StopFailure"):
-            a.seen_open = False
+            a.seen_open, self.closed_by_ack = False, False
+        elif self.closed_by_ack and not a.seen_open:
+            # An event after the ack that closed the turn: Loom's turn is open again (closed_by_acks
+            # needs the turn's last event no later than the ack), its Stop never came.
+            a.seen_open = True
         sim.wake("hooks")  # inotify on the events directory
 
     # -- the agent's moments --------------------------------------------------------------------
 
     def started(self, a: Agent) -> None:
+        self.closed_by_ack = False  # a new process: Loom's launch mark ends every turn before it
         self.sim.at(max(a.started, self.sim.world.t) + 0.1, self.fire, a.pid, "SessionStart",
                     {"source": "resume" if a.mode == "resume" else "startup"})
 
@@ -117,6 +125,8 @@ class HookModel:
         w = self.sim.world
         if not a.alive or a.deaf_since is not None or a.modal:
             return  # never taken: no UserPromptSubmit, no ack
+        if is_probe:
+            self.probe_sent[text] = w.t  # as Loom's canary_sent says it
         if a.turn_since is not None:
             if is_probe and a.busy_next:
                 # The probe a `busy` turn was waiting for: the turn ends after one ack timeout, before two.
@@ -143,9 +153,23 @@ class HookModel:
         for text, kind in lines:
             path = sim.probe_path(text) if kind == "probe" else None
             if path is not None:
-                sim.at(done, sim.acked, pid, path)
+                sim.at(done, self.acked, pid, path, self.probe_sent.pop(text, when))
         self.line_until[pid] = done + 0.2
         sim.at(done + 0.2, self.line_done, pid)
+
+    def acked(self, pid: int, path: Path, sent: float) -> None:
+        """The probe's `touch`; and what Loom could see follows Loom's rule for it: a turn that
+        began with the probe, or after it was typed, is done once the probe's ack is written
+        (hooks.turn_rules.closed_by_acks: a Stop lost leaves no idle agent looking busy). Without
+        it, a lost Stop and then a long turn whose prompt was lost read as a busy turn Loom had
+        evidence of, and its recycle as a false one (hooked seed 12, day 16.3)."""
+        sim = self.sim
+        sim.acked(pid, path)
+        a = sim.world.agent
+        if a is None or a.pid != pid or not a.hearing() or not path.exists():
+            return
+        if a.seen_open and a.seen_began >= sent:
+            a.seen_open, self.closed_by_ack = False, True
 
     def line_done(self, pid: int) -> None:
         """The lines' turn ends (Stop); what was typed meanwhile is taken next, as one prompt."""
