@@ -76,6 +76,9 @@ def test_a_stopping_daemons_canary_relaunches_nothing(ctx):
     loop = CanaryLoop(ctx, stop)
     probe(ctx, runs.MISS, 120.0)
     probe(ctx, runs.MISS, 60.0)
+    # A hold keeps a canary that would relaunch from reaching the pane (none here may): it would
+    # say "held", and record its refusal; one that stops first asks nothing of the hold.
+    actions.hold(ctx, "deploying", None, source="cli")
     stop.set()
     assert loop.tick() == "canary_failed: not relaunched, the daemon is stopping"
     assert ledger.tail(ctx.store, 10, kinds=["relaunch", "relaunch_failed", "refused"]) == []
