@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 
+from loomtui.appends import write_all
 from loomtui.errors import LoomError
 from loomtui.pump import render, rules, transcript
 from loomtui.pump.client import MAX_REQUEST, queue_dir, socket_path, status_path, unix_address
@@ -665,7 +666,7 @@ def _decode(raw: bytes) -> str:
 
 
 def _show(line: str) -> None:
-    transcript.write_all(1, (line + "\n").encode("utf-8", "replace"))
+    write_all(1, (line + "\n").encode("utf-8", "replace"))
 
 
 def _replace(path: Path, data: bytes, sync: bool = False) -> None:
@@ -676,7 +677,7 @@ def _replace(path: Path, data: bytes, sync: bool = False) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         try:
-            transcript.write_all(fd, data)
+            write_all(fd, data)
             if sync:
                 os.fsync(fd)
         finally:

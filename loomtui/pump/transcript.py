@@ -10,7 +10,6 @@ disk) is cut back off again.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from loomtui import clock, platform
+from loomtui.appends import end_cut_line, write_all
 
 NAME = "transcript.jsonl"
 IN, OUT, ERR, PUMP = "in", "out", "err", "pump"
@@ -57,11 +57,9 @@ class Writer:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            size = os.fstat(self._fd).st_size
-            if size and os.pread(self._fd, 1, size - 1) != b"\n":
-                write_all(self._fd, b"\n")  # a line cut short by a writer killed mid-write: ended here
+            end_cut_line(self.path, self._fd)  # a line cut short by a writer killed mid-write: ended here
         except OSError:
             os.close(self._fd)
             raise
@@ -98,17 +96,6 @@ class Writer:
 
     def close(self) -> None:
         os.close(self._fd)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """os.write until every byte is written (it may write fewer: a full disk, a signal); an
-    OSError when no more can be."""
-    view = memoryview(data)
-    while view:
-        done = os.write(fd, view)
-        if done <= 0:
-            raise OSError(errno.ENOSPC, "no byte could be written")
-        view = view[done:]
 
 
 def read(path: Path, offset: int = 0, limit_bytes: int = 4 << 20, max_line: int = MAX_LINE) -> Iterator[Record]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from loomtui import clock, redact
 from loomtui.agent import proctree
+from loomtui.appends import end_cut_line, write_all
 from loomtui.context import Context
 from loomtui.errors import LoomError, StoreUnavailable
 from loomtui.sentinel import logscan
@@ -87,10 +88,8 @@ class LogWriter:
             if count and self.matcher.is_failure_line(full):
                 self.failures += 1
             out.append(full + b"\n")
-        data = b"".join(out)
         try:
-            while data:
-                data = data[os.write(self.fd, data):]
+            write_all(self.fd, b"".join(out))
         except OSError as exc:
             # Keep draining the job's output so it never blocks on a full pipe; the run is not clean.
             self.error = f"writing the log failed: {exc.strerror or exc}"
@@ -107,25 +106,13 @@ def open_log(path: Path) -> int:
     except OSError as exc:
         raise LoomError(f"run-job: cannot open the job log {path}: {exc.strerror or exc}") from None
     try:
-        _end_the_last_line(path, fd)
+        # A last line cut short (a disk full, a run killed mid-write, a job's own write without a
+        # newline) is ended first: the run's start line glued to it was no mark of run-job's any
+        # more, and its command line was scanned as the job's output (a clean run made a queue item).
+        end_cut_line(path, fd)
     except OSError:
         pass  # the run's own writes will say what is wrong with the log
     return fd
-
-
-def _end_the_last_line(path: Path, fd: int) -> None:
-    """A log whose last line was cut short (a disk full, a run killed mid-write, a job's own
-    write without a newline) is ended first: the run's start line glued to it was no mark of
-    run-job's any more, and its command line was scanned as the job's output (a clean run made
-    a queue item)."""
-    size = os.fstat(fd).st_size
-    if size == 0:
-        return
-    with open(path, "rb") as log:
-        log.seek(size - 1)
-        last = log.read(1)
-    if last and last != b"\n":
-        os.write(fd, b"\n")
 
 
 def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
