@@ -199,21 +199,21 @@ def unsent(store: Store, limit: int = 100) -> list[Message]:
 def requeue_failed(store: Store, *, source: str) -> list[int]:
     """Give failed rows another go (an operator's decision, e.g. after fixing `telegram.chat_id`):
     their ids, recorded in the ledger with the change."""
-    with store.write() as db:
-        ids = [int(r[0]) for r in db.execute("SELECT id FROM outbox WHERE state = 'failed' ORDER BY id")]
-        db.execute("UPDATE outbox SET state = 'pending', attempts = 0, rejections = 0, next_attempt = 0 "
-                   "WHERE state = 'failed'")
-        if ids:
-            ledger.append_in(db, "outbox_requeued", source=source, detail={"outbox_ids": ids})
-        return ids
+    return _failed_rows(store, "UPDATE outbox SET state = 'pending', attempts = 0, rejections = 0, next_attempt = 0 "
+                               "WHERE state = 'failed'", "outbox_requeued", source)
 
 
 def forget_failed(store: Store, *, source: str) -> list[int]:
     """Delete the failed rows (an operator's decision: a chat that will never take them): their
     ids, recorded in the ledger with the deletion. `loom check` warns while any is kept."""
+    return _failed_rows(store, "DELETE FROM outbox WHERE state = 'failed'", "outbox_forgotten", source)
+
+
+def _failed_rows(store: Store, change: str, event: EventKind, source: str) -> list[int]:
+    """The failed rows' ids, then `change` made to them, and the `event` naming them, at once."""
     with store.write() as db:
         ids = [int(r[0]) for r in db.execute("SELECT id FROM outbox WHERE state = 'failed' ORDER BY id")]
-        db.execute("DELETE FROM outbox WHERE state = 'failed'")
+        db.execute(change)
         if ids:
-            ledger.append_in(db, "outbox_forgotten", source=source, detail={"outbox_ids": ids})
+            ledger.append_in(db, event, source=source, detail={"outbox_ids": ids})
         return ids
