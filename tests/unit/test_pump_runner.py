@@ -86,13 +86,16 @@ def test_lines_no_parser_or_float_can_hold_are_kept_and_the_pump_runs_on(tmp_pat
     assert "result ok" in shown
 
 
-# A `--resume` of a session Claude Code cannot find: an error result at once, stdin never read, exit 1.
+# A `--resume` of a session Claude Code cannot find: an error result and exit 1, taking in none of
+# the lines. What the pump can see is only what the CLI prints, so this one waits for each line to
+# come before it goes on (the first, then the one its error result lets be written), never for a
+# time: the pump's writes are not raced on a busy machine.
 RESUME_FAILS = r"""
-import time
-time.sleep(0.2)
+import sys
+sys.stdin.readline()
 print('{"type":"result","subtype":"error_during_execution","is_error":true,"num_turns":0,'
       '"errors":["No conversation found with session ID: s-1"]}', flush=True)
-time.sleep(0.3)
+sys.stdin.readline()
 raise SystemExit(1)
 """
 # A CLI that takes three lines, each a turn that opens with init, then exits 0.
