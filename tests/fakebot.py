@@ -14,6 +14,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -183,6 +184,19 @@ class FakeBot:
             while not self._updates and self._server is not None and time.monotonic() < deadline:
                 self._cond.wait(deadline - time.monotonic())
             return 200, {"ok": True, "result": list(self._updates)}
+
+
+def bot_config(tmp_path: Path, token: str, telegram: str = "") -> tuple[FakeBot, Path]:
+    """A started FakeBot for `token`, the token in a private file, and a loom.toml whose
+    [telegram] (chat 42, and the lines `telegram`) reaches that bot: (the bot, the config's path)."""
+    fake = FakeBot(token).start()
+    token_file = tmp_path / "token"
+    token_file.write_text(token)
+    token_file.chmod(0o600)
+    config = tmp_path / "loom.toml"
+    config.write_text(f'[telegram]\nchat_id = 42\napi_base = "{fake.api_base}"\ntoken_file = "{token_file}"\n'
+                      + telegram)
+    return fake, config
 
 
 def _handler(fake: FakeBot) -> type[BaseHTTPRequestHandler]:

@@ -144,19 +144,12 @@ def test_the_heartbeat_says_how_long_a_telegram_step_under_way_has_run(tmp_path)
     the heartbeat says how long it has run, and nothing once it is done."""
     import time
 
-    from fakebot import FakeBot
+    from fakebot import bot_config
 
     from loomtui.daemon.loops import services
     from loomtui.daemon.supervise import run_service
 
-    token = "123456:busy-for-test-token"
-    fake = FakeBot(token).start()
-    token_file = tmp_path / "token"
-    token_file.write_text(token)
-    token_file.chmod(0o600)
-    config = tmp_path / "loom.toml"
-    config.write_text(f'[telegram]\nchat_id = 42\napi_base = "{fake.api_base}"\ntoken_file = "{token_file}"\n'
-                      'commands = true\nlong_poll = "60s"\n')
+    fake, config = bot_config(tmp_path, "123456:busy-for-test-token", 'commands = true\nlong_poll = "60s"\n')
     ctx = Context.load(str(config), str(tmp_path / "state"), environ={})
     [poller] = [s for s in services(ctx) if s.name == "telegram_commands"]
     rt = Runtime(ctx, [], [poller])

@@ -156,7 +156,7 @@ def test_telegram_waiting_out_a_locked_store_never_stops_the_daemon_s_own_loop(t
     a loop on the daemon's loop ticks on all the while."""
     import threading
 
-    from fakebot import FakeBot
+    from fakebot import bot_config
     from harness import clock_waiting_context, locked_by_another
 
     from loomtui import clock
@@ -187,14 +187,7 @@ def test_telegram_waiting_out_a_locked_store_never_stops_the_daemon_s_own_loop(t
                 self.go.set()
             clock.SYSTEM.sleep(min(seconds, 0.01))
 
-    token = "123456:own-loop-test-token"
-    fake = FakeBot(token).start()
-    token_file = tmp_path / "token"
-    token_file.write_text(token)
-    token_file.chmod(0o600)
-    config = tmp_path / "loom.toml"
-    config.write_text(f'[telegram]\nchat_id = 42\napi_base = "{fake.api_base}"\ntoken_file = "{token_file}"\n'
-                      'poll_interval = "50ms"\n')
+    fake, config = bot_config(tmp_path, "123456:own-loop-test-token", 'poll_interval = "50ms"\n')
     ctx = clock_waiting_context(config, tmp_path / "state")
     [sender] = [s for s in services(ctx) if s.name == "telegram_sender"]
     ticks: list[int] = []
