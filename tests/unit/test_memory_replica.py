@@ -55,6 +55,17 @@ def box(tmp_path: Path, remote: Path, host: str) -> rep.Replica:
     return replica(tmp_path, str(remote), host, timeout=60)
 
 
+def shared(tmp_path: Path, remote: Path, files: dict[str, str]) -> tuple[rep.Replica, rep.Replica]:
+    """Boxes a and b, each synced to the remote, which holds `files` (written on a)."""
+    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
+    a.dir.mkdir(parents=True)
+    for name, text in files.items():
+        (a.dir / name).write_text(text)
+    sync(a, forced=True)
+    sync(b, forced=True)
+    return a, b
+
+
 def repo(r: rep.Replica) -> list[str]:
     """The words that point the test's own git at a replica's repository (never found from the tree)."""
     return [f"--git-dir={r.git_dir}", f"--work-tree={r.dir}"]
@@ -100,11 +111,7 @@ def test_changes_wait_for_the_quiet_period_before_a_commit(tmp_path, remote):
 
 
 def test_the_same_file_edited_on_both_keeps_both_versions_and_opens_a_queue_item(tmp_path, remote):
-    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
-    a.dir.mkdir(parents=True)
-    (a.dir / "MEMORY.md").write_text("- [Base](base.md) — the start\n")
-    sync(a, forced=True)
-    sync(b, forced=True)
+    a, b = shared(tmp_path, remote, {"MEMORY.md": "- [Base](base.md) — the start\n"})
     (a.dir / "MEMORY.md").write_text("- [Base](base.md) — the start\n- [From a](a.md) — a's\n")
     (b.dir / "MEMORY.md").write_text("- [Base](base.md) — the start\n- [From b](b.md) — b's\n")
     sync(a, forced=True)
@@ -152,12 +159,7 @@ def test_a_rebase_an_earlier_sync_left_half_done_is_finished_with_what_the_agent
     """A sync stopped mid-rebase (killed at a conflict, a git timeout, Ctrl-C on `loom memory sync`),
     and the agent edited a tracked file meanwhile. The next sync aborted that rebase, and the abort
     put the file back as it was before: the agent's edit lost. It is now finished, both sides kept."""
-    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
-    a.dir.mkdir(parents=True)
-    (a.dir / "MEMORY.md").write_text("base\n")
-    (a.dir / "other.md").write_text("keep\n")
-    sync(a, forced=True)
-    sync(b, forced=True)
+    a, b = shared(tmp_path, remote, {"MEMORY.md": "base\n", "other.md": "keep\n"})
     (a.dir / "MEMORY.md").write_text("base\nfrom a\n")
     sync(a, forced=True)
     (b.dir / "MEMORY.md").write_text("base\nfrom b\n")
@@ -580,12 +582,7 @@ def test_a_git_dir_of_the_operators_own_in_the_memory_dir_is_refused_and_left_wh
 def two_local_commits(tmp_path: Path, remote: Path, *, conflicting: bool = False) -> rep.Replica:
     """b with two commits the remote has not got (x.md, then y.md) and a's newer commit fetched.
     `conflicting`: b's first commit and a's both changed MEMORY.md."""
-    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
-    a.dir.mkdir(parents=True)
-    (a.dir / "MEMORY.md").write_text("base\n")
-    (a.dir / "other.md").write_text("keep\n")
-    sync(a, forced=True)
-    sync(b, forced=True)
+    a, b = shared(tmp_path, remote, {"MEMORY.md": "base\n", "other.md": "keep\n"})
     (a.dir / ("MEMORY.md" if conflicting else "fromA.md")).write_text("base\nfrom a\n")
     sync(a, forced=True)
     if conflicting:
@@ -663,12 +660,7 @@ def test_a_rebase_past_a_syncs_stops_is_left_to_the_next_and_nothing_written_mea
     and by `_unstick`, and the last one not yet added) were gone with the conflict copies kept so far;
     the next sync began the same rebase again and stopped at the same place."""
     monkeypatch.setattr(rep, "MAX_REBASE_STOPS", 3)
-    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
-    a.dir.mkdir(parents=True)
-    (a.dir / "MEMORY.md").write_text("base\n")
-    (a.dir / "notes.md").write_text("notes\n")
-    sync(a, forced=True)
-    sync(b, forced=True)
+    a, b = shared(tmp_path, remote, {"MEMORY.md": "base\n", "notes.md": "notes\n"})
     (a.dir / "MEMORY.md").write_text("base\nfrom a\n")
     sync(a, forced=True)
     for n in range(1, 6):
@@ -702,11 +694,7 @@ def test_a_rebase_left_half_done_that_cannot_be_finished_now_is_not_committed_ov
     crashed git left config.lock). The sync went on regardless: `add -A` marked the conflicted file
     resolved with its conflict markers, committed it with the ledger's checkpoint mid-rebase, and
     the next sync pushed the markers. Now nothing is committed, checkpointed or pushed that round."""
-    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
-    a.dir.mkdir(parents=True)
-    (a.dir / "MEMORY.md").write_text("base\n")
-    sync(a, forced=True)
-    sync(b, forced=True)
+    a, b = shared(tmp_path, remote, {"MEMORY.md": "base\n"})
     (a.dir / "MEMORY.md").write_text("base\nfrom a\n")
     sync(a, forced=True)
     (b.dir / "MEMORY.md").write_text("base\nfrom b\n")
@@ -739,11 +727,7 @@ def test_a_conflict_in_a_file_whose_name_is_not_utf8_is_kept_both_ways(tmp_path,
     import os
 
     name = os.fsdecode(b"caf\xe9.md")
-    a, b = box(tmp_path, remote, "a"), box(tmp_path, remote, "b")
-    a.dir.mkdir(parents=True)
-    (a.dir / name).write_text("base\n")
-    sync(a, forced=True)
-    sync(b, forced=True)
+    a, b = shared(tmp_path, remote, {name: "base\n"})
     (a.dir / name).write_text("base\nfrom a\n")
     sync(a, forced=True)
     (b.dir / name).write_text("base\nfrom b\n")
