@@ -462,8 +462,6 @@ class Replica:
             # outside a try, and the state went on saying the last good sync's). Nothing else this
             # round: mid-rebase, `add -A` marks a conflicted file resolved with its markers, and a
             # commit, a checkpoint or a push would carry them onto the remote.
-            if isinstance(exc, RebaseLeft):
-                outcome.conflicts += exc.conflicts
             outcome.ahead = state.ahead
             _failed(state, outcome, exc, rules.LOCAL, now)
         _write_atomic(self.git_dir / STATE_FILE, json.dumps(asdict(state), sort_keys=True))
@@ -502,8 +500,6 @@ class Replica:
                     outcome.conflicts += self.integrate(now)
                     outcome.pulled, state.last_pull, state.rejected = True, now, False
                 except GitError as exc:  # the rebase here refused (a dirty tree): not the remote
-                    if isinstance(exc, RebaseLeft):
-                        outcome.conflicts += exc.conflicts
                     _failed(state, outcome, exc, rules.LOCAL, now)
         ahead = self.ahead()
         if not outcome.error and ahead and (plan.push or outcome.pulled):
@@ -525,7 +521,10 @@ class Replica:
 
 def _failed(state: State, outcome: Outcome, exc: Exception, kind: str, now: float) -> None:
     """The sync stopped at `exc`: the remote's (it counts towards the backoff) or a refusal here
-    (a dirty tree, a path git did not know), which no wait for the remote would mend."""
+    (a dirty tree, a path git did not know), which no wait for the remote would mend. A rebase
+    left in progress brings the conflicts it kept both ways so far: they go into the outcome."""
+    if isinstance(exc, RebaseLeft):
+        outcome.conflicts += exc.conflicts
     outcome.error, outcome.error_kind = _short(exc), kind
     if kind == rules.REMOTE:
         state.failures += 1
