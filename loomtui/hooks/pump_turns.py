@@ -75,31 +75,8 @@ def marks(state_dir: Path) -> list[Mark]:
 
 def _first_offset(path: Path) -> int:
     """Where a first read starts: the last TAIL, or the first of the WIDER windows (else the whole
-    file) that holds a record bounding the latest turn. Each window is looked through only where
-    the one before did not reach."""
-    looked_from: int | None = None  # the previous window's start: what lies after it had no bound
-    for window in (TAIL, *WIDER):
-        start = transcript.tail_offset(path, window)
-        if start == 0 or _bounded(path, start, looked_from):
-            return start
-        looked_from = start
-    return 0
-
-
-def _bounded(path: Path, start: int, stop: int | None) -> bool:
-    """Whether a record from `start` up to `stop` (None: the end) bounds a turn."""
-    offset = start
-    while stop is None or offset < stop:
-        records = list(transcript.read(path, offset, CHUNK))
-        if not records:
-            return False
-        for record in records:
-            if stop is not None and record.offset >= stop:
-                return False
-            if _is_bound(record):
-                return True
-        offset = records[-1].end
-    return False
+    file) that holds a record bounding the latest turn."""
+    return transcript.reaching_back(path, (TAIL, *WIDER), _is_bound) or 0
 
 
 def _is_bound(record: transcript.Record) -> bool:

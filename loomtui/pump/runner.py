@@ -22,7 +22,7 @@ import struct
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, cast
@@ -606,21 +606,26 @@ class Pump:
 def last_seq(path: Path) -> int:
     """The highest seq in the transcript's last records that carry one (0: none): read from the last
     MiB back, and further while none is found (SEQ_WINDOWS), never the whole of a huge file."""
-    for window in SEQ_WINDOWS:
-        start = offset = transcript.tail_offset(path, window)
-        highest = 0
-        while True:
-            read = False
-            for record in transcript.read(path, offset):
-                read, offset = True, record.end
-                seq = record.data.get("seq")
-                if isinstance(seq, int) and not isinstance(seq, bool):
-                    highest = max(highest, seq)
-            if not read:
-                break
-        if highest or start == 0:
-            return highest
-    return 0
+    start = transcript.reaching_back(path, SEQ_WINDOWS, lambda record: _seq(record) is not None)
+    if start is None:
+        return 0
+    return max((seq for record in _all_from(path, start) if (seq := _seq(record)) is not None), default=0)
+
+
+def _seq(record: transcript.Record) -> int | None:
+    seq = record.data.get("seq")
+    return seq if isinstance(seq, int) and not isinstance(seq, bool) else None
+
+
+def _all_from(path: Path, offset: int) -> Iterator[transcript.Record]:
+    """Every complete record from `offset` on, read a chunk at a time."""
+    while True:
+        read = False
+        for record in transcript.read(path, offset):
+            read, offset = True, record.end
+            yield record
+        if not read:
+            return
 
 
 def _shows_read(event: dict[str, Any]) -> bool:

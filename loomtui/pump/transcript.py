@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -158,6 +158,37 @@ def _float(value: Any) -> float | None:
         return float(value)
     except OverflowError:
         return None
+
+
+def reaching_back(path: Path, windows: Iterable[int], wanted: Callable[[Record], bool]) -> int | None:
+    """Where reading back from the end first meets a record `wanted`: the start (a line start) of
+    the first of `windows` (bytes before the end, widening) that holds one, each looked through
+    only where the one before did not reach; 0 once a window is the whole file, None when none
+    holds one and the last is not. A first read starts there, not at the tail, when what it needs
+    lies further back (a turn's `in` before megabytes of tool results; the last seq)."""
+    looked_from: int | None = None  # the previous window's start: what lies after it holds none
+    for window in windows:
+        start = tail_offset(path, window)
+        if start == 0 or _holds(path, start, looked_from, wanted):
+            return start
+        looked_from = start
+    return None
+
+
+def _holds(path: Path, start: int, stop: int | None, wanted: Callable[[Record], bool]) -> bool:
+    """Whether a record from `start` up to `stop` (None: the end) is `wanted`."""
+    offset = start
+    while stop is None or offset < stop:
+        records = list(read(path, offset))
+        if not records:
+            return False
+        for record in records:
+            if stop is not None and record.offset >= stop:
+                return False
+            if wanted(record):
+                return True
+        offset = records[-1].end
+    return False
 
 
 def tail_offset(path: Path, keep_bytes: int) -> int:
