@@ -321,7 +321,7 @@ def test_a_daemon_whose_tick_is_stuck_for_good_still_stops_on_sigterm(tmp_path):
 
 
 BUSY_AT_STOP = """
-import asyncio, sys, time
+import asyncio, os, sys, time
 from loomtui.cli import _guarded
 from loomtui.context import Context
 from loomtui.daemon.supervise import Service, TickLoop, leave, supervise
@@ -333,7 +333,7 @@ PAST = float(sys.argv[2])  # how long each keeps at work once the stop came, dea
 
 def make(loop_ctx, halt):
     def tick():
-        print("ticking", flush=True)
+        os.write(1, b"ticking\\n")  # one write: print from two threads can interleave its text and newline
         halt.wait()
         time.sleep(PAST)
         ledger.append(loop_ctx.store, "operator_alert", source="test", detail={"note": "tick done"})
@@ -341,7 +341,7 @@ def make(loop_ctx, halt):
 
 
 async def busy(service_ctx, stop, step):
-    print("serving", flush=True)
+    os.write(1, b"serving\\n")
     await stop.wait()
     await asyncio.to_thread(time.sleep, PAST)  # a command (a relaunch from Telegram) still under way
     ledger.append(service_ctx.store, "operator_alert", source="test", detail={"note": "service done"})
