@@ -24,7 +24,7 @@ counting, never act: only the canary's misses recycle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from loomtui.hooks.harness_rules import HOLDING
 from loomtui.timing import Instant, age, raw_age
@@ -68,6 +68,9 @@ class Turn:
     waiting_since: Instant | None = None
     tool: str = ""                 # the last tool it used
     error: str = ""                # a failed turn's error type
+    # The open turn's prompts (its first and those queued into it): a probe's turn whose Stop was
+    # lost is split at the first prompt after the probe's ack (closed_by_acks). Empty once ended.
+    prompts: tuple[Instant, ...] = ()
 
 
 def turns(marks: list[Mark]) -> list[Turn]:
@@ -78,6 +81,7 @@ def turns(marks: list[Mark]) -> list[Turn]:
     began: Instant | None = None  # None: no turn open
     last: Instant | None = None
     waiting, waiting_since, tool = "", None, ""
+    prompts: list[Instant] = []
     announced = True  # the last launch's process has said it started (or there was no launch)
 
     def close(at: Instant, outcome: str, error: str = "") -> None:
@@ -102,8 +106,9 @@ def turns(marks: list[Mark]) -> list[Turn]:
             close(mark.at, GONE)
         elif event == PROMPT:
             if began is None:
-                began, tool = mark.at, ""
+                began, tool, prompts = mark.at, "", []
             # else a prompt queued into a running turn: the same turn, alive
+            prompts.append(mark.at)
             last, waiting, waiting_since = mark.at, "", None
         elif event == STOP:
             close(mark.at, STOPPED)
@@ -119,22 +124,33 @@ def turns(marks: list[Mark]) -> list[Turn]:
             last = mark.at
     if began is not None:
         assert last is not None
-        out.append(Turn(began, last, None, "", waiting, waiting_since, tool, ""))
+        out.append(Turn(began, last, None, "", waiting, waiting_since, tool, "", tuple(prompts)))
     return out
 
 
 def closed_by_acks(all_turns: list[Turn], acks: list[tuple[Instant, Instant]]) -> list[Turn]:
     """The open turn, if a canary probe began it and acked (`acks`: (sent, acked)): a probe's turn
     is one command and no reply, done once its ack is written. So a Stop hook event that was lost
-    does not leave an idle agent looking busy for `quiet`. In the monotonic clock's order where it
-    can be (`after`): by wall time, a clock stepped back made an old probe's ack close a busy turn."""
+    does not leave an idle agent looking busy for `quiet`. Events after the ack keep it open (more
+    was asked in it), but a prompt after the ack begins a turn of its own: the probe's turn is
+    closed at the ack and the open one begins with that prompt. Taken for the probe's, a long turn of
+    the operator's after a lost Stop was aged from the probe, and recycled as older than `max_turn`
+    while it worked (the simulator's hooked storm, a lost Stop, then a 100-minute turn). In the
+    monotonic clock's order where it can be (`after`): by wall time, a clock stepped back made an
+    old probe's ack close a busy turn."""
     turn = current(all_turns)
     if turn is None:
         return all_turns
     for sent, acked in acks:
-        if not after(sent, turn.began) and not after(turn.began, acked) and not after(turn.last, acked):
-            done = acked
-            return [*all_turns[:-1], Turn(turn.began, done, done, STOPPED, "", None, turn.tool)]
+        if after(sent, turn.began) or after(turn.began, acked):
+            continue  # the probe did not begin this turn
+        done = Turn(turn.began, acked, acked, STOPPED, "", None, turn.tool)
+        if not after(turn.last, acked):
+            return [*all_turns[:-1], done]
+        later = next((p for p in turn.prompts if after(p, acked)), None)
+        if later is not None:
+            rest = tuple(p for p in turn.prompts if not after(later, p))
+            return [*all_turns[:-1], done, replace(turn, began=later, prompts=rest)]
     return all_turns
 
 

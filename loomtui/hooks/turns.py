@@ -29,7 +29,7 @@ from loomtui.timing import Instant, age, stepped, stored
 # The turn events read back: a prompt and a stop per turn, so the last hundred or so turns, far more
 # than the misses in one run of them can span.
 MARKS = 240
-ACKS = 3  # the last probes whose ack may close the turn their own prompt began (turn_rules.closed_by_acks)
+ACKS = 3  # the last acked probes, whose ack may close the turn their own prompt began (turn_rules.closed_by_acks)
 
 
 # Per store connection and agent, the turn marks read last (their ids and marks, oldest first): a
@@ -101,8 +101,11 @@ def _made(marks: list[Mark], launched: LaunchRecord | None, acks: list[tuple[Ins
 
 
 def _acks(ctx: Context) -> list[tuple[Instant, Instant]]:
-    return [_ack(r) for r in canary_runs.recent_sends(ctx.store, ctx.agent, ACKS)
-            if r["result"] == OK and r["ack_at"] is not None]
+    # The last acked probes, however many missed since: of the last few sends, three misses in a
+    # long turn of the operator's forgot the ack that closed the probe's turn before it, and that
+    # turn (its Stop lost) was read as open from the probe on, the operator's turn inside it.
+    return [_ack(r) for r in canary_runs.recent_with_result(ctx.store, ctx.agent, OK, ACKS)
+            if r["ack_at"] is not None]
 
 
 def _ack(row) -> tuple[Instant, Instant]:

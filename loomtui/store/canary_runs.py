@@ -94,6 +94,16 @@ def recent_sends(store: Store, agent: str, limit: int) -> list[sqlite3.Row]:
     )
 
 
+def recent_with_result(store: Store, agent: str, result: str, limit: int) -> list[sqlite3.Row]:
+    """The agent's last `limit` runs with `result`, newest first (in recent_sends' columns)."""
+    return store.query(
+        "SELECT id, nonce, sent_at, result, launch_seq, in_grace, sent_mono, boot, ack_at FROM canary_runs "
+        "WHERE agent = ? AND result = ? "
+        "ORDER BY id DESC LIMIT ?",
+        (agent, result, limit),
+    )
+
+
 def with_result(store: Store, agent: str, result: str) -> list[sqlite3.Row]:
     """The agent's runs with `result` (the pending ones, to settle), for their deadlines and nonces."""
     return store.query("SELECT id, nonce, sent_at, sent_mono, boot, deadline FROM canary_runs "

@@ -386,3 +386,29 @@ def test_the_loops_tick_reads_the_turns_that_excuse_its_misses(tmp_path):
             assert loop.tick() == "canary_failed: held: held by the operator: deploying (until released)"
     finally:
         ctx.close()
+
+
+def test_a_long_turn_after_a_probes_lost_stop_is_aged_from_its_own_prompt(tmp_path):
+    # The simulator's hooked storm: a probe's own turn lost its Stop; 18 minutes later the operator's
+    # turn began, and ran on, its probes missed. Three misses later the probe's ack was no longer
+    # among the runs read, its turn read as open from the probe, the operator's prompt inside it:
+    # 101 minutes into the operator's turn, older than max_turn to Loom, and recycled at work.
+    ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+    with clock.use(virtual):
+        loop = CanaryLoop(ctx)
+        sent = clock.wall()
+        probe = insert_run(ctx, os.urandom(6).hex(), "canary", PENDING, sent, sent + 180.0)
+        virtual.advance(2)
+        hook(ctx, "UserPromptSubmit")  # the probe's prompt; its Stop is lost
+        virtual.advance(8)
+        assert settle_run(ctx, probe, OK, ack_at=clock.wall())
+        virtual.advance(18 * 60)
+        hook(ctx, "UserPromptSubmit")  # the operator's long task
+        began = clock.now()
+        while clock.wall() - began.wall < 101 * 60:
+            hook(ctx, "PostToolUse", "Bash")
+            miss(ctx, virtual, 5 * 60)
+        [*_, probes, operators] = turns.read(ctx)
+        assert probes.ended is not None and operators.ended is None and operators.began == began
+        assert not loop.misses_mean_deaf()  # busy: 101 minutes old, not the 2 hours of the probe's turn

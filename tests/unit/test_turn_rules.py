@@ -264,3 +264,22 @@ def test_a_turn_a_probe_began_ends_with_its_ack_whatever_became_of_its_stop():
     # begun and busy between the probe's send and its ack. The monotonic clock's order keeps it open.
     later = turns([Mark(stepped(300, -199), tr.PROMPT, "", ""), Mark(stepped(301, -199), "PostToolUse", "Bash", "")])
     assert closed_by_acks(later, probe)[-1].ended is None
+
+
+def test_a_prompt_after_a_probes_ack_begins_a_turn_of_its_own_though_the_probes_stop_was_lost():
+    # Hooked storm: a probe's Stop lost, then the operator's turn 18 minutes later. Taken as one turn
+    # begun with the probe, it was aged from the probe: 101 minutes into the operator's turn Loom
+    # read it as older than max_turn (2 h) and recycled an agent at work.
+    from loomtui.hooks.turn_rules import closed_by_acks, current
+
+    probe = [(at(100), at(103))]
+    read = closed_by_acks(turns([PROMPT(101), PROMPT(1180), TOOL(1300), PROMPT(1400), TOOL(7300)]), probe)
+    assert [(t.began, t.ended, t.outcome) for t in read[:-1]] == [(at(101), at(103), tr.STOPPED)]
+    now = current(read)
+    assert now is not None and (now.began, now.last, now.prompts) == (at(1180), at(7300), (at(1180), at(1400)))
+    assert state(now, at(7400), 900.0, 7200.0) == tr.TURN_BUSY  # 104 minutes old, not 120
+    # Only a prompt after the ack splits it: tools after it are the probe's turn going on (more was
+    # asked in it), and a turn the probe did not begin is not the probe's to close.
+    assert closed_by_acks(turns([PROMPT(101), TOOL(200), TOOL(300)]), probe)[-1].began == at(101)
+    operators = turns([PROMPT(50), PROMPT(1180), TOOL(1300)])
+    assert closed_by_acks(operators, probe) == operators
