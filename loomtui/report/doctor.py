@@ -14,12 +14,14 @@ from pathlib import Path
 
 from loomtui.agent.drivers import driver_class
 from loomtui.config import Config, load_config
+from loomtui.durations import format_duration
 from loomtui.errors import LoomError
 from loomtui.hooks.settings import PLACEHOLDER
 from loomtui.states import passes_hook_settings
 from loomtui.store import ledger
 from loomtui.store.db import DB_NAME, Store
 from loomtui.store.statedir import agent_dir, prepare_state_dir, resolve_state_dir
+from loomtui.text import counted
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -251,12 +253,32 @@ def check_simulation(config: Config, source: str | None) -> list[Check]:
             continue
         if v.seed is None:
             of = "" if source is not None else " of loom sim's defaults (no config file)"
-            checks.append(Check(OK, name, f"{preflight.PROFILE}, seeds {shown}, {v.days:g} days each{of}: "
-                                f"every invariant held ({v.steps} steps)"))
+            held = f"{preflight.PROFILE}, seeds {shown}, {v.days:g} days each{of}: every invariant held ({v.steps} steps)"
+            if v.cut_short:
+                checks.append(Check(WARN, name, f"{held}, but it recycled an agent still at work, as this config "
+                                    f"tells it to: {cut_short_text(v.cut_short, view)}; replay with {v.cut_replay}"))
+            else:
+                checks.append(Check(OK, name, held))
         else:
             checks.append(Check(FAIL, name, f"invariant {v.invariant} broke on seed {v.seed} at {v.at} "
                                 f"({preflight.PROFILE}, {v.days:g} days): {v.message}; replay with {v.replay}"))
     return checks
+
+
+def cut_short_text(cut: dict[str, int], config: Config) -> str:
+    """What the config's turn thresholds did to the simulated operator's ordinary turns."""
+    from loomtui.sim import faults, hooks_model
+
+    said = []
+    if cut.get("turn_quiet"):
+        said.append(f"{counted(cut['turn_quiet'], 'turn')} quiet longer than canary.turn_quiet "
+                    f"({format_duration(config.canary.turn_quiet)}), where a tool call may run "
+                    f"{format_duration(hooks_model.LONG_CALL_MAX)} without a word")
+    if cut.get("turn_too_long"):
+        said.append(f"{counted(cut['turn_too_long'], 'turn')} longer than canary.max_turn "
+                    f"({format_duration(config.canary.max_turn)}), where the operator's turns run up to "
+                    f"{format_duration(faults.LONG_TURN)}")
+    return "; ".join(said)
 
 
 def run_checks(config_arg: str | None, state_dir_arg: str | None, environ: dict[str, str] | None = None,

@@ -25,6 +25,14 @@ KINDS = (
 # turn of the operator's, which misses every probe typed into it and must not be recycled before
 # canary.max_turn.
 HOOKED_KINDS = ("long_turn",)
+# How long such a turn runs, in the world's terms, not Loom's (drawn from `canary.max_turn`, a config
+# whose max_turn cut the operator's ordinary turns short could never show): up to LONG_TURN; one in
+# RUNAWAY runs away (a loop of tool calls, a task that never converges) for a RUNAWAY_TURN, past the
+# default max_turn of 2 h: Loom recycles it by design, and a report counts that apart
+# (`hearing_recycles`, runaway_turn).
+LONG_TURN = 100 * 60.0
+RUNAWAY = 0.1
+RUNAWAY_TURN = (2.5 * 3600.0, 4 * 3600.0)
 HOOKED_WEIGHTS = (("long_turn", 2.0),)
 # Faults only a stream-json agent can suffer, drawn beside the profile's likewise: its CLI closes its
 # stdin and runs on (hung on its way out, say), deaf for good; the pump's next write to it fails
@@ -82,7 +90,8 @@ def apply(sim: Sim, kind: str) -> bool:
     elif kind == "long_turn":
         if a is None or not sim.turns_told:  # drawn only where turns are told (HOOKED_KINDS)
             return False
-        sim.begin_turn(a, w.t + rng.uniform(3 * T, 0.8 * cfg.canary.max_turn))
+        runaway = rng.random() < RUNAWAY
+        sim.begin_turn(a, w.t + (rng.uniform(*RUNAWAY_TURN) if runaway else rng.uniform(3 * T, max(3 * T, LONG_TURN))))
     elif kind == "modal":
         if a is None:
             return False

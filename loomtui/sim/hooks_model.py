@@ -6,9 +6,11 @@ witness) reads them on the virtual clock.
 What the agent reports: SessionStart when it starts; UserPromptSubmit when it takes a typed line
 (a probe, a nudge) and Stop once that turn ends; and the turns the operator gives it, which Loom
 never typed: a `busy` fault is such a turn, in progress when the next probe arrives (which queues
-behind it and acks late), a `long_turn` fault a longer one, up to most of `canary.max_turn`, using
-a tool (PostToolUse) every few minutes, and now and then after a long call that is silent almost
-as long as `canary.turn_quiet`. One turn at a time, as Claude Code runs them: a probe or a
+behind it and acks late), a `long_turn` fault a longer one (up to 100 minutes, or now and then
+one that runs away for hours, past `canary.max_turn`: faults.LONG_TURN), using a tool
+(PostToolUse) every few minutes, and now and then after a long call, silent up to the 10 minutes
+Claude Code lets a command run. The world's lengths, not drawn from Loom's thresholds: a config
+whose own cut the operator's ordinary turns short shows in a report (`hearing_recycles`). One turn at a time, as Claude Code runs them: a probe or a
 line typed while a turn runs (the operator's, or another line's) is queued and taken when that turn
 ends, the lines queued together as one prompt; an operator's prompt waits for the running line's
 turn to end. A wedged agent (deaf) reports nothing, a dialog eats what is typed.
@@ -37,20 +39,21 @@ HOOK_LOST = 0.01
 HOOK_LATE = 0.02
 LATE_BY = 60.0
 TOOL_EVERY = (30.0, 240.0)   # seconds between a working turn's tool uses, most of the time
-# A tool call that runs long (a build, a test suite: Claude Code's Bash runs up to 10 minutes and
-# reports only when done): silent up to a few SLACKs short of `canary.turn_quiet`. With every gap
-# inside four minutes, a Loom that took a turn for quiet after five went unseen in every storm.
+# A tool call that runs long (a build, a test suite): Claude Code's Bash runs up to 10 minutes and
+# reports only when done. The world's, not Loom's: a gap drawn from `canary.turn_quiet` (as it was,
+# three minutes short of it) could never show a config whose turn_quiet is too short. With every
+# gap inside four minutes, a Loom that took a turn for quiet after five went unseen in every storm.
 LONG_CALL = 0.2              # the share of tool calls that do
-LONG_CALL_SHORT_OF_QUIET = 180.0
+LONG_CALL_MAX = 600.0
 TAKE_GAP = 0.5               # between queued lines taken one after another at a turn's end
 OPERATOR_PROMPT = "work through the backlog in notes/todo.md"
 
 
-def tool_gap(rng: random.Random, quiet: float) -> float:
-    """Seconds to a working turn's next tool use: a few minutes, or now and then a long call,
-    silent almost as long as Loom waits (`quiet`, canary.turn_quiet) before it takes a turn for quiet."""
-    if rng.random() < LONG_CALL and quiet - LONG_CALL_SHORT_OF_QUIET > TOOL_EVERY[1]:
-        return rng.uniform(TOOL_EVERY[1], quiet - LONG_CALL_SHORT_OF_QUIET)
+def tool_gap(rng: random.Random) -> float:
+    """Seconds to a working turn's next tool use: a few minutes, or now and then a long call, silent
+    up to the ten minutes Claude Code lets a command run."""
+    if rng.random() < LONG_CALL:
+        return rng.uniform(TOOL_EVERY[1], LONG_CALL_MAX)
     return rng.uniform(*TOOL_EVERY)
 
 
@@ -194,7 +197,7 @@ class HookModel:
         if self.in_line(a.pid):
             self.sim.at(self.line_until[a.pid] + TAKE_GAP, self.begin_later, a.pid, until)
             return
-        a.turn_since = w.t
+        a.turn_since = a.last_event = w.t
         a.turn_until = until
         w.turn_began(a.pid)
         self.fire(a.pid, "UserPromptSubmit", {"prompt": OPERATOR_PROMPT})
@@ -217,11 +220,12 @@ class HookModel:
         a = w.agent
         if a is None or a.pid != pid or a.turn_since is None or not a.hearing():
             return  # the turn ended, or the agent with it; a wedged one uses no tools
+        a.last_event = w.t
         self.fire(pid, "PostToolUse", {"tool_name": "Bash"})
         self.sim.after(self.tool_gap(), self.tool, pid)
 
     def tool_gap(self) -> float:
-        return tool_gap(self.sim.world.rng, self.sim.config.canary.turn_quiet)
+        return tool_gap(self.sim.world.rng)
 
     def end_turn(self, pid: int) -> None:
         """The turn ends (Stop), and the lines queued behind it are taken, one after another."""

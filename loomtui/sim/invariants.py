@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, NoReturn
 
 from loomtui.sentinel import cron, schedule
+from loomtui.sim import faults
 from loomtui.sim.world import STOP_TIME
 
 if TYPE_CHECKING:
@@ -171,13 +172,38 @@ class Checker:
         if cause == "canary_failed":
             if a is None or not a.alive or a.deaf_since is not None or a.modal or not w.tmux_session:
                 return ""
-            if w.t - a.eaten_at <= self.misses_span + SLACK:
-                return ""  # a dialog ate the probes it missed, and was closed since
-            if self.sim.turns_told and a.turn_since is not None and not self.turn_in_evidence(a):
-                return ""  # a turn too long, or one whose hook events were lost: a wedge, by design
-            if self.sim.turns_told and self.unreported_turn_just_ended(a):
-                return ""  # the misses fell in a turn Loom was never told of, ended since: the same
+            excuse = self.hearing_excuse(a)
+            if excuse:
+                self.sim.report.hearing_recycles[excuse] = self.sim.report.hearing_recycles.get(excuse, 0) + 1
+                return ""
             return "the agent could hear (busy or healthy) and was recycled"
+        return ""
+
+    def hearing_excuse(self, a) -> str:
+        """Why recycling agent `a`, which the world says could hear, was by design ('' when nothing
+        made it so). Counted apart in a report (`hearing_recycles`), so that "no violation" is not
+        read as "no agent that could hear was recycled":
+        - dialog_closed: a dialog ate the probes it missed, and was closed since;
+        - runaway_turn: a turn past `max_turn` that the world made run away (faults.RUNAWAY_TURN);
+        - turn_too_long: an ordinary turn past `max_turn` (the config cuts the operator's turns short);
+        - turn_quiet: a turn truly quiet for `turn_quiet` (the config's is shorter than a tool call);
+        - events_lost: a turn Loom saw quiet, or never saw begun, because its hook events were lost
+          or late; or the misses fell in such a turn, ended since."""
+        w, cfg = self.sim.world, self.sim.config.canary
+        t = w.t
+        if t - a.eaten_at <= self.misses_span + SLACK:
+            return "dialog_closed"
+        if not self.sim.turns_told:
+            return ""
+        if a.turn_since is not None and not self.turn_in_evidence(a):
+            if t - a.turn_since >= cfg.max_turn - SLACK:
+                runaway = a.turn_until is not None and a.turn_until - a.turn_since > faults.LONG_TURN
+                return "runaway_turn" if runaway else "turn_too_long"
+            if t - max(a.last_event, a.turn_since) >= cfg.turn_quiet - SLACK:
+                return "turn_quiet"
+            return "events_lost"
+        if self.unreported_turn_just_ended(a):
+            return "events_lost"
         return ""
 
     def unreported_turn_just_ended(self, a) -> bool:

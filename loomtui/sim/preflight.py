@@ -13,11 +13,11 @@ typed into a busy turn: one miss to recycle passes with a wait that covers the a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from loomtui.sim import simulate_many
-from loomtui.sim.report import clock, replay_command
+from loomtui.sim.report import clock, hearing_sum, replay_command
 
 PROFILE = "storm"
 SEEDS = (1, 2, 3, 4)
@@ -37,6 +37,15 @@ class Verdict:
     message: str = ""
     at: str = ""                # when, in simulated time (report.clock)
     replay: str = ""
+    # The recycles of an agent still at work that the config's own thresholds made, summed over the
+    # seeds: an ordinary turn taken for a wedge (report.hearing_recycles: turn_quiet, turn_too_long),
+    # and the first seed that had one (its replay shows them).
+    cut_short: dict[str, int] = field(default_factory=dict)
+    cut_seed: int | None = None
+    cut_replay: str = ""
+
+
+CUT_SHORT = ("turn_quiet", "turn_too_long")
 
 
 def days_for(config: Any) -> float:
@@ -54,7 +63,10 @@ def simulate_config(config: Any, source: str | None, agent: str | None = None) -
     steps = sum(r["steps"] for r in runs)
     broken = next((r for r in runs if r["violation"] is not None), None)
     if broken is None:
-        return Verdict(days, steps, None)
+        cut = {why: n for why, n in hearing_sum(runs).items() if why in CUT_SHORT}
+        first = next((r["seed"] for r in runs if any(why in CUT_SHORT for why in r["hearing_recycles"])), None)
+        return Verdict(days, steps, None, cut_short=cut, cut_seed=first,
+                       cut_replay="" if first is None else replay_command(PROFILE, first, days, source, agent))
     v = broken["violation"]
     return Verdict(days, steps, broken["seed"], v["invariant"], v["message"], clock(v["t"]),
                    replay_command(PROFILE, broken["seed"], days, source, agent))

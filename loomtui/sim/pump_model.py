@@ -293,9 +293,9 @@ class PumpModel:
         if sim.hooks is not None:
             sim.hooks.fire(pid, "UserPromptSubmit", {"prompt": msg.text})
         if msg.kind == OPERATOR:
-            a.turn_since, a.turn_until = w.t, msg.until
+            a.turn_since, a.turn_until, a.last_event = w.t, msg.until, w.t
             w.turn_began(pid)
-            sim.after(tool_gap(w.rng, sim.config.canary.turn_quiet), self.tool, pid, seq)
+            sim.after(tool_gap(w.rng), self.tool, pid, seq)
             if msg.until is not None:
                 sim.at(msg.until, self.end_turn, pid)
             return
@@ -332,12 +332,13 @@ class PumpModel:
         if found is None:
             return
         a, p = found
+        a.last_event = w.t
         self.out(p, a, {"type": "assistant", "session_id": a.session, "message": {
             "role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{seq}_{self.records}",
                                               "name": "Bash", "input": {"command": "make test"}}]}})
         if sim.hooks is not None:
             sim.hooks.fire(pid, "PostToolUse", {"tool_name": "Bash"})
-        sim.after(tool_gap(w.rng, sim.config.canary.turn_quiet), self.tool, pid, seq)
+        sim.after(tool_gap(w.rng), self.tool, pid, seq)
 
     def end_turn(self, pid: int) -> None:
         """The operator's turn is due to end: its `result` (the world's truth ends it even in a CLI

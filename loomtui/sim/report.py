@@ -34,6 +34,7 @@ class Collector:
         self.queue_escalations = 0
         self.nudges: dict[int, int] = {}
         self.false_recycles = 0
+        self.hearing_recycles: dict[str, int] = {}  # by design: invariants.hearing_excuse's names
         self.reaped = 0
         self.second_looks = 0   # recoveries the second look under recycle.lock found unneeded
         self.recoveries: list[float] = []
@@ -114,6 +115,7 @@ class Collector:
             "foreign_pollers_reaped": self.reaped,
             "resolved_on_second_look": self.second_looks,
             "false_recycles": self.false_recycles,
+            "hearing_recycles": dict(sorted(self.hearing_recycles.items())),
             "recoveries": len(self.recoveries),
             "recovery_seconds_p50": round(percentile(self.recoveries, 50), 3),
             "recovery_seconds_p99": round(percentile(self.recoveries, 99), 3),
@@ -188,6 +190,7 @@ def text(run: dict[str, Any], *, profile: str, days: float, config: str | None,
                  f"max {format_duration(run['recovery_seconds_max'])}")
     lines.append(f"  deaf {run['deaf_minutes_per_month']:.1f} min/month; in trouble until witnessed "
                  f"{run['trouble_minutes_per_month']:.1f} min/month; false recycles {run['false_recycles']}")
+    lines.append(f"  recycled while it could hear, by design: {hearing_text(run['hearing_recycles'])}")
     probes = ", ".join(f"{k} {n}" for k, n in run["probes"].items()) or "none"
     lines.append(f"  canary: {probes}")
     q = run["queue"]
@@ -203,6 +206,11 @@ def text(run: dict[str, Any], *, profile: str, days: float, config: str | None,
         lines.append(f"  trace (last {len(v['trace'])} events):")
         lines += [f"    {line}" for line in v["trace"]]
     return lines
+
+
+def hearing_text(hearing: dict[str, int]) -> str:
+    """The recycles of an agent the world says could hear, by why Loom was let do it."""
+    return ", ".join(f"{why.replace('_', ' ')} {n}" for why, n in hearing.items()) or "none"
 
 
 def one_line(run: dict[str, Any]) -> str:
@@ -223,9 +231,18 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
                                     if not c.startswith("operator_") for n in m.values()),
         "escalations": sum(r["escalations"] for r in runs),
         "false_recycles": sum(r["false_recycles"] for r in runs),
+        "hearing_recycles": hearing_sum(runs),
         "worst_recovery_seconds_p99": round(max(recoveries, default=0.0), 3),
         "worst_deaf_minutes_per_month": round(max((r["deaf_minutes_per_month"] for r in runs), default=0.0), 3),
     }
+
+
+def hearing_sum(runs: list[dict[str, Any]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for r in runs:
+        for why, n in r.get("hearing_recycles", {}).items():
+            total[why] = total.get(why, 0) + n
+    return dict(sorted(total.items()))
 
 
 def summary_text(s: dict[str, Any]) -> list[str]:
@@ -236,4 +253,5 @@ def summary_text(s: dict[str, Any]) -> list[str]:
             f"{counted(s['escalations'], 'hold')} at the ceiling, "
             f"{counted(s['false_recycles'], 'false recycle')}; worst p99 time to witnessed recovery "
             f"{format_duration(s['worst_recovery_seconds_p99'])}; worst deaf "
-            f"{s['worst_deaf_minutes_per_month']:.1f} min/month"]
+            f"{s['worst_deaf_minutes_per_month']:.1f} min/month",
+            f"  recycled while it could hear, by design: {hearing_text(s['hearing_recycles'])}"]

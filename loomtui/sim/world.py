@@ -47,6 +47,10 @@ class Agent:
     seen_last: float = -1e18
     seen_open: bool = False
     seen_began: float = -1e18        # when the turn Loom saw open was reported begun (its prompt written)
+    # The truth beside it: when its running turn last did something (its prompt, a tool's use),
+    # whether or not its hook was lost or late. A turn quiet this long was quiet; one only Loom saw
+    # quiet had lost its events.
+    last_event: float = -1e18
     eaten_at: float = -1e18          # the last time a dialog on its screen ate a typed line
 
     def hearing(self) -> bool:

@@ -172,3 +172,35 @@ def test_the_simulated_cli_runs_one_turn_at_a_time():
     for event in seen:  # never a prompt while a turn runs, never a Stop with none
         open_turns += 1 if event == "UserPromptSubmit" else -1
         assert open_turns in (0, 1), seen
+
+
+def test_a_turn_that_runs_away_past_max_turn_is_recycled_and_counted_apart(monkeypatch):
+    # The world's long turns once ended by 80 % of max_turn: the recycle of a turn past it, the wedge
+    # Loom is told to take it for, never ran in a storm. One in ten now runs away for hours.
+    from loomtui.sim import faults
+
+    monkeypatch.setattr(faults, "RUNAWAY", 1.0)
+    sim = scripted(hooked(), 6, [(1 * H, "long_turn")])
+    assert sim.violation is None, sim.violation
+    [(start, _, _, _)] = sim.world.turns
+    a = sim.world.agent
+    assert a is not None and a.started - start >= sim.config.canary.max_turn  # recycled past max_turn
+    assert sum(automatic(sim).get("canary_failed", {}).values()) == 1
+    assert sim.report.hearing_recycles == {"runaway_turn": 1}
+    assert sim.report.as_json()["hearing_recycles"] == {"runaway_turn": 1}
+
+
+def test_ordinary_turns_cut_short_by_the_configs_thresholds_are_counted_by_which(monkeypatch):
+    # A config may take the operator's ordinary turns for wedges (turn_quiet shorter than a tool call,
+    # max_turn shorter than a long task): no invariant breaks, Loom does as it is told, and the
+    # report says how often an agent still at work was recycled so.
+    from loomtui.sim import faults
+
+    monkeypatch.setattr(faults, "RUNAWAY", 0.0)
+    quiet = scripted(hooked(turn_quiet="1m"), 5, [(1 * H, "long_turn")])
+    assert quiet.violation is None and quiet.report.hearing_recycles.get("turn_quiet", 0) >= 1, quiet.violation
+    monkeypatch.setattr(faults, "LONG_TURN", 3600.0)
+    monkeypatch.setattr(faults, "RUNAWAY_TURN", (3600.0, 3600.0))
+    short = scripted(hooked(max_turn="20m"), 5, [(1 * H, "long_turn")])
+    assert short.violation is None, short.violation
+    assert short.report.hearing_recycles == {"turn_too_long": 1}

@@ -8,7 +8,7 @@ import shlex
 from conftest import REPO
 
 from loomtui.config import load_config
-from loomtui.report.doctor import FAIL, OK, check_simulation, run_checks
+from loomtui.report.doctor import FAIL, OK, WARN, check_simulation, run_checks
 from loomtui.sim import preflight
 from loomtui.sim.profiles import default_config
 
@@ -55,7 +55,7 @@ def test_readmes_stream_json_config_passes_as_written(tmp_path):
     config, _ = load_config(str(path), {})
     assert config.agent.driver == "stream-json" and "{hook_settings}" in config.agent.fresh_command
     verdict = preflight.simulate_config(config, str(path))
-    assert verdict.seed is None, verdict
+    assert verdict.seed is None and verdict.cut_short == {}, verdict
 
 
 def test_the_doctor_line_names_the_invariant_the_seed_and_the_replay(tmp_path):
@@ -83,3 +83,36 @@ def test_several_agents_each_simulated_and_named(tmp_path):
 def test_no_config_file_simulates_loom_sims_defaults(tmp_path):
     [check] = check_simulation(default_config(), None)
     assert check.status == OK and check.detail.startswith("storm, seeds 1..4, 0.5 days each of loom sim's defaults")
+
+
+QUIET_1M = ('[agent]\nfresh_command = "claude --settings {hook_settings} --session-id {session_id}"\n'
+            'resume_command = "claude --settings {hook_settings} --resume {session_id}"\n'
+            '[canary]\nturn_quiet = "1m"\n')
+
+
+def test_a_config_that_takes_ordinary_turns_for_wedges_is_warned_of_with_a_replay(tmp_path, capsys):
+    # turn_quiet = 1m with hooks breaks no invariant: Loom is told to take a turn a minute without a
+    # hook event for a wedge, and does. But the simulated operator's tool calls run for minutes, and
+    # doctor said only "every invariant held" while the agent was recycled at work.
+    path = tmp_path / "loom.toml"
+    path.write_text(QUIET_1M)
+    config, _ = load_config(str(path), {})
+    [check] = check_simulation(config, str(path))
+    v = preflight.simulate_config(config, str(path))
+    assert v.seed is None and v.cut_short.get("turn_quiet", 0) > 0 and v.cut_seed in preflight.SEEDS
+    assert check.status == WARN and "every invariant held" in check.detail
+    assert f"quiet longer than canary.turn_quiet (1m), where a tool call may run 10m without a word; " \
+           f"replay with {v.cut_replay}" in check.detail
+    assert v.cut_replay == f"loom sim --profile storm --seed {v.cut_seed} --days 0.5 --config {path}"
+    code, out = loom_sim(capsys, *shlex.split(v.cut_replay)[2:])
+    assert code == 0 and "  recycled while it could hear, by design: turn quiet " in out
+
+
+def test_readmes_hooked_config_cuts_no_ordinary_turn_short(tmp_path):
+    text = (REPO / "README.md").read_text()
+    block = next(b.split("```", 1)[0] for b in text.split("```toml\n")[1:] if "{hook_settings}" in b.split("```", 1)[0])
+    path = tmp_path / "loom.toml"
+    path.write_text(block)
+    config, _ = load_config(str(path), {})
+    verdict = preflight.simulate_config(config, str(path))
+    assert verdict.seed is None and verdict.cut_short == {}, verdict
