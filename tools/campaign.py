@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from loomtui.config import load_config  # noqa: E402
 from loomtui.sim import simulate  # noqa: E402
+from loomtui.sim.report import hearing_sum, hearing_text  # noqa: E402
 from loomtui.sim.report import summary as summary_of  # noqa: E402
 
 
@@ -64,6 +65,7 @@ def one(seed: int, days: float, profile: str, config_path: str | None) -> dict[s
         "seed": seed, "days": days, "profile": profile,
         "violation": None if violation is None else {k: violation[k] for k in ("invariant", "message", "step", "t")},
         "false_recycles": report["false_recycles"],
+        "hearing_recycles": report["hearing_recycles"],
         "automatic_relaunches": summary_of([report])["automatic_relaunches"],
         "steps": report["steps"], "cpu_s": round(time.process_time() - cpu, 1),
     }
@@ -76,10 +78,18 @@ def summary(rows: dict[int, dict[str, Any]]) -> str:
         f"seeds done: {len(rows)} ({_spans(sorted(rows))}), on {', '.join(commits)}",
         f"violations: {len(bad)}" + "".join(f"\n  seed {s}: {json.dumps(v)[:300]}" for s, v in bad),
         f"false recycles: {sum(r['false_recycles'] for r in rows.values())}",
+        "recycled while it could hear, by design: " + _hearing(rows),
         f"automatic relaunches: {sum(r['automatic_relaunches'] for r in rows.values()):,}",
         f"steps: {sum(r['steps'] for r in rows.values()):,}; CPU: {sum(r['cpu_s'] for r in rows.values()) / 3600:.1f} h",
     ]
     return "\n".join(lines)
+
+
+def _hearing(rows: dict[int, dict[str, Any]]) -> str:
+    """hearing_recycles summed, on the lines that count them (lines before 2026-12-07 do not)."""
+    counted = [r for r in rows.values() if "hearing_recycles" in r]
+    said = hearing_text(hearing_sum(counted))
+    return said if len(counted) == len(rows) else f"{said} (counted on {len(counted)} of {len(rows)} seeds)"
 
 
 def _spans(seeds: list[int]) -> str:
