@@ -189,3 +189,5 @@ class Jobs:
             job_runs.finish_in(db, run_id, ended=w.wall, exit_code=code, duration=JOB_RUN_TIME,
                                failure_lines=len(lines))
         del self.running[pid]
+        if bad:
+            sim.checker.on_job_failed(name)

@@ -525,6 +525,7 @@ class Sim:
         if kind == "queue_new":
             self.event(kind, item=item_id, job=detail.get("job"))
             c.unresolved.add(item_id)
+            c.on_item_sighted(str(detail.get("job")))
         elif kind == "queue_witness":
             self.event(kind, item=item_id, job=detail.get("job"), run=detail.get("run"))
             c.on_queue_witness(item_id, detail["run"])
@@ -549,6 +550,8 @@ class Sim:
             self.event(kind, item=item_id, by=self.label(detail.get("session")) or "operator")
         else:
             self.event(kind, item=item_id, job=detail.get("job"))
+            if kind == "queue_reopen":
+                c.on_item_sighted(str(detail.get("job")))
 
     def settled_runs(self) -> None:
         """Each canary run once, when it has settled: from the first run still pending on."""

@@ -32,7 +32,7 @@ NAMES = (
     "no_resume_after_canary_failed", "resume_only_the_pinned", "definitive_signal", "deaf_bound",
     "relaunch_witnessed", "queue_backstop", "backstop_not_early", "witness_is_clean", "no_typing_into_a_booting_agent",
     "foreign_poller_reaped", "poller_restored", "fuse", "backoff", "exit_relaunched", "busy_not_recycled",
-    "relaunch_probed", "denials_recorded_once", "conversation_kept",
+    "relaunch_probed", "denials_recorded_once", "conversation_kept", "failure_seen",
 )
 # The causes whose relaunch always starts fresh (agent/policy.py: ALWAYS_FRESH).
 FRESH_CAUSES = ("preventive", "resume_failed")
@@ -92,6 +92,9 @@ class Checker:
         self.last_notice = -1e18
         self.unresolved: set[int] = set()           # queue items not yet witnessed (sorted when iterated)
         self.sentinel_failures: list[float] = []    # times (t) of sentinel ticks the locked store made fail
+        # Jobs whose failed run (the world's truth: its end recorded at t) no unresolved item of
+        # Loom's stands for yet: failure_seen.
+        self.unseen_failures: dict[str, float] = {}
         self.queue_calm_until = -math.inf           # check_queue: nothing late before this (see there)
         self.queue_calm_store = -1                  # ... while sim.store_changes is this
         # Automatic relaunch decisions (fallbacks included, as Loom's own history holds them) since the
@@ -375,6 +378,35 @@ class Checker:
         if item.claimed_mono is None or run[0] <= item.claimed_mono:
             self.fail("witness_is_clean", f"item {item_id} witnessed by run {run_id}, started before the claim")
 
+    def on_job_failed(self, job: str) -> None:
+        """A run of `job` failed (the world broke it) and its end is recorded: unless an item of
+        Loom's still stands for that job, one must come of it (failure_seen)."""
+        if job in self.unseen_failures:
+            return
+        for item_id in sorted(self.unresolved):
+            item = self.sim.item(item_id)
+            if item is not None and item.job == job and item.state != "witnessed":
+                return
+        self.unseen_failures[job] = self.sim.world.t
+
+    def on_item_sighted(self, job: str) -> None:
+        """A queue item of `job` made or reopened: its failures are Loom's to follow now."""
+        self.unseen_failures.pop(job, None)
+
+    def check_failures_seen(self) -> None:
+        """Every failed run of a job becomes Loom's queue item (or reopens one) within one sentinel
+        interval, plus one per tick the locked store made fail: judged on the world's runs, not on
+        the items Loom made (a sentinel that scanned nothing made none, and the queue invariants,
+        which follow only the items there are, passed a storm)."""
+        cfg = self.sim.config.sentinel
+        t = self.sim.world.t
+        for job, since in sorted(self.unseen_failures.items()):
+            failures = self.sentinel_failures
+            missed = (len(failures) - bisect_left(failures, since)) * cfg.interval
+            if self.late(t - since, cfg.interval + missed + SLACK, since):
+                self.fail("failure_seen", f"job {job}'s run failed {t - since:.0f}s ago and no queue item "
+                                          f"stands for it (sentinel interval {cfg.interval:g}s)")
+
     def backstop_window(self, item) -> tuple[float, float] | None:
         """(start on `t`, window) of an item's backstop: from its first sighting (or a later reopen), or
         from its claim."""
@@ -481,6 +513,8 @@ class Checker:
                                                  f"from an agent plainly seen")
         if self.unresolved:
             self.check_queue()
+        if self.unseen_failures:
+            self.check_failures_seen()
 
     def check_exit_relaunched(self, a, alive: bool) -> None:
         """A dead agent (a crash, an exit with any status, 0 included) is relaunched within the exit

@@ -174,6 +174,18 @@ def test_a_queue_without_a_backstop_is_caught(monkeypatch):
     result = caught_in("supervisor_blind_spot", "queue_backstop")
 
 
+def test_a_sentinel_that_scans_nothing_is_caught(monkeypatch):
+    # A review's mutant: the queue invariants follow only the items Loom made, so a sentinel that made
+    # none passed a storm (only the incident profile's blind-spot scenario, by its own check, said
+    # so). failure_seen follows the world's failed runs.
+    from loomtui.sim import simulate
+
+    plant(monkeypatch, sentinel_tick, "sentinel_tick", "        scan_all(ctx, at, report)\n", "        pass\n")
+    run = simulate(1, 0.3, "storm")
+    assert_caught(run, "failure_seen", profile="storm", days=0.3, seed=1)
+    assert "run failed" in run["violation"]["message"] and "no queue item stands for it" in run["violation"]["message"]
+
+
 def test_a_fuse_that_never_blows_is_caught(monkeypatch):
     monkeypatch.setattr(policy, "decide", deciding(limits=lambda lims: replace(lims, fuse_count=10**6)))
     result = caught_in("recovery_storm", "fuse")
@@ -378,6 +390,7 @@ CAUGHT_BY = {
     "relaunch_probed": test_a_relaunch_left_to_the_regular_probe_is_caught,
     "denials_recorded_once": test_denials_read_again_at_every_tick_are_caught,
     "conversation_kept": test_starting_fresh_when_a_resume_was_due_is_caught,
+    "failure_seen": test_a_sentinel_that_scans_nothing_is_caught,
     # In test_sim.py: deadlines kept on the wall clock, under the clockjump profile's steps.
     "deaf_bound": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
     "backstop_not_early": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
