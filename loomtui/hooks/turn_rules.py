@@ -137,7 +137,21 @@ def closed_by_acks(all_turns: list[Turn], acks: list[tuple[Instant, Instant]]) -
     the operator's after a lost Stop was aged from the probe, and recycled as older than `max_turn`
     while it worked (the simulator's hooked storm, a lost Stop, then a 100-minute turn). In the
     monotonic clock's order where it can be (`after`): by wall time, a clock stepped back made an
-    old probe's ack close a busy turn."""
+    old probe's ack close a busy turn. Split again while a probe began what is left: two probes'
+    Stops lost in a row, then the operator's turn, would age that turn from the second probe.
+
+    With the real CLI the probe's own `touch` reports a PostToolUse after its ack is written, so
+    the turn's last event is after the ack and the close at the ack alone seldom applies: a probe's
+    lost Stop leaves its turn busy until `quiet` or the next prompt, a wedge found that much later."""
+    while True:
+        split = _split_at_ack(all_turns, acks)
+        if split is all_turns:
+            return all_turns
+        all_turns = split
+
+
+def _split_at_ack(all_turns: list[Turn], acks: list[tuple[Instant, Instant]]) -> list[Turn]:
+    """closed_by_acks' one step: `all_turns` itself when no probe's ack closes or splits the open turn."""
     turn = current(all_turns)
     if turn is None:
         return all_turns
@@ -147,7 +161,11 @@ def closed_by_acks(all_turns: list[Turn], acks: list[tuple[Instant, Instant]]) -
         done = Turn(turn.began, acked, acked, STOPPED, "", None, turn.tool)
         if not after(turn.last, acked):
             return [*all_turns[:-1], done]
-        later = next((p for p in turn.prompts if after(p, acked)), None)
+        # The first prompt after the ack by the clocks' order (a hook written late is later in the list).
+        later = None
+        for p in turn.prompts:
+            if after(p, acked) and (later is None or after(later, p)):
+                later = p
         if later is not None:
             rest = tuple(p for p in turn.prompts if not after(later, p))
             return [*all_turns[:-1], done, replace(turn, began=later, prompts=rest)]

@@ -283,3 +283,7 @@ def test_a_prompt_after_a_probes_ack_begins_a_turn_of_its_own_though_the_probes_
     assert closed_by_acks(turns([PROMPT(101), TOOL(200), TOOL(300)]), probe)[-1].began == at(101)
     operators = turns([PROMPT(50), PROMPT(1180), TOOL(1300)])
     assert closed_by_acks(operators, probe) == operators
+    # Two probes' Stops lost in a row, then the operator's turn: split at each ack in turn.
+    two = [(at(100), at(103)), (at(1300), at(1304))]
+    read = closed_by_acks(turns([PROMPT(101), PROMPT(1301), PROMPT(2000), TOOL(2100)]), two)
+    assert [(t.began, t.ended) for t in read] == [(at(101), at(103)), (at(1301), at(1304)), (at(2000), None)]
