@@ -103,8 +103,11 @@ class HookModel:
             return
         a.seen_last = w.t
         if event == "UserPromptSubmit":
-            if not a.seen_open:
-                a.seen_began = w.t  # a late prompt says the turn began when it was written
+            if not a.seen_open or self.closed_by_ack:
+                # A late prompt says the turn began when it was written; and a prompt after the ack
+                # that closed the probe's turn begins one of its own (turn_rules.closed_by_acks),
+                # though an event since had opened that turn again in Loom's eyes.
+                a.seen_began = w.t
             a.seen_open, self.closed_by_ack = True, False
             w.turn_reported(a.pid)
         elif event in ("Stop", "StopFailure"):

@@ -194,16 +194,19 @@ class Checker:
           or late; or the misses fell in such a turn, ended since."""
         w, cfg = self.sim.world, self.sim.config.canary
         t = w.t
+        # The config's own thresholds first, on the world's truth without slack (a turn truly quiet
+        # for turn_quiet, truly older than max_turn): what doctor warns of must be the config's doing.
+        if self.sim.turns_told and a.turn_since is not None and not self.turn_in_evidence(a):
+            if t - a.turn_since >= cfg.max_turn:
+                runaway = a.turn_until is not None and a.turn_until - a.turn_since > faults.LONG_TURN
+                return "runaway_turn" if runaway else "turn_too_long"
+            if t - max(a.last_event, a.turn_since) >= cfg.turn_quiet:
+                return "turn_quiet"
         if t - a.eaten_at <= self.misses_span + SLACK:
             return "dialog_closed"
         if not self.sim.turns_told:
             return ""
         if a.turn_since is not None and not self.turn_in_evidence(a):
-            if t - a.turn_since >= cfg.max_turn - SLACK:
-                runaway = a.turn_until is not None and a.turn_until - a.turn_since > faults.LONG_TURN
-                return "runaway_turn" if runaway else "turn_too_long"
-            if t - max(a.last_event, a.turn_since) >= cfg.turn_quiet - SLACK:
-                return "turn_quiet"
             return "events_lost"
         if self.unreported_turn_just_ended(a):
             return "events_lost"
