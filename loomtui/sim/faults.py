@@ -25,8 +25,8 @@ KINDS = (
 # turn of the operator's, which misses every probe typed into it and must not be recycled before
 # canary.max_turn.
 HOOKED_KINDS = ("long_turn",)
-# How long such a turn runs, in the world's terms, not Loom's (drawn from `canary.max_turn`, a config
-# whose max_turn cut the operator's ordinary turns short could never show): up to LONG_TURN; one in
+# How long such a turn runs, in the world's terms, not Loom's (once drawn from `canary.max_turn`, so
+# a config whose max_turn cut the operator's ordinary turns short could never show): up to LONG_TURN; one in
 # RUNAWAY runs away (a loop of tool calls, a task that never converges) for a RUNAWAY_TURN, past the
 # default max_turn of 2 h: Loom recycles it by design, and a report counts that apart
 # (`hearing_recycles`, runaway_turn).
