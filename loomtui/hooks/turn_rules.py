@@ -2,8 +2,9 @@
 standard library and timing only, `now` passed in).
 
 A turn begins with a UserPromptSubmit and ends with Stop or StopFailure; an `idle_prompt`
-notification says no turn is running; a SessionStart is a new process, so a turn still open
-before it ended with the old one. Loom's own launch is such a boundary (a mark of source
+notification says no turn is running (unless the turn had an event inside the idle minute it
+tells of: the notification was written late, after a new prompt); a SessionStart is a new
+process, so a turn still open before it ended with the old one. Loom's own launch is such a boundary (a mark of source
 `launch`), and the process it started says so again with its SessionStart, which may be written
 late (a hook's command delayed): that one ends nothing, or a turn the new process began before
 its SessionStart was written would be taken for ended. A SessionStart of source `compact` is the
@@ -34,6 +35,7 @@ PROMPT, STOP, STOP_FAILURE, NOTIFICATION, SESSION_START, SESSION_END = (
 # The events that name the tool used (the hooks report PostToolUse; the pump sees the call asked for).
 TOOL_EVENTS = ("PostToolUse", "PostToolUseFailure", "PreToolUse")
 PERMISSION, IDLE = "permission_prompt", "idle_prompt"
+IDLE_WAIT = 60.0  # Claude Code notifies `idle_prompt` once its prompt has waited this long for input
 # A SessionStart's sources that are not the CLI's: Loom's own launch (hooks.turns puts it in); and
 # the CLI's own that start no process.
 LAUNCH, COMPACT = "launch", "compact"
@@ -115,7 +117,11 @@ def turns(marks: list[Mark]) -> list[Turn]:
         elif event == STOP_FAILURE:
             close(mark.at, FAILED, mark.source)
         elif event == NOTIFICATION and mark.source == IDLE:
-            close(mark.at, IDLE_END)
+            # The CLI's prompt has sat idle for IDLE_WAIT: a turn with an event inside that wait
+            # began after the idle spell it tells of (the notification's hook written late), and
+            # goes on.
+            if began is None or last is None or raw_age(last, mark.at) >= IDLE_WAIT:
+                close(mark.at, IDLE_END)
         elif began is not None:
             waiting = (mark.message or mark.source) if event == NOTIFICATION and mark.source == PERMISSION else ""
             waiting_since = mark.at if waiting else None

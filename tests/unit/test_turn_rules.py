@@ -41,6 +41,12 @@ def test_a_prompt_begins_a_turn_and_stop_failure_idle_or_a_new_session_ends_it()
     assert (failed.outcome, failed.error) == (tr.FAILED, "rate_limit")
     [idle] = turns([PROMPT(0), m(70, tr.NOTIFICATION, tr.IDLE)])
     assert idle.outcome == tr.IDLE_END
+    # An idle_prompt written late, after a new prompt: the minute of idleness it tells of came
+    # before that turn, which goes on (closed, the busy turn's probes would count as misses).
+    [late] = turns([PROMPT(0), TOOL(40), m(70, tr.NOTIFICATION, tr.IDLE)])
+    assert late.ended is None and late.last == at(40)
+    [stale] = turns([PROMPT(0), TOOL(40), m(100, tr.NOTIFICATION, tr.IDLE)])
+    assert stale.outcome == tr.IDLE_END  # a minute without a word: idle after all
     # A new process: the old turn ended with it, at its last sign of life.
     gone, now_open = turns([PROMPT(0), TOOL(4), m(50, tr.SESSION_START, "resume"), PROMPT(60), TOOL(61, "Edit")])
     assert (gone.outcome, gone.ended) == (tr.GONE, at(4))
