@@ -9,7 +9,9 @@ never typed: a `busy` fault is such a turn, in progress when the next probe arri
 behind it and acks late), a `long_turn` fault a longer one (up to 100 minutes, or now and then
 one that runs away for hours, past `canary.max_turn`: faults.LONG_TURN), using a tool
 (PostToolUse) every few minutes, and now and then after a long call, silent up to the 10 minutes
-Claude Code lets a command run. The world's lengths, not drawn from Loom's thresholds: a config
+Claude Code lets a command run, or compacting its context (PreCompact, then a SessionStart of
+source `compact`). A probe's `touch` reports its PostToolUse after the ack file is written; a
+prompt idle for a minute after a turn says so (Notification `idle_prompt`). The world's lengths, not drawn from Loom's thresholds: a config
 whose own cut the operator's ordinary turns short shows in a report (`hearing_recycles`). One turn at a time, as Claude Code runs them: a probe or a
 line typed while a turn runs (the operator's, or another line's) is queued and taken when that turn
 ends, the lines queued together as one prompt; an operator's prompt waits for the running line's
@@ -29,7 +31,7 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loomtui.hooks import settings
+from loomtui.hooks import settings, turn_rules
 
 if TYPE_CHECKING:
     from loomtui.sim.engine import Sim
@@ -45,6 +47,9 @@ TOOL_EVERY = (30.0, 240.0)   # seconds between a working turn's tool uses, most 
 # gap inside four minutes, a Loom that took a turn for quiet after five went unseen in every storm.
 LONG_CALL = 0.2              # the share of tool calls that do
 LONG_CALL_MAX = 600.0
+COMPACT = 0.02               # the share of a working turn's steps that compact its context instead
+COMPACT_TAKES = (20.0, 120.0)
+PROBE_TOOL_AFTER = 0.05      # the probe's `touch` reported (PostToolUse) after the ack file was written
 TAKE_GAP = 0.5               # between queued lines taken one after another at a turn's end
 OPERATOR_PROMPT = "work through the backlog in notes/todo.md"
 
@@ -67,6 +72,9 @@ class HookModel:
         self.line_until: dict[int, float] = {}
         self.probe_sent: dict[str, float] = {}   # a probe's text -> when Loom typed it
         self.closed_by_ack = False  # the turn Loom saw last was closed by a probe's ack, not a Stop
+        # agent pid -> when its last turn ended (Stop) and its prompt has waited for input since:
+        # Claude Code's `idle_prompt` notification comes IDLE_WAIT later, if nothing was taken meanwhile.
+        self.idle_since: dict[int, float] = {}
 
     # -- the hook command ---------------------------------------------------------------------
 
@@ -100,6 +108,13 @@ class HookModel:
             path.write_text(json.dumps({"hook_event_name": event, "session_id": a.session, **fields}))
             os.utime(path, (w.wall, w.wall))
         except OSError:
+            return
+        if event == "Notification" and fields.get("notification_type") == turn_rules.IDLE:
+            # Loom ends the open turn at it, unless the turn had an event inside the idle minute it
+            # tells of (turn_rules.turns): not a sign of the turn's life either way.
+            if a.seen_open and w.t - a.seen_last >= turn_rules.IDLE_WAIT:
+                a.seen_open, self.closed_by_ack = False, False
+            sim.wake("hooks")
             return
         a.seen_last = w.t
         if event == "UserPromptSubmit":
@@ -154,12 +169,16 @@ class HookModel:
         behind a turn into one message): its prompt, each probe's `touch` a moment later, one Stop;
         what is typed meanwhile waits for that Stop."""
         sim, w = self.sim, self.sim.world
+        self.idle_since.pop(pid, None)
         sim.at(when, self.fire, pid, "UserPromptSubmit", {"prompt": "\n".join(text for text, _ in lines)})
         done = when + w.latency()
         for text, kind in lines:
             path = sim.probe_path(text) if kind == "probe" else None
             if path is not None:
                 sim.at(done, self.acked, pid, path, self.probe_sent.pop(text, when))
+                # The `touch` is a Bash call: its PostToolUse is written once it ran, after the ack
+                # file's time, so Loom reads the probe's turn as going on past its ack.
+                sim.at(done + PROBE_TOOL_AFTER, self.fire, pid, "PostToolUse", {"tool_name": "Bash"})
         self.line_until[pid] = done + 0.2
         sim.at(done + 0.2, self.line_done, pid)
 
@@ -181,6 +200,7 @@ class HookModel:
         """The lines' turn ends (Stop); what was typed meanwhile is taken next, as one prompt."""
         self.fire(pid, "Stop", {"stop_hook_active": False})
         self.line_until.pop(pid, None)
+        self.idle_from(pid)
         self.take_queued(pid)
 
     def take_queued(self, pid: int) -> None:
@@ -189,6 +209,22 @@ class HookModel:
         queued = self.queued.pop(pid, [])
         if queued and a is not None and a.pid == pid:
             self.take(pid, queued, w.t + TAKE_GAP)
+
+    def idle_from(self, pid: int) -> None:
+        """A turn ended: the prompt waits for input from now; `idle_prompt` once it has waited
+        IDLE_WAIT with nothing taken."""
+        t = self.sim.world.t
+        self.idle_since[pid] = t
+        self.sim.after(turn_rules.IDLE_WAIT, self.idle, pid, t)
+
+    def idle(self, pid: int, since: float) -> None:
+        a = self.sim.world.agent
+        if self.idle_since.get(pid) != since or a is None or a.pid != pid or a.turn_since is not None \
+                or self.in_line(pid):
+            return  # something was taken since, or the agent is gone
+        self.idle_since.pop(pid, None)
+        self.fire(pid, "Notification", {"notification_type": turn_rules.IDLE,
+                                        "message": "Claude is waiting for your input"})
 
     # -- turns the operator gave it ------------------------------------------------------------
 
@@ -202,6 +238,7 @@ class HookModel:
             return
         a.turn_since = a.last_event = w.t
         a.turn_until = until
+        self.idle_since.pop(a.pid, None)
         w.turn_began(a.pid)
         self.fire(a.pid, "UserPromptSubmit", {"prompt": OPERATOR_PROMPT})
         self.sim.after(self.tool_gap(), self.tool, a.pid)
@@ -224,7 +261,22 @@ class HookModel:
         if a is None or a.pid != pid or a.turn_since is None or not a.hearing():
             return  # the turn ended, or the agent with it; a wedged one uses no tools
         a.last_event = w.t
+        if w.rng.random() < COMPACT:
+            # Its context full, Claude Code compacts it inside the turn: PreCompact, silence while it
+            # summarises, then a SessionStart of source `compact` (the same process), and work on.
+            self.fire(pid, "PreCompact", {"trigger": "auto"})
+            self.sim.after(w.rng.uniform(*COMPACT_TAKES), self.compacted, pid)
+            return
         self.fire(pid, "PostToolUse", {"tool_name": "Bash"})
+        self.sim.after(self.tool_gap(), self.tool, pid)
+
+    def compacted(self, pid: int) -> None:
+        w = self.sim.world
+        a = w.agent
+        if a is None or a.pid != pid or a.turn_since is None or not a.hearing():
+            return
+        a.last_event = w.t
+        self.fire(pid, "SessionStart", {"source": "compact"})
         self.sim.after(self.tool_gap(), self.tool, pid)
 
     def tool_gap(self) -> float:
@@ -240,4 +292,5 @@ class HookModel:
         a.busy_next = False
         w.turn_ended(pid)
         self.fire(pid, "Stop", {"stop_hook_active": False})
+        self.idle_from(pid)
         self.take_queued(pid)  # the lines typed into it, as one prompt

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from loomtui.pump import client as pump_client  # its file names and refusals: the simulator opens no socket
 from loomtui.pump import rules, transcript
 from loomtui.pump.facts import Delivery
-from loomtui.sim.hooks_model import OPERATOR_PROMPT, tool_gap
+from loomtui.sim.hooks_model import OPERATOR_PROMPT, PROBE_TOOL_AFTER, tool_gap
 from loomtui.sim.world import RESUME_FAILED_SCREEN
 
 if TYPE_CHECKING:
@@ -324,6 +324,8 @@ class PumpModel:
             "role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{seq}", "name": "Bash",
                                               "input": {"command": f"touch {path}"}}]}})
         self.sim.acked(pid, Path(path))
+        if self.sim.hooks is not None:  # its PostToolUse, once the touch ran: after the ack file's time
+            self.sim.after(PROBE_TOOL_AFTER, self.sim.hooks.fire, pid, "PostToolUse", {"tool_name": "Bash"})
 
     def tool(self, pid: int, seq: int) -> None:
         """A turn of the operator's uses a tool every few minutes, while it runs and the CLI hears."""

@@ -37,7 +37,7 @@ def automatic(sim: Sim) -> dict:
 def long_turn_missed_and_kept(config) -> Sim:
     """A run with one long turn of the operator's, long enough to have been recycled twice over had
     its turns not been told: its probes missed, nothing recycled, every invariant held."""
-    sim = scripted(config, 5, [(1 * H, "long_turn")])
+    sim = scripted(config, 5, [(1 * H, "long_turn")], seed=6)  # a turn of 80 minutes, hooked or streamed
     assert sim.violation is None, sim.violation
     [(start, end, _, _)] = sim.world.turns
     cfg = sim.config.canary
@@ -115,7 +115,10 @@ def test_a_wedge_hidden_in_a_probes_turn_after_a_relaunch_is_found_within_the_wi
     checker had (no time for a turn hiding a wedge), which reported a false relaunch_witnessed."""
     sim = scripted(hooked(), 3, [(1 * H, "crash"), (1 * H + 15, "busy"), (4895.0, "wedge")])
     assert sim.violation is None, sim.violation
-    assert automatic(sim) == {"crash": {"resume": 1}, "canary_failed": {"resume": 1}}
+    # The crash's status is lost to tmux one look in ten (its 3.3a race): an `exit` then, the same relaunch.
+    crashed = automatic(sim)
+    assert sum(crashed.pop(c, {}).get("resume", 0) for c in ("crash", "exit")) == 1
+    assert crashed == {"canary_failed": {"resume": 1}}
     misses = [t for _, t, kind, d in sim.trace if kind == "canary" and d["result"] == "miss"]
     relaunches = [d["at"] for _, _, kind, d in sim.trace if kind == "relaunch"]
     crash, recycle = relaunches[1], relaunches[2]
@@ -136,20 +139,30 @@ def test_a_wall_clock_stepped_during_a_busy_turn_does_not_get_the_busy_agent_rec
     from loomtui.config import load_config
 
     config = load_config(str(REPO / "docs" / "evidence" / "hooked.toml"))[0]
-    sim = Sim(config, PROFILES["clockjump"], 4, 0.4).run()
+    # Scripted now (the world's draws have moved since): seed 6's long turn runs 80 minutes, and the
+    # wall clock is stepped back a day 5 minutes into it.
+    sim = scripted(config, 4, [(1 * H, "long_turn"), (1 * H + 300, "clock_back")], seed=6)
     assert sim.violation is None, sim.violation
-    assert sim.report.faults.get("clock_back", 0) >= 1 and sim.report.faults.get("long_turn", 0) >= 1
+    [(start, end, _, _)] = sim.world.turns
+    assert end is not None and start < 1 * H + 300 < end and end - start > 3600
+    assert sim.report.faults == {"clock_back": 1, "long_turn": 1} and automatic(sim) == {}
+    assert sim.report.probes.get("miss", 0) >= config.canary.misses_to_recycle  # missed, and kept
 
 
-def test_the_simulated_cli_runs_one_turn_at_a_time():
+def test_the_simulated_cli_runs_one_turn_at_a_time(monkeypatch):
     # Hooked storm seed 87, day 22.99: two nudges typed at once were each taken at once, each its own
     # prompt and Stop, and an operator's long turn began 1.5 s later, inside them: prompt, prompt,
     # prompt, Stop, Stop. Claude Code never writes that (a line typed during a turn joins it or waits
     # for its end); Loom's turns closed the long turn at the first Stop, the misses of the probes
     # typed into it counted, and a busy agent was recycled. Lines typed at once are one prompt now,
     # and the operator's prompt waits for that turn's Stop.
+    from loomtui.sim import hooks_model
     from loomtui.store import hook_events
 
+    # The order the CLI runs them in, every hook written at once (one lost or late reorders the
+    # files, as it may the real CLI's: the turns must cope with that, and other tests show it).
+    monkeypatch.setattr(hooks_model, "HOOK_LOST", 0.0)
+    monkeypatch.setattr(hooks_model, "HOOK_LATE", 0.0)
     seen: list[str] = []
 
     def type_two(sim) -> None:
@@ -197,9 +210,11 @@ def test_ordinary_turns_cut_short_by_the_configs_thresholds_are_counted_by_which
     from loomtui.sim import faults
 
     monkeypatch.setattr(faults, "RUNAWAY", 0.0)
-    quiet = scripted(hooked(turn_quiet="1m"), 5, [(1 * H, "long_turn")])
+    quiet = scripted(hooked(turn_quiet="1m"), 5, [(1 * H, "long_turn")], seed=3)  # seed 1's turn: 5 minutes
     assert quiet.violation is None and quiet.report.hearing_recycles.get("turn_quiet", 0) >= 1, quiet.violation
+    # A turn of exactly an hour, the longest an ordinary one runs here: past a max_turn of 20 minutes.
     monkeypatch.setattr(faults, "LONG_TURN", 3600.0)
+    monkeypatch.setattr(faults, "RUNAWAY", 1.0)
     monkeypatch.setattr(faults, "RUNAWAY_TURN", (3600.0, 3600.0))
     short = scripted(hooked(max_turn="20m"), 5, [(1 * H, "long_turn")])
     assert short.violation is None, short.violation

@@ -329,8 +329,8 @@ def test_a_turn_taken_for_quiet_after_five_minutes_is_caught(monkeypatch):
 
     plant(monkeypatch, turn_rules, "state", "    if age(turn.last, now) >= quiet:",
           "    if age(turn.last, now) >= min(quiet, 300.0):")
-    run = simulate(3, 0.1, "storm", hooked())
-    assert_caught(run, "busy_not_recycled", profile="storm", days=0.1, seed=3)
+    run = simulate(8, 0.1, "storm", hooked())
+    assert_caught(run, "busy_not_recycled", profile="storm", days=0.1, seed=8)
     assert "into a busy turn" in run["violation"]["message"]
 
 
