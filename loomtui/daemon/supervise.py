@@ -44,6 +44,7 @@ from loomtui.store.db import DB_NAME
 log = logging.getLogger("loom.supervise")
 
 HEARTBEAT = "supervisor"
+LOOP_RETRY = 2.0  # a loop's first wait after its tick failed, doubled each failure after
 MAX_LOOP_BACKOFF = 60.0
 # How long a loop still at work when the daemon's wait for its loops ran out (30 s) is given once
 # cancelled: a tick, or a service inside a command (a relaunch from Telegram). Its store is closed, the
@@ -292,7 +293,7 @@ async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> Non
                     give_up(rt, stop, fatal)  # a restarted loop would only meet it again
                     break
                 await asyncio.to_thread(_record_error, ctx or rt.ctx, spec.name, exc)
-                if await sleep_or_stop(stop, backoff(failures, 2.0, MAX_LOOP_BACKOFF)):
+                if await sleep_or_stop(stop, backoff(failures, LOOP_RETRY, MAX_LOOP_BACKOFF)):
                     break
                 if ctx is not None:
                     ctx.close()
@@ -395,7 +396,7 @@ async def run_service(rt: Runtime, service: Service, stop: asyncio.Event) -> Non
         if stop.is_set():
             break
         stats.restarts += 1
-        if await sleep_or_stop(stop, backoff(failures, 2.0, MAX_LOOP_BACKOFF)):
+        if await sleep_or_stop(stop, backoff(failures, LOOP_RETRY, MAX_LOOP_BACKOFF)):
             break
 
 

@@ -38,6 +38,7 @@ from loomtui.agent.records import LaunchRecord
 from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
 from loomtui.daemon import loops
+from loomtui.daemon.supervise import LOOP_RETRY, MAX_LOOP_BACKOFF
 from loomtui.errors import LoomError
 from loomtui.hooks import settings as hook_settings
 from loomtui.sentinel import queue
@@ -57,6 +58,7 @@ from loomtui.sim.world import BOOT, MODAL_SCREEN, PROMPT_SCREEN, Agent, Job, Wor
 from loomtui.store import canary_runs, ledger, outbox, session
 from loomtui.store.db import Store
 from loomtui.store.statedir import prepare_agent_dir, prepare_state_dir
+from loomtui.timing import backoff
 
 TRACE = 40
 DAY = 86400.0
@@ -216,10 +218,18 @@ class Sim:
         interval = self.config.watchdog.interval
         sched = self.scheduler
         last_full = -math.inf
+        failures = 0
         while True:
             if sched.t - last_full >= interval:
                 last_full = sched.t
             report = self.guarded("watchdog", step)
+            if report is FAILED:
+                failures += 1
+                self.retry_after_failure(failures)
+                step = loops.watchdog_tick(ctx, self.halt)  # made afresh: its memory lost, a full tick next
+                last_full = -math.inf
+                continue
+            failures = 0
             for line in getattr(report, "results", None) or ():
                 if "gone on a second look" in line:
                     self.event("recover_resolved", line=line)
@@ -228,9 +238,15 @@ class Sim:
     def canary_thread(self, ctx: Context) -> None:
         loop = CanaryLoop(ctx, self.halt)
         sched = self.scheduler
+        failures = 0
         while True:
             self.canary_began = began = sched.t
-            self.guarded("canary", loop.tick)
+            if self.guarded("canary", loop.tick) is FAILED:
+                failures += 1
+                self.retry_after_failure(failures)
+                loop = CanaryLoop(ctx, self.halt)  # made afresh, as the daemon makes it
+                continue
+            failures = 0
             # The daemon's loop looks CANARY_PERIOD after its last look began (at once when that look
             # ran longer, waiting on a locked store), and sooner when the loop asks (next_look: its
             # timer, from the look's end); looks in between find nothing due and are not simulated.
@@ -264,8 +280,15 @@ class Sim:
         wake it, as inotify and the `typed` signal do), and when the next line's timeout comes."""
         look = loops.hooks_look(ctx)
         sched = self.scheduler
+        failures = 0
         while True:
             seen = self.guarded("hooks", look)
+            if seen is FAILED:
+                failures += 1
+                self.retry_after_failure(failures)
+                look = loops.hooks_look(ctx)  # made afresh: the witness's memory lost
+                continue
+            failures = 0
             missing, wait = seen if isinstance(seen, tuple) else (0, loops.HOOKS_POLL)
             if missing:
                 self.wake("canary")  # the canary's doorbell (the ledger's dispatch_missing is in the trace)
@@ -275,11 +298,24 @@ class Sim:
         step = loops.sentinel_tick(ctx, self.halt)  # the daemon's own: sentinel.tick.sentinel_tick(ctx)
         interval = self.config.sentinel.interval
         sched = self.scheduler
+        failures = 0
         while True:
             began = sched.t  # the daemon's loop ticks every interval from a tick's start
-            if self.guarded("sentinel", step) is FAILED:  # the store locked, say: a lost interval
+            if self.guarded("sentinel", step) is FAILED:  # the store locked, say
                 self.checker.on_sentinel_failed()
+                failures += 1
+                self.retry_after_failure(failures)
+                step = loops.sentinel_tick(ctx, self.halt)
+                continue
+            failures = 0
             sched.sleep_until(began + interval)
+
+    def retry_after_failure(self, failures: int) -> None:
+        """What the daemon's loop does after its tick raised (supervise.run_tick_loop): it waits
+        backoff(failures, 2 s, MAX_LOOP_BACKOFF), then makes the tick afresh (the caller does: a
+        loop's memory, the watchdog's and the hooks witness's, is lost with it) and runs it at once.
+        Until 2026-12-07 the simulator's loops went on with the same objects at their next interval."""
+        self.scheduler.sleep_until(self.scheduler.t + backoff(failures, LOOP_RETRY, MAX_LOOP_BACKOFF))
 
     def wake(self, name: str, when: float | None = None) -> None:
         th = self.threads.get(name)

@@ -219,3 +219,31 @@ def test_ordinary_turns_cut_short_by_the_configs_thresholds_are_counted_by_which
     short = scripted(hooked(max_turn="20m"), 5, [(1 * H, "long_turn")])
     assert short.violation is None, short.violation
     assert short.report.hearing_recycles == {"turn_too_long": 1}
+
+
+def test_a_failed_tick_is_tried_again_after_the_daemons_backoff_with_its_loop_made_afresh():
+    # The daemon's loop, its tick raised (a store locked past its busy wait), waits 2 s, 4 s, 8 s ...
+    # (supervise.LOOP_RETRY, doubled, at most MAX_LOOP_BACKOFF) and makes the tick afresh. The
+    # simulator's loops went on with the same objects at their next interval (the sentinel's ten
+    # minutes on): the memory the daemon loses then (the watchdog's, the hooks witness's) was never
+    # lost in a storm, nor a tick tried again soon.
+    from loomtui.daemon.supervise import LOOP_RETRY
+    from loomtui.timing import backoff
+
+    failed: list[float] = []
+
+    def lock(sim) -> None:
+        sim.world.store_locked_until = sim.world.t + 200.0
+        sim.world.impair(sim.world.store_locked_until)
+        sim.lock_store(sim.world.store_locked_until)
+
+    def read(sim) -> None:
+        failed.extend(t for _, t, kind, d in sim.trace if kind == "tick_failed" and d["loop"] == "sentinel")
+
+    sim = scripted(hooked(), 2, [], looks=[(1 * H, lock), (1 * H + 199, read)])
+    assert sim.violation is None, sim.violation
+    assert len(failed) >= 4, failed
+    gaps = [b - a for a, b in zip(failed, failed[1:])]
+    busy = gaps[0] - LOOP_RETRY  # each try waits out the store's busy timeout, then the backoff
+    assert [round(g - busy, 6) for g in gaps] == [backoff(n, LOOP_RETRY, 60.0) for n in range(1, len(gaps) + 1)]
+    assert max(gaps) < sim.config.sentinel.interval
