@@ -42,9 +42,9 @@ def run_install(args: argparse.Namespace) -> int:
     if args.print:
         sys.stdout.write(service.render(ctx, kind))
         return 0
-    path, how = service.install(ctx, kind, force=args.force)
-    print({"written": "wrote", "replaced": "replaced (the old one is in .bak beside it)",
-           "unchanged": "unchanged, already as it would be written:"}[how] + f" {path}")
+    path, how, backup = service.install(ctx, kind, force=args.force)
+    print({"written": f"wrote {path}", "replaced": f"replaced {path} (the old one is kept in {backup})",
+           "unchanged": f"unchanged, already as it would be written: {path}"}[how])
     if kind == "systemd":
         print("enable it with: systemctl --user daemon-reload && systemctl --user enable --now loom.service")
         print("and keep it running after you log out: loginctl enable-linger $USER")

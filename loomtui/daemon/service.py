@@ -214,10 +214,12 @@ def render(ctx: Context, kind: str) -> str:
     return systemd_unit(ctx) if kind == "systemd" else launchd_plist(ctx)
 
 
-def install(ctx: Context, kind: str, *, force: bool = False) -> tuple[Path, str]:
-    """Write the unit (or plist): (its path, "written", "unchanged" or "replaced"). One already there
-    that says something else (another Loom's, or edited by hand) is replaced only with `force`, and
-    kept beside it as .bak; without, LoomError naming it."""
+def install(ctx: Context, kind: str, *, force: bool = False) -> tuple[Path, str, Path | None]:
+    """Write the unit (or plist): (its path, "written", "unchanged" or "replaced", where the old one
+    was kept). One already there that says something else (another Loom's, or edited by hand) is
+    replaced only with `force`, and kept beside it as .bak, or .bak.1, .bak.2 ... when an earlier
+    --force left one (a second replaced the first's backup: the hand-edited unit was lost); without,
+    LoomError naming it."""
     path = target_path(kind)
     private_dir(path.parent)
     text = render(ctx, kind).encode("utf-8")
@@ -228,15 +230,26 @@ def install(ctx: Context, kind: str, *, force: bool = False) -> tuple[Path, str]
     except OSError as exc:
         raise LoomError(f"{path}: cannot read the unit already there: {exc.strerror or exc}") from None
     if old == text:
-        return path, "unchanged"
+        return path, "unchanged", None
+    backup = None
     if old is not None:
         if not force:
             raise LoomError(f"{path} exists and says something else (another Loom's, or edited by hand): "
                             "loom install-service --print shows what it would write; --force replaces it "
                             "(keeping the old one as .bak)")
-        _write(path.with_suffix(path.suffix + ".bak"), old)
+        backup = _free_backup(path)
+        _write(backup, old)
     _write(path, text)
-    return path, "written" if old is None else "replaced"
+    return path, "written" if old is None else "replaced", backup
+
+
+def _free_backup(path: Path) -> Path:
+    """The first of `path`.bak, .bak.1, .bak.2 ... not there yet."""
+    for n in range(1000):
+        candidate = path.with_suffix(path.suffix + (".bak" if n == 0 else f".bak.{n}"))
+        if not os.path.lexists(candidate):
+            return candidate
+    raise LoomError(f"{path}: a thousand backups beside it already; remove some and try again")
 
 
 def _write(path: Path, text: bytes) -> None:

@@ -195,13 +195,13 @@ def test_install_writes_a_private_file(ctx, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     old = os.umask(0o022)
     try:
-        path, how = service.install(ctx, "systemd")
+        path, how, _ = service.install(ctx, "systemd")
     finally:
         os.umask(old)
     assert path == tmp_path / "xdg" / "systemd" / "user" / "loom.service" and how == "written"
     assert path.stat().st_mode & 0o777 == 0o600 and path.parent.stat().st_mode & 0o777 == 0o700
     assert service_section(path.read_text())["ExecStart"]
-    assert service.install(ctx, "systemd") == (path, "unchanged")
+    assert service.install(ctx, "systemd") == (path, "unchanged", None)
 
 
 def test_a_unit_already_there_that_says_something_else_is_replaced_only_when_forced(ctx, tmp_path, monkeypatch):
@@ -213,10 +213,17 @@ def test_a_unit_already_there_that_says_something_else_is_replaced_only_when_for
     with pytest.raises(LoomError, match=r"loom.service exists and says something else .*--force replaces it"):
         service.install(ctx, "systemd")
     assert path.read_text() == mine  # nothing lost
-    assert service.install(ctx, "systemd", force=True) == (path, "replaced")
-    assert path.with_suffix(".service.bak").read_text() == mine
+    backup = path.with_suffix(".service.bak")
+    assert service.install(ctx, "systemd", force=True) == (path, "replaced", backup)
+    assert backup.read_text() == mine
     assert service_section(path.read_text())["ExecStart"] != mine
-    assert (path.with_suffix(".service.bak").stat().st_mode & 0o777) == 0o600
+    assert (backup.stat().st_mode & 0o777) == 0o600
+    # Edited again and forced again: the first backup (the hand-edited unit) is kept, not replaced.
+    edited = "[Service]\nExecStart=/opt/third/bin/loom supervise\n"
+    path.write_text(edited)
+    second = path.with_suffix(".service.bak.1")
+    assert service.install(ctx, "systemd", force=True) == (path, "replaced", second)
+    assert backup.read_text() == mine and second.read_text() == edited
 
 
 def test_install_service_print_from_the_command_line(tmp_path):
