@@ -146,6 +146,9 @@ def _pump(data: dict[str, Any]) -> list[str]:
         return [f"— loom pump got signal {data.get('signal')}: stopping the CLI"]
     if what == "spawn_failed":
         return [f"— could not start the CLI: {_one(data.get('error'))}"]
+    if what == "set_aside":
+        return [f"— set aside #{data.get('seq')}: {data.get('unread')} launches exited before reading it "
+                f"(kept as {_one(data.get('name'))} in the pump's queue)"]
     if what == "bad_queue_file":
         return [f"— skipped an unreadable queue file {_one(data.get('name'))}"]
     return []

@@ -14,6 +14,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Union
 
 IDLE, RUNNING = "idle", "running"
+# A kept message written to this many CLIs that each exited before showing they read it is set aside
+# by the next pump (runner: renamed .undelivered, said in the transcript), not written again: one
+# that ends the CLI before it reads it was written to every launch until the watchdog's ceiling.
+MAX_UNREAD = 3
 EXITED = "the agent's CLI has exited"
 INPUT_CLOSED = "the agent's CLI no longer reads its input"
 # A refusal's code in the pump's answer (docs/STREAM.md): the CLI has exited, or it no longer reads

@@ -40,6 +40,8 @@ READ_TIMEOUT = 5.0      # a client has this long to send its request line
 ORIGIN = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 STALE_ORIGIN = "canary"  # a queued line of this origin is not carried over to the next launch
 QUEUE_FILE = re.compile(r"(\d{1,18})\.json")
+MAX_UNREAD = rules.MAX_UNREAD
+SET_ASIDE = ".undelivered"  # the name a set-aside message's queue file takes
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 # Lines for the pane waiting to be shown: a pane that stops taking them (Ctrl-S, a tmux that stops
 # reading) fills this, never the main loop; past it lines are counted and said to be left out.
@@ -333,6 +335,8 @@ class Pump:
         kept = [seq for seq in self.unread if self._queue_file(seq).exists()]
         if kept:
             self._record(transcript.PUMP, what="unread", seqs=kept)
+            for seq in kept:
+                self._count_unread(seq)
         self._record(transcript.PUMP, what="cli_exit", status=status, signal=signum, exit=code)
         self._publish()
         for pending in self.waiting.values():
@@ -444,6 +448,16 @@ class Pump:
         _replace(self._queue_file(message.seq), json.dumps(data).encode("ascii"), sync=True)
         message.persisted = True
 
+    def _count_unread(self, seq: int) -> None:
+        """One more CLI exited before showing it read kept message `seq`: counted in its file."""
+        path = self._queue_file(seq)
+        try:
+            data = json.loads(path.read_bytes())
+            data["unread"] = int(data.get("unread", 0)) + 1
+            _replace(path, json.dumps(data).encode("ascii"), sync=True)
+        except (OSError, ValueError, TypeError):
+            pass  # left as it was: delivered again, counted or not
+
     def _load_queue(self) -> list[int]:
         found = []
         folder = queue_dir(self.state_dir)
@@ -464,6 +478,15 @@ class Pump:
                 self._record(transcript.PUMP, what="bad_queue_file", name=name)
                 try:
                     path.rename(path.with_name(name + ".bad"))
+                except OSError:
+                    pass
+                continue
+            unread = data.get("unread", 0)
+            if isinstance(unread, int) and unread >= MAX_UNREAD:
+                self._record(transcript.PUMP, what="set_aside", seq=seq, unread=unread,
+                             name=name + SET_ASIDE)
+                try:
+                    path.rename(path.with_name(name + SET_ASIDE))
                 except OSError:
                     pass
                 continue

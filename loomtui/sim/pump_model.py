@@ -57,6 +57,7 @@ class Message:
     kind: str                       # probe / line / operator
     until: float | None = None      # an operator's turn: when it ends (None: a `busy` turn, set by its probe)
     kept: bool = False              # in a queue file (it was queued): kept until the CLI shows it read it
+    unread: int = 0                 # CLIs it was written to that exited before showing they read it
 
 
 @dataclass
@@ -122,6 +123,9 @@ class PumpModel:
         carried: dict[int, Message] = {}
         for seq in sorted(self.leftover):
             msg = self.leftover[seq]
+            if msg.unread >= rules.MAX_UNREAD:  # runner._load_queue sets it aside
+                self.record(transcript.PUMP, what="set_aside", seq=seq, unread=msg.unread, name=f"{seq}.json.undelivered")
+                continue
             if msg.origin == STALE_ORIGIN:
                 self.record(transcript.PUMP, what="dropped_probe", seq=seq)
                 continue
@@ -160,6 +164,8 @@ class PumpModel:
         unread = [seq for seq in p.unread if seq in p.messages]
         if unread:
             self.record(transcript.PUMP, what="unread", seqs=unread)
+            for seq in unread:
+                p.messages[seq].unread += 1  # runner._count_unread
         self.record(transcript.PUMP, what="cli_exit", status=status, signal=signal, exit=code)
         self.publish(p)
         self.leftover = {seq: p.messages[seq] for seq in (*unread, *p.state.queue) if seq in p.messages}

@@ -134,3 +134,36 @@ def test_kept_messages_a_cli_never_read_are_kept_for_the_next_launch(tmp_path):
     answers = [r.event.get("result") for r in transcript.read(path, end) if r.event.get("type") == "result"]
     assert answers == ["got message 1", "got message 2", "got message 3"]
     assert list(queue.iterdir()) == []
+
+
+# A CLI that exits, status 1, as soon as it is written a line: before it shows it read a byte.
+DIES_ON_A_LINE = r"""
+import sys
+sys.stdin.readline()
+raise SystemExit(1)
+"""
+
+
+def test_a_message_every_launch_exits_before_reading_is_set_aside_after_three(tmp_path):
+    # Kept for the next launch, a message that ends the CLI before it reads it (or a CLI that cannot
+    # start with it) was written to every launch, each ending the same way, until the watchdog's
+    # ceiling held the agent. After MAX_UNREAD launches it is set aside, kept on disk, and said.
+    from loomtui.pump import render, runner
+
+    queue = tmp_path / "pump-queue"
+    queue.mkdir()
+    (queue / "1.json").write_text(json.dumps({"seq": 1, "ts": 0, "origin": "telegram", "ref": "tg-1", "text": "huge"}))
+    for launch in range(1, runner.MAX_UNREAD + 1):
+        assert pump_process(tmp_path, DIES_ON_A_LINE).returncode == 1
+        assert json.loads((queue / "1.json").read_text())["unread"] == launch
+    path = transcript.path_in(tmp_path)
+    end = transcript.tail_offset(path, 0)
+    assert pump_process(tmp_path, "pass").returncode == 0  # the next launch: nothing written to it
+    records = list(transcript.read(path, end))
+    assert not [r for r in records if r.data.get("what") == "unread"]
+    [aside] = [r for r in records if r.data.get("what") == "set_aside"]
+    assert aside.data["seq"] == 1 and aside.data["unread"] == runner.MAX_UNREAD
+    assert sorted(p.name for p in queue.iterdir()) == ["1.json.undelivered"]
+    assert json.loads((queue / "1.json.undelivered").read_text())["text"] == "huge"  # nothing lost
+    assert render.lines(transcript.PUMP, aside.data) == [
+        "— set aside #1: 3 launches exited before reading it (kept as 1.json.undelivered in the pump's queue)"]
