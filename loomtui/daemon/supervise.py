@@ -233,12 +233,18 @@ def give_up(rt: Runtime, stop: asyncio.Event, line: str) -> None:
 
 
 def _record_error(ctx: Context, name: str, exc: BaseException) -> None:
+    record_loop_error(ctx, name, exc)
+    log.error("loop %s failed: %s: %s", name, type(exc).__name__, exc)
+
+
+def record_loop_error(ctx: Context, name: str, exc: BaseException) -> None:
+    """A loop's failed tick in the ledger (`loop_error`), where the store takes it: a locked one
+    keeps it its busy timeout first (the simulator's loops record theirs through this too)."""
     try:
         ledger.append(ctx.store, "loop_error", source="supervisor",
                       detail={"loop": name, "type": type(exc).__name__, "error": str(exc)[:500]})
-    except Exception:  # the store itself may be what failed; the log line below still says it
+    except Exception:  # the store itself may be what failed; the log line still says it
         pass
-    log.error("loop %s failed: %s: %s", name, type(exc).__name__, exc)
 
 
 async def run_tick_loop(rt: Runtime, spec: TickLoop, stop: asyncio.Event) -> None:

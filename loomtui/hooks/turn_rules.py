@@ -148,7 +148,8 @@ def closed_by_acks(all_turns: list[Turn], acks: list[tuple[Instant, Instant]]) -
 
     With the real CLI the probe's own `touch` reports a PostToolUse after its ack is written, so
     the turn's last event is after the ack and the close at the ack alone seldom applies: a probe's
-    lost Stop leaves its turn busy until `quiet` or the next prompt, a wedge found that much later."""
+    lost Stop leaves its turn busy until `quiet`, the idle_prompt a minute after it, or the next
+    prompt: a wedge found that much later."""
     while True:
         split = _split_at_ack(all_turns, acks)
         if split is all_turns:

@@ -38,6 +38,7 @@ from loomtui.agent.records import LaunchRecord
 from loomtui.canary.loop import CanaryLoop
 from loomtui.context import Context
 from loomtui.daemon import loops
+from loomtui.daemon import supervise
 from loomtui.daemon.supervise import LOOP_RETRY, MAX_LOOP_BACKOFF
 from loomtui.errors import LoomError
 from loomtui.hooks import settings as hook_settings
@@ -108,6 +109,7 @@ class Sim:
         self.scheduler.on_time = self._set_time
         self.scheduler.after_slice = self._after_slice
         self.clock = SimClock(self.scheduler, self.world, BOOT)
+        self.tick_errors: dict[str, BaseException] = {}  # each loop's last failed tick's error
         self.item_cache: dict[int, Item] = {}   # queue items as the store holds them, until it changes
         self.commands: dict[int, str] = {}
         self.labels: dict[str, str] = {}
@@ -202,6 +204,7 @@ class Sim:
             return tick()
         except (LoomError, sqlite3.Error, OSError) as exc:
             self.event("tick_failed", loop=loop, error=f"{type(exc).__name__}: {exc}"[:200])
+            self.tick_errors[loop] = exc
             return FAILED
         finally:
             self.done_relaunching()
@@ -225,7 +228,7 @@ class Sim:
             report = self.guarded("watchdog", step)
             if report is FAILED:
                 failures += 1
-                self.retry_after_failure(failures)
+                self.retry_after_failure(ctx, "watchdog", failures)
                 step = loops.watchdog_tick(ctx, self.halt)  # made afresh: its memory lost, a full tick next
                 last_full = -math.inf
                 continue
@@ -243,7 +246,7 @@ class Sim:
             self.canary_began = began = sched.t
             if self.guarded("canary", loop.tick) is FAILED:
                 failures += 1
-                self.retry_after_failure(failures)
+                self.retry_after_failure(ctx, "canary", failures)
                 loop = CanaryLoop(ctx, self.halt)  # made afresh, as the daemon makes it
                 continue
             failures = 0
@@ -285,7 +288,7 @@ class Sim:
             seen = self.guarded("hooks", look)
             if seen is FAILED:
                 failures += 1
-                self.retry_after_failure(failures)
+                self.retry_after_failure(ctx, "hooks", failures)
                 look = loops.hooks_look(ctx)  # made afresh: the witness's memory lost
                 continue
             failures = 0
@@ -302,20 +305,27 @@ class Sim:
         while True:
             began = sched.t  # the daemon's loop ticks every interval from a tick's start
             if self.guarded("sentinel", step) is FAILED:  # the store locked, say
-                self.checker.on_sentinel_failed()
                 failures += 1
-                self.retry_after_failure(failures)
+                self.retry_after_failure(ctx, "sentinel", failures)
+                # What the failure cost the queue: from the failed tick's start to the next one's.
+                self.checker.on_sentinel_failed(began, sched.t - began)
                 step = loops.sentinel_tick(ctx, self.halt)
                 continue
             failures = 0
             sched.sleep_until(began + interval)
 
-    def retry_after_failure(self, failures: int) -> None:
-        """What the daemon's loop does after its tick raised (supervise.run_tick_loop): it waits
-        backoff(failures, 2 s, MAX_LOOP_BACKOFF), then makes the tick afresh (the caller does: a
+    def retry_after_failure(self, ctx: Context, loop: str, failures: int) -> None:
+        """What the daemon's loop does after its tick raised (supervise.run_tick_loop): it records
+        the error (`loop_error`, a locked store's busy wait first), waits backoff(failures, 2 s,
+        MAX_LOOP_BACKOFF), deaf to its doorbell, then makes the tick afresh (the caller does: a
         loop's memory, the watchdog's and the hooks witness's, is lost with it) and runs it at once.
-        Until 2026-12-07 the simulator's loops went on with the same objects at their next interval."""
-        self.scheduler.sleep_until(self.scheduler.t + backoff(failures, LOOP_RETRY, MAX_LOOP_BACKOFF))
+        Until 2026-12-07 the simulator's loops went on with the same objects at their next interval.
+        The daemon also opens the loop's store again; here the thread keeps its connection."""
+        supervise.record_loop_error(ctx, loop, self.tick_errors.pop(loop, LoomError("a tick failed")))
+        sched = self.scheduler
+        until = sched.t + backoff(failures, LOOP_RETRY, MAX_LOOP_BACKOFF)
+        while sched.t < until:  # a wake (a hook written, a line typed) ends no part of it
+            sched.sleep_until(until)
 
     def wake(self, name: str, when: float | None = None) -> None:
         th = self.threads.get(name)

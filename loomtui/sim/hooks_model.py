@@ -18,7 +18,8 @@ ends, the lines queued together as one prompt; an operator's prompt waits for th
 turn to end. A wedged agent (deaf) reports nothing, a dialog eats what is typed.
 
 Hook events are sometimes lost (HOOK_LOST) or late (HOOK_LATE, by up to LATE_BY): the witness and
-the turns must cope with both. The world keeps what Loom could have seen (`seen_open`, `seen_last`)
+the turns must cope with both. The world keeps what Loom could have seen of the events it reads as
+turn marks (READ_AS_TURNS: not PreCompact) (`seen_open`, `seen_last`)
 beside the truth (`turn_since`), so an invariant can tell a recycle Loom had the evidence against
 from one whose evidence was lost.
 """
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from loomtui.hooks import settings, turn_rules
+from loomtui.store import hook_events
 
 if TYPE_CHECKING:
     from loomtui.sim.engine import Sim
@@ -49,6 +51,9 @@ LONG_CALL = 0.2              # the share of tool calls that do
 LONG_CALL_MAX = 600.0
 COMPACT = 0.02               # the share of a working turn's steps that compact its context instead
 COMPACT_TAKES = (20.0, 120.0)
+# The events Loom reads as turn marks (hook_events.TURN_EVENTS, and the latest tool use): what the
+# checker's `seen_*` follow. The others are recorded and never move a turn (PreCompact).
+READ_AS_TURNS = (*hook_events.TURN_EVENTS, hook_events.TOOL, hook_events.TOOL_FAILED)
 PROBE_TOOL_AFTER = 0.05      # the probe's `touch` reported (PostToolUse) after the ack file was written
 TAKE_GAP = 0.5               # between queued lines taken one after another at a turn's end
 OPERATOR_PROMPT = "work through the backlog in notes/todo.md"
@@ -109,10 +114,15 @@ class HookModel:
             os.utime(path, (w.wall, w.wall))
         except OSError:
             return
+        if event not in READ_AS_TURNS:
+            sim.wake("hooks")  # recorded, never a turn mark (PreCompact): nothing Loom's turns see
+            return
         if event == "Notification" and fields.get("notification_type") == turn_rules.IDLE:
             # Loom ends the open turn at it, unless the turn had an event inside the idle minute it
-            # tells of (turn_rules.turns): not a sign of the turn's life either way.
-            if a.seen_open and w.t - a.seen_last >= turn_rules.IDLE_WAIT:
+            # tells of (turn_rules.turns): not a sign of the turn's life either way. A probe's turn
+            # closed at its ack (closed_by_ack) is open until then in Loom's turns, and ends here
+            # too: an event after it no longer opens it again.
+            if (a.seen_open or self.closed_by_ack) and w.t - a.seen_last >= turn_rules.IDLE_WAIT:
                 a.seen_open, self.closed_by_ack = False, False
             sim.wake("hooks")
             return
@@ -261,13 +271,14 @@ class HookModel:
         if a is None or a.pid != pid or a.turn_since is None or not a.hearing():
             return  # the turn ended, or the agent with it; a wedged one uses no tools
         a.last_event = w.t
+        self.fire(pid, "PostToolUse", {"tool_name": "Bash"})
         if w.rng.random() < COMPACT:
-            # Its context full, Claude Code compacts it inside the turn: PreCompact, silence while it
-            # summarises, then a SessionStart of source `compact` (the same process), and work on.
+            # Its context full after the call, Claude Code compacts it inside the turn: PreCompact,
+            # silence while it summarises, then a SessionStart of source `compact` (the same
+            # process), and work on.
             self.fire(pid, "PreCompact", {"trigger": "auto"})
             self.sim.after(w.rng.uniform(*COMPACT_TAKES), self.compacted, pid)
             return
-        self.fire(pid, "PostToolUse", {"tool_name": "Bash"})
         self.sim.after(self.tool_gap(), self.tool, pid)
 
     def compacted(self, pid: int) -> None:

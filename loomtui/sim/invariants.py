@@ -91,7 +91,10 @@ class Checker:
         self.last_attempt = -1e18
         self.last_notice = -1e18
         self.unresolved: set[int] = set()           # queue items not yet witnessed (sorted when iterated)
-        self.sentinel_failures: list[float] = []    # times (t) of sentinel ticks the locked store made fail
+        # Sentinel ticks the locked store made fail: when each began (t), and what it cost the queue
+        # (to the next tick's start: the busy wait, the daemon's backoff).
+        self.sentinel_failures: list[float] = []
+        self.sentinel_costs: list[float] = []
         # Jobs whose failed run (the world's truth: its end recorded at t) no unresolved item of
         # Loom's stands for yet: failure_seen.
         self.unseen_failures: dict[str, float] = {}
@@ -302,11 +305,20 @@ class Checker:
         if cause not in OPERATOR_CAUSES:
             self.fail("escalate_once_and_hold", f"the hold was cleared by {cause}, not an operator")
 
-    def on_sentinel_failed(self) -> None:
+    def on_sentinel_failed(self, began: float, cost: float) -> None:
         self.queue_calm_until = -math.inf  # `missed` changes (a failure more, or old ones dropped)
-        self.sentinel_failures.append(self.sim.world.t)
+        self.sentinel_failures.append(began)
+        self.sentinel_costs.append(cost)
         if len(self.sentinel_failures) > 200:
             del self.sentinel_failures[:100]
+            del self.sentinel_costs[:100]
+
+    def sentinel_missed(self, since: float) -> float:
+        """The time the sentinel's failed ticks since `since` cost (each until the next try). Until
+        2026-12-07 a whole interval each, when a failed tick waited for the next one; the daemon
+        tries again within a minute, and counted so a lock of two minutes allowed an hour."""
+        i = bisect_left(self.sentinel_failures, since)
+        return sum(self.sentinel_costs[i:])
 
     def on_notice(self) -> None:
         self.last_notice = self.sim.world.t
@@ -404,8 +416,7 @@ class Checker:
         cfg = self.sim.config.sentinel
         t = self.sim.world.t
         for job, since in sorted(self.unseen_failures.items()):
-            failures = self.sentinel_failures
-            missed = (len(failures) - bisect_left(failures, since)) * cfg.interval
+            missed = self.sentinel_missed(since)
             if self.late(t - since, cfg.interval + missed + SLACK, since):
                 self.fail("failure_seen", f"job {job}'s run failed {t - since:.0f}s ago and no queue item "
                                           f"stands for it (sentinel interval {cfg.interval:g}s)")
@@ -551,9 +562,7 @@ class Checker:
             if span is None:
                 continue
             start, window = span
-            # A tick the locked store made fail is a whole interval lost, however short the lock.
-            failures = self.sentinel_failures  # appended in time order: the ones since `start` are a tail
-            missed = (len(failures) - bisect_left(failures, start)) * cfg.interval
+            missed = self.sentinel_missed(start)  # the failed ticks' time, since the item's start
             late = w.t - start - window - cfg.interval - missed
             if self.late(late, 1.0, start):
                 self.fail("queue_backstop", f"item {item_id} ({item.state}) has not reached the operator "

@@ -231,6 +231,7 @@ def test_a_failed_tick_is_tried_again_after_the_daemons_backoff_with_its_loop_ma
     from loomtui.timing import backoff
 
     failed: list[float] = []
+    hooks: list[float] = []
 
     def lock(sim) -> None:
         sim.world.store_locked_until = sim.world.t + 200.0
@@ -239,6 +240,7 @@ def test_a_failed_tick_is_tried_again_after_the_daemons_backoff_with_its_loop_ma
 
     def read(sim) -> None:
         failed.extend(t for _, t, kind, d in sim.trace if kind == "tick_failed" and d["loop"] == "sentinel")
+        hooks.extend(t for _, t, kind, d in sim.trace if kind == "tick_failed" and d["loop"] == "hooks")
 
     sim = scripted(hooked(), 2, [], looks=[(1 * H, lock), (1 * H + 199, read)])
     assert sim.violation is None, sim.violation
@@ -247,3 +249,6 @@ def test_a_failed_tick_is_tried_again_after_the_daemons_backoff_with_its_loop_ma
     busy = gaps[0] - LOOP_RETRY  # each try waits out the store's busy timeout, then the backoff
     assert [round(g - busy, 6) for g in gaps] == [backoff(n, LOOP_RETRY, 60.0) for n in range(1, len(gaps) + 1)]
     assert max(gaps) < sim.config.sentinel.interval
+    # The hooks loop's too.
+    hook_gaps = [b - a for a, b in zip(hooks, hooks[1:])]
+    assert len(hook_gaps) >= 3 and hook_gaps == sorted(hook_gaps), hooks
