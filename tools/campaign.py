@@ -13,6 +13,7 @@ recycles, automatic relaunches, steps, CPU.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -71,6 +72,16 @@ def one(seed: int, days: float, profile: str, config_path: str | None) -> dict[s
     }
 
 
+def fingerprint(profile: str, config_path: str | None) -> str:
+    """What the simulator does with this config, in one hash: two short runs' whole reports. Two
+    commits with the same fingerprint run a seed alike (as far as two seeds of two days can say)."""
+    config = load_config(config_path)[0] if config_path else None
+    digest = hashlib.sha256()
+    for seed in (1, 2):
+        digest.update(json.dumps(simulate(seed, 2.0, profile, config), sort_keys=True).encode())
+    return digest.hexdigest()[:16]
+
+
 def summary(rows: dict[int, dict[str, Any]]) -> str:
     bad = [(s, r["violation"]) for s, r in sorted(rows.items()) if r["violation"] is not None]
     commits = sorted({r["commit"] for r in rows.values()})
@@ -108,10 +119,18 @@ def main() -> int:
     parser.add_argument("--seeds", default="1-200")
     parser.add_argument("--days", type=float, default=30.0)
     parser.add_argument("--profile", default="storm")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--summary", action="store_true", help="print what the file holds and stop")
+    parser.add_argument("--fingerprint", action="store_true",
+                        help="print a hash of the reports of seeds 1-2 for 2 days and stop: a file run on "
+                             "at another commit goes on only where its fingerprint is the one its lines ran on")
     args = parser.parse_args()
+    if args.fingerprint:
+        print(fingerprint(args.profile, args.config))
+        return 0
+    if not args.out:
+        parser.error("--out is required (the .jsonl file of the seeds' lines)")
     out = Path(args.out)
     rows = done(out, args.days)
     if not args.summary:
