@@ -2,15 +2,15 @@
 standard library and timing only, `now` passed in).
 
 A turn begins with a UserPromptSubmit and ends with Stop or StopFailure; an `idle_prompt`
-notification says no turn is running (unless the turn had an event inside the idle minute it
-tells of: the notification was written late, after a new prompt); a SessionStart is a new
-process, so a turn still open before it ended with the old one. Loom's own launch is such a boundary (a mark of source
-`launch`), and the process it started says so again with its SessionStart, which may be written
-late (a hook's command delayed): that one ends nothing, or a turn the new process began before
-its SessionStart was written would be taken for ended. A SessionStart of source `compact` is the
-same process compacting its conversation, often inside a turn: a sign of life. A SessionEnd is
-the process gone: a turn still open ended with it (the stream-json pump says so when its CLI
-exits, hooks.pump_marks; the hooks' own SessionEnd is not among the events read). Every hook event
+notification says no turn is running (unless the turn had an event inside the idle minute it tells
+of: the notification was written late, after a new prompt); a SessionStart is a new process, so a
+turn still open before it ended with the old one. Loom's own launch is such a boundary (a mark of
+source `launch`), and the process it started says so again with its SessionStart, which may be
+written late (a hook's command delayed): that one ends nothing, or a turn the new process began
+before its SessionStart was written would be taken for ended. A SessionStart of source `compact` is
+the same process compacting its conversation, often inside a turn: a sign of life. A SessionEnd is
+the process gone: a turn still open ended with it (the stream-json pump says so when its CLI exits,
+hooks.pump_marks; the hooks' own SessionEnd is not among the events read). Every hook event read
 inside a turn is a sign of life: a turn whose last event is within `quiet` is busy, one that says
 nothing for longer is quiet, and a quiet turn, or one older than `max_turn`, counts as a wedge. A
 `permission_prompt` notification leaves the turn waiting on the operator until its next event (at
