@@ -67,8 +67,9 @@ class CanaryLoop:
         # Every late ack is recorded, even one a later ok has made moot: the ledger says the agent
         # heard that probe (canary_late_ack).
         note_late_acks(self.ctx)
-        runs = turns.excused(self.ctx, recent_runs(self.ctx), clock.now())
-        return should_recycle(runs, launch_seq(self.ctx), cfg.misses_to_recycle)
+        now = clock.now()
+        runs = turns.excused(self.ctx, recent_runs(self.ctx), now)
+        return should_recycle(runs, launch_seq(self.ctx), cfg.misses_to_recycle, now, cfg.ack_timeout)
 
     def _tick(self) -> str:
         settle_stale(self.ctx)
@@ -155,7 +156,8 @@ class _Facts(dict[str, Callable[[], Any]]):  # each fact its own type: CanaryFac
     def misses_mean_deaf(self) -> bool:
         # Late acks first, every tick: one that came since makes its miss late (the agent heard).
         note_late_acks(self.ctx)
-        return should_recycle(self.runs(), self.seq(), self.ctx.config.canary.misses_to_recycle)
+        cfg = self.ctx.config.canary
+        return should_recycle(self.runs(), self.seq(), cfg.misses_to_recycle, clock.now(), cfg.ack_timeout)
 
     def runs(self) -> list[ProbeRun]:
         if self._runs is None:

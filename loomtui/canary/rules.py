@@ -6,7 +6,10 @@ whether the agent hears. Misses are counted per launch (a relaunch starts the co
 and never during boot grace; an `ok` ends a run of misses, and so does a miss whose ack came
 after all (`late`: the agent heard, slowly). A miss the agent's hooks explain (`excused`: it was
 typed into a busy turn, or one waiting on a permission prompt; hooks.turn_rules) neither counts
-nor ends a run, and does not call for the at-once re-probe a miss otherwise does.
+nor ends a run, and does not call for the at-once re-probe a miss otherwise does. Misses decide
+only while the newest of them is fresh: found more than an ack timeout after its deadline (a
+locked store, a daemon that was down, a busy turn's misses counted once it went quiet), they tell
+of the agent as it was, and one probe more is due at once.
 
 A relaunch is a claim until a probe of its own launch acks. Its first probe goes out as soon as
 the agent is ready, whatever the schedule; from then on the ordinary rules carry on (a miss
@@ -40,6 +43,7 @@ class ProbeRun:
     boot: str | None = None
     late: bool = False              # a miss whose ack came after its deadline: the agent heard it
     excused: str = ""               # why this miss says nothing of deafness ("" : it counts)
+    deadline: float | None = None   # its ack deadline (wall), as stored
 
     @property
     def sent(self) -> Instant:
@@ -104,8 +108,34 @@ def ack_deadline(sent_at: float, ack_timeout: float, booting_for: float | None, 
     return sent_at + ack_timeout + (max(0.0, boot_grace - booting_for) if booting_for is not None else 0.0)
 
 
-def should_recycle(runs: list[ProbeRun], launch_seq: int, misses_to_recycle: int) -> bool:
-    return consecutive_misses(runs, launch_seq) >= misses_to_recycle
+def should_recycle(runs: list[ProbeRun], launch_seq: int, misses_to_recycle: int,
+                   now: Instant | float | None = None, fresh_for: float = math.inf) -> bool:
+    """Enough trailing misses of this launch, the newest of them fresh: its deadline passed at most
+    `fresh_for` (the ack timeout) before `now`. A run of misses found late (the loop could not look
+    while the store was locked, the daemon was down, a busy turn's misses counted once it went
+    quiet) tells of the agent as it was then: probe once more first, and the misses, that one
+    with them, decide. The simulator, README's hooked config: a dialog ate two probes, the store
+    was locked until after the operator closed it, and the agent, hearing again, was recycled
+    on misses six minutes old."""
+    if consecutive_misses(runs, launch_seq) < misses_to_recycle:
+        return False
+    if now is None:
+        return True
+    newest = next(r for r in reversed(runs) if r.launch_seq == launch_seq and not r.in_grace
+                  and r.result == MISS and not r.late and not r.excused)
+    return not stale(newest, now, fresh_for)
+
+
+def stale(run: ProbeRun, now: Instant | float, fresh_for: float) -> bool:
+    """Run `run`'s deadline passed more than `fresh_for` before `now`, by the clock `age` trusts
+    (the monotonic within a boot); a run sent on another boot is stale. A run with no stored
+    deadline is taken as fresh."""
+    if run.deadline is None:
+        return False
+    now = as_instant(now)
+    if run.boot is not None and now.boot is not None and run.boot != now.boot:
+        return True
+    return age(run.sent, now) - (run.deadline - run.sent_at) > fresh_for
 
 
 def witness_due(runs: list[ProbeRun], launch_seq: int, ready: bool) -> bool:

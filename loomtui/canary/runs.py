@@ -85,17 +85,18 @@ def recent_runs(ctx: Context, limit: int = 50) -> list[ProbeRun]:
     rows = canary_runs.recent_sends(ctx.store, ctx.agent, limit)
     # Unpacked in recent_sends' column order: a Row's lookup by name compares the column names
     # one by one, 350 lookups a tick.
-    return [_probe_run(sent_at, result, seq, in_grace, sent_mono, boot, ack_at is not None)
-            for _id, _nonce, sent_at, result, seq, in_grace, sent_mono, boot, ack_at in reversed(rows)]
+    return [_probe_run(sent_at, result, seq, in_grace, sent_mono, boot, ack_at is not None, deadline)
+            for _id, _nonce, sent_at, result, seq, in_grace, sent_mono, boot, ack_at, deadline in reversed(rows)]
 
 
 @functools.lru_cache(maxsize=1024, typed=True)
 def _probe_run(sent_at: float, result: str, seq: int, in_grace: int, sent_mono: float | None, boot: str | None,
-               acked: bool) -> ProbeRun:
+               acked: bool, deadline: float) -> ProbeRun:
     """A run as the rules read it: a function of these columns alone (a ProbeRun is frozen), so
     built once per run and state, not 50 times a tick (the canary reads its last 50 runs at
     every tick, and a frozen dataclass is slow to build)."""
-    return ProbeRun(sent_at, result, seq, bool(in_grace), sent_mono, boot, late=result == MISS and acked)
+    return ProbeRun(sent_at, result, seq, bool(in_grace), sent_mono, boot, late=result == MISS and acked,
+                    deadline=deadline)
 
 
 def last_probe(ctx: Context) -> Probe | None:

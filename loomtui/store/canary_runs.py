@@ -87,7 +87,7 @@ def recent_sends(store: Store, agent: str, limit: int) -> list[sqlite3.Row]:
     """The agent's last `limit` runs, newest first: what the canary's rules decide from (canary.runs
     unpacks these columns in this order)."""
     return store.query(
-        "SELECT id, nonce, sent_at, result, launch_seq, in_grace, sent_mono, boot, ack_at FROM canary_runs "
+        "SELECT id, nonce, sent_at, result, launch_seq, in_grace, sent_mono, boot, ack_at, deadline FROM canary_runs "
         "WHERE agent = ? "
         "ORDER BY id DESC LIMIT ?",
         (agent, limit),
@@ -97,7 +97,7 @@ def recent_sends(store: Store, agent: str, limit: int) -> list[sqlite3.Row]:
 def recent_with_result(store: Store, agent: str, result: str, limit: int) -> list[sqlite3.Row]:
     """The agent's last `limit` runs with `result`, newest first (in recent_sends' columns)."""
     return store.query(
-        "SELECT id, nonce, sent_at, result, launch_seq, in_grace, sent_mono, boot, ack_at FROM canary_runs "
+        "SELECT id, nonce, sent_at, result, launch_seq, in_grace, sent_mono, boot, ack_at, deadline FROM canary_runs "
         "WHERE agent = ? AND result = ? "
         "ORDER BY id DESC LIMIT ?",
         (agent, result, limit),

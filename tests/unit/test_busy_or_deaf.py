@@ -57,7 +57,9 @@ def test_misses_typed_into_a_busy_turn_do_not_count_until_the_turn_goes_quiet(tm
             miss(ctx, virtual)
         assert not loop.misses_mean_deaf()
         assert {r.excused for r in turns.excused(ctx, recent_runs(ctx), clock.now()) if r.result == MISS} == {"busy"}
-        virtual.advance(15 * 60)  # nothing from the turn for turn_quiet: a wedge, and its misses count
+        virtual.advance(15 * 60)  # nothing from the turn for turn_quiet: a wedge, and its misses count,
+        assert not loop.misses_mean_deaf()  # found late (canary.rules.should_recycle): one look more
+        miss(ctx, virtual)
         assert loop.misses_mean_deaf()
         # The turn ends by itself after all: the agent was alive and working, its misses excused for good.
         hook(ctx, "Stop")
@@ -109,7 +111,9 @@ def test_a_turn_is_not_taken_for_quiet_while_its_newer_events_wait_unread(tmp_pa
         assert {r.excused for r in turns.excused(ctx, recent_runs(ctx), clock.now()) if r.result == MISS} == {"busy"}
         assert len(ingest.collect(ctx)) == 1  # read at last: the turn is busy on its own record
         assert not loop.misses_mean_deaf()
-        virtual.advance(15 * 60)  # and quiet since, a wedge: its misses count
+        virtual.advance(15 * 60)  # and quiet since, a wedge: its misses count, once looked at again
+        assert not loop.misses_mean_deaf()
+        miss(ctx, virtual)
         assert loop.misses_mean_deaf()
 
 
@@ -125,7 +129,8 @@ def test_an_event_file_left_unread_longer_than_turn_quiet_does_not_excuse_a_wedg
         unread(ctx, 1, clock.wall())  # never read (say it cannot be): it holds the judgement back a while
         virtual.advance(14 * 60)
         assert not loop.misses_mean_deaf()
-        virtual.advance(2 * 60)  # waiting for longer than turn_quiet: judged on what the store holds
+        virtual.advance(2 * 60)  # waiting for longer than turn_quiet: judged on what the store holds,
+        miss(ctx, virtual)        # and one look again (the misses were found late)
         assert loop.misses_mean_deaf()
 
 
@@ -151,6 +156,8 @@ def test_a_wall_clock_stepped_while_events_wait_unread_does_not_date_them(tmp_pa
         assert not loop.misses_mean_deaf()
         assert {r.excused for r in turns.excused(ctx, recent_runs(ctx), clock.now()) if r.result == MISS} == {"busy"}
         virtual.advance(15 * 60)  # waiting longer than turn_quiet since first seen: judged on the store
+        assert not loop.misses_mean_deaf()  # found late: one look more
+        miss(ctx, virtual)
         assert loop.misses_mean_deaf()
 
 
@@ -383,6 +390,7 @@ def test_the_loops_tick_reads_the_turns_that_excuse_its_misses(tmp_path):
             actions.hold(ctx, "deploying", None, source="cli")  # what a recovery would meet
             assert loop.tick() == "" and loop.quiet  # busy: nothing to recover, the hold waited out
             virtual.advance(15 * 60)
+            miss(ctx, virtual)  # the look again that misses found late call for
             assert loop.tick() == "canary_failed: held: held by the operator: deploying (until released)"
     finally:
         ctx.close()

@@ -46,6 +46,39 @@ def test_due():
     assert due_in(ProbeRun(100, SKIPPED), 200, 1200, 180) == 80  # a relaunch was under way: not a whole interval
 
 
+def test_misses_found_late_call_for_one_more_look_first():
+    # The hooked storm, seed 34: a dialog ate two probes; the store was locked past the second's
+    # deadline, the dialog was closed meanwhile, and the agent, hearing again, was recycled on misses
+    # six minutes old. Misses decide only while the newest of them is fresh (its deadline within the
+    # ack timeout); older, the next probe is due at once, and its own result joins them.
+    from loomtui.timing import Instant
+
+    def miss(sent, mono=None, boot=None):
+        return ProbeRun(sent, MISS, 1, False, mono, boot, deadline=sent + 60.0)
+
+    found = [miss(1000.0), miss(1060.0)]  # the second's deadline: 1120
+    assert should_recycle(found, 1, 2, 1120.0, 60.0)
+    assert should_recycle(found, 1, 2, 1180.0, 60.0)
+    assert not should_recycle(found, 1, 2, 1181.0, 60.0)
+    assert should_recycle(found, 1, 2)  # no `now`: the count alone (what the count's tests ask)
+    assert due_in(found[-1], 1500.0, 1200, 60) == 0  # looked at again at once
+    assert should_recycle([*found, miss(1500.0)], 1, 2, 1560.0, 60.0)
+    assert not should_recycle([*found, ProbeRun(1500.0, OK, 1)], 1, 2, 1560.0, 60.0)
+    # Our own faults after them add nothing fresh: an error run is no look at the agent.
+    assert not should_recycle([*found, ProbeRun(1500.0, ERROR, 1)], 1, 2, 1510.0, 60.0)
+    # An excused miss, or one of another launch, is not the newest that counts.
+    excused = ProbeRun(1400.0, MISS, 1, deadline=1460.0, excused="busy")
+    assert not should_recycle([*found, excused], 1, 2, 1470.0, 60.0)
+    # On the monotonic clock within a boot: a wall clock stepped back an hour does not make old
+    # misses fresh, nor one stepped forward make fresh ones old; another boot's are stale.
+    on_mono = [miss(1000.0, 10.0, "b"), miss(1060.0, 70.0, "b")]
+    assert not should_recycle(on_mono, 1, 2, Instant(1200.0 - 3600, 400.0, "b"), 60.0)
+    assert should_recycle(on_mono, 1, 2, Instant(1130.0 + 3600, 140.0, "b"), 60.0)
+    assert not should_recycle(on_mono, 1, 2, Instant(1130.0, 140.0, "c"), 60.0)
+    # A run with no deadline stored (built by hand) is taken as fresh.
+    assert should_recycle(runs(MISS, MISS), 1, 2, 10_000.0, 60.0)
+
+
 @given(st.lists(st.sampled_from([OK, MISS, ERROR, SKIPPED, INJECT_FAILED]), max_size=30), st.integers(1, 5))
 def test_only_misses_after_the_last_ok_can_recycle(results, n):
     seq = runs(*results)

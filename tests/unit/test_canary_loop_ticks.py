@@ -56,14 +56,29 @@ def test_it_looks_often_while_something_is_pending_but_never_oftener_than_a_seco
 
 def test_two_misses_mean_deaf_and_a_hold_answers_the_recovery(ctx):
     loop = CanaryLoop(ctx)
-    probe(ctx, runs.MISS, 120.0)
+    probe(ctx, runs.MISS, 4.0)
     assert not loop.misses_mean_deaf()
-    probe(ctx, runs.MISS, 60.0)
+    probe(ctx, runs.MISS, 2.0)
     assert loop.misses_mean_deaf()
     actions.hold(ctx, "deploying", None, source="cli")
     assert loop.tick() == "canary_failed: held: held by the operator: deploying (until released)"
     [refusal] = ledger.tail(ctx.store, 10, kinds=["refused"])
     assert (refusal.source, refusal.cause, refusal.detail["action"]) == ("canary", "canary_failed", "relaunch")
+
+
+def test_misses_found_late_are_looked_at_again_before_they_recycle(ctx):
+    """The loop could not look past the second miss's deadline (a locked store, a daemon down):
+    what the misses said is of the agent then. The next probe is due at once; a miss of it
+    recycles, an ok ends the run."""
+    loop = CanaryLoop(ctx)
+    probe(ctx, runs.MISS, 10.0)
+    probe(ctx, runs.MISS, 6.0)  # its deadline 4 s ago, the ack timeout 2 s
+    assert not loop.misses_mean_deaf()
+    assert loop._facts()["due_in"]() == 0.0
+    probe(ctx, runs.MISS, 2.0)  # the look again, missed just now
+    assert loop.misses_mean_deaf()
+    probe(ctx, runs.OK, 1.0)
+    assert not loop.misses_mean_deaf()
 
 
 def test_a_stopping_daemons_canary_relaunches_nothing(ctx):
@@ -74,8 +89,8 @@ def test_a_stopping_daemons_canary_relaunches_nothing(ctx):
 
     stop = threading.Event()
     loop = CanaryLoop(ctx, stop)
-    probe(ctx, runs.MISS, 120.0)
-    probe(ctx, runs.MISS, 60.0)
+    probe(ctx, runs.MISS, 4.0)
+    probe(ctx, runs.MISS, 2.0)
     # A hold keeps a canary that would relaunch from reaching the pane (none here may): it would
     # say "held", and record its refusal; one that stops first asks nothing of the hold.
     actions.hold(ctx, "deploying", None, source="cli")
@@ -137,8 +152,8 @@ def test_a_tick_the_store_refused_is_recorded_as_an_error_run_once_the_store_tak
     miss), looks again soon, and the next tick that can write files an `error` run for it first."""
     import sqlite3
 
-    probe(ctx, runs.MISS, 120.0)
-    probe(ctx, runs.MISS, 60.0)
+    probe(ctx, runs.MISS, 4.0)
+    probe(ctx, runs.MISS, 2.0)
     actions.hold(ctx, "deploying", None, source="cli")
     ctx.store.conn.execute("PRAGMA busy_timeout = 50")  # the lock's wait, not the store's 10 s
     loop = CanaryLoop(ctx)

@@ -344,7 +344,11 @@ def test_without_hooks_the_pump_s_busy_turn_excuses_its_misses_until_it_goes_qui
             miss(ctx, virtual, log)
         assert not loop.misses_mean_deaf()
         assert {r.excused for r in turns.excused(ctx, recent_runs(ctx), clock.now()) if r.result == MISS} == {"busy"}
-        virtual.advance(15 * 60)  # nothing from the turn for turn_quiet: a wedge, and its misses count
+        virtual.advance(15 * 60)  # nothing from the turn for turn_quiet: a wedge, and its misses count,
+        assert not loop.misses_mean_deaf()  # found late: one look more first, and the turn still quiet
+        again = insert_run(ctx, os.urandom(6).hex(), "canary", PENDING, clock.wall(), clock.wall() + 180.0)
+        virtual.advance(180)
+        settle_run(ctx, again, MISS, why="no ack")
         assert loop.misses_mean_deaf()
         # The turn ends by itself after all: its misses are excused for good.
         log.append(transcript.OUT, ts=clock.wall(), event={"type": "result", "is_error": False, "subtype": "success"})

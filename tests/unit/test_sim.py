@@ -179,7 +179,7 @@ def test_an_incident_that_fails_names_its_first_seed_and_the_replay(monkeypatch,
     from loomtui.canary import rules as canary_rules
 
     monkeypatch.setattr(canary_loop, "should_recycle",
-                        lambda runs, launch_seq, misses: canary_rules.consecutive_misses(runs, launch_seq) >= 1)
+                        lambda runs, launch_seq, misses, *_: canary_rules.consecutive_misses(runs, launch_seq) >= 1)
     code, out = loom_sim(capsys, "--profile", "incident", "--seed", "3", "--seeds", "3")
     assert code == 1
     lines = out.splitlines()

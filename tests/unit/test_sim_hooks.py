@@ -252,3 +252,45 @@ def test_a_failed_tick_is_tried_again_after_the_daemons_backoff_with_its_loop_ma
     # The hooks loop's too.
     hook_gaps = [b - a for a, b in zip(hooks, hooks[1:])]
     assert len(hook_gaps) >= 3 and hook_gaps == sorted(hook_gaps), hooks
+
+
+def test_misses_found_late_behind_a_locked_store_are_looked_at_again_before_a_recycle():
+    # The hooked storm, seed 34, day 9.36: a dialog ate two probes; the store was locked from
+    # before the second one's deadline until after the dialog was closed, and the agent, hearing
+    # again, was recycled on the dialog's misses six minutes old (a `definitive_signal` violation).
+    # Misses found late call for one look more (canary.rules.should_recycle): it is acked.
+    eaten: list[float] = []
+    closed: list[float] = []
+
+    def close(sim) -> None:
+        a = sim.world.agent
+        a.modal = False  # the operator answered it
+        closed.append(sim.world.t)
+
+    def lock(sim) -> None:
+        w = sim.world
+        w.store_locked_until = w.t + 370.0
+        w.impair(w.store_locked_until)
+        sim.lock_store(w.store_locked_until)
+
+    def watch(sim) -> None:
+        a = sim.world.agent
+        if a is not None and a.modal and a.eaten_at not in eaten and a.eaten_at > 0:
+            eaten.append(a.eaten_at)
+            if len(eaten) == 2:  # the second probe the dialog ate: lock past its deadline, close inside
+                sim.after(30.0, lock, sim)
+                sim.after(200.0, close, sim)
+                return
+        sim.after(1.0, watch, sim)
+
+    def dialog(sim) -> None:
+        sim.world.agent.modal = True  # one Loom has no keys for: this config lists no dialogs
+        watch(sim)
+
+    config = default_config({"agent": {**HOOKED, "modals": []}})
+    sim = scripted(config, 3, [], looks=[(1 * H, dialog)])
+    assert sim.violation is None, sim.violation
+    assert len(eaten) == 2 and closed, (eaten, closed)
+    assert automatic(sim) == {}  # heard again once the dialog closed: nothing recycled
+    after = [t for _, t, kind, d in sim.trace if kind == "canary" and d["result"] == "ok" and t > closed[0]]
+    assert after, "the look again was never taken"

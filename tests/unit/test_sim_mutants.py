@@ -79,7 +79,7 @@ def assert_caught(run: dict, invariant: str, *, profile: str, days: float, seed:
     assert f"seed {seed}:" in shown
 
 
-def recycle_on_one_miss(runs, launch_seq, misses_to_recycle):
+def recycle_on_one_miss(runs, launch_seq, misses_to_recycle, *_fresh):
     return canary_rules.consecutive_misses(runs, launch_seq) >= 1
 
 
@@ -135,7 +135,7 @@ def test_a_relaunch_history_read_as_empty_is_caught(monkeypatch):
 
 def test_a_canary_loop_that_passes_one_as_its_miss_threshold_is_caught(monkeypatch):
     real = canary_rules.should_recycle
-    monkeypatch.setattr(canary_loop, "should_recycle", lambda runs, launch_seq, misses: real(runs, launch_seq, 1))
+    monkeypatch.setattr(canary_loop, "should_recycle", lambda runs, launch_seq, misses, *fresh: real(runs, launch_seq, 1, *fresh))
     result = caught_in("confident_false_detector", "definitive_signal")
 
 
