@@ -543,12 +543,12 @@ class Sim:
         elif kind in ("hold_placed", "relaunch_failed", "launch_died"):
             self.event(kind, **({"cause": cause} if cause else {}))
             if kind == "hold_placed":
-                self.checker.on_hold_placed()
+                self.checker.on_hold_placed(str(detail.get("by", "")), detail.get("until"))
             else:
                 self.checker.on_launch_failed(self.recorded_launch())
         elif kind == "hold_cleared":
             self.event("hold_cleared", cause=cause or detail.get("cause", ""))
-            self.checker.on_hold_cleared(cause or detail.get("cause", ""))
+            self.checker.on_hold_cleared(cause or detail.get("cause", ""), str(detail.get("how", "")))
             self.hold_released_at = self.world.t
         elif kind == "operator_alert":
             self.event("operator_alert", note=detail.get("note", ""))

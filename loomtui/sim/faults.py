@@ -24,7 +24,7 @@ KINDS = (
 # beside the profile's (only then, so that a run without either replays as it always did): a long
 # turn of the operator's, which misses every probe typed into it and must not be recycled before
 # canary.max_turn.
-HOOKED_KINDS = ("long_turn",)
+HOOKED_KINDS = ("long_turn", "rate_limit")
 # How long such a turn runs, in the world's terms, not Loom's (once drawn from `canary.max_turn`, so
 # a config whose max_turn cut the operator's ordinary turns short could never show): up to LONG_TURN; one in
 # RUNAWAY runs away (a loop of tool calls, a task that never converges) for a RUNAWAY_TURN, past the
@@ -33,7 +33,10 @@ HOOKED_KINDS = ("long_turn",)
 LONG_TURN = 100 * 60.0
 RUNAWAY = 0.1
 RUNAWAY_TURN = (2.5 * 3600.0, 4 * 3600.0)
-HOOKED_WEIGHTS = (("long_turn", 2.0),)
+HOOKED_WEIGHTS = (("long_turn", 2.0), ("rate_limit", 0.5))
+# An account's rate limit, told by the CLI's hooks only (StopFailure `rate_limit`): every turn fails
+# for LIMIT_FOR, the payload giving the reset time half the time. Loom holds, never relaunches.
+LIMIT_FOR = (600.0, 5 * 3600.0)
 # Faults only a stream-json agent can suffer, drawn beside the profile's likewise: its CLI closes its
 # stdin and runs on (hung on its way out, say), deaf for good; the pump's next write to it fails
 # (`write_failed`) and it refuses every line after, as the real pump does.
@@ -55,6 +58,8 @@ def apply(sim: Sim, kind: str) -> bool:
         return False
     if kind == "modal" and not sim.driver.has_dialogs:
         return False  # no dialog exists in print mode (the stream-json driver): none can eat a line
+    if kind in ("busy", "long_turn") and w.limited():
+        return False  # the operator's turn would fail at once: no turn to be busy with
     if kind in DISTURBING:
         pending = w.slow_boot_next or (a is not None and (a.busy_next or a.modal or a.turn_since is not None))
         # A pump runs one turn at a time: the operator's turn needs it between turns (a probe's, say).
@@ -96,6 +101,11 @@ def apply(sim: Sim, kind: str) -> bool:
         if a is None:
             return False
         a.modal = True
+    elif kind == "rate_limit":
+        if a is None or sim.hooks is None or sim.pump is not None or w.limited():
+            return False  # modelled for the tmux driver's hooks (hooks_model.py) only
+        w.limited_until = w.t + rng.uniform(*LIMIT_FOR)
+        w.limit_resets = rng.random() < 0.5
     elif kind == "slow_boot":
         w.slow_boot_next = True
     elif kind == "resume_fails":

@@ -15,7 +15,10 @@ prompt idle for a minute after a turn says so (Notification `idle_prompt`). The 
 whose own cut the operator's ordinary turns short shows in a report (`hearing_recycles`). One turn at a time, as Claude Code runs them: a probe or a
 line typed while a turn runs (the operator's, or another line's) is queued and taken when that turn
 ends, the lines queued together as one prompt; an operator's prompt waits for the running line's
-turn to end. A wedged agent (deaf) reports nothing, a dialog eats what is typed.
+turn to end. A wedged agent (deaf) reports nothing, a dialog eats what is typed. While the
+account is rate-limited (the `rate_limit` fault) every turn the CLI takes fails after its retries
+with StopFailure `rate_limit` (the reset time in the payload when the world gives one), and no
+probe's `touch` runs.
 
 Hook events are sometimes lost (HOOK_LOST) or late (HOOK_LATE, by up to LATE_BY): the witness and
 the turns must cope with both. The world keeps what Loom could have seen of the events it reads as
@@ -55,6 +58,8 @@ COMPACT_TAKES = (20.0, 120.0)
 # checker's `seen_*` follow. The others are recorded and never move a turn (PreCompact).
 READ_AS_TURNS = (*hook_events.TURN_EVENTS, hook_events.TOOL, hook_events.TOOL_FAILED)
 PROBE_TOOL_AFTER = 0.05      # the probe's `touch` reported (PostToolUse) after the ack file was written
+LOST, LATE, WRITTEN = "lost", "late", "written"
+RETRYING = (5.0, 60.0)       # a rate-limited turn: Claude Code retries the model this long, then fails
 TAKE_GAP = 0.5               # between queued lines taken one after another at a turn's end
 OPERATOR_PROMPT = "work through the backlog in notes/todo.md"
 
@@ -86,19 +91,34 @@ class HookModel:
     def fire(self, pid: int, event: str, fields: dict | None = None) -> None:
         """The agent's hook for `event` runs now (with the payload's `fields`): written, late, or
         (rarely) lost."""
+        self.fired(pid, event, fields)
+
+    def fired(self, pid: int, event: str, fields: dict | None = None) -> str:
+        """`fire`, saying what became of the event (LOST, LATE, WRITTEN; "" when no hook ran)."""
         fields = fields or {}
         sim = self.sim
         a = sim.world.agent
         if a is None or a.pid != pid or not a.hearing():
-            return  # a dead or wedged CLI runs no hooks
+            return ""  # a dead or wedged CLI runs no hooks
         r = sim.rng.random()
         if r < HOOK_LOST:
             sim.event("hook_lost", hook=event)
-            return
+            return LOST
         if r < HOOK_LOST + HOOK_LATE:
             sim.after(sim.rng.uniform(1.0, LATE_BY), self.write, pid, event, fields)
-            return
+            return LATE
         self.write(pid, event, fields)
+        return WRITTEN
+
+    def fire_failure(self, pid: int) -> None:
+        """The turn failed: the account's rate limit (faults.LIMIT_FOR), Claude Code's retries spent.
+        StopFailure `rate_limit`, with the reset time when the world gives one."""
+        w = self.sim.world
+        fields: dict = {"error": "rate_limit", "error_details": "429 rate_limit_error"}
+        if w.limit_resets:
+            fields["resets_at"] = w.wall + (w.limited_until - w.t)
+        if self.fired(pid, "StopFailure", fields) in (LOST, LATE):
+            w.limit_unreported = w.t
 
     def write(self, pid: int, event: str, fields: dict) -> None:
         sim, w = self.sim, self.sim.world
@@ -181,6 +201,14 @@ class HookModel:
         sim, w = self.sim, self.sim.world
         self.idle_since.pop(pid, None)
         sim.at(when, self.fire, pid, "UserPromptSubmit", {"prompt": "\n".join(text for text, _ in lines)})
+        if w.limited():
+            # The account is rate-limited: the prompt is taken, the turn fails, no probe's `touch` runs.
+            for text, _ in lines:
+                self.probe_sent.pop(text, None)
+            fails = max(when, w.t) + w.rng.uniform(*RETRYING)
+            self.line_until[pid] = fails
+            sim.at(fails, self.line_failed, pid)
+            return
         done = when + w.latency()
         for text, kind in lines:
             path = sim.probe_path(text) if kind == "probe" else None
@@ -209,6 +237,13 @@ class HookModel:
     def line_done(self, pid: int) -> None:
         """The lines' turn ends (Stop); what was typed meanwhile is taken next, as one prompt."""
         self.fire(pid, "Stop", {"stop_hook_active": False})
+        self.line_until.pop(pid, None)
+        self.idle_from(pid)
+        self.take_queued(pid)
+
+    def line_failed(self, pid: int) -> None:
+        """The lines' turn failed (StopFailure); what was typed meanwhile is taken next."""
+        self.fire_failure(pid)
         self.line_until.pop(pid, None)
         self.idle_from(pid)
         self.take_queued(pid)
@@ -270,6 +305,9 @@ class HookModel:
         a = w.agent
         if a is None or a.pid != pid or a.turn_since is None or not a.hearing():
             return  # the turn ended, or the agent with it; a wedged one uses no tools
+        if w.limited():
+            self.end_turn(pid, failed=True)  # its next call to the model is refused: the turn fails
+            return
         a.last_event = w.t
         self.fire(pid, "PostToolUse", {"tool_name": "Bash"})
         if w.rng.random() < COMPACT:
@@ -293,8 +331,9 @@ class HookModel:
     def tool_gap(self) -> float:
         return tool_gap(self.sim.world.rng)
 
-    def end_turn(self, pid: int) -> None:
-        """The turn ends (Stop), and the lines queued behind it are taken, one after another."""
+    def end_turn(self, pid: int, failed: bool = False) -> None:
+        """The turn ends (Stop, or StopFailure when the rate limit failed it), and the lines queued
+        behind it are taken, one after another."""
         w = self.sim.world
         a = w.agent
         if a is None or a.pid != pid or a.turn_since is None:
@@ -302,6 +341,9 @@ class HookModel:
         a.turn_since, a.turn_until = None, None
         a.busy_next = False
         w.turn_ended(pid)
-        self.fire(pid, "Stop", {"stop_hook_active": False})
+        if failed or w.limited():  # its last call to the model refused
+            self.fire_failure(pid)
+        else:
+            self.fire(pid, "Stop", {"stop_hook_active": False})
         self.idle_from(pid)
         self.take_queued(pid)  # the lines typed into it, as one prompt

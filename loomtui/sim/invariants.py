@@ -17,8 +17,10 @@ from bisect import bisect_left
 from dataclasses import replace
 from typing import TYPE_CHECKING, NoReturn
 
+from loomtui.hooks.harness_rules import CAUSES as HARNESS_CAUSES
 from loomtui.sentinel import cron, schedule
 from loomtui.sim import faults
+from loomtui.sim.hooks_model import LATE_BY
 from loomtui.sim.world import STOP_TIME
 
 if TYPE_CHECKING:
@@ -32,7 +34,7 @@ NAMES = (
     "no_resume_after_canary_failed", "resume_only_the_pinned", "definitive_signal", "deaf_bound",
     "relaunch_witnessed", "queue_backstop", "backstop_not_early", "witness_is_clean", "no_typing_into_a_booting_agent",
     "foreign_poller_reaped", "poller_restored", "fuse", "backoff", "exit_relaunched", "busy_not_recycled",
-    "relaunch_probed", "denials_recorded_once", "conversation_kept", "failure_seen",
+    "relaunch_probed", "denials_recorded_once", "conversation_kept", "failure_seen", "harness_hold_kept",
 )
 # The causes whose relaunch always starts fresh (agent/policy.py: ALWAYS_FRESH).
 FRESH_CAUSES = ("preventive", "resume_failed")
@@ -80,6 +82,10 @@ class Checker:
         self.automatic: list[float] = []            # times of automatic relaunch decisions since the last operator one
         self.relaunch_active = False
         self.held = False
+        # The harness's hold (a rate limit the CLI reported: hooks/harness.py) in force until then
+        # (t), by its own end; and when the last hold of any kind ended: bounds count from there.
+        self.harness_until = -math.inf
+        self.hold_end = -1e18
         self.canary_recycled: set[str] = set()      # membership only
         self.pending_witness: tuple[int, float] | None = None
         # The last relaunch (seq, t, the newest canary run then) no probe was sent to yet. A probe is
@@ -138,6 +144,9 @@ class Checker:
         else:
             if self.held:
                 self.fail("escalate_once_and_hold", f"automatic relaunch ({cause}) while held at the ceiling")
+            if t < self.harness_until and not d["fallback"]:  # a fallback goes on with a relaunch let through
+                self.fail("harness_hold_kept", f"automatic relaunch ({cause}) while the harness's hold is in "
+                                               f"force ({self.harness_until - t:.0f}s left): a restart cannot fix a quota")
             if not d["fallback"]:
                 window = sim.config.watchdog.ceiling_window
                 self.automatic = [x for x in self.automatic if t - x < window]
@@ -178,6 +187,14 @@ class Checker:
         if cause == "canary_failed":
             if a is None or not a.alive or a.deaf_since is not None or a.modal or not w.tmux_session:
                 return ""
+            if w.t - w.limited_until <= self.misses_span + SLACK:
+                # Rate-limited (or just now), its probes' turns failed: Loom must hold, not recycle,
+                # unless the CLI's report of a failure was lost or came late.
+                if w.t - w.limit_unreported <= self.misses_span + LATE_BY + SLACK:
+                    self.sim.report.hearing_recycles["events_lost"] = \
+                        self.sim.report.hearing_recycles.get("events_lost", 0) + 1
+                    return ""
+                return "the agent was rate-limited, its CLI reporting each failed turn, and was recycled"
             excuse = self.hearing_excuse(a)
             if excuse:
                 self.sim.report.hearing_recycles[excuse] = self.sim.report.hearing_recycles.get(excuse, 0) + 1
@@ -301,7 +318,18 @@ class Checker:
         self.unprobed = None
         self.last_notice = self.sim.world.t
 
-    def on_hold_cleared(self, cause: str) -> None:
+    def on_hold_cleared(self, cause: str, how: str = "") -> None:
+        w = self.sim.world
+        until, self.harness_until = self.harness_until, -math.inf  # one hold at a time: it ended
+        self.hold_end = w.t
+        if cause in HARNESS_CAUSES and not self.held:
+            # The harness's own hold ends by itself at its end, or by a turn that succeeded.
+            if how == "expired" and w.t < until - 1.0:
+                self.fail("harness_hold_kept", f"the harness's hold taken for run out {until - w.t:.0f}s early")
+            if how == "succeeded" and w.limited():
+                self.fail("harness_hold_kept", "the harness's hold ended by a turn that succeeded, while every "
+                                               "turn the CLI took still failed")
+            return
         if cause not in OPERATOR_CAUSES:
             self.fail("escalate_once_and_hold", f"the hold was cleared by {cause}, not an operator")
 
@@ -357,9 +385,13 @@ class Checker:
         if recorded is not None:
             self.recorded_launch = recorded
 
-    def on_hold_placed(self) -> None:
-        """Held (the ceiling, or an operator's `loom hold`): no probe is due until the hold ends."""
+    def on_hold_placed(self, by: str = "", until: float | None = None) -> None:
+        """Held (the ceiling, an operator's `loom hold`, the harness's): no probe is due until the
+        hold ends. The harness's ends by itself at `until` (wall), or sooner by a turn that succeeds."""
         self.unprobed = None
+        if by == "harness":
+            w = self.sim.world
+            self.harness_until = math.inf if until is None else w.t + (until - w.wall)
 
     def on_typed(self, text: str) -> None:
         """Typed into the pane (machine.SimDriver): never while a relaunch holds the pane, nor into an
@@ -476,7 +508,17 @@ class Checker:
             if self.late(t - since, self.denial_bound, since):
                 self.fail("denials_recorded_once", f"a result that denied a call {t - since:.0f}s ago is not in "
                                                    f"the ledger (bound {self.denial_bound:.0f}s)")
-        held = self.held
+        if t < self.harness_until:
+            # The harness holds (the operator was told): no relaunch is due, nor a witness, nor a word
+            # more; each bound counts from the hold's end.
+            self.hold_end = t
+            if self.pending_witness is not None:
+                self.pending_witness = (self.pending_witness[0], t)
+            if self.unprobed is not None:  # an operator's relaunch under the hold keeps it: no probe yet
+                self.unprobed = (self.unprobed[0], t, self.unprobed[2])
+            self.last_notice = t
+            self.stable_since = None
+        held = self.held or t < self.harness_until
         tmux_seen = w.tmux_session and not w.socket_lost
         if self.trouble_since is None and (a is None or not alive or a.deaf_since is not None or a.modal
                                            or not tmux_seen):
@@ -495,7 +537,7 @@ class Checker:
                 self.fail("never_silent", f"in trouble since {self.trouble_since:.0f}s; no relaunch and no word to "
                                           f"the operator for {t - quiet_since:.0f}s")
         if a is not None and alive and a.deaf_since is not None:
-            since = max(a.deaf_since, sim.hold_released_at)
+            since = max(a.deaf_since, sim.hold_released_at, self.hold_end)
             if self.late(t - since, self.deaf_bound, since):
                 self.fail("deaf_bound", f"deaf for {t - since:.0f}s (bound {self.deaf_bound:.0f}s)")
         if self.pending_witness is not None:
@@ -539,7 +581,8 @@ class Checker:
             return
         if self.exit_since is None:
             # From the death, or from the end of the hold it was left dead through.
-            self.exit_since = max(a.died_at if a.died_at is not None else w.t, self.sim.hold_released_at)
+            self.exit_since = max(a.died_at if a.died_at is not None else w.t, self.sim.hold_released_at,
+                                  self.hold_end)
         wd = self.sim.config.watchdog
         bound = wd.exit_check + wd.interval + wd.backoff_max + STOP_TIME + SLACK
         if self.late(w.t - self.exit_since, bound, self.exit_since):

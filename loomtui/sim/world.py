@@ -102,6 +102,11 @@ class World:
     # misses acks that come (a config's fault the run should find, not one it should hide).
     latency_cap: float = 20.0
     poller_lost_at: float | None = None
+    # The account's rate limit (hooks modelled): every turn the CLI takes fails with StopFailure
+    # `rate_limit` until then, its payload giving the reset time or not (`limit_resets`).
+    limited_until: float = -1.0
+    limit_resets: bool = False
+    limit_unreported: float = -1e18      # the last time a StopFailure of it was lost, or written late
     pids: int = 1000                     # the agents' pids (above init and the kernel's own)
     sessions: int = 0
     wall_offset: float = 0.0             # how far the wall clock has been stepped (clock_forward/clock_back)
@@ -131,6 +136,9 @@ class World:
 
     def loaded(self) -> bool:
         return self.t < self.load_until
+
+    def limited(self) -> bool:
+        return self.t < self.limited_until
 
     def turn_began(self, pid: int) -> None:
         """A turn of the operator's begins now in agent `pid` (the last hundred or so are kept)."""

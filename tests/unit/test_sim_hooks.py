@@ -294,3 +294,26 @@ def test_misses_found_late_behind_a_locked_store_are_looked_at_again_before_a_re
     assert automatic(sim) == {}  # heard again once the dialog closed: nothing recycled
     after = [t for _, t, kind, d in sim.trace if kind == "canary" and d["result"] == "ok" and t > closed[0]]
     assert after, "the look again was never taken"
+
+
+def rate_limited(monkeypatch, hours: float = 7.0) -> Sim:
+    """A run with a rate limit of three hours from hour 1 (StopFailure `rate_limit` for every turn
+    the CLI takes, the reset time given or not as the seed draws), and a crash under it at 1.5 h."""
+    from loomtui.sim import faults
+
+    monkeypatch.setattr(faults, "LIMIT_FOR", (3 * H, 3 * H))
+    return scripted(hooked(), hours, [(1 * H, "rate_limit"), (1.5 * H, "crash")])
+
+
+def test_a_rate_limit_is_held_never_recycled_and_a_crash_under_its_hold_waits_for_its_end(monkeypatch):
+    # Until 2026-12-07 the simulated CLI never failed a turn: the harness's holds, the `refused`
+    # excuse and the bounds that must wait through a hold were not in any storm.
+    sim = rate_limited(monkeypatch)
+    assert sim.violation is None, sim.violation
+    placed = [(t, d) for _, t, kind, d in sim.trace if kind == "hold_placed" and d.get("cause") == "rate_limited"]
+    assert placed and placed[0][0] < 1.1 * H, placed
+    relaunches = [(t, d["cause"]) for _, t, kind, d in sim.trace if kind == "relaunch"]
+    assert "canary_failed" not in {cause for _, cause in relaunches}  # its probes' turns failed: no recycle
+    crash = [t for t, cause in relaunches if cause == "crash"]
+    assert crash and crash[0] >= placed[0][0] + 30 * 60 - 1, (placed, crash)  # not before the hold ran out
+    assert any(kind == "canary" and d["result"] == "ok" and t > 4 * H for _, t, kind, d in sim.trace)

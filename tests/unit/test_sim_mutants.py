@@ -329,8 +329,8 @@ def test_a_turn_taken_for_quiet_after_five_minutes_is_caught(monkeypatch):
 
     plant(monkeypatch, turn_rules, "state", "    if age(turn.last, now) >= quiet:",
           "    if age(turn.last, now) >= min(quiet, 300.0):")
-    run = simulate(8, 0.1, "storm", hooked())
-    assert_caught(run, "busy_not_recycled", profile="storm", days=0.1, seed=8)
+    run = simulate(2, 0.1, "storm", hooked())
+    assert_caught(run, "busy_not_recycled", profile="storm", days=0.1, seed=2)
     assert "into a busy turn" in run["violation"]["message"]
 
 
@@ -391,6 +391,7 @@ CAUGHT_BY = {
     "denials_recorded_once": test_denials_read_again_at_every_tick_are_caught,
     "conversation_kept": test_starting_fresh_when_a_resume_was_due_is_caught,
     "failure_seen": test_a_sentinel_that_scans_nothing_is_caught,
+    "harness_hold_kept": "test_a_harness_hold_taken_for_run_out_at_once_is_caught",
     # In test_sim.py: deadlines kept on the wall clock, under the clockjump profile's steps.
     "deaf_bound": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
     "backstop_not_early": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
@@ -420,3 +421,16 @@ def test_a_refusal_of_a_cli_that_stopped_reading_taken_as_loom_s_own_failure_is_
     sim = scripted(streamed(), 3, [(1 * H, "stdin_closed")])
     assert sim.violation is not None and sim.violation.name == "deaf_bound", sim.violation
     assert automatic(sim).get("canary_failed") is None
+
+
+def test_a_harness_hold_taken_for_run_out_at_once_is_caught(monkeypatch):
+    # A harness hold read as no hold (a rule that knew only the operator's and the ceiling's): run
+    # out the moment it is placed, a crash under the rate limit relaunched, the canary's probes
+    # typed into failing turns; the operator was told nothing would be relaunched.
+    from test_sim_hooks import rate_limited
+
+    from loomtui.agent import hold_rules
+
+    plant(monkeypatch, hold_rules, "active", "if hold is None:", "if hold is None or hold.by == 'harness':")
+    sim = rate_limited(monkeypatch)
+    assert sim.violation is not None and sim.violation.name == "harness_hold_kept", sim.violation
