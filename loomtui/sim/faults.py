@@ -24,7 +24,7 @@ KINDS = (
 # beside the profile's (only then, so that a run without either replays as it always did): a long
 # turn of the operator's, which misses every probe typed into it and must not be recycled before
 # canary.max_turn.
-HOOKED_KINDS = ("long_turn", "rate_limit")
+HOOKED_KINDS = ("long_turn", "rate_limit", "permission")
 # How long such a turn runs, in the world's terms, not Loom's (once drawn from `canary.max_turn`, so
 # a config whose max_turn cut the operator's ordinary turns short could never show): up to LONG_TURN; one in
 # RUNAWAY runs away (a loop of tool calls, a task that never converges) for a RUNAWAY_TURN, past the
@@ -33,7 +33,10 @@ HOOKED_KINDS = ("long_turn", "rate_limit")
 LONG_TURN = 100 * 60.0
 RUNAWAY = 0.1
 RUNAWAY_TURN = (2.5 * 3600.0, 4 * 3600.0)
-HOOKED_WEIGHTS = (("long_turn", 2.0), ("rate_limit", 0.5))
+HOOKED_WEIGHTS = (("long_turn", 2.0), ("rate_limit", 0.5), ("permission", 3.0))  # permission: only inside a turn
+# A tool call of the operator's turn that waits for the operator's yes (Notification
+# `permission_prompt`), answered after PERMISSION_WAIT: the turn says nothing meanwhile.
+PERMISSION_WAIT = (60.0, 90 * 60.0)
 # An account's rate limit, told by the CLI's hooks only (StopFailure `rate_limit`): every turn fails
 # for LIMIT_FOR, the payload giving the reset time half the time. Loom holds, never relaunches.
 LIMIT_FOR = (600.0, 5 * 3600.0)
@@ -101,6 +104,11 @@ def apply(sim: Sim, kind: str) -> bool:
         if a is None:
             return False
         a.modal = True
+    elif kind == "permission":
+        if a is None or sim.hooks is None or sim.pump is not None or a.turn_since is None \
+                or a.waiting_since is not None or w.limited():
+            return False  # only a running turn's tool call asks (print mode asks no one)
+        sim.hooks.ask_permission(a, w.t + rng.uniform(*PERMISSION_WAIT))
     elif kind == "rate_limit":
         if a is None or sim.hooks is None or sim.pump is not None or w.limited():
             return False  # modelled for the tmux driver's hooks (hooks_model.py) only

@@ -147,6 +147,10 @@ class HookModel:
             sim.wake("hooks")
             return
         a.seen_last = w.t
+        # Loom's turns: a permission prompt's notification leaves the turn waiting until its next mark.
+        permission = event == "Notification" and fields.get("notification_type") == turn_rules.PERMISSION
+        if event != "SessionStart":  # a compaction's goes by a waiting turn (turn_rules.turns)
+            a.seen_waiting = w.t if permission else None
         if event == "UserPromptSubmit":
             if not a.seen_open or self.closed_by_ack:
                 # A late prompt says the turn began when it was written; and a prompt after the ack
@@ -300,11 +304,32 @@ class HookModel:
         a.turn_until = until
         self.sim.at(until, self.end_turn, a.pid)
 
+    def ask_permission(self, a: Agent, answer_at: float) -> None:
+        """The running turn's next tool call waits for the operator's yes: Notification
+        `permission_prompt` now, nothing more of the turn until `answer_at`, then the call runs."""
+        w = self.sim.world
+        a.waiting_since, a.answer_at = w.t, answer_at
+        self.fire(a.pid, "Notification", {"notification_type": turn_rules.PERMISSION,
+                                          "message": "Claude needs your permission to use Bash"})
+        self.sim.at(answer_at, self.answered, a.pid)
+
+    def answered(self, pid: int) -> None:
+        w = self.sim.world
+        a = w.agent
+        if a is None or a.pid != pid or a.waiting_since is None:
+            return
+        a.waiting_since = None
+        if a.turn_since is None or not a.hearing():
+            return
+        a.last_event = w.t
+        self.fire(pid, "PostToolUse", {"tool_name": "Bash"})  # the call ran
+        self.sim.after(self.tool_gap(), self.tool, pid)
+
     def tool(self, pid: int) -> None:
         w = self.sim.world
         a = w.agent
-        if a is None or a.pid != pid or a.turn_since is None or not a.hearing():
-            return  # the turn ended, or the agent with it; a wedged one uses no tools
+        if a is None or a.pid != pid or a.turn_since is None or not a.hearing() or a.waiting_since is not None:
+            return  # the turn ended, or the agent with it; a wedged one uses no tools; one waiting, none until answered
         if w.limited():
             self.end_turn(pid, failed=True)  # its next call to the model is refused: the turn fails
             return
@@ -337,6 +362,9 @@ class HookModel:
         w = self.sim.world
         a = w.agent
         if a is None or a.pid != pid or a.turn_since is None:
+            return
+        if a.waiting_since is not None:  # it cannot end before its call ran: a little after the answer
+            self.sim.at(a.answer_at + self.tool_gap(), self.end_turn, pid, failed)
             return
         a.turn_since, a.turn_until = None, None
         a.busy_next = False

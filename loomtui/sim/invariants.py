@@ -217,6 +217,10 @@ class Checker:
         # The config's own thresholds first, on the world's truth without slack (a turn truly quiet
         # for turn_quiet, truly older than max_turn): what doctor warns of must be the config's doing.
         if self.sim.turns_told and a.turn_since is not None and not self.turn_in_evidence(a):
+            if a.waiting_since is not None:
+                # Waiting on the operator's permission: past max_turn the config's doing; sooner,
+                # Loom saw a quiet turn because the prompt's notification was lost or late.
+                return "turn_too_long" if t - a.waiting_since >= cfg.max_turn else "events_lost"
             if t - a.turn_since >= cfg.max_turn:
                 runaway = a.turn_until is not None and a.turn_until - a.turn_since > faults.LONG_TURN
                 return "runaway_turn" if runaway else "turn_too_long"
@@ -244,15 +248,21 @@ class Checker:
                    for _, end, pid, reported in self.sim.world.turns)
 
     def turn_in_evidence(self, a) -> bool:
-        """The agent's running turn is busy as Loom could have seen it: begun less than
-        `canary.max_turn` ago, its start reported long enough before now that the probes which
-        recycled it came after, a hook event of it within `canary.turn_quiet`."""
+        """The agent's running turn is busy as Loom could have seen it: its start reported long
+        enough before now that the probes which recycled it came after; begun less than
+        `canary.max_turn` ago with a hook event of it within `canary.turn_quiet`, or waiting on a
+        permission prompt whose notification Loom got, for less than `canary.max_turn`."""
         cfg, t = self.sim.config.canary, self.sim.world.t
         # The misses that recycle were typed after the turn was reported begun: a prompt hook that
         # came late (or was lost) left Loom no evidence that they fell in a turn.
         reported = t - a.seen_began >= self.misses_span
-        return (a.turn_since is not None and t - a.turn_since < cfg.max_turn - SLACK and a.seen_open and reported
-                and t - a.seen_last < cfg.turn_quiet - SLACK)
+        if a.turn_since is None or not a.seen_open or not reported:
+            return False
+        # Waiting on a permission prompt Loom was told of: busy for max_turn from the prompt, however
+        # old the turn (turn_rules.state); else younger than max_turn and an event within turn_quiet.
+        if a.seen_waiting is not None and a.waiting_since is not None and t - a.seen_waiting < cfg.max_turn - SLACK:
+            return True
+        return t - a.turn_since < cfg.max_turn - SLACK and t - a.seen_last < cfg.turn_quiet - SLACK
 
     def check_busy_not_recycled(self) -> None:
         """With its turns told (hooks, or the stream-json pump's transcript, which is never lost or

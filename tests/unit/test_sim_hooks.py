@@ -317,3 +317,24 @@ def test_a_rate_limit_is_held_never_recycled_and_a_crash_under_its_hold_waits_fo
     crash = [t for t, cause in relaunches if cause == "crash"]
     assert crash and crash[0] >= placed[0][0] + 30 * 60 - 1, (placed, crash)  # not before the hold ran out
     assert any(kind == "canary" and d["result"] == "ok" and t > 4 * H for _, t, kind, d in sim.trace)
+
+
+def permission_asked(monkeypatch, wait: float = 80 * 60.0) -> Sim:
+    """The operator's 80-minute turn (seed 6) asks for permission 5 minutes in, answered `wait` later."""
+    from loomtui.sim import faults
+
+    monkeypatch.setattr(faults, "PERMISSION_WAIT", (wait, wait))
+    return scripted(hooked(), 6, [(1 * H, "long_turn"), (1 * H + 300, "permission")], seed=6)
+
+
+def test_a_turn_waiting_on_a_permission_prompt_is_told_and_not_recycled(monkeypatch):
+    # Until 2026-12-07 the simulated CLI never asked: the withheld probe, the waiting excuse and the
+    # operator's message were in no storm. The wait (80 minutes) is far past turn_quiet: a Loom
+    # that took the silent turn for a wedge recycles it.
+    sim = permission_asked(monkeypatch)
+    assert sim.violation is None, sim.violation
+    assert sim.hooks is not None
+    asked = [t for _, t, kind, d in sim.trace if kind == "fault" and d["kind"] == "permission"]
+    assert asked == [1 * H + 300]
+    assert automatic(sim) == {}
+    assert sim.world.turns and sim.world.turns[0][1] - sim.world.turns[0][0] > 80 * 60  # it waited, then ended

@@ -329,8 +329,8 @@ def test_a_turn_taken_for_quiet_after_five_minutes_is_caught(monkeypatch):
 
     plant(monkeypatch, turn_rules, "state", "    if age(turn.last, now) >= quiet:",
           "    if age(turn.last, now) >= min(quiet, 300.0):")
-    run = simulate(2, 0.1, "storm", hooked())
-    assert_caught(run, "busy_not_recycled", profile="storm", days=0.1, seed=2)
+    run = simulate(10, 0.1, "storm", hooked())
+    assert_caught(run, "busy_not_recycled", profile="storm", days=0.1, seed=10)
     assert "into a busy turn" in run["violation"]["message"]
 
 
@@ -434,3 +434,18 @@ def test_a_harness_hold_taken_for_run_out_at_once_is_caught(monkeypatch):
     plant(monkeypatch, hold_rules, "active", "if hold is None:", "if hold is None or hold.by == 'harness':")
     sim = rate_limited(monkeypatch)
     assert sim.violation is not None and sim.violation.name == "harness_hold_kept", sim.violation
+
+
+def test_a_turn_waiting_on_permission_taken_for_quiet_is_caught(monkeypatch):
+    # The permission prompt forgotten by the turn's state: a turn silent while the operator decides
+    # is quiet after turn_quiet, its probes typed into the dialog, its misses counted, and the agent
+    # that waited on its operator recycled.
+    from test_sim_hooks import permission_asked
+
+    from loomtui.hooks import turn_rules
+
+    plant(monkeypatch, turn_rules, "state",
+          "if turn.waiting and turn.waiting_since is not None and age(turn.waiting_since, now) < max_turn:",
+          "if False:")
+    sim = permission_asked(monkeypatch)
+    assert sim.violation is not None and sim.violation.name == "busy_not_recycled", sim.violation
