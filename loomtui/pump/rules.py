@@ -18,6 +18,7 @@ IDLE, RUNNING = "idle", "running"
 # by the next pump (runner: renamed .undelivered, said in the transcript), not written again: one
 # that ends the CLI before it reads it was written to every launch until the watchdog's ceiling.
 MAX_UNREAD = 3
+SET_ASIDE = ".undelivered"  # the suffix a set-aside message's queue file takes
 EXITED = "the agent's CLI has exited"
 INPUT_CLOSED = "the agent's CLI no longer reads its input"
 # A refusal's code in the pump's answer (docs/STREAM.md): the CLI has exited, or it no longer reads

@@ -41,7 +41,6 @@ ORIGIN = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 STALE_ORIGIN = "canary"  # a queued line of this origin is not carried over to the next launch
 QUEUE_FILE = re.compile(r"(\d{1,18})\.json")
 MAX_UNREAD = rules.MAX_UNREAD
-SET_ASIDE = ".undelivered"  # the name a set-aside message's queue file takes
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 # Lines for the pane waiting to be shown: a pane that stops taking them (Ctrl-S, a tmux that stops
 # reading) fills this, never the main loop; past it lines are counted and said to be left out.
@@ -484,9 +483,9 @@ class Pump:
             unread = data.get("unread", 0)
             if isinstance(unread, int) and unread >= MAX_UNREAD:
                 self._record(transcript.PUMP, what="set_aside", seq=seq, unread=unread,
-                             name=name + SET_ASIDE)
+                             name=name + rules.SET_ASIDE)
                 try:
-                    path.rename(path.with_name(name + SET_ASIDE))
+                    path.rename(path.with_name(name + rules.SET_ASIDE))
                 except OSError:
                     pass
                 continue

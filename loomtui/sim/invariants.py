@@ -216,7 +216,10 @@ class Checker:
         t = w.t
         # The config's own thresholds first, on the world's truth without slack (a turn truly quiet
         # for turn_quiet, truly older than max_turn): what doctor warns of must be the config's doing.
-        if self.sim.turns_told and a.turn_since is not None and not self.turn_in_evidence(a):
+        # A turn the world runs that Loom could not see busy (its events lost or late, or truly over
+        # its thresholds).
+        unseen = self.sim.turns_told and a.turn_since is not None and not self.turn_in_evidence(a)
+        if unseen:
             if a.waiting_since is not None:
                 # Waiting on the operator's permission: past max_turn the config's doing; sooner,
                 # Loom saw a quiet turn because the prompt's notification was lost or late.
@@ -228,11 +231,7 @@ class Checker:
                 return "turn_quiet"
         if t - a.eaten_at <= self.misses_span + SLACK:
             return "dialog_closed"
-        if not self.sim.turns_told:
-            return ""
-        if a.turn_since is not None and not self.turn_in_evidence(a):
-            return "events_lost"
-        if self.unreported_turn_just_ended(a):
+        if unseen or (self.sim.turns_told and self.unreported_turn_just_ended(a)):
             return "events_lost"
         return ""
 

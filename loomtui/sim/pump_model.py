@@ -124,7 +124,7 @@ class PumpModel:
         for seq in sorted(self.leftover):
             msg = self.leftover[seq]
             if msg.unread >= rules.MAX_UNREAD:  # runner._load_queue sets it aside
-                self.record(transcript.PUMP, what="set_aside", seq=seq, unread=msg.unread, name=f"{seq}.json.undelivered")
+                self.record(transcript.PUMP, what="set_aside", seq=seq, unread=msg.unread, name=f"{seq}.json{rules.SET_ASIDE}")
                 continue
             if msg.origin == STALE_ORIGIN:
                 self.record(transcript.PUMP, what="dropped_probe", seq=seq)
