@@ -53,8 +53,9 @@ EventKind = Literal[
     "observation_ambiguous", "operator_alert", "tmux_socket_repair", "foreign_poller_reaped", "modal_dismissed",
     # typing into the pane, and the canary
     "inject", "keys", "canary_sent", "canary", "canary_late_ack",
-    # the stream-json driver: a tool call the CLI's permissions refused (once per result)
-    "permission_denied",
+    # the stream-json driver: a tool call the CLI's permissions refused (once per result), and a
+    # kept message the pump set aside (pump.rules.MAX_UNREAD launches exited before reading it)
+    "permission_denied", "pump_set_aside",
     # the agent CLI's own hooks (loomtui/hooks): what it said happened, and a typed line it never took
     "session_started", "turn_failed", "agent_notification", "compaction", "dispatch_missing",
     # the sentinel's queue

@@ -26,7 +26,7 @@ from loomtui.agent.watchdog_rules import Looks, Observation, Step, assess, setti
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.pump import render, transcript
-from loomtui.store import ledger
+from loomtui.store import ledger, outbox
 from loomtui.text import printable
 
 
@@ -300,7 +300,10 @@ MAX_TOOL_NAME = 80
 def record_denials(ctx: Context) -> list[str]:
     """A `permission_denied` event for each result in the pump's transcript, since the last read,
     that carries permission denials: tool names and the turn's origin, never the call's input.
-    The events and the new read offset commit together, so each result is recorded once."""
+    And for each message the pump set aside (pump.rules.MAX_UNREAD launches exited before reading
+    it), a `pump_set_aside` event and a word to the operator: the pump has no store and no outbox,
+    and a line of theirs was no longer delivered without anyone being told. The events, the
+    messages and the new read offset commit together, so each is recorded once."""
     path = transcript.path_in(ctx.agent_dir)
     try:
         st = path.stat()
@@ -316,6 +319,7 @@ def record_denials(ctx: Context) -> list[str]:
     if offset == st.st_size:
         return []
     found: list[dict[str, Any]] = []
+    aside: list[dict[str, Any]] = []
     origin: str | None = None
     seq: int | None = None
     end = offset
@@ -324,6 +328,11 @@ def record_denials(ctx: Context) -> list[str]:
         if record.dir == transcript.IN:
             origin = record.data.get("origin") if isinstance(record.data.get("origin"), str) else None
             seq = record.data.get("seq") if isinstance(record.data.get("seq"), int) else None
+            continue
+        if record.dir == transcript.PUMP and record.data.get("what") == "set_aside":
+            number, unread = record.data.get("seq"), record.data.get("unread")
+            aside.append({"seq": number if isinstance(number, int) else None,
+                          "unread": unread if isinstance(unread, int) else None, "ts": record.ts})
             continue
         event = record.event
         if record.dir != transcript.OUT or event.get("type") != "result":
@@ -334,11 +343,18 @@ def record_denials(ctx: Context) -> list[str]:
                           "subtype": printable(str(event.get("subtype") or ""))[:40], "ts": record.ts})
     if end == offset:
         return []
+    whose = f"[{ctx.agent}] " if len(ctx.config.agent_names) > 1 else ""
     with ctx.store.write() as db:
         for detail in found:
             ledger.append_in(db, "permission_denied", source="watchdog", detail=detail)
+        for detail in aside:
+            ledger.append_in(db, "pump_set_aside", source="watchdog", detail=detail)
+            outbox.enqueue(db, f"{whose}Loom: message #{detail['seq']} to the agent was set aside, not delivered: "
+                               f"{detail['unread']} launches of its CLI exited before reading it (kept in the "
+                               "pump's queue). Send it again once the agent is well.", now=clock.wall())
         ctx.store.set_meta(ctx.store.agent_key(DENIALS_READ_KEY), json.dumps({"ino": st.st_ino, "head": head, "offset": end}), db)
-    return [f"permission denied to {', '.join(d['tools'])}" for d in found]
+    return [f"permission denied to {', '.join(d['tools'])}" for d in found] + \
+        [f"message #{d['seq']} set aside by the pump" for d in aside]
 
 
 def _head(path: Path) -> str:

@@ -446,3 +446,20 @@ def test_the_boot_verdict_says_why_in_words_the_ledger_keeps():
     assert said(BootLook(1.0, init_seen=True, pump_up=True)) == (READY, "init came and nothing is pending")
     assert said(BootLook(1.0, init_seen=True, pump_up=True, busy=True)) == (WAIT, "")
     assert said(BootLook(5.0)) == (READY, "the check passed")
+
+
+def test_a_message_the_pump_set_aside_is_told_to_the_operator_once(ctx):
+    # The pump sets aside a kept message three launches exited before reading (pump.rules.MAX_UNREAD):
+    # it has no store and no outbox, and until 2026-12-07 only its transcript said so.
+    from loomtui.store import outbox
+
+    write_transcript(ctx.state_dir, [
+        ("in", {"seq": 7, "origin": "operator", "ref": "", "text": "deploy the thing"}),
+        ("pump", {"what": "set_aside", "seq": 7, "unread": 3, "name": "7.json.undelivered"}),
+    ])
+    assert record_denials(ctx) == ["message #7 set aside by the pump"]
+    [event] = ledger.tail(ctx.store, 10, kinds=["pump_set_aside"])
+    assert event.detail["seq"] == 7 and event.detail["unread"] == 3
+    [told] = outbox.pending(ctx.store)
+    assert "message #7" in told.text and "3 launches" in told.text and "deploy the thing" not in told.text
+    assert record_denials(ctx) == [] and len(outbox.pending(ctx.store)) == 1  # read once: told once
