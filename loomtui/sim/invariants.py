@@ -546,7 +546,10 @@ class Checker:
                 self.fail("never_silent", f"in trouble since {self.trouble_since:.0f}s; no relaunch and no word to "
                                           f"the operator for {t - quiet_since:.0f}s")
         if a is not None and alive and a.deaf_since is not None:
-            since = max(a.deaf_since, sim.hold_released_at, self.hold_end)
+            # A wedge behind a permission prompt Loom was told of hides until the prompt has waited
+            # max_turn: the probes are withheld from the dialog meanwhile (turn_rules.withholds_probe).
+            waited = a.seen_waiting + sim.config.canary.max_turn if a.seen_waiting is not None else -math.inf
+            since = max(a.deaf_since, sim.hold_released_at, self.hold_end, waited)
             if self.late(t - since, self.deaf_bound, since):
                 self.fail("deaf_bound", f"deaf for {t - since:.0f}s (bound {self.deaf_bound:.0f}s)")
         if self.pending_witness is not None:

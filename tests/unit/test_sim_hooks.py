@@ -338,3 +338,16 @@ def test_a_turn_waiting_on_a_permission_prompt_is_told_and_not_recycled(monkeypa
     assert asked == [1 * H + 300]
     assert automatic(sim) == {}
     assert sim.world.turns and sim.world.turns[0][1] - sim.world.turns[0][0] > 80 * 60  # it waited, then ended
+
+
+def test_a_wedge_behind_a_permission_prompt_is_found_once_the_prompt_has_waited_max_turn(monkeypatch):
+    # The hooked storm at 1d88d2e, seeds 2 and 4: the agent wedged while its turn waited on a
+    # permission prompt; Loom withholds probes from the dialog for max_turn, and `deaf_bound` did
+    # not know it.
+    from loomtui.sim import faults
+
+    monkeypatch.setattr(faults, "PERMISSION_WAIT", (80 * 60.0, 80 * 60.0))
+    sim = scripted(hooked(), 6, [(1 * H, "long_turn"), (1 * H + 300, "permission"), (1 * H + 600, "wedge")], seed=6)
+    assert sim.violation is None, sim.violation
+    recycled = [t for _, t, kind, d in sim.trace if kind == "relaunch" and d["cause"] == "canary_failed"]
+    assert recycled and recycled[0] >= 1 * H + 300 + sim.config.canary.max_turn, recycled
