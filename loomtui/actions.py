@@ -287,6 +287,17 @@ def alert(ctx: Context, note: str, *, source: str) -> str:
     return f"operator alerted: {note}"
 
 
+def told_set_aside_in(db: sqlite3.Connection, ctx: Context, detail: dict[str, Any], *, source: str) -> None:
+    """The pump set a kept message aside (pump.rules.MAX_UNREAD launches exited before reading it):
+    a `pump_set_aside` event and a word to the operator, in the caller's transaction (the pump has
+    no store; the watchdog reads its transcript, and the read's offset commits with these)."""
+    ledger.append_in(db, "pump_set_aside", source=source, detail=detail)
+    whose = "" if len(ctx.config.agent_names) == 1 else f"[{ctx.agent}] "
+    outbox.enqueue(db, f"{whose}Loom: message #{detail.get('seq')} to the agent was set aside, not delivered: "
+                       f"{detail.get('unread')} launches of its CLI exited before reading it (kept in the pump's "
+                       "queue). Send it again once the agent is well.", now=clock.wall())
+
+
 def canary_now(ctx: Context, *, source: str, stop: threading.Event | None = None):
     """Probe now, or join the probe in flight."""
     _fired(ctx, "canary", source)

@@ -26,7 +26,7 @@ from loomtui.agent.watchdog_rules import Looks, Observation, Step, assess, setti
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.pump import render, transcript
-from loomtui.store import ledger, outbox
+from loomtui.store import ledger
 from loomtui.text import printable
 
 
@@ -343,15 +343,11 @@ def record_denials(ctx: Context) -> list[str]:
                           "subtype": printable(str(event.get("subtype") or ""))[:40], "ts": record.ts})
     if end == offset:
         return []
-    whose = f"[{ctx.agent}] " if len(ctx.config.agent_names) > 1 else ""
     with ctx.store.write() as db:
         for detail in found:
             ledger.append_in(db, "permission_denied", source="watchdog", detail=detail)
         for detail in aside:
-            ledger.append_in(db, "pump_set_aside", source="watchdog", detail=detail)
-            outbox.enqueue(db, f"{whose}Loom: message #{detail['seq']} to the agent was set aside, not delivered: "
-                               f"{detail['unread']} launches of its CLI exited before reading it (kept in the "
-                               "pump's queue). Send it again once the agent is well.", now=clock.wall())
+            actions.told_set_aside_in(db, ctx, detail, source="watchdog")
         ctx.store.set_meta(ctx.store.agent_key(DENIALS_READ_KEY), json.dumps({"ino": st.st_ino, "head": head, "offset": end}), db)
     return [f"permission denied to {', '.join(d['tools'])}" for d in found] + \
         [f"message #{d['seq']} set aside by the pump" for d in aside]
