@@ -9,7 +9,9 @@ typed into a busy turn, or one waiting on a permission prompt; hooks.turn_rules)
 nor ends a run, and does not call for the at-once re-probe a miss otherwise does. Misses decide
 only while the newest of them is fresh: found more than an ack timeout after its deadline (a
 locked store, a daemon that was down, a busy turn's misses counted once it went quiet), they tell
-of the agent as it was, and one probe more is due at once.
+of the agent as it was, and one probe more goes out first (at once after the miss; an ack timeout
+after a try of Loom's own that failed). A backoff that outlasts the ack timeout meets misses gone
+stale the same way: the recycle waits for the look again, up to an ack timeout.
 
 A relaunch is a claim until a probe of its own launch acks. Its first probe goes out as soon as
 the agent is ready, whatever the schedule; from then on the ordinary rules carry on (a miss

@@ -106,7 +106,7 @@ def apply(sim: Sim, kind: str) -> bool:
         a.modal = True
     elif kind == "permission":
         if a is None or sim.hooks is None or sim.pump is not None or a.turn_since is None \
-                or a.waiting_since is not None or w.limited():
+                or a.waiting_since is not None or w.limited() or not a.hearing():
             return False  # only a running turn's tool call asks (print mode asks no one)
         sim.hooks.ask_permission(a, w.t + rng.uniform(*PERMISSION_WAIT))
     elif kind == "rate_limit":
@@ -114,6 +114,7 @@ def apply(sim: Sim, kind: str) -> bool:
             return False  # modelled for the tmux driver's hooks (hooks_model.py) only
         w.limited_until = w.t + rng.uniform(*LIMIT_FOR)
         w.limit_resets = rng.random() < 0.5
+        w.limit_told = 1e18  # not yet: no turn has failed
     elif kind == "slow_boot":
         w.slow_boot_next = True
     elif kind == "resume_fails":

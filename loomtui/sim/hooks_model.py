@@ -105,7 +105,7 @@ class HookModel:
             sim.event("hook_lost", hook=event)
             return LOST
         if r < HOOK_LOST + HOOK_LATE:
-            sim.after(sim.rng.uniform(1.0, LATE_BY), self.write, pid, event, fields)
+            sim.after(sim.rng.uniform(1.0, LATE_BY), self.write, pid, event, fields, True)
             return LATE
         self.write(pid, event, fields)
         return WRITTEN
@@ -120,11 +120,15 @@ class HookModel:
         if self.fired(pid, "StopFailure", fields) in (LOST, LATE):
             w.limit_unreported = w.t
 
-    def write(self, pid: int, event: str, fields: dict) -> None:
+    def write(self, pid: int, event: str, fields: dict, late: bool = False) -> None:
         sim, w = self.sim, self.sim.world
         a = w.agent
         if a is None or a.pid != pid:
             return
+        if late and event == "Stop":
+            w.stop_late = w.t  # a turn before the limit, said after it began: it ends the hold, by design
+        if event == "StopFailure" and w.limited() and w.limit_told > w.t:
+            w.limit_told = w.t
         assert sim.ctx is not None
         directory = settings.events_dir(sim.ctx.agent_dir)
         self.written += 1
@@ -290,7 +294,8 @@ class HookModel:
         self.idle_since.pop(a.pid, None)
         w.turn_began(a.pid)
         self.fire(a.pid, "UserPromptSubmit", {"prompt": OPERATOR_PROMPT})
-        self.sim.after(self.tool_gap(), self.tool, a.pid)
+        a.chain += 1
+        self.sim.after(self.tool_gap(), self.tool, a.pid, a.chain)
         if until is not None:
             self.end_at(a, until)
 
@@ -309,6 +314,7 @@ class HookModel:
         `permission_prompt` now, nothing more of the turn until `answer_at`, then the call runs."""
         w = self.sim.world
         a.waiting_since, a.answer_at = w.t, answer_at
+        a.chain += 1  # the call waiting is the turn's: the one scheduled (a call, a compaction) never runs
         self.fire(a.pid, "Notification", {"notification_type": turn_rules.PERMISSION,
                                           "message": "Claude needs your permission to use Bash"})
         self.sim.at(answer_at, self.answered, a.pid)
@@ -323,13 +329,14 @@ class HookModel:
             return
         a.last_event = w.t
         self.fire(pid, "PostToolUse", {"tool_name": "Bash"})  # the call ran
-        self.sim.after(self.tool_gap(), self.tool, pid)
+        a.chain += 1
+        self.sim.after(self.tool_gap(), self.tool, pid, a.chain)
 
-    def tool(self, pid: int) -> None:
+    def tool(self, pid: int, chain: int) -> None:
         w = self.sim.world
         a = w.agent
-        if a is None or a.pid != pid or a.turn_since is None or not a.hearing() or a.waiting_since is not None:
-            return  # the turn ended, or the agent with it; a wedged one uses no tools; one waiting, none until answered
+        if a is None or a.pid != pid or a.turn_since is None or not a.hearing() or a.chain != chain:
+            return  # the turn ended, or the agent with it; a wedged one uses no tools; a stale chain
         if w.limited():
             self.end_turn(pid, failed=True)  # its next call to the model is refused: the turn fails
             return
@@ -340,18 +347,18 @@ class HookModel:
             # silence while it summarises, then a SessionStart of source `compact` (the same
             # process), and work on.
             self.fire(pid, "PreCompact", {"trigger": "auto"})
-            self.sim.after(w.rng.uniform(*COMPACT_TAKES), self.compacted, pid)
+            self.sim.after(w.rng.uniform(*COMPACT_TAKES), self.compacted, pid, chain)
             return
-        self.sim.after(self.tool_gap(), self.tool, pid)
+        self.sim.after(self.tool_gap(), self.tool, pid, chain)
 
-    def compacted(self, pid: int) -> None:
+    def compacted(self, pid: int, chain: int) -> None:
         w = self.sim.world
         a = w.agent
-        if a is None or a.pid != pid or a.turn_since is None or not a.hearing():
+        if a is None or a.pid != pid or a.turn_since is None or not a.hearing() or a.chain != chain:
             return
         a.last_event = w.t
         self.fire(pid, "SessionStart", {"source": "compact"})
-        self.sim.after(self.tool_gap(), self.tool, pid)
+        self.sim.after(self.tool_gap(), self.tool, pid, chain)
 
     def tool_gap(self) -> float:
         return tool_gap(self.sim.world.rng)

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 OPERATOR_CAUSES = ("operator_resume", "operator_fresh")
 SLACK = 60.0
+# How long a hook event may wait to be read: a failed hooks loop's longest backoff, and a look.
+PROMPT_READ = 65.0
 
 NAMES = (
     "one_agent", "one_relaunch_at_a_time", "ceiling", "escalate_once_and_hold", "never_silent",
@@ -35,6 +37,7 @@ NAMES = (
     "relaunch_witnessed", "queue_backstop", "backstop_not_early", "witness_is_clean", "no_typing_into_a_booting_agent",
     "foreign_poller_reaped", "poller_restored", "fuse", "backoff", "exit_relaunched", "busy_not_recycled",
     "relaunch_probed", "denials_recorded_once", "conversation_kept", "failure_seen", "harness_hold_kept",
+    "no_typing_into_a_permission_prompt",
 )
 # The causes whose relaunch always starts fresh (agent/policy.py: ALWAYS_FRESH).
 FRESH_CAUSES = ("preventive", "resume_failed")
@@ -55,8 +58,10 @@ class Checker:
         relaunch_time = STOP_TIME + agent.resume_check
         # The span of the misses that recycle: their timeouts, a second apart.
         self.misses_span = canary.misses_to_recycle * (canary.ack_timeout + 1.0)
+        # A backoff the recycle waited out may leave its misses stale: one look more (an ack
+        # timeout and a second) before it acts (canary.rules.should_recycle).
         self.detect = (max(canary.interval, agent.boot_grace) + self.misses_span
-                       + wd.backoff_max + relaunch_time)
+                       + wd.backoff_max + relaunch_time + canary.ack_timeout + 1.0)
         # With turns told (hooks, or the stream-json pump), a wedge inside a turn looks busy until the
         # turn has been quiet for turn_quiet.
         self.deaf_bound = self.detect + 5.0 + (canary.turn_quiet if sim.turns_told else 0.0)
@@ -187,9 +192,10 @@ class Checker:
         if cause == "canary_failed":
             if a is None or not a.alive or a.deaf_since is not None or a.modal or not w.tmux_session:
                 return ""
-            if w.t - w.limited_until <= self.misses_span + SLACK:
-                # Rate-limited (or just now), its probes' turns failed: Loom must hold, not recycle,
-                # unless the CLI's report of a failure was lost or came late.
+            if w.t - w.limited_until <= self.misses_span + SLACK and w.limit_told <= w.t - self.misses_span:
+                # Rate-limited (or just now), its probes' turns failed, and told so before the misses
+                # that decided: Loom must hold, not recycle, unless a later report was lost or late.
+                # (Told of it only since, the recycle is judged as any other: a turn past max_turn.)
                 if w.t - w.limit_unreported <= self.misses_span + LATE_BY + SLACK:
                     self.sim.report.hearing_recycles["events_lost"] = \
                         self.sim.report.hearing_recycles.get("events_lost", 0) + 1
@@ -335,7 +341,7 @@ class Checker:
             # The harness's own hold ends by itself at its end, or by a turn that succeeded.
             if how == "expired" and w.t < until - 1.0:
                 self.fail("harness_hold_kept", f"the harness's hold taken for run out {until - w.t:.0f}s early")
-            if how == "succeeded" and w.limited():
+            if how == "succeeded" and w.limited() and w.t - w.stop_late > LATE_BY + SLACK:
                 self.fail("harness_hold_kept", "the harness's hold ended by a turn that succeeded, while every "
                                                "turn the CLI took still failed")
             return
@@ -401,6 +407,12 @@ class Checker:
         if by == "harness":
             w = self.sim.world
             self.harness_until = math.inf if until is None else w.t + (until - w.wall)
+            if w.limited() and w.limit_resets and self.harness_until < w.limited_until - 1.0:
+                # The CLI said when the limit resets (harness_rules.hold_seconds: at most MAX_AHEAD,
+                # and the world's limits are shorter): a hold that ends sooner lets a crash be
+                # relaunched into the limit, and the canary's probes fail on.
+                self.fail("harness_hold_kept", f"the harness's hold ends {w.limited_until - self.harness_until:.0f}s "
+                                               "before the reset time the CLI gave")
 
     def on_typed(self, text: str) -> None:
         """Typed into the pane (machine.SimDriver): never while a relaunch holds the pane, nor into an
@@ -415,6 +427,14 @@ class Checker:
         if a is not None and self.sim.pump is None and self.booting(a, w.t):
             self.fail("no_typing_into_a_booting_agent", f"{what} was typed into an agent still booting "
                                                         f"({w.t - a.started:.1f}s after its launch)")
+        # Nor into a permission prompt Loom was told of (its notification written a read ago; a
+        # locked store or a failed hooks loop's backoff can keep it unread a while): its Enter could
+        # answer the operator's dialog (turn_rules.withholds_probe, actions.nudge).
+        if a is not None and a.waiting_since is not None and a.seen_waiting is not None and a.seen_open \
+                and w.t - a.seen_waiting < self.sim.config.canary.max_turn - SLACK \
+                and self.late(w.t - a.seen_waiting, PROMPT_READ, a.seen_waiting):
+            self.fail("no_typing_into_a_permission_prompt", f"{what} was typed into a permission prompt Loom was "
+                                                            f"told of {w.t - a.seen_waiting:.0f}s before")
 
     def booting(self, a, t: float) -> bool:
         """Not yet ready (the world's truth) and launched less than `boot_grace` ago, counted as Loom
@@ -500,6 +520,13 @@ class Checker:
 
     # -- after every step -------------------------------------------------------------------
 
+    def waited(self, a) -> float:
+        """Until when a permission prompt Loom was told of keeps it from seeing a wedge: the
+        prompt's max_turn (the probes are withheld from the dialog meanwhile: turn_rules.state)."""
+        if a is None or a.seen_waiting is None or not a.seen_open:
+            return -math.inf
+        return a.seen_waiting + self.sim.config.canary.max_turn
+
     def late(self, elapsed: float, bound: float, since: float) -> bool:
         """Past `bound`, stretched by the time Loom was impaired since `since` (summed only when needed)."""
         w = self.sim.world
@@ -534,10 +561,13 @@ class Checker:
             self.trouble_since = t
         if held:
             self.exit_since = None
+            if not self.held:  # the harness's hold guards no escalation: the queue's go on
+                self.check_queue_and_failures()
             return
         self.check_exit_relaunched(a, alive)
+        waited = self.waited(a)
         if self.trouble_since is not None:
-            quiet_since = max(self.trouble_since, self.last_attempt, self.last_notice)
+            quiet_since = max(self.trouble_since, self.last_attempt, self.last_notice, waited)
             # Trouble ends with a witness, and a turn of the operator's keeps the probes behind it
             # (the agent hears; it is busy): the time in turns is not silence, as for relaunch_witnessed.
             # (busy_between, a scan of the world's turns, only once past the bound it can only stretch)
@@ -546,14 +576,12 @@ class Checker:
                 self.fail("never_silent", f"in trouble since {self.trouble_since:.0f}s; no relaunch and no word to "
                                           f"the operator for {t - quiet_since:.0f}s")
         if a is not None and alive and a.deaf_since is not None:
-            # A wedge behind a permission prompt Loom was told of hides until the prompt has waited
-            # max_turn: the probes are withheld from the dialog meanwhile (turn_rules.withholds_probe).
-            waited = a.seen_waiting + sim.config.canary.max_turn if a.seen_waiting is not None else -math.inf
             since = max(a.deaf_since, sim.hold_released_at, self.hold_end, waited)
             if self.late(t - since, self.deaf_bound, since):
                 self.fail("deaf_bound", f"deaf for {t - since:.0f}s (bound {self.deaf_bound:.0f}s)")
         if self.pending_witness is not None:
             seq, at = self.pending_witness
+            at = max(at, waited)
             if t - at > self.witness_bound and self.late(t - at, self.witness_bound + w.busy_between(at, t), at):
                 self.fail("relaunch_witnessed", f"relaunch {seq} at {at:.0f}s neither witnessed by an ack nor "
                                                 f"followed by a relaunch or an escalation")
@@ -579,6 +607,9 @@ class Checker:
                 if self.late(t - since, self.poller_bound, since):
                     self.fail("poller_restored", f"the poller has been missing for {t - since:.0f}s "
                                                  f"from an agent plainly seen")
+        self.check_queue_and_failures()
+
+    def check_queue_and_failures(self) -> None:
         if self.unresolved:
             self.check_queue()
         if self.unseen_failures:

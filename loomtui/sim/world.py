@@ -57,6 +57,9 @@ class Agent:
     waiting_since: float | None = None
     answer_at: float = -1e18
     seen_waiting: float | None = None
+    # Its turn's chain of tool calls: a call scheduled before a prompt or an answer began another
+    # chain is stale (hooks_model.tool), or a turn would run two chains at once.
+    chain: int = 0
 
     def hearing(self) -> bool:
         return self.alive and self.deaf_since is None
@@ -112,6 +115,8 @@ class World:
     limited_until: float = -1.0
     limit_resets: bool = False
     limit_unreported: float = -1e18      # the last time a StopFailure of it was lost, or written late
+    limit_told: float = 1e18             # when the first StopFailure of the current limit was written
+    stop_late: float = -1e18             # the last time a Stop hook was written late (it may end a hold)
     pids: int = 1000                     # the agents' pids (above init and the kernel's own)
     sessions: int = 0
     wall_offset: float = 0.0             # how far the wall clock has been stepped (clock_forward/clock_back)

@@ -392,6 +392,7 @@ CAUGHT_BY = {
     "conversation_kept": test_starting_fresh_when_a_resume_was_due_is_caught,
     "failure_seen": test_a_sentinel_that_scans_nothing_is_caught,
     "harness_hold_kept": "test_a_harness_hold_taken_for_run_out_at_once_is_caught",
+    "no_typing_into_a_permission_prompt": "test_a_probe_typed_into_a_permission_prompt_is_caught",
     # In test_sim.py: deadlines kept on the wall clock, under the clockjump profile's steps.
     "deaf_bound": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
     "backstop_not_early": "test_sim.test_deadlines_kept_on_the_wall_clock_are_caught_by_the_clock_faults",
@@ -438,8 +439,8 @@ def test_a_harness_hold_taken_for_run_out_at_once_is_caught(monkeypatch):
 
 def test_a_turn_waiting_on_permission_taken_for_quiet_is_caught(monkeypatch):
     # The permission prompt forgotten by the turn's state: a turn silent while the operator decides
-    # is quiet after turn_quiet, its probes typed into the dialog, its misses counted, and the agent
-    # that waited on its operator recycled.
+    # is quiet after turn_quiet, its probes typed into the dialog (caught there first), its misses
+    # counted, and the agent that waited on its operator recycled.
     from test_sim_hooks import permission_asked
 
     from loomtui.hooks import turn_rules
@@ -448,4 +449,34 @@ def test_a_turn_waiting_on_permission_taken_for_quiet_is_caught(monkeypatch):
           "if turn.waiting and turn.waiting_since is not None and age(turn.waiting_since, now) < max_turn:",
           "if False:")
     sim = permission_asked(monkeypatch)
+    assert sim.violation is not None and sim.violation.name == "no_typing_into_a_permission_prompt", sim.violation
+    # Without that invariant's look, the recycle that follows is the one busy_not_recycled names.
+    monkeypatch.setattr(sim.checker.__class__, "on_typed", lambda self, text: None)
+    sim = permission_asked(monkeypatch)
     assert sim.violation is not None and sim.violation.name == "busy_not_recycled", sim.violation
+
+
+def test_a_probe_typed_into_a_permission_prompt_is_caught(monkeypatch):
+    # The canary's withholding forgotten: the next scheduled probe is typed into the dialog the
+    # operator was told of, where its Enter could answer it.
+    from test_sim_hooks import permission_asked
+
+    from loomtui.hooks import turn_rules
+
+    plant(monkeypatch, turn_rules, "withholds_probe",
+          "return state(current(all_turns), now, quiet, max_turn) == TURN_WAITING", "return False")
+    sim = permission_asked(monkeypatch)
+    assert sim.violation is not None and sim.violation.name == "no_typing_into_a_permission_prompt", sim.violation
+
+
+def test_a_harness_hold_that_ignores_the_reset_time_is_caught(monkeypatch):
+    # The CLI said the limit resets in three hours; a hold of the default half hour would let a
+    # crash under the limit be relaunched into it.
+    from test_sim_hooks import rate_limited
+
+    from loomtui.hooks import harness_rules
+
+    plant(monkeypatch, harness_rules, "hold_seconds", "if resets_at is None or resets_at != resets_at:", "if True:")
+    sim = rate_limited(monkeypatch)
+    assert sim.violation is not None and sim.violation.name == "harness_hold_kept", sim.violation
+    assert "reset time" in sim.violation.message
