@@ -296,13 +296,34 @@ def test_misses_found_late_behind_a_locked_store_are_looked_at_again_before_a_re
     assert after, "the look again was never taken"
 
 
-def rate_limited(monkeypatch, hours: float = 7.0) -> Sim:
+def rate_limited(monkeypatch, hours: float = 7.0, resets: bool | None = None, looks=()) -> Sim:
     """A run with a rate limit of three hours from hour 1 (StopFailure `rate_limit` for every turn
-    the CLI takes, the reset time given or not as the seed draws), and a crash under it at 1.5 h."""
+    the CLI takes, the reset time given as `resets` says, else as the seed draws), and a crash under
+    it at 1.5 h."""
     from loomtui.sim import faults
 
     monkeypatch.setattr(faults, "LIMIT_FOR", (3 * H, 3 * H))
-    return scripted(hooked(), hours, [(1 * H, "rate_limit"), (1.5 * H, "crash")])
+    told = [] if resets is None else [(1 * H + 0.001, lambda sim: setattr(sim.world, "limit_resets", resets))]
+    return scripted(hooked(), hours, [(1 * H, "rate_limit"), (1.5 * H, "crash")], looks=[*told, *looks])
+
+
+def test_the_operator_hears_of_a_rate_limit_once_and_its_renewals_are_silent(monkeypatch):
+    # No reset time given: Loom holds the default half hour, the canary looks again, the turn fails
+    # again, and the hold is renewed without a word more (harness_rules.on_failure). With one, a
+    # single hold to the reset time.
+    said: dict[bool, list[str]] = {}
+    for resets in (False, True):
+        def read(sim, resets=resets) -> None:
+            said[resets] = [r[0] for r in sim.observer.query("SELECT text FROM outbox ORDER BY id")
+                            if "rate_limit" in r[0]]
+
+        sim = rate_limited(monkeypatch, resets=resets, looks=[(6.9 * H, read)])
+        assert sim.violation is None, sim.violation
+        holds = [d for _, _, kind, d in sim.trace if kind == "hold_placed" and d.get("cause") == "rate_limited"]
+        assert len(said[resets]) == 1, said[resets]
+        assert len(holds) >= (3 if not resets else 1), holds
+        if resets:
+            assert len(holds) == 1
 
 
 def test_a_rate_limit_is_held_never_recycled_and_a_crash_under_its_hold_waits_for_its_end(monkeypatch):
