@@ -62,7 +62,7 @@ EventKind = Literal[
     "queue_new", "queue_nudge", "queue_claim", "queue_witness", "queue_reopen", "queue_escalate",
     # Telegram
     "telegram_sent", "telegram_error", "telegram_failed", "telegram_retry_after", "telegram_command",
-    "telegram_ignored", "telegram_refused", "telegram_conflict", "telegram_conflict_cleared",
+    "telegram_ignored", "telegram_refused", "telegram_conflict", "telegram_conflict_cleared", "telegram_chat_migrated",
     "outbox_requeued", "outbox_forgotten",
     # the supervisor and the store
     "supervisor_start", "supervisor_stop", "loop_error", "store_salvaged",

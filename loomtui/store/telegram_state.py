@@ -48,3 +48,20 @@ def conflict_told_in(db: sqlite3.Connection) -> float | None:
 
 def set_conflict_told_in(db: sqlite3.Connection, at: float) -> None:
     meta.set_in(db, CONFLICT_TOLD_KEY, repr(at))
+
+
+MIGRATED_KEY = "telegram_chat_migrated"  # the operator's group became a supergroup: {"from", "to"}
+
+
+def migrated_to(store: Store, chat_id: int) -> int | None:
+    """The supergroup the operator's group `chat_id` became, as Telegram's own service message
+    said (None: it has not, or the config names another chat since)."""
+    value = store.get_meta(MIGRATED_KEY)
+    if not value:
+        return None
+    moved = json.loads(value)
+    return int(moved["to"]) if moved.get("from") == chat_id else None
+
+
+def set_migrated_in(db: sqlite3.Connection, old: int, new: int) -> None:
+    meta.set_in(db, MIGRATED_KEY, json.dumps({"from": old, "to": new}))

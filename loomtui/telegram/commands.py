@@ -374,10 +374,40 @@ class Poller:
         self._ignored[key] = (now, 0)
         return skipped
 
+    def migration(self, msg: telegram.Message) -> int | None:
+        """The supergroup the operator's group became, if this is Telegram's service message that
+        says so: `migrate_to_chat_id` in the configured group, or `migrate_from_chat_id` naming it
+        in the new one. Telegram's word over the bot's own connection: nobody else can write it."""
+        if msg.chat.id == self.cfg.chat_id and msg.migrate_to_chat_id:
+            return int(msg.migrate_to_chat_id)
+        if msg.migrate_from_chat_id and msg.migrate_from_chat_id == self.cfg.chat_id:
+            return int(msg.chat.id)
+        return None
+
+    def operator_chats(self) -> tuple[int, ...]:
+        """The configured chat, and the supergroup it became (telegram_state.migrated_to)."""
+        moved = state.migrated_to(self.store, self.cfg.chat_id)
+        return (self.cfg.chat_id,) if moved is None else (self.cfg.chat_id, moved)
+
     async def handle(self, update: telegram.Update) -> None:
         msg = update.message
         chat_id = msg.chat.id if msg else None
-        if msg is None or chat_id != self.cfg.chat_id:
+        moved = self.migration(msg) if msg is not None else None
+        if moved is not None:
+            # The group became a supergroup: its commands come from the new id from now on (the
+            # sender learns it from Telegram's error). Recorded once, and the operator told where
+            # to fix the config.
+            with self.store.write() as db:
+                state.set_offset_in(db, update.update_id + 1)
+                if state.migrated_to(self.store, self.cfg.chat_id) != moved:
+                    state.set_migrated_in(db, self.cfg.chat_id, moved)
+                    ledger.append_in(db, "telegram_chat_migrated", source="telegram",
+                                     detail={"from": self.cfg.chat_id, "to": moved, "update_id": update.update_id})
+                    outbox.enqueue(db, f"Loom: this group became a supergroup ({moved}): Loom takes its commands "
+                                       f"here; set telegram.chat_id = {moved} in the config.", chat_id=moved,
+                                   dedupe_key=f"telegram_migrated:{self.cfg.chat_id}:{moved}")
+            return
+        if msg is None or chat_id not in self.operator_chats():
             told = self._tell_ignored(chat_id) if msg is not None else None
             with self.store.write() as db:
                 state.set_offset_in(db, update.update_id + 1)

@@ -206,3 +206,36 @@ def test_the_daemon_runs_one_poller_and_the_bridge_beside_it(tmp_path):
     no_chat = tmp_path / "quiet.toml"
     no_chat.write_text("[telegram]\ncommands = true\n")
     assert services(Context(load_config(str(no_chat), {})[0], None, tmp_path)) == []
+
+
+def in_group(uid: int, chat: int, **fields) -> telegram.Update:
+    """A message in group `chat` from the operator (user CHAT): Telegram's own service message
+    (a group's migration) or a text."""
+    message = {"message_id": uid * 10, "date": int(time.time()), "chat": {"id": chat, "type": "supergroup"},
+               "from": {"id": CHAT, "is_bot": False, "first_name": "x"}, **fields}
+    return telegram.Update.de_json({"update_id": uid, "message": message}, BOT)
+
+
+def test_commands_follow_the_operators_group_into_the_supergroup_it_became(tmp_path, store):
+    # A group that becomes a supergroup gets a new id; the sender learns it from Telegram's error,
+    # but every command from the new id was ignored as a stranger's until the config was edited.
+    group, new, other = -5151, -1_000_000_000_100, -1_000_000_000_200
+    path = tmp_path / "loom.toml"
+    path.write_text(f"[telegram]\nchat_id = {group}\nallowed_users = [{CHAT}]\ncommands = true\n")
+    cfg = load_config(str(path), {})[0]
+    agent = Agent()
+    handle(store, cfg, agent, in_group(1, new, text="/status"))
+    assert replies(store) == []  # before Telegram says so: a stranger
+    handle(store, cfg, agent, in_group(2, group, migrate_to_chat_id=new))
+    [moved] = [e for e in ledger.tail(store, 50) if e.kind == "telegram_chat_migrated"]
+    assert moved.detail["from"] == group and moved.detail["to"] == new
+    [(chat, told)] = replies(store)
+    assert chat == new and f"telegram.chat_id = {new}" in told
+    # The new supergroup's own service message says it again: nothing more.
+    handle(store, cfg, agent, in_group(3, new, migrate_from_chat_id=group), in_group(4, new, text="/status"))
+    assert replies(store)[1:] == [(new, "Loom status\nall good")]
+    # A restarted poller still knows; another group naming another chat is a stranger still.
+    handle(store, cfg, agent, in_group(5, other, migrate_from_chat_id=12345), in_group(6, other, text="/status"),
+           in_group(7, new, text="/status"))
+    assert replies(store)[2:] == [(new, "Loom status\nall good")]
+    assert state.offset(store) == 8
