@@ -4,12 +4,15 @@ them, and the operator's two decisions about the ones Telegram refused for good.
 A message is given up after three refusals of its own (a chat the bot was removed from, a
 chat id that is wrong); `loom check` warns while any is kept. `--retry` puts them back in line
 (after fixing `telegram.chat_id`, say), `--forget` deletes them (a chat that will never take them).
-Each decision is a ledger event naming the messages.
+With Telegram off (`telegram.chat_id = 0`) nothing is ever sent: `loom outbox` is where the
+operator reads the messages, and `--read` deletes the pending ones once read (`loom check` warns
+while any waits). Each decision is a ledger event naming the messages.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 from loomtui.cli.common import base_context, print_json, subcommand
@@ -25,6 +28,8 @@ def register(sub) -> None:
     what = box.add_mutually_exclusive_group()
     what.add_argument("--retry", action="store_true", help="put every refused message back in line")
     what.add_argument("--forget", action="store_true", help="delete every refused message")
+    what.add_argument("--read", action="store_true",
+                      help="Telegram off: delete the pending messages, read here (nothing would send them)")
     box.add_argument("--json", action="store_true", help="machine-readable output")
     box.set_defaults(func=run_outbox)
 
@@ -34,6 +39,18 @@ def run_outbox(args: argparse.Namespace) -> int:
     from loomtui.store import outbox
 
     ctx = base_context(args)
+    if args.read:
+        if ctx.config.telegram.chat_id:
+            print("loom outbox: --read is for Telegram off (telegram.chat_id = 0): with a chat the pending "
+                  "messages are sent", file=sys.stderr)
+            return 2
+        ids = outbox.forget_read(ctx.store, source=source_of(args))
+        if args.json:
+            print_json({"action": "read", "outbox_ids": ids})
+        else:
+            print(f"{len(ids)} pending message{'' if len(ids) == 1 else 's'} read and deleted"
+                  + (f": {', '.join(map(str, ids))}" if ids else ""))
+        return 0
     if args.retry or args.forget:
         change = outbox.requeue_failed if args.retry else outbox.forget_failed
         ids = change(ctx.store, source=source_of(args))

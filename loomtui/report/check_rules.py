@@ -130,7 +130,8 @@ def findings(agents: list[AgentFacts], host: HostFacts) -> list[tuple[int, str]]
         found.append((CRITICAL, f"supervisor heartbeat {_age(host.heartbeat_age)} old: loom supervise is not running"))
     messages = "1 message" if host.pending == 1 else f"{host.pending} messages"
     if host.pending and not host.telegram_on:
-        found.append((WARNING, f"{messages} for the operator unsent: Telegram is off (telegram.chat_id = 0)"))
+        found.append((WARNING, f"{messages} for the operator unsent: Telegram is off (telegram.chat_id = 0); "
+                               "read them with loom outbox, then loom outbox --read"))
     elif host.pending and (host.oldest_pending_age or 0.0) > UNSENT_AFTER:
         found.append((WARNING, f"{messages} for the operator unsent for {_age(host.oldest_pending_age or 0.0)}"))
     if host.failed:

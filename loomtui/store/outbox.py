@@ -209,11 +209,20 @@ def forget_failed(store: Store, *, source: str) -> list[int]:
     return _failed_rows(store, "DELETE FROM outbox WHERE state = 'failed'", "outbox_forgotten", source)
 
 
-def _failed_rows(store: Store, change: str, event: EventKind, source: str) -> list[int]:
-    """The failed rows' ids, then `change` made to them, and the `event` naming them, at once."""
+def forget_read(store: Store, *, source: str) -> list[int]:
+    """Delete the pending rows the operator read with `loom outbox` where Telegram is off (no chat
+    will ever take them, and `loom check` warned for good while any waited): their ids, recorded
+    in the ledger with the deletion."""
+    return _failed_rows(store, "DELETE FROM outbox WHERE state = 'pending'", "outbox_forgotten", source,
+                        state=PENDING)
+
+
+def _failed_rows(store: Store, change: str, event: EventKind, source: str, state: str = FAILED) -> list[int]:
+    """The failed rows' ids (or `state`'s), then `change` made to them, and the `event` naming them, at once."""
     with store.write() as db:
-        ids = [int(r[0]) for r in db.execute("SELECT id FROM outbox WHERE state = 'failed' ORDER BY id")]
+        ids = [int(r[0]) for r in db.execute("SELECT id FROM outbox WHERE state = ? ORDER BY id", (state,))]
         db.execute(change)
         if ids:
-            ledger.append_in(db, event, source=source, detail={"outbox_ids": ids})
+            ledger.append_in(db, event, source=source, detail={"outbox_ids": ids,
+                                                               **({"read": True} if state == PENDING else {})})
         return ids

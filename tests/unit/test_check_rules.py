@@ -82,7 +82,8 @@ def test_messages_unsent_warn_when_telegram_is_off_or_they_wait_too_long_or_were
     running = [AgentFacts("main", "running")]
     off = HostFacts(3.0, 15.0, telegram_on=False, pending=2, oldest_pending_age=5.0)
     assert findings(running, off) == [(WARNING, "2 messages for the operator unsent: Telegram is off "
-                                                "(telegram.chat_id = 0)")]
+                                                "(telegram.chat_id = 0); read them with loom outbox, "
+                                                "then loom outbox --read")]
     assert findings(running, HostFacts(3.0, 15.0, True, pending=1, oldest_pending_age=30.0)) == []  # on its way
     slow = HostFacts(3.0, 15.0, True, pending=1, oldest_pending_age=3600.0)
     assert findings(running, slow) == [(WARNING, "1 message for the operator unsent for 60m")]

@@ -119,3 +119,29 @@ def test_the_operator_sees_the_refused_messages_and_retries_or_forgets_them(stor
     kinds = [e.kind for e in ledger.tail(store, 5)]
     assert "outbox_requeued" in kinds and "outbox_forgotten" in kinds
     assert ledger.verify(store).ok
+
+
+def test_with_telegram_off_the_operator_reads_the_pending_messages_and_the_warning_ends(store, loom):
+    """With `telegram.chat_id = 0` nothing sends the outbox: `loom check` warned of its pending
+    messages for good. `loom outbox` shows them; `--read` deletes them, recorded; a refused one
+    is `--forget`'s."""
+    first = outbox.enqueue(store, "job backup failed")
+    second = outbox.enqueue(store, "the agent is held", dedupe_key="hold:1")
+    check = loom("check")
+    assert "unsent: Telegram is off" in check.stdout and "loom outbox --read" in check.stdout
+    read = loom("outbox", "--read", "--json")
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout) == {"action": "read", "outbox_ids": [first, second]}
+    assert outbox.pending(store) == [] and "unsent" not in loom("check").stdout
+    [event] = [e for e in ledger.tail(store, 5) if e.kind == "outbox_forgotten"]
+    assert event.detail == {"outbox_ids": [first, second], "read": True}
+    assert loom("outbox", "--read").stdout.strip() == "0 pending messages read and deleted"
+
+
+def test_read_is_refused_where_a_chat_would_send_them(store, loom, state_dir, tmp_path):
+    config = tmp_path / "on.toml"
+    config.write_text(f'state_dir = "{state_dir}"\n[telegram]\nchat_id = 5151\n')
+    kept = outbox.enqueue(store, "for the chat")
+    refused = loom("--config", str(config), "outbox", "--read")
+    assert refused.returncode == 2 and "Telegram off" in refused.stderr
+    assert outbox.get(store, kept).state == "pending"
