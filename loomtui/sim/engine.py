@@ -320,8 +320,11 @@ class Sim:
         MAX_LOOP_BACKOFF), deaf to its doorbell, then makes the tick afresh (the caller does: a
         loop's memory, the watchdog's and the hooks witness's, is lost with it) and runs it at once.
         Until 2026-12-07 the simulator's loops went on with the same objects at their next interval.
-        The daemon also opens the loop's store again; here the thread keeps its connection."""
+        The daemon also opens the loop's store again (a Context of its own): so does this one, its
+        connection closed here and opened again at its next use (Context.store), the per-connection
+        memos (hooks.turns') lost with it."""
         supervise.record_loop_error(ctx, loop, self.tick_errors.pop(loop, LoomError("a tick failed")))
+        ctx.close()
         sched = self.scheduler
         until = sched.t + backoff(failures, LOOP_RETRY, MAX_LOOP_BACKOFF)
         while sched.t < until:  # a wake (a hook written, a line typed) ends no part of it
