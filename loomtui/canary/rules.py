@@ -152,7 +152,8 @@ def witness_due(runs: list[ProbeRun], launch_seq: int, ready: bool) -> bool:
 #
 # Each tick asks, in this order: do the misses mean deaf (recover)? is a hold in force (nothing
 # until it ends)? is a relaunch waiting for its witness (probe it once recycle.lock is free and the
-# agent is ready; one whose readiness only its boot grace can bring waits out the grace)?
+# agent is ready and no permission prompt is open; one whose readiness only its boot grace can
+# bring waits out the grace)?
 # is the next probe not yet due (wait that long)? is a relaunch under way, or a probe of another
 # process pending (look again soon)? would a probe now be typed into an open permission prompt
 # (wait: the keys could answer it)? else probe. A fact is gathered only when the rule asks for it
@@ -223,7 +224,12 @@ def next_step(f: CanaryFacts) -> Step:
         if f.ready is None:
             return Step(ASK, fact="ready")
         if f.ready:
-            return Step(WITNESS, f.waiting)
+            # Not into a permission prompt the new process opened meanwhile (a hold, the harness's
+            # say, had kept the witness back): its Enter could answer the operator's dialog. The
+            # hooked storm, seed 4, day 15: the hold ran out 11 minutes into such a prompt.
+            if f.withheld is None:
+                return Step(ASK, fact="withheld")
+            return Step(WAIT) if f.withheld else Step(WITNESS, f.waiting)
         if f.grace_left is None:
             return Step(ASK, fact="grace_left")
         # Nothing on its screen can say it is ready: its boot grace will, in `grace_left`.

@@ -586,7 +586,12 @@ class Checker:
                 self.fail("relaunch_witnessed", f"relaunch {seq} at {at:.0f}s neither witnessed by an ack nor "
                                                 f"followed by a relaunch or an escalation")
         if self.unprobed is not None:
-            seq, at, _ = self.unprobed
+            seq, at, newest = self.unprobed
+            if t < self.waited(a):
+                # A permission prompt Loom was told of is open: the witness waits for it to close
+                # (canary.rules.next_step), at most its max_turn; the bound counts from then.
+                self.unprobed = (seq, t, newest)
+                at = t
             if self.late(t - at, self.probe_bound, at):
                 self.fail("relaunch_probed", f"relaunch {seq} at {at:.0f}s: no probe sent since, in "
                                              f"{t - at:.0f}s (bound {self.probe_bound:.0f}s: ready or its boot grace)")

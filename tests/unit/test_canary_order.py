@@ -49,8 +49,10 @@ def expected(f: CanaryFacts) -> Step:
     if f.held:  # until it ends by itself (never sooner than WAITING), or by a release: the store
         return Step(WAIT, None if f.hold_left == math.inf else max(WAITING, f.hold_left), quiet=not f.pending)
     if f.witness_due:
-        if f.recycle_locked or f.ready:
-            return Step(WAIT if f.recycle_locked else WITNESS, WAITING)
+        if f.recycle_locked:
+            return Step(WAIT, WAITING)
+        if f.ready:  # not into an open permission prompt: until it closes, looked at every period
+            return Step(WAIT) if f.withheld else Step(WITNESS, WAITING)
         return Step(WAIT, max(WAITING, f.grace_left))  # only its boot grace can make it ready
     if f.due_in > 0:
         return Step(WAIT, f.due_in)
@@ -87,7 +89,10 @@ def test_each_outcome_and_what_was_asked_for_it():
          ["misses_mean_deaf", "held", "witness_due", "recycle_locked", "ready", "grace_left"]),
         # A witness goes out whatever the schedule, a relaunch's boot or a pending probe say.
         ({"witness_due": True, "due_in": 99.0, "under_way": True, "pending": True}, Step(WITNESS, WAITING),
-         ["misses_mean_deaf", "held", "witness_due", "recycle_locked", "ready"]),
+         ["misses_mean_deaf", "held", "witness_due", "recycle_locked", "ready", "withheld"]),
+        # ... but not into a permission prompt the new process opened (a hold had kept it back).
+        ({"witness_due": True, "withheld": True}, Step(WAIT),
+         ["misses_mean_deaf", "held", "witness_due", "recycle_locked", "ready", "withheld"]),
         ({"due_in": 12.5, "under_way": True}, Step(WAIT, 12.5), ["misses_mean_deaf", "held", "witness_due", "due_in"]),
         ({"under_way": True}, Step(WAIT, WAITING), ["misses_mean_deaf", "held", "witness_due", "due_in", "under_way"]),
         ({"pending": True}, Step(WAIT, WAITING), [f for f in UNHELD if f != "withheld"]),

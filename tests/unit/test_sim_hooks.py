@@ -372,3 +372,32 @@ def test_a_wedge_behind_a_permission_prompt_is_found_once_the_prompt_has_waited_
     assert sim.violation is None, sim.violation
     recycled = [t for _, t, kind, d in sim.trace if kind == "relaunch" and d["cause"] == "canary_failed"]
     assert recycled and recycled[0] >= 1 * H + 300 + sim.config.canary.max_turn, recycled
+
+
+def test_a_relaunchs_witness_waits_for_a_permission_prompt_opened_under_a_hold(monkeypatch):
+    # The hooked storm at 6809663, seed 4, day 15: the harness held a rate-limited agent; the
+    # operator relaunched it under the hold (the witness kept back); the limit passed and the new
+    # process's turn asked for permission; the hold ran out and the witness probe was typed into
+    # the dialog (canary.rules.next_step asked `withheld` only of a scheduled probe).
+    from loomtui.sim import faults
+
+    monkeypatch.setattr(faults, "LIMIT_FOR", (600.0, 600.0))
+    monkeypatch.setattr(faults, "PERMISSION_WAIT", (80 * 60.0, 80 * 60.0))
+
+    def no_reset(sim) -> None:
+        sim.world.limit_resets = False  # a hold of the default half hour, past the limit
+
+    def relaunch(sim) -> None:
+        sim.operator.recycle("operator_fresh")
+
+    def ask(sim) -> None:
+        a = sim.world.agent
+        sim.hooks.begin_turn(a, sim.world.t + 3 * H)
+        sim.after(60.0, sim.fault, "permission")
+
+    sim = scripted(hooked(), 4, [(1 * H, "rate_limit")],
+                   looks=[(1 * H + 0.001, no_reset), (1 * H + 700, relaunch), (1 * H + 900, ask)])
+    assert sim.violation is None, sim.violation
+    assert [t for _, t, kind, d in sim.trace if kind == "fault" and d["kind"] == "permission"] == [1 * H + 960]
+    held = [t for _, t, kind, d in sim.trace if kind == "hold_placed"]
+    assert held and held[0] + 30 * 60 < 1 * H + 960 + 80 * 60  # the hold ran out inside the wait
