@@ -29,7 +29,7 @@ def register(sub) -> None:
     what.add_argument("--retry", action="store_true", help="put every refused message back in line")
     what.add_argument("--forget", action="store_true", help="delete every refused message")
     what.add_argument("--read", action="store_true",
-                      help="Telegram off: delete the pending messages, read here (nothing would send them)")
+                      help="Telegram off: show every pending message whole and delete it (nothing would send them)")
     box.add_argument("--json", action="store_true", help="machine-readable output")
     box.set_defaults(func=run_outbox)
 
@@ -44,12 +44,23 @@ def run_outbox(args: argparse.Namespace) -> int:
             print("loom outbox: --read is for Telegram off (telegram.chat_id = 0): with a chat the pending "
                   "messages are sent", file=sys.stderr)
             return 2
-        ids = outbox.forget_read(ctx.store, source=source_of(args))
+        try:
+            gone = outbox.forget_read(ctx.store, source=source_of(args), now=time.time())
+        except outbox.Sending as exc:
+            print(f"loom outbox: {exc}", file=sys.stderr)
+            return 2
+        # What is deleted is shown whole here, each as it was to be sent: the operator reads it now.
         if args.json:
-            print_json({"action": "read", "outbox_ids": ids})
+            print_json({"action": "read", "outbox_ids": [m.id for m in gone],
+                        "messages": [{**m.as_dict(with_text=False), "text": m.text} for m in gone]})
         else:
-            print(f"{len(ids)} pending message{'' if len(ids) == 1 else 's'} read and deleted"
-                  + (f": {', '.join(map(str, ids))}" if ids else ""))
+            now = time.time()
+            for m in gone:
+                print(printable(f"{m.id:>6}  {format_duration(max(now - m.created, 0.0))} old"))
+                for line in m.text.splitlines() or [""]:
+                    print(printable(f"        {line}"))
+            print(f"{len(gone)} pending message{'' if len(gone) == 1 else 's'} read and deleted"
+                  + (f": {', '.join(str(m.id) for m in gone)}" if gone else ""))
         return 0
     if args.retry or args.forget:
         change = outbox.requeue_failed if args.retry else outbox.forget_failed

@@ -209,20 +209,38 @@ def forget_failed(store: Store, *, source: str) -> list[int]:
     return _failed_rows(store, "DELETE FROM outbox WHERE state = 'failed'", "outbox_forgotten", source)
 
 
-def forget_read(store: Store, *, source: str) -> list[int]:
-    """Delete the pending rows the operator read with `loom outbox` where Telegram is off (no chat
-    will ever take them, and `loom check` warned for good while any waited): their ids, recorded
-    in the ledger with the deletion."""
-    return _failed_rows(store, "DELETE FROM outbox WHERE state = 'pending'", "outbox_forgotten", source,
-                        state=PENDING)
+SENDING_WITHIN = 24 * 3600.0  # a row sent this recently says a sender works this store
 
 
-def _failed_rows(store: Store, change: str, event: EventKind, source: str, state: str = FAILED) -> list[int]:
-    """The failed rows' ids (or `state`'s), then `change` made to them, and the `event` naming them, at once."""
+class Sending(LoomError):
+    """The outbox shows a sender at work: its pending rows are on their way, not the operator's to read."""
+
+
+def forget_read(store: Store, *, source: str, now: float) -> list[Message]:
+    """Where Telegram is off, delete the pending rows, each returned whole for the caller to show
+    (what is deleted is what the operator reads: no row goes unseen, a row added since a listing
+    included), recorded in the ledger with the deletion. Refused (Sending) when the outbox shows a
+    sender at work (a row sent in the last day, a pending one tried): the config this command read
+    is then not the running daemon's."""
     with store.write() as db:
-        ids = [int(r[0]) for r in db.execute("SELECT id FROM outbox WHERE state = ? ORDER BY id", (state,))]
+        busy = db.execute("SELECT 1 FROM outbox WHERE (state = 'sent' AND sent > ?) "
+                          "OR (state = 'pending' AND attempts > 0) LIMIT 1", (now - SENDING_WITHIN,)).fetchone()
+        if busy is not None:
+            raise Sending("the outbox shows messages sent or being sent: a running loom sends them "
+                          "(its config has a telegram.chat_id); nothing deleted")
+        rows = [Message.from_row(r) for r in db.execute("SELECT * FROM outbox WHERE state = 'pending' ORDER BY id")]
+        db.execute("DELETE FROM outbox WHERE state = 'pending'")
+        if rows:
+            ledger.append_in(db, "outbox_forgotten", source=source,
+                             detail={"outbox_ids": [m.id for m in rows], "read": True})
+        return rows
+
+
+def _failed_rows(store: Store, change: str, event: EventKind, source: str) -> list[int]:
+    """The failed rows' ids, then `change` made to them, and the `event` naming them, at once."""
+    with store.write() as db:
+        ids = [int(r[0]) for r in db.execute("SELECT id FROM outbox WHERE state = 'failed' ORDER BY id")]
         db.execute(change)
         if ids:
-            ledger.append_in(db, event, source=source, detail={"outbox_ids": ids,
-                                                               **({"read": True} if state == PENDING else {})})
+            ledger.append_in(db, event, source=source, detail={"outbox_ids": ids})
         return ids

@@ -131,11 +131,28 @@ def test_with_telegram_off_the_operator_reads_the_pending_messages_and_the_warni
     assert "unsent: Telegram is off" in check.stdout and "loom outbox --read" in check.stdout
     read = loom("outbox", "--read", "--json")
     assert read.returncode == 0, read.stderr
-    assert json.loads(read.stdout) == {"action": "read", "outbox_ids": [first, second]}
+    said = json.loads(read.stdout)
+    assert said["action"] == "read" and said["outbox_ids"] == [first, second]
+    assert [m["text"] for m in said["messages"]] == ["job backup failed", "the agent is held"]  # read whole
     assert outbox.pending(store) == [] and "unsent" not in loom("check").stdout
     [event] = [e for e in ledger.tail(store, 5) if e.kind == "outbox_forgotten"]
     assert event.detail == {"outbox_ids": [first, second], "read": True}
     assert loom("outbox", "--read").stdout.strip() == "0 pending messages read and deleted"
+    long = outbox.enqueue(store, "line one\n" + "x" * 200 + "\x1b[31m")
+    shown = loom("outbox", "--read").stdout
+    assert "line one" in shown and "x" * 200 in shown and "\x1b" not in shown  # whole, made printable
+    assert f"1 pending message read and deleted: {long}" in shown
+
+
+def test_read_deletes_nothing_while_the_outbox_shows_a_sender_at_work(store, loom):
+    # The daemon runs with a config that names a chat; this command read another (or none): the
+    # pending messages are on their way, not the operator's to read here.
+    sent = outbox.enqueue(store, "delivered")
+    outbox.mark_sent(store, sent, message_id=11, chat_id=5, length=9, truncated=False)
+    waiting = outbox.enqueue(store, "next in line")
+    refused = loom("outbox", "--read")
+    assert refused.returncode == 2 and "nothing deleted" in refused.stderr
+    assert outbox.get(store, waiting).state == "pending"
 
 
 def test_read_is_refused_where_a_chat_would_send_them(store, loom, state_dir, tmp_path):
