@@ -56,7 +56,15 @@ MIGRATED_KEY = "telegram_chat_migrated"  # the operator's group became a supergr
 def migrated_to(store: Store, chat_id: int) -> int | None:
     """The supergroup the operator's group `chat_id` became, as Telegram's own service message
     said (None: it has not, or the config names another chat since)."""
-    value = store.get_meta(MIGRATED_KEY)
+    return _migrated(store.get_meta(MIGRATED_KEY), chat_id)
+
+
+def migrated_to_in(db: sqlite3.Connection, chat_id: int) -> int | None:
+    """`migrated_to`, in the caller's transaction."""
+    return _migrated(meta.get_in(db, MIGRATED_KEY), chat_id)
+
+
+def _migrated(value: str | None, chat_id: int) -> int | None:
     if not value:
         return None
     moved = json.loads(value)

@@ -7,7 +7,8 @@ is therefore recorded, shown by `loom status`, told to the operator, and backed 
 Each update's offset is committed before its command runs: a crash mid-command loses that
 command (the operator can send it again) instead of re-running a recycle on every restart.
 
-Who commands: only `telegram.chat_id`, and in it only `telegram.allowed_users` (by default the
+Who commands: only `telegram.chat_id` (or the supergroup Telegram's own service message says that
+group became), and in it only `telegram.allowed_users` (by default the
 private chat's own user; a group must list them), and only commands addressed to no bot or to
 this one (`/status@OUR_BOT`, the name getMe gives). Anything else from that chat is recorded as
 `telegram_refused` (user id and reason, never the text) and does nothing.
@@ -399,7 +400,7 @@ class Poller:
             # to fix the config.
             with self.store.write() as db:
                 state.set_offset_in(db, update.update_id + 1)
-                if state.migrated_to(self.store, self.cfg.chat_id) != moved:
+                if state.migrated_to_in(db, self.cfg.chat_id) != moved:
                     state.set_migrated_in(db, self.cfg.chat_id, moved)
                     ledger.append_in(db, "telegram_chat_migrated", source="telegram",
                                      detail={"from": self.cfg.chat_id, "to": moved, "update_id": update.update_id})

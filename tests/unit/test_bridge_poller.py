@@ -239,3 +239,20 @@ def test_commands_follow_the_operators_group_into_the_supergroup_it_became(tmp_p
            in_group(7, new, text="/status"))
     assert replies(store)[2:] == [(new, "Loom status\nall good")]
     assert state.offset(store) == 8
+
+
+def test_the_new_supergroups_own_service_message_records_it_and_another_config_chat_ends_it(tmp_path, store):
+    # The migration may reach the poller only as the new supergroup's first message (the old
+    # group's went unread); a config that names another chat since honours it no longer.
+    group, new = -5151, -1_000_000_000_100
+    path = tmp_path / "loom.toml"
+    path.write_text(f"[telegram]\nchat_id = {group}\nallowed_users = [{CHAT}]\ncommands = true\n")
+    cfg = load_config(str(path), {})[0]
+    handle(store, cfg, Agent(), in_group(1, new, migrate_from_chat_id=group), in_group(2, new, text="/status"))
+    assert [e.detail["to"] for e in ledger.tail(store, 50) if e.kind == "telegram_chat_migrated"] == [new]
+    assert replies(store)[-1] == (new, "Loom status\nall good")
+    other = tmp_path / "other.toml"
+    other.write_text(f"[telegram]\nchat_id = -7777\nallowed_users = [{CHAT}]\ncommands = true\n")
+    before = len(replies(store))
+    handle(store, load_config(str(other), {})[0], Agent(), in_group(3, new, text="/status"))
+    assert len(replies(store)) == before  # a stranger again
