@@ -281,15 +281,24 @@ class Sim:
     def hooks_thread(self, ctx: Context) -> None:
         """The daemon's hooks loop: a look when an event file is written or a line typed (both
         wake it, as inotify and the `typed` signal do), and when the next line's timeout comes."""
-        look = loops.hooks_look(ctx)
+        # Made inside the tick's guard, as the daemon makes its loops inside their error handling:
+        # the witness reads the store as it is made.
+        look: Callable[[], object] | None = None
+
+        def tick() -> object:
+            nonlocal look
+            if look is None:
+                look = loops.hooks_look(ctx)
+            return look()
+
         sched = self.scheduler
         failures = 0
         while True:
-            seen = self.guarded("hooks", look)
+            seen = self.guarded("hooks", tick)
             if seen is FAILED:
                 failures += 1
                 self.retry_after_failure(ctx, "hooks", failures)
-                look = loops.hooks_look(ctx)  # made afresh: the witness's memory lost
+                look = None  # made afresh: the witness's memory lost
                 continue
             failures = 0
             missing, wait = seen if isinstance(seen, tuple) else (0, loops.HOOKS_POLL)

@@ -401,3 +401,7 @@ def test_a_relaunchs_witness_waits_for_a_permission_prompt_opened_under_a_hold(m
     assert [t for _, t, kind, d in sim.trace if kind == "fault" and d["kind"] == "permission"] == [1 * H + 960]
     held = [t for _, t, kind, d in sim.trace if kind == "hold_placed"]
     assert held and held[0] + 30 * 60 < 1 * H + 960 + 80 * 60  # the hold ran out inside the wait
+    # The new launch's first probe (its witness) came once the prompt was answered, not before.
+    launch = next(d["seq"] for _, t, kind, d in sim.trace if kind == "relaunch" and t >= 1 * H + 700)
+    witnessed = [t for _, t, kind, d in sim.trace if kind == "canary" and d["seq"] == launch]
+    assert witnessed and witnessed[0] >= 1 * H + 960 + 80 * 60, witnessed
