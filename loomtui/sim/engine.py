@@ -115,7 +115,6 @@ class Sim:
         self.labels: dict[str, str] = {}
         self.server_pid = SERVER_PID
         self.run_truth: dict[int, tuple[float, bool]] = {}   # job run id -> (started, monotonic; truly clean)
-        self.hold_released_at = -1e18
         self.step = 0
         self.trace: deque[tuple[int, float, str, dict]] = deque(maxlen=TRACE)
         self.report = Collector(self)
@@ -561,7 +560,6 @@ class Sim:
         elif kind == "hold_cleared":
             self.event("hold_cleared", cause=cause or detail.get("cause", ""))
             self.checker.on_hold_cleared(cause or detail.get("cause", ""), str(detail.get("how", "")))
-            self.hold_released_at = self.world.t
         elif kind == "operator_alert":
             self.event("operator_alert", note=detail.get("note", ""))
             self.checker.on_notice()

@@ -196,12 +196,11 @@ class Checker:
                 # Rate-limited (or just now), its probes' turns failed, and told so before the misses
                 # that decided: Loom must hold, not recycle, unless a later report was lost or late.
                 # (Told of it only since, the recycle is judged as any other: a turn past max_turn.)
-                if w.t - w.limit_unreported <= self.misses_span + LATE_BY + SLACK:
-                    self.sim.report.hearing_recycles["events_lost"] = \
-                        self.sim.report.hearing_recycles.get("events_lost", 0) + 1
-                    return ""
-                return "the agent was rate-limited, its CLI reporting each failed turn, and was recycled"
-            excuse = self.hearing_excuse(a)
+                if w.t - w.limit_unreported > self.misses_span + LATE_BY + SLACK:
+                    return "the agent was rate-limited, its CLI reporting each failed turn, and was recycled"
+                excuse = "events_lost"
+            else:
+                excuse = self.hearing_excuse(a)
             if excuse:
                 self.sim.report.hearing_recycles[excuse] = self.sim.report.hearing_recycles.get(excuse, 0) + 1
                 return ""
@@ -265,7 +264,7 @@ class Checker:
             return False
         # Waiting on a permission prompt Loom was told of: busy for max_turn from the prompt, however
         # old the turn (turn_rules.state); else younger than max_turn and an event within turn_quiet.
-        if a.seen_waiting is not None and a.waiting_since is not None and t - a.seen_waiting < cfg.max_turn - SLACK:
+        if self.prompt_told(a) is not None:
             return True
         return t - a.turn_since < cfg.max_turn - SLACK and t - a.seen_last < cfg.turn_quiet - SLACK
 
@@ -430,11 +429,10 @@ class Checker:
         # Nor into a permission prompt Loom was told of (its notification written a read ago; a
         # locked store or a failed hooks loop's backoff can keep it unread a while): its Enter could
         # answer the operator's dialog (turn_rules.withholds_probe, actions.nudge).
-        if a is not None and a.waiting_since is not None and a.seen_waiting is not None and a.seen_open \
-                and w.t - a.seen_waiting < self.sim.config.canary.max_turn - SLACK \
-                and self.late(w.t - a.seen_waiting, PROMPT_READ, a.seen_waiting):
+        told = self.prompt_told(a)
+        if told is not None and self.late(w.t - told, PROMPT_READ, told):
             self.fail("no_typing_into_a_permission_prompt", f"{what} was typed into a permission prompt Loom was "
-                                                            f"told of {w.t - a.seen_waiting:.0f}s before")
+                                                            f"told of {w.t - told:.0f}s before")
 
     def booting(self, a, t: float) -> bool:
         """Not yet ready (the world's truth) and launched less than `boot_grace` ago, counted as Loom
@@ -527,6 +525,13 @@ class Checker:
             return -math.inf
         return a.seen_waiting + self.sim.config.canary.max_turn
 
+    def prompt_told(self, a) -> float | None:
+        """When Loom was told of the permission prompt agent `a` waits on (the world's truth), if it
+        was, less than the prompt's max_turn ago (less SLACK); else None."""
+        if a is None or a.waiting_since is None or self.sim.world.t >= self.waited(a) - SLACK:
+            return None
+        return a.seen_waiting
+
     def late(self, elapsed: float, bound: float, since: float) -> bool:
         """Past `bound`, stretched by the time Loom was impaired since `since` (summed only when needed)."""
         w = self.sim.world
@@ -576,7 +581,7 @@ class Checker:
                 self.fail("never_silent", f"in trouble since {self.trouble_since:.0f}s; no relaunch and no word to "
                                           f"the operator for {t - quiet_since:.0f}s")
         if a is not None and alive and a.deaf_since is not None:
-            since = max(a.deaf_since, sim.hold_released_at, self.hold_end, waited)
+            since = max(a.deaf_since, self.hold_end, waited)
             if self.late(t - since, self.deaf_bound, since):
                 self.fail("deaf_bound", f"deaf for {t - since:.0f}s (bound {self.deaf_bound:.0f}s)")
         if self.pending_witness is not None:
@@ -629,8 +634,7 @@ class Checker:
             return
         if self.exit_since is None:
             # From the death, or from the end of the hold it was left dead through.
-            self.exit_since = max(a.died_at if a.died_at is not None else w.t, self.sim.hold_released_at,
-                                  self.hold_end)
+            self.exit_since = max(a.died_at if a.died_at is not None else w.t, self.hold_end)
         wd = self.sim.config.watchdog
         bound = wd.exit_check + wd.interval + wd.backoff_max + STOP_TIME + SLACK
         if self.late(w.t - self.exit_since, bound, self.exit_since):
