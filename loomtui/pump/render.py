@@ -140,6 +140,8 @@ def _pump(data: dict[str, Any]) -> list[str]:
         if data.get("signal"):
             return [f"— the CLI was killed by signal {data.get('signal')}"]
         return [f"— the CLI exited with status {data.get('status')}"]
+    if what == "not_kept":
+        return [f"— #{data.get('seq')} written but not kept for a next launch: {_one(data.get('error'))}"]
     if what == "write_failed":
         return [f"— could not write #{data.get('seq')} to the CLI: {_one(data.get('error'))}"]
     if what == "signal":

@@ -270,7 +270,16 @@ class Pump:
                 self._publish()     # pump.json says so before the sender hears it: one story, in order
                 pending.reply({"ok": True, "state": "queued", "seq": action.seq, "position": action.position})
             elif isinstance(action, rules.Write):
-                self.messages[action.seq] = Message(action.seq, pending.text, pending.origin, pending.ref)
+                message = Message(action.seq, pending.text, pending.origin, pending.ref)
+                # Kept as a queued one is, until the CLI shows it read the line: a CLI that is
+                # wedged, or dies, with the line in its pipe loses it otherwise, and its sender
+                # was told "delivered" (the next launch delivers it). Not kept (a full disk), it
+                # is written all the same: the sender loses nothing it had before.
+                try:
+                    self._persist(message)
+                except OSError as exc:
+                    self._record(transcript.PUMP, what="not_kept", seq=action.seq, error=exc.strerror or str(exc))
+                self.messages[action.seq] = message
                 self.waiting[action.seq] = pending
                 self._write(action.seq)
 
@@ -278,7 +287,11 @@ class Pump:
         self.messages.pop(seq, None)
         pending = self.waiting.pop(seq, None)
         if error is not None:
-            self.unread = [s for s in self.unread if s != seq]  # its file stays: never delivered
+            self.unread = [s for s in self.unread if s != seq]
+            if pending is not None:
+                # Its sender is told the write failed (it may send again): not delivered later too.
+                self._queue_file(seq).unlink(missing_ok=True)
+            # A queued one's file stays: accepted, never delivered, the next launch delivers it.
             self._record(transcript.PUMP, what="write_failed", seq=seq, error=error)
             self._apply(rules.InputClosed(time.time(), seq))
             if pending is not None:

@@ -56,7 +56,6 @@ class Message:
     ref: str
     kind: str                       # probe / line / operator
     until: float | None = None      # an operator's turn: when it ends (None: a `busy` turn, set by its probe)
-    kept: bool = False              # in a queue file (it was queued): kept until the CLI shows it read it
     unread: int = 0                 # CLIs it was written to that exited before showing they read it
 
 
@@ -72,7 +71,8 @@ class Pump:
     messages: dict[int, Message] = field(default_factory=dict)
     written_at: dict[int, float] = field(default_factory=dict)   # seq -> when its `in` was written (t)
     stdin_closed: bool = False      # the CLI no longer reads its stdin: the next write fails
-    unread: list[int] = field(default_factory=list)   # kept lines written the CLI has not shown it read
+    unread: list[int] = field(default_factory=list)   # lines written the CLI has not shown it read
+    unwritten: list[int] = field(default_factory=list)  # queued lines whose write failed: their files stay
 
 
 class PumpModel:
@@ -130,7 +130,6 @@ class PumpModel:
                 self.record(transcript.PUMP, what="dropped_probe", seq=seq)
                 continue
             carried[seq] = msg
-            msg.kept = True
             pending.append(seq)
         self.leftover = {}
         try:
@@ -168,7 +167,7 @@ class PumpModel:
                 p.messages[seq].unread += 1  # runner._count_unread
         self.record(transcript.PUMP, what="cli_exit", status=status, signal=signal, exit=code)
         self.publish(p)
-        self.leftover = {seq: p.messages[seq] for seq in (*unread, *p.state.queue) if seq in p.messages}
+        self.leftover = {seq: p.messages[seq] for seq in (*unread, *p.unwritten, *p.state.queue) if seq in p.messages}
         a = self.sim.world.agent
         if a is not None and a.pid == p.pid and not self.sim.hooked:
             a.seen_open = False  # a turn still open ended with its process (pump_marks: SessionEnd)
@@ -199,11 +198,11 @@ class PumpModel:
                 raise pump_client.refusal(action.reason, action.code)
             seq = action.seq
             self.last_seq = max(self.last_seq, seq)
-            p.messages[seq] = Message(text, origin, ref, kind, until, kept=isinstance(action, rules.Queued))
+            p.messages[seq] = Message(text, origin, ref, kind, until)  # in a queue file, written or queued
             if isinstance(action, rules.Queued):
                 self.record(transcript.PUMP, what="queued", seq=seq, position=action.position, origin=origin, ref=ref)
                 delivery = Delivery("queued", seq, action.position)
-            elif not self.write(p, seq):
+            elif not self.write(p, seq, direct=True):
                 self.publish(p)
                 # runner._on_written: the sender hears the failed write, with its code.
                 raise pump_client.refusal("could not write to the agent's CLI: Broken pipe", rules.INPUT_CLOSED_CODE)
@@ -257,7 +256,7 @@ class PumpModel:
             if isinstance(action, rules.Write):
                 self.write(p, action.seq)
 
-    def write(self, p: Pump, seq: int) -> bool:
+    def write(self, p: Pump, seq: int, direct: bool = False) -> bool:
         """The pump writes line `seq` to the CLI's stdin (its `in` first, as runner._write): a CLI
         that hears reads it once booted and opens its turn with init; a wedged one never answers.
         One that closed its stdin breaks the pipe: `write_failed`, and the pump's input is closed
@@ -266,13 +265,15 @@ class PumpModel:
         self.record(transcript.IN, seq=seq, origin=msg.origin, ref=msg.ref, text=msg.text)
         w = self.sim.world
         if p.stdin_closed:
-            p.messages.pop(seq, None)
+            if direct:
+                p.messages.pop(seq, None)  # its sender is told: its file goes (runner._on_written)
+            else:
+                p.unwritten.append(seq)  # accepted, never delivered: the next pump delivers it
             self.record(transcript.PUMP, what="write_failed", seq=seq, error="Broken pipe")
             p.state, _ = rules.step(p.state, rules.InputClosed(w.wall, seq))
             return False
         p.written_at[seq] = w.t
-        if msg.kept:
-            p.unread.append(seq)
+        p.unread.append(seq)  # its file kept until the CLI shows it read the line (runner._write)
         a = w.agent
         if a is None or a.pid != p.pid or not a.hearing():
             return True

@@ -308,6 +308,8 @@ def test_a_broken_pipe_to_the_cli_is_the_senders_error_not_the_pumps_end(pumps):
     assert proc.poll() is None
     failed = [r.data for r in run.records("pump") if r.data["what"] == "write_failed"]
     assert [f["seq"] for f in failed] == [2]
+    # Its sender was told it failed (and may send it again): no file of it for the next launch.
+    assert not (client.queue_dir(run.state) / "2.json").exists()
     with pytest.raises(client.PumpInputClosed, match="no longer reads its input"):
         run.send("and again")
     answer = client.request(run.state, {"op": "send", "text": "once more", "origin": "operator"})

@@ -93,8 +93,9 @@ def test_every_piece_of_untrusted_text_is_made_safe_for_the_pane():
                                             "message": EVIL}})
     shown += render.lines("pump", {"what": "started", "pid": 1, "cli_pid": 2, "argv": [EVIL]})
     shown += render.lines("pump", {"what": "write_failed", "seq": 3, "error": EVIL})
+    shown += render.lines("pump", {"what": "not_kept", "seq": 3, "error": EVIL})
     shown += render.lines("pump", {"what": "queued", "seq": 3, "position": 1, "origin": EVIL})
-    assert len(_safe(shown)) == 16
+    assert len(_safe(shown)) == 17
     assert any("]0;owned[31mred[2J31m over" in line for line in shown)
 
 

@@ -136,6 +136,64 @@ def test_kept_messages_a_cli_never_read_are_kept_for_the_next_launch(tmp_path):
     assert list(queue.iterdir()) == []
 
 
+# A wedged CLI: it reads nothing and says nothing, and exits 1 once told to (its recycle).
+WEDGED = r"""
+import os, sys, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+raise SystemExit(1)
+"""
+
+
+def test_a_line_written_at_once_to_a_cli_that_never_read_it_is_kept_for_the_next_launch(tmp_path):
+    # Between turns the pump writes a line at once and answers `delivered`; it kept no file of it,
+    # so a wedged CLI recycled with the line in its pipe lost the operator's message for good.
+    from loomtui.pump import client
+
+    go = tmp_path / "go"
+    pump = subprocess.Popen([sys.executable, "-m", "loomtui", "pump", "--state-dir", str(tmp_path), "--",
+                             sys.executable, "-c", WEDGED, str(go)], env=loom_env(), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: client.status(tmp_path) is not None, 60, what="the pump up, its CLI ready")
+        reply = client.send(tmp_path, "are you there?", origin="telegram", ref="tg-9", timeout=60)
+        assert reply.state == "delivered"
+        kept = tmp_path / "pump-queue" / f"{reply.seq}.json"
+        assert json.loads(kept.read_text())["text"] == "are you there?"
+        go.touch()
+        assert pump.wait(60) == 1
+    finally:
+        pump.kill()
+        pump.wait(60)
+    path = transcript.path_in(tmp_path)
+    assert [r.data["seqs"] for r in transcript.read(path) if r.data.get("what") == "unread"] == [[reply.seq]]
+    # The next launch's CLI reads it, and only then is its file gone.
+    end = transcript.tail_offset(path, 0)
+    assert pump_process(tmp_path, TAKES_THREE.replace("range(3)", "range(1)")).returncode == 0
+    answers = [r.event.get("result") for r in transcript.read(path, end) if r.event.get("type") == "result"]
+    assert answers == ["got are you there?"]
+    assert list((tmp_path / "pump-queue").iterdir()) == []
+
+
+def test_a_line_written_at_once_that_the_cli_read_leaves_no_file(tmp_path):
+    from loomtui.pump import client
+
+    pump = subprocess.Popen([sys.executable, "-m", "loomtui", "pump", "--state-dir", str(tmp_path), "--",
+                             sys.executable, "-c", TAKES_THREE.replace("range(3)", "range(1)")],
+                            env=loom_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: client.status(tmp_path) is not None, 60, what="the pump up, its CLI ready")
+        assert client.send(tmp_path, "hello", origin="telegram", timeout=60).state == "delivered"
+        assert pump.wait(60) == 0
+    finally:
+        pump.kill()
+        pump.wait(60)
+    records = list(transcript.read(transcript.path_in(tmp_path)))
+    assert [r.event.get("result") for r in records if r.event.get("type") == "result"] == ["got hello"]
+    assert not [r for r in records if r.data.get("what") == "unread"]
+    assert list((tmp_path / "pump-queue").iterdir()) == []
+
+
 # A CLI that exits, status 1, as soon as it is written a line: before it shows it read a byte.
 DIES_ON_A_LINE = r"""
 import sys
