@@ -285,9 +285,12 @@ class Replica:
         return True
 
     def ahead(self) -> int:
-        if not self._has("HEAD"):
+        """This box's commits the remote has not got: on the branch, which a rebase left half done
+        keeps at its commits until it ends (HEAD is then wherever the rebase stopped)."""
+        tip = f"refs/heads/{self.branch}"
+        if not self._has(tip):
             return 0
-        spec = f"{self.remote_ref}..HEAD" if self._has(self.remote_ref) else "HEAD"
+        spec = f"{self.remote_ref}..{tip}" if self._has(self.remote_ref) else tip
         return int(self.git.run("rev-list", "--count", spec).out.strip() or 0)
 
     def fetch(self) -> None:
@@ -462,6 +465,11 @@ class Replica:
             # outside a try, and the state went on saying the last good sync's). Nothing else this
             # round: mid-rebase, `add -A` marks a conflicted file resolved with its markers, and a
             # commit, a checkpoint or a push would carry them onto the remote.
+            try:
+                # Counted afresh (the last good sync's count, kept, said 0 of a whole rebase's commits).
+                state.ahead = self.ahead()
+            except GitError:
+                pass  # the last count stands
             outcome.ahead = state.ahead
             _failed(state, outcome, exc, rules.LOCAL, now)
         _write_atomic(self.git_dir / STATE_FILE, json.dumps(asdict(state), sort_keys=True))

@@ -671,6 +671,9 @@ def test_a_rebase_past_a_syncs_stops_is_left_to_the_next_and_nothing_written_mea
     assert stopped.returncode != 0 and (b.git_dir / "rebase-merge").exists()  # at the conflict in b1
     done, state = sync(b, forced=True, now=T0 + 10)
     assert done.error and state.error_kind == "local" and not done.pushed and state.failures == 0
+    # b's five commits are still its own (the branch keeps them until the rebase ends): said so,
+    # where the count kept from b's last good sync said 0.
+    assert state.ahead == done.ahead == 5 and "5 commits kept locally" in done.lines()[-1]
     written = (b.dir / "notes.md").read_text()
     assert written.startswith("notes\nthe agent wrote\n") and set(written.splitlines()[1:]) == {"the agent wrote"}
     assert (b.git_dir / "rebase-merge").exists()  # where it stopped, for the next sync to go on from
