@@ -575,22 +575,34 @@ def open_conflicts(store: Store, agent: str, directory: Path, conflicts: list[tu
     opened = []
     with store.write() as db:
         live = {(r["kind"], r["signature"]): r for r in queue_items.live_in(db, JOB)}
-        for path, copy in conflicts:
-            path = as_text(path)  # SQLite takes text; the file's own name may not be UTF-8
+        for name, copy in conflicts:
+            path, signature = as_text(name), _signature(name)  # SQLite takes text; a name may not be UTF-8
             sample = (f"{path} in {directory}: the remote's version kept as {path}, this box's as {copy}; "
                       "merge them into the file and delete the copy")
-            row = live.get((CONFLICT, path))
+            row = live.get((CONFLICT, signature))
             if row is not None:
                 queue_items.update_in(db, row["id"], {"count": row["count"] + 1, "last_seen": now, "sample": sample,
                                                       "log": str(directory / copy)})
                 continue
-            row = queue_items.insert_in(db, job=JOB, kind=CONFLICT, signature=path, sample=sample,
+            row = queue_items.insert_in(db, job=JOB, kind=CONFLICT, signature=signature, sample=sample,
                                         log=str(directory / copy), now=now, count=1, agent=agent)
             ledger.append_in(db, "queue_new", source="replica", ts=now, agent=agent,
                              detail={"item": row["id"], "job": JOB, "kind": CONFLICT, "count": 1})
-            live[(CONFLICT, path)] = row
+            live[(CONFLICT, signature)] = row
             opened.append(int(row["id"]))
     return opened
+
+
+def _signature(name: str) -> str:
+    """A conflicting file's queue signature: its name; one not UTF-8 (its text has U+FFFD where its
+    bytes were) with its bytes' digest too, so that two such names never share one item (the second
+    file's copy took the first's place in it, and the first was never reconciled)."""
+    raw = os.fsencode(name)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"{as_text(name)} #{hashlib.sha256(raw).hexdigest()[:12]}"
+    return as_text(name)
 
 
 def witness_reconciled(store: Store, directory: Path, pushed_all: bool, now: float) -> list[int]:

@@ -750,6 +750,24 @@ def test_a_conflict_in_a_file_whose_name_is_not_utf8_is_kept_both_ways(tmp_path,
         assert queue_items.get(store, opened)["log"] == str(b.dir / copy)
 
 
+def test_two_names_not_utf8_that_read_alike_get_a_queue_item_each(tmp_path):
+    """Each name's undecodable byte reads as U+FFFD: both conflicts went into one item, the second
+    copy taking the first's place in it, and the first copy was never the agent's to reconcile."""
+    import os
+
+    first, second, plain = os.fsdecode(b"a\xff.md"), os.fsdecode(b"a\xfe.md"), "a\ufffd.md"
+    copies = [(first, "a\ufffd.md.conflict-b-1"), (second, "a\ufffd.md.conflict-b-2"), (plain, "a\ufffd.md.conflict-b-3")]
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    with Store.in_dir(state_dir) as store:
+        opened = rep.open_conflicts(store, "main", tmp_path, copies, T0)
+        assert len(opened) == 3
+        assert [queue_items.get(store, i)["log"] for i in opened] == [str(tmp_path / c) for _, c in copies]
+        assert rep.open_conflicts(store, "main", tmp_path, copies[:1], T0 + 1) == []  # the same file again
+        assert [queue_items.get(store, i)["count"] for i in opened] == [2, 1, 1]
+        assert queue_items.get(store, opened[2])["signature"] == plain  # a UTF-8 name is its own signature
+
+
 def test_a_local_refusal_is_not_said_to_be_the_remote_and_does_not_back_it_off(tmp_path, remote, git_home,
                                                                                  monkeypatch):
     """The agent wrote while the fetch ran (here: the ssh in git's place writes, then serves the
