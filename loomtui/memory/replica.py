@@ -348,16 +348,21 @@ class Replica:
         return conflicts
 
     def _unstick(self, now: float) -> Result | None:
-        """`--continue` stopped with nothing unmerged. `--skip` resets hard, so it is taken only
-        when the index and the work tree are HEAD's (a pick the sides' agreement left empty): it
-        then discards nothing. Files written since the `add` (the agent writes at any time) are
-        added at the next stop round. What is staged but cannot be committed by the rebase itself
-        (stopped between picks, or killed inside one: no author-script) is committed here: it is
-        the agent's writes or this box's pick, and a skip reset it away."""
+        """`--continue` stopped with nothing unmerged. Nothing is ever reset: what is staged but
+        cannot be committed by the rebase itself (stopped between picks, or killed inside one: no
+        author-script) is committed here (the agent's writes or this box's pick, which a `--skip`
+        reset away), and so is a pick left empty (the index and the tree HEAD's), as an empty
+        commit. Files written since the `add` (the agent writes at any time) are added at the next
+        stop round."""
         if self._unstaged():
             return None
         if self.git.run("diff", "--cached", "--quiet", "HEAD", check=False).ok:
-            return self.git.run("rebase", "--skip", check=False)
+            # An empty pick (a git before 2.26 will not go on past one): committed empty, never
+            # skipped. `--skip` resets hard, and a file the agent wrote since the look above was
+            # reset away with it.
+            self.git.run("commit", "-q", "--no-verify", "--allow-empty", "-m",
+                         f"memory on {self.host} at {_stamp(now)}: a change the remote's side replaced")
+            return None
         self.git.run("commit", "-q", "--no-verify", "-m",
                      f"memory on {self.host} at {_stamp(now)}, written while a rebase was stopped")
         return None

@@ -636,6 +636,43 @@ def test_a_rebase_killed_mid_pick_keeps_that_pick(tmp_path, remote):
     assert remote_file(remote, "x.md") == "x1\n"
 
 
+def test_a_file_written_just_after_an_empty_picks_clean_check_is_kept(tmp_path, remote):
+    """This box deleted a file the remote changed: the remote's side is kept, and the pick is left
+    empty. A git before 2.26 refuses to `--continue` with an empty pick (git here drops it: that
+    answer is given in its place); the pick was then skipped (`rebase --skip`, a hard reset) once the
+    tree read clean, and a file the agent wrote between that check and the skip was reset away."""
+    from loomtui.memory.git import Result
+
+    a, b = shared(tmp_path, remote, {"MEMORY.md": "base\n", "notes.md": "notes\n"})
+    (a.dir / "MEMORY.md").write_text("base\nfrom a\n")
+    sync(a, forced=True)
+    (b.dir / "MEMORY.md").unlink()
+    b.commit(T0, "b deletes")
+    run = b.git.run
+    seen: list[tuple[str, ...]] = []
+
+    def older_git_and_an_agent_that_writes(*args, **kwargs):
+        seen.append(args)
+        if args[-2:] == ("rebase", "--continue") and seen.count(args) == 1:
+            return Result(1, "No changes - did you forget to use 'git add'?", "")
+        result = run(*args, **kwargs)
+        if args[:3] == ("diff", "--cached", "--quiet"):
+            with open(b.dir / "notes.md", "a") as fh:  # the agent, at that moment
+                fh.write("the agent's fact\n")
+        return result
+
+    b.git.run = older_git_and_an_agent_that_writes  # type: ignore[method-assign]
+    done, state = sync(b, forced=True, now=T0 + 1)
+    assert ("diff", "--cached", "--quiet", "HEAD") in seen and ("rebase", "--skip") not in seen
+    assert not done.error and not (b.git_dir / "rebase-merge").exists()
+    assert (b.dir / "notes.md").read_text() == "notes\nthe agent's fact\n"
+    assert (b.dir / "MEMORY.md").read_text() == "base\nfrom a\n"  # the remote's side kept
+    b.git.run = run  # type: ignore[method-assign]
+    done, state = sync(b, forced=True, now=T0 + 2)
+    assert remote_file(remote, "notes.md") == "notes\nthe agent's fact\n" and state.ahead == 0
+    assert remote_file(remote, "MEMORY.md") == "base\nfrom a\n"
+
+
 def test_a_file_written_while_a_conflict_stop_is_continued_is_kept_with_the_conflict_copy(tmp_path, remote):
     """At a conflict stop the work tree is added, then `--continue`: a file written while it runs (here
     by an `exec` in the todo, as the agent could at any moment) made it stop with nothing unmerged,
