@@ -180,7 +180,9 @@ class Pump:
             self._record(transcript.PUMP, what="cli_exit", status=code, signal=None, exit=code)
             self._publish()
             return code
-        self._record(transcript.PUMP, what="started", pid=os.getpid(), cli_pid=self.proc.pid, argv=self.argv)
+        # With the lines an earlier pump kept, which this one writes again (the bridge says so).
+        kept: dict[str, Any] = {"pending": list(self.state.queue)} if self.state.queue else {}
+        self._record(transcript.PUMP, what="started", pid=os.getpid(), cli_pid=self.proc.pid, argv=self.argv, **kept)
         if self.state.queue:
             self._record(transcript.PUMP, what="pending", seqs=list(self.state.queue))
         assert self.proc.stdout is not None and self.proc.stderr is not None
@@ -344,6 +346,10 @@ class Pump:
         self.state, _ = rules.step(self.state, rules.Exited(time.time(), status, signum))
         for item in later:
             self._handle(item)
+        for seq in self.waiting:
+            # Its sender is told below that the CLI exited (it may send again): not delivered later too.
+            self.unread = [s for s in self.unread if s != seq]
+            self._queue_file(seq).unlink(missing_ok=True)
         kept = [seq for seq in self.unread if self._queue_file(seq).exists()]
         if kept:
             self._record(transcript.PUMP, what="unread", seqs=kept)

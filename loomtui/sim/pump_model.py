@@ -116,8 +116,9 @@ class PumpModel:
         return p if p is not None and p.pid == pid and p.state.cli_exit is None else None
 
     def started(self, a: Agent, command: str) -> None:
-        """A new pump in the pane (the launch): it takes over what the last one left queued (not
-        probes), starts the CLI, and writes the first of what it had queued."""
+        """A new pump in the pane (the launch): it takes over what the last one kept (not probes):
+        lines queued, lines written that its CLI never showed it read, and queued lines whose write
+        failed; starts the CLI, and writes the first of them."""
         w = self.sim.world
         pending: list[int] = []
         carried: dict[int, Message] = {}
@@ -129,6 +130,11 @@ class PumpModel:
             if msg.origin == STALE_ORIGIN:
                 self.record(transcript.PUMP, what="dropped_probe", seq=seq)
                 continue
+            if msg.kind == OPERATOR:
+                # The operator's message, never read by the CLI it was written to (a wedged or a dead
+                # one): this launch answers it as a line of its own, its turn's end (drawn for the
+                # last launch, or left to a probe of that one's) no longer anyone's.
+                msg.kind, msg.until = LINE, None
             carried[seq] = msg
             pending.append(seq)
         self.leftover = {}
@@ -138,7 +144,8 @@ class PumpModel:
             argv = [command]
         p = Pump(a.pid, a.pid * 10 + 2, w.wall, argv, rules.start(tuple(pending), self.last_seq + 1), carried)
         self.pump = p
-        self.record(transcript.PUMP, what="started", pid=p.pid, cli_pid=p.cli_pid, argv=argv)
+        self.record(transcript.PUMP, what="started", pid=p.pid, cli_pid=p.cli_pid, argv=argv,
+                    **({"pending": pending} if pending else {}))
         if pending:
             self.record(transcript.PUMP, what="pending", seqs=pending)
         self.apply(p, rules.Ready(w.wall))  # the first line it kept is written now, as runner._spawn

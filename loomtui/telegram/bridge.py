@@ -49,6 +49,9 @@ MAX_LINE_BYTES = transcript.MAX_LINE  # a transcript line longer than this is sk
 NO_TEXT = "(the agent's turn ended without a text answer)"
 LOST = ("Loom: the agent's CLI stopped before answering your message; Loom relaunches it. "
         "Send the message again if it still matters.")
+# A line the pump kept (its file stays until the CLI shows it read it): the next pump writes it again.
+AGAIN = ("Loom: the agent's CLI stopped before answering your message; Loom relaunches it, and the "
+         "message goes to it again (no need to send it again).")
 
 
 # -- the pure part: turns matched to their inputs ----------------------------------------
@@ -96,7 +99,7 @@ class Cursor:
 class Answer:
     key: str
     text: str
-    what: str  # "answer", "error", "lost": for the log, which never gets the text
+    what: str  # "answer", "error", "lost", "again": for the log, which never gets the text
 
 
 @dataclass
@@ -111,7 +114,9 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
     A `result` ends the turn of every input written since the last one: the pump writes one per
     turn, and lines that reached the CLI together are one turn to Claude Code, answered once. A
     CLI that exits or a pump that starts again ends them unanswered, and an input whose write
-    failed never had a turn.
+    failed never had a turn. Of those, a line the pump kept for the next launch (its `unread`
+    before the CLI's exit, or a new pump's `pending` at its start, when the last one was killed)
+    is said to go to the agent again; its new `in` is answered as any other.
     """
     turns = _Turns(list(cursor.open))
     offset = cursor.offset
@@ -124,15 +129,33 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
             if asked:
                 turns.answers.append(answer_for(asked[0], rec.event))
             turns.open.clear()
+        elif rec.dir == transcript.PUMP and rec.data.get("what") == "unread":
+            _ended(turns, _seqs(rec.data.get("seqs")), only_again=True)
         elif rec.dir == transcript.PUMP and rec.data.get("what") in ("cli_exit", "started"):
-            turns.answers += [Answer(t.key, LOST, "lost") for t in turns.open if t.origin == TELEGRAM]
-            turns.open.clear()
+            _ended(turns, _seqs(rec.data.get("pending")) if rec.data.get("what") == "started" else set())
         elif rec.dir == transcript.PUMP and rec.data.get("what") == "write_failed":
             # Its `in` was recorded before the write: no turn follows it, and none may take its place.
             failed = [t for t in turns.open if t.seq is not None and t.seq == rec.data.get("seq")]
             turns.answers += [Answer(t.key, LOST, "lost") for t in failed if t.origin == TELEGRAM]
             turns.open = [t for t in turns.open if t not in failed]
     return replace(cursor, offset=offset, open=tuple(turns.open)), turns.answers
+
+
+def _ended(turns: _Turns, again: set[int], only_again: bool = False) -> None:
+    """The open inputs' turns ended unanswered: those in `again` go to the agent again (said so),
+    the rest are lost (said so; `only_again`: left open for the record that ends them)."""
+    kept = [t for t in turns.open if t.seq is not None and t.seq in again]
+    lost = [] if only_again else [t for t in turns.open if t not in kept]
+    turns.answers += [Answer(t.key, AGAIN, "again") for t in kept if t.origin == TELEGRAM]
+    turns.answers += [Answer(t.key, LOST, "lost") for t in lost if t.origin == TELEGRAM]
+    turns.open = [t for t in turns.open if t not in kept and t not in lost]
+
+
+def _seqs(value: object) -> set[int]:
+    """A record's list of seqs (untrusted: anything else is none)."""
+    if not isinstance(value, list):
+        return set()
+    return {v for v in value if isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _opened(turns: _Turns, rec: transcript.Record) -> None:

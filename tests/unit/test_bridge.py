@@ -12,7 +12,7 @@ from loomtui.pump import transcript
 from loomtui.store import outbox
 from loomtui.store.db import Store
 from loomtui.telegram import bridge
-from loomtui.telegram.bridge import LOST, NO_TEXT, Bridge, Cursor, advance
+from loomtui.telegram.bridge import AGAIN, LOST, NO_TEXT, Bridge, Cursor, advance
 
 CHAT = 5151
 
@@ -30,8 +30,16 @@ class Script:
         self.ts += 1.25
         return self.ts
 
-    def started(self) -> None:
-        self.writer.append(transcript.PUMP, ts=self._tick(), what="started", pid=123)
+    def started(self, pending: list[int] | None = None) -> None:
+        kept = {"pending": pending} if pending else {}
+        self.writer.append(transcript.PUMP, ts=self._tick(), what="started", pid=123, **kept)
+
+    def again(self, seq: int, origin: str = "telegram", text: str = "hello agent") -> None:
+        """A kept line written again by the next pump: its own seq, a new `in`."""
+        self.writer.append(transcript.IN, ts=self._tick(), seq=seq, origin=origin, ref=None, text=text)
+
+    def unread(self, seqs: list[int]) -> None:
+        self.writer.append(transcript.PUMP, ts=self._tick(), what="unread", seqs=seqs)
 
     def send(self, origin: str, text: str = "hello agent") -> int:
         self.seq += 1
@@ -143,6 +151,29 @@ def test_a_cli_that_exits_mid_turn_gets_the_lost_note_once(script):
     script.turn("telegram", "after the relaunch")
     _, answers = advance(Cursor(), records(script.path))
     assert [a.text for a in answers] == [LOST, "after the relaunch"]
+
+
+def test_a_kept_line_the_cli_never_read_is_said_to_go_again_and_its_new_turn_answered(script):
+    # The pump keeps a line until the CLI shows it read it, and the next launch writes it again:
+    # "send it again" had the operator's message reach the agent twice.
+    seq = script.send("telegram")
+    script.unread([seq])
+    script.cli_exit()
+    script.started(pending=[seq])
+    script.again(seq)
+    script.result("answered after the relaunch")
+    cursor, answers = advance(Cursor(), records(script.path))
+    assert [a.text for a in answers] == [AGAIN, "answered after the relaunch"]
+    assert [a.what for a in answers] == ["again", "answer"] and cursor.open == ()
+    assert answers[0].key != answers[1].key  # two `in` records, two answers, each sent once
+
+
+def test_a_killed_pumps_kept_line_is_said_to_go_again_by_the_next_pumps_start(script):
+    # No `unread`, no `cli_exit`: the next pump's start says which lines it writes again.
+    kept, lost = script.send("telegram"), script.send("telegram")
+    script.started(pending=[kept, "7", True])  # untrusted: only ints are seqs
+    _, answers = advance(Cursor(), records(script.path))
+    assert [(a.key.split(":")[1], a.text) for a in answers] == [(str(kept), AGAIN), (str(lost), LOST)]
 
 
 def test_lines_merged_into_one_turn_get_one_answer_and_the_next_turn_its_own(script):

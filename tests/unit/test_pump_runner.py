@@ -12,7 +12,8 @@ from conftest import REPO, loom_env
 from harness import wait_for
 
 from loomtui.pump import rules, transcript
-from loomtui.pump.runner import PANE_BACKLOG, Pending, Pump
+from loomtui.telegram import bridge
+from loomtui.pump.runner import PANE_BACKLOG, Message, Pending, Pump
 
 
 def test_lines_the_pane_has_no_room_for_are_counted_and_said_where_they_were(tmp_path):
@@ -41,12 +42,18 @@ def test_lines_the_pane_has_no_room_for_are_counted_and_said_where_they_were(tmp
 def test_sends_the_clis_exit_cut_short_are_refused_with_the_exited_code(tmp_path):
     pump = Pump(tmp_path, ["true"], show=lambda line: None)
     pump.log = transcript.Writer(transcript.path_in(tmp_path))
+    (tmp_path / "pump-queue").mkdir()
     written, arrived = Pending("typed as it died", "operator", ""), Pending("too late", "canary", "")
+    pump._persist(Message(1, written.text, written.origin, written.ref))  # kept, as a line written at once is
+    pump.unread.append(1)
     pump.waiting[1] = written
     pump.events.put(("send", arrived))
     assert pump._finish(0) == 0
     refusal = {"ok": False, "error": rules.EXITED, "code": rules.EXITED_CODE}
     assert written.answer == refusal and arrived.answer == refusal
+    # Its sender was told it failed (and may send it again): not kept for the next launch too.
+    assert list((tmp_path / "pump-queue").iterdir()) == []
+    assert not [r for r in transcript.read(transcript.path_in(tmp_path)) if r.data.get("what") == "unread"]
     pump.log.close()
 
 
@@ -170,8 +177,13 @@ def test_a_line_written_at_once_to_a_cli_that_never_read_it_is_kept_for_the_next
     # The next launch's CLI reads it, and only then is its file gone.
     end = transcript.tail_offset(path, 0)
     assert pump_process(tmp_path, TAKES_THREE.replace("range(3)", "range(1)")).returncode == 0
-    answers = [r.event.get("result") for r in transcript.read(path, end) if r.event.get("type") == "result"]
+    later = list(transcript.read(path, end))
+    assert [r.data.get("pending") for r in later if r.data.get("what") == "started"] == [[reply.seq]]
+    answers = [r.event.get("result") for r in later if r.event.get("type") == "result"]
     assert answers == ["got are you there?"]
+    # What the operator reads of it (telegram.bridge): it goes again, then its answer.
+    _, said = bridge.advance(bridge.Cursor(), transcript.read(path))
+    assert [a.what for a in said] == ["again", "answer"] and said[1].text == "got are you there?"
     assert list((tmp_path / "pump-queue").iterdir()) == []
 
 
