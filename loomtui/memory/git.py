@@ -24,7 +24,8 @@ GIT = "/usr/bin/git" if os.path.exists("/usr/bin/git") else "git"
 # Settings that would change what a command does, pinned whatever the operator's global config says.
 PINNED = ("-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false", "-c", "core.autocrlf=false",
           "-c", "core.quotepath=false", "-c", "rebase.autoStash=false", "-c", "rebase.autoSquash=false",
-          "-c", "advice.detachedHead=false", "-c", "init.defaultBranch=main", "-c", "protocol.ext.allow=never")
+          "-c", "advice.detachedHead=false", "-c", "init.defaultBranch=main", "-c", "protocol.ext.allow=never",
+          "-c", "rebase.backend=merge")
 
 
 class GitError(LoomError):

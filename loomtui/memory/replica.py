@@ -285,13 +285,23 @@ class Replica:
         return True
 
     def ahead(self) -> int:
-        """This box's commits the remote has not got: on the branch, which a rebase left half done
-        keeps at its commits until it ends (HEAD is then wherever the rebase stopped)."""
-        tip = f"refs/heads/{self.branch}"
+        """This box's commits the remote has not got: HEAD's, or while a rebase is left half done
+        (HEAD wherever it stopped) the branch's it rebases, which keeps them until it ends."""
+        tip = self._rebased_branch() or "HEAD"
         if not self._has(tip):
             return 0
         spec = f"{self.remote_ref}..{tip}" if self._has(self.remote_ref) else tip
         return int(self.git.run("rev-list", "--count", spec).out.strip() or 0)
+
+    def _rebased_branch(self) -> str | None:
+        """The branch a rebase under way rebases (its `head-name`), or None."""
+        for backend in ("rebase-merge", "rebase-apply"):
+            try:
+                name = (self.git_dir / backend / "head-name").read_text(errors="replace").strip()
+            except OSError:
+                continue
+            return name if name.startswith("refs/heads/") else None
+        return None
 
     def fetch(self) -> None:
         if not self.git.run("fetch", "-q", "--no-tags", "origin", f"+refs/heads/{self.branch}:{self.remote_ref}",
@@ -357,7 +367,12 @@ class Replica:
         if self._unstaged():
             return None
         if self.git.run("diff", "--cached", "--quiet", "HEAD", check=False).ok:
-            # An empty pick (a git before 2.26 will not go on past one): committed empty, never
+            if (self.git_dir / "rebase-apply").exists():
+                # A rebase of git's older backend (begun by hand, or by a git that defaulted to it):
+                # it goes on past an empty pick only by skipping it, an empty commit stopping it at
+                # the same place again. Its own rebases Loom runs on the merge backend (git.PINNED).
+                return self.git.run("rebase", "--skip", check=False)
+            # An empty pick that the merge backend will not go on past: committed empty, never
             # skipped. `--skip` resets hard, and a file the agent wrote since the look above was
             # reset away with it.
             self.git.run("commit", "-q", "--no-verify", "--allow-empty", "-m",

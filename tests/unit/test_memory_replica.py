@@ -673,6 +673,43 @@ def test_a_file_written_just_after_an_empty_picks_clean_check_is_kept(tmp_path, 
     assert remote_file(remote, "MEMORY.md") == "base\nfrom a\n"
 
 
+def test_a_rebase_of_gits_older_backend_left_at_an_empty_pick_is_finished(tmp_path, remote):
+    """A rebase begun on the `apply` backend (by hand, or by a git whose config chose it) stopped at
+    a pick that keeping the remote's side leaves empty. That backend will not go on past an empty
+    commit: one made per stop would stop it at the same place again, MAX_REBASE_STOPS times a sync."""
+    a, b = shared(tmp_path, remote, {"MEMORY.md": "base\n", "notes.md": "notes\n"})
+    (a.dir / "MEMORY.md").write_text("base\nfrom a\n")
+    sync(a, forced=True)
+    (b.dir / "MEMORY.md").unlink()
+    b.commit(T0, "b deletes")
+    (b.dir / "notes.md").write_text("notes\nfrom b\n")
+    b.commit(T0 + 1, "b notes")
+    b.fetch()
+    ident = ["-c", "user.name=b", "-c", "user.email=b@example.invalid"]
+    stopped = subprocess.run([GIT, *ident, *repo(b), "rebase", "--apply", "-q", b.remote_ref], cwd=b.dir,
+                             capture_output=True)
+    assert stopped.returncode != 0 and (b.git_dir / "rebase-apply").exists()  # at the modify/delete
+    assert b.ahead() == 2  # the branch it rebases keeps b's two commits meanwhile
+    done, state = sync(b, forced=True, now=T0 + 2)
+    assert not done.error and done.pushed and not b._rebasing()
+    assert remote_file(remote, "MEMORY.md") == "base\nfrom a\n" and remote_file(remote, "notes.md") == "notes\nfrom b\n"
+    assert int(git("--git-dir", str(remote), "rev-list", "--count", "main")) <= 5  # no empty commit per stop
+
+
+def test_a_branch_changed_in_the_config_is_pushed_to(tmp_path, remote):
+    """`memory.branch` changed: the repository stays on the branch it has. Counting the configured
+    branch's commits (none: it does not exist here) said nothing was ahead, and nothing was pushed."""
+    a = box(tmp_path, remote, "a")
+    a.dir.mkdir(parents=True)
+    (a.dir / "MEMORY.md").write_text("base\n")
+    sync(a, forced=True)
+    moved = rep.Replica(a.dir, str(remote), git_dir=a.git_dir, host="a", branch="next", timeout=60)
+    (a.dir / "MEMORY.md").write_text("base\nmore\n")
+    done, state = sync(moved, forced=True, now=T0)
+    assert not done.error and done.pushed and state.ahead == 0
+    assert git("--git-dir", str(remote), "show", "next:MEMORY.md") == "base\nmore\n"
+
+
 def test_a_file_written_while_a_conflict_stop_is_continued_is_kept_with_the_conflict_copy(tmp_path, remote):
     """At a conflict stop the work tree is added, then `--continue`: a file written while it runs (here
     by an `exec` in the todo, as the agent could at any moment) made it stop with nothing unmerged,
