@@ -293,7 +293,8 @@ def told_set_aside_in(db: sqlite3.Connection, ctx: Context, detail: dict[str, An
     no store; the watchdog reads its transcript, and the read's offset commits with these)."""
     ledger.append_in(db, "pump_set_aside", source=source, detail=detail)
     whose = "" if len(ctx.config.agent_names) == 1 else f"[{ctx.agent}] "
-    outbox.enqueue(db, f"{whose}Loom: message #{detail.get('seq')} to the agent was set aside, not delivered: "
+    whence = f" (from {detail['origin']})" if detail.get("origin") else ""
+    outbox.enqueue(db, f"{whose}Loom: message #{detail.get('seq')}{whence} to the agent was set aside, not delivered: "
                        f"{detail.get('unread')} launches of its CLI exited before reading it (kept in the pump's "
                        "queue). Send it again once the agent is well.", now=clock.wall())
 

@@ -330,9 +330,10 @@ def record_denials(ctx: Context) -> list[str]:
             seq = record.data.get("seq") if isinstance(record.data.get("seq"), int) else None
             continue
         if record.dir == transcript.PUMP and record.data.get("what") == "set_aside":
-            number, unread = record.data.get("seq"), record.data.get("unread")
+            number, unread, whence = record.data.get("seq"), record.data.get("unread"), record.data.get("origin")
             aside.append({"seq": number if isinstance(number, int) else None,
-                          "unread": unread if isinstance(unread, int) else None, "ts": record.ts})
+                          "unread": unread if isinstance(unread, int) else None, "ts": record.ts,
+                          "origin": printable(whence)[:32] if isinstance(whence, str) else None})
             continue
         event = record.event
         if record.dir != transcript.OUT or event.get("type") != "result":

@@ -293,8 +293,10 @@ class Pump:
             if pending is not None:
                 # Its sender is told the write failed (it may send again): not delivered later too.
                 self._queue_file(seq).unlink(missing_ok=True)
-            # A queued one's file stays: accepted, never delivered, the next launch delivers it.
-            self._record(transcript.PUMP, what="write_failed", seq=seq, error=error)
+            # A queued one's file stays: accepted, never delivered, the next launch delivers it
+            # (`kept`: the bridge says it goes again, not that it was lost).
+            stays: dict[str, Any] = {"kept": True} if pending is None and self._queue_file(seq).exists() else {}
+            self._record(transcript.PUMP, what="write_failed", seq=seq, error=error, **stays)
             self._apply(rules.InputClosed(time.time(), seq))
             if pending is not None:
                 pending.reply({"ok": False, "error": f"could not write to the agent's CLI: {error}",
@@ -352,9 +354,11 @@ class Pump:
             self._queue_file(seq).unlink(missing_ok=True)
         kept = [seq for seq in self.unread if self._queue_file(seq).exists()]
         if kept:
-            self._record(transcript.PUMP, what="unread", seqs=kept)
-            for seq in kept:
-                self._count_unread(seq)
+            # Counted first: those this exit brings to MAX_UNREAD the next pump sets aside, not
+            # writes again (`set_aside`: the bridge says they were not delivered).
+            last = [seq for seq in kept if self._count_unread(seq) >= MAX_UNREAD]
+            aside: dict[str, Any] = {"set_aside": last} if last else {}
+            self._record(transcript.PUMP, what="unread", seqs=kept, **aside)
         self._record(transcript.PUMP, what="cli_exit", status=status, signal=signum, exit=code)
         self._publish()
         for pending in self.waiting.values():
@@ -466,15 +470,17 @@ class Pump:
         _replace(self._queue_file(message.seq), json.dumps(data).encode("ascii"), sync=True)
         message.persisted = True
 
-    def _count_unread(self, seq: int) -> None:
-        """One more CLI exited before showing it read kept message `seq`: counted in its file."""
+    def _count_unread(self, seq: int) -> int:
+        """One more CLI exited before showing it read kept message `seq`: counted in its file. The
+        count now (0 when the file could not be read or written: delivered again, counted or not)."""
         path = self._queue_file(seq)
         try:
             data = json.loads(path.read_bytes())
             data["unread"] = int(data.get("unread", 0)) + 1
             _replace(path, json.dumps(data).encode("ascii"), sync=True)
+            return int(data["unread"])
         except (OSError, ValueError, TypeError):
-            pass  # left as it was: delivered again, counted or not
+            return 0
 
     def _load_queue(self) -> list[int]:
         found = []
@@ -502,7 +508,7 @@ class Pump:
             unread = data.get("unread", 0)
             if isinstance(unread, int) and unread >= MAX_UNREAD:
                 self._record(transcript.PUMP, what="set_aside", seq=seq, unread=unread,
-                             name=name + rules.SET_ASIDE)
+                             name=name + rules.SET_ASIDE, origin=origin)
                 try:
                     path.rename(path.with_name(name + rules.SET_ASIDE))
                 except OSError:

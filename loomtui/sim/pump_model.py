@@ -125,7 +125,8 @@ class PumpModel:
         for seq in sorted(self.leftover):
             msg = self.leftover[seq]
             if msg.unread >= rules.MAX_UNREAD:  # runner._load_queue sets it aside
-                self.record(transcript.PUMP, what="set_aside", seq=seq, unread=msg.unread, name=f"{seq}.json{rules.SET_ASIDE}")
+                self.record(transcript.PUMP, what="set_aside", seq=seq, unread=msg.unread, name=f"{seq}.json{rules.SET_ASIDE}",
+                            origin=msg.origin)
                 continue
             if msg.origin == STALE_ORIGIN:
                 self.record(transcript.PUMP, what="dropped_probe", seq=seq)
@@ -169,9 +170,10 @@ class PumpModel:
         code = status if status is not None else 128 + (signal or 0)
         unread = [seq for seq in p.unread if seq in p.messages]
         if unread:
-            self.record(transcript.PUMP, what="unread", seqs=unread)
             for seq in unread:
-                p.messages[seq].unread += 1  # runner._count_unread
+                p.messages[seq].unread += 1  # runner._count_unread, before the record that names them
+            last = [seq for seq in unread if p.messages[seq].unread >= rules.MAX_UNREAD]
+            self.record(transcript.PUMP, what="unread", seqs=unread, **({"set_aside": last} if last else {}))
         self.record(transcript.PUMP, what="cli_exit", status=status, signal=signal, exit=code)
         self.publish(p)
         self.leftover = {seq: p.messages[seq] for seq in (*unread, *p.unwritten, *p.state.queue) if seq in p.messages}
@@ -274,9 +276,10 @@ class PumpModel:
         if p.stdin_closed:
             if direct:
                 p.messages.pop(seq, None)  # its sender is told: its file goes (runner._on_written)
+                self.record(transcript.PUMP, what="write_failed", seq=seq, error="Broken pipe")
             else:
                 p.unwritten.append(seq)  # accepted, never delivered: the next pump delivers it
-            self.record(transcript.PUMP, what="write_failed", seq=seq, error="Broken pipe")
+                self.record(transcript.PUMP, what="write_failed", seq=seq, error="Broken pipe", kept=True)
             p.state, _ = rules.step(p.state, rules.InputClosed(w.wall, seq))
             return False
         p.written_at[seq] = w.t

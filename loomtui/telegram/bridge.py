@@ -115,8 +115,9 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
     turn, and lines that reached the CLI together are one turn to Claude Code, answered once. A
     CLI that exits or a pump that starts again ends them unanswered, and an input whose write
     failed never had a turn. Of those, a line the pump kept for the next launch (its `unread`
-    before the CLI's exit, or a new pump's `pending` at its start, when the last one was killed)
-    is said to go to the agent again; its new `in` is answered as any other.
+    before the CLI's exit, less those it sets aside; a new pump's `pending` at its start, when the
+    last one was killed; a queued line's failed write) is said to go to the agent again; its new
+    `in` is answered as any other.
     """
     turns = _Turns(list(cursor.open))
     offset = cursor.offset
@@ -130,13 +131,18 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
                 turns.answers.append(answer_for(asked[0], rec.event))
             turns.open.clear()
         elif rec.dir == transcript.PUMP and rec.data.get("what") == "unread":
-            _ended(turns, _seqs(rec.data.get("seqs")), only_again=True)
+            # Those it names as set aside (their last launch) are not written again: lost below.
+            _ended(turns, _seqs(rec.data.get("seqs")) - _seqs(rec.data.get("set_aside")), only_again=True)
         elif rec.dir == transcript.PUMP and rec.data.get("what") in ("cli_exit", "started"):
             _ended(turns, _seqs(rec.data.get("pending")) if rec.data.get("what") == "started" else set())
         elif rec.dir == transcript.PUMP and rec.data.get("what") == "write_failed":
             # Its `in` was recorded before the write: no turn follows it, and none may take its place.
-            failed = [t for t in turns.open if t.seq is not None and t.seq == rec.data.get("seq")]
-            turns.answers += [Answer(t.key, LOST, "lost") for t in failed if t.origin == TELEGRAM]
+            # A queued line's file stays (`kept`): the next launch writes it again.
+            seq = rec.data.get("seq")
+            failed = [t for t in turns.open if t.seq is not None and t.seq == seq]
+            again = rec.data.get("kept") is True
+            turns.answers += [Answer(t.key, AGAIN if again else LOST, "again" if again else "lost")
+                              for t in failed if t.origin == TELEGRAM]
             turns.open = [t for t in turns.open if t not in failed]
     return replace(cursor, offset=offset, open=tuple(turns.open)), turns.answers
 

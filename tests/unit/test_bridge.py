@@ -176,6 +176,27 @@ def test_a_killed_pumps_kept_line_is_said_to_go_again_by_the_next_pumps_start(sc
     assert [(a.key.split(":")[1], a.text) for a in answers] == [(str(kept), AGAIN), (str(lost), LOST)]
 
 
+def test_a_kept_line_at_its_last_launch_is_said_lost_not_to_go_again(script):
+    # Its third launch exited before reading it: the next pump sets it aside (pump.rules.MAX_UNREAD),
+    # and "no need to send it again" was followed by the watchdog's "set aside ... send it again".
+    aside, kept = script.send("telegram"), script.send("telegram")
+    script.writer.append(transcript.PUMP, ts=script._tick(), what="unread", seqs=[aside, kept], set_aside=[aside])
+    script.cli_exit()
+    _, answers = advance(Cursor(), records(script.path))
+    assert [(a.key.split(":")[1], a.what) for a in answers] == [(str(kept), "again"), (str(aside), "lost")]
+
+
+def test_a_queued_line_whose_write_failed_goes_again(script):
+    # The CLI closed its input as the queued line was written: the pump keeps its file (the next
+    # launch writes it), where a line written at once is refused to its sender and dropped.
+    queued, direct = script.send("telegram"), script.send("telegram")
+    script.writer.append(transcript.PUMP, ts=script._tick(), what="write_failed", seq=queued, error="Broken pipe",
+                         kept=True)
+    script.writer.append(transcript.PUMP, ts=script._tick(), what="write_failed", seq=direct, error="Broken pipe")
+    _, answers = advance(Cursor(), records(script.path))
+    assert [(a.key.split(":")[1], a.text) for a in answers] == [(str(queued), AGAIN), (str(direct), LOST)]
+
+
 def test_lines_merged_into_one_turn_get_one_answer_and_the_next_turn_its_own(script):
     first = script.send("canary")
     script.send("telegram")

@@ -206,6 +206,53 @@ def test_a_line_written_at_once_that_the_cli_read_leaves_no_file(tmp_path):
     assert list((tmp_path / "pump-queue").iterdir()) == []
 
 
+# A CLI that takes one line, a turn that waits for <dir>/go, closes its input and ends the turn, and
+# exits once <dir>/end is there.
+CLOSES_ITS_INPUT = r"""
+import json, os, sys, time
+def wait(name):
+    while not os.path.exists(os.path.join(sys.argv[1], name)):
+        time.sleep(0.05)
+sys.stdin.readline()
+print(json.dumps({"type": "system", "subtype": "init", "session_id": "s-1"}), flush=True)
+wait("go")
+os.close(0)
+print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "closed"}), flush=True)
+wait("end")
+"""
+
+
+def test_a_queued_line_whose_write_fails_is_kept_and_said_to_go_again(tmp_path):
+    # The CLI closed its input while a line waited behind its turn: the write fails. The line was
+    # accepted (its sender told `queued`), so its file stays for the next launch, and the bridge,
+    # which had said "lost, send again", now says it goes again.
+    from loomtui.pump import client
+
+    pump = subprocess.Popen([sys.executable, "-m", "loomtui", "pump", "--state-dir", str(tmp_path), "--",
+                             sys.executable, "-c", CLOSES_ITS_INPUT, str(tmp_path)], env=loom_env(), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    path = transcript.path_in(tmp_path)
+    try:
+        wait_for(lambda: client.status(tmp_path) is not None, 60, what="the pump up, its CLI ready")
+        assert client.send(tmp_path, "first", origin="telegram", timeout=60).state == "delivered"
+        wait_for(lambda: any(r.event.get("subtype") == "init" for r in transcript.read(path)), 60, what="its turn")
+        queued = client.send(tmp_path, "second", origin="telegram", timeout=60)
+        assert queued.state == "queued"
+        (tmp_path / "go").touch()
+        wait_for(lambda: any(r.data.get("what") == "write_failed" for r in transcript.read(path)), 60,
+                 what="the queued line's write failing")
+        (tmp_path / "end").touch()
+        assert pump.wait(60) == 0
+    finally:
+        pump.kill()
+        pump.wait(60)
+    [failed] = [r.data for r in transcript.read(path) if r.data.get("what") == "write_failed"]
+    assert failed["seq"] == queued.seq and failed["kept"] is True
+    assert json.loads((tmp_path / "pump-queue" / f"{queued.seq}.json").read_text())["text"] == "second"
+    _, said = bridge.advance(bridge.Cursor(), transcript.read(path))
+    assert [a.what for a in said] == ["answer", "again"]
+
+
 # A CLI that exits, status 1, as soon as it is written a line: before it shows it read a byte.
 DIES_ON_A_LINE = r"""
 import sys
@@ -227,12 +274,15 @@ def test_a_message_every_launch_exits_before_reading_is_set_aside_after_three(tm
         assert pump_process(tmp_path, DIES_ON_A_LINE).returncode == 1
         assert json.loads((queue / "1.json").read_text())["unread"] == launch
     path = transcript.path_in(tmp_path)
+    # Each exit said so, the last one that the next pump sets it aside (the bridge says it is lost then).
+    unread = [r.data for r in transcript.read(path) if r.data.get("what") == "unread"]
+    assert [u.get("set_aside") for u in unread] == [None] * (runner.MAX_UNREAD - 1) + [[1]]
     end = transcript.tail_offset(path, 0)
     assert pump_process(tmp_path, "pass").returncode == 0  # the next launch: nothing written to it
     records = list(transcript.read(path, end))
     assert not [r for r in records if r.data.get("what") == "unread"]
     [aside] = [r for r in records if r.data.get("what") == "set_aside"]
-    assert aside.data["seq"] == 1 and aside.data["unread"] == runner.MAX_UNREAD
+    assert aside.data["seq"] == 1 and aside.data["unread"] == runner.MAX_UNREAD and aside.data["origin"] == "telegram"
     assert sorted(p.name for p in queue.iterdir()) == ["1.json.undelivered"]
     assert json.loads((queue / "1.json.undelivered").read_text())["text"] == "huge"  # nothing lost
     assert render.lines(transcript.PUMP, aside.data) == [

@@ -455,11 +455,12 @@ def test_a_message_the_pump_set_aside_is_told_to_the_operator_once(ctx):
 
     write_transcript(ctx.state_dir, [
         ("in", {"seq": 7, "origin": "operator", "ref": "", "text": "deploy the thing"}),
-        ("pump", {"what": "set_aside", "seq": 7, "unread": 3, "name": "7.json.undelivered"}),
+        ("pump", {"what": "set_aside", "seq": 7, "unread": 3, "name": "7.json.undelivered", "origin": "telegram"}),
     ])
     assert record_denials(ctx) == ["message #7 set aside by the pump"]
     [event] = ledger.tail(ctx.store, 10, kinds=["pump_set_aside"])
-    assert event.detail["seq"] == 7 and event.detail["unread"] == 3
+    assert event.detail["seq"] == 7 and event.detail["unread"] == 3 and event.detail["origin"] == "telegram"
     [told] = outbox.pending(ctx.store)
-    assert "message #7" in told.text and "3 launches" in told.text and "deploy the thing" not in told.text
+    assert "message #7 (from telegram)" in told.text and "3 launches" in told.text
+    assert "deploy the thing" not in told.text
     assert record_denials(ctx) == [] and len(outbox.pending(ctx.store)) == 1  # read once: told once
