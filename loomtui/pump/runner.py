@@ -235,10 +235,14 @@ class Pump:
             # Claude Code repeats `init` at every turn: the pane shows the session when it changes.
             same = event.get("type") == "system" and event.get("subtype") == "init" \
                 and event.get("session_id") == self.state.session_id
+            # Lines still unread here are not this event's (an error result the CLI printed without
+            # reading them: a resume that found no session): said so, for the bridge, which would
+            # answer the operator's message with the error, and then again once delivered.
+            unread: dict[str, Any] = {"unread": list(self.unread)} if self.unread else {}
             if _deeper(event, MAX_DEPTH):
-                self._record(transcript.OUT, show=not same, event=_shallow(event), raw=line)
+                self._record(transcript.OUT, show=not same, event=_shallow(event), raw=line, **unread)
             else:
-                self._record(transcript.OUT, show=not same, event=event)
+                self._record(transcript.OUT, show=not same, event=event, **unread)
             self._apply(rules.Output(time.time(), event))
         elif line.strip():
             self._record(transcript.OUT, raw=line)

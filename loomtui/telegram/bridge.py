@@ -126,10 +126,14 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
         if rec.dir == transcript.IN:
             _opened(turns, rec)
         elif rec.dir == transcript.OUT and rec.event.get("type") == "result":
-            asked = [t for t in turns.open if t.origin == TELEGRAM]
+            # Lines the pump says the CLI had not read (an error it printed without reading them: a
+            # resume that found no session) are not this result's: left open, for the pump's next
+            # records to say whether they go again or were lost.
+            unread = _seqs(rec.data.get("unread"))
+            asked = [t for t in turns.open if t.origin == TELEGRAM and t.seq not in unread]
             if asked:
                 turns.answers.append(answer_for(asked[0], rec.event))
-            turns.open.clear()
+            turns.open = [t for t in turns.open if t.seq is not None and t.seq in unread]
         elif rec.dir == transcript.PUMP and rec.data.get("what") == "unread":
             # Those it names as set aside (their last launch) are not written again: lost below.
             _ended(turns, _seqs(rec.data.get("seqs")) - _seqs(rec.data.get("set_aside")), only_again=True)

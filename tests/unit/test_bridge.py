@@ -168,6 +168,22 @@ def test_a_kept_line_the_cli_never_read_is_said_to_go_again_and_its_new_turn_ans
     assert answers[0].key != answers[1].key  # two `in` records, two answers, each sent once
 
 
+def test_an_error_the_cli_printed_before_reading_the_line_is_not_its_answer(script):
+    # A resume that finds no session: an error result at once, the line unread, the CLI's exit. The
+    # operator was sent the error as the answer, and then, the line delivered again, the real one.
+    seq = script.send("telegram")
+    event = {"type": "result", "subtype": "error_during_execution", "is_error": True,
+             "errors": ["No conversation found with session ID: s-1"]}
+    script.writer.append(transcript.OUT, ts=script._tick(), event=event, unread=[seq])
+    script.unread([seq])
+    script.cli_exit()
+    script.started(pending=[seq])
+    script.again(seq)
+    script.result("the real answer")
+    _, answers = advance(Cursor(), records(script.path))
+    assert [a.text for a in answers] == [AGAIN, "the real answer"]
+
+
 def test_a_killed_pumps_kept_line_is_said_to_go_again_by_the_next_pumps_start(script):
     # No `unread`, no `cli_exit`: the next pump's start says which lines it writes again.
     kept, lost = script.send("telegram"), script.send("telegram")

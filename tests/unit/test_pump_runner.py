@@ -135,12 +135,19 @@ def test_kept_messages_a_cli_never_read_are_kept_for_the_next_launch(tmp_path):
     path = transcript.path_in(tmp_path)
     unread = [r.data["seqs"] for r in transcript.read(path) if r.data.get("what") == "unread"]
     assert unread == [[1, 2]]
+    # Its error result came before it read message 1: said on the record, not taken for 1's answer.
+    [error] = [r for r in transcript.read(path) if r.event.get("type") == "result"]
+    assert error.data["unread"] == [1]
     # The next launch's CLI reads them: each, in order, once, and only then is its file gone.
     end = transcript.tail_offset(path, 0)
     assert pump_process(tmp_path, TAKES_THREE).returncode == 0
     answers = [r.event.get("result") for r in transcript.read(path, end) if r.event.get("type") == "result"]
     assert answers == ["got message 1", "got message 2", "got message 3"]
     assert list(queue.iterdir()) == []
+    # The operator reads that 1 and 2 go again (3 was never written to the first CLI), then each answer.
+    _, said = bridge.advance(bridge.Cursor(), transcript.read(path))
+    assert [(a.what, a.text) for a in said] == [("again", bridge.AGAIN)] * 2 + [
+        ("answer", f"got message {n}") for n in (1, 2, 3)]
 
 
 # A wedged CLI: it reads nothing and says nothing, and exits 1 once told to (its recycle).
