@@ -176,12 +176,14 @@ class Pump:
         except OSError as exc:
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             self._record(transcript.PUMP, what="spawn_failed", argv=self.argv, error=exc.strerror or str(exc))
+            # The lines an earlier pump kept stay kept, for the next pump (the bridge says they go again).
+            kept: dict[str, Any] = {"pending": list(self.state.queue)} if self.state.queue else {}
             self.state, _ = rules.step(self.state, rules.Exited(time.time(), code))
-            self._record(transcript.PUMP, what="cli_exit", status=code, signal=None, exit=code)
+            self._record(transcript.PUMP, what="cli_exit", status=code, signal=None, exit=code, **kept)
             self._publish()
             return code
         # With the lines an earlier pump kept, which this one writes again (the bridge says so).
-        kept: dict[str, Any] = {"pending": list(self.state.queue)} if self.state.queue else {}
+        kept = {"pending": list(self.state.queue)} if self.state.queue else {}
         self._record(transcript.PUMP, what="started", pid=os.getpid(), cli_pid=self.proc.pid, argv=self.argv, **kept)
         if self.state.queue:
             self._record(transcript.PUMP, what="pending", seqs=list(self.state.queue))

@@ -115,9 +115,9 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
     turn, and lines that reached the CLI together are one turn to Claude Code, answered once. A
     CLI that exits or a pump that starts again ends them unanswered, and an input whose write
     failed never had a turn. Of those, a line the pump kept for the next launch (its `unread`
-    before the CLI's exit, less those it sets aside; a new pump's `pending` at its start, when the
-    last one was killed; a queued line's failed write) is said to go to the agent again; its new
-    `in` is answered as any other.
+    before the CLI's exit, less those it sets aside; a new pump's `pending` at its start, or at the
+    exit of a CLI it could not start, when the last one was killed; a queued line's failed write)
+    is said to go to the agent again; its new `in` is answered as any other.
     """
     turns = _Turns(list(cursor.open))
     offset = cursor.offset
@@ -138,7 +138,8 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
             # Those it names as set aside (their last launch) are not written again: lost below.
             _ended(turns, _seqs(rec.data.get("seqs")) - _seqs(rec.data.get("set_aside")), only_again=True)
         elif rec.dir == transcript.PUMP and rec.data.get("what") in ("cli_exit", "started"):
-            _ended(turns, _seqs(rec.data.get("pending")) if rec.data.get("what") == "started" else set())
+            # `pending`: what a new pump took over from a killed one (on a CLI that failed to start, too).
+            _ended(turns, _seqs(rec.data.get("pending")))
         elif rec.dir == transcript.PUMP and rec.data.get("what") == "write_failed":
             # Its `in` was recorded before the write: no turn follows it, and none may take its place.
             # A queued line's file stays (`kept`): the next launch writes it again.

@@ -260,6 +260,28 @@ def test_a_queued_line_whose_write_fails_is_kept_and_said_to_go_again(tmp_path):
     assert [a.what for a in said] == ["answer", "again"]
 
 
+def test_a_kept_line_a_killed_pump_left_is_said_to_go_again_when_the_next_cli_cannot_start(tmp_path):
+    # The last pump was killed (no `unread`, no `cli_exit` of its own) with the operator's line written;
+    # the next one's CLI cannot start: its `cli_exit` said nothing of the line, which the bridge called
+    # lost, and a later pump delivered it.
+    queue = tmp_path / "pump-queue"
+    queue.mkdir()
+    (queue / "4.json").write_text(json.dumps({"seq": 4, "ts": 0, "origin": "telegram", "ref": "tg-4", "text": "hi"}))
+    log = transcript.Writer(transcript.path_in(tmp_path))
+    log.append(transcript.PUMP, what="started", pid=1, cli_pid=2, argv=["claude"])
+    log.append(transcript.IN, seq=4, origin="telegram", ref="tg-4", text="hi")
+    log.close()
+    done = subprocess.run([sys.executable, "-m", "loomtui", "pump", "--state-dir", str(tmp_path), "--",
+                           str(tmp_path / "no-such-cli")], capture_output=True, text=True, env=loom_env(), cwd=REPO,
+                          timeout=120)
+    assert done.returncode == 127 and (queue / "4.json").exists()
+    records = list(transcript.read(transcript.path_in(tmp_path)))
+    [end] = [r.data for r in records if r.data.get("what") == "cli_exit"]
+    assert end["pending"] == [4]
+    _, said = bridge.advance(bridge.Cursor(), records)
+    assert [a.what for a in said] == ["again"]
+
+
 # A CLI that exits, status 1, as soon as it is written a line: before it shows it read a byte.
 DIES_ON_A_LINE = r"""
 import sys
