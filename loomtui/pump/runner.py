@@ -10,6 +10,7 @@ and outlive the supervisor's restarts (docs/STREAM.md).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import json
@@ -67,17 +68,37 @@ class Message:
 
 @dataclass
 class Pending:
-    """A client's send, waiting in its connection's thread for the main loop's answer."""
+    """A client's send, waiting in its connection's thread for the main loop's answer. The first
+    answer is the one its sender hears: the main loop's, or its own when SEND_WAIT runs out
+    (`give_up`); the main loop takes and writes it under `lock`, so the two never cross."""
     text: str
     origin: str
     ref: str
     done: threading.Event = field(default_factory=threading.Event)
     answer: dict[str, Any] | None = None
+    seq: int | None = None  # once the main loop took it and is writing it (kept, unless a full disk)
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
-    def reply(self, answer: dict[str, Any]) -> None:
-        if self.answer is None:
+    def reply(self, answer: dict[str, Any]) -> bool:
+        """Answer the sender, unless it was answered already; whether this answer was the one."""
+        with self.lock:
+            if self.answer is not None:
+                return False
             self.answer = answer
             self.done.set()
+            return True
+
+    def give_up(self) -> dict[str, Any]:
+        """SEND_WAIT ran out. A line the main loop took is being written and is kept (its CLI reads
+        it, or the next launch): its sender hears `queued`, not a failure that it would send again
+        after. One the main loop has not taken is never taken now."""
+        with self.lock:
+            if self.seq is not None:
+                self.reply({"ok": True, "state": "queued", "seq": self.seq, "position": 0})
+            else:
+                self.reply({"ok": False, "error": f"the pump could not take the message within {SEND_WAIT:g}s"})
+            assert self.answer is not None
+            return self.answer
 
 
 def user_line(text: str) -> bytes:
@@ -259,6 +280,11 @@ class Pump:
         self.unread = []
 
     def _on_send(self, pending: Pending) -> None:
+        with pending.lock:
+            if pending.answer is None:  # else its sender stopped waiting (SEND_WAIT): never taken
+                self._take(pending)
+
+    def _take(self, pending: Pending) -> None:
         before = self.state
         self.state, actions = rules.step(self.state, rules.Send(time.time()))
         for action in actions:
@@ -289,30 +315,41 @@ class Pump:
                     self._record(transcript.PUMP, what="not_kept", seq=action.seq, error=exc.strerror or str(exc))
                 self.messages[action.seq] = message
                 self.waiting[action.seq] = pending
+                pending.seq = action.seq
                 self._write(action.seq)
 
     def _on_written(self, seq: int, error: str | None) -> None:
         self.messages.pop(seq, None)
         pending = self.waiting.pop(seq, None)
-        if error is not None:
-            self.unread = [s for s in self.unread if s != seq]
-            if pending is not None:
-                # Its sender is told the write failed (it may send again): not delivered later too.
-                self._queue_file(seq).unlink(missing_ok=True)
-            # A queued one's file stays: accepted, never delivered, the next launch delivers it
-            # (`kept`: the bridge says it goes again, not that it was lost).
-            stays: dict[str, Any] = {"kept": True} if pending is None and self._queue_file(seq).exists() else {}
-            self._record(transcript.PUMP, what="write_failed", seq=seq, error=error, **stays)
-            self._apply(rules.InputClosed(time.time(), seq))
-            if pending is not None:
+        if pending is None:
+            self._written(seq, error, told=False)
+            return
+        with pending.lock:  # not answered meanwhile by its own SEND_WAIT
+            self._written(seq, error, told=pending.answer is None)
+            if error is not None:
                 pending.reply({"ok": False, "error": f"could not write to the agent's CLI: {error}",
                                "code": rules.INPUT_CLOSED_CODE})
+            else:
+                pending.reply({"ok": True, "state": "delivered", "seq": seq})
+
+    def _written(self, seq: int, error: str | None, told: bool) -> None:
+        """Line `seq` went to the CLI's stdin, or failed to (`error`); `told`: a sender waits for
+        this answer (else it was queued, or it heard `queued` when its wait ran out)."""
+        if error is not None:
+            self.unread = [s for s in self.unread if s != seq]
+            if told:
+                # Its sender is told the write failed (it may send again): not delivered later too.
+                self._queue_file(seq).unlink(missing_ok=True)
+            # An accepted one's file stays: never delivered, the next launch delivers it (`kept`:
+            # the bridge says it goes again, not that it was lost).
+            stays: dict[str, Any] = {"kept": True} if not told and self._queue_file(seq).exists() else {}
+            self._record(transcript.PUMP, what="write_failed", seq=seq, error=error, **stays)
+            self._apply(rules.InputClosed(time.time(), seq))
             return
         # A kept message's file stays until the CLI shows it read the line (_on_output): in the
         # pipe is not read (a CLI that fails its resume exits without reading a byte of it).
-        if pending is not None:
+        if told:
             self._publish()
-            pending.reply({"ok": True, "state": "delivered", "seq": seq})
 
     def _on_stop(self, signum: int) -> None:
         self._record(transcript.PUMP, what="signal", signal=signum)
@@ -354,21 +391,11 @@ class Pump:
         self.state, _ = rules.step(self.state, rules.Exited(time.time(), status, signum))
         for item in later:
             self._handle(item)
-        for seq in self.waiting:
-            # Its sender is told below that the CLI exited (it may send again): not delivered later too.
-            self.unread = [s for s in self.unread if s != seq]
-            self._queue_file(seq).unlink(missing_ok=True)
-        kept = [seq for seq in self.unread if self._queue_file(seq).exists()]
-        if kept:
-            # Counted first: those this exit brings to MAX_UNREAD the next pump sets aside, not
-            # writes again (`set_aside`: the bridge says they were not delivered).
-            last = [seq for seq in kept if self._count_unread(seq) >= MAX_UNREAD]
-            aside: dict[str, Any] = {"set_aside": last} if last else {}
-            self._record(transcript.PUMP, what="unread", seqs=kept, **aside)
-        self._record(transcript.PUMP, what="cli_exit", status=status, signal=signum, exit=code)
-        self._publish()
-        for pending in self.waiting.values():
-            pending.reply(_exited())
+        with contextlib.ExitStack() as held:
+            told = self._exit_told(held)
+            self._record_exit(status, signum, code)
+            for pending in told:
+                pending.reply(_exited())  # after pump.json says so: one story, in order
         self._close_listener()
         # Sends that reached the socket after this are refused too, by a closed socket.
         while True:
@@ -382,6 +409,30 @@ class Pump:
         for thread in list(self.serving):
             thread.join(max(0.0, deadline - time.monotonic()))    # their answers are on their way
         return code
+
+    def _exit_told(self, held: contextlib.ExitStack) -> list[Pending]:
+        """The senders still waiting for a write, held (their locks, in `held`) until they are told
+        the CLI exited: their lines dropped, not delivered later too (they may send again). One whose
+        wait ran out heard `queued`: its line stays kept."""
+        told = []
+        for seq, pending in self.waiting.items():
+            held.enter_context(pending.lock)
+            if pending.answer is None:
+                told.append(pending)
+                self.unread = [s for s in self.unread if s != seq]
+                self._queue_file(seq).unlink(missing_ok=True)
+        return told
+
+    def _record_exit(self, status: int | None, signum: int | None, code: int) -> None:
+        kept = [seq for seq in self.unread if self._queue_file(seq).exists()]
+        if kept:
+            # Counted first: those this exit brings to MAX_UNREAD the next pump sets aside, not
+            # writes again (`set_aside`: the bridge says they were not delivered).
+            last = [seq for seq in kept if self._count_unread(seq) >= MAX_UNREAD]
+            aside: dict[str, Any] = {"set_aside": last} if last else {}
+            self._record(transcript.PUMP, what="unread", seqs=kept, **aside)
+        self._record(transcript.PUMP, what="cli_exit", status=status, signal=signum, exit=code)
+        self._publish()
 
     def _apply(self, event: rules.Event) -> None:
         self.state, actions = rules.step(self.state, event)
@@ -618,7 +669,7 @@ class Pump:
         pending = Pending(text, origin, ref)
         self.events.put(("send", pending))
         if not pending.done.wait(SEND_WAIT):
-            return {"ok": False, "error": f"the pump could not write the message within {SEND_WAIT:g}s"}
+            return pending.give_up()
         assert pending.answer is not None
         return pending.answer
 

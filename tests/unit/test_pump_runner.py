@@ -282,6 +282,43 @@ def test_a_kept_line_a_killed_pump_left_is_said_to_go_again_when_the_next_cli_ca
     assert [a.what for a in said] == ["again"]
 
 
+# `loom pump` with a SEND_WAIT of a second: argv[1] the state dir, the rest the CLI.
+SHORT_WAIT = r"""
+import sys
+from pathlib import Path
+from loomtui.pump import runner
+runner.SEND_WAIT = 1.0
+sys.exit(runner.Pump(Path(sys.argv[1]), sys.argv[2:], show=lambda line: None).run())
+"""
+
+
+def test_a_line_still_being_written_when_its_senders_wait_runs_out_is_said_queued_and_kept(tmp_path):
+    # A line longer than the pipe holds, to a CLI that reads nothing: the write cannot finish. Its
+    # sender heard "could not write the message" after SEND_WAIT and could send it again, while the
+    # pump kept it and the next launch delivered it too.
+    from loomtui.pump import client
+
+    go = tmp_path / "go"
+    pump = subprocess.Popen([sys.executable, "-c", SHORT_WAIT, str(tmp_path), sys.executable, "-c", WEDGED, str(go)],
+                            env=loom_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    path = transcript.path_in(tmp_path)
+    try:
+        wait_for(lambda: client.status(tmp_path) is not None, 60, what="the pump up, its CLI ready")
+        reply = client.send(tmp_path, "x" * (1 << 18), origin="telegram", timeout=60)
+        assert reply.state == "queued" and reply.seq is not None
+        kept = tmp_path / "pump-queue" / f"{reply.seq}.json"
+        assert kept.exists()
+        go.touch()
+        assert pump.wait(60) == 1
+    finally:
+        pump.kill()
+        pump.wait(60)
+    [failed] = [r.data for r in transcript.read(path) if r.data.get("what") == "write_failed"]
+    assert failed["seq"] == reply.seq and failed["kept"] is True and kept.exists()
+    _, said = bridge.advance(bridge.Cursor(), transcript.read(path))
+    assert [a.what for a in said] == ["again"]
+
+
 # A CLI that exits, status 1, as soon as it is written a line: before it shows it read a byte.
 DIES_ON_A_LINE = r"""
 import sys
