@@ -134,8 +134,10 @@ def _pump(data: dict[str, Any]) -> list[str]:
     if what == "pending":
         return [f"— {len(data.get('seqs') or [])} queued message(s) left by an earlier pump"]
     if what == "unread":
-        return [f"— {len(data.get('seqs') or [])} message(s) written that the CLI never showed it read: "
-                f"kept for the next launch"]
+        seqs, aside = data.get("seqs"), data.get("set_aside")
+        last = f" ({len(aside)} of them set aside at the next start)" if isinstance(aside, list) and aside else ""
+        return [f"— {len(seqs) if isinstance(seqs, list) else 0} message(s) written that the CLI never showed it "
+                f"read: kept for the next launch{last}"]
     if what == "cli_exit":
         if data.get("signal"):
             return [f"— the CLI was killed by signal {data.get('signal')}"]
@@ -143,7 +145,8 @@ def _pump(data: dict[str, Any]) -> list[str]:
     if what == "not_kept":
         return [f"— #{data.get('seq')} written but not kept for a next launch: {_one(data.get('error'))}"]
     if what == "write_failed":
-        return [f"— could not write #{data.get('seq')} to the CLI: {_one(data.get('error'))}"]
+        kept = " (kept for the next launch)" if data.get("kept") is True else ""
+        return [f"— could not write #{data.get('seq')} to the CLI: {_one(data.get('error'))}{kept}"]
     if what == "signal":
         return [f"— loom pump got signal {data.get('signal')}: stopping the CLI"]
     if what == "spawn_failed":

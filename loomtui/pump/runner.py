@@ -76,7 +76,7 @@ class Pending:
     ref: str
     done: threading.Event = field(default_factory=threading.Event)
     answer: dict[str, Any] | None = None
-    seq: int | None = None  # once the main loop took it and is writing it (kept, unless a full disk)
+    seq: int | None = None  # once the main loop took it, kept it and is writing it
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def reply(self, answer: dict[str, Any]) -> bool:
@@ -315,7 +315,8 @@ class Pump:
                     self._record(transcript.PUMP, what="not_kept", seq=action.seq, error=exc.strerror or str(exc))
                 self.messages[action.seq] = message
                 self.waiting[action.seq] = pending
-                pending.seq = action.seq
+                if message.persisted:  # its sender may hear `queued` if the write outlasts its wait
+                    pending.seq = action.seq
                 self._write(action.seq)
 
     def _on_written(self, seq: int, error: str | None) -> None:
@@ -393,9 +394,11 @@ class Pump:
             self._handle(item)
         with contextlib.ExitStack() as held:
             told = self._exit_told(held)
-            self._record_exit(status, signum, code)
-            for pending in told:
-                pending.reply(_exited())  # after pump.json says so: one story, in order
+            try:
+                self._record_exit(status, signum, code)
+            finally:
+                for pending in told:
+                    pending.reply(_exited())  # after pump.json says so: one story, in order
         self._close_listener()
         # Sends that reached the socket after this are refused too, by a closed socket.
         while True:
