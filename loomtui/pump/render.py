@@ -128,9 +128,9 @@ def _pump(data: dict[str, Any]) -> list[str]:
     if what == "started":
         argv = data.get("argv") or []
         shown = " ".join(str(a) for a in argv) if isinstance(argv, list) else ""
-        return [f"— loom pump {data.get('pid')}: started {_one(shown, 200)} (pid {data.get('cli_pid')})"]
+        return [f"— loom pump {_n(data.get('pid'))}: started {_one(shown, 200)} (pid {_n(data.get('cli_pid'))})"]
     if what == "queued":
-        return [f"— queued #{data.get('seq')} (position {data.get('position')}, from {_short(data.get('origin'))})"]
+        return [f"— queued #{_n(data.get('seq'))} (position {_n(data.get('position'))}, from {_short(data.get('origin'))})"]
     if what == "pending":
         return [f"— {len(data.get('seqs') or [])} queued message(s) left by an earlier pump"]
     if what == "unread":
@@ -140,19 +140,19 @@ def _pump(data: dict[str, Any]) -> list[str]:
                 f"read: kept for the next launch{last}"]
     if what == "cli_exit":
         if data.get("signal"):
-            return [f"— the CLI was killed by signal {data.get('signal')}"]
-        return [f"— the CLI exited with status {data.get('status')}"]
+            return [f"— the CLI was killed by signal {_n(data.get('signal'))}"]
+        return [f"— the CLI exited with status {_n(data.get('status'))}"]
     if what == "not_kept":
-        return [f"— #{data.get('seq')} written but not kept for a next launch: {_one(data.get('error'))}"]
+        return [f"— #{_n(data.get('seq'))} written but not kept for a next launch: {_one(data.get('error'))}"]
     if what == "write_failed":
         kept = " (kept for the next launch)" if data.get("kept") is True else ""
-        return [f"— could not write #{data.get('seq')} to the CLI: {_one(data.get('error'))}{kept}"]
+        return [f"— could not write #{_n(data.get('seq'))} to the CLI: {_one(data.get('error'))}{kept}"]
     if what == "signal":
-        return [f"— loom pump got signal {data.get('signal')}: stopping the CLI"]
+        return [f"— loom pump got signal {_n(data.get('signal'))}: stopping the CLI"]
     if what == "spawn_failed":
         return [f"— could not start the CLI: {_one(data.get('error'))}"]
     if what == "set_aside":
-        return [f"— set aside #{data.get('seq')}: {data.get('unread')} launches exited before reading it "
+        return [f"— set aside #{_n(data.get('seq'))}: {_n(data.get('unread'))} launches exited before reading it "
                 f"(kept as {_one(data.get('name'))} in the pump's queue)"]
     if what == "bad_queue_file":
         return [f"— skipped an unreadable queue file {_one(data.get('name'))}"]
@@ -183,6 +183,11 @@ def _block(head: str, text: object, limit: int = LINES_MAX) -> list[str]:
         shown.append(f"… {len(parts) - limit} more lines")
     pad = " " * len(head)
     return [(head if i == 0 else pad) + line for i, line in enumerate(shown)]
+
+
+def _n(value: object) -> str:
+    """A number a record gives (a seq, a pid, a status), as safe text whatever the record holds."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else _one(value, 40)
 
 
 def _one(text: object, limit: int = LINE_MAX) -> str:

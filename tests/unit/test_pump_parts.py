@@ -95,7 +95,9 @@ def test_every_piece_of_untrusted_text_is_made_safe_for_the_pane():
     shown += render.lines("pump", {"what": "write_failed", "seq": 3, "error": EVIL})
     shown += render.lines("pump", {"what": "not_kept", "seq": 3, "error": EVIL})
     shown += render.lines("pump", {"what": "queued", "seq": 3, "position": 1, "origin": EVIL})
-    assert len(_safe(shown)) == 17
+    shown += render.lines("pump", {"what": "unread", "seqs": EVIL, "set_aside": EVIL})
+    shown += render.lines("pump", {"what": "write_failed", "seq": EVIL, "error": EVIL, "kept": True})
+    assert len(_safe(shown)) == 19
     assert any("]0;owned[31mred[2J31m over" in line for line in shown)
 
 
