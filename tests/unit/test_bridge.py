@@ -41,6 +41,14 @@ class Script:
     def unread(self, seqs: list[int]) -> None:
         self.writer.append(transcript.PUMP, ts=self._tick(), what="unread", seqs=seqs)
 
+    def kept_through_a_relaunch(self, seq: int, answer: str) -> None:
+        """Line `seq` never read: the CLI exits, the next pump writes it again and it is answered."""
+        self.unread([seq])
+        self.cli_exit()
+        self.started(pending=[seq])
+        self.again(seq)
+        self.result(answer)
+
     def send(self, origin: str, text: str = "hello agent") -> int:
         self.seq += 1
         self.writer.append(transcript.IN, ts=self._tick(), seq=self.seq, origin=origin, ref=None, text=text)
@@ -157,11 +165,7 @@ def test_a_kept_line_the_cli_never_read_is_said_to_go_again_and_its_new_turn_ans
     # The pump keeps a line until the CLI shows it read it, and the next launch writes it again:
     # "send it again" had the operator's message reach the agent twice.
     seq = script.send("telegram")
-    script.unread([seq])
-    script.cli_exit()
-    script.started(pending=[seq])
-    script.again(seq)
-    script.result("answered after the relaunch")
+    script.kept_through_a_relaunch(seq, "answered after the relaunch")
     cursor, answers = advance(Cursor(), records(script.path))
     assert [a.text for a in answers] == [AGAIN, "answered after the relaunch"]
     assert [a.what for a in answers] == ["again", "answer"] and cursor.open == ()
@@ -175,11 +179,7 @@ def test_an_error_the_cli_printed_before_reading_the_line_is_not_its_answer(scri
     event = {"type": "result", "subtype": "error_during_execution", "is_error": True,
              "errors": ["No conversation found with session ID: s-1"]}
     script.writer.append(transcript.OUT, ts=script._tick(), event=event, unread=[seq])
-    script.unread([seq])
-    script.cli_exit()
-    script.started(pending=[seq])
-    script.again(seq)
-    script.result("the real answer")
+    script.kept_through_a_relaunch(seq, "the real answer")
     _, answers = advance(Cursor(), records(script.path))
     assert [a.text for a in answers] == [AGAIN, "the real answer"]
 
