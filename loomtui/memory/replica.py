@@ -358,12 +358,12 @@ class Replica:
         return conflicts
 
     def _unstick(self, now: float) -> Result | None:
-        """`--continue` stopped with nothing unmerged. Nothing is ever reset: what is staged but
-        cannot be committed by the rebase itself (stopped between picks, or killed inside one: no
-        author-script) is committed here (the agent's writes or this box's pick, which a `--skip`
-        reset away), and so is a pick left empty (the index and the tree HEAD's), as an empty
-        commit. Files written since the `add` (the agent writes at any time) are added at the next
-        stop round."""
+        """`--continue` stopped with nothing unmerged. Nothing of Loom's own rebases is reset: what
+        is staged but cannot be committed by the rebase itself (stopped between picks, or killed
+        inside one: no author-script) is committed here (the agent's writes or this box's pick,
+        which a `--skip` reset away), and so is a pick left empty (the index and the tree HEAD's),
+        as an empty commit; only a rebase of the apply backend skips one. Files written since the
+        `add` (the agent writes at any time) are added at the next stop round."""
         if self._unstaged():
             return None
         if self.git.run("diff", "--cached", "--quiet", "HEAD", check=False).ok:
