@@ -191,20 +191,19 @@ class Pump:
         self.log = transcript.Writer(transcript.path_in(self.state_dir))
 
     def _spawn(self) -> int | None:
+        # The lines an earlier pump kept, which this one writes again, or leaves kept for the next
+        # when its CLI cannot start: said on `started` or `cli_exit` (the bridge says they go again).
+        kept: dict[str, Any] = {"pending": list(self.state.queue)} if self.state.queue else {}
         try:
             self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, bufsize=0)
         except OSError as exc:
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             self._record(transcript.PUMP, what="spawn_failed", argv=self.argv, error=exc.strerror or str(exc))
-            # The lines an earlier pump kept stay kept, for the next pump (the bridge says they go again).
-            kept: dict[str, Any] = {"pending": list(self.state.queue)} if self.state.queue else {}
             self.state, _ = rules.step(self.state, rules.Exited(time.time(), code))
             self._record(transcript.PUMP, what="cli_exit", status=code, signal=None, exit=code, **kept)
             self._publish()
             return code
-        # With the lines an earlier pump kept, which this one writes again (the bridge says so).
-        kept = {"pending": list(self.state.queue)} if self.state.queue else {}
         self._record(transcript.PUMP, what="started", pid=os.getpid(), cli_pid=self.proc.pid, argv=self.argv, **kept)
         if self.state.queue:
             self._record(transcript.PUMP, what="pending", seqs=list(self.state.queue))

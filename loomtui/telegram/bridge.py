@@ -136,30 +136,26 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
             turns.open = [t for t in turns.open if t.seq is not None and t.seq in unread]
         elif rec.dir == transcript.PUMP and rec.data.get("what") == "unread":
             # Those it names as set aside (their last launch) are not written again: lost below.
-            _ended(turns, _seqs(rec.data.get("seqs")) - _seqs(rec.data.get("set_aside")), only_again=True)
+            again = _seqs(rec.data.get("seqs")) - _seqs(rec.data.get("set_aside"))
+            _ended(turns, [t for t in turns.open if t.seq in again], again)
         elif rec.dir == transcript.PUMP and rec.data.get("what") in ("cli_exit", "started"):
             # `pending`: what a new pump took over from a killed one (on a CLI that failed to start, too).
-            _ended(turns, _seqs(rec.data.get("pending")))
+            _ended(turns, list(turns.open), _seqs(rec.data.get("pending")))
         elif rec.dir == transcript.PUMP and rec.data.get("what") == "write_failed":
             # Its `in` was recorded before the write: no turn follows it, and none may take its place.
             # A queued line's file stays (`kept`): the next launch writes it again.
-            seq = rec.data.get("seq")
-            failed = [t for t in turns.open if t.seq is not None and t.seq == seq]
-            again = rec.data.get("kept") is True
-            turns.answers += [Answer(t.key, AGAIN if again else LOST, "again" if again else "lost")
-                              for t in failed if t.origin == TELEGRAM]
-            turns.open = [t for t in turns.open if t not in failed]
+            failed = _seqs([rec.data.get("seq")])
+            _ended(turns, [t for t in turns.open if t.seq in failed], failed if rec.data.get("kept") is True else set())
     return replace(cursor, offset=offset, open=tuple(turns.open)), turns.answers
 
 
-def _ended(turns: _Turns, again: set[int], only_again: bool = False) -> None:
-    """The open inputs' turns ended unanswered: those in `again` go to the agent again (said so),
-    the rest are lost (said so; `only_again`: left open for the record that ends them)."""
-    kept = [t for t in turns.open if t.seq is not None and t.seq in again]
-    lost = [] if only_again else [t for t in turns.open if t not in kept]
-    turns.answers += [Answer(t.key, AGAIN, "again") for t in kept if t.origin == TELEGRAM]
-    turns.answers += [Answer(t.key, LOST, "lost") for t in lost if t.origin == TELEGRAM]
-    turns.open = [t for t in turns.open if t not in kept and t not in lost]
+def _ended(turns: _Turns, ending: list[Input], again: set[int]) -> None:
+    """The turns of `ending` (open inputs) ended unanswered: those whose seq is in `again` go to
+    the agent again, the rest are lost; the operator is told which, of those it sent."""
+    for t in ending:
+        if t.origin == TELEGRAM:
+            turns.answers.append(Answer(t.key, AGAIN, "again") if t.seq in again else Answer(t.key, LOST, "lost"))
+    turns.open = [t for t in turns.open if t not in ending]
 
 
 def _seqs(value: object) -> set[int]:
