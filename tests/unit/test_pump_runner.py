@@ -3,6 +3,7 @@ the pane's thread when the pane takes nothing, and the refusals of sends the CLI
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -122,6 +123,23 @@ def pump_process(state_dir, cli_code: str) -> subprocess.CompletedProcess[str]:
                           cwd=REPO, timeout=120)
 
 
+@contextlib.contextmanager
+def live_pump(state_dir, *cli: str, pump: tuple[str, ...] = ()):
+    """`loom pump` (or `pump`, a launcher of it) in a process of its own in front of `cli`, up and
+    its CLI ready once this yields it; killed at the end whatever the test left of it."""
+    from loomtui.pump import client
+
+    launcher = pump or (sys.executable, "-m", "loomtui", "pump", "--state-dir", str(state_dir), "--")
+    proc = subprocess.Popen([*launcher, *cli], env=loom_env(), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: client.status(state_dir) is not None, 60, what="the pump up, its CLI ready")
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(60)
+
+
 def test_kept_messages_a_cli_never_read_are_kept_for_the_next_launch(tmp_path):
     # Their files went as soon as the bytes reached the pipe: a CLI that failed its resume without
     # reading a byte ate one message per launch (two here: its error result let the next one be written).
@@ -165,20 +183,13 @@ def test_a_line_written_at_once_to_a_cli_that_never_read_it_is_kept_for_the_next
     from loomtui.pump import client
 
     go = tmp_path / "go"
-    pump = subprocess.Popen([sys.executable, "-m", "loomtui", "pump", "--state-dir", str(tmp_path), "--",
-                             sys.executable, "-c", WEDGED, str(go)], env=loom_env(), cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: client.status(tmp_path) is not None, 60, what="the pump up, its CLI ready")
+    with live_pump(tmp_path, sys.executable, "-c", WEDGED, str(go)) as pump:
         reply = client.send(tmp_path, "are you there?", origin="telegram", ref="tg-9", timeout=60)
         assert reply.state == "delivered"
         kept = tmp_path / "pump-queue" / f"{reply.seq}.json"
         assert json.loads(kept.read_text())["text"] == "are you there?"
         go.touch()
         assert pump.wait(60) == 1
-    finally:
-        pump.kill()
-        pump.wait(60)
     path = transcript.path_in(tmp_path)
     assert [r.data["seqs"] for r in transcript.read(path) if r.data.get("what") == "unread"] == [[reply.seq]]
     # The next launch's CLI reads it, and only then is its file gone.
@@ -197,16 +208,9 @@ def test_a_line_written_at_once_to_a_cli_that_never_read_it_is_kept_for_the_next
 def test_a_line_written_at_once_that_the_cli_read_leaves_no_file(tmp_path):
     from loomtui.pump import client
 
-    pump = subprocess.Popen([sys.executable, "-m", "loomtui", "pump", "--state-dir", str(tmp_path), "--",
-                             sys.executable, "-c", TAKES_THREE.replace("range(3)", "range(1)")],
-                            env=loom_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: client.status(tmp_path) is not None, 60, what="the pump up, its CLI ready")
+    with live_pump(tmp_path, sys.executable, "-c", TAKES_THREE.replace("range(3)", "range(1)")) as pump:
         assert client.send(tmp_path, "hello", origin="telegram", timeout=60).state == "delivered"
         assert pump.wait(60) == 0
-    finally:
-        pump.kill()
-        pump.wait(60)
     records = list(transcript.read(transcript.path_in(tmp_path)))
     assert [r.event.get("result") for r in records if r.event.get("type") == "result"] == ["got hello"]
     assert not [r for r in records if r.data.get("what") == "unread"]
@@ -235,12 +239,8 @@ def test_a_queued_line_whose_write_fails_is_kept_and_said_to_go_again(tmp_path):
     # which had said "lost, send again", now says it goes again.
     from loomtui.pump import client
 
-    pump = subprocess.Popen([sys.executable, "-m", "loomtui", "pump", "--state-dir", str(tmp_path), "--",
-                             sys.executable, "-c", CLOSES_ITS_INPUT, str(tmp_path)], env=loom_env(), cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     path = transcript.path_in(tmp_path)
-    try:
-        wait_for(lambda: client.status(tmp_path) is not None, 60, what="the pump up, its CLI ready")
+    with live_pump(tmp_path, sys.executable, "-c", CLOSES_ITS_INPUT, str(tmp_path)) as pump:
         assert client.send(tmp_path, "first", origin="telegram", timeout=60).state == "delivered"
         wait_for(lambda: any(r.event.get("subtype") == "init" for r in transcript.read(path)), 60, what="its turn")
         queued = client.send(tmp_path, "second", origin="telegram", timeout=60)
@@ -250,9 +250,6 @@ def test_a_queued_line_whose_write_fails_is_kept_and_said_to_go_again(tmp_path):
                  what="the queued line's write failing")
         (tmp_path / "end").touch()
         assert pump.wait(60) == 0
-    finally:
-        pump.kill()
-        pump.wait(60)
     [failed] = [r.data for r in transcript.read(path) if r.data.get("what") == "write_failed"]
     assert failed["seq"] == queued.seq and failed["kept"] is True
     assert json.loads((tmp_path / "pump-queue" / f"{queued.seq}.json").read_text())["text"] == "second"
@@ -299,20 +296,15 @@ def test_a_line_still_being_written_when_its_senders_wait_runs_out_is_said_queue
     from loomtui.pump import client
 
     go = tmp_path / "go"
-    pump = subprocess.Popen([sys.executable, "-c", SHORT_WAIT, str(tmp_path), sys.executable, "-c", WEDGED, str(go)],
-                            env=loom_env(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     path = transcript.path_in(tmp_path)
-    try:
-        wait_for(lambda: client.status(tmp_path) is not None, 60, what="the pump up, its CLI ready")
+    with live_pump(tmp_path, sys.executable, "-c", WEDGED, str(go),
+                   pump=(sys.executable, "-c", SHORT_WAIT, str(tmp_path))) as pump:
         reply = client.send(tmp_path, "x" * (1 << 18), origin="telegram", timeout=60)
         assert reply.state == "queued" and reply.seq is not None
         kept = tmp_path / "pump-queue" / f"{reply.seq}.json"
         assert kept.exists()
         go.touch()
         assert pump.wait(60) == 1
-    finally:
-        pump.kill()
-        pump.wait(60)
     assert kept.exists()
     # Said as the write's failure (kept), or as a line the exiting CLI never read, as the pump's
     # threads happen to tell it; either way the bridge says it goes again.
