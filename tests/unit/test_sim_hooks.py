@@ -107,6 +107,28 @@ def test_misses_in_a_turn_loom_was_never_told_of_are_a_wedge_s_even_once_it_ende
     assert not checker.unreported_turn_just_ended(agent)
 
 
+def test_misses_a_dialog_ate_under_a_rate_limit_are_the_dialogs_not_the_limits():
+    """The hooked storm, seeds 89 (day 17.41) and 145 (day 20.38): a rate limit held; a dialog came
+    under the hold and Loom stopped pressing its keys; the hold ran out and the dialog ate the two
+    probes after it; the operator closed it, and the canary recycled on those misses. The checker
+    read misses under a limit Loom was told of as the limit's failed turns and called the recycle a
+    violation: they were the dialog's (dialog_closed, by design), as without the limit."""
+    from types import SimpleNamespace
+
+    sim = Sim(hooked(), PROFILES["storm"], 89, 1)
+    checker, world = sim.checker, sim.world
+    t = 1_504_543.7
+    world.t, world.tmux_session = t, True
+    world.limited_until, world.limit_told = t - 117.0, t - 2_000.0  # the limit's hold ran out just now
+    agent = SimpleNamespace(pid=7, alive=True, deaf_since=None, modal=False, eaten_at=t - 45.0)
+    world.agent = agent
+    assert checker.unjustified("canary_failed") == ""
+    assert sim.report.hearing_recycles == {"dialog_closed": 1}
+    agent.eaten_at = t - checker.misses_span - 120.0  # a dialog before the misses: the limit's own
+    assert checker.unjustified("canary_failed") == \
+        "the agent was rate-limited, its CLI reporting each failed turn, and was recycled"
+
+
 def test_a_wedge_hidden_in_a_probes_turn_after_a_relaunch_is_found_within_the_witness_bound():
     """Hooked storm seed 102, day 6.97, scripted: after a crash's relaunch the operator's turn held
     the relaunch's own probe (a miss, excused), the next probe came an interval later, the agent
