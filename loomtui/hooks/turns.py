@@ -14,6 +14,7 @@ import json
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
 from loomtui import clock
 from loomtui.agent import launches
@@ -21,6 +22,7 @@ from loomtui.agent.records import LaunchRecord
 from loomtui.canary.rules import MISS, OK, ProbeRun
 from loomtui.context import Context
 from loomtui.hooks import ingest, pump_turns, source, turn_rules
+from loomtui.hooks.events import UNREADABLE
 from loomtui.hooks.settings import events_dir
 from loomtui.hooks.turn_rules import Mark, Turn
 from loomtui.store import canary_runs, hook_events
@@ -173,9 +175,33 @@ def explains(ctx: Context, typed_at: float, now: Instant, seen: Seen | None = No
 
 
 def withholds_probe(ctx: Context, now: Instant, seen: Seen | None = None) -> bool:
-    """A probe now would land in an open permission prompt (hooks.turn_rules.withholds_probe)."""
+    """A probe now would land in an open permission prompt (hooks.turn_rules.withholds_probe): as
+    the recorded turns say, or as the hook events still waiting unread in the agent's events
+    directory say (the hooks loop is behind: the store was locked, its backoff after). The hooked
+    storm, seed 70, day 2.07: the store locked for fifteen minutes, a permission prompt opened in
+    them, and a probe was typed into it a minute after the lock, while the hooks loop still backed
+    off with the prompt's notification unread."""
     cfg = ctx.config.canary
-    return turn_rules.withholds_probe(seen() if seen else read(ctx), now, cfg.turn_quiet, cfg.max_turn)
+    if turn_rules.withholds_probe(seen() if seen else read(ctx), now, cfg.turn_quiet, cfg.max_turn):
+        return True
+    return _prompt_unread(ctx, now, cfg.turn_quiet)
+
+
+def _prompt_unread(ctx: Context, now: Instant, bound: float) -> bool:
+    """The newest readable event still waiting unread is a permission prompt's notification (the
+    prompt opened, nothing after it yet: as turn_rules reads the marks). Not once the oldest waiting
+    file has waited `bound` (complete_until's): one that cannot be read or removed must not keep
+    the canary from probing for good. The newest first, at most ingest.BATCH of them."""
+    directory = events_dir(ctx.agent_dir)
+    waiting = ingest.pending(directory)
+    if _waiting_since(directory, waiting, now, bound) is None:
+        return False
+    for _, name in reversed(waiting[-ingest.BATCH:]):
+        got = ingest.read_event(directory / name)
+        if got is None or got[0].event == UNREADABLE:
+            continue  # gone since (read by the hooks loop), or nothing to go by
+        return got[0].event == turn_rules.NOTIFICATION and got[0].source == turn_rules.PERMISSION
+    return False
 
 
 def _mark(row) -> Mark:
@@ -199,18 +225,24 @@ def complete_until(ctx: Context, now: Instant, bound: float) -> Instant:
     (turn_quiet) no longer hold the judgement back: one that cannot be read or removed must not
     excuse a wedge for ever."""
     directory = events_dir(ctx.agent_dir)
-    waiting = ingest.pending(directory)
+    since = _waiting_since(directory, ingest.pending(directory), now, bound)
+    return now if since is None else since
+
+
+def _waiting_since(directory: Path, waiting: list[tuple[int, str]], now: Instant, bound: float) -> Instant | None:
+    """Since when the oldest of the event files `waiting` in `directory` has waited; None when
+    none waits, or it has waited `bound` or longer."""
     seen = _waiting_seen(directory, waiting, now)
     if not waiting:
-        return now
+        return None
     oldest = waiting[0][0] / 1e9
     first = min(seen.values(), key=lambda at: at.mono if at.mono is not None else at.wall)
     if not stepped(first, now) and now.wall >= oldest:
-        return clock.at_wall(oldest, now) if now.wall - oldest < bound else now
+        return clock.at_wall(oldest, now) if now.wall - oldest < bound else None
     # The wall clock was stepped while they waited (or since one was written: it reads as written
     # later than now): their mtimes cannot say how long. From when a look first saw them waiting,
     # on the monotonic clock, for `bound` at most.
-    return now if age(first, now) >= bound else first
+    return None if age(first, now) >= bound else first
 
 
 # Per events directory, when a look first saw each file still waiting there (name and mtime): the

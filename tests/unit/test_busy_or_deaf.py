@@ -254,6 +254,53 @@ def test_a_permission_prompt_is_told_once_and_withholds_the_probe_until_it_close
         assert not turns.withholds_probe(ctx, clock.now())
 
 
+def test_no_probe_or_nudge_is_typed_while_a_permission_prompts_notification_waits_unread(tmp_path):
+    """Hooked storm seed 70, day 2.07: the store locked for fifteen minutes, a permission prompt
+    opened in them, its notification waited in the events directory while the hooks loop backed
+    off after the lock, and the canary typed a probe into the prompt. The waiting events are read
+    for it: no probe and no nudge while the newest says a prompt opened, for `turn_quiet` at most."""
+    from loomtui import actions
+
+    ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
+    settings.write(ctx.agent_dir)
+    virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
+
+    def prompt(n: int, kind: str = "permission_prompt") -> None:
+        path = settings.events_dir(ctx.agent_dir) / f"ev.{n}.json"
+        path.write_text(json.dumps({"hook_event_name": "Notification", "notification_type": kind,
+                                    "session_id": "s-1", "message": "Claude needs your permission to use Bash"}))
+        os.utime(path, (clock.wall(), clock.wall()))
+
+    with clock.use(virtual):
+        hook(ctx, "UserPromptSubmit")
+        loop = CanaryLoop(ctx)
+        virtual.advance(30 * 60)  # a probe is due
+        unread(ctx, 1, clock.wall() - 2)  # a tool's event not read yet says nothing of a prompt
+        assert not turns.withholds_probe(ctx, clock.now())
+        prompt(2)  # the prompt opened after it, its notification unread (the store locked, say)
+        assert turns.withholds_probe(ctx, clock.now())
+        assert loop.tick() == "" and canary_runs.last(ctx.store, ctx.agent) is None
+        nudged = actions.nudge(ctx, "[loom sentinel] Queue item 1: ...", source="sentinel", detail={"item": 1})
+        assert (nudged.ok, nudged.refused) == (False, "permission")
+        virtual.advance(60)
+        unread(ctx, 3, clock.wall())  # the prompt answered, its tool ran: nothing open now
+        assert not turns.withholds_probe(ctx, clock.now())
+        prompt(4, "idle_prompt")  # nor is an idle prompt's notification a dialog a probe could answer
+        assert not turns.withholds_probe(ctx, clock.now())
+        prompt(5)
+        assert turns.withholds_probe(ctx, clock.now())
+        virtual.advance(13 * 60)
+        assert turns.withholds_probe(ctx, clock.now())
+        virtual.advance(2 * 60)  # the oldest waiting longer than turn_quiet: a file that cannot be read stops nothing
+        assert not turns.withholds_probe(ctx, clock.now())
+        assert len(ingest.collect(ctx)) == 5  # read at last: the recorded turn says the prompt is open
+        assert turns.withholds_probe(ctx, clock.now())
+        hook(ctx, "PostToolUse", "Bash")  # answered: the tool ran
+        assert not turns.withholds_probe(ctx, clock.now())
+        loop.tick()
+        assert canary_runs.last(ctx.store, ctx.agent) is not None  # the probe, typed now
+
+
 def test_a_line_typed_into_a_busy_turn_does_not_hasten_a_probe_until_the_turn_goes_quiet(tmp_path):
     ctx = hooked_ctx(tmp_path, turn_quiet="15m")
     virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
