@@ -106,7 +106,7 @@ class CanaryLoop:
             due_in(gather.last_run(), clock.now(), cfg.interval, cfg.ack_timeout),
             "under_way": lambda: launches.relaunch_under_way(ctx),
             "pending": lambda: canary_runs.any_with_result(ctx.store, ctx.agent, PENDING),
-            "withheld": lambda: turns.withholds_probe(ctx, clock.now(), gather.agent_turns),
+            "withheld": lambda: turns.withholds_probe(ctx, clock.now()),
         })
         return gather
 

@@ -108,6 +108,12 @@ def read_event(path: Path) -> tuple[HookEvent, float] | None:
 _UNREMOVED: dict[str, set[tuple[str, int]]] = {}
 
 
+def unremoved(directory: Path) -> frozenset[tuple[str, int]]:
+    """The files of `directory` (name, mtime in ns) recorded by this process that could not be
+    removed: still there, never recorded again (their events are in the store)."""
+    return frozenset(_UNREMOVED.get(str(directory), ()))
+
+
 def collect(ctx: Context) -> list[Recorded]:
     """Record every complete event file in the agent's events directory, oldest first, and delete it."""
     directory = events_dir(ctx.agent_dir)

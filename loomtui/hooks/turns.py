@@ -14,7 +14,6 @@ import json
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 from loomtui import clock
 from loomtui.agent import launches
@@ -22,7 +21,6 @@ from loomtui.agent.records import LaunchRecord
 from loomtui.canary.rules import MISS, OK, ProbeRun
 from loomtui.context import Context
 from loomtui.hooks import ingest, pump_turns, source, turn_rules
-from loomtui.hooks.events import UNREADABLE
 from loomtui.hooks.settings import events_dir
 from loomtui.hooks.turn_rules import Mark, Turn
 from loomtui.store import canary_runs, hook_events
@@ -174,34 +172,50 @@ def explains(ctx: Context, typed_at: float, now: Instant, seen: Seen | None = No
     return turn_rules.holds_back(turns, Instant(typed_at), now, cfg.turn_quiet, cfg.max_turn) if turns else ""
 
 
-def withholds_probe(ctx: Context, now: Instant, seen: Seen | None = None) -> bool:
-    """A probe now would land in an open permission prompt (hooks.turn_rules.withholds_probe): as
-    the recorded turns say, or as the hook events still waiting unread in the agent's events
-    directory say (the hooks loop is behind: the store was locked, its backoff after). The hooked
+def withholds_probe(ctx: Context, now: Instant) -> bool:
+    """A probe now would land in an open permission prompt (hooks.turn_rules.withholds_probe), as
+    the turns will stand once the hook events still waiting unread in the agent's events directory
+    are recorded (the hooks loop is behind: the store was locked, its backoff after). The hooked
     storm, seed 70, day 2.07: the store locked for fifteen minutes, a permission prompt opened in
     them, and a probe was typed into it a minute after the lock, while the hooks loop still backed
-    off with the prompt's notification unread."""
+    off with the prompt's notification unread. The directory is read before the store (never the
+    turns a tick read earlier): an event recorded, its file removed, in between is in the store's
+    read."""
     cfg = ctx.config.canary
-    if turn_rules.withholds_probe(seen() if seen else read(ctx), now, cfg.turn_quiet, cfg.max_turn):
-        return True
-    return _prompt_unread(ctx, now, cfg.turn_quiet)
+    unread = [] if from_pump(ctx) else _unread_marks(ctx, now)
+    if not unread:
+        all_turns = read(ctx)
+    else:
+        all_turns = _made(_hook_marks(turn_marks(ctx.store, ctx.agent), hook_events.last_tool_use(ctx.store, ctx.agent))
+                          + unread, launches.last_launch(ctx), _acks(ctx))
+    return turn_rules.withholds_probe(all_turns, now, cfg.turn_quiet, cfg.max_turn)
 
 
-def _prompt_unread(ctx: Context, now: Instant, bound: float) -> bool:
-    """The newest readable event still waiting unread is a permission prompt's notification (the
-    prompt opened, nothing after it yet: as turn_rules reads the marks). Not once the oldest waiting
-    file has waited `bound` (complete_until's): one that cannot be read or removed must not keep
-    the canary from probing for good. The newest first, at most ingest.BATCH of them."""
+def _unread_marks(ctx: Context, now: Instant) -> list[Mark]:
+    """The turn marks of the event files waiting unread in the agent's events directory (the newest
+    ingest.BATCH, oldest first), dated as ingest will date them; none for a file already recorded
+    that could not be removed (the store's marks hold it), one vanished since the listing (recorded
+    meanwhile: the store's read after this holds it), or one that is no turn's (turn_rules reads
+    only turn events and tool uses)."""
     directory = events_dir(ctx.agent_dir)
     waiting = ingest.pending(directory)
-    if _waiting_since(directory, waiting, now, bound) is None:
-        return False
-    for _, name in reversed(waiting[-ingest.BATCH:]):
+    if not waiting:
+        return []
+    recorded = ingest.unremoved(directory)
+    out = []
+    for mtime, name in waiting[-ingest.BATCH:]:
+        if (name, mtime) in recorded:
+            continue
         got = ingest.read_event(directory / name)
-        if got is None or got[0].event == UNREADABLE:
-            continue  # gone since (read by the hooks loop), or nothing to go by
-        return got[0].event == turn_rules.NOTIFICATION and got[0].source == turn_rules.PERMISSION
-    return False
+        if got is None:
+            continue
+        event, wall = got
+        if event.event not in hook_events.TURN_EVENTS and event.event not in turn_rules.TOOL_EVENTS:
+            continue
+        message = event.detail.get("message") if event.event == turn_rules.NOTIFICATION else ""
+        out.append(Mark(clock.at_wall(min(wall, now.wall), now), event.event, event.source,
+                        message if isinstance(message, str) else ""))
+    return out
 
 
 def _mark(row) -> Mark:
@@ -225,24 +239,18 @@ def complete_until(ctx: Context, now: Instant, bound: float) -> Instant:
     (turn_quiet) no longer hold the judgement back: one that cannot be read or removed must not
     excuse a wedge for ever."""
     directory = events_dir(ctx.agent_dir)
-    since = _waiting_since(directory, ingest.pending(directory), now, bound)
-    return now if since is None else since
-
-
-def _waiting_since(directory: Path, waiting: list[tuple[int, str]], now: Instant, bound: float) -> Instant | None:
-    """Since when the oldest of the event files `waiting` in `directory` has waited; None when
-    none waits, or it has waited `bound` or longer."""
+    waiting = ingest.pending(directory)
     seen = _waiting_seen(directory, waiting, now)
     if not waiting:
-        return None
+        return now
     oldest = waiting[0][0] / 1e9
     first = min(seen.values(), key=lambda at: at.mono if at.mono is not None else at.wall)
     if not stepped(first, now) and now.wall >= oldest:
-        return clock.at_wall(oldest, now) if now.wall - oldest < bound else None
+        return clock.at_wall(oldest, now) if now.wall - oldest < bound else now
     # The wall clock was stepped while they waited (or since one was written: it reads as written
     # later than now): their mtimes cannot say how long. From when a look first saw them waiting,
     # on the monotonic clock, for `bound` at most.
-    return None if age(first, now) >= bound else first
+    return now if age(first, now) >= bound else first
 
 
 # Per events directory, when a look first saw each file still waiting there (name and mtime): the

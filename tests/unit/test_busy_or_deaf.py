@@ -257,46 +257,48 @@ def test_a_permission_prompt_is_told_once_and_withholds_the_probe_until_it_close
 def test_no_probe_or_nudge_is_typed_while_a_permission_prompts_notification_waits_unread(tmp_path):
     """Hooked storm seed 70, day 2.07: the store locked for fifteen minutes, a permission prompt
     opened in them, its notification waited in the events directory while the hooks loop backed
-    off after the lock, and the canary typed a probe into the prompt. The waiting events are read
-    for it: no probe and no nudge while the newest says a prompt opened, for `turn_quiet` at most."""
+    off after the lock, and the canary typed a probe into the prompt. The turns are judged as they
+    will stand once the waiting events are recorded: no probe and no nudge while they say a prompt
+    is open, as the recorded ones would (for max_turn at most)."""
     from loomtui import actions
 
     ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
     settings.write(ctx.agent_dir)
     virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
 
-    def prompt(n: int, kind: str = "permission_prompt") -> None:
+    def waiting(n: int, event: str, **fields) -> None:
         path = settings.events_dir(ctx.agent_dir) / f"ev.{n}.json"
-        path.write_text(json.dumps({"hook_event_name": "Notification", "notification_type": kind,
-                                    "session_id": "s-1", "message": "Claude needs your permission to use Bash"}))
+        path.write_text(json.dumps({"hook_event_name": event, "session_id": "s-1", **fields}))
         os.utime(path, (clock.wall(), clock.wall()))
+
+    def permission(n: int) -> None:
+        waiting(n, "Notification", notification_type="permission_prompt",
+                message="Claude needs your permission to use Bash")
 
     with clock.use(virtual):
         hook(ctx, "UserPromptSubmit")
         loop = CanaryLoop(ctx)
-        virtual.advance(30 * 60)  # a probe is due
-        unread(ctx, 1, clock.wall() - 2)  # a tool's event not read yet says nothing of a prompt
-        assert not turns.withholds_probe(ctx, clock.now())
-        prompt(2)  # the prompt opened after it, its notification unread (the store locked, say)
+        waiting(1, "PostToolUse", tool_name="Read")  # the store locked from here: this waits unread
+        virtual.advance(16 * 60)  # longer than turn_quiet: the oldest waiting file bounds nothing here
+        assert not turns.withholds_probe(ctx, clock.now())  # a tool's event says nothing of a prompt
+        permission(2)
         assert turns.withholds_probe(ctx, clock.now())
+        virtual.advance(20 * 60)  # a probe is due (the interval is 20 minutes)
         assert loop.tick() == "" and canary_runs.last(ctx.store, ctx.agent) is None
         nudged = actions.nudge(ctx, "[loom sentinel] Queue item 1: ...", source="sentinel", detail={"item": 1})
         assert (nudged.ok, nudged.refused) == (False, "permission")
-        virtual.advance(60)
-        unread(ctx, 3, clock.wall())  # the prompt answered, its tool ran: nothing open now
-        assert not turns.withholds_probe(ctx, clock.now())
-        prompt(4, "idle_prompt")  # nor is an idle prompt's notification a dialog a probe could answer
-        assert not turns.withholds_probe(ctx, clock.now())
-        prompt(5)
+        waiting(3, "PreCompact", trigger="auto")  # no turn's event (turn_rules never reads it): still open
         assert turns.withholds_probe(ctx, clock.now())
-        virtual.advance(13 * 60)
-        assert turns.withholds_probe(ctx, clock.now())
-        virtual.advance(2 * 60)  # the oldest waiting longer than turn_quiet: a file that cannot be read stops nothing
+        waiting(4, "PostToolUse", tool_name="Bash")  # answered: its tool ran
         assert not turns.withholds_probe(ctx, clock.now())
-        assert len(ingest.collect(ctx)) == 5  # read at last: the recorded turn says the prompt is open
+        permission(5)  # asked again
         assert turns.withholds_probe(ctx, clock.now())
-        hook(ctx, "PostToolUse", "Bash")  # answered: the tool ran
+        assert len(ingest.collect(ctx)) == 5  # read at last: the recorded turn says the same
+        assert turns.withholds_probe(ctx, clock.now())
+        permission(6)
+        virtual.advance(2 * 3600)  # unanswered for max_turn: probed again, as a recorded prompt is
         assert not turns.withholds_probe(ctx, clock.now())
+        hook(ctx, "PostToolUse", "Bash")
         loop.tick()
         assert canary_runs.last(ctx.store, ctx.agent) is not None  # the probe, typed now
 
