@@ -405,10 +405,12 @@ class Sim:
     def typed_into(self, agent: Agent, text: str, origin: str = "operator", ref: str = "") -> Delivery | None:
         """A line Loom typed (or, with the stream-json driver, handed to the pump: its receipt)."""
         self.checker.on_typed(text)
-        if agent.modal:
-            agent.eaten_at = self.world.t  # the dialog takes it: a miss now is the dialog's
         item = NUDGE.search(text)
         m = PROBE.search(text)
+        if agent.modal:
+            agent.eaten_at = self.world.t  # the dialog takes it: a miss now is the dialog's
+            if m and item is None:
+                agent.probes_eaten = [*agent.probes_eaten[-9:], self.world.t]
         if self.pump is not None:
             if self.hooks is not None:
                 self.wake("hooks")  # inject rings the hooks loop's `typed`: the witness looks

@@ -196,10 +196,12 @@ class Checker:
                 # Rate-limited (or just now), its probes' turns failed, and told so before the misses
                 # that decided: Loom must hold, not recycle, unless a later report was lost or late.
                 # (Told of it only since, the recycle is judged as any other: a turn past max_turn.)
-                if w.t - a.eaten_at <= self.misses_span + SLACK:
-                    # Its probes never reached the CLI to fail: a dialog ate them, closed since (the
-                    # hooked storm, seeds 89 and 145: the hold ran out under a dialog Loom had
-                    # stopped pressing, the operator closed it between the misses and the recycle).
+                eaten = sum(1 for at in a.probes_eaten if w.t - at <= self.misses_span + SLACK)
+                if eaten >= self.sim.config.canary.misses_to_recycle:
+                    # The probes that missed never reached the CLI to fail: a dialog ate them, closed
+                    # since (the hooked storm, seeds 89 and 145: the hold ran out under a dialog Loom
+                    # had stopped pressing, the operator closed it between the misses and the
+                    # recycle). One the limit failed is Loom's to excuse: fewer eaten, no excuse.
                     excuse = "dialog_closed"
                 elif w.t - w.limit_unreported > self.misses_span + LATE_BY + SLACK:
                     return "the agent was rate-limited, its CLI reporting each failed turn, and was recycled"

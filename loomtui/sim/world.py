@@ -52,6 +52,7 @@ class Agent:
     # quiet had lost its events.
     last_event: float = -1e18
     eaten_at: float = -1e18          # the last time a dialog on its screen ate a typed line
+    probes_eaten: list[float] = field(default_factory=list)  # when a dialog ate each of the last probes
     # Its turn waits on a permission prompt since then, until the operator answers (`answer_at`);
     # what Loom could see: the prompt's notification written, no turn mark since (None: none open).
     waiting_since: float | None = None

@@ -120,13 +120,16 @@ def test_misses_a_dialog_ate_under_a_rate_limit_are_the_dialogs_not_the_limits()
     t = 1_504_543.7
     world.t, world.tmux_session = t, True
     world.limited_until, world.limit_told = t - 117.0, t - 2_000.0  # the limit's hold ran out just now
-    agent = SimpleNamespace(pid=7, alive=True, deaf_since=None, modal=False, eaten_at=t - 45.0)
+    agent = SimpleNamespace(pid=7, alive=True, deaf_since=None, modal=False, eaten_at=t - 45.0,
+                            probes_eaten=[t - 105.0, t - 45.0])  # both probes that missed
     world.agent = agent
     assert checker.unjustified("canary_failed") == ""
     assert sim.report.hearing_recycles == {"dialog_closed": 1}
-    agent.eaten_at = t - checker.misses_span - 120.0  # a dialog before the misses: the limit's own
-    assert checker.unjustified("canary_failed") == \
-        "the agent was rate-limited, its CLI reporting each failed turn, and was recycled"
+    limited = "the agent was rate-limited, its CLI reporting each failed turn, and was recycled"
+    agent.probes_eaten = [t - 45.0]  # the first miss was the limit's failed turn, Loom's to excuse
+    assert checker.unjustified("canary_failed") == limited
+    agent.probes_eaten = [t - checker.misses_span - 120.0] * 2  # a dialog before the misses: the limit's own
+    assert checker.unjustified("canary_failed") == limited
 
 
 def test_a_wedge_hidden_in_a_probes_turn_after_a_relaunch_is_found_within_the_witness_bound():
