@@ -15,7 +15,8 @@ from loomtui.pump import transcript
 from loomtui.pump.facts import read_facts
 from loomtui.sim import simulate
 from loomtui.sim.engine import Sim
-from loomtui.sim.profiles import default_config
+from loomtui.sim.profiles import PROFILES, default_config
+from loomtui.telegram import bridge
 
 from test_sim_hooks import H, automatic, long_turn_missed_and_kept, scripted
 
@@ -169,3 +170,40 @@ def test_a_result_that_denied_a_call_is_recorded_once(monkeypatch):
     sim = scripted(streamed(), 4, [(1 * H, "long_turn")])
     assert sim.violation is None, sim.violation
     assert len(sim.checker.denials_written) == sim.checker.denials_recorded == 1
+
+
+def test_the_real_bridge_tells_each_of_the_operators_messages_once_from_the_pumps_records():
+    """The simulated pump's records (`unread` and its `set_aside`, a new pump's `pending`, a result's
+    `unread`, a queued line's `kept`) read by Loom's own bridge over a stream-json storm day: each
+    of the operator's messages (a `telegram` line) is answered once, told it goes again, or told it
+    was lost; one told it goes again is written again, one told lost never is. Pins the model's
+    records to what the bridge takes them to mean (the runner's own are tested in test_pump_runner)."""
+    seen: dict = {}
+
+    def look(sim: Sim) -> None:
+        assert sim.ctx is not None
+        path, records, offset = transcript.path_in(sim.ctx.agent_dir), [], 0
+        while chunk := list(transcript.read(path, offset)):
+            records += chunk
+            offset = chunk[-1].end
+        cursor, answers = bridge.advance(bridge.Cursor(), records)
+        seen.update(records=records, answers=answers, open=cursor.open)
+
+    sim = Sim(streamed(), PROFILES["storm"], 1, 1.0)
+    sim.at(24 * H - 1.0, look, sim)
+    sim.run()
+    assert sim.violation is None, sim.violation
+    sent = [(i, r) for i, r in enumerate(seen["records"])
+            if r.dir == transcript.IN and r.data.get("origin") == bridge.TELEGRAM]
+    told = {a.key: a.what for a in seen["answers"]}
+    assert len(told) == len(seen["answers"])  # none told twice
+    still = {i.key for i in seen["open"]}
+    for i, r in sent:
+        key = bridge.Input(r.data["seq"], bridge.TELEGRAM, r.ts).key
+        assert (key in told) != (key in still), (r.data, told.get(key))
+        again = any(j > i and q.data["seq"] == r.data["seq"] for j, q in sent)
+        if told.get(key) == "again":
+            assert again, r.data
+        elif told.get(key) == "lost":
+            assert not again, r.data
+    assert {"answer", "again", "lost"} <= set(told.values()), told
