@@ -39,7 +39,10 @@ HOOKED_WEIGHTS = (("long_turn", 2.0), ("rate_limit", 0.5), ("permission", 3.0)) 
 PERMISSION_WAIT = (60.0, 90 * 60.0)
 # An account's rate limit, told by the CLI's hooks only (StopFailure `rate_limit`): every turn fails
 # for LIMIT_FOR, the payload giving the reset time half the time. Loom holds, never relaunches.
+# One such spell in LIMIT_ERRORS' weights is the account's bill or its login instead (StopFailure
+# `billing_error`, `authentication_failed`: no reset time; the operator mends it within LIMIT_FOR).
 LIMIT_FOR = (600.0, 5 * 3600.0)
+LIMIT_ERRORS = (("rate_limit", 0.8), ("billing_error", 0.1), ("authentication_failed", 0.1))
 # Faults only a stream-json agent can suffer, drawn beside the profile's likewise: its CLI closes its
 # stdin and runs on (hung on its way out, say), deaf for good; the pump's next write to it fails
 # (`write_failed`) and it refuses every line after, as the real pump does.
@@ -47,6 +50,23 @@ PUMPED_KINDS = ("stdin_closed",)
 PUMPED_WEIGHTS = (("stdin_closed", 0.5),)
 CLOCK_STEP = 86400.0  # a wall-clock step: a day forward or a day back (NTP after a wrong RTC, an operator's `date -s`)
 DISTURBING = ("busy", "modal", "slow_boot", "long_turn")
+
+
+def limit_of(r: float) -> tuple[str, bool]:
+    """The account's trouble for a draw `r` in [0, 1): its error type by LIMIT_ERRORS' weights, and
+    for a rate limit whether its payload gives the reset time (the lower half of its share). One
+    draw for both: with a rate limit alone, the same draw gives what it gave before billing and
+    login were modelled (a scripted run keeps its course)."""
+    total = sum(weight for _, weight in LIMIT_ERRORS)
+    low, high = 0.0, 1.0
+    for error, weight in LIMIT_ERRORS[:-1]:
+        high = low + weight / total
+        if r < high:
+            break
+        low = high
+    else:
+        error, high = LIMIT_ERRORS[-1][0], 1.0  # the last takes what is left
+    return error, error == "rate_limit" and (r - low) / (high - low) < 0.5
 
 
 def apply(sim: Sim, kind: str) -> bool:
@@ -113,7 +133,7 @@ def apply(sim: Sim, kind: str) -> bool:
         if a is None or sim.hooks is None or sim.pump is not None or w.limited():
             return False  # modelled for the tmux driver's hooks (hooks_model.py) only
         w.limited_until = w.t + rng.uniform(*LIMIT_FOR)
-        w.limit_resets = rng.random() < 0.5
+        w.limit_error, w.limit_resets = limit_of(rng.random())
         w.limit_told = 1e18  # not yet: no turn has failed
     elif kind == "slow_boot":
         w.slow_boot_next = True

@@ -59,6 +59,9 @@ COMPACT_TAKES = (20.0, 120.0)
 READ_AS_TURNS = (*hook_events.TURN_EVENTS, hook_events.TOOL, hook_events.TOOL_FAILED)
 PROBE_TOOL_AFTER = 0.05      # the probe's `touch` reported (PostToolUse) after the ack file was written
 LOST, LATE, WRITTEN = "lost", "late", "written"
+# A failed turn's error_details, per error type (Claude Code's words for the API's answer).
+DETAILS = {"rate_limit": "429 rate_limit_error", "billing_error": "400 credit balance is too low",
+           "authentication_failed": "401 authentication_error"}
 RETRYING = (5.0, 60.0)       # a rate-limited turn: Claude Code retries the model this long, then fails
 TAKE_GAP = 0.5               # between queued lines taken one after another at a turn's end
 OPERATOR_PROMPT = "work through the backlog in notes/todo.md"
@@ -111,10 +114,11 @@ class HookModel:
         return WRITTEN
 
     def fire_failure(self, pid: int) -> None:
-        """The turn failed: the account's rate limit (faults.LIMIT_FOR), Claude Code's retries spent.
-        StopFailure `rate_limit`, with the reset time when the world gives one."""
+        """The turn failed: the account's rate limit, bill or login (faults.LIMIT_FOR), Claude Code's
+        retries spent. StopFailure with its error type, a rate limit's with the reset time when the
+        world gives one."""
         w = self.sim.world
-        fields: dict = {"error": "rate_limit", "error_details": "429 rate_limit_error"}
+        fields: dict = {"error": w.limit_error, "error_details": DETAILS.get(w.limit_error, w.limit_error)}
         if w.limit_resets:
             fields["resets_at"] = w.wall + (w.limited_until - w.t)
         if self.fired(pid, "StopFailure", fields) in (LOST, LATE):

@@ -111,10 +111,12 @@ class World:
     # misses acks that come (a config's fault the run should find, not one it should hide).
     latency_cap: float = 20.0
     poller_lost_at: float | None = None
-    # The account's rate limit (hooks modelled): every turn the CLI takes fails with StopFailure
-    # `rate_limit` until then, its payload giving the reset time or not (`limit_resets`).
+    # The account's rate limit, or its bill or login (hooks modelled): every turn the CLI takes
+    # fails with StopFailure `limit_error` until then (`rate_limit`, `billing_error`,
+    # `authentication_failed`), a rate limit's payload giving the reset time or not (`limit_resets`).
     limited_until: float = -1.0
     limit_resets: bool = False
+    limit_error: str = "rate_limit"
     limit_unreported: float = -1e18      # the last time a StopFailure of it was lost, or written late
     limit_told: float = 1e18             # when the first StopFailure of the current limit was written
     stop_late: float = -1e18             # the last time a Stop hook was written late (it may end a hold)

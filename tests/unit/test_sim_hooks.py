@@ -321,13 +321,15 @@ def test_misses_found_late_behind_a_locked_store_are_looked_at_again_before_a_re
     assert after, "the look again was never taken"
 
 
-def rate_limited(monkeypatch, hours: float = 7.0, resets: bool | None = None, looks=()) -> Sim:
+def rate_limited(monkeypatch, hours: float = 7.0, resets: bool | None = None, looks=(),
+                 error: str = "rate_limit") -> Sim:
     """A run with a rate limit of three hours from hour 1 (StopFailure `rate_limit` for every turn
     the CLI takes, the reset time given as `resets` says, else as the seed draws), and a crash under
-    it at 1.5 h."""
+    it at 1.5 h; or, as `error` says, the account's bill or login failing its turns as long."""
     from loomtui.sim import faults
 
     monkeypatch.setattr(faults, "LIMIT_FOR", (3 * H, 3 * H))
+    monkeypatch.setattr(faults, "LIMIT_ERRORS", ((error, 1.0),))
     told = [] if resets is None else [(1 * H + 0.001, lambda sim: setattr(sim.world, "limit_resets", resets))]
     return scripted(hooked(), hours, [(1 * H, "rate_limit"), (1.5 * H, "crash")], looks=[*told, *looks])
 
@@ -363,6 +365,32 @@ def test_a_rate_limit_is_held_never_recycled_and_a_crash_under_its_hold_waits_fo
     crash = [t for t, cause in relaunches if cause == "crash"]
     assert crash and crash[0] >= placed[0][0] + 30 * 60 - 1, (placed, crash)  # not before the hold ran out
     assert any(kind == "canary" and d["result"] == "ok" and t > 4 * H for _, t, kind, d in sim.trace)
+
+
+def test_a_bill_or_a_login_that_fails_every_turn_is_held_told_once_and_released_when_mended(monkeypatch):
+    # Until 2026-12-07 the simulated CLI failed its turns for a rate limit only: the harness's
+    # other holds (`billing`, `auth`: no reset time, the default half hour renewed while the turns
+    # fail) were in no storm. Read from Loom's ledger (the run's trace keeps its last events only).
+    for error, cause in (("billing_error", "billing"), ("authentication_failed", "auth")):
+        seen: dict = {}
+
+        def read(sim) -> None:
+            w, db = sim.world, sim.observer
+            since = w.wall - w.t  # the ledger's wall time, on the run's clock
+            seen["said"] = [r[0] for r in db.query("SELECT text FROM outbox ORDER BY id") if error in r[0]]
+            seen["ledger"] = [(ts - since, kind, cause) for ts, kind, cause in db.query(
+                "SELECT ts, kind, cause FROM ledger WHERE kind IN ('hold_placed', 'hold_cleared', 'relaunch') "
+                "ORDER BY id")]
+
+        sim = rate_limited(monkeypatch, error=error, looks=[(6.9 * H, read)])
+        assert sim.violation is None, (error, sim.violation)
+        held = [t for t, kind, c in seen["ledger"] if kind == "hold_placed" and c == cause]
+        assert len(held) >= 3 and held[0] < 1.1 * H, (error, held)  # renewed while its turns fail
+        assert len(seen["said"]) == 1, (error, seen["said"])  # the operator is told once
+        assert "canary_failed" not in {c for _, kind, c in seen["ledger"] if kind == "relaunch"}, seen["ledger"]
+        released = [t for t, kind, c in seen["ledger"] if kind == "hold_cleared" and c == cause]
+        assert released and released[-1] >= 4 * H - 1, released  # mended at 4 h: a turn succeeds
+        assert not [t for t in held if t > released[-1]]  # and no hold since
 
 
 def permission_asked(monkeypatch, wait: float = 80 * 60.0) -> Sim:
@@ -407,6 +435,7 @@ def test_a_relaunchs_witness_waits_for_a_permission_prompt_opened_under_a_hold(m
     from loomtui.sim import faults
 
     monkeypatch.setattr(faults, "LIMIT_FOR", (600.0, 600.0))
+    monkeypatch.setattr(faults, "LIMIT_ERRORS", (("rate_limit", 1.0),))
     monkeypatch.setattr(faults, "PERMISSION_WAIT", (80 * 60.0, 80 * 60.0))
 
     def no_reset(sim) -> None:
