@@ -37,6 +37,9 @@ HOOKED_WEIGHTS = (("long_turn", 2.0), ("rate_limit", 0.5), ("permission", 3.0)) 
 # A tool call of the operator's turn that waits for the operator's yes (Notification
 # `permission_prompt`), answered after PERMISSION_WAIT: the turn says nothing meanwhile.
 PERMISSION_WAIT = (60.0, 90 * 60.0)
+# One wait in AWAY_SHARE is the operator's away: AWAY_WAIT, either side of the default `max_turn`
+# (2 h), past which Loom takes the silent turn for a wedge and recycles it (turn_too_long).
+AWAY_SHARE, AWAY_WAIT = 0.1, (90 * 60.0, 4 * 3600.0)
 # An account's rate limit, told by the CLI's hooks only (StopFailure `rate_limit`): every turn fails
 # for LIMIT_FOR, the payload giving the reset time half the time. Loom holds, never relaunches.
 # One such spell in LIMIT_ERRORS' weights is the account's bill or its login instead (StopFailure
@@ -50,6 +53,16 @@ PUMPED_KINDS = ("stdin_closed",)
 PUMPED_WEIGHTS = (("stdin_closed", 0.5),)
 CLOCK_STEP = 86400.0  # a wall-clock step: a day forward or a day back (NTP after a wrong RTC, an operator's `date -s`)
 DISTURBING = ("busy", "modal", "slow_boot", "long_turn")
+
+
+def permission_wait(r: float) -> float:
+    """How long the operator takes to answer a permission prompt, for a draw `r` in [0, 1): within
+    PERMISSION_WAIT, or for the lowest AWAY_SHARE of draws within AWAY_WAIT (one draw either way)."""
+    if r < AWAY_SHARE:
+        low, high = AWAY_WAIT
+        return low + (high - low) * r / AWAY_SHARE
+    low, high = PERMISSION_WAIT
+    return low + (high - low) * (r - AWAY_SHARE) / (1.0 - AWAY_SHARE)
 
 
 def limit_of(r: float) -> tuple[str, bool]:
@@ -128,7 +141,7 @@ def apply(sim: Sim, kind: str) -> bool:
         if a is None or sim.hooks is None or sim.pump is not None or a.turn_since is None \
                 or a.waiting_since is not None or w.limited() or not a.hearing():
             return False  # only a running turn's tool call asks (print mode asks no one)
-        sim.hooks.ask_permission(a, w.t + rng.uniform(*PERMISSION_WAIT))
+        sim.hooks.ask_permission(a, w.t + permission_wait(rng.random()))
     elif kind == "rate_limit":
         if a is None or sim.hooks is None or sim.pump is not None or w.limited():
             return False  # modelled for the tmux driver's hooks (hooks_model.py) only

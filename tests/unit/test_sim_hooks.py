@@ -398,6 +398,7 @@ def permission_asked(monkeypatch, wait: float = 80 * 60.0) -> Sim:
     from loomtui.sim import faults
 
     monkeypatch.setattr(faults, "PERMISSION_WAIT", (wait, wait))
+    monkeypatch.setattr(faults, "AWAY_SHARE", 0.0)
     return scripted(hooked(), 6, [(1 * H, "long_turn"), (1 * H + 300, "permission")], seed=6)
 
 
@@ -421,10 +422,27 @@ def test_a_wedge_behind_a_permission_prompt_is_found_once_the_prompt_has_waited_
     from loomtui.sim import faults
 
     monkeypatch.setattr(faults, "PERMISSION_WAIT", (80 * 60.0, 80 * 60.0))
+    monkeypatch.setattr(faults, "AWAY_SHARE", 0.0)
     sim = scripted(hooked(), 6, [(1 * H, "long_turn"), (1 * H + 300, "permission"), (1 * H + 600, "wedge")], seed=6)
     assert sim.violation is None, sim.violation
     recycled = [t for _, t, kind, d in sim.trace if kind == "relaunch" and d["cause"] == "canary_failed"]
     assert recycled and recycled[0] >= 1 * H + 300 + sim.config.canary.max_turn, recycled
+
+
+def test_an_operator_away_past_max_turn_gets_the_waiting_agent_recycled_and_counted_apart(monkeypatch):
+    # Until 2026-12-07 (session 29) the world's operator answered every prompt within 90 minutes:
+    # a wait past `max_turn`, where Loom takes the silent turn for a wedge (probes typed, their
+    # misses counted: docs/HOOKS.md), was in no storm. By design, and counted as the config's doing.
+    from loomtui.sim import faults
+
+    monkeypatch.setattr(faults, "AWAY_SHARE", 1.0)
+    monkeypatch.setattr(faults, "AWAY_WAIT", (3 * H, 3 * H))
+    sim = scripted(hooked(), 6, [(1 * H, "long_turn"), (1 * H + 300, "permission")], seed=6)
+    assert sim.violation is None, sim.violation
+    asked = 1 * H + 300
+    recycled = [t for _, t, kind, d in sim.trace if kind == "relaunch" and d["cause"] == "canary_failed"]
+    assert recycled and asked + sim.config.canary.max_turn <= recycled[0] < asked + 3 * H, recycled
+    assert sim.report.hearing_recycles == {"turn_too_long": 1}, sim.report.hearing_recycles
 
 
 def test_a_relaunchs_witness_waits_for_a_permission_prompt_opened_under_a_hold(monkeypatch):
@@ -437,6 +455,7 @@ def test_a_relaunchs_witness_waits_for_a_permission_prompt_opened_under_a_hold(m
     monkeypatch.setattr(faults, "LIMIT_FOR", (600.0, 600.0))
     monkeypatch.setattr(faults, "LIMIT_ERRORS", (("rate_limit", 1.0),))
     monkeypatch.setattr(faults, "PERMISSION_WAIT", (80 * 60.0, 80 * 60.0))
+    monkeypatch.setattr(faults, "AWAY_SHARE", 0.0)
 
     def no_reset(sim) -> None:
         sim.world.limit_resets = False  # a hold of the default half hour, past the limit
