@@ -122,7 +122,9 @@ def collect(ctx: Context) -> list[Recorded]:
     # What is no longer there as it was (gone, or written anew) is forgotten; what is, is tried
     # again (the directory writable again: a remount, a chmod), never recorded again. Left there,
     # its name would also keep a later hook of the same pid from writing its event (noclobber).
-    remembered = _UNREMOVED.pop(str(directory), set()) & {(name, mtime) for mtime, name in found}
+    # Read, not popped: a probe's question (hooks.turns.withholds_probe) asks for them meanwhile,
+    # while this waits on a locked store.
+    remembered = _UNREMOVED.get(str(directory), set()) & {(name, mtime) for mtime, name in found}
     unremoved = {key for key in remembered if not _remove(directory / key[0], quiet=True)}
     names = [(mtime, name) for mtime, name in found if (name, mtime) not in remembered]
     now = clock.wall()
@@ -147,6 +149,8 @@ def collect(ctx: Context) -> list[Recorded]:
     finally:  # kept also when the store refuses a batch: those already recorded stay recorded once
         if unremoved:
             _UNREMOVED[str(directory)] = unremoved
+        else:
+            _UNREMOVED.pop(str(directory), None)
     return done
 
 

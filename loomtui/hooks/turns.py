@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
@@ -179,42 +180,58 @@ def withholds_probe(ctx: Context, now: Instant) -> bool:
     storm, seed 70, day 2.07: the store locked for fifteen minutes, a permission prompt opened in
     them, and a probe was typed into it a minute after the lock, while the hooks loop still backed
     off with the prompt's notification unread. The directory is read before the store (never the
-    turns a tick read earlier): an event recorded, its file removed, in between is in the store's
-    read."""
+    turns a tick read earlier), and again when the hooks loop recorded events between the two reads
+    (an event in both, read last from its file, would be taken for the newest: an answered prompt)."""
     cfg = ctx.config.canary
-    unread = [] if from_pump(ctx) else _unread_marks(ctx, now)
-    if not unread:
-        all_turns = read(ctx)
-    else:
-        all_turns = _made(_hook_marks(turn_marks(ctx.store, ctx.agent), hook_events.last_tool_use(ctx.store, ctx.agent))
-                          + unread, launches.last_launch(ctx), _acks(ctx))
-    return turn_rules.withholds_probe(all_turns, now, cfg.turn_quiet, cfg.max_turn)
+    if not from_pump(ctx):
+        for _ in range(UNREAD_TRIES):
+            before = _newest(turn_marks(ctx.store, ctx.agent), hook_events.last_tool_use(ctx.store, ctx.agent))
+            unread = _unread_marks(ctx, now)
+            if not unread:
+                break
+            kept, tool = turn_marks(ctx.store, ctx.agent), hook_events.last_tool_use(ctx.store, ctx.agent)
+            if _newest(kept, tool) == before:
+                all_turns = _made(_hook_marks(kept, tool) + unread, launches.last_launch(ctx), _acks(ctx))
+                return turn_rules.withholds_probe(all_turns, now, cfg.turn_quiet, cfg.max_turn)
+    # Nothing waits (or the hooks loop recorded at every try: the store holds what it took).
+    return turn_rules.withholds_probe(read(ctx), now, cfg.turn_quiet, cfg.max_turn)
+
+
+UNREAD_TRIES = 3
+MAX_UNREAD = 2000  # waiting event files read for a probe's question, the newest (a hooks loop that far behind)
+
+
+def _newest(kept: list[tuple[int, Mark]], tool) -> tuple[int, int]:
+    """The ids of the newest turn mark and tool use recorded: what the turns are made of moved if either did."""
+    return (kept[-1][0] if kept else 0, int(tool["id"]) if tool is not None else 0)
 
 
 def _unread_marks(ctx: Context, now: Instant) -> list[Mark]:
     """The turn marks of the event files waiting unread in the agent's events directory (the newest
-    ingest.BATCH, oldest first), dated as ingest will date them; none for a file already recorded
-    that could not be removed (the store's marks hold it), one vanished since the listing (recorded
-    meanwhile: the store's read after this holds it), or one that is no turn's (turn_rules reads
-    only turn events and tool uses)."""
+    MAX_UNREAD, oldest first), dated as ingest will date them (a file dated ahead of now, from when a
+    look first saw it waiting: a wall clock stepped back, or a forged mtime, must not keep a prompt
+    young); none for a file already recorded that could not be removed (the store's marks hold it),
+    one vanished since the listing or still being written, or one that is no turn's mark (the turn
+    events and tool uses the store reads them from)."""
     directory = events_dir(ctx.agent_dir)
     waiting = ingest.pending(directory)
     if not waiting:
         return []
+    seen = _waiting_seen(directory, waiting, now)
     recorded = ingest.unremoved(directory)
     out = []
-    for mtime, name in waiting[-ingest.BATCH:]:
+    for mtime, name in waiting[-MAX_UNREAD:]:
         if (name, mtime) in recorded:
             continue
         got = ingest.read_event(directory / name)
         if got is None:
             continue
         event, wall = got
-        if event.event not in hook_events.TURN_EVENTS and event.event not in turn_rules.TOOL_EVENTS:
+        if event.event not in hook_events.TURN_EVENTS and event.event not in (hook_events.TOOL, hook_events.TOOL_FAILED):
             continue
+        at = clock.at_wall(wall, now) if wall <= now.wall else seen[(name, mtime)]
         message = event.detail.get("message") if event.event == turn_rules.NOTIFICATION else ""
-        out.append(Mark(clock.at_wall(min(wall, now.wall), now), event.event, event.source,
-                        message if isinstance(message, str) else ""))
+        out.append(Mark(at, event.event, event.source, message if isinstance(message, str) else ""))
     return out
 
 
@@ -256,11 +273,13 @@ def complete_until(ctx: Context, now: Instant, bound: float) -> Instant:
 # Per events directory, when a look first saw each file still waiting there (name and mtime): the
 # waiting time the mtime cannot tell once the wall clock was stepped.
 _SEEN: dict[str, dict[tuple[str, int], Instant]] = {}
+_SEEN_LOCK = threading.Lock()  # the canary's thread and the sentinel's (actions.nudge) both look
 
 
 def _waiting_seen(directory, waiting: list[tuple[int, str]], now: Instant) -> dict[tuple[str, int], Instant]:
-    kept = _SEEN.pop(str(directory), {})
-    seen = {(name, mtime): kept.get((name, mtime), now) for mtime, name in waiting}
-    if seen:
-        _SEEN[str(directory)] = seen
+    with _SEEN_LOCK:
+        kept = _SEEN.pop(str(directory), {})
+        seen = {(name, mtime): kept.get((name, mtime), now) for mtime, name in waiting}
+        if seen:
+            _SEEN[str(directory)] = seen
     return seen

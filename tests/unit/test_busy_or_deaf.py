@@ -296,11 +296,73 @@ def test_no_probe_or_nudge_is_typed_while_a_permission_prompts_notification_wait
         assert len(ingest.collect(ctx)) == 5  # read at last: the recorded turn says the same
         assert turns.withholds_probe(ctx, clock.now())
         permission(6)
-        virtual.advance(2 * 3600)  # unanswered for max_turn: probed again, as a recorded prompt is
+        virtual.advance(2 * 3600)  # unread and unanswered for max_turn: probed, as a recorded prompt is
         assert not turns.withholds_probe(ctx, clock.now())
-        hook(ctx, "PostToolUse", "Bash")
         loop.tick()
         assert canary_runs.last(ctx.store, ctx.agent) is not None  # the probe, typed now
+
+
+def waiting_file(ctx: Context, name: str, event: str, at: float, **fields) -> None:
+    """An event file the hooks loop has not read yet, written (its mtime) at `at`."""
+    path = settings.events_dir(ctx.agent_dir) / f"ev.{name}.json"
+    path.write_text(json.dumps({"hook_event_name": event, "session_id": "s-1", **fields}))
+    os.utime(path, (at, at))
+
+
+def test_a_lock_s_worth_of_unread_tool_events_before_the_prompt_s_notification_are_all_read(tmp_path):
+    # A review of the first fix: it read the newest 200 files only, and the turn's prompt lay further back.
+    ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
+    settings.write(ctx.agent_dir)
+    with clock.use(FakeClock(1_000_000.0, 5_000.0, BOOT)) as virtual:
+        hook(ctx, "UserPromptSubmit")
+        hook(ctx, "Stop")  # the last turn recorded has ended: the new one's prompt waits unread
+        start = clock.wall()
+        waiting_file(ctx, "0", "UserPromptSubmit", start, prompt="go on")
+        for n in range(1, 301):
+            waiting_file(ctx, f"{n}", "PostToolUse", start + n, tool_name="Read")
+        waiting_file(ctx, "301", "Notification", start + 301, notification_type="permission_prompt", message="Bash")
+        virtual.advance(400)
+        assert turns.withholds_probe(ctx, clock.now())
+        assert len(ingest.collect(ctx)) == 302
+        assert turns.withholds_probe(ctx, clock.now())  # as the recorded turn says
+
+
+def test_an_unread_prompt_dated_ahead_of_now_ages_from_when_it_was_first_seen(tmp_path):
+    # A wall clock stepped back (or a forged mtime): dated now at every look, it never aged.
+    ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
+    settings.write(ctx.agent_dir)
+    with clock.use(FakeClock(1_000_000.0, 5_000.0, BOOT)) as virtual:
+        waiting_file(ctx, "ahead", "UserPromptSubmit", clock.wall() + 4 * 3600)
+        waiting_file(ctx, "ahead2", "Notification", clock.wall() + 4 * 3600 + 1, notification_type="permission_prompt")
+        assert turns.withholds_probe(ctx, clock.now())
+        virtual.advance(2 * 3600 - 60)
+        assert turns.withholds_probe(ctx, clock.now())
+        virtual.advance(120)
+        assert not turns.withholds_probe(ctx, clock.now())  # max_turn since first seen, still "ahead"
+
+
+def test_events_recorded_between_the_directory_s_read_and_the_store_s_are_read_again(tmp_path, monkeypatch):
+    # A tool's event waited; the prompt's notification came after the listing, and the hooks loop
+    # recorded both before the store's read: the tool's event, in both and read last from its
+    # file, would have been taken for the newest (the prompt answered).
+    ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
+    settings.write(ctx.agent_dir)
+    with clock.use(FakeClock(1_000_000.0, 5_000.0, BOOT)) as virtual:
+        hook(ctx, "UserPromptSubmit")
+        waiting_file(ctx, "tool", "PostToolUse", clock.wall(), tool_name="Bash")
+        unread_marks, recorded = turns._unread_marks, []
+
+        def meanwhile(ctx, now):
+            marks = unread_marks(ctx, now)
+            if not recorded:
+                waiting_file(ctx, "asked", "Notification", clock.wall() + 1, notification_type="permission_prompt")
+                recorded.extend(ingest.collect(ctx))
+            return marks
+
+        monkeypatch.setattr(turns, "_unread_marks", meanwhile)
+        virtual.advance(2)
+        assert turns.withholds_probe(ctx, clock.now())
+        assert len(recorded) == 2
 
 
 def test_a_line_typed_into_a_busy_turn_does_not_hasten_a_probe_until_the_turn_goes_quiet(tmp_path):
