@@ -16,9 +16,9 @@ whose own cut the operator's ordinary turns short shows in a report (`hearing_re
 line typed while a turn runs (the operator's, or another line's) is queued and taken when that turn
 ends, the lines queued together as one prompt; an operator's prompt waits for the running line's
 turn to end. A wedged agent (deaf) reports nothing, a dialog eats what is typed. While the
-account is rate-limited (the `rate_limit` fault) every turn the CLI takes fails after its retries
-with StopFailure `rate_limit` (the reset time in the payload when the world gives one), and no
-probe's `touch` runs.
+account is rate-limited (the `rate_limit` fault; one in five is its bill or its login instead,
+faults.LIMIT_ERRORS) every turn the CLI takes fails after its retries with StopFailure of that type
+(a rate limit's reset time in the payload when the world gives one), and no probe's `touch` runs.
 
 Hook events are sometimes lost (HOOK_LOST) or late (HOOK_LATE, by up to LATE_BY): the witness and
 the turns must cope with both. The world keeps what Loom could have seen of the events it reads as

@@ -204,7 +204,8 @@ class Checker:
                     # recycle). One the limit failed is Loom's to excuse: fewer eaten, no excuse.
                     excuse = "dialog_closed"
                 elif w.t - w.limit_unreported > self.misses_span + LATE_BY + SLACK:
-                    return "the agent was rate-limited, its CLI reporting each failed turn, and was recycled"
+                    return ("the agent was rate-limited (or its bill or login refused), its CLI reporting each "
+                            "failed turn, and was recycled")
                 else:
                     excuse = "events_lost"
             else:

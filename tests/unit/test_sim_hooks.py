@@ -125,7 +125,8 @@ def test_misses_a_dialog_ate_under_a_rate_limit_are_the_dialogs_not_the_limits()
     world.agent = agent
     assert checker.unjustified("canary_failed") == ""
     assert sim.report.hearing_recycles == {"dialog_closed": 1}
-    limited = "the agent was rate-limited, its CLI reporting each failed turn, and was recycled"
+    limited = ("the agent was rate-limited (or its bill or login refused), its CLI reporting each failed turn, "
+               "and was recycled")
     agent.probes_eaten = [t - 45.0]  # the first miss was the limit's failed turn, Loom's to excuse
     assert checker.unjustified("canary_failed") == limited
     agent.probes_eaten = [t - checker.misses_span - 120.0] * 2  # a dialog before the misses: the limit's own
