@@ -143,8 +143,8 @@ def apply(sim: Sim, kind: str) -> bool:
             return False  # only a running turn's tool call asks (print mode asks no one)
         sim.hooks.ask_permission(a, w.t + permission_wait(rng.random()))
     elif kind == "rate_limit":
-        if a is None or sim.hooks is None or sim.pump is not None or w.limited():
-            return False  # modelled for the tmux driver's hooks (hooks_model.py) only
+        if a is None or sim.hooks is None or w.limited():
+            return False  # told by the hooks (StopFailure): a stream-json agent's too, where it has them
         w.limited_until = w.t + rng.uniform(*LIMIT_FOR)
         w.limit_error, w.limit_resets = limit_of(rng.random())
         w.limit_told = 1e18  # not yet: no turn has failed

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from loomtui.pump import client as pump_client  # its file names and refusals: the simulator opens no socket
 from loomtui.pump import rules, transcript
 from loomtui.pump.facts import Delivery
-from loomtui.sim.hooks_model import OPERATOR_PROMPT, PROBE_TOOL_AFTER, tool_gap
+from loomtui.sim.hooks_model import DETAILS, OPERATOR_PROMPT, PROBE_TOOL_AFTER, RETRYING, tool_gap
 from loomtui.sim.world import RESUME_FAILED_SCREEN
 
 if TYPE_CHECKING:
@@ -309,6 +309,11 @@ class PumpModel:
                         "tools": ["Bash"], "permissionMode": "default"}, began=p.written_at.get(seq, w.t))
         if sim.hooks is not None:
             sim.hooks.fire(pid, "UserPromptSubmit", {"prompt": msg.text})
+        if w.limited():
+            # The account's trouble (a rate limit, its bill, its login): the line was read, the turn
+            # fails once Claude Code's retries are spent; no tool runs, no probe's `touch`.
+            sim.at(w.t + w.rng.uniform(*RETRYING), self.failed, pid, seq)
+            return
         if msg.kind == OPERATOR:
             a.turn_since, a.turn_until, a.last_event = w.t, msg.until, w.t
             w.turn_began(pid)
@@ -351,6 +356,9 @@ class PumpModel:
         if found is None:
             return
         a, p = found
+        if w.limited():
+            self.failed(pid, seq)  # its next call to the model refused: the turn fails
+            return
         a.last_event = w.t
         self.out(p, a, {"type": "assistant", "session_id": a.session, "message": {
             "role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{seq}_{self.records}",
@@ -370,7 +378,27 @@ class PumpModel:
         a.busy_next = False
         w.turn_ended(pid)
         if p is not None and p.state.turn_seq is not None and a.hearing():
-            self.result(pid, p.state.turn_seq)
+            if w.limited():
+                self.failed(pid, p.state.turn_seq)  # its last call to the model refused
+            else:
+                self.result(pid, p.state.turn_seq)
+
+    def failed(self, pid: int, seq: int) -> None:
+        """The turn failed for the account's trouble: StopFailure (the hooks) and an error `result`,
+        as Claude Code prints one (the bridge tells the operator the error)."""
+        sim, w = self.sim, self.sim.world
+        found = self.in_turn(pid, seq)
+        if found is None:
+            return
+        a, p = found
+        if a.turn_since is not None:  # the operator's turn, now over
+            a.turn_since, a.turn_until = None, None
+            a.busy_next = False
+            w.turn_ended(pid)
+        if sim.hooks is not None:
+            sim.hooks.fire_failure(pid)
+        self.out(p, a, {"type": "result", "subtype": "error_during_execution", "is_error": True, "num_turns": 1,
+                        "session_id": a.session, "result": f"API Error: {DETAILS.get(w.limit_error, w.limit_error)}"})
 
     def result(self, pid: int, seq: int) -> None:
         """The turn's `result`: the pump writes the next queued line (runner._apply)."""

@@ -127,6 +127,41 @@ def test_with_hooks_too_the_hooks_tell_the_turns_and_the_pump_writes_its_files()
     assert report["violation"] is None, report["violation"]
 
 
+def test_the_accounts_trouble_through_the_pump_is_held_told_once_and_released(monkeypatch):
+    # README's stream-json config (hooks too): until 2026-12-07 (session 29) the simulated pump's
+    # CLI never failed a turn. Now a rate limit, a bill or a login fails each turn it reads: an
+    # error `result` in the transcript and StopFailure from the hooks; Loom holds, never recycles.
+    from loomtui.sim import faults
+
+    monkeypatch.setattr(faults, "LIMIT_FOR", (3 * H, 3 * H))
+    for error, cause in (("rate_limit", "rate_limited"), ("authentication_failed", "auth")):
+        monkeypatch.setattr(faults, "LIMIT_ERRORS", ((error, 1.0),))
+        seen: dict = {}
+
+        def read(sim: Sim) -> None:
+            assert sim.ctx is not None and sim.observer is not None
+            w, db = sim.world, sim.observer
+            since = w.wall - w.t  # the ledger's wall time, on the run's clock
+            seen["said"] = [r[0] for r in db.query("SELECT text FROM outbox ORDER BY id") if error in r[0]]
+            seen["ledger"] = [(ts - since, kind, c) for ts, kind, c in db.query(
+                "SELECT ts, kind, cause FROM ledger WHERE kind IN ('hold_placed', 'hold_cleared', 'relaunch') "
+                "ORDER BY id")]
+            seen["errors"] = [r.event.get("result") for r in transcript.read(transcript.path_in(sim.ctx.agent_dir))
+                              if r.dir == transcript.OUT and r.event.get("is_error") is True]
+
+        sim = scripted(streamed(hooks=True), 7, [(1 * H, "rate_limit"), (1.5 * H, "crash")], looks=[(6.9 * H, read)])
+        assert sim.violation is None, (error, sim.violation)
+        held = [t for t, kind, c in seen["ledger"] if kind == "hold_placed" and c == cause]
+        assert len(held) >= 3 and held[0] < 1.1 * H, (error, held)
+        assert len(seen["said"]) == 1, seen["said"]
+        assert "canary_failed" not in {c for _, kind, c in seen["ledger"] if kind == "relaunch"}, seen["ledger"]
+        crash = [t for t, kind, c in seen["ledger"] if kind == "relaunch" and c == "crash"]
+        assert crash and crash[0] >= held[0] + 30 * 60 - 1, (held, crash)  # not before the hold ran out
+        released = [t for t, kind, c in seen["ledger"] if kind == "hold_cleared" and c == cause]
+        assert released and released[-1] >= 4 * H - 1 and not [t for t in held if t > released[-1]]
+        assert seen["errors"] and all(str(e).startswith("API Error: ") for e in seen["errors"]), seen["errors"]
+
+
 def test_a_slow_boot_the_config_allows_is_waited_out_not_recycled():
     # README's stream-json config with hooks (1-minute waits): a probe goes as the pump comes up and
     # the dispatch witness hastens a second; the CLI reads them only once its slow boot is over (after
