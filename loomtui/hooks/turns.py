@@ -32,6 +32,11 @@ from loomtui.timing import Instant, age, stepped, stored
 # than the misses in one run of them can span.
 MARKS = 240
 ACKS = 3  # the last acked probes, whose ack may close the turn their own prompt began (turn_rules.closed_by_acks)
+# A probe's question (withholds_probe) reads the event files still waiting unread: the newest this
+# many (a hooks loop that far behind), and the directory again at most this often when the hooks
+# loop recorded some between its read and the store's.
+MAX_UNREAD = 2000
+UNREAD_TRIES = 3
 
 
 # Per store connection and agent, the turn marks read last (their ids and marks, oldest first): a
@@ -196,9 +201,6 @@ def withholds_probe(ctx: Context, now: Instant) -> bool:
     # Nothing waits (or the hooks loop recorded at every try: the store holds what it took).
     return turn_rules.withholds_probe(read(ctx), now, cfg.turn_quiet, cfg.max_turn)
 
-
-UNREAD_TRIES = 3
-MAX_UNREAD = 2000  # waiting event files read for a probe's question, the newest (a hooks loop that far behind)
 
 
 def _newest(kept: list[tuple[int, Mark]], tool) -> tuple[int, int]:
