@@ -133,6 +133,26 @@ def test_misses_a_dialog_ate_under_a_rate_limit_are_the_dialogs_not_the_limits()
     assert checker.unjustified("canary_failed") == limited
 
 
+def test_a_poller_relaunch_of_an_agent_that_exited_meanwhile_is_no_false_recycle():
+    """The hooked storm, seed 187, day 8.17: the poller lost, the store locked past the watchdog's
+    bound, the agent exited (status 0) a second before the tick that could act, and that tick
+    relaunched for the poller. The checker called it a relaunch "without a definitive signal: the
+    poller was there": an agent gone is relaunched whatever the cause it is relaunched under."""
+    from types import SimpleNamespace
+
+    sim = Sim(hooked(), PROFILES["storm"], 187, 1)
+    checker, world = sim.checker, sim.world
+    world.poller_lost_at = 100.0
+    world.agent = agent = SimpleNamespace(pid=7, alive=False, poller=False)
+    assert checker.unjustified("poller_missing") == ""
+    agent.alive = True
+    assert checker.unjustified("poller_missing") == ""  # alive, its poller lost: the looks were right
+    agent.poller = True
+    assert checker.unjustified("poller_missing") == "the poller was there"
+    agent.poller, world.poller_lost_at = False, None
+    assert checker.unjustified("poller_missing") == "the poller was there"
+
+
 def test_a_wedge_hidden_in_a_probes_turn_after_a_relaunch_is_found_within_the_witness_bound():
     """Hooked storm seed 102, day 6.97, scripted: after a crash's relaunch the operator's turn held
     the relaunch's own probe (a miss, excused), the next probe came an interval later, the agent
