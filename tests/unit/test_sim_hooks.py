@@ -388,22 +388,29 @@ def test_a_rate_limit_is_held_never_recycled_and_a_crash_under_its_hold_waits_fo
     assert any(kind == "canary" and d["result"] == "ok" and t > 4 * H for _, t, kind, d in sim.trace)
 
 
+def holds_and_told(seen: dict, error: str):
+    """A look that puts in `seen`, mid-run, what the operator was told that names `error` ("said")
+    and the holds and relaunches in Loom's ledger ("ledger": (time on the run's clock, kind, cause)):
+    the run's trace keeps its last events only."""
+
+    def read(sim: Sim) -> None:
+        assert sim.observer is not None
+        w, db = sim.world, sim.observer
+        since = w.wall - w.t  # the ledger's wall time, on the run's clock
+        seen["said"] = [r[0] for r in db.query("SELECT text FROM outbox ORDER BY id") if error in r[0]]
+        seen["ledger"] = [(ts - since, kind, cause) for ts, kind, cause in db.query(
+            "SELECT ts, kind, cause FROM ledger WHERE kind IN ('hold_placed', 'hold_cleared', 'relaunch') ORDER BY id")]
+
+    return read
+
+
 def test_a_bill_or_a_login_that_fails_every_turn_is_held_told_once_and_released_when_mended(monkeypatch):
     # Until 2026-12-07 the simulated CLI failed its turns for a rate limit only: the harness's
     # other holds (`billing`, `auth`: no reset time, the default half hour renewed while the turns
-    # fail) were in no storm. Read from Loom's ledger (the run's trace keeps its last events only).
+    # fail) were in no storm.
     for error, cause in (("billing_error", "billing"), ("authentication_failed", "auth")):
         seen: dict = {}
-
-        def read(sim) -> None:
-            w, db = sim.world, sim.observer
-            since = w.wall - w.t  # the ledger's wall time, on the run's clock
-            seen["said"] = [r[0] for r in db.query("SELECT text FROM outbox ORDER BY id") if error in r[0]]
-            seen["ledger"] = [(ts - since, kind, cause) for ts, kind, cause in db.query(
-                "SELECT ts, kind, cause FROM ledger WHERE kind IN ('hold_placed', 'hold_cleared', 'relaunch') "
-                "ORDER BY id")]
-
-        sim = rate_limited(monkeypatch, error=error, looks=[(6.9 * H, read)])
+        sim = rate_limited(monkeypatch, error=error, looks=[(6.9 * H, holds_and_told(seen, error))])
         assert sim.violation is None, (error, sim.violation)
         held = [t for t, kind, c in seen["ledger"] if kind == "hold_placed" and c == cause]
         assert len(held) >= 3 and held[0] < 1.1 * H, (error, held)  # renewed while its turns fail

@@ -18,7 +18,7 @@ from loomtui.sim.engine import Sim
 from loomtui.sim.profiles import PROFILES, default_config
 from loomtui.telegram import bridge
 
-from test_sim_hooks import H, automatic, long_turn_missed_and_kept, scripted
+from test_sim_hooks import H, automatic, holds_and_told, long_turn_missed_and_kept, scripted
 
 # README's stream-json commands, without `{hook_settings}`: the pump tells the turns.
 STREAM = {"driver": "stream-json",
@@ -137,15 +137,11 @@ def test_the_accounts_trouble_through_the_pump_is_held_told_once_and_released(mo
     for error, cause in (("rate_limit", "rate_limited"), ("authentication_failed", "auth")):
         monkeypatch.setattr(faults, "LIMIT_ERRORS", ((error, 1.0),))
         seen: dict = {}
+        told = holds_and_told(seen, error)
 
-        def read(sim: Sim) -> None:
-            assert sim.ctx is not None and sim.observer is not None
-            w, db = sim.world, sim.observer
-            since = w.wall - w.t  # the ledger's wall time, on the run's clock
-            seen["said"] = [r[0] for r in db.query("SELECT text FROM outbox ORDER BY id") if error in r[0]]
-            seen["ledger"] = [(ts - since, kind, c) for ts, kind, c in db.query(
-                "SELECT ts, kind, cause FROM ledger WHERE kind IN ('hold_placed', 'hold_cleared', 'relaunch') "
-                "ORDER BY id")]
+        def read(sim: Sim, told=told) -> None:
+            assert sim.ctx is not None
+            told(sim)
             seen["errors"] = [r.event.get("result") for r in transcript.read(transcript.path_in(sim.ctx.agent_dir))
                               if r.dir == transcript.OUT and r.event.get("is_error") is True]
 
