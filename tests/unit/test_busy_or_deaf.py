@@ -88,10 +88,11 @@ def test_a_turn_whose_tool_calls_keep_failing_is_busy_not_quiet(tmp_path):
         assert turn.tool == "Bash" and turn.ended is None
 
 
-def unread(ctx: Context, n: int, at: float, event: str = "PostToolUse") -> None:
-    """An event file the hooks loop has not read yet (the store was locked, say), written at `at`."""
-    path = settings.events_dir(ctx.agent_dir) / f"ev.{n}.json"
-    path.write_text(json.dumps({"hook_event_name": event, "session_id": "s-1", "tool_name": "Bash"}))
+def unread(ctx: Context, name: int | str, at: float, event: str = "PostToolUse", **fields) -> None:
+    """An event file the hooks loop has not read yet (the store was locked, say), written (its mtime)
+    at `at`; its payload's `fields` beside the event's name (a Bash tool's use when none)."""
+    path = settings.events_dir(ctx.agent_dir) / f"ev.{name}.json"
+    path.write_text(json.dumps({"hook_event_name": event, "session_id": "s-1", **(fields or {"tool_name": "Bash"})}))
     os.utime(path, (at, at))
 
 
@@ -267,9 +268,7 @@ def test_no_probe_or_nudge_is_typed_while_a_permission_prompts_notification_wait
     virtual = FakeClock(1_000_000.0, 5_000.0, BOOT)
 
     def waiting(n: int, event: str, **fields) -> None:
-        path = settings.events_dir(ctx.agent_dir) / f"ev.{n}.json"
-        path.write_text(json.dumps({"hook_event_name": event, "session_id": "s-1", **fields}))
-        os.utime(path, (clock.wall(), clock.wall()))
+        unread(ctx, n, clock.wall(), event, **fields)
 
     def permission(n: int) -> None:
         waiting(n, "Notification", notification_type="permission_prompt",
@@ -302,13 +301,6 @@ def test_no_probe_or_nudge_is_typed_while_a_permission_prompts_notification_wait
         assert canary_runs.last(ctx.store, ctx.agent) is not None  # the probe, typed now
 
 
-def waiting_file(ctx: Context, name: str, event: str, at: float, **fields) -> None:
-    """An event file the hooks loop has not read yet, written (its mtime) at `at`."""
-    path = settings.events_dir(ctx.agent_dir) / f"ev.{name}.json"
-    path.write_text(json.dumps({"hook_event_name": event, "session_id": "s-1", **fields}))
-    os.utime(path, (at, at))
-
-
 def test_a_lock_s_worth_of_unread_tool_events_before_the_prompt_s_notification_are_all_read(tmp_path):
     # A review of the first fix: it read the newest 200 files only, and the turn's prompt lay further back.
     ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
@@ -317,10 +309,10 @@ def test_a_lock_s_worth_of_unread_tool_events_before_the_prompt_s_notification_a
         hook(ctx, "UserPromptSubmit")
         hook(ctx, "Stop")  # the last turn recorded has ended: the new one's prompt waits unread
         start = clock.wall()
-        waiting_file(ctx, "0", "UserPromptSubmit", start, prompt="go on")
+        unread(ctx, "0", start, "UserPromptSubmit", prompt="go on")
         for n in range(1, 301):
-            waiting_file(ctx, f"{n}", "PostToolUse", start + n, tool_name="Read")
-        waiting_file(ctx, "301", "Notification", start + 301, notification_type="permission_prompt", message="Bash")
+            unread(ctx, f"{n}", start + n, "PostToolUse", tool_name="Read")
+        unread(ctx, "301", start + 301, "Notification", notification_type="permission_prompt", message="Bash")
         virtual.advance(400)
         assert turns.withholds_probe(ctx, clock.now())
         assert len(ingest.collect(ctx)) == 302
@@ -332,8 +324,8 @@ def test_an_unread_prompt_dated_ahead_of_now_ages_from_when_it_was_first_seen(tm
     ctx = hooked_ctx(tmp_path, turn_quiet="15m", max_turn="2h")
     settings.write(ctx.agent_dir)
     with clock.use(FakeClock(1_000_000.0, 5_000.0, BOOT)) as virtual:
-        waiting_file(ctx, "ahead", "UserPromptSubmit", clock.wall() + 4 * 3600)
-        waiting_file(ctx, "ahead2", "Notification", clock.wall() + 4 * 3600 + 1, notification_type="permission_prompt")
+        unread(ctx, "ahead", clock.wall() + 4 * 3600, "UserPromptSubmit")
+        unread(ctx, "ahead2", clock.wall() + 4 * 3600 + 1, "Notification", notification_type="permission_prompt")
         assert turns.withholds_probe(ctx, clock.now())
         virtual.advance(2 * 3600 - 60)
         assert turns.withholds_probe(ctx, clock.now())
@@ -349,13 +341,13 @@ def test_events_recorded_between_the_directory_s_read_and_the_store_s_are_read_a
     settings.write(ctx.agent_dir)
     with clock.use(FakeClock(1_000_000.0, 5_000.0, BOOT)) as virtual:
         hook(ctx, "UserPromptSubmit")
-        waiting_file(ctx, "tool", "PostToolUse", clock.wall(), tool_name="Bash")
+        unread(ctx, "tool", clock.wall(), "PostToolUse", tool_name="Bash")
         unread_marks, recorded = turns._unread_marks, []
 
         def meanwhile(ctx, now):
             marks = unread_marks(ctx, now)
             if not recorded:
-                waiting_file(ctx, "asked", "Notification", clock.wall() + 1, notification_type="permission_prompt")
+                unread(ctx, "asked", clock.wall() + 1, "Notification", notification_type="permission_prompt")
                 recorded.extend(ingest.collect(ctx))
             return marks
 
