@@ -188,7 +188,8 @@ def withholds_probe(ctx: Context, now: Instant) -> bool:
     turns a tick read earlier), and again when the hooks loop recorded events between the two reads
     (an event in both, read last from its file, would be taken for the newest: an answered prompt)."""
     cfg = ctx.config.canary
-    if not from_pump(ctx):
+    # Most looks find nothing waiting: the store is read once then, as before any file waited.
+    if not from_pump(ctx) and ingest.pending(events_dir(ctx.agent_dir)):
         for _ in range(UNREAD_TRIES):
             before = _newest(turn_marks(ctx.store, ctx.agent), hook_events.last_tool_use(ctx.store, ctx.agent))
             unread = _unread_marks(ctx, now)
