@@ -374,14 +374,18 @@ class PumpModel:
         a, p = w.agent, self.current(pid)
         if a is None or a.pid != pid or a.turn_since is None or a.turn_until is None or w.t < a.turn_until:
             return  # ended already, or its end was moved later (a `busy` turn's probe set it)
-        a.turn_since, a.turn_until = None, None
-        a.busy_next = False
-        w.turn_ended(pid)
+        self.turn_over(a)
         if p is not None and p.state.turn_seq is not None and a.hearing():
             if w.limited():
                 self.failed(pid, p.state.turn_seq)  # its last call to the model refused
             else:
                 self.result(pid, p.state.turn_seq)
+
+    def turn_over(self, a: Agent) -> None:
+        """The operator's turn of agent `a` is over, in the world's truth."""
+        a.turn_since, a.turn_until = None, None
+        a.busy_next = False
+        self.sim.world.turn_ended(a.pid)
 
     def failed(self, pid: int, seq: int) -> None:
         """The turn failed for the account's trouble: StopFailure (the hooks) and an error `result`,
@@ -392,9 +396,7 @@ class PumpModel:
             return
         a, p = found
         if a.turn_since is not None:  # the operator's turn, now over
-            a.turn_since, a.turn_until = None, None
-            a.busy_next = False
-            w.turn_ended(pid)
+            self.turn_over(a)
         if sim.hooks is not None:
             sim.hooks.fire_failure(pid)
         self.out(p, a, {"type": "result", "subtype": "error_during_execution", "is_error": True, "num_turns": 1,
