@@ -209,7 +209,15 @@ class TmuxDriver:
         if pids is None:
             pids = proctree.session_members(root)
         # Children first, so a shell does not respawn or reap-and-restart what we just killed.
-        return kill.end_processes(list(reversed(pids)), grace)
+        return kill.end_processes(list(reversed(pids)), grace, last=self._ends_last(root),
+                                  last_grace=self.LAST_GRACE)
+
+    LAST_GRACE: ClassVar[float] = 0.0
+
+    def _ends_last(self, root: int) -> tuple[int, ...]:
+        """The processes of the tree at `root` that end by themselves once the rest have (none
+        here: the stream-json driver's pump)."""
+        return ()
 
     def server_running(self) -> bool:
         """Whether Loom's tmux server answers on its socket."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -19,8 +20,15 @@ if TYPE_CHECKING:
     import psutil
 
 
-def end_processes(pids: list[int], grace: float = 3.0) -> list[int]:
+def end_processes(pids: list[int], grace: float = 3.0, *, last: Collection[int] = (),
+                  last_grace: float = 0.0) -> list[int]:
     """SIGTERM, wait up to `grace`, SIGKILL what is left (interactive shells ignore SIGTERM).
+
+    `last`: processes that end by themselves once the others have (the pump, which records the
+    lines its CLI left unread when it sees the CLI gone): SIGTERMed with the rest, SIGKILLed only
+    if they still run `last_grace` after the rest are gone. Killed with the rest, a pump whose CLI
+    ignored SIGTERM recorded nothing, and a message that hangs every CLI it reaches was never set
+    aside (pump.rules.MAX_UNREAD).
 
     Returns the pids that could not be ended. A zombie has ended: its parent (tmux, for the
     pane's process) reaps it when it gets round to it, which can take seconds, and waiting
@@ -37,9 +45,14 @@ def end_processes(pids: list[int], grace: float = 3.0) -> list[int]:
     for proc in procs:
         _signal(proc, signal.SIGTERM)
     alive = _wait_ended(procs, grace)
-    for proc in alive:
+    first = [p for p in alive if p.pid not in last]
+    for proc in first:
         _signal(proc, signal.SIGKILL)
-    return [p.pid for p in _wait_ended(alive, grace)]
+    stubborn = _wait_ended(first, grace)
+    spared = _wait_ended([p for p in alive if p.pid in last], last_grace)
+    for proc in spared:
+        _signal(proc, signal.SIGKILL)
+    return [p.pid for p in stubborn + _wait_ended(spared, grace)]
 
 
 def _signal(proc: psutil.Process, sig: int) -> None:

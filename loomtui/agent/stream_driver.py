@@ -102,6 +102,15 @@ class StreamJsonDriver(TmuxDriver):
     def launch(self, command: str, cwd: Path, env: dict[str, str], exit_signal: Path | None = None):
         return super().launch(pump_command(self._state_dir(), command), cwd, env, exit_signal)
 
+    # Once its CLI is gone, the pump records what it left unread and exits at once (its readers see
+    # the pipes close, its last answers go out: a few seconds at worst, on a busy machine).
+    LAST_GRACE: ClassVar[float] = 5.0
+
+    def _ends_last(self, root: int) -> tuple[int, ...]:
+        """The pane's process is the pump (`exec`, pump_command): it sees its CLI end, stopped with
+        the rest of the tree, and records the kept lines it never read before it exits."""
+        return (root,)
+
     def observe(self, *, with_screen: bool = False) -> AgentFacts:
         facts = super().observe(with_screen=with_screen)
         if self.state_dir is None or facts.pane is None:

@@ -476,3 +476,61 @@ def test_the_stream_json_demo_crashes_once_recovers_and_stops_cleanly(tmp_path):
         demo.stop()
         wait_for(lambda: not {p for p in seen if alive(p)} and not demo_processes(demo), 60,
                  what="every demo process gone after the stop")
+
+
+# A CLI deaf to SIGTERM (Claude Code whose event loop hangs never runs its handler): it answers its
+# first line once the file named by argv[1] exists, then never reads its input again.
+DEAF_CLI = """import json, os, signal, sys, time
+for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+    signal.signal(sig, signal.SIG_IGN)
+print(json.dumps({"type": "system", "subtype": "init", "session_id": "deaf"}), flush=True)
+sys.stdin.readline()
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+print(json.dumps({"type": "result", "subtype": "success", "is_error": False, "result": "one",
+                  "session_id": "deaf"}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_cli_deaf_to_sigterm_is_stopped_and_its_pump_counts_the_line_it_never_read(make_stream, tmp_path):
+    """A relaunch ends the pane's tree: the CLI, deaf to SIGTERM, is killed after the stop grace, and
+    the pump (the pane's process) is let to see it gone and record the kept line it never read, so a
+    line that hangs every CLI it reaches is set aside after pump.rules.MAX_UNREAD launches. Killed with
+    its CLI, the pump recorded nothing and the line went to every launch until the ceiling."""
+    import shlex
+
+    from loomtui.agent.stream_driver import StreamJsonDriver, pump_command
+    from loomtui.pump import client as pump_client
+
+    harness = make_stream()
+    harness.start()
+    ctx = harness.ctx()
+    go = tmp_path / "go"
+    command = pump_command(harness.state_dir, shlex.join([sys.executable, "-c", DEAF_CLI, str(go)]))
+    swapped = harness.tmux("respawn-pane", "-k", "-t", "=agent:0.0", command)
+    assert swapped.returncode == 0, swapped.stderr
+    wait_for(lambda: harness.pump().get("session_id") == "deaf" and harness.pump().get("pid") == harness.pane_pid(),
+             60, what="the deaf CLI's pump up")
+    cli_pid = harness.pump()["cli_pid"]
+    sends = [pump_client.send(harness.state_dir, text, origin="operator", timeout=30) for text in ("one", "two")]
+    assert [reply.state for reply in sends] == ["delivered", "queued"]
+    go.touch()
+    wait_for(lambda: [r.data["seq"] for r in harness.records("in")] == [1, 2], 60, what="the kept line written")
+    stubborn = StreamJsonDriver(ctx.config, ctx.state_dir).stop(1.0)
+    assert stubborn == []
+    assert not psutil_alive(cli_pid)
+    assert [r.data for r in harness.records("pump") if r.data.get("what") == "unread"] == [
+        {"what": "unread", "seqs": [2]}]
+    kept = json.loads((pump_client.queue_dir(harness.state_dir) / "2.json").read_text())
+    assert (kept["text"], kept["unread"]) == ("two", 1)
+    assert [r.data.get("signal") for r in harness.records("pump") if r.data.get("what") == "cli_exit"][-1] == 9
+
+
+def psutil_alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

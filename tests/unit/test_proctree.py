@@ -126,6 +126,48 @@ def test_end_processes_kills_what_ignores_sigterm():
         stubborn.wait()
 
 
+
+def test_a_process_ended_last_outlives_the_rest_and_ends_by_itself(tmp_path):
+    """Both deaf to SIGTERM: the first is killed after `grace`; the one ended `last` (a pump that
+    records what its CLI left unread) sees it gone, writes its record and exits by itself."""
+    first = subprocess.Popen([sys.executable, "-c", DEAF], stdout=subprocess.PIPE)
+    witness = ("import signal, sys, time, psutil\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint(1, flush=True)\n"
+               "def gone(p):\n    try:\n        return p.status() == psutil.STATUS_ZOMBIE\n"
+               "    except psutil.NoSuchProcess:\n        return True\n"
+               "first = psutil.Process(int(sys.argv[1]))\nwhile not gone(first):\n    time.sleep(0.02)\n"
+               "open(sys.argv[2], 'w').write('saw it gone')\n")
+    record = tmp_path / "record"
+    last = subprocess.Popen([sys.executable, "-c", witness, str(first.pid), str(record)], stdout=subprocess.PIPE)
+    try:
+        first.stdout.readline()
+        last.stdout.readline()
+        assert kill.end_processes([first.pid, last.pid], grace=0.5, last=[last.pid], last_grace=120) == []
+        assert first.wait(5) == -signal.SIGKILL
+        assert last.wait(5) == 0
+        assert record.read_text() == "saw it gone"
+    finally:
+        for proc in (first, last):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_process_ended_last_that_never_ends_is_killed_after_its_own_grace():
+    first = subprocess.Popen([sys.executable, "-c", DEAF], stdout=subprocess.PIPE)
+    last = subprocess.Popen([sys.executable, "-c", DEAF], stdout=subprocess.PIPE)
+    try:
+        first.stdout.readline()
+        last.stdout.readline()
+        assert kill.end_processes([first.pid, last.pid], grace=0.5, last=[last.pid], last_grace=0.5) == []
+        assert (first.wait(5), last.wait(5)) == (-signal.SIGKILL, -signal.SIGKILL)
+    finally:
+        for proc in (first, last):
+            proc.kill()
+            proc.wait()
+
+
+DEAF = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)"
+
+
 def test_walk_cost_does_not_touch_other_processes(tree):
     proc, _ = tree
     # The walk reads only the tree's own /proc entries: three processes, three cmdlines.
