@@ -387,6 +387,8 @@ def test_a_second_pump_on_the_same_state_dir_waits_for_the_first_to_end(pumps):
     second = run.start("--resume", sid)
     wait_for(lambda: "waiting for it to end" in run.pane.read_text(), 60, what="the second pump waiting")
     assert run.send("still the first's").state == "delivered"
+    # Answered before the stop: a line the CLI had not shown it read would be the second's `pending`.
+    wait_for(lambda: run.results() == 1, 60, what="the first pump's answer")
     first.send_signal(signal.SIGTERM)
     assert run.wait_exit(first) == 143
     run.wait_init(second)
