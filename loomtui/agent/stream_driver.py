@@ -22,6 +22,7 @@ from loomtui.agent.tmux import TmuxError
 from loomtui.errors import AgentNotReading
 from loomtui.config import Config
 from loomtui.pump import client as pump_client
+from loomtui.pump import rules as pump_rules
 from loomtui.pump.facts import Delivery, StreamFacts, read_facts
 
 # What print mode needs to be one long-lived process reading one JSON line per user message.
@@ -102,14 +103,16 @@ class StreamJsonDriver(TmuxDriver):
     def launch(self, command: str, cwd: Path, env: dict[str, str], exit_signal: Path | None = None):
         return super().launch(pump_command(self._state_dir(), command), cwd, env, exit_signal)
 
-    # Once its CLI is gone, the pump records what it left unread and exits at once (its readers see
-    # the pipes close, its last answers go out: a few seconds at worst, on a busy machine).
-    LAST_GRACE: ClassVar[float] = 5.0
+    # Once its CLI is gone, the pump records what it left unread, after its readers saw the pipes
+    # close or its DRAIN ran out (a pipe held by a process outside the tree), and exits.
+    LAST_GRACE: ClassVar[float] = pump_rules.DRAIN + 3.0
 
     def _ends_last(self, root: int) -> tuple[int, ...]:
-        """The pane's process is the pump (`exec`, pump_command): it sees its CLI end, stopped with
-        the rest of the tree, and records the kept lines it never read before it exits."""
-        return (root,)
+        """The pane's process, when it is the pump (`exec`, pump_command; pump.json names it): it
+        sees its CLI end, stopped with the rest of the tree, and records the kept lines it never
+        read before it exits. (An agent launched by the tmux driver before a switch has none.)"""
+        status = pump_client.status(self.state_dir) if self.state_dir is not None else None
+        return (root,) if status is not None and status.get("pid") == root else ()
 
     def observe(self, *, with_screen: bool = False) -> AgentFacts:
         facts = super().observe(with_screen=with_screen)

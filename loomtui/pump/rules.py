@@ -19,6 +19,9 @@ IDLE, RUNNING = "idle", "running"
 # that ends the CLI before it reads it was written to every launch until the watchdog's ceiling.
 MAX_UNREAD = 3
 SET_ASIDE = ".undelivered"  # the suffix a set-aside message's queue file takes
+# After the CLI's exit, how long its last output may take to arrive before the pump records what it
+# left unread (the stream-json driver spares a stopped pump longer than this: LAST_GRACE).
+DRAIN = 5.0
 EXITED = "the agent's CLI has exited"
 INPUT_CLOSED = "the agent's CLI no longer reads its input"
 # A refusal's code in the pump's answer (docs/STREAM.md): the CLI has exited, or it no longer reads

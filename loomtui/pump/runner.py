@@ -34,7 +34,7 @@ from loomtui.pump import render, rules, transcript
 from loomtui.pump.client import MAX_REQUEST, queue_dir, socket_path, status_path, unix_address
 
 STOP_GRACE = 5.0        # after forwarding a signal, how long the CLI has to exit before SIGKILL
-DRAIN = 5.0             # after the CLI's exit, how long its last output may take to arrive
+DRAIN = rules.DRAIN     # after the CLI's exit, how long its last output may take to arrive
 LOCK_WAIT = 15.0        # a previous pump of this state dir may still be stopping its CLI
 SEND_WAIT = 30.0        # how long a send may wait for its write to the CLI
 READ_TIMEOUT = 5.0      # a client has this long to send its request line

@@ -68,7 +68,8 @@ def tick_stuck_after(boot_grace: float, ack_timeout: float, resume_check: float,
     """How long one watchdog or canary tick may run while all is well: a probe waits out its ack
     (a booting stream-json pump's boot grace first), then a relaunch stops the agent, watches a
     resume boot and falls back to fresh once, each store write perhaps waiting out a locked store's
-    busy time. Ten minutes more (STUCK_MARGIN)."""
+    busy time. Ten minutes more (STUCK_MARGIN): it also covers a stop's SIGKILL wait and a stopped
+    pump's own (the stream-json driver's LAST_GRACE)."""
     return boot_grace + ack_timeout + 2 * (stop_grace + resume_check) + STUCK_MARGIN
 
 

@@ -126,6 +126,9 @@ def test_end_processes_kills_what_ignores_sigterm():
         stubborn.wait()
 
 
+# Deaf to SIGTERM, and says so once it is.
+DEAF = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)"
+
 
 def test_a_process_ended_last_outlives_the_rest_and_ends_by_itself(tmp_path):
     """Both deaf to SIGTERM: the first is killed after `grace`; the one ended `last` (a pump that
@@ -163,9 +166,6 @@ def test_a_process_ended_last_that_never_ends_is_killed_after_its_own_grace():
         for proc in (first, last):
             proc.kill()
             proc.wait()
-
-
-DEAF = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)"
 
 
 def test_walk_cost_does_not_touch_other_processes(tree):

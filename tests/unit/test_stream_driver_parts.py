@@ -87,6 +87,19 @@ def test_make_driver_follows_agent_driver(tmp_path):
     assert type(make_driver(parse_config({}, "test", None))) is TmuxDriver  # the old call still works
 
 
+def test_a_stopped_tree_spares_the_pane_process_only_when_pump_json_names_it_the_pump(tmp_path):
+    """The pump is ended last (it records what its CLI left unread once the CLI is gone): the
+    pane's process, when pump.json says it is the pump; an agent the tmux driver launched before a
+    switch to stream-json has no pump, and nothing is spared."""
+    driver = make_driver(config(), tmp_path)
+    assert driver._ends_last(4242) == ()                       # no pump.json
+    (tmp_path / "pump.json").write_text(json.dumps({"pid": 4242}))
+    assert driver._ends_last(4242) == (4242,)
+    assert driver._ends_last(4243) == ()                       # another process in the pane
+    assert StreamJsonDriver(config(), None)._ends_last(4242) == ()
+    assert TmuxDriver(config())._ends_last(4242) == ()
+
+
 def test_keys_are_refused_and_a_driver_without_a_state_dir_delivers_nothing():
     driver = StreamJsonDriver(config(), None)
     with pytest.raises(PumpRefused, match="no keys"):
