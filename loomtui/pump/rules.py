@@ -169,6 +169,15 @@ def _send(state: State, now: float) -> tuple[State, tuple[Action, ...]]:
     return replace(state, queue=queue), (Queued(seq, len(queue)),)
 
 
+def result_turn(state: State, event: dict[str, Any]) -> dict[str, int]:
+    """What a `result` event's transcript record says of its turn, before the rules take it in:
+    `turn`, the line whose turn it ends (the pump writes one line a turn), or nothing for a
+    result outside a turn of the pump's."""
+    if event.get("type") != "result" or state.turn_seq is None:
+        return {}
+    return {"turn": state.turn_seq}
+
+
 def _output(state: State, event: Output) -> tuple[State, tuple[Action, ...]]:
     kind = event.event.get("type")
     if kind == "system" and event.event.get("subtype") == "init":

@@ -261,6 +261,9 @@ class Pump:
             # reading them: a resume that found no session): said so, for the bridge, which would
             # answer the operator's message with the error, and then again once delivered.
             unread: dict[str, Any] = {"unread": list(self.unread)} if self.unread else {}
+            # A result names the line whose turn it ends (one line a turn): the bridge answers that
+            # line, not the oldest one waiting, when an earlier result never reached the transcript.
+            unread.update(rules.result_turn(self.state, event))
             if _deeper(event, MAX_DEPTH):
                 self._record(transcript.OUT, show=not same, event=_shallow(event), raw=line, **unread)
             else:

@@ -439,5 +439,6 @@ class PumpModel:
         if not (event.get("type") == "result" and event.get("is_error") is True):
             p.unread = []  # the CLI read what was written (runner._read_through); not its files' end here
         # An error result printed without reading the lines written since says so (runner._on_output).
-        self.record(transcript.OUT, event=event, **({"unread": list(p.unread)} if p.unread else {}))
+        self.record(transcript.OUT, event=event, **({"unread": list(p.unread)} if p.unread else {}),
+                    **rules.result_turn(p.state, event))
         self.apply(p, rules.Output(self.sim.world.wall, event))

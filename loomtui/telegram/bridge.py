@@ -52,6 +52,10 @@ LOST = ("Loom: the agent's CLI stopped before answering your message; Loom relau
 # A line the pump kept (its file stays until the CLI shows it read it): the next pump writes it again.
 AGAIN = ("Loom: the agent's CLI stopped before answering your message; Loom relaunches it, and the "
          "message goes to it again (no need to send it again).")
+# A turn that ended without its result in the transcript (a write the disk refused, a line past all
+# reason), known by a later result that names its own line.
+UNRECORDED = ("Loom: the agent's answer to your message was not recorded (its transcript could not "
+              "take it). Send the message again if it still matters.")
 
 
 # -- the pure part: turns matched to their inputs ----------------------------------------
@@ -112,7 +116,9 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
     """The cursor after `records`, and the answers due to Telegram for the turns they ended.
 
     A `result` ends the turn of every input written since the last one: the pump writes one per
-    turn, and lines that reached the CLI together are one turn to Claude Code, answered once. A
+    turn, and lines that reached the CLI together are one turn to Claude Code, answered once. One
+    that names its line (`turn`: the pump's since 2026-12-07) answers that line only; an open line
+    before it ended without its result in the transcript, and is told so (UNRECORDED). A
     CLI that exits or a pump that starts again ends them unanswered, and an input whose write
     failed never had a turn. Of those, a line the pump kept for the next launch (its `unread`
     before the CLI's exit, less those it sets aside; a new pump's `pending` at its start, or at the
@@ -131,6 +137,14 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
             # records to say whether they go again or were lost.
             unread = _seqs(rec.data.get("unread"))
             asked = [t for t in turns.open if t.origin == TELEGRAM and t.seq not in unread]
+            turn = _seqs([rec.data.get("turn")])
+            if turn:
+                # The pump names the line whose turn this is (it writes one line a turn): an open
+                # line before it had a turn whose result never reached the transcript. Told so; the
+                # oldest line waiting was given this answer, and this line none.
+                mine = [t for t in asked if t.seq in turn]
+                _ended(turns, [t for t in turns.open if t.seq not in unread and t not in mine], set(), UNRECORDED)
+                asked = mine
             if asked:
                 turns.answers.append(answer_for(asked[0], rec.event))
             turns.open = [t for t in turns.open if t.seq is not None and t.seq in unread]
@@ -149,12 +163,13 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
     return replace(cursor, offset=offset, open=tuple(turns.open)), turns.answers
 
 
-def _ended(turns: _Turns, ending: list[Input], again: set[int]) -> None:
+def _ended(turns: _Turns, ending: list[Input], again: set[int], lost: str = LOST) -> None:
     """The turns of `ending` (open inputs) ended unanswered: those whose seq is in `again` go to
-    the agent again, the rest are lost; the operator is told which, of those it sent."""
+    the agent again, the rest are lost (`lost` says how); the operator is told which, of those it sent."""
     for t in ending:
         if t.origin == TELEGRAM:
-            turns.answers.append(Answer(t.key, AGAIN, "again") if t.seq in again else Answer(t.key, LOST, "lost"))
+            turns.answers.append(Answer(t.key, AGAIN, "again") if t.seq in again else
+                                 Answer(t.key, lost, "lost" if lost == LOST else "unrecorded"))
     turns.open = [t for t in turns.open if t not in ending]
 
 

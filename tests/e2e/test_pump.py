@@ -148,6 +148,8 @@ def test_a_send_between_turns_is_delivered_and_answered(pumps):
     status = wait_for(lambda: (s := client.status(run.state)) and s["turns"] == 1 and s, 30, what="turns: 1")
     assert (status["session_id"], status["turn"], status["queue"], status["cli_exit"]) == (sid, "idle", 0, None)
     assert status["last_result"]["seq"] == 1 and status["last_result"]["is_error"] is False
+    # The result's record names the line whose turn it ended (the bridge answers that line).
+    assert [r.data.get("turn") for r in run.records("out") if r.event.get("type") == "result"] == [1]
     assert status["argv0"] == os.path.basename(sys.executable) and status["pid"] == proc.pid
     # The socket's status is pump.json's; the demo's own session file has the message.
     assert client.live_status(run.state) == client.status(run.state)
@@ -184,6 +186,7 @@ def test_three_sends_during_a_long_turn_are_queued_and_arrive_after_it_in_order(
     ]
     assert [(r.data["seq"], r.data["origin"], r.data["ref"]) for r in run.records("in")][1:] == [
         (2, "telegram", "tg-0"), (3, "telegram", "tg-1"), (4, "telegram", "tg-2")]
+    assert [r.data.get("turn") for r in run.records("out") if r.event.get("type") == "result"] == [1, 2, 3, 4]
     assert [(r.data["seq"], r.data["position"]) for r in run.records("pump") if r.data["what"] == "queued"] == [
         (2, 1), (3, 2), (4, 3)]
     wait_for(lambda: run.queue_files() == [], 30, what="the queue files removed")

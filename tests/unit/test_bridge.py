@@ -12,7 +12,7 @@ from loomtui.pump import transcript
 from loomtui.store import outbox
 from loomtui.store.db import Store
 from loomtui.telegram import bridge
-from loomtui.telegram.bridge import AGAIN, LOST, NO_TEXT, Bridge, Cursor, advance
+from loomtui.telegram.bridge import AGAIN, LOST, NO_TEXT, UNRECORDED, Bridge, Cursor, advance
 
 CHAT = 5151
 
@@ -58,11 +58,13 @@ class Script:
         event = {"type": "assistant", "message": {"role": "assistant", "content": [{"type": "text", "text": text}]}}
         self.writer.append(transcript.OUT, ts=self._tick(), event=event)
 
-    def result(self, text: str | None, *, is_error: bool = False, subtype: str = "success") -> None:
+    def result(self, text: str | None, *, is_error: bool = False, subtype: str = "success",
+               turn: object = None) -> None:
+        """`turn`: the line whose turn it ends, as the pump names it (None: a record without it)."""
         event = {"type": "result", "subtype": subtype, "is_error": is_error, "session_id": "s-1"}
         if text is not None:
             event["result"] = text
-        self.writer.append(transcript.OUT, ts=self._tick(), event=event)
+        self.writer.append(transcript.OUT, ts=self._tick(), event=event, **({} if turn is None else {"turn": turn}))
 
     def turn(self, origin: str, answer: str, text: str = "hello agent") -> int:
         seq = self.send(origin, text)
@@ -224,6 +226,48 @@ def test_lines_merged_into_one_turn_get_one_answer_and_the_next_turn_its_own(scr
     assert answers[0].key.startswith(f"telegram_bridge:{first + 1}:")
     assert answers[1].key.startswith(f"telegram_bridge:{nxt}:") and cursor.open == ()
 
+
+def test_a_result_that_never_reached_the_transcript_leaves_the_next_answer_to_its_own_line(script):
+    # The disk refused the first turn's result record: the next result was the first line's answer,
+    # and the second line had none. The pump names each result's line.
+    first, second = script.send("telegram", "first"), script.send("telegram", "second")
+    script.result("the answer to the second", turn=second)
+    cursor, answers = advance(Cursor(), records(script.path))
+    assert [(a.key.split(":")[1], a.text, a.what) for a in answers] == [
+        (str(first), UNRECORDED, "unrecorded"), (str(second), "the answer to the second", "answer")]
+    assert cursor.open == ()
+
+
+def test_a_named_turn_of_another_origin_answers_no_one_and_ends_the_lines_before_it(script):
+    first = script.send("telegram")
+    probe = script.send("canary", "touch the ack")
+    script.result("touched", turn=probe)
+    later = script.send("telegram")
+    script.result("the answer to the later one", turn=later)
+    _, answers = advance(Cursor(), records(script.path))
+    assert [(a.key.split(":")[1], a.text) for a in answers] == [
+        (str(first), UNRECORDED), (str(later), "the answer to the later one")]
+
+
+@pytest.mark.parametrize("turn", ["2", True, 2.0, [2], {"seq": 2}])
+def test_a_turn_that_is_not_a_seq_is_no_turn(script, turn):
+    # Untrusted: only an int names a line; anything else reads as a record without it.
+    script.send("telegram")
+    script.send("telegram")
+    script.result("answered", turn=turn)
+    _, answers = advance(Cursor(), records(script.path))
+    assert [a.text for a in answers] == ["answered"]
+
+
+def test_an_error_printed_before_reading_its_named_line_leaves_that_line_open(script):
+    seq = script.send("telegram")
+    event = {"type": "result", "subtype": "error_during_execution", "is_error": True}
+    script.writer.append(transcript.OUT, ts=script._tick(), event=event, unread=[seq], turn=seq)
+    cursor, answers = advance(Cursor(), records(script.path))
+    assert answers == [] and [t.seq for t in cursor.open] == [seq]
+    script.kept_through_a_relaunch(seq, "the real answer")
+    _, answers = advance(Cursor(), records(script.path))
+    assert [a.text for a in answers] == [AGAIN, "the real answer"]
 
 def test_an_input_whose_write_failed_takes_no_later_answer(script):
     seq = script.send("telegram")

@@ -73,6 +73,15 @@ def test_a_result_outside_a_turn_is_recorded_but_ends_nothing():
     assert state.last_result == rules.LastResult(2.0, True, "error_during_execution", None, ())
 
 
+def test_a_results_record_names_the_line_whose_turn_it_ends_and_nothing_else_does():
+    state, _ = run(ready(), Send(1), Send(2))
+    assert rules.result_turn(state, RESULT) == {"turn": 1}
+    assert [rules.result_turn(state, event) for event in (ASSISTANT, {"type": "user"}, {})] == [{}, {}, {}]
+    state, _ = rules.step(state, Output(3.0, RESULT))
+    assert rules.result_turn(state, RESULT) == {"turn": 2}
+    state, _ = rules.step(state, Output(4.0, RESULT))
+    assert rules.result_turn(state, RESULT) == {}  # a result outside a turn of the pump's
+
 def test_only_a_literal_true_is_error_is_an_error():
     state, _ = run(ready(), Send(1), Output(2.0, {"type": "result", "is_error": "yes", "subtype": 3}))
     assert state.last_result == rules.LastResult(2.0, False, "", 1, ())
