@@ -81,10 +81,13 @@ class Cursor:
     offset: int = 0
     file: str = ""  # the transcript's identity (its first line): another file is read from its start
     open: tuple[Input, ...] = ()
+    # Open lines an error result came before the CLI read them (its `unread`): the pump's count of
+    # turns is behind the CLI's if it reads them after all, so a later result's `turn` is not trusted.
+    unread: tuple[int, ...] = ()
 
     def dumps(self) -> str:
         return json.dumps({"offset": self.offset, "file": self.file,
-                           "open": [[i.seq, i.origin, i.ts] for i in self.open]})
+                           "open": [[i.seq, i.origin, i.ts] for i in self.open], "unread": list(self.unread)})
 
     @classmethod
     def loads(cls, value: str | None) -> Cursor:
@@ -93,7 +96,8 @@ class Cursor:
         try:
             data = json.loads(value)
             return cls(int(data["offset"]), str(data["file"]),
-                       tuple(Input(seq, str(origin), float(ts)) for seq, origin, ts in data["open"]))
+                       tuple(Input(seq, str(origin), float(ts)) for seq, origin, ts in data["open"]),
+                       tuple(sorted(_seqs(data.get("unread")))))
         except (ValueError, KeyError, TypeError):
             log.warning("bridge: the stored cursor is unreadable; reading the transcript from its start")
             return cls()
@@ -110,6 +114,7 @@ class Answer:
 class _Turns:
     open: list[Input] = field(default_factory=list)
     answers: list[Answer] = field(default_factory=list)
+    unread: set[int] = field(default_factory=set)
 
 
 def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Cursor, list[Answer]]:
@@ -125,7 +130,7 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
     exit of a CLI it could not start, when the last one was killed; a queued line's failed write)
     is said to go to the agent again; its new `in` is answered as any other.
     """
-    turns = _Turns(list(cursor.open))
+    turns = _Turns(list(cursor.open), unread=set(cursor.unread))
     offset = cursor.offset
     for rec in records:
         offset = rec.end
@@ -138,7 +143,7 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
             unread = _seqs(rec.data.get("unread"))
             asked = [t for t in turns.open if t.origin == TELEGRAM and t.seq not in unread]
             turn = _seqs([rec.data.get("turn")])
-            if turn:
+            if turn and not any(t.seq in turns.unread for t in turns.open):
                 # The pump names the line whose turn this is (it writes one line a turn): an open
                 # line before it had a turn whose result never reached the transcript. Told so; the
                 # oldest line waiting was given this answer, and this line none.
@@ -148,6 +153,7 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
             if asked:
                 turns.answers.append(answer_for(asked[0], rec.event))
             turns.open = [t for t in turns.open if t.seq is not None and t.seq in unread]
+            turns.unread = {t.seq for t in turns.open if t.seq is not None}
         elif rec.dir == transcript.PUMP and rec.data.get("what") == "unread":
             # Those it names as set aside (their last launch) are not written again: lost below.
             again = _seqs(rec.data.get("seqs")) - _seqs(rec.data.get("set_aside"))
@@ -160,7 +166,9 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
             # A queued line's file stays (`kept`): the next launch writes it again.
             failed = _seqs([rec.data.get("seq")])
             _ended(turns, [t for t in turns.open if t.seq in failed], failed if rec.data.get("kept") is True else set())
-    return replace(cursor, offset=offset, open=tuple(turns.open)), turns.answers
+    still = {t.seq for t in turns.open}
+    return replace(cursor, offset=offset, open=tuple(turns.open),
+                   unread=tuple(sorted(s for s in turns.unread if s in still))), turns.answers
 
 
 def _ended(turns: _Turns, ending: list[Input], again: set[int], lost: str = LOST) -> None:

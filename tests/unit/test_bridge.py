@@ -269,6 +269,21 @@ def test_an_error_printed_before_reading_its_named_line_leaves_that_line_open(sc
     _, answers = advance(Cursor(), records(script.path))
     assert [a.text for a in answers] == [AGAIN, "the real answer"]
 
+def test_after_an_error_that_came_before_its_line_was_read_the_next_result_is_that_lines(script):
+    # The bridge's premise is that such an error ends the CLI (Claude Code's failed resume). Were it
+    # to read the line after all, the pump's count of turns is one behind: its next result, named
+    # for the line written after, is the first line's answer, as by order.
+    seq = script.send("telegram", "first")
+    event = {"type": "result", "subtype": "error_during_execution", "is_error": True}
+    script.writer.append(transcript.OUT, ts=script._tick(), event=event, unread=[seq], turn=seq)
+    after = script.send("telegram", "second")
+    cursor, _ = advance(Cursor(), records(script.path))
+    assert cursor.unread == (seq,) and Cursor.loads(cursor.dumps()) == cursor
+    script.result("the answer to the first", turn=after)
+    cursor, answers = advance(cursor, records(script.path, cursor.offset))
+    assert [(a.key.split(":")[1], a.text) for a in answers] == [(str(seq), "the answer to the first")]
+    assert cursor.open == () and cursor.unread == ()
+
 def test_an_input_whose_write_failed_takes_no_later_answer(script):
     seq = script.send("telegram")
     script.writer.append(transcript.PUMP, ts=script._tick(), what="write_failed", seq=seq, error="Broken pipe")
@@ -295,6 +310,10 @@ def test_an_unreadable_cursor_starts_over():
     assert Cursor.loads("{not json") == Cursor()
     assert Cursor.loads('{"offset": "x"}') == Cursor()
     assert Cursor.loads(None) == Cursor()
+    # A cursor an older Loom stored (no `unread`) reads as it was; untrusted seqs are dropped.
+    assert Cursor.loads('{"offset": 5, "file": "f", "open": [[1, "telegram", 2.5]]}') == \
+        Cursor(5, "f", (bridge.Input(1, "telegram", 2.5),))
+    assert Cursor.loads('{"offset": 5, "file": "f", "open": [], "unread": [3, "4", true]}').unread == (3,)
 
 
 # -- the shell: files, store, restarts ----------------------------------------------------
