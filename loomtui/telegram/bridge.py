@@ -12,7 +12,8 @@ origin "telegram". This loop follows the transcript and, for every turn whose in
 Telegram, puts the turn's final text in the outbox; the sender delivers it. Canary probes and
 nudges are turns with other origins and are never echoed.
 
-Where it got to (offset, which file, the inputs whose turn has not ended) is kept in the store's
+Where it got to (offset, which file, the inputs whose turn has not ended, those of them an error
+came before the CLI read) is kept in the store's
 meta table under the agent's key, written in the same transaction as the outbox rows it caused, so a restart resumes
 where it was. The outbox's dedupe key is the input's seq and timestamp: a transcript read again
 (replaced, truncated, or a cursor lost) never sends an answer twice.
@@ -26,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -52,10 +54,11 @@ LOST = ("Loom: the agent's CLI stopped before answering your message; Loom relau
 # A line the pump kept (its file stays until the CLI shows it read it): the next pump writes it again.
 AGAIN = ("Loom: the agent's CLI stopped before answering your message; Loom relaunches it, and the "
          "message goes to it again (no need to send it again).")
-# A turn that ended without its result in the transcript (a write the disk refused, a line past all
-# reason), known by a later result that names its own line.
-UNRECORDED = ("Loom: the agent's answer to your message was not recorded (its transcript could not "
-              "take it). Send the message again if it still matters.")
+# A turn that ended without a result Loom could read (a record the disk refused, a line past all
+# reason), known by a later result that names its own line. The message is named by when it went to
+# the agent: nothing else ties this notice to it in the chat.
+UNRECORDED = ("Loom: the agent's answer to your message passed to it at {at} could not be read from its "
+              "transcript. Send the message again if it still matters.")
 
 
 # -- the pure part: turns matched to their inputs ----------------------------------------
@@ -107,7 +110,7 @@ class Cursor:
 class Answer:
     key: str
     text: str
-    what: str  # "answer", "error", "lost", "again": for the log, which never gets the text
+    what: str  # "answer", "error", "lost", "again", "unrecorded": for the log, which never gets the text
 
 
 @dataclass
@@ -122,8 +125,10 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
 
     A `result` ends the turn of every input written since the last one: the pump writes one per
     turn, and lines that reached the CLI together are one turn to Claude Code, answered once. One
-    that names its line (`turn`: the pump's since 2026-12-07) answers that line only; an open line
-    before it ended without its result in the transcript, and is told so (UNRECORDED). A
+    that names an open line (`turn`: the pump's since 2026-12-07) answers that line only; an open
+    line before it ended without a result the bridge could read, and is told so (UNRECORDED). Not
+    while a line an error came before is open (the pump's count of turns is behind if the CLI reads
+    it after all): then by order, as before. A
     CLI that exits or a pump that starts again ends them unanswered, and an input whose write
     failed never had a turn. Of those, a line the pump kept for the next launch (its `unread`
     before the CLI's exit, less those it sets aside; a new pump's `pending` at its start, or at the
@@ -143,13 +148,15 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
             unread = _seqs(rec.data.get("unread"))
             asked = [t for t in turns.open if t.origin == TELEGRAM and t.seq not in unread]
             turn = _seqs([rec.data.get("turn")])
-            if turn and not any(t.seq in turns.unread for t in turns.open):
+            named = [t for t in turns.open if t.seq in turn]
+            if named and not any(t.seq in turns.unread for t in turns.open):
                 # The pump names the line whose turn this is (it writes one line a turn): an open
-                # line before it had a turn whose result never reached the transcript. Told so; the
-                # oldest line waiting was given this answer, and this line none.
-                mine = [t for t in asked if t.seq in turn]
-                _ended(turns, [t for t in turns.open if t.seq not in unread and t not in mine], set(), UNRECORDED)
-                asked = mine
+                # line before it had a turn whose result the bridge never read. Told so; the oldest
+                # line waiting was given this answer, and this line none. (A named line with no `in`
+                # read: by order, the answer at least reaches the chat.)
+                _ended(turns, [t for t in turns.open if t.seq not in unread and t not in named], set(),
+                       how="unrecorded")
+                asked = [t for t in asked if t in named]
             if asked:
                 turns.answers.append(answer_for(asked[0], rec.event))
             turns.open = [t for t in turns.open if t.seq is not None and t.seq in unread]
@@ -171,13 +178,16 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
                    unread=tuple(sorted(s for s in turns.unread if s in still))), turns.answers
 
 
-def _ended(turns: _Turns, ending: list[Input], again: set[int], lost: str = LOST) -> None:
+def _ended(turns: _Turns, ending: list[Input], again: set[int], how: str = "lost") -> None:
     """The turns of `ending` (open inputs) ended unanswered: those whose seq is in `again` go to
-    the agent again, the rest are lost (`lost` says how); the operator is told which, of those it sent."""
+    the agent again, the rest are lost (`how`: lost, or unrecorded: answered, the answer unread);
+    the operator is told which, of those it sent."""
     for t in ending:
         if t.origin == TELEGRAM:
             turns.answers.append(Answer(t.key, AGAIN, "again") if t.seq in again else
-                                 Answer(t.key, lost, "lost" if lost == LOST else "unrecorded"))
+                                 Answer(t.key, LOST, "lost") if how == "lost" else
+                                 Answer(t.key, UNRECORDED.format(at=_clock(t.ts)), "unrecorded"))
+    turns.unread -= {t.seq for t in ending if t.seq is not None}
     turns.open = [t for t in turns.open if t not in ending]
 
 
@@ -188,8 +198,15 @@ def _seqs(value: object) -> set[int]:
     return {v for v in value if isinstance(v, int) and not isinstance(v, bool)}
 
 
+def _clock(ts: float) -> str:
+    """A line's time as the operator's machine tells it: the hour and minute."""
+    return time.strftime("%H:%M", time.localtime(ts))
+
+
 def _opened(turns: _Turns, rec: transcript.Record) -> None:
     seq = rec.data.get("seq")
+    if isinstance(seq, int):
+        turns.unread.discard(seq)  # a kept line written again (its seq, a new `in`): read or not anew
     origin = rec.data.get("origin")
     turns.open.append(Input(seq if isinstance(seq, int) else None, origin if isinstance(origin, str) else "", rec.ts))
     del turns.open[:-MAX_OPEN]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 import pytest
 
@@ -233,9 +234,11 @@ def test_a_result_that_never_reached_the_transcript_leaves_the_next_answer_to_it
     first, second = script.send("telegram", "first"), script.send("telegram", "second")
     script.result("the answer to the second", turn=second)
     cursor, answers = advance(Cursor(), records(script.path))
-    assert [(a.key.split(":")[1], a.text, a.what) for a in answers] == [
-        (str(first), UNRECORDED, "unrecorded"), (str(second), "the answer to the second", "answer")]
-    assert cursor.open == ()
+    assert [(a.key.split(":")[1], a.what) for a in answers] == [(str(first), "unrecorded"), (str(second), "answer")]
+    # The notice names the message by when it went to the agent: nothing else ties it to it in the chat.
+    at = time.strftime("%H:%M", time.localtime(records(script.path)[1].ts))
+    assert answers[0].text == UNRECORDED.format(at=at) and f"passed to it at {at} " in answers[0].text
+    assert answers[1].text == "the answer to the second" and cursor.open == ()
 
 
 def test_a_named_turn_of_another_origin_answers_no_one_and_ends_the_lines_before_it(script):
@@ -245,8 +248,41 @@ def test_a_named_turn_of_another_origin_answers_no_one_and_ends_the_lines_before
     later = script.send("telegram")
     script.result("the answer to the later one", turn=later)
     _, answers = advance(Cursor(), records(script.path))
-    assert [(a.key.split(":")[1], a.text) for a in answers] == [
-        (str(first), UNRECORDED), (str(later), "the answer to the later one")]
+    assert [(a.key.split(":")[1], a.what) for a in answers] == [(str(first), "unrecorded"), (str(later), "answer")]
+    assert answers[1].text == "the answer to the later one"
+
+
+def test_a_named_line_whose_in_was_never_read_is_answered_by_order(script):
+    # The disk that refused the first result refused the second line's `in` too: the answer still
+    # reaches the chat (by order, as before), not dropped with a notice.
+    first = script.send("telegram")
+    script.result("the answer to the second", turn=first + 1)
+    _, answers = advance(Cursor(), records(script.path))
+    assert [(a.key.split(":")[1], a.text) for a in answers] == [(str(first), "the answer to the second")]
+
+
+def test_a_kept_line_written_again_under_its_seq_then_a_refused_result_reads_alike_in_any_pieces(script):
+    # A failed resume (an error before the line was read), the line kept and written again by the
+    # next pump under the same seq; then its result refused by the disk and the next line's named.
+    # Read whole, the first line got the second's answer: the error's mark outlived its line.
+    seq = script.send("telegram", "first")
+    event = {"type": "result", "subtype": "error_during_execution", "is_error": True}
+    script.writer.append(transcript.OUT, ts=script._tick(), event=event, unread=[seq], turn=seq)
+    script.unread([seq])
+    script.cli_exit()
+    script.started(pending=[seq])
+    script.again(seq, text="first")
+    cut = os.path.getsize(script.path)
+    later = seq + 1
+    script.writer.append(transcript.IN, ts=script._tick(), seq=later, origin="telegram", ref=None, text="second")
+    script.result("the answer to the second", turn=later)
+    everything = records(script.path)
+    whole = advance(Cursor(), everything)
+    part, early = advance(Cursor(), [r for r in everything if r.end <= cut])
+    rest, late = advance(part, [r for r in everything if r.end > cut])
+    assert whole == (rest, early + late)
+    assert [(a.key.split(":")[1], a.what) for a in whole[1]] == [(str(seq), "again"), (str(seq), "unrecorded"),
+                                                                 (str(later), "answer")]
 
 
 @pytest.mark.parametrize("turn", ["2", True, 2.0, [2], {"seq": 2}])
@@ -269,6 +305,7 @@ def test_an_error_printed_before_reading_its_named_line_leaves_that_line_open(sc
     _, answers = advance(Cursor(), records(script.path))
     assert [a.text for a in answers] == [AGAIN, "the real answer"]
 
+
 def test_after_an_error_that_came_before_its_line_was_read_the_next_result_is_that_lines(script):
     # The bridge's premise is that such an error ends the CLI (Claude Code's failed resume). Were it
     # to read the line after all, the pump's count of turns is one behind: its next result, named
@@ -283,6 +320,7 @@ def test_after_an_error_that_came_before_its_line_was_read_the_next_result_is_th
     cursor, answers = advance(cursor, records(script.path, cursor.offset))
     assert [(a.key.split(":")[1], a.text) for a in answers] == [(str(seq), "the answer to the first")]
     assert cursor.open == () and cursor.unread == ()
+
 
 def test_an_input_whose_write_failed_takes_no_later_answer(script):
     seq = script.send("telegram")

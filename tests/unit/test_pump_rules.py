@@ -81,6 +81,13 @@ def test_a_results_record_names_the_line_whose_turn_it_ends_and_nothing_else_doe
     assert rules.result_turn(state, RESULT) == {"turn": 2}
     state, _ = rules.step(state, Output(4.0, RESULT))
     assert rules.result_turn(state, RESULT) == {}  # a result outside a turn of the pump's
+    # An error printed before the line was read still names it (the record's `unread` says the rest);
+    # after a write that failed (InputClosed) no turn runs, and a result names none.
+    state, _ = run(ready(), Send(1))
+    assert rules.result_turn(state, {**RESULT, "is_error": True}) == {"turn": 1}
+    state, _ = rules.step(state, InputClosed(2.0, 1))
+    assert rules.result_turn(state, RESULT) == {}
+
 
 def test_only_a_literal_true_is_error_is_an_error():
     state, _ = run(ready(), Send(1), Output(2.0, {"type": "result", "is_error": "yes", "subtype": 3}))
