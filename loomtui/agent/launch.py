@@ -122,6 +122,7 @@ def relaunch_locked(
             detail["evidence"] = evidence
         event = ledger.append_in(db, "relaunch", source=source, cause=cause, detail=detail, ts=now)
         outcome.events.append(event.id)
+        relaunch_id = event.id
         store.set_meta(store.agent_key(LAUNCH_KEY),
                        LaunchRecord(now, at.mono, at.boot, mode, new, cause).to_json(), db)
     stopped = False  # the old agent is gone: a launch failing from here leaves no agent at all
@@ -138,14 +139,17 @@ def relaunch_locked(
     except (TmuxError, LoomError, OSError) as exc:
         if not stopped:
             # Nothing was stopped (processes that would not die, a tmux that stopped answering, the
-            # injection lock held): the old agent runs on, and its launch record goes back.
+            # injection lock held): the old agent runs on, and its launch record and pin go back.
             try:
-                _nothing_launched(ctx, launched_before)
+                _nothing_launched(ctx, launched_before, old if mode == FRESH else None)
             except LoomError as err:  # the store refused: the watchdog's next look finds what runs
                 log.warning("could not put the launch record back: %s", err)
         outcome.ok, outcome.error = False, str(exc)
+        # `stopped` false: the relaunch (`relaunch`, its event) left the old agent running in its
+        # session: no relaunch off it (ledger.canary_recycled does not count it).
         event = ledger.append(store, "relaunch_failed", source=source, cause=cause,
-                              detail={"mode": mode, "session": new, "error": str(exc)})
+                              detail={"mode": mode, "session": new, "error": str(exc), "relaunch": relaunch_id,
+                                      "stopped": stopped})
         outcome.events.append(event.id)
         return outcome
     try:
@@ -193,19 +197,22 @@ def relaunch_locked(
     return outcome
 
 
-def _nothing_launched(ctx: Context, launched_before: str | None) -> None:
+def _nothing_launched(ctx: Context, launched_before: str | None, pinned_before: str | None) -> None:
     """Nothing was stopped (the old agent would not die, or tmux stopped answering, or the injection
     lock stayed held), so none was launched: the old agent runs on, and a turn open in it too.
     The launch record goes back to what it was, so that turn is not ended by a launch that never
     happened, nor is the old agent taken for one booting. The relaunch stays in the ledger, counted
-    toward the fuse and the ceiling as an attempt, and a fresh one's new session stays pinned (the
-    next relaunch starts from it, as after any failed launch)."""
+    toward the fuse and the ceiling as an attempt. A fresh one's pin goes back to the session the
+    old agent runs on (`pinned_before`): left on the new one, never launched, the next crash resumed
+    that, failed, and started fresh, and the conversation that ran on was lost."""
     store = ctx.store
     with store.write() as db:
         if launched_before is None:
             meta.delete_in(db, store.agent_key(LAUNCH_KEY))
         else:
             store.set_meta(store.agent_key(LAUNCH_KEY), launched_before, db)
+        if pinned_before is not None:
+            session.pin_in(db, pinned_before)
 
 
 def _exit_signal(ctx: Context) -> Path | None:

@@ -113,6 +113,7 @@ class Sim:
         self.item_cache: dict[int, Item] = {}   # queue items as the store holds them, until it changes
         self.commands: dict[int, str] = {}
         self.labels: dict[str, str] = {}
+        self.last_relaunch: tuple[int, Agent | None, str | None] | None = None  # on_ledger
         self.server_pid = SERVER_PID
         self.run_truth: dict[int, tuple[float, bool]] = {}   # job run id -> (started, monotonic; truly clean)
         self.step = 0
@@ -378,7 +379,8 @@ class Sim:
         w = self.world
         if mode == "resume" and session != w.pinned_truth:
             self.checker.fail("resume_only_the_pinned", f"resumed {self.label(session)}, but the session Loom "
-                                                        f"minted last is {self.label(w.pinned_truth)}")
+                                                        f"minted last (or the one its failed relaunch left "
+                                                        f"running) is {self.label(w.pinned_truth)}")
         old = w.agent
         if old is not None and old.alive:
             w.stray.append(old)  # Loom launched beside an agent it could not end
@@ -544,6 +546,9 @@ class Sim:
                  "at": float(detail.get("mono", self.world.t)), "evidence": detail.get("evidence")}
             if self.slicer is not None:
                 self.relaunchers.add(self.slicer.name)
+            # The agent that ran when it was recorded, and the pin a resume might continue then: a
+            # relaunch that fails with that agent still running stopped nothing (the world's word).
+            self.last_relaunch = (seq, self.world.agent, self.world.pinned_truth)
             if d["mode"] == "fresh":
                 # What Loom minted last, by its own ledger; the CLI's resumes are checked against it.
                 self.world.pinned_truth = detail.get("new_session")
@@ -558,6 +563,13 @@ class Sim:
             if kind == "hold_placed":
                 self.checker.on_hold_placed(str(detail.get("by", "")), detail.get("until"))
             else:
+                if kind == "relaunch_failed" and self.last_relaunch is not None:
+                    relaunch, running, pinned = self.last_relaunch
+                    if running is not None and running.alive and self.world.agent is running:
+                        # Nothing stopped: the old agent runs on in its session, the one a resume may
+                        # continue, never relaunched off.
+                        self.world.pinned_truth = pinned
+                        self.checker.on_nothing_stopped(relaunch)
                 self.checker.on_launch_failed(self.recorded_launch())
         elif kind == "hold_cleared":
             self.event("hold_cleared", cause=cause or detail.get("cause", ""))

@@ -91,7 +91,9 @@ class Checker:
         # (t), by its own end; and when the last hold of any kind ended: bounds count from there.
         self.harness_until = -math.inf
         self.hold_end = -1e18
-        self.canary_recycled: set[str] = set()      # membership only
+        # The sessions relaunched for canary_failed, each with the relaunches (ledger ids) that did it;
+        # one whose failure stopped nothing left its session running, and is taken out (on_nothing_stopped).
+        self.canary_recycled: dict[str, set[int]] = {}
         self.pending_witness: tuple[int, float] | None = None
         # The last relaunch (seq, t, the newest canary run then) no probe was sent to yet. A probe is
         # any run Loom recorded after it (the world cannot tell a run's launch; relaunch_witnessed judges that).
@@ -141,7 +143,7 @@ class Checker:
         if not operator and not d["fallback"]:
             self.check_conversation_kept(d, d.get("at", t))  # before this relaunch's own recycle counts
         if cause == "canary_failed" and d["old"] is not None:
-            self.canary_recycled.add(d["old"])
+            self.canary_recycled.setdefault(d["old"], set()).add(d["seq"])
         self.check_fuse_and_backoff(d, operator)
         if operator:
             self.automatic.clear()
@@ -401,6 +403,14 @@ class Checker:
         if self.denials_recorded > len(self.denials_written):
             self.fail("denials_recorded_once", f"{self.denials_recorded} permission_denied events for "
                                                f"{len(self.denials_written)} results that denied a call")
+
+    def on_nothing_stopped(self, relaunch: int) -> None:
+        """Relaunch `relaunch` failed before it stopped anything: its session ran on, never relaunched
+        off (a later recovery resumes it: no wedge was revived)."""
+        for session, relaunches in list(self.canary_recycled.items()):
+            relaunches.discard(relaunch)
+            if not relaunches:
+                del self.canary_recycled[session]
 
     def on_launch_failed(self, recorded: float | None) -> None:
         """The last relaunch started no agent (relaunch_failed, launch_died): nothing to probe, and

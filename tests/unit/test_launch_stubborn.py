@@ -11,7 +11,7 @@ import pytest
 
 from fake_clock import FakeClock
 from loomtui import clock
-from loomtui.agent import launch, launches
+from loomtui.agent import launch, launches, recovery
 from loomtui.agent.records import LaunchRecord
 from loomtui.context import Context
 from loomtui.store import ledger, session
@@ -67,11 +67,30 @@ def test_a_stop_that_leaves_the_old_agent_running_puts_the_launch_record_back(ct
     assert driver.stops == 1
     assert launches.last_launch(ctx) == before
     assert not launches.in_boot_grace(ctx)
-    # A fresh one's session stays pinned, as after any failed launch: the next relaunch starts from it.
-    assert (session.pinned(ctx.store) == "s-old") == (mode == "resume")
+    # The old agent runs on in its session: a fresh one's new pin goes back (left, the next crash
+    # resumed a session never launched, failed, and started fresh: the running conversation lost).
+    assert session.pinned(ctx.store) == "s-old"
     events = ledger.tail(ctx.store, 10)
     assert [e.kind for e in events][-2:] == ["relaunch", "relaunch_failed"]
     assert events[-2].detail["mode"] == mode  # the attempt is in the ledger, as it was tried
+    assert (events[-1].detail["relaunch"], events[-1].detail["stopped"]) == (events[-2].id, False)
+
+
+def test_a_canary_relaunch_that_stopped_nothing_does_not_make_the_next_one_fresh(ctx):
+    """The policy starts fresh a session already relaunched for canary_failed (resumed, it revived
+    its wedge): one whose relaunch stopped nothing was never resumed, and is resumed now."""
+    launched_before(ctx)
+    assert not launch.relaunch_locked(ctx, "resume", cause="canary_failed", source="canary",
+                                      driver=StubbornTree()).ok
+    assert not ledger.canary_recycled(ctx.store, ctx.agent, "s-old")
+    assert recovery.situation(ctx, "canary_failed").canary_recycled == frozenset()
+    # One that stopped the agent counts, even when its launch then failed.
+    relaunched = ledger.append(ctx.store, "relaunch", source="canary", cause="canary_failed",
+                               detail={"mode": "resume", "old_session": "s-old", "new_session": "s-old"})
+    ledger.append(ctx.store, "relaunch_failed", source="canary", cause="canary_failed",
+                  detail={"mode": "resume", "session": "s-old", "error": "tmux", "relaunch": relaunched.id,
+                          "stopped": True})
+    assert ledger.canary_recycled(ctx.store, ctx.agent, "s-old")
 
 
 def test_with_no_launch_recorded_before_none_is_left_behind(ctx):

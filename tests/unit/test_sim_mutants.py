@@ -368,6 +368,25 @@ def test_a_fuse_window_four_times_too_long_is_caught_in_a_storm(monkeypatch):
     assert_caught(run, "conversation_kept", profile="storm", days=1.0, seed=1)
 
 
+def test_a_canary_relaunch_that_stopped_nothing_counted_as_recycled_is_caught(monkeypatch):
+    # Found 2026-12-07 by a review, not by the storms: the checker counted a session as recycled for
+    # canary_failed by Loom's own ledger, as Loom did. A relaunch whose stop failed (a hung tmux)
+    # left the old agent running in its session; the next canary relaunch started it fresh, its
+    # conversation lost. The checker now asks the world whether the stop stopped anything.
+    from conftest import REPO
+
+    from loomtui.config import load_config
+    from loomtui.sim.engine import Sim
+    from loomtui.sim.profiles import PROFILES
+    from loomtui.store import ledger
+
+    plant(monkeypatch, ledger, "canary_recycled", "json_extract(f.detail, '$.stopped') = 0",
+          "json_extract(f.detail, '$.stopped') = 7")
+    config = load_config(str(REPO / "docs" / "evidence" / "hooked.toml"))[0]
+    sim = Sim(config, PROFILES["storm"], 1, 2.0).run()
+    assert sim.violation is not None and sim.violation.name == "conversation_kept", sim.violation
+    assert "canary_failed relaunch started fresh" in sim.violation.message
+
 CAUGHT_BY = {
     "definitive_signal": test_recycling_on_one_miss_is_caught,
     "ceiling": test_a_ceiling_that_lets_two_more_through_is_caught,
