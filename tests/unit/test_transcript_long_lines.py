@@ -48,6 +48,31 @@ def test_a_line_past_all_reason_is_stepped_over_once_its_end_is_written(tmp_path
     assert list(transcript.read(path, after.end, limit_bytes=1000)) == []
 
 
+def test_a_cut_line_longer_than_a_read_is_stepped_over_and_the_records_after_it_read(tmp_path):
+    # A pump killed in the middle of a line of megabytes; the next pump ends it and writes on. Read
+    # whole (shorter than max_line) and no record, it yielded nothing, and every reader stayed
+    # before it for good (the bridge's answers, the pump's turns, the recorded denials).
+    log, path = written(tmp_path, (transcript.PUMP, {"what": "started"}))
+    log.close()
+    with open(path, "ab") as fh:
+        fh.write(b'{"ts": 1.0, "dir": "out", "event": {"blob": "' + b"c" * 5000 + b"\n")
+    log, _ = written(tmp_path, (transcript.IN, {"seq": 1, "text": "next"}), (transcript.OUT, {"event": {"type": "result"}}))
+    first = list(transcript.read(path, 0, limit_bytes=1000))
+    assert [r.dir for r in first] == [transcript.PUMP]
+    [skipped] = list(transcript.read(path, first[-1].end, limit_bytes=1000))
+    assert (skipped.dir, skipped.data, skipped.offset, skipped.end - skipped.offset) == (
+        transcript.SKIPPED, {}, first[-1].end, len(b'{"ts": 1.0, "dir": "out", "event": {"blob": "') + 5001)
+    after = list(transcript.read(path, skipped.end, limit_bytes=1000))
+    assert [r.dir for r in after] == [transcript.IN, transcript.OUT]
+    # Read in one piece, the cut line is passed by the records after it; whole lines that are no
+    # record after the last one are stepped over; a line not ended yet is neither.
+    with open(path, "ab") as fh:
+        fh.write(b"not json\n[1, 2]\n{\"half")
+    tail = list(transcript.read(path, first[-1].end))
+    assert [r.dir for r in tail] == [transcript.IN, transcript.OUT, transcript.SKIPPED]
+    assert tail[-1].end == path.stat().st_size - len(b'{"half')
+    log.close()
+
 def test_the_pumps_turns_go_on_past_a_line_longer_than_a_read(tmp_path, monkeypatch):
     monkeypatch.setattr(pump_turns, "CHUNK", 2000)
     log, _ = written(tmp_path, (transcript.IN, {"seq": 1, "origin": "operator", "ref": "", "text": "read img"}),
