@@ -24,7 +24,7 @@ def lines(dir: str, data: dict[str, Any]) -> list[str]:
     past the stack) is one line saying so, never an error: the pump's loop calls this."""
     try:
         return _lines(dir, data)
-    except (RecursionError, OverflowError, ValueError) as exc:
+    except Exception as exc:  # the CLI's output is untrusted: whatever a record holds, the pump goes on
         return [f"? a record the pane cannot show ({type(exc).__name__}; the transcript has it)"]
 
 
@@ -104,7 +104,8 @@ def _result(event: dict[str, Any]) -> list[str]:
     else:
         out = [f"result ok{took}"]
     names = []
-    for item in event.get("permission_denials") or []:
+    denials = event.get("permission_denials")
+    for item in denials if isinstance(denials, list) else []:
         name = item.get("tool_name") if isinstance(item, dict) else item
         if isinstance(name, str):
             names.append(_short(name))

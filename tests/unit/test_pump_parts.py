@@ -113,6 +113,17 @@ def test_numbers_and_nesting_past_what_python_holds_give_the_pane_a_line_not_an_
     assert line.startswith("? a record the pane cannot show (RecursionError")
 
 
+def test_a_result_whose_denials_are_not_a_list_is_shown_without_them():
+    # `permission_denials: 1` raised a TypeError out of render.lines: the pump's loop ended, and
+    # the CLI (the agent) with it.
+    for odd in (1, True, 2.5, "Bash", {"tool_name": "Bash"}, None):
+        assert render.lines("out", {"event": {"type": "result", "is_error": False,
+                                              "permission_denials": odd}}) == ["result ok"]
+    # Whatever else a record holds, the pane gets a line, never an error.
+    assert render.lines("out", {"event": {"type": "result", "is_error": True, "subtype": "x",
+                                          "errors": ["a", 1], "result": 7}}) == ["result error: x"]
+
+
 def test_no_bidi_control_from_untrusted_text_reaches_the_pane():
     # U+202E (right-to-left override) and the isolates reorder what the terminal shows: a tool call
     # could read as another command than it is. text.sanitize let them through.
