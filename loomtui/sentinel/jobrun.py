@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import select
 import shlex
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from loomtui import clock, redact
 from loomtui.agent import proctree
@@ -31,6 +33,8 @@ from loomtui.timing import Instant
 CHUNK = 65536
 MAX_OUTPUT_LINE = 65536  # a line longer than this is broken in the log rather than held in memory
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+POLL = 0.5               # while the job runs, how often run-job looks whether it exited (when it is quiet)
+DRAIN_AFTER_EXIT = 2.0   # after the job exited, how long its output may take to end before its run is recorded
 
 
 @dataclass
@@ -136,16 +140,20 @@ def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
             _finish(ctx, run_id, 1, t0, 0, str(exc), job=name, started=started)
             raise
         writer = LogWriter(fd, matcher)
+        left: IO[bytes] | None = None  # the job's output, still held by processes it left running
         try:
             which = f"run {run_id}" if run_id is not None else "a run the locked store could not record yet"
             writer.mark(f"start {which} of job {name!r}: {shlex.join(argv)}")
             env = {"LOOM_JOB": name, "LOOM_RUN_ID": "" if run_id is None else str(run_id)}
-            code, error = _spawn_and_copy(argv, writer, env, stopper)
+            code, error, left = _spawn_and_copy(argv, writer, env, stopper)
             duration = time.monotonic() - t0
             ended = f"could not start: {error}" if error else f"exit {code} after {duration:.1f}s"
+            if left is not None:
+                ended += "; processes it started still hold its output, which follows"
             writer.mark(("the run " if run_id is None else f"run {run_id} ") + ended)
         finally:
-            os.close(fd)
+            if left is None:
+                os.close(fd)
         error = error or writer.error
     # Outside the stopper: the job is over, and a stop asked for now stops run-job itself.
     try:
@@ -155,7 +163,12 @@ def run_job(ctx: Context, name: str, argv: list[str]) -> RunResult:
         # (EX_TEMPFAIL); a failing job keeps its own code.
         print(f"loom: run-job: run {run_id} ended with {code} but could not be recorded: {exc}", file=sys.stderr)
         code = code or UNRECORDED
-    return RunResult(run_id, code, time.monotonic() - t0, writer.failures, error)
+    result = RunResult(run_id, code, time.monotonic() - t0, writer.failures, error)
+    if left is not None:
+        # The run is over and recorded; what the job left running writes on into the log until it
+        # closes the output (closed here, those processes would die of SIGPIPE at their next line).
+        _copy_left(left, writer)
+    return result
 
 
 class _Stopper:
@@ -183,31 +196,65 @@ class _Stopper:
 
 
 def _spawn_and_copy(argv: list[str], writer: LogWriter, extra_env: dict[str, str],
-                    stopper: _Stopper) -> tuple[int, str | None]:
+                    stopper: _Stopper) -> tuple[int, str | None, IO[bytes] | None]:
+    """The job's exit code, why it could not start, and its output when processes it left running
+    still hold it (the caller copies the rest once the run is recorded)."""
     if stopper.signal is not None:
-        return 128 + stopper.signal, f"stopped by signal {stopper.signal} before the command started"
+        return 128 + stopper.signal, f"stopped by signal {stopper.signal} before the command started", None
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 env={**os.environ, **extra_env})
     except FileNotFoundError:
-        return 127, f"{argv[0]!r}: no such file or command"
+        return 127, f"{argv[0]!r}: no such file or command", None
     except PermissionError:
-        return 126, f"{argv[0]!r}: permission denied"
+        return 126, f"{argv[0]!r}: permission denied", None
     except OSError as exc:
-        return 126, f"{argv[0]!r}: {exc.strerror or exc}"
+        return 126, f"{argv[0]!r}: {exc.strerror or exc}", None
     stopper.proc = proc
     if stopper.signal is not None:
         stopper(stopper.signal, None)
     assert proc.stdout is not None
+    whole = False
     try:
-        out = proc.stdout.fileno()
-        while data := os.read(out, CHUNK):
-            writer.feed(data)
-        writer.close()
+        whole = _copy_while_it_runs(proc.stdout.fileno(), writer, proc)
+        if whole:
+            writer.close()
         code = proc.wait()
     finally:
-        proc.stdout.close()
-    return (128 - code if code < 0 else code), None
+        if whole or sys.exc_info()[0] is not None:
+            proc.stdout.close()
+    return (128 - code if code < 0 else code), None, (None if whole else proc.stdout)
+
+
+def _copy_while_it_runs(out: int, writer: LogWriter, proc: subprocess.Popen) -> bool:
+    """The job's output into the log until every process holding it has closed it (True), or until
+    DRAIN_AFTER_EXIT after the job's own process exited (False). A job that starts a process it
+    leaves running (`server &`, `nohup x &`) passes it the output: read to its end, the run was
+    never recorded as over, never judged (its failure never reported) while that process lived."""
+    exited_at: float | None = None
+    while True:
+        if exited_at is None and proc.poll() is not None:
+            exited_at = time.monotonic()
+        wait = POLL if exited_at is None else exited_at + DRAIN_AFTER_EXIT - time.monotonic()
+        if wait <= 0:
+            return False
+        ready, _, _ = select.select([out], [], [], wait)
+        if ready:
+            data = os.read(out, CHUNK)
+            if not data:
+                return True
+            writer.feed(data)
+
+
+def _copy_left(out: IO[bytes], writer: LogWriter) -> None:
+    """What processes a finished job left running write, into the log until they close it."""
+    try:
+        while data := os.read(out.fileno(), CHUNK):
+            writer.feed(data)
+        writer.close()
+    finally:
+        out.close()
+        os.close(writer.fd)
 
 
 FINISH_ATTEMPTS = 6

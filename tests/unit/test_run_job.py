@@ -123,6 +123,32 @@ def test_a_long_job_shows_progress_and_a_stop_signal_is_passed_on(fleet, tmp_pat
         kill_group(proc)
 
 
+def test_a_job_that_leaves_a_process_holding_its_output_is_recorded_when_it_exits(fleet, tmp_path):
+    """`server &` in a job: the job exits, the process it started keeps its output open. run-job read
+    the output to its end before it waited for the job, so the run was never recorded as over, and
+    its failure never judged, while that process lived. Now it is recorded once the job exits; the
+    process's lines still reach the log, after the run's end, until it closes the output."""
+    gate = tmp_path / "let the child go"
+    child = (f"import os, time\nprint('child', os.getpid(), flush=True)\n"
+             f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.02)\nprint('ERROR from the child')\n")
+    script = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {child!r}])\nprint('the job is done')\nsys.exit(3)\n"
+    log = tmp_path / "deep" / "er" / "job.log"
+    proc = subprocess.Popen([PY, "-m", "loomtui", "run-job", "job", "--", PY, "-c", script],
+                            env=loom_env(fleet.env()), cwd=REPO, start_new_session=True)
+    try:
+        [run] = wait_for(lambda: [r for r in runs(fleet) if r["ended"] is not None], 60, what="the run recorded as over")
+        assert (run["exit_code"], run["failure_lines"]) == (3, 0)
+        assert proc.poll() is None  # still copying what the child writes
+        assert "exit 3 after" in log.read_text() and "still hold its output, which follows" in log.read_text()
+        gate.touch()
+        assert proc.wait(60) == 3
+        body = [re.sub(STAMP, "", line) for line in log.read_text().splitlines()]
+        assert body[-1] == "ERROR from the child" and body[-2].startswith("[loom run-job] run 1 exit 3 after")
+        assert runs(fleet)[0]["failure_lines"] == 0  # the run's count is the run's own
+    finally:
+        gate.touch()
+        kill_group(proc)
+
 def test_a_run_job_killed_outright_counts_as_a_failed_run(fleet, tmp_path):
     flag = tmp_path / "never"
     script = f"import os, time\nwhile not os.path.exists({str(flag)!r}):\n    time.sleep(0.02)\n"
