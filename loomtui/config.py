@@ -676,10 +676,18 @@ class Config(Section):
             object.__setattr__(self, key, getattr(first, key))
         names = self.agent_names
         seen: set[str] = set()
+        logs: dict[str, str] = {}
         for i, job in enumerate(self.jobs):
             if job.name in seen:
                 raise Bad(("jobs", i, "name"), f"duplicate job name {job.name!r}")
             seen.add(job.name)
+            # Each job's log is read for that job alone: shared, every failure line in it was two
+            # jobs' (two items, two backstops), and one job's clean run witnessed the other's claim.
+            log = os.path.normpath(job.log)
+            if log in logs:
+                raise Bad(("jobs", i, "log"),
+                          f"{job.log} is also the log of job {logs[log]!r}: give each job a log of its own")
+            logs[log] = job.name
             if not job.agent:
                 object.__setattr__(job, "agent", first.name)
             elif job.agent not in names:

@@ -137,6 +137,8 @@ BAD = [
     ('[[agents]]\nname = "a"\ntmux_socket = "t"\nsession = "s"\n[[agents]]\nname = "b"\ntmux_socket = "t"\n'
      'session = "s"\n', "agents[1].session"),
     ('[[agents]]\nname = "a"\n[[jobs]]\nname = "j"\nlog = "x"\nagent = "b"\n', "jobs[0].agent"),
+    # One log read for two jobs: each failure line two items, and one job's clean run the other's witness.
+    ('[[jobs]]\nname = "a"\nlog = "cron.log"\n[[jobs]]\nname = "b"\nlog = "./x/../cron.log"\n', "jobs[1].log"),
     # An escaped placeholder is the literal text: the pinned id never reached the agent.
     ('[agent]\nresume_command = "claude --resume {{session_id}}"\n', "agent.resume_command"),
     # An attribute or an index of a placeholder raised at every launch (a traceback, exit 1).
