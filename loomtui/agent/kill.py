@@ -38,6 +38,11 @@ def end_processes(pids: list[int], grace: float = 3.0, *, last: Collection[int] 
 
     procs = []
     for pid in pids:
+        if pid == os.getpid():
+            # Never this process: a `loom recycle` the agent ran from its own pane is in the tree it
+            # ends. Killed first (children first), it left the agent running and its relaunch
+            # recorded but never made (the pin on a session never launched).
+            continue
         try:
             procs.append(psutil.Process(pid))
         except psutil.NoSuchProcess:

@@ -4,6 +4,7 @@ and `loom attach` (the operator's terminal on it)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from loomtui.cli.common import context, subcommand
@@ -100,6 +101,13 @@ def run_recycle(args: argparse.Namespace) -> int:
     from loomtui.cli.actor import of_cli, source_of
 
     ctx = context(args)
+    # A relaunch cut in half leaves no agent, or a pin on a session never launched: a hangup (an SSH
+    # session that drops; the agent's own pane closing, when the agent asked from inside it, with
+    # `agent.may_hold`: its relaunch ends the tree this command runs in) must not end it.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     outcome = actions.recycle(ctx, args.mode, source=source_of(args), reason=args.reason, actor=of_cli(ctx, args))
-    print(outcome.describe(), file=sys.stdout if outcome.ok else sys.stderr)
+    try:
+        print(outcome.describe(), file=sys.stdout if outcome.ok else sys.stderr, flush=True)
+    except OSError:
+        pass  # the terminal went with the pane or the session: the ledger has the outcome
     return 0 if outcome.ok else 1

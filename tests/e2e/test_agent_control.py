@@ -357,3 +357,30 @@ def test_the_agents_environment_never_reaches_a_process_argument(make_harness, t
                    Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if "=" in item)
     assert environ["ANTHROPIC_API_KEY"] == secret and environ["TILDE"] == "~nosuchuser/x ~/y"
     assert not list(Path(tempfile.gettempdir()).glob("loom-tmux-*.conf"))  # removed at once
+
+
+def test_the_agents_own_recycle_run_inside_its_pane_relaunches_it(make_harness, tmp_path):
+    """With `agent.may_hold` the agent may relaunch itself: its `loom recycle` runs inside the pane
+    whose tree the relaunch ends. Ended first (children first), it left the agent running, the
+    relaunch recorded but never made, and a fresh one's pin on a session never launched. Now the
+    command is spared its own signal, and the hangup of the pane's closing."""
+    import shlex
+
+    harness = make_harness(sections={"agent": {"may_hold": True}})
+    old = harness.start()
+    out = tmp_path / "recycle.out"
+    recycle = shlex.join([sys.executable, "-m", "loomtui", "recycle", "--fresh", "--reason", "from inside"])
+    # The agent's shell, as its Bash tool runs a command: in its pane, with its session's variables.
+    shell = f"{recycle} > {shlex.quote(str(out))} 2>&1; sleep 600"
+    swapped = harness.tmux("respawn-pane", "-k", "-e", f"LOOM_SESSION_ID={old}", "-e", f"LOOM_CONFIG={harness.config_path}",
+                           "-e", f"PYTHONPATH={REPO}", "-t", "=agent:0.0", "sh -c " + shlex.quote(shell))
+    assert swapped.returncode == 0, swapped.stderr
+    wait_for(lambda: "relaunched" in (out.read_text() if out.exists() else ""), 90, what="the recycle's outcome")
+    new = harness.pinned()
+    assert new != old
+    wait_for(lambda: harness.agent_pid() is not None, 30, what="the fresh agent in the pane")
+    relaunches = harness.events("relaunch")
+    assert relaunches[-1]["cause"] == "operator_fresh" and relaunches[-1]["detail"]["new_session"] == new
+    assert relaunches[-1]["detail"]["evidence"]["actor"] == "agent"
+    assert not [e for e in harness.events("relaunch_failed") if e["id"] > relaunches[-1]["id"]]
+    assert "start" in harness.transcript(new, role="meta")

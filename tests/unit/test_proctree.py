@@ -126,6 +126,11 @@ def test_end_processes_kills_what_ignores_sigterm():
         stubborn.wait()
 
 
+
+def test_end_processes_never_signals_its_own_process():
+    # A `loom recycle` the agent runs from its own pane is in the tree the relaunch ends.
+    assert kill.end_processes([os.getpid()], grace=0.1) == []
+
 # Deaf to SIGTERM, and says so once it is.
 DEAF = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); time.sleep(600)"
 
