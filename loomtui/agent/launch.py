@@ -137,16 +137,18 @@ def relaunch_locked(
             mark = _transcript_mark(ctx.agent_dir)
             info = driver.launch(command, agent.cwd, agent_env(ctx, new), exit_signal=_exit_signal(ctx))
     except (TmuxError, LoomError, OSError) as exc:
-        if not stopped:
-            # Nothing was stopped (processes that would not die, a tmux that stopped answering, the
-            # injection lock held): the old agent runs on, and its launch record and pin go back.
-            try:
-                _nothing_launched(ctx, launched_before, old if mode == FRESH else None)
-            except LoomError as err:  # the store refused: the watchdog's next look finds what runs
-                log.warning("could not put the launch record back: %s", err)
+        # Nothing was launched: a fresh relaunch's pin goes back to the session of the agent it was
+        # to replace (left on the new one, never launched, the next crash resumed that, failed, and
+        # started fresh: a conversation the old agent ran on, or could be resumed in, lost). Nothing
+        # stopped either (processes that would not die, a tmux that stopped answering, the injection
+        # lock held): the old agent runs on, and its launch record goes back too.
+        try:
+            _nothing_launched(ctx, launched_before, keep_record=stopped, pinned_before=old if mode == FRESH else None)
+        except LoomError as err:  # the store refused: the watchdog's next look finds what runs
+            log.warning("could not put the launch record back: %s", err)
         outcome.ok, outcome.error = False, str(exc)
-        # `stopped` false: the relaunch (`relaunch`, its event) left the old agent running in its
-        # session: no relaunch off it (ledger.canary_recycled does not count it).
+        # Names its relaunch: one that launched nothing is no relaunch off its session
+        # (ledger.canary_recycled does not count it); `stopped` says whether the old agent runs on.
         event = ledger.append(store, "relaunch_failed", source=source, cause=cause,
                               detail={"mode": mode, "session": new, "error": str(exc), "relaunch": relaunch_id,
                                       "stopped": stopped})
@@ -197,17 +199,19 @@ def relaunch_locked(
     return outcome
 
 
-def _nothing_launched(ctx: Context, launched_before: str | None, pinned_before: str | None) -> None:
-    """Nothing was stopped (the old agent would not die, or tmux stopped answering, or the injection
-    lock stayed held), so none was launched: the old agent runs on, and a turn open in it too.
-    The launch record goes back to what it was, so that turn is not ended by a launch that never
-    happened, nor is the old agent taken for one booting. The relaunch stays in the ledger, counted
-    toward the fuse and the ceiling as an attempt. A fresh one's pin goes back to the session the
-    old agent runs on (`pinned_before`): left on the new one, never launched, the next crash resumed
-    that, failed, and started fresh, and the conversation that ran on was lost."""
+def _nothing_launched(ctx: Context, launched_before: str | None, *, keep_record: bool,
+                      pinned_before: str | None) -> None:
+    """No agent was launched. The relaunch stays in the ledger, counted toward the fuse and the
+    ceiling as an attempt. A fresh one's pin goes back to `pinned_before`. Unless `keep_record` (the
+    old agent was stopped), nothing was stopped either (the old agent would not die, or tmux stopped
+    answering, or the injection lock stayed held): the old agent runs on, and a turn open in it too;
+    the launch record goes back to what it was (`launched_before`), so that turn is not ended by a
+    launch that never happened, nor is the old agent taken for one booting."""
     store = ctx.store
     with store.write() as db:
-        if launched_before is None:
+        if keep_record:
+            pass
+        elif launched_before is None:
             meta.delete_in(db, store.agent_key(LAUNCH_KEY))
         else:
             store.set_meta(store.agent_key(LAUNCH_KEY), launched_before, db)

@@ -113,7 +113,7 @@ class Sim:
         self.item_cache: dict[int, Item] = {}   # queue items as the store holds them, until it changes
         self.commands: dict[int, str] = {}
         self.labels: dict[str, str] = {}
-        self.last_relaunch: tuple[int, Agent | None, str | None] | None = None  # on_ledger
+        self.last_relaunch: tuple[int, int, str | None] | None = None  # on_ledger
         self.server_pid = SERVER_PID
         self.run_truth: dict[int, tuple[float, bool]] = {}   # job run id -> (started, monotonic; truly clean)
         self.step = 0
@@ -379,8 +379,8 @@ class Sim:
         w = self.world
         if mode == "resume" and session != w.pinned_truth:
             self.checker.fail("resume_only_the_pinned", f"resumed {self.label(session)}, but the session Loom "
-                                                        f"minted last (or the one its failed relaunch left "
-                                                        f"running) is {self.label(w.pinned_truth)}")
+                                                        f"minted last (before any relaunch that launched "
+                                                        f"nothing) is {self.label(w.pinned_truth)}")
         old = w.agent
         if old is not None and old.alive:
             w.stray.append(old)  # Loom launched beside an agent it could not end
@@ -546,9 +546,9 @@ class Sim:
                  "at": float(detail.get("mono", self.world.t)), "evidence": detail.get("evidence")}
             if self.slicer is not None:
                 self.relaunchers.add(self.slicer.name)
-            # The agent that ran when it was recorded, and the pin a resume might continue then: a
-            # relaunch that fails with that agent still running stopped nothing (the world's word).
-            self.last_relaunch = (seq, self.world.agent, self.world.pinned_truth)
+            # The world's count of launches when it was recorded, and the pin a resume might continue
+            # then: a relaunch that fails with no launch since launched nothing (the world's word).
+            self.last_relaunch = (seq, self.world.pids, self.world.pinned_truth)
             if d["mode"] == "fresh":
                 # What Loom minted last, by its own ledger; the CLI's resumes are checked against it.
                 self.world.pinned_truth = detail.get("new_session")
@@ -564,12 +564,13 @@ class Sim:
                 self.checker.on_hold_placed(str(detail.get("by", "")), detail.get("until"))
             else:
                 if kind == "relaunch_failed" and self.last_relaunch is not None:
-                    relaunch, running, pinned = self.last_relaunch
-                    if running is not None and running.alive and self.world.agent is running:
-                        # Nothing stopped: the old agent runs on in its session, the one a resume may
-                        # continue, never relaunched off.
+                    relaunch, launches_then, pinned = self.last_relaunch
+                    self.last_relaunch = None
+                    if self.world.pids == launches_then:
+                        # Nothing launched: the session a resume may continue is the one before, and
+                        # nothing was relaunched off it (resumed, no wedge was revived).
                         self.world.pinned_truth = pinned
-                        self.checker.on_nothing_stopped(relaunch)
+                        self.checker.on_nothing_launched(relaunch)
                 self.checker.on_launch_failed(self.recorded_launch())
         elif kind == "hold_cleared":
             self.event("hold_cleared", cause=cause or detail.get("cause", ""))

@@ -92,7 +92,7 @@ class Checker:
         self.harness_until = -math.inf
         self.hold_end = -1e18
         # The sessions relaunched for canary_failed, each with the relaunches (ledger ids) that did it;
-        # one whose failure stopped nothing left its session running, and is taken out (on_nothing_stopped).
+        # one that launched nothing resumed nothing, and is taken out (on_nothing_launched).
         self.canary_recycled: dict[str, set[int]] = {}
         self.pending_witness: tuple[int, float] | None = None
         # The last relaunch (seq, t, the newest canary run then) no probe was sent to yet. A probe is
@@ -404,9 +404,9 @@ class Checker:
             self.fail("denials_recorded_once", f"{self.denials_recorded} permission_denied events for "
                                                f"{len(self.denials_written)} results that denied a call")
 
-    def on_nothing_stopped(self, relaunch: int) -> None:
-        """Relaunch `relaunch` failed before it stopped anything: its session ran on, never relaunched
-        off (a later recovery resumes it: no wedge was revived)."""
+    def on_nothing_launched(self, relaunch: int) -> None:
+        """Relaunch `relaunch` failed before it launched anything: its session was never relaunched
+        off (a later recovery resumes it: no wedge was revived; the old agent may run on in it)."""
         for session, relaunches in list(self.canary_recycled.items()):
             relaunches.discard(relaunch)
             if not relaunches:

@@ -411,14 +411,14 @@ def relaunch_failed_after(store: Store, agent: str, relaunch_id: int) -> bool:
 
 def canary_recycled(store: Store, agent: str, session: str) -> bool:
     """Whether the agent was ever relaunched off `session` because the canary failed: a relaunch
-    whose failure stopped nothing (its `relaunch_failed` says `stopped` false) left the agent
-    running in that session, and is not one (counted, the next recovery started fresh a session
-    never yet resumed)."""
+    that launched nothing (its `relaunch_failed` names it) resumed nothing, revived no wedge, and is
+    not one (counted, the next recovery started fresh a session never yet resumed: the old agent
+    may even have run on in it, its stop failed)."""
     return store.query_one(
         "SELECT 1 FROM ledger AS r WHERE r.agent = ? AND r.kind = 'relaunch' AND r.cause = 'canary_failed' "
         "AND json_extract(r.detail, '$.old_session') = ? AND NOT EXISTS (SELECT 1 FROM ledger AS f "
         "WHERE f.agent = r.agent AND f.kind = 'relaunch_failed' AND f.id > r.id "
-        "AND json_extract(f.detail, '$.relaunch') = r.id AND json_extract(f.detail, '$.stopped') = 0) LIMIT 1",
+        "AND json_extract(f.detail, '$.relaunch') = r.id) LIMIT 1",
         (agent, session),
     ) is not None
 

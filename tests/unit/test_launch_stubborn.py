@@ -12,6 +12,7 @@ import pytest
 from fake_clock import FakeClock
 from loomtui import clock
 from loomtui.agent import launch, launches, recovery
+from loomtui.agent.tmux import TmuxError
 from loomtui.agent.records import LaunchRecord
 from loomtui.context import Context
 from loomtui.store import ledger, session
@@ -76,21 +77,40 @@ def test_a_stop_that_leaves_the_old_agent_running_puts_the_launch_record_back(ct
     assert (events[-1].detail["relaunch"], events[-1].detail["stopped"]) == (events[-2].id, False)
 
 
-def test_a_canary_relaunch_that_stopped_nothing_does_not_make_the_next_one_fresh(ctx):
+class LaunchFails(StubbornTree):
+    """The old agent stops; the new one cannot be launched (tmux stopped answering)."""
+
+    def stop(self, grace: float, recorded: dict | None = None) -> list[int]:
+        self.stops += 1
+        return []
+
+    def launch(self, *args, **kwargs):
+        raise TmuxError("tmux did not answer")
+
+
+@pytest.mark.parametrize("driver", [StubbornTree, LaunchFails])
+def test_a_canary_relaunch_that_launched_nothing_does_not_make_the_next_one_fresh(ctx, driver):
     """The policy starts fresh a session already relaunched for canary_failed (resumed, it revived
-    its wedge): one whose relaunch stopped nothing was never resumed, and is resumed now."""
+    its wedge): one whose relaunch launched nothing was never resumed, and is resumed now."""
     launched_before(ctx)
-    assert not launch.relaunch_locked(ctx, "resume", cause="canary_failed", source="canary",
-                                      driver=StubbornTree()).ok
+    assert not launch.relaunch_locked(ctx, "resume", cause="canary_failed", source="canary", driver=driver()).ok
     assert not ledger.canary_recycled(ctx.store, ctx.agent, "s-old")
     assert recovery.situation(ctx, "canary_failed").canary_recycled == frozenset()
-    # One that stopped the agent counts, even when its launch then failed.
-    relaunched = ledger.append(ctx.store, "relaunch", source="canary", cause="canary_failed",
-                               detail={"mode": "resume", "old_session": "s-old", "new_session": "s-old"})
-    ledger.append(ctx.store, "relaunch_failed", source="canary", cause="canary_failed",
-                  detail={"mode": "resume", "session": "s-old", "error": "tmux", "relaunch": relaunched.id,
-                          "stopped": True})
+    # One that launched counts.
+    ledger.append(ctx.store, "relaunch", source="canary", cause="canary_failed",
+                  detail={"mode": "resume", "old_session": "s-old", "new_session": "s-old"})
     assert ledger.canary_recycled(ctx.store, ctx.agent, "s-old")
+
+
+def test_a_fresh_relaunch_whose_launch_failed_after_the_stop_puts_the_pin_back_and_keeps_its_record(ctx):
+    # The old agent is gone; the session it ran is still the one to resume (the new one never ran).
+    launched_before(ctx)
+    outcome = launch.relaunch_locked(ctx, "fresh", cause="crash", source="watchdog", driver=LaunchFails())
+    assert not outcome.ok and "tmux did not answer" in (outcome.error or "")
+    assert session.pinned(ctx.store) == "s-old"
+    assert launches.last_launch(ctx).mode == "fresh"  # the stop happened: the record is the attempt's
+    failed = ledger.tail(ctx.store, 1)[-1]
+    assert (failed.kind, failed.detail["stopped"]) == ("relaunch_failed", True)
 
 
 def test_with_no_launch_recorded_before_none_is_left_behind(ctx):

@@ -368,11 +368,12 @@ def test_a_fuse_window_four_times_too_long_is_caught_in_a_storm(monkeypatch):
     assert_caught(run, "conversation_kept", profile="storm", days=1.0, seed=1)
 
 
-def test_a_canary_relaunch_that_stopped_nothing_counted_as_recycled_is_caught(monkeypatch):
+def test_a_canary_relaunch_that_launched_nothing_counted_as_recycled_is_caught(monkeypatch):
     # Found 2026-12-07 by a review, not by the storms: the checker counted a session as recycled for
-    # canary_failed by Loom's own ledger, as Loom did. A relaunch whose stop failed (a hung tmux)
-    # left the old agent running in its session; the next canary relaunch started it fresh, its
-    # conversation lost. The checker now asks the world whether the stop stopped anything.
+    # canary_failed by Loom's own ledger, as Loom did. A relaunch that launched nothing (its stop
+    # failed on a hung tmux: the old agent ran on in its session) counted all the same; the next
+    # canary relaunch started the session fresh, its conversation lost. The checker now asks the
+    # world whether anything was launched.
     from conftest import REPO
 
     from loomtui.config import load_config
@@ -380,12 +381,12 @@ def test_a_canary_relaunch_that_stopped_nothing_counted_as_recycled_is_caught(mo
     from loomtui.sim.profiles import PROFILES
     from loomtui.store import ledger
 
-    plant(monkeypatch, ledger, "canary_recycled", "json_extract(f.detail, '$.stopped') = 0",
-          "json_extract(f.detail, '$.stopped') = 7")
+    plant(monkeypatch, ledger, "canary_recycled", "json_extract(f.detail, '$.relaunch') = r.id",
+          "json_extract(f.detail, '$.relaunch') = -r.id")
     config = load_config(str(REPO / "docs" / "evidence" / "hooked.toml"))[0]
     sim = Sim(config, PROFILES["storm"], 1, 2.0).run()
     assert sim.violation is not None and sim.violation.name == "conversation_kept", sim.violation
-    assert "canary_failed relaunch started fresh" in sim.violation.message
+    assert "relaunch started fresh, wiping session" in sim.violation.message
 
 CAUGHT_BY = {
     "definitive_signal": test_recycling_on_one_miss_is_caught,
