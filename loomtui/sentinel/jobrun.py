@@ -214,15 +214,16 @@ def _spawn_and_copy(argv: list[str], writer: LogWriter, extra_env: dict[str, str
     if stopper.signal is not None:
         stopper(stopper.signal, None)
     assert proc.stdout is not None
-    whole = False
     try:
         whole = _copy_while_it_runs(proc.stdout.fileno(), writer, proc)
-        if whole:
-            writer.close()
+        # The job's last line, ended or not, is the run's (and counted with it) before the end mark.
+        writer.close()
         code = proc.wait()
-    finally:
-        if whole or sys.exc_info()[0] is not None:
-            proc.stdout.close()
+    except BaseException:
+        proc.stdout.close()
+        raise
+    if whole:
+        proc.stdout.close()
     return (128 - code if code < 0 else code), None, (None if whole else proc.stdout)
 
 

@@ -128,10 +128,12 @@ def test_a_job_that_leaves_a_process_holding_its_output_is_recorded_when_it_exit
     the output to its end before it waited for the job, so the run was never recorded as over, and
     its failure never judged, while that process lived. Now it is recorded once the job exits; the
     process's lines still reach the log, after the run's end, until it closes the output."""
-    gate = tmp_path / "let the child go"
-    child = (f"import os, time\nprint('child', os.getpid(), flush=True)\n"
+    gate, up = tmp_path / "let the child go", tmp_path / "the child is up"
+    child = (f"import os, time\nprint('child', os.getpid(), flush=True)\nopen({str(up)!r}, 'w').close()\n"
              f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.02)\nprint('ERROR from the child')\n")
-    script = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {child!r}])\nprint('the job is done')\nsys.exit(3)\n"
+    # The job exits once its child has said its first line (however long its start takes).
+    script = (f"import os, subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {child!r}])\n"
+              f"while not os.path.exists({str(up)!r}):\n    time.sleep(0.02)\nprint('the job is done')\nsys.exit(3)\n")
     log = tmp_path / "deep" / "er" / "job.log"
     proc = subprocess.Popen([PY, "-m", "loomtui", "run-job", "job", "--", PY, "-c", script],
                             env=loom_env(fleet.env()), cwd=REPO, start_new_session=True)
