@@ -520,13 +520,13 @@ def test_a_cli_deaf_to_sigterm_is_stopped_and_its_pump_counts_the_line_it_never_
     driver = StreamJsonDriver(ctx.config, ctx.state_dir)
     assert driver.stop(1.0) == []
     assert not psutil_alive(cli_pid)
-    # The pump ended by itself, its CLI's death its status (128 + 9): it was not killed too.
-    ended = wait_for(lambda: (info := driver.pane.info()) is not None and info.dead and info, 30, what="the pane dead")
-    assert (ended.dead_status, ended.dead_signal) == (137, None)
     assert [r.data for r in harness.records("pump") if r.data.get("what") == "unread"] == [
         {"what": "unread", "seqs": [2]}]
     kept = json.loads((pump_client.queue_dir(harness.state_dir) / "2.json").read_text())
     assert (kept["text"], kept["unread"]) == ("two", 1)
+    # The pump recorded its CLI's end (SIGKILL, the driver's) and the line, so it outlived the CLI:
+    # killed with it, it recorded neither. (tmux's pane_dead_status is no witness: under load tmux
+    # showed the pane dead, its status not yet read, for longer than a test waits.)
     assert [r.data.get("signal") for r in harness.records("pump") if r.data.get("what") == "cli_exit"][-1] == 9
 
 
