@@ -148,23 +148,29 @@ def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> None:
 
 def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
     """Unreviewed runs that ended, or whose run-job died without recording an end."""
-    out: dict[str, list[JobRun]] = {}
+    rows = []
     died = []
     for row in job_runs.unreviewed(ctx.store):
-        error = row["error"]
         if row["ended"] is None:
             # A reused pid is not our run-job; a row from before its start was kept (migration
             # 0011) is judged once the old way, so a job running across the upgrade stays running.
             if proctree.of(ctx).alive_since(row["pid"], row["pid_started"], row["started"]):
                 continue
-            error = "run-job ended without recording the exit (killed?)"
-            died.append((now, error, row["id"]))
-        out.setdefault(row["job"], []).append(
-            JobRun(row["id"], row["job"], row["started"], row["exit_code"], row["failure_lines"], error,
-                   row["started_mono"], row["boot"]))
+            died.append((now, "run-job ended without recording the exit (killed?)", row["id"]))
+            continue
+        rows.append(row)
     if died:
         with ctx.store.write() as db:
             job_runs.died_in(db, died)
+            # Read again: a run-job that recorded its end between the read above and the look at its
+            # process is judged by its own end (taken for killed, a clean run made an item and
+            # reopened the claim it witnessed).
+            rows += [db.execute("SELECT * FROM job_runs WHERE id = ?", (run_id,)).fetchone() for _, _, run_id in died]
+    out: dict[str, list[JobRun]] = {}
+    for row in sorted(rows, key=lambda r: r["id"]):
+        out.setdefault(row["job"], []).append(
+            JobRun(row["id"], row["job"], row["started"], row["exit_code"], row["failure_lines"], row["error"],
+                   row["started_mono"], row["boot"]))
     return out
 
 

@@ -194,6 +194,34 @@ def test_a_run_whose_pid_another_process_now_holds_counts_as_a_failed_run(fleet)
         holder.wait()
 
 
+class EndsAsLooked(proctree.MachineProcesses):
+    """This machine's process table, at the instant a run-job records its end and exits: between
+    the sentinel's read of its row and its look at the process."""
+
+    def __init__(self, store, pid: int) -> None:
+        self.store, self.pid = store, pid
+
+    def alive_since(self, pid, started, wall_started) -> bool:
+        if pid != self.pid:
+            return super().alive_since(pid, started, wall_started)
+        with self.store.write() as db:
+            db.execute("UPDATE job_runs SET ended = ?, exit_code = 0, failure_lines = 0, duration = 1.0 "
+                       "WHERE pid = ?", (time.time(), pid))
+        return False
+
+
+def test_a_run_that_records_its_end_as_the_sentinel_looks_is_judged_by_its_own_end(fleet):
+    # It was taken for killed ("run-job ended without recording the exit"): a clean run made an item.
+    with fleet.ctx.store.write() as db:
+        db.execute("INSERT INTO job_runs(job, started, pid, pid_started) VALUES ('job', ?, 4242, 1.0)",
+                   (time.time(),))
+    fleet.ctx.processes = EndsAsLooked(fleet.ctx.store, 4242)
+    report = fleet.tick(notify=False)
+    assert report.runs_reviewed == 1
+    assert not [i for i in queue.listing(fleet.ctx.store) if i.kind == "exit"]
+    [run] = runs(fleet)
+    assert (run["exit_code"], run["error"]) == (0, None)
+
 def test_a_run_from_before_starts_were_kept_is_judged_the_old_way_once(fleet):
     # A row written before migration 0011 has no pid_started: a run-job still running across the
     # upgrade must not be taken for a dead one (its real end comes later); a dead one still is.
