@@ -28,7 +28,7 @@ from loomtui.agent.records import LaunchRecord
 from loomtui.agent.policy import FRESH, RESUME
 from loomtui.agent.ports import AgentDriver
 from loomtui.agent.tmux import PaneInfo, TmuxError
-from loomtui.agent.watchdog_rules import DIED, FAILED, READY, BootLook, stream_boot_verdict
+from loomtui.agent.watchdog_rules import DIED, FAILED, READY, BootLook, said_last, stream_boot_verdict
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.hooks import settings as hook_settings
@@ -172,7 +172,7 @@ def relaunch_locked(
         if died is None:
             return outcome
         screen, status = died
-        resume_failed = resuming and re.search(agent.resume_failed_match, screen) is not None
+        resume_failed = resuming and said_last(agent.resume_failed_match, screen)
     if resume_failed:
         detail = {"session": new, "pane_pid": info.pane_pid}
         if why:

@@ -19,6 +19,7 @@ from typing import Any
 
 from loomtui import clock
 from loomtui.agent import lifecycle, proctree
+from loomtui.agent.watchdog_rules import said_last
 from loomtui.agent.records import LaunchRecord
 from loomtui.timing import Instant, age
 from loomtui.agent.ports import AgentDriver
@@ -108,7 +109,7 @@ def looks_ready(ctx: Context, screen: str) -> bool:
     """The screen shows `agent.ready_match`, and not the resume failure (which may share a prompt)."""
     agent = ctx.config.agent
     return bool(agent.ready_match) and re.search(agent.ready_match, screen) is not None \
-        and re.search(agent.resume_failed_match, screen) is None
+        and not said_last(agent.resume_failed_match, screen)
 
 
 def mark_ready(ctx: Context, session_id: str, launched_ts: float, at: Instant | None = None) -> bool:

@@ -21,6 +21,9 @@ StepKind = Literal["recover", "dismiss_modal", "ambiguous", "repair_socket", "al
 Cause = Literal["crash", "exit", "tmux_gone", "poller_missing", "resume_failed"]
 
 MODAL_COOLDOWN = 5.0
+# The lines of a screen that say what its process said last: a CLI whose resume finds no
+# conversation says so and exits, and tmux adds its "Pane is dead" line below.
+LAST_SAID = 6
 MODAL_PRESSES = 2  # a dialog still there after this many presses is not the dialog we know
 
 
@@ -131,10 +134,20 @@ def settings_from(config: Configured, *, has_dialogs: bool) -> Settings:
     )
 
 
+def said_last(pattern: str, screen: str | None) -> bool:
+    """`pattern` in the screen's last LAST_SAID lines that are not blank: what the process said as
+    it ended (or says now). Searched through the whole history, a resumed conversation that quoted
+    the resume failure's phrase (an agent at work on Loom itself), redrawn by the TUI before a
+    crash in its boot grace, was taken for a failed resume, and the conversation started fresh."""
+    if not screen:
+        return False
+    tail = [line for line in screen.splitlines() if line.strip()][-LAST_SAID:]
+    return re.search(pattern, "\n".join(tail)) is not None
+
+
 def exit_cause(obs: Observation, s: Settings) -> Cause:
     booting = obs.since_launch is not None and obs.since_launch < max(s.boot_grace, 1.0)
-    if (obs.last_mode == "resume" and booting and obs.screen
-            and re.search(s.resume_failed_match, obs.screen)):
+    if obs.last_mode == "resume" and booting and said_last(s.resume_failed_match, obs.screen):
         return "resume_failed"
     # Killed by a signal or a failing status is a crash; a clean or unreported exit is an exit.
     # Both resume: the label is for the operator, the policy treats them alike.

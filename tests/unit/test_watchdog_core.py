@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loomtui.agent.watchdog_rules import Looks, Observation, Settings, Step, assess, exit_cause, settings_from
+from loomtui.agent.watchdog_rules import Looks, Observation, Settings, Step, assess, exit_cause, said_last, settings_from
 from loomtui.config import parse_config
 
 S = Settings(boot_grace=90, poller_grace=180, resume_failed_match="No conversation found",
@@ -47,6 +47,19 @@ def test_resume_failed_is_told_apart():
     late = Observation(tmux="up", pane_dead=True, dead_status=1, since_launch=3000, last_mode="resume",
                        screen="No conversation found with session ID: x")
     assert causes(run([late])[0]) == ["crash"]
+
+
+def test_the_resume_failure_is_what_the_process_said_last_not_a_quote_in_its_conversation():
+    # A resumed TUI redraws its conversation; one that quoted the phrase (an agent at work on Loom)
+    # and crashed in its boot grace was taken for a failed resume, and its conversation started fresh.
+    redrawn = "\n".join(["> why does loom say 'No conversation found'?", "  it means the resume failed", "",
+                          *[f"  line {i} of the answer" for i in range(10)], "> ", "",
+                          "Pane is dead (status 1, Mon Dec  7 12:00:00 2026)", ""])
+    obs = Observation(tmux="up", pane_dead=True, dead_status=1, since_launch=3, last_mode="resume", screen=redrawn)
+    assert causes(run([obs])[0]) == ["crash"]
+    said = redrawn.replace("> \n", "> \nNo conversation found with session ID: x\n")
+    assert causes(run([replace(obs, screen=said)])[0]) == ["resume_failed"]
+    assert not said_last("No conversation found", None) and not said_last("x", "")
 
 
 def test_gone_needs_two_consecutive_looks():
