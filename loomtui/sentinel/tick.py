@@ -165,7 +165,7 @@ def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
             # Read again: a run-job that recorded its end between the read above and the look at its
             # process is judged by its own end (taken for killed, a clean run made an item and
             # reopened the claim it witnessed).
-            rows += [db.execute("SELECT * FROM job_runs WHERE id = ?", (run_id,)).fetchone() for _, _, run_id in died]
+            rows += [again for _, _, run_id in died if (again := job_runs.get_in(db, run_id)) is not None]
     out: dict[str, list[JobRun]] = {}
     for row in sorted(rows, key=lambda r: r["id"]):
         out.setdefault(row["job"], []).append(

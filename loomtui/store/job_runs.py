@@ -41,6 +41,12 @@ def died_in(db: sqlite3.Connection, died: Iterable[tuple[float, str, int]]) -> N
     db.executemany("UPDATE job_runs SET ended = ?, error = ? WHERE id = ? AND ended IS NULL", list(died))
 
 
+def get_in(db: sqlite3.Connection, run_id: int) -> sqlite3.Row | None:
+    """One run, every column, in the caller's transaction."""
+    row: sqlite3.Row | None = db.execute("SELECT * FROM job_runs WHERE id = ?", (run_id,)).fetchone()
+    return row
+
+
 def reviewed_in(db: sqlite3.Connection, run_ids: Iterable[int]) -> None:
     """The sentinel has judged these runs."""
     db.executemany("UPDATE job_runs SET reviewed = 1 WHERE id = ?", [(i,) for i in run_ids])
