@@ -167,6 +167,8 @@ def test_three_sends_during_a_long_turn_are_queued_and_arrive_after_it_in_order(
     proc, _ = run.fresh()
     gate = run.root / "gate"
     assert run.send(f"/wait-for {gate}").state == "delivered"
+    # Its file stays until the CLI shows it read the line (its turn's `init`), later under load.
+    wait_for(lambda: "1.json" not in run.queue_files(), 30, what="line 1 read by the CLI")
     replies = [run.send(f"queued {i}", origin="telegram", ref=f"tg-{i}") for i in range(3)]
     assert [(r.state, r.position) for r in replies] == [("queued", 1), ("queued", 2), ("queued", 3)]
     assert [r.seq for r in replies] == [2, 3, 4]
@@ -198,6 +200,8 @@ def test_a_queued_message_survives_the_pump_and_the_cli_killed_and_the_next_pump
     proc, sid = run.fresh()
     cli_pid = client.status(run.state)["cli_pid"]
     assert run.send(f"/wait-for {run.root / 'never'}").state == "delivered"
+    # Read by the CLI before it is killed (else it is kept and delivered again, as it should be).
+    wait_for(lambda: "1.json" not in run.queue_files(), 30, what="line 1 read by the CLI")
     assert [run.send(f"survivor {i}").state for i in range(2)] == ["queued", "queued"]
     assert run.send("touch the stale probe's ack", origin="canary").state == "queued"
     os.kill(proc.pid, signal.SIGKILL)
