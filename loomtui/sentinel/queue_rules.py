@@ -21,7 +21,7 @@ from typing import Protocol
 from loomtui.states import CLAIMED, OPEN, WITNESSED, EventKind  # noqa: F401  (re-exported: callers say queue_rules.OPEN)
 from loomtui.timing import Instant, age, as_instant, raw_age
 
-LINE, EXIT, MISSED, SCAN = "line", "exit", "missed", "scan"
+LINE, EXIT, MISSED, SCAN, OVERRUN = "line", "exit", "missed", "scan", "overrun"
 
 
 class QueueSettings(Protocol):
@@ -256,7 +256,8 @@ def nudge_text(item: Item) -> str:
                 f"{quoted(item.sample)}. Merge what is worth keeping into the file, delete the copy "
                 f"{shlex.quote(item.log)}, then run: {resolve_command(item.id)}")
     what = {LINE: "failure lines in its log", EXIT: "a failed run", MISSED: "a missed schedule",
-            SCAN: "an unreadable log"}.get(item.kind, item.kind)
+            SCAN: "an unreadable log", OVERRUN: "a run still going past its next scheduled start"
+            }.get(item.kind, item.kind)
     what += f" (seen {item.count}x)" if item.count > 1 else ""
     again = " Reopened: the last claim did not hold." if item.reopens and item.state == OPEN else ""
     return (f"[loom sentinel] Queue item {item.id}: job {quoted(item.job)} shows {what}; "

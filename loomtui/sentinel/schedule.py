@@ -118,3 +118,20 @@ def drift(schedule: str, started: float, previous_start: float | None, *, cron: 
         return None if previous_start is None else started - (previous_start + every)
     # The slot before a hair after the start counts a run that started exactly on time as on time.
     return started - cron.prev_slot(text, started + 1e-6)
+
+
+def run_allowance(schedule: str, started: float, grace: float, *, cron: Cron) -> float | None:
+    """How long a run that started at `started` may go on before it is overdue: to its job's next
+    scheduled start after it, and the missed-run grace; None when nothing bounds it (no schedule,
+    or a cron expression past its last date).
+
+    A run still going past that is a failure of its own: a job hung on a mount never ends, so it
+    never exits non-zero, and cron goes on starting new runs beside it, so no slot is missed either
+    (one that waits behind a lock would show as missed: `overrun` says why instead)."""
+    if not schedule.strip():
+        return None
+    try:
+        due = next_due(schedule, started, cron=cron)
+    except ValueError:
+        return None
+    return due - started + grace

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from loomtui import actions, clock, redact, timing
 from loomtui.agent import launches, proctree
-from loomtui.timing import Instant, as_instant
+from loomtui.timing import Instant, age, as_instant
 from loomtui.config import JobConfig
 from loomtui.context import Context
 from loomtui.errors import LoomError, StoreError
@@ -34,6 +34,7 @@ from loomtui.sentinel.queue_rules import (
     LINE,
     MISSED,
     OPEN,
+    OVERRUN,
     SCAN,
     Escalate,
     Failure,
@@ -126,7 +127,7 @@ def clock_step(ctx: Context, at: Instant) -> float | None:
 
 def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> None:
     now = at.wall
-    runs = finished_runs(ctx, now)
+    runs, running = unreviewed_runs(ctx, now)
     configured = {job.name for job in ctx.config.jobs}
     orphans = [r.id for rs in runs.values() for r in rs if r.job not in configured]
     if orphans:  # runs of a job since removed from the config: nothing to judge them against
@@ -143,18 +144,35 @@ def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> None:
     for job in ctx.config.jobs:
         report.jobs += 1
         scan_job(ctx, job, runs.get(job.name, []), at, report, watches.get(job.name, jobscan.NO_WATCH),
-                 last_starts.get(job.name), slots, landed)
+                 last_starts.get(job.name), slots, landed, running.get(job.name, []))
+
+
+@dataclass(frozen=True)
+class Running:
+    """A run whose run-job is alive, its end not recorded; `overrun_at`: when it was told of as
+    going on past its allowance (schedule.run_allowance), if it was."""
+
+    run: JobRun
+    overrun_at: float | None
 
 
 def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
     """Unreviewed runs that ended, or whose run-job died without recording an end."""
+    return unreviewed_runs(ctx, now)[0]
+
+
+def unreviewed_runs(ctx: Context, now: float) -> tuple[dict[str, list[JobRun]], dict[str, list[Running]]]:
+    """The unreviewed runs by job: those that ended, or whose run-job died without recording an
+    end; and those still running."""
     rows = []
     died = []
+    running: dict[str, list[Running]] = {}
     for row in job_runs.unreviewed(ctx.store):
         if row["ended"] is None:
             # A reused pid is not our run-job; a row from before its start was kept (migration
             # 0011) is judged once the old way, so a job running across the upgrade stays running.
             if proctree.of(ctx).alive_since(row["pid"], row["pid_started"], row["started"]):
+                running.setdefault(row["job"], []).append(Running(_job_run(row), row["overrun_at"]))
                 continue
             died.append((now, "run-job ended without recording the exit (killed?)", row["id"]))
             continue
@@ -168,10 +186,13 @@ def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
             rows += [again for _, _, run_id in died if (again := job_runs.get_in(db, run_id)) is not None]
     out: dict[str, list[JobRun]] = {}
     for row in sorted(rows, key=lambda r: r["id"]):
-        out.setdefault(row["job"], []).append(
-            JobRun(row["id"], row["job"], row["started"], row["exit_code"], row["failure_lines"], row["error"],
-                   row["started_mono"], row["boot"]))
-    return out
+        out.setdefault(row["job"], []).append(_job_run(row))
+    return out, running
+
+
+def _job_run(row: sqlite3.Row) -> JobRun:
+    return JobRun(row["id"], row["job"], row["started"], row["exit_code"], row["failure_lines"], row["error"],
+                  row["started_mono"], row["boot"])
 
 
 def job_matcher(ctx: Context, job: JobConfig) -> logscan.Matcher:
@@ -189,8 +210,9 @@ def _matcher(patterns: tuple[str, ...], anti_patterns: tuple[str, ...]) -> logsc
 
 def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], at: Instant, report: SentinelReport,
              watch: jobscan.Watch, last_start: float | None, slots: schedule.Cron | None,
-             landed: float | None = None) -> None:
-    """`landed`: where the wall clock landed when it was stepped since the last pass."""
+             landed: float | None = None, running: list[Running] | None = None) -> None:
+    """`landed`: where the wall clock landed when it was stepped since the last pass; `running`:
+    the job's runs still going."""
     store = ctx.store
     now = at.wall
     path = str(job.log)
@@ -216,14 +238,25 @@ def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], at: Instant, repo
         missed_mark = landed  # the wait starts over where the stepped clock landed (schedule.py)
     reference = schedule.wait_from((last_start if last_start is not None else watch_since, missed_mark), now)
     gap = None
+    overran: list[int] = []
+    grace = ctx.config.sentinel.missed_grace
     if job.schedule and slots is not None:
-        gap = schedule.missed(job.schedule, reference, now, ctx.config.sentinel.missed_grace, cron=slots)
+        gap = schedule.missed(job.schedule, reference, now, grace, cron=slots)
+        for going in running or []:
+            allowance = schedule.run_allowance(job.schedule, going.run.started, grace, cron=slots)
+            if going.overrun_at is None and allowance is not None and age(going.run.start, at) > allowance:
+                overran.append(going.run.id)
+                failures.append(overrun_failure(job, going.run))
+    # Slots missed behind the job's latest run, still going, are that run's overrun (told once, as
+    # such): "no run since" would send the agent looking for why cron never started it.
+    latest_going = last_start is not None and any(g.run.started == last_start for g in running or [])
     if gap is not None:
         first, last = gap
         missed_mark = last
-        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(first))
-        failures.append(Failure(job.name, MISSED, "missed schedule", f"no run since {when} ({job.schedule})",
-                                at=last))
+        if not latest_going:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(first))
+            failures.append(Failure(job.name, MISSED, "missed schedule", f"no run since {when} ({job.schedule})",
+                                    at=last))
     changed = (watch.position != position or watch.watch_since is None or missed_mark != watch.missed_mark)
     if not (changed or failures or runs):
         return
@@ -231,6 +264,7 @@ def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], at: Instant, repo
         jobscan.save_watch(db, job.name, position, watch_since, missed_mark, now)
         merge(db, job, failures, runs, at, report)
         job_runs.reviewed_in(db, [r.id for r in runs])
+        job_runs.overran_in(db, overran, now)
     report.runs_reviewed += len(runs)
 
 
@@ -245,6 +279,14 @@ def exit_failure(run: JobRun) -> Failure:
         return Failure(run.job, EXIT, normalize(run.error), text, at=run.started)
     return Failure(run.job, EXIT, f"exit code {run.exit_code}", f"run {run.id} exited {run.exit_code}",
                    at=run.started)
+
+
+def overrun_failure(job: JobConfig, run: JobRun) -> Failure:
+    """A run still going past its allowance: one signature a job, so a second hung run counts on the
+    item the first made (and reopens it when it started after a claim)."""
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started))
+    return Failure(job.name, OVERRUN, "still running past its next scheduled start",
+                   f"run {run.id}, started {when}, is still running ({job.schedule})", at=run.started)
 
 
 def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs: list[JobRun],

@@ -47,6 +47,12 @@ def get_in(db: sqlite3.Connection, run_id: int) -> sqlite3.Row | None:
     return row
 
 
+def overran_in(db: sqlite3.Connection, run_ids: Iterable[int], at: float) -> None:
+    """The sentinel has told of these runs still going past their allowance (once a run)."""
+    db.executemany("UPDATE job_runs SET overrun_at = ? WHERE id = ? AND overrun_at IS NULL",
+                   [(at, i) for i in run_ids])
+
+
 def reviewed_in(db: sqlite3.Connection, run_ids: Iterable[int]) -> None:
     """The sentinel has judged these runs."""
     db.executemany("UPDATE job_runs SET reviewed = 1 WHERE id = ?", [(i,) for i in run_ids])

@@ -253,4 +253,12 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE outbox ADD COLUMN rejections INTEGER NOT NULL DEFAULT 0
         """,
     ),
+    (
+        "0016_job_run_overrun",
+        # When the sentinel told of a run still going past its job's next scheduled start and the
+        # missed-run grace (a job hung on a mount never ends): told once a run, not at every pass.
+        """
+        ALTER TABLE job_runs ADD COLUMN overrun_at REAL
+        """,
+    ),
 ]

@@ -16,7 +16,7 @@ from test_sentinel_scan import Fleet
 
 from loomtui.agent import holds, proctree
 from loomtui.context import Context
-from loomtui.sentinel import claims, queue
+from loomtui.sentinel import claims, queue, queue_rules
 from loomtui.sentinel.signature import normalize
 from loomtui.sentinel import tick as tick_mod
 from loomtui.sentinel.queue_rules import Escalate
@@ -663,5 +663,69 @@ def test_a_running_row_from_before_loom_kept_its_pid_start_is_judged_by_wall_tim
         report = f.tick(time.time())
         assert report.runs_reviewed == 0 and f.items() == []
         assert (run_row(f, running)["ended"], run_row(f, running)["reviewed"]) == (None, 0)
+    finally:
+        f.ctx.close()
+
+
+def test_a_run_still_going_past_its_next_slot_and_the_grace_is_told_once_and_not_as_a_missed_slot(tmp_path):
+    """A job hung on a mount never ends: it never exits non-zero, and cron goes on starting runs
+    beside it (or, behind a lock, none: then its slots showed as missed, "no run since", which sends
+    the agent looking for why cron never ran it). Past its next scheduled start and the grace, the
+    run is an item of its own, told once; a second hung run counts on it."""
+    f = Fleet(tmp_path / "fleet", [{"name": "sync", "schedule": "every 10m"}, {"name": "adhoc"}],
+              {"missed_grace": "10m"})
+    try:
+        f.write("sync", "")
+        f.write("adhoc", "")
+        me = os.getpid()
+        mine = proctree.of(f.ctx).start_time(me)
+        now = time.time()
+        # This process as the run-job of a run 19 minutes old: 10 minutes to its next slot, 10 of grace.
+        hung = add_run(f, "sync", now - 19 * 60, ended=None, pid=me, pid_started=mine)
+        adhoc = add_run(f, "adhoc", now - 86400, ended=None, pid=me, pid_started=mine)  # no schedule: no bound
+        report = f.tick(now)
+        assert f.items() == [] and report.runs_reviewed == 0
+        assert run_row(f, hung)["overrun_at"] is None
+
+        report = f.tick(now + 61)
+        [item] = f.items()
+        assert (item.job, item.kind, item.signature, item.count) == (
+            "sync", "overrun", "still running past its next scheduled start", 1)
+        assert item.sample.startswith(f"run {hung}, started ") and item.sample.endswith("is still running (every 10m)")
+        assert report.new_items == [item.id] and run_row(f, hung)["overrun_at"] == now + 61
+        assert (run_row(f, hung)["ended"], run_row(f, hung)["reviewed"]) == (None, 0)  # still judged at its end
+        assert "shows a run still going past its next scheduled start; log:" in queue_rules.nudge_text(item)
+
+        # Told once: later passes, slots on slots behind it, add nothing (no "missed schedule" either).
+        for later in (now + 700, now + 3600, now + 86400):
+            assert f.tick(later).new_items == [] and f.tick(later).recurred == []
+        assert [(i.kind, i.count) for i in f.items()] == [("overrun", 1)]
+        assert run_row(f, adhoc)["overrun_at"] is None
+
+        # A second run hangs beside it: counted on the same item.
+        second = add_run(f, "sync", now + 86400, ended=None, pid=me, pid_started=mine)
+        report = f.tick(now + 86400 + 20 * 60 + 1)
+        assert report.recurred == [item.id] and [(i.kind, i.count) for i in f.items()] == [("overrun", 2)]
+        assert run_row(f, second)["overrun_at"] == now + 86400 + 20 * 60 + 1
+    finally:
+        f.ctx.close()
+
+
+def test_a_run_within_its_allowance_is_not_an_overrun_and_a_missed_slot_without_a_run_still_is(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "sync", "schedule": "every 10m"}], {"missed_grace": "10m"})
+    try:
+        f.write("sync", "")
+        me = os.getpid()
+        now = time.time()
+        going = add_run(f, "sync", now - 19 * 60, ended=None, pid=me, pid_started=proctree.of(f.ctx).start_time(me))
+        assert f.tick(now).new_items == [] and run_row(f, going)["overrun_at"] is None
+        # It ends in time; the next run never starts: that is a missed slot, as before.
+        with f.ctx.store.write() as db:
+            db.execute("UPDATE job_runs SET ended = ?, exit_code = 0 WHERE id = ?", (now + 30, going))
+        f.tick(now + 60)
+        assert f.items() == []
+        f.tick(now + 21 * 60)
+        assert [(i.kind, i.signature) for i in f.items()] == [("missed", "missed schedule")]
+        assert run_row(f, going)["overrun_at"] is None
     finally:
         f.ctx.close()
