@@ -199,18 +199,20 @@ class Escalate:
 
 
 def decide(item: Item, cfg: QueueSettings, now: Instant | float, *, relaunching: bool = False,
-           witness_window: float | None = None) -> list[Nudge | Escalate]:
+           witness_window: float | None = None, witness_going: bool = False) -> list[Nudge | Escalate]:
     """What is due for one item now: a nudge to the agent, the operator's one message, or nothing.
 
     A claimed item waits for its witness run and is not nudged. But a claim is not proof: if no
     clean run witnesses it within `witness_window` (the job's period and grace, at least the
-    backstop), the operator gets the item's one message, as for any item left open.
+    backstop), the operator gets the item's one message, as for any item left open; not while
+    `witness_going` (a run of its job that started after the claim still runs, within its
+    allowance: a backup of an hour is still the witness at its slot and 10 minutes).
     """
     at = as_instant(now)
     if item.state == CLAIMED:
         window = max(cfg.backstop, witness_window or 0.0)
         claimed = item.claimed
-        if item.escalated_at is None and claimed is not None and age(claimed, at) >= window:
+        if item.escalated_at is None and claimed is not None and age(claimed, at) >= window and not witness_going:
             return [Escalate(item.id, unwitnessed_text(item, at), backstop_key(item.id))]
         return []
     if item.state != OPEN:

@@ -24,12 +24,13 @@ from dataclasses import dataclass, field, replace
 
 from loomtui import actions, clock, redact, timing
 from loomtui.agent import launches, proctree
-from loomtui.timing import Instant, age, as_instant
+from loomtui.timing import Instant, age, as_instant, raw_age
 from loomtui.config import JobConfig
 from loomtui.context import Context
 from loomtui.errors import LoomError, StoreError
 from loomtui.sentinel import cron, jobscan, literal_search, logscan, queue, schedule
 from loomtui.sentinel.queue_rules import (
+    CLAIMED,
     EXIT,
     LINE,
     MISSED,
@@ -102,9 +103,9 @@ def sentinel_tick(ctx: Context, now: Instant | float | None = None, *, notify: b
     report = SentinelReport(at.wall)
     # Two passes at once would both read the same new bytes and count every line twice.
     with locks.hold(ctx.state_dir, SENTINEL_LOCK, timeout=LOCK_TIMEOUT):
-        scan_all(ctx, at, report)
+        running = scan_all(ctx, at, report)
         if notify:
-            send_due(ctx, at, report)
+            send_due(ctx, at, report, running)
     return report
 
 
@@ -125,7 +126,8 @@ def clock_step(ctx: Context, at: Instant) -> float | None:
     return at.wall if timing.stepped(before, at) else None
 
 
-def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> None:
+def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> dict[str, list[Running]]:
+    """Every job scanned; the runs still going, by job."""
     now = at.wall
     runs, running = unreviewed_runs(ctx, now)
     configured = {job.name for job in ctx.config.jobs}
@@ -145,6 +147,7 @@ def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> None:
         report.jobs += 1
         scan_job(ctx, job, runs.get(job.name, []), at, report, watches.get(job.name, jobscan.NO_WATCH),
                  last_starts.get(job.name), slots, landed, running.get(job.name, []))
+    return running
 
 
 @dataclass(frozen=True)
@@ -336,7 +339,9 @@ def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs:
 # -- nudges and the backstop -------------------------------------------------------------
 
 
-def send_due(ctx: Context, at: Instant, report: SentinelReport) -> None:
+def send_due(ctx: Context, at: Instant, report: SentinelReport,
+             running: dict[str, list[Running]] | None = None) -> None:
+    """`running`: the runs still going, by job (a claim's witness may be one of them)."""
     now = at.wall
     items = queue.unresolved_items(ctx.store)
     if not items:
@@ -367,8 +372,9 @@ def send_due(ctx: Context, at: Instant, report: SentinelReport) -> None:
                 # boot grace on the monotonic clock, not `now`
                 relaunching[name] = launches.relaunch_under_way(agents[name])
             report.relaunching = report.relaunching or relaunching[name]
+            going = witness_going(ctx, item, (running or {}).get(item.job, []), at)
             for action in decide(item, cfg, at, relaunching=relaunching[name],
-                                 witness_window=witness_window(ctx, item)):
+                                 witness_window=witness_window(ctx, item), witness_going=going):
                 if isinstance(action, Escalate):
                     escalate(ctx, item, action, now, report)
                 elif spent.get(name, 0) >= MAX_NUDGES_PER_TICK:
@@ -397,6 +403,25 @@ def witness_window(ctx: Context, item: Item) -> float | None:
         return due - item.claimed_at + ctx.config.sentinel.missed_grace
     except ValueError:
         return None
+
+
+def witness_going(ctx: Context, item: Item, running: list[Running], at: Instant) -> bool:
+    """Whether a run of a claimed item's job that started after the claim still runs, within its
+    allowance (its next scheduled start and the grace): its end may witness the claim. A job
+    without a schedule has no allowance: its claim waits for no run."""
+    job = ctx.config.job(item.job)
+    claimed = item.claimed
+    if job is None or not job.schedule or claimed is None or item.state != CLAIMED:
+        return False
+    slots = cron.in_zone(clock.local_zone())
+    grace = ctx.config.sentinel.missed_grace
+    for going in running:
+        if going.overrun_at is not None or raw_age(claimed, going.run.start) <= 0:
+            continue
+        allowance = schedule.run_allowance(job.schedule, going.run.started, grace, cron=slots)
+        if allowance is not None and age(going.run.start, at) <= allowance:
+            return True
+    return False
 
 
 # Nudges typed whose count the store refused (locked past its busy timeout twice: the line's ledger

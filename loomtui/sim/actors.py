@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from loomtui.sim.engine import Sim
 
 JOB_RUN_TIME = 30.0
+RUN_SPANS_KEPT = 20  # each job's last runs the checker knows the spans of (a claim's witness is among them)
 JOB_PIDS = 900_000         # the run-jobs' pids: one per run (never an agent's, tmux's or a foreign poller's)
 FAILURE_LINES = 3          # what a broken run writes that the sentinel's patterns match
 
@@ -170,6 +171,10 @@ class Jobs:
         self.log(name, [f"{mark}start run {run_id} of job {name!r}: ./{name}.sh"])
         bad = job.broken_since is not None
         sim.run_truth[run_id] = (w.mono, not bad)
+        spans = sim.run_spans.setdefault(name, {})
+        spans[run_id] = (w.mono, None)
+        if len(spans) > RUN_SPANS_KEPT:
+            del spans[min(spans)]
         sim.after(JOB_RUN_TIME, self.finish, name, run_id, pid, bad)
         sim.after(job.period, self.run, name)
 
@@ -189,5 +194,8 @@ class Jobs:
             job_runs.finish_in(db, run_id, ended=w.wall, exit_code=code, duration=JOB_RUN_TIME,
                                failure_lines=len(lines))
         del self.running[pid]
+        spans = sim.run_spans[name]
+        if run_id in spans:
+            spans[run_id] = (spans[run_id][0], w.mono)
         if bad:
             sim.checker.on_job_failed(name)

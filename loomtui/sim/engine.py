@@ -116,6 +116,9 @@ class Sim:
         self.last_relaunch: tuple[int, int, str | None] | None = None  # on_ledger
         self.server_pid = SERVER_PID
         self.run_truth: dict[int, tuple[float, bool]] = {}   # job run id -> (started, monotonic; truly clean)
+        # Each job's last runs: run id -> (started, ended or None while it runs; monotonic). A claim's
+        # witness may run (a run that neither witnessed a claim nor reopened it was still running).
+        self.run_spans: dict[str, dict[int, tuple[float, float | None]]] = {}
         self.step = 0
         self.trace: deque[tuple[int, float, str, dict]] = deque(maxlen=TRACE)
         self.report = Collector(self)

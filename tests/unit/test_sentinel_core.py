@@ -382,6 +382,9 @@ def test_a_claim_never_witnessed_reaches_the_operator_once():
     assert isinstance(action, Escalate) and "no clean run has witnessed it" in action.text
     # A daily job gets its period (plus grace) to produce the witness run first.
     assert decide(claimed, CFG, 1000.0 + CFG.backstop, witness_window=86400 + 600) == []
+    # Its witness run still going (started after the claim, within its allowance): not yet.
+    assert decide(claimed, CFG, 1000.0 + CFG.backstop, witness_going=True) == []
+    assert decide(claimed, CFG, 10**9, witness_going=True) == []
     assert decide(_replace(claimed, escalated_at=5.0), CFG, 10**9) == []  # one message per item, ever
 
 

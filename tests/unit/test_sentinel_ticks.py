@@ -729,3 +729,60 @@ def test_a_run_within_its_allowance_is_not_an_overrun_and_a_missed_slot_without_
         assert run_row(f, going)["overrun_at"] is None
     finally:
         f.ctx.close()
+
+
+def test_a_claim_is_not_told_unwitnessed_while_its_witness_run_still_runs_within_its_allowance(tmp_path):
+    """A claim waits to the job's next slot and the grace for its witness; a backup of an hour,
+    started on time at that slot, was still its witness when the operator heard "no clean run has
+    witnessed it". Now the message waits for that run while it runs within its allowance; a run
+    past it is an overrun, and the claim is told then."""
+    f = Fleet(tmp_path / "fleet", [{"name": "backup", "schedule": "every 1h"}],
+              {"missed_grace": "10m", "backstop": "30m"}, agent=nopane())
+    try:
+        f.write("backup", "ERROR disk full\n")
+        t0 = 1_000_000.0
+        f.tick(t0, notify=False)
+        [item] = f.items()
+        claims.resolve(f.ctx, item.id, "freed space", source="cli", now=t0 + 100)
+        me = os.getpid()
+        run = add_run(f, "backup", t0 + 100 + 3600, ended=None, pid=me, pid_started=proctree.of(f.ctx).start_time(me))
+        window_end = t0 + 100 + 3600 + 600
+        report = f.tick(window_end + 1, notify=True)
+        assert report.escalated == [] and escalations(f.ctx) == []
+        assert f.tick(t0 + 100 + 3600 + 4200, notify=True).escalated == []  # its allowance: 1 h and the grace
+        # Past its allowance: an overrun, and the claim is told unwitnessed.
+        report = f.tick(t0 + 100 + 3600 + 4201, notify=True)
+        assert report.escalated == [item.id] and len(report.new_items) == 1
+        assert [i.kind for i in f.items() if i.id in report.new_items] == ["overrun"]
+        assert run_row(f, run)["overrun_at"] == t0 + 100 + 3600 + 4201
+    finally:
+        f.ctx.close()
+
+
+def test_a_claims_witness_is_a_run_of_its_scheduled_job_started_after_it_and_within_its_allowance(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "backup", "schedule": "every 1h"}, {"name": "plain"}],
+              {"missed_grace": "10m"})
+    try:
+        f.write("backup", "ERROR disk full\n")
+        f.write("plain", "ERROR disk full\n")
+        t0 = 1_000_000.0
+        f.tick(t0, notify=False)
+        items = {i.job: i for i in f.items()}
+        claimed = replace(items["backup"], state="claimed", claimed_at=t0 + 100)
+
+        def going(started: float, overrun_at: float | None = None, job: str = "backup") -> tick_mod.Running:
+            return tick_mod.Running(tick_mod.JobRun(1, job, started, None, 0), overrun_at)
+
+        def witness(item, runs, now: float) -> bool:
+            return tick_mod.witness_going(f.ctx, item, runs, tick_mod.as_instant(now))
+
+        assert witness(claimed, [going(t0 + 200)], t0 + 200 + 4200)
+        assert not witness(claimed, [going(t0 + 200)], t0 + 200 + 4201)  # past its allowance
+        assert not witness(claimed, [going(t0 + 200, overrun_at=t0 + 5000)], t0 + 300)  # told of as overrun
+        assert not witness(claimed, [going(t0 + 99)], t0 + 300)  # started before the claim
+        assert not witness(claimed, [], t0 + 300)
+        assert not witness(items["backup"], [going(t0 + 200)], t0 + 300)  # open: no claim to witness
+        plain = replace(items["plain"], state="claimed", claimed_at=t0 + 100)
+        assert not witness(plain, [going(t0 + 200, job="plain")], t0 + 300)  # no schedule: no allowance
+    finally:
+        f.ctx.close()

@@ -180,7 +180,8 @@ def test_a_sentinel_that_scans_nothing_is_caught(monkeypatch):
     # so). failure_seen follows the world's failed runs.
     from loomtui.sim import simulate
 
-    plant(monkeypatch, sentinel_tick, "sentinel_tick", "        scan_all(ctx, at, report)\n", "        pass\n")
+    plant(monkeypatch, sentinel_tick, "sentinel_tick", "        running = scan_all(ctx, at, report)\n",
+          "        running = {}\n")
     run = simulate(1, 0.3, "storm")
     assert_caught(run, "failure_seen", profile="storm", days=0.3, seed=1)
     assert "run failed" in run["violation"]["message"] and "no queue item stands for it" in run["violation"]["message"]
