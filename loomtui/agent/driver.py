@@ -191,7 +191,11 @@ class TmuxDriver:
         """
         info = self.pane.info()
         if info is not None and info.dead:
-            return []
+            # The pane's process is gone, what it left in its session may not be: a pump SIGKILLed
+            # leaves its CLI running the turn on (a new one resuming the conversation beside it),
+            # a CLI the plugins that poll its bot. Ended as the tree is, children first.
+            left = proctree.left_in_session(info.pane_pid)
+            return kill.end_processes(list(reversed(left)), grace) if left else []
         if info is not None:
             root = info.pane_pid
         elif recorded and proctree.alive_as(recorded.get("pane_pid"), recorded.get("pane_started")):

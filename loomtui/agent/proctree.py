@@ -393,6 +393,27 @@ def session_members(pid: int) -> list[int]:
     return members or [pid]
 
 
+def left_in_session(sid: int) -> list[int]:
+    """The processes still in session `sid`, whose leader (a dead pane's process) is gone: what
+    it started and left behind (a pump SIGKILLed leaves its CLI; a CLI its plugins). Exact: the
+    kernel gives no process the pid `sid` while a process of that session lives (a session id
+    holds its pid), so these are that pane's, never a later process's."""
+    if _proc_files():
+        pids = _pids()
+    else:
+        import psutil
+
+        pids = psutil.pids()
+    members = []
+    for other in pids:
+        try:
+            if os.getsid(other) == sid and other != sid:
+                members.append(other)
+        except OSError:
+            continue
+    return members
+
+
 class MachineProcesses:
     """The `Processes` port on this machine: the functions above."""
 

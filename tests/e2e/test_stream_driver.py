@@ -530,6 +530,42 @@ def test_a_cli_deaf_to_sigterm_is_stopped_and_its_pump_counts_the_line_it_never_
     assert [r.data.get("signal") for r in harness.records("pump") if r.data.get("what") == "cli_exit"][-1] == 9
 
 
+def test_a_cli_left_running_by_its_pump_killed_is_ended_before_the_next_launch(make_stream, tmp_path):
+    """A pump SIGKILLed (the pane's process: the pane dies) leaves its CLI running, its input closed,
+    the turn it ran going on. The relaunch's stop took the dead pane for "nothing to stop", and the
+    new CLI resumed the conversation beside the old one. What the dead pane left in its session is
+    ended now; a process outside it is not touched."""
+    import shlex
+    import subprocess
+
+    from loomtui.agent.stream_driver import StreamJsonDriver, pump_command
+
+    harness = make_stream()
+    harness.start()
+    ctx = harness.ctx()
+    command = pump_command(harness.state_dir, shlex.join([sys.executable, "-c", DEAF_CLI, str(tmp_path / "never")]))
+    swapped = harness.tmux("respawn-pane", "-k", "-t", "=agent:0.0", command)
+    assert swapped.returncode == 0, swapped.stderr
+    wait_for(lambda: harness.pump().get("session_id") == "deaf" and harness.pump().get("pid") == harness.pane_pid(),
+             60, what="the deaf CLI's pump up")
+    pump_pid, cli_pid = harness.pump()["pid"], harness.pump()["cli_pid"]
+    outsider = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        os.kill(pump_pid, signal.SIGKILL)
+        wait_for(lambda: harness.tmux("display-message", "-p", "-t", "=agent:0.0", "#{pane_dead}").stdout.strip()
+                 == "1", 60, what="the pane dead")
+        assert psutil_alive(cli_pid)  # its input closed, it runs on
+        driver = StreamJsonDriver(ctx.config, ctx.state_dir)
+        assert driver.stop(1.0) == []
+        assert not psutil_alive(cli_pid) and outsider.poll() is None
+        assert driver.stop(1.0) == []  # nothing left: nothing to do
+    finally:
+        outsider.kill()
+        outsider.wait(timeout=30)
+        if psutil_alive(cli_pid):
+            os.kill(cli_pid, signal.SIGKILL)
+
+
 def psutil_alive(pid: int) -> bool:
     import psutil
 
