@@ -103,8 +103,11 @@ def run_recycle(args: argparse.Namespace) -> int:
     ctx = context(args)
     # A relaunch cut in half leaves no agent, or a pin on a session never launched: a hangup (an SSH
     # session that drops; the agent's own pane closing, when the agent asked from inside it, with
-    # `agent.may_hold`: its relaunch ends the tree this command runs in) must not end it.
+    # `agent.may_hold`: its relaunch ends the tree this command runs in) must not end it, nor the
+    # SIGTERM a parent in that tree passes on to what it ran as the relaunch ends it. (Ctrl-C still
+    # does; the relaunch's own waits are bounded.)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     outcome = actions.recycle(ctx, args.mode, source=source_of(args), reason=args.reason, actor=of_cli(ctx, args))
     try:
         print(outcome.describe(), file=sys.stdout if outcome.ok else sys.stderr, flush=True)

@@ -359,11 +359,13 @@ def test_the_agents_environment_never_reaches_a_process_argument(make_harness, t
     assert not list(Path(tempfile.gettempdir()).glob("loom-tmux-*.conf"))  # removed at once
 
 
-def test_the_agents_own_recycle_run_inside_its_pane_relaunches_it(make_harness, tmp_path):
+@pytest.mark.parametrize("parent", ["waits", "passes_on_sigterm"])
+def test_the_agents_own_recycle_run_inside_its_pane_relaunches_it(make_harness, tmp_path, parent):
     """With `agent.may_hold` the agent may relaunch itself: its `loom recycle` runs inside the pane
     whose tree the relaunch ends. Ended first (children first), it left the agent running, the
     relaunch recorded but never made, and a fresh one's pin on a session never launched. Now the
-    command is spared its own signal, and the hangup of the pane's closing."""
+    command is spared its own signal, and the hangup of the pane's closing; and the SIGTERM a
+    parent ended by the relaunch passes on to its children (a tool runner ending what it ran)."""
     import shlex
 
     harness = make_harness(sections={"agent": {"may_hold": True}})
@@ -372,6 +374,9 @@ def test_the_agents_own_recycle_run_inside_its_pane_relaunches_it(make_harness, 
     recycle = shlex.join([sys.executable, "-m", "loomtui", "recycle", "--fresh", "--reason", "from inside"])
     # The agent's shell, as its Bash tool runs a command: in its pane, with its session's variables.
     shell = f"{recycle} > {shlex.quote(str(out))} 2>&1; sleep 600"
+    if parent == "passes_on_sigterm":
+        shell = (f"{recycle} > {shlex.quote(str(out))} 2>&1 & child=$!; "
+                 'trap \'kill -TERM "$child"\' TERM; wait "$child"; wait "$child"; sleep 600')
     swapped = harness.tmux("respawn-pane", "-k", "-e", f"LOOM_SESSION_ID={old}", "-e", f"LOOM_CONFIG={harness.config_path}",
                            "-e", f"PYTHONPATH={REPO}", "-t", "=agent:0.0", "sh -c " + shlex.quote(shell))
     assert swapped.returncode == 0, swapped.stderr
