@@ -143,7 +143,7 @@ def relaunch_locked(
         # stopped either (processes that would not die, a tmux that stopped answering, the injection
         # lock held): the old agent runs on, and its launch record goes back too.
         try:
-            _nothing_launched(ctx, launched_before, keep_record=stopped, pinned_before=old if mode == FRESH else None)
+            _nothing_launched(ctx, launched_before, stopped=stopped, fresh=mode == FRESH, pinned_before=old)
         except LoomError as err:  # the store refused: the watchdog's next look finds what runs
             log.warning("could not put the launch record back: %s", err)
         outcome.ok, outcome.error = False, str(exc)
@@ -199,24 +199,27 @@ def relaunch_locked(
     return outcome
 
 
-def _nothing_launched(ctx: Context, launched_before: str | None, *, keep_record: bool,
+def _nothing_launched(ctx: Context, launched_before: str | None, *, stopped: bool, fresh: bool,
                       pinned_before: str | None) -> None:
     """No agent was launched. The relaunch stays in the ledger, counted toward the fuse and the
-    ceiling as an attempt. A fresh one's pin goes back to `pinned_before`. Unless `keep_record` (the
-    old agent was stopped), nothing was stopped either (the old agent would not die, or tmux stopped
-    answering, or the injection lock stayed held): the old agent runs on, and a turn open in it too;
-    the launch record goes back to what it was (`launched_before`), so that turn is not ended by a
-    launch that never happened, nor is the old agent taken for one booting."""
+    ceiling as an attempt. A `fresh` one's pin goes back to `pinned_before` (none, when none was
+    pinned: left on the session never launched, the next crash resumed it, failed, and started
+    fresh). Unless the old agent was `stopped`, nothing was stopped either (the old agent would not
+    die, or tmux stopped answering, or the injection lock stayed held): the old agent runs on, and a
+    turn open in it too; the launch record goes back to what it was (`launched_before`), so that
+    turn is not ended by a launch that never happened, nor is the old agent taken for one booting."""
     store = ctx.store
     with store.write() as db:
-        if keep_record:
-            pass
-        elif launched_before is None:
-            meta.delete_in(db, store.agent_key(LAUNCH_KEY))
-        else:
-            store.set_meta(store.agent_key(LAUNCH_KEY), launched_before, db)
-        if pinned_before is not None:
-            session.pin_in(db, pinned_before)
+        if not stopped:
+            if launched_before is None:
+                meta.delete_in(db, store.agent_key(LAUNCH_KEY))
+            else:
+                store.set_meta(store.agent_key(LAUNCH_KEY), launched_before, db)
+        if fresh:
+            if pinned_before is None:
+                session.unpin_in(db)
+            else:
+                session.pin_in(db, pinned_before)
 
 
 def _exit_signal(ctx: Context) -> Path | None:

@@ -37,6 +37,19 @@ def pin_in(db: sqlite3.Connection, session_id: str) -> None:
             _warn("could not write %s: %s", state_dir / SIDECAR, exc.strerror or exc)
 
 
+def unpin_in(db: sqlite3.Connection) -> None:
+    """No session pinned (a fresh relaunch that launched nothing, where none was pinned before):
+    the next resume has nothing to continue and starts fresh, not a session never launched."""
+    meta.delete_in(db, agent_key(KEY, getattr(db, "agent", MAIN_AGENT)))
+    state_dir = getattr(db, "agent_dir", None) or _state_dir(db)
+    if state_dir is not None:
+        try:
+            (Path(state_dir) / SIDECAR).unlink(missing_ok=True)
+        except OSError as exc:
+            # A sidecar left names a pin rolled back: a resume of it fails over to fresh (see above).
+            _warn("could not remove %s: %s", Path(state_dir) / SIDECAR, exc.strerror or exc)
+
+
 def is_session_id(text: str) -> bool:
     # The id is typed into the agent's command line unquoted: only a canonical uuid will do.
     import uuid  # here: uuid imports platform, and every `loom status` imports this module

@@ -118,3 +118,16 @@ def test_with_no_launch_recorded_before_none_is_left_behind(ctx):
     outcome = launch.relaunch_locked(ctx, "fresh", cause="crash", source="watchdog", driver=StubbornTree())
     assert not outcome.ok
     assert launches.last_launch(ctx) is None
+
+
+@pytest.mark.parametrize("driver", [StubbornTree, LaunchFails])
+@pytest.mark.parametrize("mode", ["fresh", "resume"])
+def test_a_fresh_relaunch_with_no_pin_before_that_launched_nothing_leaves_none(ctx, driver, mode):
+    """A resume with nothing pinned starts fresh; launching nothing, it left its new session
+    pinned, never launched: the next crash resumed that, failed, and started fresh."""
+    outcome = launch.relaunch_locked(ctx, mode, cause="crash", source="watchdog", driver=driver())
+    assert not outcome.ok and outcome.mode == "fresh"
+    assert session.pinned(ctx.store) is None
+    assert session.read_sidecar(ctx.state_dir) is None
+    relaunch = [e for e in ledger.tail(ctx.store, 10) if e.kind == "relaunch"][-1]
+    assert relaunch.detail["old_session"] is None and relaunch.detail["new_session"]
