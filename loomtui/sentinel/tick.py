@@ -48,7 +48,7 @@ from loomtui.sentinel.queue_rules import (
 )
 from loomtui.sentinel.signature import normalize
 from loomtui.states import EventKind
-from loomtui.store import job_runs, ledger, locks, outbox, queue_items
+from loomtui.store import job_runs, ledger, locks, outbox, queue_items, scan_offsets
 
 SENTINEL_LOCK = "sentinel.lock"
 LOCK_TIMEOUT = 60.0
@@ -142,6 +142,7 @@ def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> dict[str, lis
     with ctx.store.read() as db:
         watches = jobscan.load_watches(db)
         last_starts = job_runs.last_starts_in(db, now + timing.JUMP_TOLERANCE)
+    adopt_renamed(ctx, watches, configured)
     slots = cron.in_zone(clock.local_zone()) if scheduled else None
     for job in ctx.config.jobs:
         report.jobs += 1
@@ -162,6 +163,26 @@ class Running:
 def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
     """Unreviewed runs that ended, or whose run-job died without recording an end."""
     return unreviewed_runs(ctx, now)[0]
+
+
+def adopt_renamed(ctx: Context, watches: dict[str, jobscan.Watch], configured: set[str]) -> None:
+    """A job renamed in the config, its log the same (no two jobs share a log), keeps its place in
+    the log and its live items: read anew, the log's last 64 KB told its old failures again as new
+    items under the new name, and the old name's items were nudged and claimed for good, never
+    witnessed by a run of a job the config no longer has. `watches` is updated to match."""
+    for job in ctx.config.jobs:
+        if job.name in watches:
+            continue
+        old = [name for name, watch in watches.items() if name not in configured
+               and watch.position is not None and watch.position.path == str(job.log)]
+        if len(old) != 1:
+            continue
+        with ctx.store.write() as db:
+            if queue_items.live_in(db, job.name):
+                continue  # items under the new name already (none come without a position): leave both
+            scan_offsets.rename_in(db, old[0], job.name)
+            queue_items.rename_job_in(db, old[0], job.name)
+        watches[job.name] = watches.pop(old[0])
 
 
 def unreviewed_runs(ctx: Context, now: float) -> tuple[dict[str, list[JobRun]], dict[str, list[Running]]]:

@@ -45,6 +45,12 @@ def insert_in(db: sqlite3.Connection, *, job: str, kind: str, signature: str, sa
     return row
 
 
+def rename_job_in(db: sqlite3.Connection, old: str, new: str) -> None:
+    """Job `old`'s live items are job `new`'s now (the job renamed); witnessed ones keep the name
+    they were witnessed under."""
+    db.execute("UPDATE queue_items SET job = ? WHERE job = ? AND state != 'witnessed'", (new, old))
+
+
 def update_in(db: sqlite3.Connection, item_id: int, values: dict[str, Any]) -> None:
     """Set these columns of the item (the names are the caller's, from `Item`'s fields, never input)."""
     sets = ", ".join(f"{name} = ?" for name in values)

@@ -13,6 +13,11 @@ def get_in(db: sqlite3.Connection, job: str) -> sqlite3.Row | None:
     return db.execute("SELECT * FROM scan_offsets WHERE job = ?", (job,)).fetchone()
 
 
+def rename_in(db: sqlite3.Connection, old: str, new: str) -> None:
+    """The position of job `old` is job `new`'s now (the job renamed, its log the same)."""
+    db.execute("UPDATE scan_offsets SET job = ? WHERE job = ?", (new, old))
+
+
 def every_in(db: sqlite3.Connection) -> list[sqlite3.Row]:
     return db.execute("SELECT * FROM scan_offsets").fetchall()
 

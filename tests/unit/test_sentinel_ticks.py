@@ -786,3 +786,32 @@ def test_a_claims_witness_is_a_run_of_its_scheduled_job_started_after_it_and_wit
         assert not witness(plain, [going(t0 + 200, job="plain")], t0 + 300)  # no schedule: no allowance
     finally:
         f.ctx.close()
+
+
+def test_a_job_renamed_with_its_log_the_same_keeps_its_place_and_its_items(tmp_path):
+    """Renamed, the job was a new one: its log's last 64 KB read again (its old failures told anew
+    as new items), and the old name's items nudged and claimed for good, never witnessed."""
+    f = Fleet(tmp_path / "fleet", [{"name": "backup"}, {"name": "other"}])
+    try:
+        f.write("backup", "ERROR disk full\n")
+        f.write("other", "")
+        f.tick(1000.0)
+        [old] = f.items()
+    finally:
+        f.ctx.close()
+    log = str(f.log("backup"))
+    text = f.config_path.read_text().replace('name = "backup"', 'name = "nightly-backup"')
+    f.config_path.write_text(text)
+    f.ctx = Context.load(str(f.config_path), None, environ={})
+    try:
+        f.write("backup", "INFO fine\nERROR disk full\nERROR cannot reach the mirror\n")
+        report = f.tick(2000.0)
+        items = {i.signature: i for i in f.items()}
+        assert items[normalize("ERROR disk full")].id == old.id  # one more of its lines, not a new item
+        assert (items[normalize("ERROR disk full")].job, items[normalize("ERROR disk full")].count) == (
+            "nightly-backup", 2)
+        assert report.new_items == [items[normalize("ERROR cannot reach the mirror")].id]
+        assert {i.job for i in f.items()} == {"nightly-backup"} and {i.log for i in f.items()} == {log}
+        assert report.bytes_read == len("INFO fine\nERROR disk full\nERROR cannot reach the mirror\n")
+    finally:
+        f.ctx.close()
