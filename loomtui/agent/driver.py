@@ -21,6 +21,7 @@ from loomtui.config import AgentConfig, Config, legacy_socket
 from loomtui.errors import LoomError
 from loomtui.states import GONE, UNKNOWN, UP  # noqa: F401  (re-exported: callers say driver.UP)
 from loomtui.store.session import SIDECAR
+from loomtui.store.statedir import agent_dir as agent_dir_of
 
 if TYPE_CHECKING:  # annotations only (the stream driver, which returns them, loads them)
     from loomtui.pump.facts import Delivery, StreamFacts
@@ -194,7 +195,7 @@ class TmuxDriver:
             # The pane's process is gone, what it left in its session may not be: a pump SIGKILLed
             # leaves its CLI running the turn on (a new one resuming the conversation beside it),
             # a CLI the plugins that poll its bot. Ended as the tree is, children first.
-            left = proctree.left_in_session(info.pane_pid)
+            left = [pid for pid in proctree.left_in_session(info.pane_pid) if self._launched_here(pid)]
             return kill.end_processes(list(reversed(left)), grace) if left else []
         if info is not None:
             root = info.pane_pid
@@ -215,6 +216,18 @@ class TmuxDriver:
         # Children first, so a shell does not respawn or reap-and-restart what we just killed.
         return kill.end_processes(list(reversed(pids)), grace, last=self._ends_last(root),
                                   last_grace=self.LAST_GRACE)
+
+    def _launched_here(self, pid: int) -> bool:
+        """Whether the process runs in the environment Loom launched this agent with (its state
+        dir and agent name, launch.agent_env): a pane's leftover, not a stranger that came to share
+        its session's number."""
+        env = proctree.environ(pid)
+        if env is None or self.agent_dir is None:
+            return False
+        state, agent = env.get("LOOM_STATE_DIR"), env.get("LOOM_AGENT")
+        if not state or not agent:
+            return False
+        return agent_dir_of(Path(state), agent) == Path(self.agent_dir)
 
     LAST_GRACE: ClassVar[float] = 0.0
 

@@ -394,10 +394,15 @@ def session_members(pid: int) -> list[int]:
 
 
 def left_in_session(sid: int) -> list[int]:
-    """The processes still in session `sid`, whose leader (a dead pane's process) is gone: what
-    it started and left behind (a pump SIGKILLed leaves its CLI; a CLI its plugins). Exact: the
-    kernel gives no process the pid `sid` while a process of that session lives (a session id
-    holds its pid), so these are that pane's, never a later process's."""
+    """The processes still in session `sid`, whose leader (a dead pane's process, reaped) is gone:
+    what it started and left behind (a pump SIGKILLed leaves its CLI; a CLI its plugins). While a
+    process of that session lives, the kernel gives nobody its number; a live process holding the
+    number shows it was given again (the session ended, another began under it): then nothing is
+    that pane's. (A later session whose leader has exited too cannot be told so: callers check
+    that each process is theirs, `environ`.)"""
+    state = _state(sid)
+    if state is not None and state != "Z":
+        return []
     if _proc_files():
         pids = _pids()
     else:
@@ -412,6 +417,24 @@ def left_in_session(sid: int) -> list[int]:
         except OSError:
             continue
     return members
+
+
+def environ(pid: int) -> dict[str, str] | None:
+    """A process's environment as it started, None when it cannot be read (gone, another user's)."""
+    if _proc_files():
+        try:
+            with open(f"{_PROC}/{pid}/environ", "rb") as fh:
+                raw = fh.read()
+        except OSError:
+            return None
+        pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+        return {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in pairs}
+    import psutil
+
+    try:
+        return dict(psutil.Process(pid).environ())
+    except psutil.Error:
+        return None
 
 
 class MachineProcesses:

@@ -530,40 +530,51 @@ def test_a_cli_deaf_to_sigterm_is_stopped_and_its_pump_counts_the_line_it_never_
     assert [r.data.get("signal") for r in harness.records("pump") if r.data.get("what") == "cli_exit"][-1] == 9
 
 
+# DEAF_CLI that first starts a process of no environment of Loom's in its session (argv[2]: its pid),
+# deaf to the hangup the pane's end sends to its foreground group as the CLI is.
+STRANGER_CLI = """import subprocess, sys
+stranger = subprocess.Popen(["/bin/sh", "-c", "trap '' HUP; exec sleep 600"], env={})
+open(sys.argv[2], "w").write(str(stranger.pid))
+""" + DEAF_CLI
+
+
 def test_a_cli_left_running_by_its_pump_killed_is_ended_before_the_next_launch(make_stream, tmp_path):
     """A pump SIGKILLed (the pane's process: the pane dies) leaves its CLI running, its input closed,
     the turn it ran going on. The relaunch's stop took the dead pane for "nothing to stop", and the
-    new CLI resumed the conversation beside the old one. What the dead pane left in its session is
-    ended now; a process outside it is not touched."""
+    new CLI resumed the conversation beside the old one. What the dead pane left in its session, in
+    the environment Loom launched the agent with, is ended now; a process there without it is not."""
     import shlex
-    import subprocess
 
     from loomtui.agent.stream_driver import StreamJsonDriver, pump_command
 
     harness = make_stream()
     harness.start()
     ctx = harness.ctx()
-    command = pump_command(harness.state_dir, shlex.join([sys.executable, "-c", DEAF_CLI, str(tmp_path / "never")]))
-    swapped = harness.tmux("respawn-pane", "-k", "-t", "=agent:0.0", command)
+    pid_file = tmp_path / "stranger.pid"
+    command = pump_command(harness.state_dir, shlex.join([sys.executable, "-c", STRANGER_CLI, str(tmp_path / "never"),
+                                                          str(pid_file)]))
+    swapped = harness.tmux("respawn-pane", "-k", "-e", f"LOOM_STATE_DIR={ctx.state_dir}", "-e", "LOOM_AGENT=main",
+                           "-t", "=agent:0.0", command)
     assert swapped.returncode == 0, swapped.stderr
     wait_for(lambda: harness.pump().get("session_id") == "deaf" and harness.pump().get("pid") == harness.pane_pid(),
              60, what="the deaf CLI's pump up")
     pump_pid, cli_pid = harness.pump()["pid"], harness.pump()["cli_pid"]
-    outsider = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    stranger = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 30, what="the stranger's pid"))
     try:
+        assert os.getsid(stranger) == os.getsid(cli_pid) == pump_pid  # one session: the pane's
         os.kill(pump_pid, signal.SIGKILL)
         wait_for(lambda: harness.tmux("display-message", "-p", "-t", "=agent:0.0", "#{pane_dead}").stdout.strip()
                  == "1", 60, what="the pane dead")
         assert psutil_alive(cli_pid)  # its input closed, it runs on
         driver = StreamJsonDriver(ctx.config, ctx.state_dir)
         assert driver.stop(1.0) == []
-        assert not psutil_alive(cli_pid) and outsider.poll() is None
-        assert driver.stop(1.0) == []  # nothing left: nothing to do
+        assert not psutil_alive(cli_pid) and psutil_alive(stranger)
+        # Made without the agent's dir, a driver cannot tell what is the agent's: it ends nothing.
+        assert StreamJsonDriver(ctx.config, None).stop(1.0) == [] and psutil_alive(stranger)
     finally:
-        outsider.kill()
-        outsider.wait(timeout=30)
-        if psutil_alive(cli_pid):
-            os.kill(cli_pid, signal.SIGKILL)
+        for pid in (stranger, cli_pid):
+            if psutil_alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def psutil_alive(pid: int) -> bool:

@@ -342,3 +342,24 @@ def test_alive_as_disowns_a_process_given_the_same_pid_again(tmp_path):
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True"]
+
+
+def test_what_a_dead_session_leader_left_is_found_and_a_live_holder_of_its_number_is_a_stranger(tmp_path):
+    pid_file = tmp_path / "child"
+    # A session leader that starts a child and exits; the child runs on in its session.
+    leader = subprocess.Popen([sys.executable, "-c", f"""import subprocess
+child = subprocess.Popen(["sleep", "600"])
+open({str(pid_file)!r}, "w").write(str(child.pid))
+import time; time.sleep(600)
+"""], start_new_session=True)
+    child = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 30, what="the child's pid"))
+    try:
+        # The leader lives: its number is its own, whatever runs in its session (nothing "left").
+        assert proctree.left_in_session(leader.pid) == []
+        leader.kill()
+        leader.wait(timeout=30)
+        assert proctree.left_in_session(leader.pid) == [child]
+        assert proctree.environ(child) is not None and proctree.environ(child).get("PATH") == os.environ.get("PATH")
+        assert proctree.environ(2**22 + 11) is None
+    finally:
+        os.kill(child, signal.SIGKILL)
