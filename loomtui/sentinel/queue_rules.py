@@ -258,7 +258,7 @@ def nudge_text(item: Item) -> str:
                 f"{quoted(item.sample)}. Merge what is worth keeping into the file, delete the copy "
                 f"{shlex.quote(item.log)}, then run: {resolve_command(item.id)}")
     what = {LINE: "failure lines in its log", EXIT: "a failed run", MISSED: "a missed schedule",
-            SCAN: "an unreadable log", OVERRUN: "a run still going past its next scheduled start"
+            SCAN: "an unreadable log", OVERRUN: "a run still going after a whole period of its schedule"
             }.get(item.kind, item.kind)
     what += f" (seen {item.count}x)" if item.count > 1 else ""
     again = " Reopened: the last claim did not hold." if item.reopens and item.state == OPEN else ""

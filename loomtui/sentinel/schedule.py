@@ -122,16 +122,22 @@ def drift(schedule: str, started: float, previous_start: float | None, *, cron: 
 
 def run_allowance(schedule: str, started: float, grace: float, *, cron: Cron) -> float | None:
     """How long a run that started at `started` may go on before it is overdue: to its job's next
-    scheduled start after it, and the missed-run grace; None when nothing bounds it (no schedule,
-    or a cron expression past its last date).
+    slot, or a period of its schedule (from that slot to the one after) when that is longer, and
+    the missed-run grace; None when nothing bounds it (no schedule, or a cron
+    expression past its last date). A period, not the time to the next slot: a run started by hand
+    half an hour before a daily slot is not overdue 40 minutes in.
 
     A run still going past that is a failure of its own: a job hung on a mount never ends, so it
     never exits non-zero, and cron goes on starting new runs beside it, so no slot is missed either
-    (one that waits behind a lock would show as missed: `overrun` says why instead)."""
+    (one that waits behind a lock would show as missed: the sentinel tells the overrun instead)."""
     if not schedule.strip():
         return None
     try:
         due = next_due(schedule, started, cron=cron)
     except ValueError:
         return None
-    return due - started + grace
+    try:
+        period = next_due(schedule, due, cron=cron) - due
+    except ValueError:
+        period = 0.0  # its last slot: to it
+    return max(due - started, period) + grace

@@ -142,7 +142,7 @@ def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> dict[str, lis
     with ctx.store.read() as db:
         watches = jobscan.load_watches(db)
         last_starts = job_runs.last_starts_in(db, now + timing.JUMP_TOLERANCE)
-    adopt_renamed(ctx, watches, configured)
+    adopt_renamed(ctx, watches, configured, last_starts)
     slots = cron.in_zone(clock.local_zone()) if scheduled else None
     for job in ctx.config.jobs:
         report.jobs += 1
@@ -165,11 +165,15 @@ def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
     return unreviewed_runs(ctx, now)[0]
 
 
-def adopt_renamed(ctx: Context, watches: dict[str, jobscan.Watch], configured: set[str]) -> None:
+def adopt_renamed(ctx: Context, watches: dict[str, jobscan.Watch], configured: set[str],
+                  last_starts: dict[str, float]) -> None:
     """A job renamed in the config, its log the same (no two jobs share a log), keeps its place in
     the log and its live items: read anew, the log's last 64 KB told its old failures again as new
     items under the new name, and the old name's items were nudged and claimed for good, never
-    witnessed by a run of a job the config no longer has. `watches` is updated to match."""
+    witnessed by a run of a job the config no longer has. Its runs keep the name they ran under
+    (a run-job still going records its end by it): its schedule's wait runs from the old name's
+    last start, not from when the old name's watch began (a missed schedule told at once).
+    `watches` is updated to match."""
     for job in ctx.config.jobs:
         if job.name in watches:
             continue
@@ -180,9 +184,11 @@ def adopt_renamed(ctx: Context, watches: dict[str, jobscan.Watch], configured: s
         with ctx.store.write() as db:
             if queue_items.live_in(db, job.name):
                 continue  # items under the new name already (none come without a position): leave both
-            scan_offsets.rename_in(db, old[0], job.name)
+            watch = watches[old[0]]
+            since = max((c for c in (watch.watch_since, last_starts.get(old[0])) if c is not None), default=None)
+            scan_offsets.rename_in(db, old[0], job.name, since)
             queue_items.rename_job_in(db, old[0], job.name)
-        watches[job.name] = watches.pop(old[0])
+        watches[job.name] = replace(watches.pop(old[0]), watch_since=since)
 
 
 def unreviewed_runs(ctx: Context, now: float) -> tuple[dict[str, list[JobRun]], dict[str, list[Running]]]:
@@ -306,10 +312,10 @@ def exit_failure(run: JobRun) -> Failure:
 
 
 def overrun_failure(job: JobConfig, run: JobRun) -> Failure:
-    """A run still going past its allowance: one signature a job, so a second hung run counts on the
+    """A run still going past its allowance (schedule.run_allowance): one signature a job, so a second hung run counts on the
     item the first made (and reopens it when it started after a claim)."""
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started))
-    return Failure(job.name, OVERRUN, "still running past its next scheduled start",
+    return Failure(job.name, OVERRUN, "still running after a whole period of its schedule",
                    f"run {run.id}, started {when}, is still running ({job.schedule})", at=run.started)
 
 
@@ -428,8 +434,8 @@ def witness_window(ctx: Context, item: Item) -> float | None:
 
 def witness_going(ctx: Context, item: Item, running: list[Running], at: Instant) -> bool:
     """Whether a run of a claimed item's job that started after the claim still runs, within its
-    allowance (its next scheduled start and the grace): its end may witness the claim. A job
-    without a schedule has no allowance: its claim waits for no run."""
+    allowance (schedule.run_allowance): its end may witness the claim. A job without a schedule
+    has no allowance: its claim waits for no run."""
     job = ctx.config.job(item.job)
     claimed = item.claimed
     if job is None or not job.schedule or claimed is None or item.state != CLAIMED:

@@ -518,18 +518,18 @@ class Checker:
             return item.claimed_mono, max(cfg.backstop, self.witness_window(item) or 0.0)
         return None
 
-    def witness_held(self, item) -> tuple[float, float | None]:
+    def witness_held(self, item, owed_by: float) -> tuple[float, float | None]:
         """How long (on `t`) Loom may hold a claim's message for a witness run in the world: to the
-        end of a run of its job that started after the claim, or its allowance (its next start and the
-        grace), whichever came first (0 when there is none); and, while one still runs within its
-        allowance, when that allowance ends (else None)."""
+        end of a run of its job that started after the claim and by `owed_by`, or its allowance (its
+        next start and the grace), whichever came first (0 when there is none); and, while one still
+        runs within its allowance, when that allowance ends (else None)."""
         job = self.sim.world.job(item.job)
         if job is None or item.claimed_mono is None:
             return 0.0, None
         allowance = job.period + self.sim.config.sentinel.missed_grace
         held, running_to = 0.0, None
         for started, ended in self.sim.run_spans.get(item.job, {}).values():
-            if started <= item.claimed_mono:
+            if started <= item.claimed_mono or started > owed_by:
                 continue
             end = started + allowance if ended is None else min(ended, started + allowance)
             if ended is None and self.sim.world.t <= started + allowance:
@@ -699,15 +699,16 @@ class Checker:
                 continue
             start, window = span
             due = start + window
+            missed = self.sentinel_missed(start)  # the failed ticks' time, since the item's start
             if item.state == "claimed":
-                held, running_to = self.witness_held(item)
+                # A run that started once the message was owed holds nothing: Loom told it by then.
+                held, running_to = self.witness_held(item, due + cfg.interval + missed + 1.0)
                 if running_to is not None:
                     # Its witness still runs: looked at again when its end changes the store, or
                     # when it runs past its allowance.
                     calm = min(calm, running_to + 1e-3)
                     continue
                 due = max(due, held)
-            missed = self.sentinel_missed(start)  # the failed ticks' time, since the item's start
             late = w.t - due - cfg.interval - missed
             if self.late(late, 1.0, start):
                 self.fail("queue_backstop", f"item {item_id} ({item.state}) has not reached the operator "

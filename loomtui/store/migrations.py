@@ -255,7 +255,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ),
     (
         "0016_job_run_overrun",
-        # When the sentinel told of a run still going past its job's next scheduled start and the
+        # When the sentinel told of a run still going after a whole period of its job's schedule and the
         # missed-run grace (a job hung on a mount never ends): told once a run, not at every pass.
         """
         ALTER TABLE job_runs ADD COLUMN overrun_at REAL

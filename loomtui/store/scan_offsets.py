@@ -13,9 +13,10 @@ def get_in(db: sqlite3.Connection, job: str) -> sqlite3.Row | None:
     return db.execute("SELECT * FROM scan_offsets WHERE job = ?", (job,)).fetchone()
 
 
-def rename_in(db: sqlite3.Connection, old: str, new: str) -> None:
-    """The position of job `old` is job `new`'s now (the job renamed, its log the same)."""
-    db.execute("UPDATE scan_offsets SET job = ? WHERE job = ?", (new, old))
+def rename_in(db: sqlite3.Connection, old: str, new: str, watch_since: float | None) -> None:
+    """The position of job `old` is job `new`'s now (the job renamed, its log the same), watched
+    since `watch_since`."""
+    db.execute("UPDATE scan_offsets SET job = ?, watch_since = ? WHERE job = ?", (new, watch_since, old))
 
 
 def every_in(db: sqlite3.Connection) -> list[sqlite3.Row]:

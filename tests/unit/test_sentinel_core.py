@@ -237,6 +237,24 @@ def test_a_cron_schedule_past_its_last_date_misses_nothing_more():
     assert schedule.missed("0 0 1 12 * 0 2023", dec_1_2023 - 86400, 1.9e9, grace=300, cron=utc) == (dec_1_2023, dec_1_2023)
 
 
+def test_a_runs_allowance_is_a_period_of_its_schedule_and_the_grace():
+    utc = cron.in_zone(UTC)
+    day = 86400.0
+    seven = 1_704_783_600.0  # 2024-01-09 07:00 UTC
+    assert schedule.run_allowance("every 10m", 1000.0, 300, cron=utc) == 900
+    # On time at its daily slot: until the next day's, and the grace.
+    assert schedule.run_allowance("0 7 * * *", seven, 600, cron=utc) == day + 600
+    # Started by hand half an hour before the slot: a day too, not the half hour to the slot.
+    assert schedule.run_allowance("0 7 * * *", seven - 1800, 600, cron=utc) == day + 600
+    # Weekdays: Friday's run may last to Monday's slot.
+    friday = seven + 3 * day  # 2024-01-12, a Friday
+    assert schedule.run_allowance("0 7 * * 1-5", friday, 600, cron=utc) == 3 * day + 600
+    assert schedule.run_allowance("", 1000.0, 300, cron=utc) is None
+    # A year field: the last slot bounds it; past it nothing does.
+    assert schedule.run_allowance("0 7 9 1 * 0 2024", seven - 1800, 600, cron=utc) == 1800 + 600
+    assert schedule.run_allowance("0 7 9 1 * 0 2024", seven + 1, 600, cron=utc) is None
+
+
 def test_cron_schedule_fires_in_the_given_zone_and_counts_a_missed_day_once():
     ran = dt.datetime(2025, 6, 1, 7, 0, 5, tzinfo=BERLIN).timestamp()
     next_day = dt.datetime(2025, 6, 2, 7, 0, tzinfo=BERLIN).timestamp()

@@ -690,11 +690,11 @@ def test_a_run_still_going_past_its_next_slot_and_the_grace_is_told_once_and_not
         report = f.tick(now + 61)
         [item] = f.items()
         assert (item.job, item.kind, item.signature, item.count) == (
-            "sync", "overrun", "still running past its next scheduled start", 1)
+            "sync", "overrun", "still running after a whole period of its schedule", 1)
         assert item.sample.startswith(f"run {hung}, started ") and item.sample.endswith("is still running (every 10m)")
         assert report.new_items == [item.id] and run_row(f, hung)["overrun_at"] == now + 61
         assert (run_row(f, hung)["ended"], run_row(f, hung)["reviewed"]) == (None, 0)  # still judged at its end
-        assert "shows a run still going past its next scheduled start; log:" in queue_rules.nudge_text(item)
+        assert "shows a run still going after a whole period of its schedule; log:" in queue_rules.nudge_text(item)
 
         # Told once: later passes, slots on slots behind it, add nothing (no "missed schedule" either).
         for later in (now + 700, now + 3600, now + 86400):
@@ -813,5 +813,29 @@ def test_a_job_renamed_with_its_log_the_same_keeps_its_place_and_its_items(tmp_p
         assert report.new_items == [items[normalize("ERROR cannot reach the mirror")].id]
         assert {i.job for i in f.items()} == {"nightly-backup"} and {i.log for i in f.items()} == {log}
         assert report.bytes_read == len("INFO fine\nERROR disk full\nERROR cannot reach the mirror\n")
+    finally:
+        f.ctx.close()
+
+
+def test_a_scheduled_job_renamed_waits_from_its_old_names_last_start_not_from_when_it_was_first_watched(tmp_path):
+    f = Fleet(tmp_path / "fleet", [{"name": "backup", "schedule": "every 1h"}], {"missed_grace": "10m"})
+    try:
+        f.write("backup", "")
+        f.tick(1000.0)
+        add_run(f, "backup", 1000.0 + 7200, ended=1000.0 + 7260, exit_code=0)
+        f.tick(1000.0 + 7300)
+        assert f.items() == []
+    finally:
+        f.ctx.close()
+    f.config_path.write_text(f.config_path.read_text().replace('name = "backup"', 'name = "nightly-backup"'))
+    f.ctx = Context.load(str(f.config_path), None, environ={})
+    try:
+        # Ten minutes after its last run (under the old name): nothing missed.
+        assert f.tick(1000.0 + 7800).new_items == [] and f.items() == []
+        # Its next slot and the grace gone by with no run under either name: missed, from the last run.
+        f.tick(1000.0 + 7200 + 3600 + 601)
+        [missed] = f.items()
+        assert (missed.job, missed.kind) == ("nightly-backup", "missed")
+        assert missed.sample.startswith("no run since " + time.strftime("%Y-%m-%d %H:%M", time.localtime(1000.0 + 10800)))
     finally:
         f.ctx.close()
