@@ -19,7 +19,7 @@ from loomtui.agent.ports import NOT_LIVE, AgentFacts
 from loomtui.agent.tmux import AgentPane, PaneInfo, TmuxError, TmuxGone, TmuxTimeout
 from loomtui.config import AgentConfig, Config, legacy_socket
 from loomtui.errors import LoomError
-from loomtui.states import GONE, UNKNOWN, UP  # noqa: F401  (re-exported: callers say driver.UP)
+from loomtui.states import GONE, MAIN_AGENT, UNKNOWN, UP  # noqa: F401  (re-exported: callers say driver.UP)
 from loomtui.store.session import SIDECAR
 from loomtui.store.statedir import agent_dir as agent_dir_of
 
@@ -195,7 +195,7 @@ class TmuxDriver:
             # The pane's process is gone, what it left in its session may not be: a pump SIGKILLed
             # leaves its CLI running the turn on (a new one resuming the conversation beside it),
             # a CLI the plugins that poll its bot. Ended as the tree is, children first.
-            left = [pid for pid in proctree.left_in_session(info.pane_pid) if self._launched_here(pid)]
+            left = self._left_by(info.pane_pid)
             return kill.end_processes(list(reversed(left)), grace) if left else []
         if info is not None:
             root = info.pane_pid
@@ -217,17 +217,35 @@ class TmuxDriver:
         return kill.end_processes(list(reversed(pids)), grace, last=self._ends_last(root),
                                   last_grace=self.LAST_GRACE)
 
+    def _left_by(self, pane_pid: int) -> list[int]:
+        """What the dead pane's process left in its session that is this agent's: a process in the
+        environment Loom launched the agent with, and what it started there (an MCP server or a
+        plugin started with a pared-down environment), in pid order."""
+        left = proctree.left_in_session(pane_pid)
+        ours = {pid for pid in left if self._launched_here(pid)}
+        for pid in sorted(ours):
+            try:
+                tree, _ = proctree.walk(pid)
+            except proctree.Ambiguous:
+                continue
+            ours.update(tree)
+        return [pid for pid in left if pid in ours]
+
     def _launched_here(self, pid: int) -> bool:
         """Whether the process runs in the environment Loom launched this agent with (its state
         dir and agent name, launch.agent_env): a pane's leftover, not a stranger that came to share
-        its session's number."""
+        its session's number. (A pane launched before agents had names has no LOOM_AGENT: main.)"""
         env = proctree.environ(pid)
         if env is None or self.agent_dir is None:
             return False
-        state, agent = env.get("LOOM_STATE_DIR"), env.get("LOOM_AGENT")
-        if not state or not agent:
+        state = env.get("LOOM_STATE_DIR")
+        if not state:
             return False
-        return agent_dir_of(Path(state), agent) == Path(self.agent_dir)
+        mine = agent_dir_of(Path(state), env.get("LOOM_AGENT") or MAIN_AGENT)
+        try:
+            return os.path.samefile(mine, self.agent_dir)  # however each spelled it (a symlink, `..`)
+        except OSError:
+            return os.path.normpath(mine) == os.path.normpath(self.agent_dir)
 
     LAST_GRACE: ClassVar[float] = 0.0
 

@@ -530,19 +530,22 @@ def test_a_cli_deaf_to_sigterm_is_stopped_and_its_pump_counts_the_line_it_never_
     assert [r.data.get("signal") for r in harness.records("pump") if r.data.get("what") == "cli_exit"][-1] == 9
 
 
-# DEAF_CLI that first starts a process of no environment of Loom's in its session (argv[2]: its pid),
-# deaf to the hangup the pane's end sends to its foreground group as the CLI is.
+# DEAF_CLI that first starts, deaf to the hangup the pane's end sends its foreground group as the CLI
+# is and with no environment of Loom's, a child (an MCP server started with a pared-down environment;
+# its pid to argv[3]) and a stranger in its session whose parent is gone (its pid to argv[2]).
 STRANGER_CLI = """import subprocess, sys
-stranger = subprocess.Popen(["/bin/sh", "-c", "trap '' HUP; exec sleep 600"], env={})
-open(sys.argv[2], "w").write(str(stranger.pid))
+server = subprocess.Popen(["/bin/sh", "-c", "trap '' HUP; exec sleep 600"], env={})
+subprocess.run(["/bin/sh", "-c", "(trap '' HUP; exec sleep 601) & echo $! > " + sys.argv[2]], env={}, check=True)
+open(sys.argv[3], "w").write(str(server.pid))
 """ + DEAF_CLI
 
 
 def test_a_cli_left_running_by_its_pump_killed_is_ended_before_the_next_launch(make_stream, tmp_path):
     """A pump SIGKILLed (the pane's process: the pane dies) leaves its CLI running, its input closed,
     the turn it ran going on. The relaunch's stop took the dead pane for "nothing to stop", and the
-    new CLI resumed the conversation beside the old one. What the dead pane left in its session, in
-    the environment Loom launched the agent with, is ended now; a process there without it is not."""
+    new CLI resumed the conversation beside the old one. What the dead pane left in its session in
+    the environment Loom launched the agent with is ended now, with what that started; a process
+    there with neither is not."""
     import shlex
 
     from loomtui.agent.stream_driver import StreamJsonDriver, pump_command
@@ -550,29 +553,32 @@ def test_a_cli_left_running_by_its_pump_killed_is_ended_before_the_next_launch(m
     harness = make_stream()
     harness.start()
     ctx = harness.ctx()
-    pid_file = tmp_path / "stranger.pid"
+    stranger_file, server_file = tmp_path / "stranger.pid", tmp_path / "server.pid"
     command = pump_command(harness.state_dir, shlex.join([sys.executable, "-c", STRANGER_CLI, str(tmp_path / "never"),
-                                                          str(pid_file)]))
-    swapped = harness.tmux("respawn-pane", "-k", "-e", f"LOOM_STATE_DIR={ctx.state_dir}", "-e", "LOOM_AGENT=main",
+                                                          str(stranger_file), str(server_file)]))
+    # The state dir as another spelling of it (`..`): the same directory.
+    spelled = ctx.state_dir / ".." / ctx.state_dir.name
+    swapped = harness.tmux("respawn-pane", "-k", "-e", f"LOOM_STATE_DIR={spelled}", "-e", "LOOM_AGENT=main",
                            "-t", "=agent:0.0", command)
     assert swapped.returncode == 0, swapped.stderr
     wait_for(lambda: harness.pump().get("session_id") == "deaf" and harness.pump().get("pid") == harness.pane_pid(),
              60, what="the deaf CLI's pump up")
     pump_pid, cli_pid = harness.pump()["pid"], harness.pump()["cli_pid"]
-    stranger = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 30, what="the stranger's pid"))
+    server = int(wait_for(lambda: server_file.exists() and server_file.read_text(), 30, what="the server's pid"))
+    stranger = int(stranger_file.read_text())
     try:
-        assert os.getsid(stranger) == os.getsid(cli_pid) == pump_pid  # one session: the pane's
+        assert os.getsid(stranger) == os.getsid(server) == os.getsid(cli_pid) == pump_pid  # one session: the pane's
         os.kill(pump_pid, signal.SIGKILL)
         wait_for(lambda: harness.tmux("display-message", "-p", "-t", "=agent:0.0", "#{pane_dead}").stdout.strip()
                  == "1", 60, what="the pane dead")
-        assert psutil_alive(cli_pid)  # its input closed, it runs on
+        assert psutil_alive(cli_pid) and psutil_alive(server)  # its input closed, it runs on
+        # Made without the agent's dir, a driver cannot tell what is the agent's: it ends nothing.
+        assert StreamJsonDriver(ctx.config, None).stop(1.0) == [] and psutil_alive(cli_pid)
         driver = StreamJsonDriver(ctx.config, ctx.state_dir)
         assert driver.stop(1.0) == []
-        assert not psutil_alive(cli_pid) and psutil_alive(stranger)
-        # Made without the agent's dir, a driver cannot tell what is the agent's: it ends nothing.
-        assert StreamJsonDriver(ctx.config, None).stop(1.0) == [] and psutil_alive(stranger)
+        assert not psutil_alive(cli_pid) and not psutil_alive(server) and psutil_alive(stranger)
     finally:
-        for pid in (stranger, cli_pid):
+        for pid in (stranger, server, cli_pid):
             if psutil_alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
