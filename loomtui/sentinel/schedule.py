@@ -121,11 +121,11 @@ def drift(schedule: str, started: float, previous_start: float | None, *, cron: 
 
 
 def run_allowance(schedule: str, started: float, grace: float, *, cron: Cron) -> float | None:
-    """How long a run that started at `started` may go on before it is overdue: to its job's next
-    slot, or a period of its schedule (from that slot to the one after) when that is longer, and
-    the missed-run grace; None when nothing bounds it (no schedule, or a cron
-    expression past its last date). A period, not the time to the next slot: a run started by hand
-    half an hour before a daily slot is not overdue 40 minutes in.
+    """How long a run that started at `started` may go on before it is overdue: the gap of its
+    job's schedule that the start falls in (`every N`: N; cron: from the slot at or before the
+    start to the next one), and the missed-run grace; None when nothing bounds it (no schedule, or a
+    cron expression past its last date). The whole gap, not the time left to the next slot: a run
+    started by hand half an hour before a daily slot is not overdue 40 minutes in.
 
     A run still going past that is a failure of its own: a job hung on a mount never ends, so it
     never exits non-zero, and cron goes on starting new runs beside it, so no slot is missed either
@@ -136,8 +136,13 @@ def run_allowance(schedule: str, started: float, grace: float, *, cron: Cron) ->
         due = next_due(schedule, started, cron=cron)
     except ValueError:
         return None
+    every = period(schedule)
+    if every is not None:
+        return every + grace
     try:
-        period = next_due(schedule, due, cron=cron) - due
+        # The slot strictly before a hair after the start: a run that started on its slot is in the
+        # gap that slot opens.
+        opened = cron.prev_slot(schedule.strip(), started + 1e-6)
     except ValueError:
-        period = 0.0  # its last slot: to it
-    return max(due - started, period) + grace
+        opened = started  # no slot before it: from the start
+    return due - min(opened, started) + grace

@@ -701,8 +701,10 @@ class Checker:
             due = start + window
             missed = self.sentinel_missed(start)  # the failed ticks' time, since the item's start
             if item.state == "claimed":
-                # A run that started once the message was owed holds nothing: Loom told it by then.
-                held, running_to = self.witness_held(item, due + cfg.interval + missed + 1.0)
+                # A run that started once the message was owed holds nothing: Loom told it by then
+                # (later by as long as Loom could not see or write).
+                owed_by = due + cfg.interval + missed + 1.0 + w.impaired_between(start, w.t)
+                held, running_to = self.witness_held(item, owed_by)
                 if running_to is not None:
                     # Its witness still runs: looked at again when its end changes the store, or
                     # when it runs past its allowance.

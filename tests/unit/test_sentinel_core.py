@@ -246,9 +246,13 @@ def test_a_runs_allowance_is_a_period_of_its_schedule_and_the_grace():
     assert schedule.run_allowance("0 7 * * *", seven, 600, cron=utc) == day + 600
     # Started by hand half an hour before the slot: a day too, not the half hour to the slot.
     assert schedule.run_allowance("0 7 * * *", seven - 1800, 600, cron=utc) == day + 600
-    # Weekdays: Friday's run may last to Monday's slot.
+    # Weekdays: Friday's run may last to Monday's slot; Thursday's to Friday's, not to Monday's.
     friday = seven + 3 * day  # 2024-01-12, a Friday
     assert schedule.run_allowance("0 7 * * 1-5", friday, 600, cron=utc) == 3 * day + 600
+    assert schedule.run_allowance("0 7 * * 1-5", friday - day, 600, cron=utc) == day + 600
+    # Every 15 minutes in the day: a run at 10:00 has its 15 minutes; the day's last, the night.
+    assert schedule.run_allowance("*/15 9-17 * * *", seven + 3 * 3600, 60, cron=utc) == 900 + 60
+    assert schedule.run_allowance("*/15 9-17 * * *", seven + 10 * 3600 + 2700, 60, cron=utc) == 15 * 3600 + 15 * 60 + 60
     assert schedule.run_allowance("", 1000.0, 300, cron=utc) is None
     # A year field: the last slot bounds it; past it nothing does.
     assert schedule.run_allowance("0 7 9 1 * 0 2024", seven - 1800, 600, cron=utc) == 1800 + 600
