@@ -10,6 +10,7 @@ from loomtui import actions
 from loomtui.agent import recovery
 from loomtui.errors import LoomError
 from loomtui.sentinel import logscan, queue_rules
+from loomtui.sim import faults
 from loomtui.sim.sample import matching
 from loomtui.sim.world import BOOT
 from loomtui.store import job_runs
@@ -51,7 +52,7 @@ class Operator:
                 return
             job = w.job(item.job)
             if job is not None:
-                job.broken_since = None
+                job.broken_since, job.hangs = None, False
             claim(sim, item.id, "fixed the job by hand", None)
 
     def recycle(self, cause: str, only_if_held: bool = False) -> None:
@@ -100,7 +101,7 @@ class QueueWorker:
         job = w.job(item.job)
         fixed = sim.rng.random() < self.fix_probability
         if fixed and job is not None:
-            job.broken_since = None
+            job.broken_since, job.hangs = None, False
         sim.event("agent_worked", item=item_id, fixed=fixed)
         claim(sim, item_id, "read the log and fixed the script", a.session)
 
@@ -175,7 +176,11 @@ class Jobs:
         spans[run_id] = (w.mono, None)
         if len(spans) > RUN_SPANS_KEPT:
             del spans[min(spans)]
-        sim.after(JOB_RUN_TIME, self.finish, name, run_id, pid, bad)
+        took = JOB_RUN_TIME
+        if bad and job.hangs:
+            took = sim.rng.uniform(*faults.HANG_TIME)
+            sim.checker.on_run_hung(run_id, name, w.mono, job.period + sim.config.sentinel.missed_grace)
+        sim.after(took, self.finish, name, run_id, pid, bad)
         sim.after(job.period, self.run, name)
 
     def finish(self, name: str, run_id: int, pid: int, bad: bool) -> None:
@@ -194,6 +199,7 @@ class Jobs:
             job_runs.finish_in(db, run_id, ended=w.wall, exit_code=code, duration=JOB_RUN_TIME,
                                failure_lines=len(lines))
         del self.running[pid]
+        sim.checker.on_run_ended(run_id)
         spans = sim.run_spans[name]
         if run_id in spans:
             spans[run_id] = (spans[run_id][0], w.mono)

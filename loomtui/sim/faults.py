@@ -51,6 +51,9 @@ LIMIT_ERRORS = (("rate_limit", 0.8), ("billing_error", 0.1), ("authentication_fa
 # (`write_failed`) and it refuses every line after, as the real pump does.
 PUMPED_KINDS = ("stdin_closed",)
 PUMPED_WEIGHTS = (("stdin_closed", 0.5),)
+# One broken job in HANG_SHARE hangs each run (a mount gone): it ends, failed, after HANG_TIME, past
+# its allowance (schedule.run_allowance: its period and the grace) more often than not.
+HANG_SHARE, HANG_TIME = 0.3, (300.0, 3 * 3600.0)
 CLOCK_STEP = 86400.0  # a wall-clock step: a day forward or a day back (NTP after a wrong RTC, an operator's `date -s`)
 DISTURBING = ("busy", "modal", "slow_boot", "long_turn")
 
@@ -196,7 +199,9 @@ def apply(sim: Sim, kind: str) -> bool:
         healthy = [j for j in w.jobs if j.broken_since is None]
         if not healthy:
             return False
-        rng.choice(healthy).broken_since = w.t
+        job = rng.choice(healthy)
+        job.broken_since = w.t
+        job.hangs = rng.random() < HANG_SHARE
     elif kind == "ignore_queue":
         if a is None:
             return False

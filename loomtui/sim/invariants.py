@@ -22,6 +22,7 @@ from loomtui.sentinel import cron, schedule
 from loomtui.sim import faults
 from loomtui.sim.hooks_model import LATE_BY
 from loomtui.sim.world import STOP_TIME
+from loomtui.store import job_runs
 
 if TYPE_CHECKING:
     from loomtui.sim.engine import Sim
@@ -37,7 +38,7 @@ NAMES = (
     "relaunch_witnessed", "queue_backstop", "backstop_not_early", "witness_is_clean", "no_typing_into_a_booting_agent",
     "foreign_poller_reaped", "poller_restored", "fuse", "backoff", "exit_relaunched", "busy_not_recycled",
     "relaunch_probed", "denials_recorded_once", "conversation_kept", "failure_seen", "harness_hold_kept",
-    "no_typing_into_a_permission_prompt",
+    "no_typing_into_a_permission_prompt", "overrun_seen",
 )
 # The causes whose relaunch always starts fresh (agent/policy.py: ALWAYS_FRESH).
 FRESH_CAUSES = ("preventive", "resume_failed")
@@ -111,6 +112,8 @@ class Checker:
         # Jobs whose failed run (the world's truth: its end recorded at t) no unresolved item of
         # Loom's stands for yet: failure_seen.
         self.unseen_failures: dict[str, float] = {}
+        # The world's runs hanging: run id -> (job, started on `t`, its allowance): overrun_seen.
+        self.hung: dict[int, tuple[str, float, float]] = {}
         self.queue_calm_until = -math.inf           # check_queue: nothing late before this (see there)
         self.queue_calm_store = -1                  # ... while sim.store_changes is this
         # Automatic relaunch decisions (fallbacks included, as Loom's own history holds them) since the
@@ -665,6 +668,33 @@ class Checker:
             self.check_queue()
         if self.unseen_failures:
             self.check_failures_seen()
+        if self.hung:
+            self.check_overruns_seen()
+
+    def on_run_hung(self, run_id: int, job: str, started: float, allowance: float) -> None:
+        self.hung[run_id] = (job, started, allowance)
+
+    def on_run_ended(self, run_id: int) -> None:
+        self.hung.pop(run_id, None)
+
+    def check_overruns_seen(self) -> None:
+        """A run still going past its allowance (its period and the grace, schedule.run_allowance) is
+        told, once, within one sentinel interval more, plus what the locked store's failed ticks
+        cost: Loom's store marks it told (`job_runs.overrun_at`) with the item it made."""
+        cfg = self.sim.config.sentinel
+        t = self.sim.world.t
+        for run_id, (job, started, allowance) in sorted(self.hung.items()):
+            missed = self.sentinel_missed(started)
+            if not self.late(t - started, allowance + cfg.interval + missed + SLACK, started):
+                continue
+            assert self.sim.observer is not None
+            with self.sim.observer.read() as db:
+                row = job_runs.get_in(db, run_id)
+            if row is not None and row["overrun_at"] is not None:
+                del self.hung[run_id]  # told: nothing more to wait for
+                continue
+            self.fail("overrun_seen", f"job {job}'s run {run_id} has run {t - started:.0f}s, past its allowance "
+                                      f"of {allowance:.0f}s, and was never told of")
 
     def check_exit_relaunched(self, a, alive: bool) -> None:
         """A dead agent (a crash, an exit with any status, 0 included) is relaunched within the exit

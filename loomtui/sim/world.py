@@ -72,6 +72,7 @@ class Job:
     period: float
     phase: float
     broken_since: float | None = None  # runs fail until someone fixes it
+    hangs: bool = False                # ... broken so that each run hangs (a dead mount) before it fails
     next_run: float = 0.0
 
     @property

@@ -182,8 +182,9 @@ def test_a_sentinel_that_scans_nothing_is_caught(monkeypatch):
 
     plant(monkeypatch, sentinel_tick, "sentinel_tick", "        running = scan_all(ctx, at, report)\n",
           "        running = {}\n")
-    run = simulate(1, 0.3, "storm")
-    assert_caught(run, "failure_seen", profile="storm", days=0.3, seed=1)
+    # Seed 2: on seed 1 the first broken job hangs its runs, and overrun_seen fires first.
+    run = simulate(2, 0.3, "storm")
+    assert_caught(run, "failure_seen", profile="storm", days=0.3, seed=2)
     assert "run failed" in run["violation"]["message"] and "no queue item stands for it" in run["violation"]["message"]
 
 
@@ -389,6 +390,19 @@ def test_a_canary_relaunch_that_launched_nothing_counted_as_recycled_is_caught(m
     assert sim.violation is not None and sim.violation.name == "conversation_kept", sim.violation
     assert "relaunch started fresh, wiping session" in sim.violation.message
 
+def test_a_sentinel_that_never_tells_a_hung_run_is_caught(monkeypatch):
+    # A job hung on a mount never exits and misses no slot (cron starts the next beside it): only
+    # the run's age past its allowance tells it. overrun_seen follows the world's hung runs.
+    from loomtui.sim import simulate
+
+    plant(monkeypatch, sentinel_tick, "scan_job",
+          "            if going.overrun_at is None and allowance is not None and age(going.run.start, at) > allowance:\n",
+          "            if False:\n")
+    run = simulate(1, 1.0, "storm")
+    assert_caught(run, "overrun_seen", profile="storm", days=1.0, seed=1)
+    assert "past its allowance" in run["violation"]["message"]
+
+
 CAUGHT_BY = {
     "definitive_signal": test_recycling_on_one_miss_is_caught,
     "ceiling": test_a_ceiling_that_lets_two_more_through_is_caught,
@@ -412,6 +426,7 @@ CAUGHT_BY = {
     "denials_recorded_once": test_denials_read_again_at_every_tick_are_caught,
     "conversation_kept": test_starting_fresh_when_a_resume_was_due_is_caught,
     "failure_seen": test_a_sentinel_that_scans_nothing_is_caught,
+    "overrun_seen": test_a_sentinel_that_never_tells_a_hung_run_is_caught,
     "harness_hold_kept": "test_a_harness_hold_taken_for_run_out_at_once_is_caught",
     "no_typing_into_a_permission_prompt": "test_a_probe_typed_into_a_permission_prompt_is_caught",
     # In test_sim.py: deadlines kept on the wall clock, under the clockjump profile's steps.
