@@ -93,10 +93,17 @@ def _has_session_id(value: str) -> str:
 PLACEHOLDERS = ("session_id", "memory_index", "state_dir", "hook_settings")
 
 
+# What Loom sets for the agent to call back into it (launch.agent_env), and by which a relaunch's
+# stop tells the dead pane's leftovers from a stranger: one in agent.env overrode Loom's.
+LOOMS_OWN_ENV = ("LOOM_STATE_DIR", "LOOM_AGENT", "LOOM_SESSION_ID")
+
+
 def _env_names(value: dict[str, str]) -> dict[str, str]:
     for name in value:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ValueError(f"invalid environment variable name {name!r}")
+        if name in LOOMS_OWN_ENV:
+            raise ValueError(f"{name} is Loom's to set for the agent (the state dir, the agent, its session)")
     return value
 
 

@@ -122,6 +122,9 @@ BAD = [
     ('[agent]\nwidth = 5\n', "agent.width"),
     ('[agent.env]\n"1X" = "y"\n', "agent.env"),
     ('[agent]\nenv = { X = 1 }\n', "agent.env.X"),
+    # Loom's own: the agent's `loom` commands and a relaunch's stop read them as Loom set them.
+    ('[agent.env]\nLOOM_STATE_DIR = "/elsewhere"\n', "agent.env"),
+    ('[agent.env]\nLOOM_SESSION_ID = "x"\n', "agent.env"),
     ('[sentinel]\npatterns = "x"\n', "sentinel.patterns"),
     ('[sentinel]\npatterns = ["ok", "("]\n', "sentinel.patterns[1]"),
     ('[memory]\nindex = ""\n', "memory.index"),
