@@ -312,8 +312,8 @@ def exit_failure(run: JobRun) -> Failure:
 
 
 def overrun_failure(job: JobConfig, run: JobRun) -> Failure:
-    """A run still going past its allowance (schedule.run_allowance): one signature a job, so a second hung run counts on the
-    item the first made (and reopens it when it started after a claim)."""
+    """A run still going past its allowance (schedule.run_allowance): one signature a job, so a
+    second hung run counts on the item the first made (and reopens it when it started after a claim)."""
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started))
     return Failure(job.name, OVERRUN, "still running after a whole period of its schedule",
                    f"run {run.id}, started {when}, is still running ({job.schedule})", at=run.started)
