@@ -194,10 +194,10 @@ class Jobs:
         lines = [f"{hit}: {name} could not finish"] * FAILURE_LINES if hit else []
         code = 1 if bad else 0
         mark = logscan.RUN_MARK.decode()
-        self.log(name, [*lines, f"{mark}run {run_id} exit {code} after {JOB_RUN_TIME:.1f}s"])
+        took = w.mono - sim.run_truth[run_id][0]  # a hung run's hours, an ordinary one's JOB_RUN_TIME
+        self.log(name, [*lines, f"{mark}run {run_id} exit {code} after {took:.1f}s"])
         with obs.write() as db:
-            job_runs.finish_in(db, run_id, ended=w.wall, exit_code=code, duration=JOB_RUN_TIME,
-                               failure_lines=len(lines))
+            job_runs.finish_in(db, run_id, ended=w.wall, exit_code=code, duration=took, failure_lines=len(lines))
         del self.running[pid]
         sim.checker.on_run_ended(run_id)
         spans = sim.run_spans[name]
