@@ -129,20 +129,21 @@ def clock_step(ctx: Context, at: Instant) -> float | None:
 def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> dict[str, list[Running]]:
     """Every job scanned; the runs still going, by job."""
     now = at.wall
-    runs, running = unreviewed_runs(ctx, now)
     configured = {job.name for job in ctx.config.jobs}
+    # Every job's position and last start in one read: an idle pass costs little more than a stat per job.
+    # A start ahead of the wall clock (it was stepped back since) is no reference: schedule.wait_from.
+    with ctx.store.read() as db:
+        watches = jobscan.load_watches(db)
+        last_starts = job_runs.last_starts_in(db, now + timing.JUMP_TOLERANCE)
+    # Before the runs are read: a renamed job's ended runs are judged as its own, not as orphans.
+    adopt_renamed(ctx, watches, configured, last_starts)
+    runs, running = unreviewed_runs(ctx, now)
     orphans = [r.id for rs in runs.values() for r in rs if r.job not in configured]
     if orphans:  # runs of a job since removed from the config: nothing to judge them against
         with ctx.store.write() as db:
             job_runs.reviewed_in(db, orphans)
     scheduled = any(job.schedule for job in ctx.config.jobs)
     landed = clock_step(ctx, at) if scheduled else None
-    # Every job's position and last start in one read: an idle pass costs little more than a stat per job.
-    # A start ahead of the wall clock (it was stepped back since) is no reference: schedule.wait_from.
-    with ctx.store.read() as db:
-        watches = jobscan.load_watches(db)
-        last_starts = job_runs.last_starts_in(db, now + timing.JUMP_TOLERANCE)
-    adopt_renamed(ctx, watches, configured, last_starts)
     slots = cron.in_zone(clock.local_zone()) if scheduled else None
     for job in ctx.config.jobs:
         report.jobs += 1
@@ -170,8 +171,9 @@ def adopt_renamed(ctx: Context, watches: dict[str, jobscan.Watch], configured: s
     """A job renamed in the config, its log the same (no two jobs share a log), keeps its place in
     the log and its live items: read anew, the log's last 64 KB told its old failures again as new
     items under the new name, and the old name's items were nudged and claimed for good, never
-    witnessed by a run of a job the config no longer has. Its runs keep the name they ran under
-    (a run-job still going records its end by it): its schedule's wait runs from the old name's
+    witnessed by a run of a job the config no longer has. Its runs that ended unjudged are its own
+    (judged as orphans, a failure just before the rename was lost); one still going keeps the name
+    it runs under (its run-job records its end by it). Its schedule's wait runs from the old name's
     last start, not from when the old name's watch began (a missed schedule told at once).
     `watches` is updated to match."""
     for job in ctx.config.jobs:
@@ -188,6 +190,7 @@ def adopt_renamed(ctx: Context, watches: dict[str, jobscan.Watch], configured: s
             since = max((c for c in (watch.watch_since, last_starts.get(old[0])) if c is not None), default=None)
             scan_offsets.rename_in(db, old[0], job.name, since)
             queue_items.rename_job_in(db, old[0], job.name)
+            job_runs.rename_ended_in(db, old[0], job.name)
         watches[job.name] = replace(watches.pop(old[0]), watch_since=since)
 
 

@@ -53,6 +53,12 @@ def overran_in(db: sqlite3.Connection, run_ids: Iterable[int], at: float) -> Non
                    [(at, i) for i in run_ids])
 
 
+def rename_ended_in(db: sqlite3.Connection, old: str, new: str) -> None:
+    """Job `old`'s runs that ended and wait to be judged are job `new`'s (the job renamed); one still
+    going keeps its name, by which its run-job records its end."""
+    db.execute("UPDATE job_runs SET job = ? WHERE job = ? AND reviewed = 0 AND ended IS NOT NULL", (new, old))
+
+
 def reviewed_in(db: sqlite3.Connection, run_ids: Iterable[int]) -> None:
     """The sentinel has judged these runs."""
     db.executemany("UPDATE job_runs SET reviewed = 1 WHERE id = ?", [(i,) for i in run_ids])

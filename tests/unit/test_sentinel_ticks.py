@@ -827,15 +827,21 @@ def test_a_scheduled_job_renamed_waits_from_its_old_names_last_start_not_from_wh
         assert f.items() == []
     finally:
         f.ctx.close()
+    # A run under the old name ends, failed, before the first pass under the new one.
+    failed = add_run(f, "backup", 1000.0 + 7400, ended=1000.0 + 7460, exit_code=4)
     f.config_path.write_text(f.config_path.read_text().replace('name = "backup"', 'name = "nightly-backup"'))
     f.ctx = Context.load(str(f.config_path), None, environ={})
     try:
-        # Ten minutes after its last run (under the old name): nothing missed.
-        assert f.tick(1000.0 + 7800).new_items == [] and f.items() == []
+        # Judged as the renamed job's (not as an orphan's); ten minutes after the last run, nothing missed.
+        report = f.tick(1000.0 + 7800)
+        [exited] = f.items()
+        assert (exited.job, exited.kind, exited.sample) == ("nightly-backup", "exit", f"run {failed} exited 4")
+        assert report.runs_reviewed == 1 and run_row(f, failed)["job"] == "nightly-backup"
+        claims.resolve(f.ctx, exited.id, "fixed it", source="cli", now=1000.0 + 7900)
         # Its next slot and the grace gone by with no run under either name: missed, from the last run.
-        f.tick(1000.0 + 7200 + 3600 + 601)
-        [missed] = f.items()
-        assert (missed.job, missed.kind) == ("nightly-backup", "missed")
-        assert missed.sample.startswith("no run since " + time.strftime("%Y-%m-%d %H:%M", time.localtime(1000.0 + 10800)))
+        f.tick(1000.0 + 7400 + 3600 + 601)
+        [missed] = [i for i in f.items() if i.kind == "missed"]
+        assert missed.job == "nightly-backup"
+        assert missed.sample.startswith("no run since " + time.strftime("%Y-%m-%d %H:%M", time.localtime(1000.0 + 11000)))
     finally:
         f.ctx.close()
