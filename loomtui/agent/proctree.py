@@ -377,6 +377,11 @@ def session_members(pid: int) -> list[int]:
         sid = os.getsid(pid)
     except OSError:
         return [pid]
+    return _in_session(sid) or [pid]
+
+
+def _in_session(sid: int) -> list[int]:
+    """Every process whose session is `sid`, in pid order."""
     if _proc_files():
         pids = _pids()
     else:
@@ -390,7 +395,7 @@ def session_members(pid: int) -> list[int]:
                 members.append(other)
         except OSError:
             continue
-    return members or [pid]
+    return members
 
 
 def left_in_session(sid: int) -> list[int]:
@@ -403,20 +408,7 @@ def left_in_session(sid: int) -> list[int]:
     state = _state(sid)
     if state is not None and state != "Z":
         return []
-    if _proc_files():
-        pids = _pids()
-    else:
-        import psutil
-
-        pids = psutil.pids()
-    members = []
-    for other in pids:
-        try:
-            if os.getsid(other) == sid and other != sid:
-                members.append(other)
-        except OSError:
-            continue
-    return members
+    return [pid for pid in _in_session(sid) if pid != sid]
 
 
 def environ(pid: int) -> dict[str, str] | None:
