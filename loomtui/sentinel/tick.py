@@ -436,22 +436,25 @@ def witness_window(ctx: Context, item: Item) -> float | None:
 
 
 def witness_going(ctx: Context, item: Item, running: list[Running], at: Instant) -> bool:
-    """Whether a run of a claimed item's job that started after the claim still runs, within its
-    allowance (schedule.run_allowance): its end may witness the claim. A job without a schedule
-    has no allowance: its claim waits for no run."""
+    """Whether runs of a claimed item's job that started after the claim still run, each within its
+    allowance (schedule.run_allowance): their end may witness the claim. One past it is no witness
+    to wait for, and neither is the next (a job whose runs hang, each started before the last one's
+    allowance ran out, held the message for as long as they hung). A job without a schedule has no
+    allowance: its claim waits for no run."""
     job = ctx.config.job(item.job)
     claimed = item.claimed
     if job is None or not job.schedule or claimed is None or item.state != CLAIMED:
         return False
+    after = [going for going in running if raw_age(claimed, going.run.start) > 0]
+    if not after:
+        return False
     slots = cron.in_zone(clock.local_zone())
     grace = ctx.config.sentinel.missed_grace
-    for going in running:
-        if going.overrun_at is not None or raw_age(claimed, going.run.start) <= 0:
-            continue
+    for going in after:
         allowance = schedule.run_allowance(job.schedule, going.run.started, grace, cron=slots)
-        if allowance is not None and age(going.run.start, at) <= allowance:
-            return True
-    return False
+        if going.overrun_at is not None or allowance is None or age(going.run.start, at) > allowance:
+            return False
+    return True
 
 
 # Nudges typed whose count the store refused (locked past its busy timeout twice: the line's ledger

@@ -523,22 +523,23 @@ class Checker:
 
     def witness_held(self, item, owed_by: float) -> tuple[float, float | None]:
         """How long (on `t`) Loom may hold a claim's message for a witness run in the world: to the
-        end of a run of its job that started after the claim and by `owed_by`, or its allowance (its
-        next start and the grace), whichever came first (0 when there is none); and, while one still
+        end of the first run of its job that started after the claim, by `owed_by`, or its allowance
+        (its period and the grace), whichever came first (0 when there is none); and, while it still
         runs within its allowance, when that allowance ends (else None)."""
         job = self.sim.world.job(item.job)
         if job is None or item.claimed_mono is None:
             return 0.0, None
         allowance = job.period + self.sim.config.sentinel.missed_grace
-        held, running_to = 0.0, None
-        for started, ended in self.sim.run_spans.get(item.job, {}).values():
-            if started <= item.claimed_mono or started > owed_by:
-                continue
-            end = started + allowance if ended is None else min(ended, started + allowance)
-            if ended is None and self.sim.world.t <= started + allowance:
-                running_to = started + allowance if running_to is None else min(running_to, started + allowance)
-            held = max(held, end)
-        return held, running_to
+        after = sorted((started, ended) for started, ended in self.sim.run_spans.get(item.job, {}).values()
+                       if item.claimed_mono < started <= owed_by)
+        if not after:
+            return 0.0, None
+        # The first run after the claim decides: its end witnesses the claim or reopens it, and past
+        # its allowance no later run holds the message either (tick.witness_going).
+        started, ended = after[0]
+        if ended is None:
+            return started + allowance, (started + allowance if self.sim.world.t <= started + allowance else None)
+        return min(ended, started + allowance), None
 
     def witness_window(self, item) -> float | None:
         """How long a claim may wait for its witness: to the job's next run after the claim (its

@@ -780,6 +780,11 @@ def test_a_claims_witness_is_a_run_of_its_scheduled_job_started_after_it_and_wit
         assert not witness(claimed, [going(t0 + 200)], t0 + 200 + 4201)  # past its allowance
         assert not witness(claimed, [going(t0 + 200, overrun_at=t0 + 5000)], t0 + 300)  # told of as overrun
         assert not witness(claimed, [going(t0 + 99)], t0 + 300)  # started before the claim
+        assert witness(claimed, [going(t0 + 99), going(t0 + 200)], t0 + 300)
+        # Runs that hang one after another: the first past its allowance ends the wait, though the
+        # next is within its own (each held the message, and it waited as long as they hung).
+        assert not witness(claimed, [going(t0 + 200), going(t0 + 3800)], t0 + 200 + 4201)
+        assert not witness(claimed, [going(t0 + 200, overrun_at=t0 + 4500), going(t0 + 3800)], t0 + 4500)
         assert not witness(claimed, [], t0 + 300)
         assert not witness(items["backup"], [going(t0 + 200)], t0 + 300)  # open: no claim to witness
         plain = replace(items["plain"], state="claimed", claimed_at=t0 + 100)
