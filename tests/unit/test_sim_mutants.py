@@ -386,7 +386,8 @@ def test_a_canary_relaunch_that_launched_nothing_counted_as_recycled_is_caught(m
     plant(monkeypatch, ledger, "canary_recycled", "json_extract(f.detail, '$.relaunch') = r.id",
           "json_extract(f.detail, '$.relaunch') = -r.id")
     config = load_config(str(REPO / "docs" / "evidence" / "hooked.toml"))[0]
-    sim = Sim(config, PROFILES["storm"], 1, 2.0).run()
+    # Seed 2 (seed 1 met it too before the world's jobs could hang; seeds 2, 6, 7 and 8 now).
+    sim = Sim(config, PROFILES["storm"], 2, 2.0).run()
     assert sim.violation is not None and sim.violation.name == "conversation_kept", sim.violation
     assert "relaunch started fresh, wiping session" in sim.violation.message
 
