@@ -35,8 +35,13 @@ def resolve(ctx: Context, item_id: int, note: str, *, source: str, session_id: s
         raise LoomError("resolve: --note must say what you found and did")
     if len(clean) > MAX_NOTE:
         raise LoomError(f"resolve: the note is {len(clean)} characters; keep it under {MAX_NOTE}")
-    now = clock.wall() if now is None else now
+    given = now
     with ctx.store.write() as db:
+        # Dated when written, on both clocks at once: read before a write that waited out a locked
+        # store (its busy timeout), a wall clock stepped meanwhile put the claim's monotonic instant
+        # a day off (a claim a day old at once, or one no run could witness for a day).
+        at = clock.now() if given is None else clock.at_wall(given)
+        now = at.wall
         row = queue_items.get_in(db, item_id)
         if row is None:
             raise LoomError(f"resolve: there is no queue item {item_id} (see loom queue)")
@@ -46,7 +51,6 @@ def resolve(ctx: Context, item_id: int, note: str, *, source: str, session_id: s
         # Where the log ends now: a failure line past this point happened after the claim.
         job = ctx.config.job(item.job)
         dev, inode, size = log_position(job.log if job else item.log)
-        at = clock.at_wall(now)  # the claim's backstop runs on the monotonic clock from here
         claimed = dataclasses.replace(
             item, state=CLAIMED, claimed_at=now, claimed_by=source, claimed_session=session_id,
             claim_dev=dev, claim_inode=inode, claim_offset=size, note=clean,

@@ -850,3 +850,31 @@ def test_a_scheduled_job_renamed_waits_from_its_old_names_last_start_not_from_wh
         assert missed.sample.startswith("no run since " + time.strftime("%Y-%m-%d %H:%M", time.localtime(1000.0 + 11000)))
     finally:
         f.ctx.close()
+
+
+def test_a_claim_is_dated_on_both_clocks_at_once_whatever_the_wall_clock_does_meanwhile(tmp_path):
+    """`loom resolve` read the wall clock, waited for the store (a locked one: its busy timeout), and
+    then derived the claim's monotonic instant from the wall time since: a step in that wait put the
+    claim a day off (reported unwitnessed at once, or witnessed by no run for a day)."""
+    from fake_clock import FakeClock
+
+    from loomtui import clock
+
+    class SteppedAfterTheFirstLook(FakeClock):
+        stepped = False
+
+        def wall(self) -> float:
+            seen = self.at_wall
+            if not self.stepped:
+                self.stepped, self.at_wall = True, self.at_wall + 86400.0  # a day forward, just after
+            return seen
+
+    f = disk_full(tmp_path)
+    try:
+        f.tick(1000.0, notify=False)
+        [item] = f.items()
+        with clock.use(SteppedAfterTheFirstLook(wall=2_000_000.0, mono=700.0, boot="b")):
+            claimed, changed = claims.resolve(f.ctx, item.id, "freed space", source="cli")
+        assert changed and (claimed.claimed_at, claimed.claimed_mono, claimed.claimed_boot) == (2_000_000.0, 700.0, "b")
+    finally:
+        f.ctx.close()
