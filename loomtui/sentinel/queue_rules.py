@@ -102,6 +102,9 @@ class Failure:
     sample: str
     count: int = 1
     at: float | None = None  # when it happened (a run's start, a missed due time)
+    # A run's start on the monotonic clock too, and its boot: told from the claim as `review` does.
+    at_mono: float | None = None
+    at_boot: str | None = None
     # Where in the log the latest occurrence is: a line after the claim's log position is new.
     position: tuple[int | None, int | None, int] | None = None  # (dev, inode, offset)
 
@@ -136,7 +139,15 @@ def after_claim(item: Item, failure: Failure) -> bool:
         if (dev, inode) != (item.claim_dev, item.claim_inode):
             return True
         return offset >= (item.claim_offset or 0)
-    return failure.at is not None and failure.at > item.claimed_at
+    if failure.at is None:
+        return False
+    claimed = item.claimed
+    if failure.at_mono is not None and claimed is not None:
+        # A run's start against the claim on one boot's monotonic clock, as `review` judges a witness:
+        # a step of the wall clock between the two does not decide (a run from before the claim
+        # reopened it, or one after it did not).
+        return raw_age(claimed, Instant(failure.at, failure.at_mono, failure.at_boot)) > 0
+    return failure.at > item.claimed_at
 
 
 # Events: (kind, detail) pairs for the ledger, in order.

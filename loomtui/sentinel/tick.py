@@ -309,9 +309,10 @@ def _lines_held(items: dict[tuple[str, str], Item]) -> int:
 def exit_failure(run: JobRun) -> Failure:
     if run.error:
         text = f"run {run.id}: {run.error}"
-        return Failure(run.job, EXIT, normalize(run.error), text, at=run.started)
+        return Failure(run.job, EXIT, normalize(run.error), text, at=run.started, at_mono=run.started_mono,
+                       at_boot=run.boot)
     return Failure(run.job, EXIT, f"exit code {run.exit_code}", f"run {run.id} exited {run.exit_code}",
-                   at=run.started)
+                   at=run.started, at_mono=run.started_mono, at_boot=run.boot)
 
 
 def overrun_failure(job: JobConfig, run: JobRun) -> Failure:
@@ -319,7 +320,8 @@ def overrun_failure(job: JobConfig, run: JobRun) -> Failure:
     second hung run counts on the item the first made (and reopens it when it started after a claim)."""
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.started))
     return Failure(job.name, OVERRUN, "still running after a whole period of its schedule",
-                   f"run {run.id}, started {when}, is still running ({job.schedule})", at=run.started)
+                   f"run {run.id}, started {when}, is still running ({job.schedule})", at=run.started,
+                   at_mono=run.started_mono, at_boot=run.boot)
 
 
 def merge(db: sqlite3.Connection, job: JobConfig, failures: list[Failure], runs: list[JobRun],

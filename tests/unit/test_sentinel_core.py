@@ -380,6 +380,15 @@ def test_a_failure_after_the_claim_reopens_and_before_it_only_counts():
     assert absorb(claimed, rotated, 150.0)[0].state == OPEN
     missed = Failure("backup", MISSED, "missed schedule", "no run", at=99.0)
     assert absorb(replace(claimed, kind=MISSED), missed, 150.0)[0].state == CLAIMED
+    # A run's failure against the claim on the monotonic clock when both were read on one boot: the
+    # wall clock stepped back a day between the run's start and the claim, or forward.
+    on_mono = replace(claimed, kind=EXIT, claimed_mono=5000.0, claimed_boot="b")
+    earlier = Failure("backup", EXIT, "exit code 1", "run 3 exited 1", at=100.0 + 86400, at_mono=4990.0, at_boot="b")
+    assert absorb(on_mono, earlier, 150.0)[0].state == CLAIMED
+    later = Failure("backup", EXIT, "exit code 1", "run 4 exited 1", at=100.0 - 86400, at_mono=5010.0, at_boot="b")
+    assert absorb(on_mono, later, 150.0)[0].state == OPEN
+    # Another boot: by wall time.
+    assert absorb(on_mono, replace(later, at_boot="c"), 150.0)[0].state == CLAIMED
 
 
 def test_only_a_run_started_after_the_claim_witnesses_or_reopens():
