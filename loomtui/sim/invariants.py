@@ -737,7 +737,8 @@ class Checker:
                 owed_by = due + cfg.interval + missed + 1.0 + w.impaired_between(start, w.t)
                 held, running_to = self.witness_held(item, owed_by)
                 if running_to is not None:
-                    # Its witness still runs: looked at again when its end changes the store, or
+                    # Its witness still runs: looked at again at Loom's next write after its end (the
+                    # world records the end on its own connection; every sentinel pass writes), or
                     # when it runs past its allowance.
                     calm = min(calm, running_to + 1e-3)
                     continue
