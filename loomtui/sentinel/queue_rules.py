@@ -216,7 +216,7 @@ def decide(item: Item, cfg: QueueSettings, now: Instant | float, *, relaunching:
     A claimed item waits for its witness run and is not nudged. But a claim is not proof: if no
     clean run witnesses it within `witness_window` (the job's period and grace, at least the
     backstop), the operator gets the item's one message, as for any item left open; not while
-    `witness_going` (a run of its job that started after the claim still runs, within its
+    `witness_going` (the runs of its job that started after the claim still run, each within its
     allowance: a backup of an hour is still the witness at its slot and 10 minutes).
     """
     at = as_instant(now)
@@ -269,8 +269,8 @@ def nudge_text(item: Item) -> str:
                 f"{quoted(item.sample)}. Merge what is worth keeping into the file, delete the copy "
                 f"{shlex.quote(item.log)}, then run: {resolve_command(item.id)}")
     what = {LINE: "failure lines in its log", EXIT: "a failed run", MISSED: "a missed schedule",
-            SCAN: "an unreadable log", OVERRUN: "a run still going after a whole period of its schedule"
-            }.get(item.kind, item.kind)
+            SCAN: "an unreadable log",
+            OVERRUN: "a run still going after a whole period of its schedule"}.get(item.kind, item.kind)
     what += f" (seen {item.count}x)" if item.count > 1 else ""
     again = " Reopened: the last claim did not hold." if item.reopens and item.state == OPEN else ""
     return (f"[loom sentinel] Queue item {item.id}: job {quoted(item.job)} shows {what}; "
