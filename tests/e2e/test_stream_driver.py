@@ -532,10 +532,13 @@ def test_a_cli_deaf_to_sigterm_is_stopped_and_its_pump_counts_the_line_it_never_
 
 # DEAF_CLI that first starts, deaf to the hangup the pane's end sends its foreground group as the CLI
 # is and with no environment of Loom's, a child (an MCP server started with a pared-down environment;
-# its pid to argv[3]) and a stranger in its session whose parent is gone (its pid to argv[2]).
-STRANGER_CLI = """import subprocess, sys
-server = subprocess.Popen(["/bin/sh", "-c", "trap '' HUP; exec sleep 600"], env={})
-subprocess.run(["/bin/sh", "-c", "(trap '' HUP; exec sleep 601) & echo $! > " + sys.argv[2]], env={}, check=True)
+# its pid to argv[3]) and a stranger in its session whose parent is gone (its pid to argv[2]). The
+# hangup is ignored before they are forked, so from their first instant (a `trap` in the child's
+# shell came too late under load: the pane's end killed the stranger first).
+STRANGER_CLI = """import signal, subprocess, sys
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+server = subprocess.Popen(["/bin/sh", "-c", "exec sleep 600"], env={})
+subprocess.run(["/bin/sh", "-c", "sleep 601 & echo $! > " + sys.argv[2]], env={}, check=True)
 open(sys.argv[3], "w").write(str(server.pid))
 """ + DEAF_CLI
 
