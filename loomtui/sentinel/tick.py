@@ -145,6 +145,8 @@ def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> dict[str, lis
     scheduled = any(job.schedule for job in ctx.config.jobs)
     landed = clock_step(ctx, at) if scheduled else None
     slots = cron.in_zone(clock.local_zone()) if scheduled else None
+    if slots is not None:
+        running = with_allowances(ctx, running, slots)
     for job in ctx.config.jobs:
         report.jobs += 1
         scan_job(ctx, job, runs.get(job.name, []), at, report, watches.get(job.name, jobscan.NO_WATCH),
@@ -155,15 +157,24 @@ def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> dict[str, lis
 @dataclass(frozen=True)
 class Running:
     """A run whose run-job is alive, its end not recorded; `overrun_at`: when it was told of as
-    going on past its allowance (schedule.run_allowance), if it was."""
+    going on past its allowance, if it was; `allowance`: how long it may run (schedule.run_allowance,
+    by its job's schedule in the config; None without one)."""
 
     run: JobRun
     overrun_at: float | None
+    allowance: float | None = None
 
 
-def finished_runs(ctx: Context, now: float) -> dict[str, list[JobRun]]:
-    """Unreviewed runs that ended, or whose run-job died without recording an end."""
-    return unreviewed_runs(ctx, now)[0]
+def with_allowances(ctx: Context, running: dict[str, list[Running]], slots: schedule.Cron) -> dict[str, list[Running]]:
+    """The runs still going, each with its allowance: worked out once a pass, read by the scan (is
+    it overrunning?) and by the nudges (may a claim wait for it?)."""
+    grace = ctx.config.sentinel.missed_grace
+    out: dict[str, list[Running]] = {}
+    for name, goings in running.items():
+        job = ctx.config.job(name)
+        out[name] = [replace(g, allowance=schedule.run_allowance(job.schedule, g.run.started, grace, cron=slots))
+                     for g in goings] if job is not None and job.schedule else goings
+    return out
 
 
 def adopt_renamed(ctx: Context, watches: dict[str, jobscan.Watch], configured: set[str],
@@ -276,8 +287,7 @@ def scan_job(ctx: Context, job: JobConfig, runs: list[JobRun], at: Instant, repo
     if job.schedule and slots is not None:
         gap = schedule.missed(job.schedule, reference, now, grace, cron=slots)
         for going in running or []:
-            allowance = schedule.run_allowance(job.schedule, going.run.started, grace, cron=slots)
-            if going.overrun_at is None and allowance is not None and age(going.run.start, at) > allowance:
+            if going.overrun_at is None and going.allowance is not None and age(going.run.start, at) > going.allowance:
                 overran.append(going.run.id)
                 failures.append(overrun_failure(job, going.run))
     # Slots missed behind the job's latest run, still going, are that run's overrun (told once, as
@@ -448,15 +458,8 @@ def witness_going(ctx: Context, item: Item, running: list[Running], at: Instant)
     if job is None or not job.schedule or claimed is None or item.state != CLAIMED:
         return False
     after = [going for going in running if raw_age(claimed, going.run.start) > 0]
-    if not after:
-        return False
-    slots = cron.in_zone(clock.local_zone())
-    grace = ctx.config.sentinel.missed_grace
-    for going in after:
-        allowance = schedule.run_allowance(job.schedule, going.run.started, grace, cron=slots)
-        if going.overrun_at is not None or allowance is None or age(going.run.start, at) > allowance:
-            return False
-    return True
+    return bool(after) and all(going.overrun_at is None and going.allowance is not None
+                               and age(going.run.start, at) <= going.allowance for going in after)
 
 
 # Nudges typed whose count the store refused (locked past its busy timeout twice: the line's ledger

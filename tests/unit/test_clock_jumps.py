@@ -321,13 +321,13 @@ def test_a_run_started_after_the_claim_on_the_monotonic_clock_witnesses_it_whate
 
 def test_a_job_run_records_its_start_on_both_clocks_and_the_sentinel_reads_them(fleet):
     from loomtui.sentinel.jobrun import run_job
-    from loomtui.sentinel.tick import finished_runs
+    from loomtui.sentinel.tick import unreviewed_runs
 
     ctx = fleet([{"name": "backup"}], {}).ctx
     before = clock.monotonic()
     assert run_job(ctx, "backup", ["true"]).exit_code == 0
     after = clock.monotonic()
-    [run] = finished_runs(ctx, time.time())["backup"]
+    [run] = unreviewed_runs(ctx, time.time())[0]["backup"]
     assert run.boot == clock.boot_id() and run.started_mono is not None
     assert before <= run.started_mono <= after  # a reading of this boot's clock, taken during the run, not the wall's
 

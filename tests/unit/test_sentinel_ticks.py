@@ -14,9 +14,10 @@ import pytest
 from harness import toml_value
 from test_sentinel_scan import Fleet
 
+from loomtui import clock
 from loomtui.agent import holds, proctree
 from loomtui.context import Context
-from loomtui.sentinel import claims, queue, queue_rules
+from loomtui.sentinel import claims, cron, queue, queue_rules
 from loomtui.sentinel.signature import normalize
 from loomtui.sentinel import tick as tick_mod
 from loomtui.sentinel.queue_rules import Escalate
@@ -771,7 +772,9 @@ def test_a_claims_witness_is_a_run_of_its_scheduled_job_started_after_it_and_wit
         claimed = replace(items["backup"], state="claimed", claimed_at=t0 + 100)
 
         def going(started: float, overrun_at: float | None = None, job: str = "backup") -> tick_mod.Running:
-            return tick_mod.Running(tick_mod.JobRun(1, job, started, None, 0), overrun_at)
+            run = tick_mod.Running(tick_mod.JobRun(1, job, started, None, 0), overrun_at)
+            # Its allowance as the pass works it out (the config's schedule; none for "plain").
+            return tick_mod.with_allowances(f.ctx, {job: [run]}, cron.in_zone(clock.local_zone()))[job][0]
 
         def witness(item, runs, now: float) -> bool:
             return tick_mod.witness_going(f.ctx, item, runs, tick_mod.as_instant(now))

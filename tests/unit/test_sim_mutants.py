@@ -397,7 +397,7 @@ def test_a_sentinel_that_never_tells_a_hung_run_is_caught(monkeypatch):
     from loomtui.sim import simulate
 
     plant(monkeypatch, sentinel_tick, "scan_job",
-          "            if going.overrun_at is None and allowance is not None and age(going.run.start, at) > allowance:\n",
+          "            if going.overrun_at is None and going.allowance is not None and age(going.run.start, at) > going.allowance:\n",
           "            if False:\n")
     run = simulate(1, 1.0, "storm")
     assert_caught(run, "overrun_seen", profile="storm", days=1.0, seed=1)
