@@ -221,6 +221,7 @@ class Watch:
     position: Position | None
     watch_since: float | None
     missed_mark: float | None
+    renamed_from: str | None = None  # the job's name before a rename (its log the same)
 
 
 NO_WATCH = Watch(None, None, None)
@@ -239,7 +240,7 @@ def _watch(row: sqlite3.Row) -> Watch:
     carry = Carry(bytes(row["carry"]), row["carry_len"], bool(row["carry_skip"]))
     pos = Position(row["path"], row["dev"], row["inode"], row["offset"], carry, bytes(row["head"]),
                    row["mtime_ns"], row["prev_inode"], None if row["prev_head"] is None else bytes(row["prev_head"]))
-    return Watch(pos, row["watch_since"], row["missed_mark"])
+    return Watch(pos, row["watch_since"], row["missed_mark"], row["renamed_from"])
 
 
 def save_watch(db: sqlite3.Connection, job: str, pos: Position, watch_since: float, missed_mark: float | None,

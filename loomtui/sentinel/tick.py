@@ -138,6 +138,7 @@ def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> dict[str, lis
     # Before the runs are read: a renamed job's ended runs are judged as its own, not as orphans.
     adopt_renamed(ctx, watches, configured, last_starts)
     runs, running = unreviewed_runs(ctx, now)
+    fold_renamed(watches, configured, runs, running, last_starts)
     orphans = [r.id for rs in runs.values() for r in rs if r.job not in configured]
     if orphans:  # runs of a job since removed from the config: nothing to judge them against
         with ctx.store.write() as db:
@@ -202,7 +203,26 @@ def adopt_renamed(ctx: Context, watches: dict[str, jobscan.Watch], configured: s
             scan_offsets.rename_in(db, old[0], job.name, since)
             queue_items.rename_job_in(db, old[0], job.name)
             job_runs.rename_ended_in(db, old[0], job.name)
-        watches[job.name] = replace(watches.pop(old[0]), watch_since=since)
+        watches[job.name] = replace(watches.pop(old[0]), watch_since=since, renamed_from=old[0])
+
+
+def fold_renamed(watches: dict[str, jobscan.Watch], configured: set[str], runs: dict[str, list[JobRun]],
+                 running: dict[str, list[Running]], last_starts: dict[str, float]) -> None:
+    """A run going under a job's old name when the job was renamed ends under that name (its run-job
+    records its end by it): it is the renamed job's, judged at its end (as an orphan's, its failure
+    was lost), timed by its schedule while it runs (never told when it hung), and its start the
+    job's latest (its slots missed behind it told as "no run since"). In place; the store's rows keep
+    the name they run under. Not while the old name is a configured job again: its runs are its own."""
+    for name, watch in watches.items():
+        old = watch.renamed_from
+        if old is None or name not in configured or old in configured:
+            continue
+        if old in runs:
+            runs[name] = sorted(runs.get(name, []) + [replace(r, job=name) for r in runs.pop(old)], key=lambda r: r.id)
+        if old in running:
+            running[name] = running.get(name, []) + [replace(g, run=replace(g.run, job=name)) for g in running.pop(old)]
+        if old in last_starts:
+            last_starts[name] = max(last_starts[old], last_starts.get(name, last_starts[old]))
 
 
 def unreviewed_runs(ctx: Context, now: float) -> tuple[dict[str, list[JobRun]], dict[str, list[Running]]]:

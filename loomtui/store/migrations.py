@@ -261,4 +261,13 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE job_runs ADD COLUMN overrun_at REAL
         """,
     ),
+    (
+        "0017_scan_offsets_renamed_from",
+        # The name a job had before it was renamed (its log the same): a run that was going under the
+        # old name at the rename ends under it (its run-job records its end by that name), and is the
+        # renamed job's to judge and to time, not an orphan's.
+        """
+        ALTER TABLE scan_offsets ADD COLUMN renamed_from TEXT
+        """,
+    ),
 ]

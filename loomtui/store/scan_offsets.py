@@ -15,8 +15,9 @@ def get_in(db: sqlite3.Connection, job: str) -> sqlite3.Row | None:
 
 def rename_in(db: sqlite3.Connection, old: str, new: str, watch_since: float | None) -> None:
     """The position of job `old` is job `new`'s now (the job renamed, its log the same), watched
-    since `watch_since`."""
-    db.execute("UPDATE scan_offsets SET job = ?, watch_since = ? WHERE job = ?", (new, watch_since, old))
+    since `watch_since`; the old name kept as the one it was renamed from."""
+    db.execute("UPDATE scan_offsets SET job = ?, watch_since = ?, renamed_from = ? WHERE job = ?",
+               (new, watch_since, old, old))
 
 
 def every_in(db: sqlite3.Connection) -> list[sqlite3.Row]:

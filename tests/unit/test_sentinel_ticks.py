@@ -855,6 +855,44 @@ def test_a_scheduled_job_renamed_waits_from_its_old_names_last_start_not_from_wh
         f.ctx.close()
 
 
+def test_a_run_going_under_a_jobs_old_name_at_its_rename_is_the_renamed_jobs_to_time_and_to_judge(tmp_path):
+    """Its run-job records its end by the name it started under: judged as an orphan's, its failure
+    was lost; timed by no schedule (the old name's is gone), its hang was never told; and the slots
+    missed behind it were told as "no run since", though it was still going."""
+    f = Fleet(tmp_path / "fleet", [{"name": "sync", "schedule": "every 10m"}], {"missed_grace": "10m"})
+    now = time.time()
+    try:
+        f.write("sync", "")
+        f.tick(now - 20 * 60)
+        me = os.getpid()
+        # This process as the run-job of a run started 19 minutes ago under the old name.
+        going = add_run(f, "sync", now - 19 * 60, ended=None, pid=me, pid_started=proctree.of(f.ctx).start_time(me))
+        f.tick(now - 30)
+        assert f.items() == []
+    finally:
+        f.ctx.close()
+    f.config_path.write_text(f.config_path.read_text().replace('name = "sync"', 'name = "nightly-sync"'))
+    f.ctx = Context.load(str(f.config_path), None, environ={})
+    try:
+        f.tick(now)  # the rename adopted: the run within its allowance yet
+        assert f.items() == []
+        f.tick(now + 61)  # past it: told once, under the new name; no missed slot beside it
+        [hung] = f.items()
+        assert (hung.job, hung.kind) == ("nightly-sync", "overrun") and run_row(f, going)["overrun_at"] == now + 61
+        for later in (now + 700, now + 3600):
+            assert f.tick(later).new_items == []
+        # It ends, failed, recorded by its old name: the renamed job's failure, its run judged.
+        with f.ctx.store.write() as db:
+            db.execute("UPDATE job_runs SET ended = ?, exit_code = 3 WHERE id = ?", (now + 3700, going))
+        report = f.tick(now + 3800)
+        [exited] = [i for i in f.items() if i.kind == "exit"]
+        assert (exited.job, exited.sample) == ("nightly-sync", f"run {going} exited 3")
+        assert report.runs_reviewed == 1 and run_row(f, going)["reviewed"] == 1
+        assert run_row(f, going)["job"] == "sync"  # the store's row keeps the name it ran under
+    finally:
+        f.ctx.close()
+
+
 def test_a_claim_is_dated_on_both_clocks_at_once_whatever_the_wall_clock_does_meanwhile(tmp_path):
     """`loom resolve` read the wall clock, waited for the store (a locked one: its busy timeout), and
     then derived the claim's monotonic instant from the wall time since: a step in that wait put the
