@@ -13,6 +13,8 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 import logging
 import re
+from dataclasses import dataclass
+from typing import Any
 
 import telegram
 from telegram.error import BadRequest, ChatMigrated, Forbidden, RetryAfter, TelegramError
@@ -42,6 +44,20 @@ PASS_BUDGET = 30.0  # seconds one `loom tick notify` may spend pacing its messag
 NO_PREVIEW = telegram.LinkPreviewOptions(is_disabled=True)
 
 
+@dataclass
+class _Delivery:
+    """A row Telegram took whose record the store has not: what to record, and how often it failed."""
+
+    created: float  # the row's own: a row of that id in a store made anew is another message
+    record: dict[str, Any]
+    failures: int = 0
+
+
+# By store: the sender's loop restarts after an error (a new Sender, in this process); a delivery it
+# could not record was sent again at every restart, once a minute while the store refused writes.
+_UNRECORDED: dict[str, dict[int, _Delivery]] = {}
+
+
 async def run_sender(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM, bot: telegram.Bot | None = None,
                      step: Callable[[], contextlib.AbstractContextManager[object]] = contextlib.nullcontext) -> None:
     """Deliver the outbox until `stop` is set. Raises LoomError on a missing token or a second sender.
@@ -57,6 +73,10 @@ async def run_sender(ctx: Context, stop: asyncio.Event, *, clock: Clock = SYSTEM
                 wait = await sender.step()
             if wait > 0 and await clock.sleep(wait, stop):
                 break
+        for row_id in sender.unrecorded:
+            # Stopping: once more, or the next start sends it again (the process's memory goes with it).
+            with contextlib.suppress(StoreUnavailable):
+                sender.record(row_id)
 
 
 @contextlib.asynccontextmanager
@@ -118,9 +138,9 @@ class Sender:
         self.store, self.cfg, self.bot, self.clock = store, cfg, bot, clock
         self._hold: tuple[int, float] | None = None  # (row id, monotonic time before which not to retry)
         self._last_sent: dict[int, float] = {}  # chat id → monotonic time of our last message there
-        # Rows Telegram took whose delivery the store did not (busy past its timeout): recorded at the
-        # next step, never sent again (the loop's restart after the error sent them a second time).
-        self._unrecorded: dict[int, dict] = {}
+        # Rows Telegram took whose delivery the store did not (busy past its timeout, full, read-only):
+        # recorded at a later step, never sent again, by this sender or the next in this process.
+        self._unrecorded = _UNRECORDED.setdefault(str(store.path), {})
         # A group Telegram upgraded to a supergroup answers every send with the new id: sent there
         # (for this process's life; the operator is told to set telegram.chat_id to it).
         self._moved: dict[int, int] = {}
@@ -136,7 +156,9 @@ class Sender:
         if row is None:
             return self.cfg.poll_interval
         if row.id in self._unrecorded:
-            return self._record(row.id)
+            if self._unrecorded[row.id].created == row.created:
+                return self._record(row.id)
+            del self._unrecorded[row.id]
         chat = row.chat_id or self.cfg.chat_id
         chat = self._moved.get(chat, chat)
         wait = max(self._retry_wait(row), self._rate_wait(chat))
@@ -173,31 +195,52 @@ class Sender:
             return self._failed(row, exc, permanent=False)
         self._last_sent[chat] = self.clock.monotonic()
         self._hold = None
-        self._unrecorded[row.id] = {"message_id": sent.message_id, "chat_id": chat, "length": len(text),
-                                    "truncated": truncated, "now": self.clock.time()}
+        self._unrecorded[row.id] = _Delivery(row.created, {
+            "message_id": sent.message_id, "chat_id": chat, "length": len(text), "truncated": truncated,
+            "now": self.clock.time()})
         return self._record(row.id)
 
     def _chat(self) -> int:
         """The operator's chat, where a group became a supergroup the new one."""
         return self._moved.get(self.cfg.chat_id, self.cfg.chat_id)
 
-    def _record(self, row_id: int) -> float:
-        """The delivery of a row Telegram took, into the store; on a busy store, again at the next step."""
-        try:
-            outbox.mark_sent(self.store, row_id, **self._unrecorded[row_id])
-        except StoreUnavailable as exc:
-            if health.classify(exc) != health.TRANSIENT:
-                raise
-            log.warning("telegram: outbox %d was sent; the store is busy, its record waits: %s", row_id, exc)
-            return RECORD_RETRY
+    def record(self, row_id: int) -> None:
+        """The delivery of a row Telegram took, into the store; raises what the store raised."""
+        outbox.mark_sent(self.store, row_id, **self._unrecorded[row_id].record)
         del self._unrecorded[row_id]
+
+    def _record(self, row_id: int) -> float:
+        """The delivery of a row Telegram took, into the store; a store that will not take it (busy,
+        full, read-only) is asked again at a later step, longer apart each time it refuses. Only a
+        damaged store's error is raised: the daemon stops on it."""
+        try:
+            self.record(row_id)
+        except StoreUnavailable as exc:
+            if health.classify(exc) == health.DAMAGED:
+                raise
+            delivery = self._unrecorded[row_id]
+            delivery.failures += 1
+            log.warning("telegram: outbox %d was sent; the store did not take its record, which waits: %s",
+                        row_id, exc)
+            if health.classify(exc) == health.TRANSIENT:
+                return RECORD_RETRY
+            return backoff(delivery.failures, RECORD_RETRY, self.cfg.backoff_max)
         return 0.0
 
     def _retry_wait(self, row: outbox.Message) -> float:
         if self._hold and self._hold[0] == row.id:
             return self._hold[1] - self.clock.monotonic()
-        # A wait stored by an earlier process is wall time; capped so a clock jump cannot stall us.
-        return min(row.next_attempt - self.clock.time(), self.cfg.backoff_max)
+        # A wait stored by an earlier process is wall time. One further ahead than any backoff was
+        # stored before the clock was stepped back (or by a flood wait longer than it, which Telegram
+        # says again if it still holds): due now. Capping each sleep alone held the row, and every
+        # message behind it, until the wall clock caught up (a restarted sender, every `loom tick
+        # notify`). Read once: from here this sender waits on the monotonic clock.
+        wait = row.next_attempt - self.clock.time()
+        if wait > self.cfg.backoff_max:
+            wait = 0.0
+        if wait > 0:
+            self._hold = (row.id, self.clock.monotonic() + wait)
+        return wait
 
     def _rate_wait(self, chat: int) -> float:
         if chat in self._last_sent:

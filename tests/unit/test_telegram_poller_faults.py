@@ -134,6 +134,43 @@ def test_a_delivery_the_busy_store_did_not_take_is_recorded_later_never_sent_aga
         assert row.state == "sent" and row.telegram_message_id is not None
 
 
+def test_a_delivery_a_store_refusing_writes_did_not_take_is_not_sent_again_by_the_senders_restarts(fake, tmp_path):
+    """A store that refuses writes for a while (full, or read-only: SQLite's own refusal here): the sender's
+    error restarted its loop (a new Sender), which found the row still pending and sent it again,
+    once a restart, for as long as the store refused its record."""
+    from fake_clock import FakeClock
+
+    from loomtui import clock
+    from loomtui.telegram.sender import Sender
+
+    cfg = parse_config({"telegram": {"chat_id": 42, "api_base": fake.api_base}}, "loom.toml", None)
+    with clock.use(FakeClock()), Store.in_dir(tmp_path) as store:
+        outbox.enqueue(store, "the job broke")
+        store.conn.execute("PRAGMA query_only = ON")  # SQLite's own refusal of writes from here on
+
+        async def run() -> list[float]:
+            waits = []
+            for _ in range(3):  # the loop's restarts: a new Sender each time, in this process
+                bot = make_bot(TOKEN, cfg.telegram)
+                try:
+                    waits.append(await Sender(store, cfg.telegram, bot, Clock()).step())
+                finally:
+                    await bot.shutdown()
+            store.conn.execute("PRAGMA query_only = OFF")  # writable again
+            bot = make_bot(TOKEN, cfg.telegram)
+            try:
+                waits.append(await Sender(store, cfg.telegram, bot, Clock()).step())
+            finally:
+                await bot.shutdown()
+            return waits
+
+        waits = asyncio.run(run())
+        assert [m.text for m in fake.messages] == ["the job broke"]  # once
+        assert waits[0] > 0 and waits[1] > waits[0] and waits[-1] == 0.0  # asked again, longer apart
+        [row] = outbox.recent(store, 10)
+        assert row.state == "sent" and row.telegram_message_id == fake.messages[0].message_id
+
+
 def test_a_tick_whose_delivery_went_unrecorded_fails_and_says_it(fake, tmp_path, monkeypatch):
     """`loom tick notify` ends with its pass: a delivery the busy store did not take would be sent
     again by the next tick, so the tick fails naming it rather than exiting 0."""
@@ -244,6 +281,31 @@ def test_a_tick_delivers_a_burst_at_telegram_s_pace_not_one_message(fake, tmp_pa
 
         options = [m.link_preview_options for m in fake.messages]
         assert all((json.loads(o) if isinstance(o, str) else o) == {"is_disabled": True} for o in options), options
+    finally:
+        ctx.close()
+
+
+def test_a_retry_stored_before_the_clock_was_stepped_back_does_not_hold_the_outbox(fake, tmp_path, monkeypatch):
+    """A row deferred, then the wall clock stepped back a day (an NTP fix of a clock that ran
+    ahead): each pass capped its sleep at backoff_max and looked again, and the row, with every
+    message behind it, waited the day out. A wait no backoff could have stored is due now."""
+    from loomtui.telegram.sender import send_due
+
+    monkeypatch.setenv("LOOM_TEST_TOKEN", TOKEN)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[telegram]\nchat_id = 42\napi_base = "{fake.api_base}"\ntoken_env = "LOOM_TEST_TOKEN"\n')
+    ctx = Context.load(str(config), str(tmp_path / "state"), environ={})
+    try:
+        first = outbox.enqueue(ctx.store, "the job broke")
+        outbox.enqueue(ctx.store, "the backup failed")
+        outbox.defer(ctx.store, first, until=time.time() + 86400 + 60, error="NetworkError: timed out")
+        sent, left = asyncio.run(send_due(ctx, bot=make_bot(TOKEN, ctx.config.telegram)))
+        assert (sent, left) == (2, 0)
+        assert [m.text for m in fake.messages] == ["the job broke", "the backup failed"]
+        # One within the backoff still waits its time.
+        third = outbox.enqueue(ctx.store, "again")
+        outbox.defer(ctx.store, third, until=time.time() + 60, error="NetworkError: timed out")
+        assert asyncio.run(send_due(ctx, bot=make_bot(TOKEN, ctx.config.telegram))) == (0, 1)
     finally:
         ctx.close()
 
