@@ -34,9 +34,11 @@ from loomtui.telegram.token import load_token
 
 LOCK_NAME = "telegram-sender.lock"  # two senders on one store would both send the head row
 BAD_REQUEST_ATTEMPTS = 3  # Telegram understood and refused this very message; retrying forever is a wedge
-# A 400 that is about the chat, not the message (a wrong telegram.chat_id, a group deleted): every
-# message to that chat gets it, and giving each up burned every alert sent while it was wrong.
-CHAT_GONE = re.compile(r"chat not found|group chat was deactivated|chat_id is empty", re.IGNORECASE)
+# A 400 that is about the chat, not the message (a wrong telegram.chat_id, a group deleted, the bot
+# muted in the group or writing restricted there): every message to that chat gets it, and giving
+# each up burned every alert sent while it was wrong.
+CHAT_GONE = re.compile(r"chat not found|group chat was deactivated|chat_id is empty|not enough rights"
+                       r"|have no rights|chat_restricted|chat_write_forbidden", re.IGNORECASE)
 
 log = logging.getLogger("loomtui.telegram.sender")
 RECORD_RETRY = 1.0  # seconds before a delivery the busy store did not take is recorded again

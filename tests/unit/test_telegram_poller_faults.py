@@ -444,3 +444,20 @@ def test_a_wrong_chat_id_holds_the_alerts_until_it_is_fixed_and_gives_none_up(fa
     deliver(fake, store, 42, 14, fixed_after_a_while)
     assert pending == [{"pending"}]
     assert fake.texts(42) == ["alert 0", "alert 1", "alert 2"]
+
+
+@pytest.mark.parametrize("refusal", [
+    "Bad Request: not enough rights to send text messages to the chat",  # the bot muted in the group
+    "Bad Request: have no rights to send a message",
+    "Bad Request: CHAT_RESTRICTED",
+    "Bad Request: CHAT_WRITE_FORBIDDEN"])
+def test_a_chat_the_bot_may_not_write_to_holds_the_alerts_and_gives_none_up(fake, store, refusal):
+    """Refusals about the chat, not the message: taken for the message's own, each alert was given
+    up after three of them, the outbox emptied in seconds."""
+    for n in range(3):
+        outbox.enqueue(store, f"alert {n}")
+    fake.rejects = [refusal] * 9
+
+    deliver(fake, store, 42, 16, lambda i: None)
+    assert outbox.summary(store)["failed"] == 0
+    assert fake.texts(42) == ["alert 0", "alert 1", "alert 2"]
