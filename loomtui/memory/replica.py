@@ -591,12 +591,14 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def open_conflicts(store: Store, agent: str, directory: Path, conflicts: list[tuple[str, str]], now: float) -> list[int]:
-    """A queue item per conflicting file (one live item per file: a second conflict adds to its count)."""
+    """A queue item per conflicting file of `directory` (one live item per file: a second conflict
+    adds to its count)."""
     opened = []
     with store.write() as db:
         live = {(r["kind"], r["signature"]): r for r in queue_items.live_in(db, JOB)}
         for name, copy in conflicts:
-            path, signature = as_text(name), _signature(name)  # SQLite takes text; a name may not be UTF-8
+            # SQLite takes text; a name may not be UTF-8
+            path, signature = as_text(name), _signature(name, directory)
             sample = (f"{path} in {directory}: the remote's version kept as {path}, this box's as {copy}; "
                       "merge them into the file and delete the copy")
             row = live.get((CONFLICT, signature))
@@ -613,16 +615,18 @@ def open_conflicts(store: Store, agent: str, directory: Path, conflicts: list[tu
     return opened
 
 
-def _signature(name: str) -> str:
-    """A conflicting file's queue signature: its name; one not UTF-8 (its text has U+FFFD where its
-    bytes were) with its bytes' digest too, so that two such names never share one item (the second
-    file's copy took the first's place in it, and the first was never reconciled)."""
+def _signature(name: str, directory: Path) -> str:
+    """A conflicting file's queue signature: its name in its directory (two agents' memories each
+    with a MEMORY.md in conflict shared one item: the second's copy took the first's place in it,
+    and the second agent was never told); a name not UTF-8 (its text has U+FFFD where its bytes
+    were) with its bytes' digest too, so that two such names never share one item either."""
     raw = os.fsencode(name)
+    where = f" in {as_text(str(directory))}"
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError:
-        return f"{as_text(name)} #{hashlib.sha256(raw).hexdigest()[:12]}"
-    return as_text(name)
+        return f"{as_text(name)} #{hashlib.sha256(raw).hexdigest()[:12]}{where}"
+    return as_text(name) + where
 
 
 def witness_reconciled(store: Store, directory: Path, pushed_all: bool, now: float) -> list[int]:

@@ -839,7 +839,27 @@ def test_two_names_not_utf8_that_read_alike_get_a_queue_item_each(tmp_path):
         assert [queue_items.get(store, i)["log"] for i in opened] == [str(tmp_path / c) for _, c in copies]
         assert rep.open_conflicts(store, "main", tmp_path, copies[:1], T0 + 1) == []  # the same file again
         assert [queue_items.get(store, i)["count"] for i in opened] == [2, 1, 1]
-        assert queue_items.get(store, opened[2])["signature"] == plain  # a UTF-8 name is its own signature
+        # A UTF-8 name is its own signature, in its directory
+        assert queue_items.get(store, opened[2])["signature"] == f"{plain} in {tmp_path}"
+
+
+def test_the_same_file_in_conflict_in_two_agents_memories_is_an_item_each(tmp_path):
+    """Two agents, each with a memory of its own, both with MEMORY.md in conflict: the second went
+    into the first's item (its copy in the first's place, its agent the first's), and the second
+    agent was never told; the first's copy, no longer the item's, was never reconciled."""
+    first, second = tmp_path / "memory-a", tmp_path / "memory-b"
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    with Store.in_dir(state_dir) as store:
+        [a] = rep.open_conflicts(store, "a", first, [("MEMORY.md", "MEMORY.md.conflict-x-1")], T0)
+        [b] = rep.open_conflicts(store, "b", second, [("MEMORY.md", "MEMORY.md.conflict-y-1")], T0 + 1)
+        assert (queue_items.get(store, a)["agent"], queue_items.get(store, a)["log"]) == (
+            "a", str(first / "MEMORY.md.conflict-x-1"))
+        assert (queue_items.get(store, b)["agent"], queue_items.get(store, b)["log"]) == (
+            "b", str(second / "MEMORY.md.conflict-y-1"))
+        # The same directory again: counted on its own item.
+        assert rep.open_conflicts(store, "a", first, [("MEMORY.md", "MEMORY.md.conflict-x-2")], T0 + 2) == []
+        assert [queue_items.get(store, i)["count"] for i in (a, b)] == [2, 1]
 
 
 def test_a_local_refusal_is_not_said_to_be_the_remote_and_does_not_back_it_off(tmp_path, remote, git_home,
