@@ -733,8 +733,14 @@ def sync_once(store: Store, target: Target, *, forced: bool = False, starting: b
                                       checkpoint=checkpoint)
     if outcome.conflicts:
         open_conflicts(store, target.agent, replica.dir, outcome.conflicts, now)
-    witness_reconciled(store, replica.dir, state.ahead == 0 and not state.error, now)
+    witness_reconciled(store, replica.dir, pushed_all(state), now)
     return outcome, state
+
+
+def pushed_all(state: State) -> bool:
+    """Whether the work tree is all on the remote: nothing committed and unpushed, no error, and no
+    change waiting for its quiet period (a copy deleted within it is not gone from the remote yet)."""
+    return state.ahead == 0 and not state.error and state.changed_at is None
 
 
 def lag_line(state: State | None, now: float | None = None, *, short: bool = False) -> str:

@@ -307,6 +307,44 @@ def test_a_bad_replica_setting_is_one_line_naming_the_file_and_key(tmp_path, rem
     assert "ghp_secret" not in done.stderr  # a secret in the URL is refused without being repeated
 
 
+def test_a_conflict_is_witnessed_once_its_copys_deletion_is_pushed_not_while_it_waits_to_be_committed(
+        tmp_path, remote):
+    """The agent deleted the copy and claimed the item; the next sync fell within the quiet period:
+    nothing committed, nothing ahead, no error, and the item was witnessed while the remote still
+    held the copy (a push failing after it left it there for good)."""
+    from loomtui.config import load_config
+
+    a = box(tmp_path, remote, "a")
+    a.dir.mkdir(parents=True)
+    (a.dir / "MEMORY.md").write_text("base\n")
+    sync(a, forced=True)
+    config = write_config(tmp_path, remote, "b", sync_quiet="1h")
+    state_dir = tmp_path / "state-b"
+    state_dir.mkdir(mode=0o700)
+    loaded, _ = load_config(str(config), {})
+    [target] = rep.targets(loaded, state_dir)
+    with Store.in_dir(state_dir) as store:
+        rep.sync_once(store, target, forced=True)  # b has the base
+        b_dir = tmp_path / "b" / "memory"
+        (a.dir / "MEMORY.md").write_text("base\nfrom a\n")
+        (b_dir / "MEMORY.md").write_text("base\nfrom b\n")
+        sync(a, forced=True)
+        outcome, _ = rep.sync_once(store, target, forced=True)
+        [(_, copy)] = outcome.conflicts
+        [item] = [r for r in queue_items.unwitnessed(store) if r["job"] == rep.JOB]
+        from conftest import run_loom
+
+        claimed = run_loom("--state-dir", str(state_dir), "resolve", str(item["id"]), "--note", "merged both")
+        assert claimed.returncode == 0, claimed.stderr
+        (b_dir / copy).unlink()
+        outcome, state = rep.sync_once(store, target)  # within the quiet period: not committed
+        assert not outcome.committed and state.ahead == 0 and not state.error
+        assert queue_items.get(store, item["id"])["state"] == "claimed" and copy in git(
+            "--git-dir", str(remote), "ls-tree", "--name-only", "main")
+        outcome, state = rep.sync_once(store, target, forced=True)
+        assert outcome.pushed and queue_items.get(store, item["id"])["state"] == "witnessed"
+
+
 def test_the_head_a_sync_sends_off_the_box_is_on_disk_first(tmp_path, remote):
     # With synchronous = NORMAL a commit is sure only at a checkpoint: a power cut after the push
     # could lose the events the pushed head names, and their ids, reused, read as a rewritten history.
