@@ -197,6 +197,7 @@ class Replica:
         `.git` there is the operator's: refused, never touched."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if (self.git_dir / "HEAD").exists():
+            self._exclude(self.git_dir)
             return
         old = self.dir / ".git"
         adopting = old.is_dir() and not old.is_symlink() and any((old / n).exists() for n in OLD_MARKERS)
@@ -207,9 +208,7 @@ class Replica:
         building = Path(tempfile.mkdtemp(prefix=f"{self.git_dir.name}.new-", dir=self.git_dir.parent))
         try:
             Git(self.dir, self.host, self.git.timeout, git_dir=building).run("init", "-q", "-b", self.branch)
-            if self.ignored:
-                (building / "info").mkdir(exist_ok=True)
-                (building / "info" / "exclude").write_text("".join(f"{name}\n" for name in self.ignored))
+            self._exclude(building)
             if adopting:
                 # An older Loom still running syncs under this lock: not in the middle of one of its.
                 with FileLock(old, OLD_LOCK_FILE):
@@ -222,6 +221,22 @@ class Replica:
             shutil.move(str(old), str(self.git_dir.parent / f"{self.git_dir.name}.adopted-{_stamp(clock.wall())}"))
             # An older Loom committed them: no longer tracked (the next commit says so).
             self.git.run("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *self.ignored, check=False)
+
+    def _exclude(self, git_dir: Path) -> None:
+        """The names never committed (`loom memory add`'s lock beside the index), as the config says
+        now: written only when the repository was made, a renamed `memory.index`'s lock was
+        committed, its holder's pid in it, and conflicted between boxes."""
+        if not self.ignored:
+            return
+        exclude = git_dir / "info" / "exclude"
+        text = "".join(f"{name}\n" for name in self.ignored)
+        try:
+            if exclude.read_text() == text:
+                return
+        except (FileNotFoundError, UnicodeDecodeError):
+            pass
+        exclude.parent.mkdir(exist_ok=True)
+        _write_atomic(exclude, text)
 
     @staticmethod
     def _adopt(old: Path, building: Path) -> None:
@@ -443,7 +458,9 @@ class Replica:
         target = self.dir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         _write_atomic(target, ledger.format_head(seq, digest) + "\n")
-        self.git.run("add", "--", rel)
+        # -f: a .gitignore in the memory (the agent's, or one pulled) or the operator's own excludes
+        # matching `.loom` refused the add, and every sync stopped there, replicating nothing.
+        self.git.run("add", "-f", "--", rel)
         if self.git.run("diff", "--cached", "--quiet", "--", rel, check=False).ok:
             return False
         self.git.run("commit", "-q", "--no-verify", "-m", f"ledger head {seq} on {self.host}", "--only", "--", rel)

@@ -232,6 +232,37 @@ def test_checkpoints_are_read_back_from_the_remote_history(tmp_path, remote):
     assert a.remote_checkpoints() == [(9, "b" * 64), (3, "a" * 64)]  # every version, newest first
 
 
+def test_a_checkpoint_is_committed_though_a_gitignore_matches_dot_loom(tmp_path, remote):
+    """A .gitignore in the memory (the agent's, or pulled from another box) ignoring dot-files: the
+    checkpoint's add was refused ("paths are ignored"), and every sync stopped before its commit,
+    pull and push: nothing replicated at all."""
+    a = box(tmp_path, remote, "a")
+    a.dir.mkdir(parents=True)
+    (a.dir / ".gitignore").write_text(".*\n!.gitignore\n")
+    (a.dir / "MEMORY.md").write_text("- [One](one.md) — the first\n")
+    done, state = sync(a, checkpoint=(3, "a" * 64), forced=True)
+    assert not state.error and done.pushed
+    assert remote_file(remote, ".loom/checkpoints/a") == f"3:{'a' * 64}\n"
+    assert remote_file(remote, "MEMORY.md").startswith("- [One]")
+
+
+def test_a_lock_file_renamed_with_the_index_is_excluded_in_a_repository_made_before(tmp_path, remote):
+    """The names never committed were written into the repository's exclude list when it was made:
+    `memory.index` renamed later, `loom memory add`'s new lock file was committed (its holder's pid
+    in it, conflicting between boxes)."""
+    first = replica(tmp_path, str(remote), "a", timeout=60, ignored=(".A.md.lock",))
+    first.dir.mkdir(parents=True)
+    (first.dir / "A.md").write_text("a\n")
+    sync(first, forced=True)
+    renamed = replica(tmp_path, str(remote), "a", timeout=60, ignored=(".B.md.lock",))
+    (renamed.dir / ".B.md.lock").write_text("      4242\n")
+    (renamed.dir / "B.md").write_text("b\n")
+    done, _ = sync(renamed, forced=True)
+    assert done.pushed
+    tracked = git("--git-dir", str(remote), "ls-tree", "--name-only", "main").split()
+    assert "B.md" in tracked and ".B.md.lock" not in tracked
+
+
 # -- through `loom`: the commands, the status line, the configuration --------------------------------
 
 
