@@ -14,6 +14,8 @@ JSON with `json.loads`, nothing else.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import re
@@ -77,11 +79,15 @@ def control_dir(state_dir: Path) -> Path:
     return path
 
 
-def control_path(state_dir: Path, host: str) -> str | None:
+def control_path(state_dir: Path, host: HostConfig) -> str | None:
     """The master's socket for `host` as ssh's ControlPath wants it ('%' doubled: ssh expands
     tokens there); None when the path is too long for a socket or cannot be written as one word
-    (then each call connects on its own: slower, never wrong)."""
-    path = str(Path(state_dir).absolute() / CONTROL_DIR / host)
+    (then each call connects on its own: slower, never wrong). Named by the host and the way to it
+    (its destination and options): ssh's client uses any master at the path without asking where
+    it leads, and a host's `ssh` or `ssh_options` edited while its master lived (the console reads
+    every few seconds, so it never idled out) still sent reads and actions to the old machine."""
+    route = hashlib.sha256(json.dumps([host.ssh, list(host.ssh_options)]).encode()).hexdigest()[:10]
+    path = str(Path(state_dir).absolute() / CONTROL_DIR / f"{host.name}-{route}")
     if len(os.fsencode(path)) > MAX_CONTROL_PATH or any(c.isspace() or c in "\"'\\" for c in path):
         return None
     return path.replace("%", "%%")
@@ -122,7 +128,7 @@ def ssh_argv(host: HostConfig, words: list[str], *, control: str | None, via: st
 def terminal_argv(host: HostConfig, words: list[str], *, state_dir: Path) -> list[str]:
     """The ssh command line that runs `words` on `host`'s Loom in this terminal (`loom attach`)."""
     control_dir(state_dir)
-    return ssh_argv(host, words, control=control_path(state_dir, host.name), via=origin(), tty=True)
+    return ssh_argv(host, words, control=control_path(state_dir, host), via=origin(), tty=True)
 
 
 def run(host: HostConfig, words: list[str], *, state_dir: Path, timeout: float, via: str | None = None,
@@ -131,7 +137,7 @@ def run(host: HostConfig, words: list[str], *, state_dir: Path, timeout: float, 
     `stdin`: what the remote command reads on its standard input (a line to inject, a note),
     carried inside the encrypted channel and never in any process's arguments."""
     control_dir(state_dir)
-    argv = ssh_argv(host, words, control=control_path(state_dir, host.name), via=via or origin())
+    argv = ssh_argv(host, words, control=control_path(state_dir, host), via=via or origin())
     try:
         # Never the terminal: the remote command reads no operator's keys, only what it is given. At
         # the timeout ssh goes with what it started (a ProxyCommand, a jump).
@@ -154,7 +160,7 @@ def last_line(text: str, limit: int = 300) -> str:
 
 def close(host: HostConfig, state_dir: Path, timeout: float = 10.0) -> bool:
     """Ask `host`'s master connection to exit (`ssh -O exit`); whether one was there to ask."""
-    control = control_path(state_dir, host.name)
+    control = control_path(state_dir, host)
     if control is None or not Path(control.replace("%%", "%")).exists():
         return False
     argv = ["ssh", "-o", f"ControlPath={control}", *host.ssh_options, "-O", "exit", "--", host.ssh]

@@ -29,6 +29,7 @@ from sshd import REMOTE_LOOM, add_host, keygen, kill_masters, masters
 
 from loomtui.agent.tmux import clean_env
 from loomtui.cli.remote import UNREACHABLE
+from loomtui.config import load_config
 from loomtui.hosts import ssh
 from loomtui.report.status import STATE_WORDS
 
@@ -54,8 +55,10 @@ def test_two_hosts(make_harness, sshd):
         # One master connection for b, its socket in the state dir's private ssh/.
         control = a.state_dir / ssh.CONTROL_DIR
         assert stat.S_IMODE(control.stat().st_mode) == 0o700
-        assert ssh.control_path(a.state_dir, "b") is not None, "the test's state dir is too deep for a socket"
-        assert (control / "b").is_socket()
+        b_host = next(h for h in load_config(str(a.config_path), {})[0].hosts if h.name == "b")
+        b_control = ssh.control_path(a.state_dir, b_host)
+        assert b_control is not None, "the test's state dir is too deep for a socket"
+        assert Path(b_control.replace("%%", "%")).is_socket()
         text = a.loom("hosts")
         assert text.returncode == 0 and [line.split()[:2] for line in text.stdout.splitlines()[1:]] == \
             [["local", "main"], ["b", "main"]], text.stdout
@@ -112,6 +115,13 @@ def test_two_hosts(make_harness, sshd):
         refused = a.loom("--host", "c", "status")
         assert refused.returncode == UNREACHABLE
         assert "host c (c) is unreachable" in refused.stderr and "Host key verification failed" in refused.stderr
+        a.config_path.write_text(c_config)
+        # b's own options edited while its master lives (the same stranger's known hosts): the master
+        # is the old way's, not used for the new one, which is refused as c was.
+        assert masters(a.state_dir)
+        a.config_path.write_text(c_config.replace(str(sshd.client_config()), str(sshd.client_config(stranger))))
+        moved = a.loom("--host", "b", "status")
+        assert moved.returncode == UNREACHABLE and "Host key verification failed" in moved.stderr, moved.stderr
         a.config_path.write_text(c_config)
 
         # sshd stopped: b reads unreachable since the first failure; a's own agent as before.

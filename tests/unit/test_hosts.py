@@ -168,10 +168,24 @@ def test_the_control_path_is_in_a_private_directory_under_the_state_dir(tmp_path
     made = ssh.control_dir(state)
     assert made == state / "ssh" and stat.S_IMODE(made.stat().st_mode) == 0o700
     short = Path("/tmp") / "s%t"
-    assert ssh.control_path(short, "b") == "/tmp/s%%t/ssh/b"  # ssh expands % tokens there
-    assert ssh.control_path(Path("/tmp/a b"), "b") is None
-    deep = Path("/tmp") / ("d" * 90)
-    assert ssh.control_path(deep, "b") is None  # past a unix socket's length, with ssh's temporary suffix
+    b = host()
+    path = ssh.control_path(short, b)
+    assert path is not None and path.startswith("/tmp/s%%t/ssh/b-")  # ssh expands % tokens there
+    assert ssh.control_path(Path("/tmp/a b"), b) is None
+    deep = Path("/tmp") / ("d" * 80)
+    assert ssh.control_path(deep, b) is None  # past a unix socket's length, with ssh's temporary suffix
+
+
+def test_a_host_reached_another_way_has_a_master_connection_of_its_own():
+    """ssh's client uses whatever master listens at the ControlPath: keyed by the host's name alone,
+    a destination or options edited while the master lived (the console reads every few seconds)
+    still went to the old machine."""
+    at = Path("/st")
+    same = ssh.control_path(at, host())
+    assert same == ssh.control_path(at, host())
+    assert ssh.control_path(at, host(ssh="op@new-box")) != same
+    assert ssh.control_path(at, host(ssh_options=["-p", "2222"])) != same
+    assert ssh.control_path(at, host(ssh_options=["-p", "2222"])) != ssh.control_path(at, host(ssh_options=["-p2222"]))
 
 
 def test_the_origin_is_a_plain_machine_name():
