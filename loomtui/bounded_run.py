@@ -1,7 +1,7 @@
 """A command run to its end or to a deadline, whichever comes first. It runs in a session of its
 own, so at the deadline its whole process group goes (git and the ssh it started; ssh and its
-ProxyCommand or jump), and its pipes are read to their end; so does an interrupt of the wait
-(Ctrl-C), before it goes on. hosts/ssh.py and memory/git.py run their commands through it."""
+ProxyCommand or jump: asked with TERM, then killed), and its pipes are read to their end; so does
+an interrupt of the wait (Ctrl-C), before it goes on. hosts/ssh.py and memory/git.py run their commands through it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 KILLED_WAIT = 5.0  # seconds for the pipes to close once the group is killed (a process outside it may hold them)
+# Seconds the group has to end on SIGTERM before SIGKILL: git removes its lock files (index.lock, a
+# ref's .lock) on a TERM; killed outright it left them, and every later git in that repository
+# refused ("Unable to create index.lock"), the memory's replication stopped for good.
+TERM_GRACE = 3.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,13 @@ def run(argv: Sequence[str], *, timeout: float, stdin: bytes | None = None,
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """The group asked to end (TERM), then made to (KILL), whatever is left of it."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=TERM_GRACE)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:

@@ -41,3 +41,44 @@ def test_an_interrupt_while_it_waits_ends_the_child_and_its_group_before_it_goes
             os.killpg(pid, signal.SIGKILL)  # the test's own child: not left running after a failure
             os.waitpid(pid, 0)
     assert not alive and not marker.exists()
+
+
+def test_a_git_at_its_deadline_is_asked_to_end_and_leaves_no_lock_behind(tmp_path: Path):
+    """Killed outright at its timeout, git left its index.lock, and every later git in the replica's
+    repository refused: "Unable to create index.lock", the memory's replication stopped for good.
+    Here git holds the lock while a pre-commit hook runs (the replica runs none; a stand-in for a
+    git slow at anything under its lock), past the deadline."""
+    import shutil
+    import subprocess
+
+    git = shutil.which("git")
+    assert git is not None
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    repo = tmp_path / "repo"
+    subprocess.run([git, "init", "-q", str(repo)], env=env, check=True, timeout=60)
+    (repo / "a.md").write_text("a\n")
+    subprocess.run([git, "-C", str(repo), "add", "a.md"], env=env, check=True, timeout=60)
+    subprocess.run([git, "-C", str(repo), "commit", "-q", "-m", "a"], env=env, check=True, timeout=60)
+    (repo / "a.md").write_text("a\nb\n")
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\nsleep 60\n")
+    hook.chmod(0o755)
+    # -a: the commit's own index, under index.lock until the commit is made (as `commit --only` does).
+    done = bounded_run.run([git, "-C", str(repo), "commit", "-a", "-q", "-m", "b"], timeout=1.0, env=env)
+    assert done is None  # the deadline came first
+    assert not (repo / ".git" / "index.lock").exists()
+    hook.unlink()
+    again = subprocess.run([git, "-C", str(repo), "commit", "-a", "-q", "-m", "b"], env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_group_that_ignores_the_request_to_end_is_killed(tmp_path: Path):
+    pid_file = tmp_path / "pid"
+    script = f"trap '' TERM; echo $$ > '{pid_file}.tmp' && mv '{pid_file}.tmp' '{pid_file}'; while :; do sleep 1; done"
+    assert bounded_run.run(["sh", "-c", script], timeout=1.0) is None
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # killed and reaped
