@@ -7,12 +7,15 @@ the CLI sent (a resumed session's first request carries the earlier turns).
 What it answers:
 - a user message ending in `touch PATH` (the canary's instruction) gets a `Bash` tool call
   `{"command": "touch PATH"}`; the tool's result, when it comes back, gets a short text;
+- one saying `in the background: COMMAND` gets a `Bash` call of COMMAND with `run_in_background`;
+  the CLI's own turn that tells of its end (a `<task-notification>`) gets a short text;
 - anything else gets a short text that echoes the message (`heard: ...`);
 - the CLI's side requests (a title, a topic, ...: no tools offered) get a short plain text.
 
 Switches, changed while it runs: `silent` holds every messages request open, unanswered, until it
 is cleared (a model that stopped answering); `slow` (seconds) delays each main request's answer
-after its first event (a long turn).
+after its first event (a long turn); `notice_slow` the same for the turns that tell of a background
+task's end only.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ MODEL = "claude-fake-1"
 CLAUDE_DIR = Path(__file__).resolve().parent / "claude"
 CLAUDE_BIN = CLAUDE_DIR / "node_modules" / ".bin" / "claude"
 TOUCH = re.compile(r"\btouch (.+?)\s*$")
+BACKGROUND = re.compile(r"\bin the background: (.+?)\s*$")
+NOTICE = "<task-notification"
 REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL)
 
 
@@ -109,14 +114,28 @@ def plan(request: Request) -> list[dict]:
     message = last_user_message(body) or {}
     if tool_results(message):
         return [{"type": "text", "text": "done."}]
+    if is_notice(request):
+        return [{"type": "text", "text": "noted: a background task ended."}]
     words = [REMINDER.sub("", t).strip() for t in block_texts(message.get("content"))]
     words = [w for w in words if w]
     said = words[-1] if words else ""
+    background = BACKGROUND.search(said)
+    if background:
+        return [{"type": "tool_use", "id": "toolu_" + secrets.token_hex(12), "name": "Bash",
+                 "input": {"command": background.group(1), "description": "A task in the background",
+                           "run_in_background": True}}]
     touch = TOUCH.search(said)
     if touch:
         return [{"type": "tool_use", "id": "toolu_" + secrets.token_hex(12), "name": "Bash",
                  "input": {"command": f"touch {touch.group(1)}", "description": "Touch the ack file"}}]
     return [{"type": "text", "text": f"heard: {said[:200]}"}]
+
+
+def is_notice(request: Request) -> bool:
+    """A main request of the turn the CLI takes by itself to tell of a background task's end."""
+    body = request.body if isinstance(request.body, dict) else {}
+    message = last_user_message(body) or {}
+    return request.is_main and any(NOTICE in t for t in block_texts(message.get("content")))
 
 
 def stop_reason(blocks: list[dict]) -> str:
@@ -173,6 +192,7 @@ class FakeAnthropic:
         self.requests: list[Request] = []
         self.log = log
         self.slow = 0.0
+        self.notice_slow = 0.0
         # While set, every Messages request is refused with a 429 rate_limit_error (the CLI retries
         # as its CLAUDE_CODE_MAX_RETRIES says, then fails the turn: a StopFailure `rate_limit`).
         self.rate_limited = False
@@ -377,14 +397,14 @@ def _handler(fake: FakeAnthropic) -> type[BaseHTTPRequestHandler]:
             for n, (name, data) in enumerate(sse_events(blocks, model)):
                 self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
                 self.wfile.flush()
-                if n == 0 and request.is_main and fake.slow:
-                    self._linger()
+                if n == 0 and request.is_main and (fake.slow or (fake.notice_slow and is_notice(request))):
+                    self._linger(lambda: fake.notice_slow if is_notice(request) else fake.slow)
 
-        def _linger(self) -> None:
-            """A slow model: pings, a second apart, while the request is younger than `slow`
+        def _linger(self, slow) -> None:
+            """A slow model: pings, a second apart, while the request is younger than `slow()`
             (read each time, so lowering it ends a long turn early); the stream stays open."""
             start = time.monotonic()
-            while (left := fake.slow - (time.monotonic() - start)) > 0:
+            while (left := slow() - (time.monotonic() - start)) > 0:
                 time.sleep(min(1.0, left))
                 self.wfile.write(b'event: ping\ndata: {"type": "ping"}\n\n')
                 self.wfile.flush()

@@ -4,10 +4,15 @@
 The pump knows its side of the CLI's stdin for sure, and what the CLI printed:
 
 - a line it wrote (`in`) begins a turn, dated when it was written, but only once the CLI answered
-  it with any event on stdout (Claude Code opens every turn with `system/init`). A line written
-  into a CLI that never says a word is no turn: its probe's miss counts, as with no source of turns
-  at all (a CLI hung on its resume, or one that stopped reading between turns). A line the pump
-  queued behind a running turn has no `in` until it is written, so it begins nothing before then;
+  it with an event on stdout (Claude Code opens every turn with `system/init`); a background
+  task's `system` events are no answer (they come whenever the task does). A line written into a
+  CLI that never says a word is no turn: its probe's miss counts, as with no source of turns at all
+  (a CLI hung on its resume, or one that stopped reading between turns). A line the pump queued
+  behind a running turn has no `in` until it is written, so it begins nothing before then;
+- a `system/init` with no line waiting for its answer, once a line was written to that CLI, begins
+  a turn the CLI took by itself (a background task's end told to the model), dated by the init: the
+  pump holds lines until its `result`, so a probe queued behind it is excused as one behind any
+  other turn (an init before the first line is a CLI that speaks at its start: no task of its own);
 - every event the CLI prints in a turn is a sign of life (an `assistant` tool call names its tool);
 - its `result` ends the turn: Stop, or StopFailure when `is_error` (the subtype as its error);
 - the pump's start is a new CLI process, and the CLI's exit (or a spawn that failed) ends it: a
@@ -63,34 +68,48 @@ class Read:
     """What the conversion carries from one stretch of the transcript to the next."""
 
     written: Instant | None = None  # a line the pump wrote that the CLI has not answered yet
+    wrote: bool = False             # a line was written to this CLI (since its pump's start)
 
 
 def marks(entries: Iterable[Entry], carried: Read = Read()) -> tuple[list[Mark], Read]:
     """The marks the records (oldest first) tell of, and what the next stretch starts from."""
     out: list[Mark] = []
-    written = carried.written
+    written, wrote = carried.written, carried.wrote
     for entry in entries:
         # On both clocks where the record kept them: a turn's age and quiet are then monotonic time,
         # which a step of the wall clock does not move (a day back would excuse a wedge for a day).
         at = stored(float(entry.ts), entry.mono, entry.boot)
         if entry.dir == IN:
-            written = at  # a line the CLI has not answered yet is superseded: it began nothing
+            written, wrote = at, True  # a line the CLI has not answered yet is superseded: it began nothing
         elif entry.dir == OUT:
-            if written is not None:
+            event = entry.data.get("event")
+            if written is not None and _answers(event):
                 out.append(Mark(written, PROMPT))
                 written = None
-            out.append(_said(at, entry.data.get("event")))
+            elif written is None and wrote and _is_init(event):
+                out.append(Mark(at, PROMPT))  # the CLI's own turn
+            out.append(_said(at, event))
         elif entry.dir == PUMP:
             what = entry.data.get("what")
             if what == STARTED:
-                written = None
+                written, wrote = None, False
                 out.append(Mark(at, SESSION_START, PUMP_START))
             elif what in (CLI_EXIT, SPAWN_FAILED):
-                written = None
+                written, wrote = None, False
                 out.append(Mark(at, SESSION_END))
             elif what == WRITE_FAILED:
                 written = None  # the line never reached the CLI
-    return out, Read(written)
+    return out, Read(written, wrote)
+
+
+def _is_init(event: Any) -> bool:
+    return isinstance(event, dict) and event.get("type") == "system" and event.get("subtype") == "init"
+
+
+def _answers(event: Any) -> bool:
+    """Whether an event shows the CLI took the line written last: any but a `system` event other
+    than `init` (a background task's, which comes between turns too)."""
+    return not (isinstance(event, dict) and event.get("type") == "system" and not _is_init(event))
 
 
 def _said(at: Instant, event: Any) -> Mark:

@@ -4,7 +4,10 @@ A message is written to the CLI only between turns: Claude Code merges lines wri
 running turn into one later turn (and older versions did not keep them at all,
 anthropics/claude-code#41230), so one line per turn is what pairs each message with its answer.
 While a turn runs, accepted messages wait in order and are written one per turn, as each
-turn ends with the CLI's `result` event. After the CLI has exited, or once its stdin is broken,
+turn ends with the CLI's `result` event. The CLI also takes turns of its own: a background task
+(Bash's `run_in_background`, an agent run in the background) that ends is told to the model in a
+turn no line began, `system/init` to `result` (Claude Code 2.1.332). Such a turn runs as any other:
+lines wait for its `result`. After the CLI has exited, or once its stdin is broken,
 nothing more is accepted. The state only grows by events; `now` is an argument.
 """
 
@@ -64,10 +67,12 @@ class State:
     last_result: LastResult | None = None
     cli_exit: CliExit | None = None
     input_closed: bool = False
+    own_since: float | None = None      # a turn the CLI began by itself (its `init` with no line of ours)
+    wrote: bool = False                 # a line was written to this CLI: only then has it a task of its own
 
     @property
     def running(self) -> bool:
-        return self.turn_seq is not None
+        return self.turn_seq is not None or self.own_since is not None
 
 
 # Events.
@@ -151,7 +156,7 @@ def step(state: State, event: Event) -> tuple[State, tuple[Action, ...]]:
         return replace(state, input_closed=True, turn_seq=None if ended else state.turn_seq,
                        turn_started=None if ended else state.turn_started), ()
     if isinstance(event, Exited):
-        return replace(state, ready=False, turn_seq=None, turn_started=None,
+        return replace(state, ready=False, turn_seq=None, turn_started=None, own_since=None,
                        cli_exit=CliExit(event.now, event.status, event.signal)), ()
     raise TypeError(f"not a pump event: {event!r}")
 
@@ -169,13 +174,15 @@ def _send(state: State, now: float) -> tuple[State, tuple[Action, ...]]:
     return replace(state, queue=queue), (Queued(seq, len(queue)),)
 
 
-def result_turn(state: State, event: dict[str, Any]) -> dict[str, int]:
+def result_turn(state: State, event: dict[str, Any]) -> dict[str, int | bool]:
     """What a `result` event's transcript record says of its turn, before the rules take it in:
-    `turn`, the line whose turn it ends (the pump writes one line a turn), or nothing for a
-    result outside a turn of the pump's."""
-    if event.get("type") != "result" or state.turn_seq is None:
+    `turn`, the line whose turn it ends (the pump writes one line a turn); `own_turn`, a turn the
+    CLI began by itself (no line's answer); nothing for a result outside any turn."""
+    if event.get("type") != "result":
         return {}
-    return {"turn": state.turn_seq}
+    if state.turn_seq is not None:
+        return {"turn": state.turn_seq}
+    return {"own_turn": True} if state.own_since is not None else {}
 
 
 def _output(state: State, event: Output) -> tuple[State, tuple[Action, ...]]:
@@ -184,6 +191,11 @@ def _output(state: State, event: Output) -> tuple[State, tuple[Action, ...]]:
         session = event.event.get("session_id")
         if isinstance(session, str) and session:
             state = replace(state, session_id=session)
+        if not state.running and state.wrote and state.cli_exit is None:
+            # No line of ours in it: the CLI's own turn (a background task's end told to the model).
+            # A line written now would be merged into it: they wait for its `result`. Not before the
+            # first line: a CLI that speaks at its start (Loom's demo agent) has begun no task yet.
+            state = replace(state, own_since=event.now)
         return state, ()
     if kind != "result":
         return state, ()
@@ -192,19 +204,20 @@ def _output(state: State, event: Output) -> tuple[State, tuple[Action, ...]]:
     state = replace(state, last_result=result)
     if not state.running:
         return state, ()
-    state = replace(state, turn_seq=None, turn_started=None, turns=state.turns + 1)
+    state = replace(state, turn_seq=None, turn_started=None, own_since=None, turns=state.turns + 1)
     return _next_turn(state, event.now)
 
 
 def _next_turn(state: State, now: float) -> tuple[State, tuple[Action, ...]]:
-    if not state.ready or state.running or not state.queue:
+    # Not into a closed input either: the end of a turn the CLI took by itself after its stdin broke.
+    if not state.ready or state.running or not state.queue or state.input_closed:
         return state, ()
     seq, rest = state.queue[0], state.queue[1:]
     return _begin(replace(state, queue=rest), seq, now), (Write(seq),)
 
 
 def _begin(state: State, seq: int, now: float) -> State:
-    return replace(state, turn_seq=seq, turn_started=now)
+    return replace(state, turn_seq=seq, turn_started=now, wrote=True)
 
 
 def denials(result: dict[str, Any]) -> tuple[str, ...]:
@@ -227,7 +240,8 @@ def status(state: State) -> dict[str, Any]:
     return {
         "session_id": state.session_id,
         "turn": RUNNING if state.running else IDLE,
-        "turn_started": state.turn_started,
+        # The CLI's own turn: running, no seq, since its init.
+        "turn_started": state.turn_started if state.turn_seq is not None else state.own_since,
         "turn_seq": state.turn_seq,
         "queue": len(state.queue),
         "turns": state.turns,

@@ -740,7 +740,12 @@ def _all_from(path: Path, offset: int) -> Iterator[transcript.Record]:
 def _shows_read(event: dict[str, Any]) -> bool:
     """Whether an event the CLI printed after a write shows it read the line: any but an error
     `result`, which Claude Code also prints without reading a byte (a resume of a session it cannot
-    find); a turn it took opens with `system/init` (docs/STREAM.md)."""
+    find), and but a `system` event other than `init`: a background task's progress and end
+    (`task_updated`, `task_notification`, `background_tasks_changed`) come whenever the task does,
+    between turns too, and took the files of lines the CLI had not read yet (lost if it then died).
+    A turn it took opens with `system/init` (docs/STREAM.md)."""
+    if event.get("type") == "system":
+        return event.get("subtype") == "init"
     return not (event.get("type") == "result" and event.get("is_error") is True)
 
 

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import fake_anthropic
 from fake_anthropic import FakeAnthropic, claude_bin
 from harness import wait_for
 
@@ -136,6 +137,24 @@ def test_init_comes_with_each_turn_never_before_the_first_message_and_one_proces
     assert agent.events[3]["session_id"] == session
     assert fake.main_requests()[-1].user_texts() == ["hello MARK-1", "again MARK-2"]
     assert "heard: hello MARK-1" in fake.main_requests()[-1].texts()
+    assert agent.finish() == 0
+
+
+def test_a_background_tasks_end_is_told_in_a_turn_the_cli_takes_by_itself(cli, fake):
+    """The pump's `own turn` (pump/rules.py): a background task's events come whenever the task
+    does, and its end is told to the model in a turn no line began, `init` to `result`."""
+    agent = cli("--session-id", str(uuid.uuid4()), "--allowedTools", "Bash(sleep:*)")
+    agent.send("in the background: sleep 1")
+    agent.wait_results(2)
+    kinds = agent.kinds()
+    first = kinds.index("result/success")
+    assert "system/task_started" in kinds[:first]
+    after = kinds[first + 1:]
+    # Its end, then its own turn: the task's events first, none of them an init.
+    assert "system/task_notification" in after and after[-3:] == ["system/init", "assistant", "result/success"]
+    assert after.index("system/task_notification") < after.index("system/init")
+    assert [r.user_texts()[-1] for r in fake.main_requests()][:1] == ["in the background: sleep 1"]
+    assert sum(1 for r in fake.main_requests() if fake_anthropic.is_notice(r)) == 1
     assert agent.finish() == 0
 
 

@@ -20,6 +20,7 @@ import signal
 
 import pytest
 from conftest import REPO
+import fake_anthropic
 from fake_anthropic import FakeAnthropic, claude_bin
 from harness import AgentHarness, wait_for
 from test_canary import FAST_WATCH, probe_json, runs
@@ -42,12 +43,13 @@ LONG = 180
 class ClaudeHarness(AgentHarness):
     """The real CLI under the stream-json driver, talking only to `fake`, its home under `root`."""
 
-    def __init__(self, root, fake: FakeAnthropic, sections=None, **kwargs):
+    def __init__(self, root, fake: FakeAnthropic, sections=None, allowed: tuple[str, ...] = (), **kwargs):
         self.fake = fake
         claude = claude_bin()
         home = root / "claude-home"
         # The canary touches a file in the state dir: outside the cwd, so its directory is added.
-        flags = "--allowedTools 'Bash(touch:*)' --add-dir {state_dir}/acks"
+        tools = " ".join(f"'{tool}'" for tool in ("Bash(touch:*)", *allowed))
+        flags = f"--allowedTools {tools} --add-dir {{state_dir}}/acks"
         agent = {
             "driver": "stream-json",
             "fresh_command": f"{claude} --session-id {{session_id}} {flags}",
@@ -279,4 +281,42 @@ def test_injections_during_a_long_turn_arrive_after_it_in_order_and_survive_a_re
                      what="the resumed CLI's first request")[0]
     said = first.user_texts()
     assert said[-5:] == ["a long task L0", *names, "after the resume R1"]
+    verified(harness)
+
+
+def test_a_background_tasks_end_is_a_turn_of_the_clis_own_and_lines_wait_for_it(make_claude, fake):
+    """Claude Code 2.1.332 tells the model of a background task's end (Bash's `run_in_background`)
+    in a turn it takes by itself: the task's `system` events, then `init` ... `result`, no line
+    written. The pump took it for idle: a line sent meanwhile went in at once and was merged into
+    that turn, whose result was taken for the line's answer; and a task's event took the files of
+    lines the CLI had not read yet."""
+    harness = make_claude(allowed=("Bash(sleep:*)",))
+    harness.start()
+    fake.notice_slow = 3600  # the CLI's own turn lasts until the test lowers it
+    started = harness.inject("in the background: sleep 2")
+    assert started["detail"]["delivery"] == "delivered"
+
+    def own_turn_running() -> bool:
+        doc = harness.pump()
+        return doc.get("turn") == "running" and doc.get("turn_seq") is None and \
+            any(fake_anthropic.is_notice(r) for r in fake.main_requests())
+
+    wait_for(own_turn_running, LONG, what="the CLI's own turn at the model, the pump saying it runs")
+    waiting = harness.inject("while it runs W1")
+    assert waiting["detail"]["delivery"] == "queued"
+    assert harness.pump()["queue"] == 1
+    assert not any(r.data.get("text") == "while it runs W1" for r in harness.records(pump_transcript.IN))
+    fake.notice_slow = 0
+    wait_for(lambda: harness.pump().get("queue") == 0 and harness.pump().get("turn") == "idle"
+             and any(r.dir == pump_transcript.OUT and r.event.get("type") == "result"
+                     and r.data.get("turn") == in_seq(harness, "while it runs W1") for r in harness.records()),
+             LONG, what="the own turn ended, then W1's")
+    # W1 reached the model in a turn of its own, after the notice's, never inside it.
+    notices = [r for r in fake.main_requests() if fake_anthropic.is_notice(r)]
+    assert notices and not any("while it runs W1" in t for r in notices for t in r.user_texts())
+    assert last_said(fake.main_requests()[-1]) == "while it runs W1"
+    # Every result names the line whose turn it ended, or says it was the CLI's own.
+    results = [r for r in harness.records(pump_transcript.OUT) if r.event.get("type") == "result"]
+    assert [("own" if r.data.get("own_turn") else r.data.get("turn")) for r in results] == [
+        in_seq(harness, "in the background: sleep 2"), "own", in_seq(harness, "while it runs W1")]
     verified(harness)

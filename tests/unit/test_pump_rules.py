@@ -67,6 +67,39 @@ def test_init_names_the_session_and_a_later_init_renames_it():
     assert state.session_id == "b"
 
 
+INIT = {"type": "system", "subtype": "init", "session_id": "s"}
+TASK_ENDED = {"type": "system", "subtype": "task_notification", "task_id": "b1", "status": "completed"}
+
+
+def test_a_turn_the_cli_takes_by_itself_holds_the_lines_until_its_result():
+    """A background task's end is told to the model in a turn no line began (Claude Code 2.1.332:
+    its `task_notification`, then `init` ... `result`). Taken for idle, a line went in at once: the
+    CLI merged it into that turn, and the turn's result was taken for the line's answer."""
+    # A CLI that speaks at its start (Loom's demo agent) has no task of its own yet.
+    state, _ = run(ready(), Output(0.1, INIT))
+    assert not state.running
+    state, _ = run(state, Send(0.2), Output(0.3, INIT), Output(0.4, RESULT))  # its first line's turn
+    state, actions = run(state, Output(1.0, TASK_ENDED))
+    assert not state.running and actions == []  # a task's event begins no turn
+    state, actions = run(state, Output(2.0, INIT))
+    assert state.running and state.turn_seq is None and state.own_since == 2.0 and actions == []
+    assert (rules.status(state)["turn"], rules.status(state)["turn_started"], rules.status(state)["turn_seq"]) == (
+        "running", 2.0, None)
+    state, actions = run(state, Send(3.0), Send(4.0), Output(5.0, ASSISTANT))
+    assert actions == [Queued(2, 1), Queued(3, 2)]
+    assert rules.result_turn(state, RESULT) == {"own_turn": True}
+    state, actions = rules.step(state, Output(6.0, RESULT))
+    assert actions == (Write(2),) and state.own_since is None and state.turn_seq == 2 and state.turns == 2
+    assert state.last_result == rules.LastResult(6.0, False, "success", None, ())
+    # The init of the line's own turn is that turn's, not one of the CLI's.
+    state, _ = rules.step(state, Output(7.0, INIT))
+    assert state.own_since is None and rules.result_turn(state, RESULT) == {"turn": 2}
+    # The CLI gone mid-turn of its own: nothing runs.
+    state, _ = run(ready(), Send(0.5), Output(0.6, RESULT), Output(1.0, INIT), Exited(2.0, 0))
+    assert state.own_since is None
+    assert not state.running and rules.step(state, Output(3.0, INIT))[0].own_since is None
+
+
 def test_a_result_outside_a_turn_is_recorded_but_ends_nothing():
     state, actions = run(ready(), Output(2.0, {**RESULT, "is_error": True, "subtype": "error_during_execution"}))
     assert actions == [] and state.turns == 0
@@ -147,7 +180,7 @@ def test_a_broken_stdin_for_another_seq_leaves_the_running_turn_alone():
 
 
 def test_the_status_fields():
-    state, _ = run(ready(), Output(1, {"type": "system", "subtype": "init", "session_id": "s-1"}), Send(2.0),
+    state, _ = run(ready(), Send(2.0), Output(2.5, {"type": "system", "subtype": "init", "session_id": "s-1"}),
                    Send(3.0))
     assert rules.status(state) == {"session_id": "s-1", "turn": "running", "turn_started": 2.0, "turn_seq": 1,
                                    "queue": 1, "turns": 0, "last_result": None, "cli_exit": None}
@@ -171,6 +204,8 @@ def test_one_write_per_turn_in_the_order_accepted_each_once_and_none_after_exit(
     accepted = list(state.queue)        # the order in which messages were accepted
     written: list[int] = []
     turn_open = False                   # a write happened and no result has ended its turn yet
+    own_open = False                    # an init came with no turn open: the CLI's own turn
+    wrote = False                       # a line was written: only then can the CLI take turns of its own
     exited = closed = False
     for now, kind in enumerate(kinds):
         before = state
@@ -192,19 +227,21 @@ def test_one_write_per_turn_in_the_order_accepted_each_once_and_none_after_exit(
             continue
         state, actions = rules.step(state, event)
         assert len(actions) <= 1
-        if kind == "result" and turn_open:
-            turn_open = False           # a result ends the turn
+        if kind == "init" and wrote and not (turn_open or own_open or exited):
+            own_open = True
+        if kind == "result" and (turn_open or own_open):
+            turn_open = own_open = False  # a result ends the turn
             assert state.turns == before.turns + 1
         if kind == "closed":
             turn_open, closed = False, True
         if kind == "exit":
-            turn_open, exited = False, True
+            turn_open, own_open, exited = False, False, True
         for action in actions:
             if isinstance(action, Write):
-                assert not turn_open, "written while a turn runs"
+                assert not turn_open and not own_open, "written while a turn runs"
                 assert not exited and not closed
                 written.append(action.seq)
-                turn_open = True
+                turn_open = wrote = True
                 assert state.turn_seq == action.seq
             elif isinstance(action, Queued):
                 assert kind == "send" and not exited and not closed
@@ -214,7 +251,7 @@ def test_one_write_per_turn_in_the_order_accepted_each_once_and_none_after_exit(
                 assert isinstance(action, Refused) and kind == "send" and (exited or closed)
             if kind == "send" and isinstance(action, Write):
                 accepted.append(action.seq)
-        assert state.running == turn_open
+        assert state.running == (turn_open or own_open)
         # Written in the order accepted, each once; the rest wait in that order.
         assert written == accepted[:len(written)]
         assert len(set(accepted)) == len(accepted)

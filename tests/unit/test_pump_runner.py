@@ -205,6 +205,40 @@ def test_a_line_written_at_once_to_a_cli_that_never_read_it_is_kept_for_the_next
     assert list((tmp_path / "pump-queue").iterdir()) == []
 
 
+# A CLI whose background task ends (its event printed) while a line waits unread in its stdin; it
+# exits 1 once told to, never having read the line.
+TASK_ENDS_UNREAD = r"""
+import json, os, sys, time
+def wait(name):
+    while not os.path.exists(os.path.join(sys.argv[1], name)):
+        time.sleep(0.05)
+wait("sent")
+print(json.dumps({"type": "system", "subtype": "task_notification", "task_id": "b1", "status": "completed"}),
+      flush=True)
+wait("go")
+raise SystemExit(1)
+"""
+
+
+def test_a_background_tasks_event_does_not_show_the_cli_read_a_line(tmp_path):
+    """Claude Code prints a background task's events whenever they come, between turns too: one just
+    after a write took the line's file, and a CLI that then died with the line unread lost it."""
+    from loomtui.pump import client
+
+    with live_pump(tmp_path, sys.executable, "-c", TASK_ENDS_UNREAD, str(tmp_path)) as pump:
+        reply = client.send(tmp_path, "are you there?", origin="telegram", ref="tg-9", timeout=60)
+        assert reply.state == "delivered"
+        (tmp_path / "sent").touch()
+        path = transcript.path_in(tmp_path)
+        wait_for(lambda: any(r.event.get("subtype") == "task_notification" for r in transcript.read(path)), 60,
+                 what="the task's event in the transcript")
+        assert (tmp_path / "pump-queue" / f"{reply.seq}.json").exists()
+        (tmp_path / "go").touch()
+        assert pump.wait(60) == 1
+    assert [r.data["seqs"] for r in transcript.read(path) if r.data.get("what") == "unread"] == [[reply.seq]]
+    assert (tmp_path / "pump-queue" / f"{reply.seq}.json").exists()  # for the next launch
+
+
 def test_a_line_written_at_once_that_the_cli_read_leaves_no_file(tmp_path):
     from loomtui.pump import client
 

@@ -69,7 +69,7 @@ def at(t: float) -> Instant:
 
 
 def test_a_line_written_and_answered_is_a_turn_from_its_write_to_its_result():
-    [done] = the_turns([pump(0, "started"), init(1), wrote(10), init(11), tool(15), said(16, "user"), result(20)])
+    [done] = the_turns([pump(0, "started"), wrote(10), init(11), tool(15), said(16, "user"), result(20)])
     assert (done.began, done.last, done.ended, done.outcome, done.tool) == (at(10), at(20), at(20), "stopped", "Bash")
     # While it runs: its last event is its last sign of life, the tool its call named.
     [running] = the_turns([wrote(10), init(11), tool(15, "Edit"), said(16, "user")])
@@ -88,8 +88,36 @@ def test_a_line_the_cli_never_answered_begins_no_turn_until_it_does():
     assert (turn.began, turn.last, turn.ended) == (at(10), at(301), None) and carried.written is None
     # A write that failed, or a CLI that exited or was replaced, leaves nothing to answer.
     for end in (pump(11, "write_failed", seq=1), pump(11, "cli_exit", status=1), pump(11, "started")):
-        found, carried = pump_marks.marks([wrote(10), end, init(12)])
+        found, carried = pump_marks.marks([wrote(10), end, tool(12)])
         assert turn_rules.turns(found) == [] and carried.written is None, end
+
+
+def task(t: float, subtype: str = "task_notification") -> Record:
+    return said(t, "system", subtype=subtype, task_id="b1")
+
+
+def test_a_background_tasks_events_answer_no_line_and_its_end_is_a_turn_the_cli_took_by_itself():
+    """Claude Code 2.1.332 prints a background task's progress and end whenever they come, and then
+    tells the model of its end in a turn no line began: `init` to `result`. Taken for the answer of
+    a line written just before (the CLI had not read it), the line's turn began at its write; the
+    CLI's own turn was no turn at all, and a probe queued behind it was a miss with nothing open."""
+    found, carried = pump_marks.marks([wrote(10), task(11, "task_updated"), task(11.5)])
+    assert turn_rules.turns(found) == [] and carried.written == at(10)  # not answered yet
+    first = [wrote(0), init(1), result(2)]
+    [_, own] = the_turns([*first, task(4), task(5, "background_tasks_changed"), init(6), tool(7), result(9)])
+    assert (own.began, own.ended, own.outcome) == (at(6), at(9), "stopped")
+    # Before its first line a CLI has no task of its own: an init then (Loom's demo agent says one at
+    # its start) begins nothing, nor one after a new pump's start.
+    assert the_turns([pump(0, "started"), init(1), tool(2)]) == []
+    assert [t.began for t in the_turns([*first, pump(3, "started"), init(4), tool(5)])] == [at(0)]
+    # A probe queued behind the CLI's own turn: that turn is open while it waits.
+    records = [wrote(0), init(1), result(2), task(100), init(101), pump(102, "queued", seq=2, position=1),
+               tool(500)]
+    turns = the_turns(records)
+    assert [t.began for t in turns] == [at(0), at(101)] and turns[-1].ended is None
+    assert excuse(turns, at(101), at(600), QUIET, MAX_TURN) == BUSY
+    # An init that answers a line written is that line's turn, not one of the CLI's own.
+    assert [t.began for t in the_turns([wrote(10), task(11), init(12), result(13)])] == [at(10)]
 
 
 def test_a_turn_is_timed_on_the_monotonic_clock_it_was_written_on_whatever_the_wall_clock_did():
@@ -163,7 +191,7 @@ def test_stderr_and_pump_notes_are_no_signs_of_life():
 # -- any order of events, read in any pieces -----------------------------------------------------
 
 EVENTS = st.sampled_from(["in", "init", "tool", "text", "result", "error_result", "raw", "err", "started",
-                          "cli_exit", "write_failed", "queued"])
+                          "cli_exit", "write_failed", "queued", "task"])
 
 
 def as_record(t: float, kind: str) -> Record:
@@ -173,7 +201,7 @@ def as_record(t: float, kind: str) -> Record:
             "raw": lambda: rec(t, transcript.OUT, raw="not json"), "err": lambda: rec(t, transcript.ERR, line="e"),
             "started": lambda: pump(t, "started"), "cli_exit": lambda: pump(t, "cli_exit", status=0),
             "write_failed": lambda: pump(t, "write_failed", seq=1),
-            "queued": lambda: pump(t, "queued", seq=1, position=1)}[kind]()
+            "queued": lambda: pump(t, "queued", seq=1, position=1), "task": lambda: task(t)}[kind]()
 
 
 @given(st.lists(EVENTS, max_size=60), st.lists(st.integers(0, 60), max_size=6))
@@ -187,10 +215,13 @@ def test_read_in_pieces_and_compacted_as_it_goes_the_turns_are_those_of_one_whol
         found, carried = pump_marks.marks(records[lo:hi], carried)
         kept = pump_marks.compact(kept + found, 10_000)
     assert turn_rules.turns(kept) == turn_rules.turns(whole)
-    # Every turn began with a line the pump wrote and the CLI answered, none before its write.
+    # Every turn began with a line the pump wrote and the CLI answered (a background task's event no
+    # answer), none before its write, or at an init, a turn the CLI began by itself.
     answered = {r.ts for i, r in enumerate(records) if r.dir == transcript.IN
-                and any(o.dir == transcript.OUT for o in records[i + 1:])}
-    assert {t.began.wall for t in turn_rules.turns(whole)} <= answered
+                and any(o.dir == transcript.OUT and o.data.get("event", {}).get("type") != "system"
+                        or o.data.get("event", {}).get("subtype") == "init" for o in records[i + 1:])}
+    inits = {r.ts for r in records if r.dir == transcript.OUT and r.data.get("event", {}).get("subtype") == "init"}
+    assert {t.began.wall for t in turn_rules.turns(whole)} <= answered | inits
     # Runs of signs of life are cut to at most two marks.
     life = (pump_marks.STREAM_EVENT, pump_marks.TOOL_CALL)
     assert not any(all(m.event in life for m in kept[i:i + 3]) for i in range(len(kept) - 2))
