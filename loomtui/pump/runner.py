@@ -41,6 +41,7 @@ READ_TIMEOUT = 5.0      # a client has this long to send its request line
 ORIGIN = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 STALE_ORIGIN = "canary"  # a queued line of this origin is not carried over to the next launch
 QUEUE_FILE = re.compile(r"(\d{1,18})\.json")
+SEQ_NAMED = re.compile(r"(\d{1,18})\.json\b")  # a queue file's seq, set aside (.undelivered, .bad) too
 MAX_UNREAD = rules.MAX_UNREAD
 SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 # Lines for the pane waiting to be shown: a pane that stops taking them (Ctrl-S, a tmux that stops
@@ -563,16 +564,17 @@ class Pump:
             except (OSError, ValueError, KeyError, TypeError):
                 self._record(transcript.PUMP, what="bad_queue_file", name=name)
                 try:
-                    path.rename(path.with_name(name + ".bad"))
+                    path.rename(_free(path.with_name(name + ".bad")))
                 except OSError:
                     pass
                 continue
             unread = data.get("unread", 0)
             if isinstance(unread, int) and unread >= MAX_UNREAD:
-                self._record(transcript.PUMP, what="set_aside", seq=seq, unread=unread,
-                             name=name + rules.SET_ASIDE, origin=origin)
+                aside = _free(path.with_name(name + rules.SET_ASIDE))
+                self._record(transcript.PUMP, what="set_aside", seq=seq, unread=unread, name=aside.name,
+                             origin=origin)
                 try:
-                    path.rename(path.with_name(name + rules.SET_ASIDE))
+                    path.rename(aside)
                 except OSError:
                     pass
                 continue
@@ -588,8 +590,12 @@ class Pump:
         return sorted(found)
 
     def _next_seq(self, pending: list[int]) -> int:
-        """Seqs go on from the last pump's, so one seq names one message in the whole transcript."""
-        return max(max(pending, default=0), last_seq(transcript.path_in(self.state_dir))) + 1
+        """Seqs go on from the last pump's, so one seq names one message in the whole transcript: past
+        the transcript's last (read from its end: none found in a transcript deleted, or behind a
+        turn of hundreds of MiB) and past every queue file's, set-aside ones too (numbered from 1
+        again, the next message set aside took the place of an earlier one's file, its text lost)."""
+        named = [int(m.group(1)) for n in _names(queue_dir(self.state_dir)) if (m := SEQ_NAMED.match(n))]
+        return max(max(pending, default=0), max(named, default=0), last_seq(transcript.path_in(self.state_dir))) + 1
 
     # The socket.
 
@@ -710,6 +716,22 @@ class Pump:
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.events.put(("signal", signum))
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
+
+
+def _free(path: Path) -> Path:
+    """`path`, or the first of `path.2`, `path.3`... that is free: a file set aside never replaces another."""
+    found, n = path, 1
+    while os.path.lexists(found):
+        n += 1
+        found = path.with_name(f"{path.name}.{n}")
+    return found
 
 
 def last_seq(path: Path) -> int:

@@ -384,3 +384,26 @@ def test_a_message_every_launch_exits_before_reading_is_set_aside_after_three(tm
     assert json.loads((queue / "1.json.undelivered").read_text())["text"] == "huge"  # nothing lost
     assert render.lines(transcript.PUMP, aside.data) == [
         "— set aside #1: 3 launches exited before reading it (kept as 1.json.undelivered in the pump's queue)"]
+
+
+def test_seqs_go_on_past_the_messages_set_aside_when_the_transcript_has_none(tmp_path):
+    """Seqs went on from the transcript's last alone: with the transcript gone (or its last seq
+    behind a turn of hundreds of MiB) they began at 1 again, and the next message set aside took an
+    earlier one's file, its text lost, and the operator was told of two messages as one "#5"."""
+    from loomtui.pump import client
+
+    queue = tmp_path / "pump-queue"
+    queue.mkdir()
+    (queue / "5.json.undelivered").write_text(json.dumps({"seq": 5, "ts": 0, "origin": "telegram", "ref": "",
+                                                          "text": "an earlier message set aside", "unread": 3}))
+    (queue / "7.json.bad").write_text("not json")
+    with live_pump(tmp_path, sys.executable, "-c", TAKES_THREE.replace("range(3)", "range(1)")) as pump:
+        reply = client.send(tmp_path, "hello", origin="telegram", timeout=60)
+        assert reply.state == "delivered" and reply.seq == 8
+        assert pump.wait(60) == 0
+    assert json.loads((queue / "5.json.undelivered").read_text())["text"] == "an earlier message set aside"
+    # A file set aside never replaces another.
+    from loomtui.pump.runner import _free
+
+    assert _free(queue / "5.json.undelivered") == queue / "5.json.undelivered.2"
+    assert _free(queue / "6.json.undelivered") == queue / "6.json.undelivered"
