@@ -291,7 +291,8 @@ class Poller:
         self.username = username
         self.senders = cfg.senders
         self.started = clock.now()  # a later step of the wall clock is measured from here
-        self._ignored: dict[int, tuple[float, int]] = {}  # a stranger's chat: (its last record, monotonic; unrecorded since)
+        # A stranger's chat, or a refused sender in the operator's: (its last record, monotonic; unrecorded since).
+        self._ignored: dict[object, tuple[float, int]] = {}
         self._background: set[asyncio.Task[None]] = set()  # commands answered while the polling goes on
 
     async def step(self, stop: asyncio.Event) -> float:
@@ -361,11 +362,12 @@ class Poller:
             if state.clear_conflict_in(db):
                 ledger.append_in(db, "telegram_conflict_cleared", source="telegram", ts=self.clock.time())
 
-    def _tell_ignored(self, chat_id: int | None) -> int | None:
-        """Whether a stranger's message goes in the ledger: the first from a chat, then one an hour
-        (a stranger who knows the bot's name added an event per message: the ledger grew without
-        bound). It does with the number from that chat that went unrecorded since its last (0:
-        none); None when this one is only counted."""
+    def _tell_ignored(self, chat_id: object) -> int | None:
+        """Whether a stranger's message goes in the ledger: the first from a chat (or, in the
+        operator's, from a sender refused for one reason), then one an hour (a stranger who knows the
+        bot's name added an event per message: the ledger grew without bound). It does with the
+        number from there that went unrecorded since its last (0: none); None when this one is only
+        counted."""
         now = self.clock.monotonic()
         key = chat_id if chat_id is not None else 0
         last, skipped = self._ignored.get(key, (None, 0))
@@ -471,12 +473,17 @@ class Poller:
         why = rules.refusal(sender, self.senders, msg.text, self.username)
         if why is None:
             return False
-        log.info("telegram: update %d in the operator's chat refused (%s, user %s)", update.update_id, why, sender)
+        # One event an hour per sender and reason, as a stranger's chat: a member of the operator's
+        # group the bridge does not take added an event (and a log line) per message.
+        told = self._tell_ignored(("refused", msg.chat.id, sender, why))
+        if told is not None:
+            log.info("telegram: update %d in the operator's chat refused (%s, user %s)", update.update_id, why, sender)
         with self.store.write() as db:
             state.set_offset_in(db, update.update_id + 1)
-            ledger.append_in(db, "telegram_refused", source="telegram",
-                             detail={"chat_id": msg.chat.id, "user_id": sender, "update_id": update.update_id,
-                                     "reason": why})
+            if told is not None:
+                ledger.append_in(db, "telegram_refused", source="telegram",
+                                 detail={"chat_id": msg.chat.id, "user_id": sender, "update_id": update.update_id,
+                                         "reason": why, **({"refused_since": told} if told else {})})
         return True
 
     async def relay(self, update: telegram.Update, msg: telegram.Message) -> None:

@@ -108,3 +108,30 @@ def test_with_the_bridge_only_the_allowed_users_words_reach_the_agent(store):
     assert agent.relayed == [("is it green?", "tg-20")]
     assert [(d["user_id"], d["reason"]) for d in refused(store)] == [(STRANGER, "sender"), (OPERATOR, "other_bot")]
     assert replies(store) == []
+
+
+def test_a_member_the_group_does_not_take_is_in_the_ledger_once_an_hour_whatever_they_send(store):
+    """With the bridge on in a group, every line of a member not in `allowed_users` added a
+    `telegram_refused` event (and a log line): one chatty member grew the ledger without bound, as a
+    stranger's chat did before it was recorded once an hour."""
+    from fake_clock import FakeClock
+
+    from loomtui import clock
+
+    cfg = parse_config({"telegram": {"chat_id": GROUP, "bridge": True, "allowed_users": [OPERATOR]},
+                        "agent": {"driver": "stream-json"}}, "loom.toml", None)
+    with clock.use(FakeClock(time.time(), 500.0)) as c:
+        agent = Agent()
+        poller = Poller(store, cfg.telegram, BOT, agent, Clock(), username=ME)
+        for uid in range(1, 101):
+            asyncio.run(poller.handle(update(uid, GROUP, STRANGER, f"lunch? {uid}")))
+        asyncio.run(poller.handle(update(101, GROUP, OPERATOR, "/canary@other_bot")))  # another reason: its own
+        c.advance(3600.0)
+        asyncio.run(poller.handle(update(102, GROUP, STRANGER, "lunch? 102")))
+        asyncio.run(poller.handle(update(103, GROUP, OPERATOR, "is it green?")))
+    assert refused(store) == [
+        {"chat_id": GROUP, "user_id": STRANGER, "update_id": 1, "reason": "sender"},
+        {"chat_id": GROUP, "user_id": OPERATOR, "update_id": 101, "reason": "other_bot"},
+        {"chat_id": GROUP, "user_id": STRANGER, "update_id": 102, "reason": "sender", "refused_since": 99}]
+    assert agent.relayed == [("is it green?", "tg-1030")]
+    assert state.offset(store) == 104  # every one read past all the same
