@@ -43,8 +43,8 @@ from loomtui.agent.hold_rules import parse_request
 from loomtui.timing import Instant, backoff
 from loomtui.config import TelegramConfig
 from loomtui.context import Context
-from loomtui.errors import LoomError
-from loomtui.store import ledger, outbox
+from loomtui.errors import LoomError, StoreUnavailable
+from loomtui.store import health, ledger, outbox
 from loomtui.store import telegram_state as state
 from loomtui.store.db import Store
 from loomtui.telegram import rules
@@ -69,6 +69,9 @@ MODES = ("resume", "fresh")
 USAGE = {"canary": "", "recycle": "resume|fresh", "hold": "[30m] REASON", "release": ""}
 MAX_COMMAND_AGE = 600.0  # a /recycle typed before an outage is not acted on when the outage ends
 IGNORED_EVERY = 3600.0  # a stranger's chat in the ledger at most once an hour (its messages counted between)
+# A reply the store would not take (held busy past its timeout) is queued again, this many times in all:
+# the command it answers has run, and its offset is saved, so it is never read again to answer.
+REPLY_ATTEMPTS = 6
 # The operator hears of a 409 Conflict once in this long, however often it comes and goes (two
 # pollers on one token take turns: each success cleared it, and each 409 after was told again).
 CONFLICT_RETELL = 6 * 3600.0
@@ -459,7 +462,26 @@ class Poller:
             # With the bridge on, the help alone read as if the line had gone to the agent.
             reply = (f"/{unknown} is not a Loom command" + ("; it was not passed to the agent (send it "
                      "without the leading /)" if self.cfg.bridge else "") + ". " + reply)
-        outbox.enqueue(self.store, redact.scrub(reply), chat_id=chat_id, dedupe_key=dedupe_key)
+        await self._queue_reply(reply, chat_id, dedupe_key)
+
+    async def _queue_reply(self, text: str, chat_id: int, dedupe_key: str) -> None:
+        """A reply into the outbox, asked again while the store is busy: raised, the error restarted
+        the poller past the command's saved offset, and the operator never learnt whether the
+        /recycle or /hold ran (a /canary's, in a task of its own, was not even logged). Its dedupe
+        key keeps a retry from queueing it twice."""
+        for attempt in range(1, REPLY_ATTEMPTS + 1):
+            try:
+                outbox.enqueue(self.store, redact.scrub(text), chat_id=chat_id, dedupe_key=dedupe_key)
+                return
+            except StoreUnavailable as exc:
+                if health.classify(exc) == health.DAMAGED:
+                    raise
+                if attempt == REPLY_ATTEMPTS:
+                    log.error("telegram: a reply to chat %d could not be queued (%s): dropped", chat_id,
+                              type(exc).__name__)
+                    return
+                log.warning("telegram: a reply waits for the store (%s): trying again", exc)
+                await asyncio.sleep(backoff(attempt, 1.0, 10.0))
 
     async def drain(self) -> None:
         """Wait for the commands still being answered (their replies in the outbox)."""
@@ -504,8 +526,8 @@ class Poller:
                 log.error("telegram: relaying update %d failed: %s", update.update_id, type(exc).__name__)
                 reply = f"not passed to the agent: {describe(exc)}"
         if reply:
-            outbox.enqueue(self.store, redact.scrub(reply), chat_id=msg.chat.id,
-                           dedupe_key=f"telegram_reply:{msg.chat.id}:{msg.message_id}:{update.update_id}")
+            await self._queue_reply(reply, msg.chat.id,
+                                    f"telegram_reply:{msg.chat.id}:{msg.message_id}:{update.update_id}")
 
     def help(self) -> str:
         names = self.actions.agents

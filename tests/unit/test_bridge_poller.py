@@ -256,3 +256,21 @@ def test_the_new_supergroups_own_service_message_records_it_and_another_config_c
     before = len(replies(store))
     handle(store, load_config(str(other), {})[0], Agent(), in_group(3, new, text="/status"))
     assert len(replies(store)) == before  # a stranger again
+
+
+def test_a_reply_the_busy_store_did_not_take_at_first_still_reaches_the_operator(tmp_path):
+    """The command ran (its offset saved with its ledger event), then its reply met a store held busy
+    past its timeout (a backup, a `sqlite3` shell): the error restarted the poller past the command,
+    and the operator never learnt whether the /recycle had run."""
+    import threading
+
+    with Store.in_dir(tmp_path, timeout=0.3) as store, Store.in_dir(tmp_path, timeout=0) as holder:
+        class Busy(Agent):
+            def recycle(self, agent: str, mode: str) -> str:
+                holder.lock_out()  # held while the reply is queued, let go a little later
+                threading.Timer(2.0, holder.let_in).start()
+                return super().recycle(agent, mode)
+
+        handle(store, config(tmp_path, bridge=False, commands=True), Busy(), update(1, CHAT, "/recycle fresh"))
+        assert replies(store) == [(CHAT, "relaunched fresh")]
+        assert state.offset(store) == 2
