@@ -446,6 +446,13 @@ class Replica:
         listed = self.git.run("ls-files", "-z").out.split("\0")
         return sum(1 for p in listed if p and rules.is_conflict_copy(p))
 
+    def own_conflicts(self) -> list[tuple[str, str]]:
+        """The conflict copies this box made that the tree holds, each with the file it is a side of
+        (as the conflicts a sync reports): another box's copies are its own agent's to reconcile."""
+        listed = self.git.run("ls-files", "-z").out.split("\0")
+        return [(rules.conflicted_file(as_text(p)), as_text(p)) for p in listed
+                if p and rules.is_conflict_copy(p) and rules.copy_host(p) == self.host]
+
     # -- the ledger's checkpoints -----------------------------------------------------------------
 
     def checkpoint_path(self, host: str | None = None) -> str:
@@ -608,14 +615,15 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def open_conflicts(store: Store, agent: str, directory: Path, conflicts: list[tuple[str, str]], now: float) -> list[int]:
-    """A queue item per conflicting file of `directory` (one live item per file: a second conflict
-    adds to its count)."""
+    """A queue item per copy a conflict kept in `directory` (the same copy reported again adds to
+    its item's count; a second conflict of a file, a copy of its own, an item of its own: folded
+    into the first, the older copy, which may hold edits the newer lacks, was no item's)."""
     opened = []
     with store.write() as db:
         live = {(r["kind"], r["signature"]): r for r in queue_items.live_in(db, JOB)}
         for name, copy in conflicts:
             # SQLite takes text; a name may not be UTF-8
-            path, signature = as_text(name), _signature(name, directory)
+            path, signature = as_text(name), _signature(name, directory, copy)
             sample = (f"{path} in {directory}: the remote's version kept as {path}, this box's as {copy}; "
                       "merge them into the file and delete the copy")
             row = live.get((CONFLICT, signature))
@@ -632,18 +640,20 @@ def open_conflicts(store: Store, agent: str, directory: Path, conflicts: list[tu
     return opened
 
 
-def _signature(name: str, directory: Path) -> str:
-    """A conflicting file's queue signature: its name in its directory (two agents' memories each
-    with a MEMORY.md in conflict shared one item: the second's copy took the first's place in it,
-    and the second agent was never told); a name not UTF-8 (its text has U+FFFD where its bytes
-    were) with its bytes' digest too, so that two such names never share one item either."""
+def _signature(name: str, directory: Path, copy: str) -> str:
+    """A conflict's queue signature: its copy (or the file, deleted here) in its directory (two
+    agents' memories each with a MEMORY.md in conflict shared one item: the second's copy took the
+    first's place in it, and the second agent was never told); a name not UTF-8 (its text has U+FFFD
+    where its bytes were) with its bytes' digest too, so that two such names never share one item."""
     raw = os.fsencode(name)
+    text = as_text(name)
     where = f" in {as_text(str(directory))}"
+    side = copy[len(text):] if copy.startswith(text) else f" {copy}"  # `.conflict-HOST-TIME`, or (deleted here)
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError:
-        return f"{as_text(name)} #{hashlib.sha256(raw).hexdigest()[:12]}{where}"
-    return as_text(name) + where
+        return f"{text} #{hashlib.sha256(raw).hexdigest()[:12]}{side}{where}"
+    return text + side + where
 
 
 def witness_reconciled(store: Store, directory: Path, pushed_all: bool, now: float) -> list[int]:
@@ -750,6 +760,13 @@ def sync_once(store: Store, target: Target, *, forced: bool = False, starting: b
                                       checkpoint=checkpoint)
     if outcome.conflicts:
         open_conflicts(store, target.agent, replica.dir, outcome.conflicts, now)
+    # Copies this box kept that no item holds: their report was lost (a git that timed out mid-way
+    # through the rebase, an interrupt, a store that refused the items), the copies committed all
+    # the same and never the agent's to reconcile.
+    told = {str(row["log"]) for row in queue_items.unwitnessed(store) if row["job"] == JOB}
+    untold = [(name, copy) for name, copy in replica.own_conflicts() if str(replica.dir / copy) not in told]
+    if untold:
+        open_conflicts(store, target.agent, replica.dir, untold, now)
     witness_reconciled(store, replica.dir, pushed_all(state), now)
     return outcome, state
 

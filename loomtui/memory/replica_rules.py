@@ -139,10 +139,26 @@ def conflict_name(path: str, host: str, stamp: str) -> str:
     return f"{path}.conflict-{host}-{digits[:8]}T{digits[8:14]}"
 
 
+_COPY = re.compile(r"\.conflict-([A-Za-z0-9_-]+)-\d{8}T\d{6}(-\d+)?$")
+
+
 def is_conflict_copy(path: str) -> bool:
     """A copy conflict_name made, or one made beside it in the same second (`-2`, `-3`: replica's
     _free_name), which went uncounted and left the conflict looking reconciled."""
-    return re.search(r"\.conflict-[A-Za-z0-9_-]+-\d{8}T\d{6}(-\d+)?$", path) is not None
+    return _COPY.search(path) is not None
+
+
+def conflicted_file(copy: str) -> str:
+    """The file a conflict copy is a side of (its name without `.conflict-HOST-TIME`)."""
+    found = _COPY.search(copy)
+    return copy[:found.start()] if found else copy
+
+
+def copy_host(copy: str) -> str | None:
+    """The box that kept a conflict copy (None: not a copy). A host's name may hold `-`: the
+    greedy match takes all of it up to the time."""
+    found = _COPY.search(copy)
+    return found.group(1) if found else None
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,7 @@ def test_the_same_file_edited_on_both_keeps_both_versions_and_opens_a_queue_item
     try:
         opened = rep.open_conflicts(store, "main", b.dir, done.conflicts, T0)
         again = rep.open_conflicts(store, "main", b.dir, done.conflicts, T0 + 1)
-        assert len(opened) == 1 and again == []  # one live item per file
+        assert len(opened) == 1 and again == []  # one live item per copy
         item = queue_items.get(store, opened[0])
         assert item["job"] == rep.JOB and item["kind"] == rep.CONFLICT and item["count"] == 2
         assert item["log"] == str(b.dir / copy)
@@ -374,6 +374,41 @@ def test_a_conflict_is_witnessed_once_its_copys_deletion_is_pushed_not_while_it_
             "--git-dir", str(remote), "ls-tree", "--name-only", "main")
         outcome, state = rep.sync_once(store, target, forced=True)
         assert outcome.pushed and queue_items.get(store, item["id"])["state"] == "witnessed"
+
+
+def test_a_conflict_whose_report_was_lost_gets_its_item_at_the_next_sync_and_another_boxs_copy_none(
+        tmp_path, remote):
+    """The copies are committed during the rebase; their queue items come after, from what the sync
+    reported: a git that timed out mid-way, an interrupt, or a store that refused the items lost
+    the report, and the copies, in the tree for good, were never the agent's to reconcile."""
+    from loomtui.config import load_config
+
+    a = box(tmp_path, remote, "a")
+    a.dir.mkdir(parents=True)
+    (a.dir / "MEMORY.md").write_text("base\n")
+    sync(a, forced=True)
+    config = write_config(tmp_path, remote, "b")
+    state_dir = tmp_path / "state-b"
+    state_dir.mkdir(mode=0o700)
+    loaded, _ = load_config(str(config), {})
+    [target] = rep.targets(loaded, state_dir)
+    b = target.replica()
+    with Store.in_dir(state_dir) as store:
+        rep.sync_once(store, target, forced=True)  # b has the base
+        (a.dir / "MEMORY.md").write_text("base\nfrom a\n")
+        (b.dir / "MEMORY.md").write_text("base\nfrom b\n")
+        sync(a, forced=True)
+        done, _ = sync(b, forced=True)  # the sync alone: its report never reaches the queue
+        [(_, copy)] = done.conflicts
+        assert [r for r in queue_items.unwitnessed(store) if r["job"] == rep.JOB] == []
+        rep.sync_once(store, target)
+        [item] = [r for r in queue_items.unwitnessed(store) if r["job"] == rep.JOB]
+        assert item["log"] == str(b.dir / copy) and item["agent"] == "main"
+        rep.sync_once(store, target)  # told once
+        assert len([r for r in queue_items.unwitnessed(store) if r["job"] == rep.JOB]) == 1
+        # a pulls b's copy: b's agent reconciles it, not a's.
+        sync(a, forced=True)
+        assert (a.dir / copy).exists() and a.own_conflicts() == []
 
 
 def test_the_head_a_sync_sends_off_the_box_is_on_disk_first(tmp_path, remote):
@@ -908,8 +943,8 @@ def test_two_names_not_utf8_that_read_alike_get_a_queue_item_each(tmp_path):
         assert [queue_items.get(store, i)["log"] for i in opened] == [str(tmp_path / c) for _, c in copies]
         assert rep.open_conflicts(store, "main", tmp_path, copies[:1], T0 + 1) == []  # the same file again
         assert [queue_items.get(store, i)["count"] for i in opened] == [2, 1, 1]
-        # A UTF-8 name is its own signature, in its directory
-        assert queue_items.get(store, opened[2])["signature"] == f"{plain} in {tmp_path}"
+        # A UTF-8 name is its own signature, with its copy's suffix, in its directory
+        assert queue_items.get(store, opened[2])["signature"] == f"{plain}.conflict-b-3 in {tmp_path}"
 
 
 def test_the_same_file_in_conflict_in_two_agents_memories_is_an_item_each(tmp_path):
@@ -926,9 +961,14 @@ def test_the_same_file_in_conflict_in_two_agents_memories_is_an_item_each(tmp_pa
             "a", str(first / "MEMORY.md.conflict-x-1"))
         assert (queue_items.get(store, b)["agent"], queue_items.get(store, b)["log"]) == (
             "b", str(second / "MEMORY.md.conflict-y-1"))
-        # The same directory again: counted on its own item.
-        assert rep.open_conflicts(store, "a", first, [("MEMORY.md", "MEMORY.md.conflict-x-2")], T0 + 2) == []
+        # The same copy reported again: counted on its own item.
+        assert rep.open_conflicts(store, "a", first, [("MEMORY.md", "MEMORY.md.conflict-x-1")], T0 + 2) == []
         assert [queue_items.get(store, i)["count"] for i in (a, b)] == [2, 1]
+        # A second conflict of the file, before the first was reconciled: its copy an item of its own
+        # (folded into the first, the older copy, which may hold edits the newer lacks, was no item's).
+        [again] = rep.open_conflicts(store, "a", first, [("MEMORY.md", "MEMORY.md.conflict-x-2")], T0 + 3)
+        assert queue_items.get(store, a)["log"] == str(first / "MEMORY.md.conflict-x-1")
+        assert queue_items.get(store, again)["log"] == str(first / "MEMORY.md.conflict-x-2")
 
 
 def test_a_local_refusal_is_not_said_to_be_the_remote_and_does_not_back_it_off(tmp_path, remote, git_home,

@@ -79,6 +79,10 @@ def test_a_conflict_copy_names_the_file_the_host_and_the_time():
     assert rules.is_conflict_copy(name) and not rules.is_conflict_copy("notes/deploys.md")
     assert not rules.is_conflict_copy("x.conflict-a-2027")
     assert rules.is_conflict_copy(name + "-2") and not rules.is_conflict_copy(name + "-x")  # a second in one second
+    # Read back: the file it is a side of, and the box that kept it (a `-` in its name too).
+    for copy in (name, name + "-2"):
+        assert (rules.conflicted_file(copy), rules.copy_host(copy)) == ("notes/deploys.md", "box-a")
+    assert (rules.conflicted_file("notes/deploys.md"), rules.copy_host("notes/deploys.md")) == ("notes/deploys.md", None)
 
 
 def test_the_lag_in_words():
