@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,14 +28,31 @@ class Ran:
     stderr: bytes
 
 
+class TooLong(OSError):
+    """The command wrote more than the caller's `limit` (its group is ended): an answer no caller
+    reads whole (a host streaming gigabytes within its timeout filled the console's memory)."""
+
+
 def run(argv: Sequence[str], *, timeout: float, stdin: bytes | None = None,
-        env: Mapping[str, str] | None = None) -> Ran | None:
+        env: Mapping[str, str] | None = None, limit: int | None = None) -> Ran | None:
     """`argv`'s exit status and output; None when `timeout` seconds came first (its group is then
-    killed). `stdin`: what it reads (None: nothing, /dev/null). OSError when it cannot be started."""
+    killed). `stdin`: what it reads (None: nothing, /dev/null). `limit`: the most bytes its stdout
+    and stderr may hold together (TooLong past it). OSError when it cannot be started."""
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
     try:
-        out, err = proc.communicate(stdin, timeout=timeout)
+        if limit is None:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        else:
+            try:
+                out, err = _read(proc, stdin, timeout, limit)
+            except (TooLong, subprocess.TimeoutExpired) as exc:
+                _kill(proc)
+                _close(proc)
+                proc.wait()
+                if isinstance(exc, TooLong):
+                    raise
+                return None
     except subprocess.TimeoutExpired:
         _kill(proc)
         try:
@@ -46,13 +65,72 @@ def run(argv: Sequence[str], *, timeout: float, stdin: bytes | None = None,
         # reached it, and once the caller lets go of what it holds (the replica's lock) a git left
         # running would write on under the next holder. The group goes and is reaped first.
         _kill(proc)
-        for pipe in (proc.stdin, proc.stdout, proc.stderr):
-            if pipe is not None:
-                with contextlib.suppress(OSError):  # a stdin flush into a dead child
-                    pipe.close()
+        _close(proc)
         proc.wait()
         raise
     return Ran(proc.returncode, out, err)
+
+
+def _read(proc: subprocess.Popen[bytes], stdin: bytes | None, timeout: float, limit: int) -> tuple[bytes, bytes]:
+    """communicate(), but stopping at `limit` bytes of output: stdin written and both pipes read as
+    they are ready, until both close. TimeoutExpired at the deadline (its pipes then read to their
+    end by the caller, as after communicate's)."""
+    deadline = time.monotonic() + timeout
+    chunks: dict[int, list[bytes]] = {}
+    total = 0
+    pending = memoryview(stdin or b"")
+    writing = -1  # stdin's fd while there is more to write
+    with selectors.DefaultSelector() as sel:
+        for pipe in (proc.stdout, proc.stderr):
+            assert pipe is not None
+            chunks[pipe.fileno()] = []
+            sel.register(pipe.fileno(), selectors.EVENT_READ)
+        if proc.stdin is not None:
+            if pending:
+                writing = proc.stdin.fileno()
+                os.set_blocking(writing, False)
+                sel.register(writing, selectors.EVENT_WRITE)
+            else:
+                proc.stdin.close()
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(proc.args, timeout)
+            for key, _ in sel.select(left):
+                fd = int(key.fd)
+                if fd == writing:
+                    assert proc.stdin is not None
+                    try:
+                        pending = pending[os.write(fd, pending[:65536]):]
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
+                        pending = memoryview(b"")
+                    if not pending:
+                        sel.unregister(fd)
+                        proc.stdin.close()
+                        writing = -1
+                    continue
+                data = os.read(fd, 65536)
+                if not data:
+                    sel.unregister(fd)
+                    continue
+                total += len(data)
+                if total > limit:
+                    raise TooLong(f"more than {limit} bytes of output")
+                chunks[fd].append(data)
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
+    left = deadline - time.monotonic()
+    proc.wait(timeout=max(left, 0.001))  # TimeoutExpired, as communicate's, when it outlives its pipes
+    return out, err
+
+
+def _close(proc: subprocess.Popen[bytes]) -> None:
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):  # a stdin flush into a dead child
+                pipe.close()
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:

@@ -42,6 +42,9 @@ PERSIST = "10m"
 # master's socket at the path plus a 17-character random suffix.
 MAX_CONTROL_PATH = 104 - 1 - 17
 SSH_FAILED = 255  # ssh's own exit status for a failure of its own (the remote Loom never uses it)
+# The most a host's answer may hold (stdout and stderr): its output is untrusted, and one streaming
+# gigabytes within its timeout filled the console's memory before any parser's bound applied.
+MAX_ANSWER = 64 * 2**20
 _ORIGIN = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
@@ -141,7 +144,9 @@ def run(host: HostConfig, words: list[str], *, state_dir: Path, timeout: float, 
     try:
         # Never the terminal: the remote command reads no operator's keys, only what it is given. At
         # the timeout ssh goes with what it started (a ProxyCommand, a jump).
-        done = bounded_run.run(argv, stdin=stdin, timeout=timeout)
+        done = bounded_run.run(argv, stdin=stdin, timeout=timeout, limit=MAX_ANSWER)
+    except bounded_run.TooLong:
+        return Reply(host.name, None, "", "", f"its answer was longer than {MAX_ANSWER // 2**20} MiB: cut off")
     except OSError as exc:
         return Reply(host.name, None, "", "", f"cannot run ssh: {exc.strerror or exc}")
     if done is None:

@@ -116,6 +116,13 @@ def test_two_hosts(make_harness, sshd):
         assert refused.returncode == UNREACHABLE
         assert "host c (c) is unreachable" in refused.stderr and "Host key verification failed" in refused.stderr
         a.config_path.write_text(c_config)
+        # A host whose answer never ends (here its `loom` streams zeros): cut off at MAX_ANSWER, not
+        # held whole in memory.
+        add_host(a.config_path, "d", ssh="b", ssh_options=["-F", str(sshd.client_config())],
+                 loom=["sh", "-c", "head -c 300000000 /dev/zero"], timeout="120s", command_timeout="120s")
+        flood = a.loom("--host", "d", "status")
+        assert flood.returncode == UNREACHABLE and "longer than 64 MiB" in flood.stderr, flood.stderr
+        a.config_path.write_text(c_config)
         # b's own options edited while its master lives (the same stranger's known hosts): the master
         # is the old way's, not used for the new one, which is refused as c was.
         assert masters(a.state_dir)

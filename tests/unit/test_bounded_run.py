@@ -82,3 +82,29 @@ def test_a_group_that_ignores_the_request_to_end_is_killed(tmp_path: Path):
     pid = int(pid_file.read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)  # killed and reaped
+
+
+def test_with_a_limit_it_reads_and_writes_as_communicate_does(tmp_path: Path):
+    big = os.urandom(3 * 2**20)  # more than a pipe holds, both ways: written while its echo is read
+    done = bounded_run.run(["sh", "-c", "cat; echo said >&2; exit 3"], timeout=120, stdin=big, limit=8 * 2**20)
+    assert done is not None and (done.code, done.stdout, done.stderr) == (3, big, b"said\n")
+    assert bounded_run.run(["true"], timeout=120, stdin=b"", limit=10) == bounded_run.Ran(0, b"", b"")
+
+
+def test_an_answer_past_its_limit_ends_the_command_and_says_so(tmp_path: Path):
+    """A host streaming gigabytes within its timeout: all of it was held in memory before any
+    parser's bound applied."""
+    pid_file = tmp_path / "pid"
+    script = f"echo $$ > '{pid_file}'; while :; do head -c 65536 /dev/zero; done"
+    with pytest.raises(bounded_run.TooLong):
+        bounded_run.run(["sh", "-c", script], timeout=120, limit=2**20)
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)  # ended and reaped
+
+
+def test_with_a_limit_the_deadline_still_ends_it(tmp_path: Path):
+    pid_file = tmp_path / "pid"
+    script = f"echo $$ > '{pid_file}'; echo partial; sleep 60"
+    assert bounded_run.run(["sh", "-c", script], timeout=1.0, limit=2**20) is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
