@@ -139,9 +139,11 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
         return
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=TERM_GRACE)
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=TERM_GRACE)
+    finally:  # a second Ctrl-C in the grace still ends the group
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

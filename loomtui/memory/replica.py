@@ -197,7 +197,9 @@ class Replica:
         `.git` there is the operator's: refused, never touched."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if (self.git_dir / "HEAD").exists():
-            self._exclude(self.git_dir)
+            if self._exclude(self.git_dir):
+                # Excluded now, perhaps committed before (an index renamed since): no longer tracked.
+                self.git.run("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *self.ignored, check=False)
             return
         old = self.dir / ".git"
         adopting = old.is_dir() and not old.is_symlink() and any((old / n).exists() for n in OLD_MARKERS)
@@ -222,21 +224,22 @@ class Replica:
             # An older Loom committed them: no longer tracked (the next commit says so).
             self.git.run("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *self.ignored, check=False)
 
-    def _exclude(self, git_dir: Path) -> None:
+    def _exclude(self, git_dir: Path) -> bool:
         """The names never committed (`loom memory add`'s lock beside the index), as the config says
         now: written only when the repository was made, a renamed `memory.index`'s lock was
-        committed, its holder's pid in it, and conflicted between boxes."""
+        committed, its holder's pid in it, and conflicted between boxes. Whether it changed."""
         if not self.ignored:
-            return
+            return False
         exclude = git_dir / "info" / "exclude"
         text = "".join(f"{name}\n" for name in self.ignored)
         try:
             if exclude.read_text() == text:
-                return
+                return False
         except (FileNotFoundError, UnicodeDecodeError):
             pass
         exclude.parent.mkdir(exist_ok=True)
         _write_atomic(exclude, text)
+        return True
 
     @staticmethod
     def _adopt(old: Path, building: Path) -> None:
@@ -448,10 +451,16 @@ class Replica:
 
     def own_conflicts(self) -> list[tuple[str, str]]:
         """The conflict copies this box made that the tree holds, each with the file it is a side of
-        (as the conflicts a sync reports): another box's copies are its own agent's to reconcile."""
-        listed = self.git.run("ls-files", "-z").out.split("\0")
-        return [(rules.conflicted_file(as_text(p)), as_text(p)) for p in listed
-                if p and rules.is_conflict_copy(p) and rules.copy_host(p) == self.host]
+        (as a sync reports them: the name as git gave it, the copy in text): another box's copies
+        are its own agent's to reconcile, and one deleted (not committed yet) is reconciled. None
+        when git cannot say (the next sync asks again)."""
+        try:
+            listed = self.git.run("ls-files", "-z").out.split("\0")
+        except GitError:
+            return []
+        return [(rules.conflicted_file(p), as_text(p)) for p in listed
+                if p and rules.is_conflict_copy(p) and rules.copy_host(p) == self.host
+                and os.path.lexists(self.dir / p)]
 
     # -- the ledger's checkpoints -----------------------------------------------------------------
 
@@ -540,6 +549,8 @@ class Replica:
         if plan.commit and self.commit(now):
             outcome.committed = True
             state.fingerprint, state.changed_at = "", None
+        elif plan.commit:
+            state.changed_at = None  # nothing git would take (a submodule's own changes): none waits
         tried = plan.pull
         if plan.pull:
             state.last_try = now
@@ -758,13 +769,14 @@ def sync_once(store: Store, target: Target, *, forced: bool = False, starting: b
     with replica.lock(lock_timeout):
         outcome, state = replica.sync(target.settings, forced=forced, starting=starting, now=now,
                                       checkpoint=checkpoint)
+        kept = replica.own_conflicts()
     if outcome.conflicts:
         open_conflicts(store, target.agent, replica.dir, outcome.conflicts, now)
     # Copies this box kept that no item holds: their report was lost (a git that timed out mid-way
     # through the rebase, an interrupt, a store that refused the items), the copies committed all
     # the same and never the agent's to reconcile.
     told = {str(row["log"]) for row in queue_items.unwitnessed(store) if row["job"] == JOB}
-    untold = [(name, copy) for name, copy in replica.own_conflicts() if str(replica.dir / copy) not in told]
+    untold = [(name, copy) for name, copy in kept if str(replica.dir / copy) not in told]
     if untold:
         open_conflicts(store, target.agent, replica.dir, untold, now)
     witness_reconciled(store, replica.dir, pushed_all(state), now)

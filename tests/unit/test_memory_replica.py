@@ -253,14 +253,17 @@ def test_a_lock_file_renamed_with_the_index_is_excluded_in_a_repository_made_bef
     first = replica(tmp_path, str(remote), "a", timeout=60, ignored=(".A.md.lock",))
     first.dir.mkdir(parents=True)
     (first.dir / "A.md").write_text("a\n")
+    (first.dir / ".B.md.lock").write_text("      4141\n")  # committed by the Loom that excluded only A's
     sync(first, forced=True)
+    assert ".B.md.lock" in git("--git-dir", str(remote), "ls-tree", "--name-only", "main").split()
     renamed = replica(tmp_path, str(remote), "a", timeout=60, ignored=(".B.md.lock",))
     (renamed.dir / ".B.md.lock").write_text("      4242\n")
     (renamed.dir / "B.md").write_text("b\n")
     done, _ = sync(renamed, forced=True)
     assert done.pushed
     tracked = git("--git-dir", str(remote), "ls-tree", "--name-only", "main").split()
-    assert "B.md" in tracked and ".B.md.lock" not in tracked
+    assert "B.md" in tracked and ".B.md.lock" not in tracked  # excluded now, and no longer tracked
+    assert (renamed.dir / ".B.md.lock").read_text() == "      4242\n"  # the holder's file left alone
 
 
 # -- through `loom`: the commands, the status line, the configuration --------------------------------
@@ -409,6 +412,10 @@ def test_a_conflict_whose_report_was_lost_gets_its_item_at_the_next_sync_and_ano
         # a pulls b's copy: b's agent reconciles it, not a's.
         sync(a, forced=True)
         assert (a.dir / copy).exists() and a.own_conflicts() == []
+        # Deleted, not committed yet (its quiet period): reconciled, never an item to open again.
+        assert b.own_conflicts() == [("MEMORY.md", copy)]
+        (b.dir / copy).unlink()
+        assert b.own_conflicts() == []
 
 
 def test_the_head_a_sync_sends_off_the_box_is_on_disk_first(tmp_path, remote):
