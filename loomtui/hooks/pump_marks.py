@@ -9,10 +9,10 @@ The pump knows its side of the CLI's stdin for sure, and what the CLI printed:
   CLI that never says a word is no turn: its probe's miss counts, as with no source of turns at all
   (a CLI hung on its resume, or one that stopped reading between turns). A line the pump queued
   behind a running turn has no `in` until it is written, so it begins nothing before then;
-- a `system/init` with no line waiting for its answer, once a line was written to that CLI, begins
-  a turn the CLI took by itself (a background task's end told to the model), dated by the init: the
-  pump holds lines until its `result`, so a probe queued behind it is excused as one behind any
-  other turn (an init before the first line is a CLI that speaks at its start: no task of its own);
+- a `system/init` the pump marked `own_turn` begins a turn the CLI took by itself (a background
+  task's end told to the model), dated by the init: the pump holds lines until its `result`, so a
+  probe queued behind it is excused as one behind any other turn (the pump knows, from all it has
+  seen, whether a turn of its own ran; a part of the transcript read alone would not);
 - every event the CLI prints in a turn is a sign of life (an `assistant` tool call names its tool);
 - its `result` ends the turn: Stop, or StopFailure when `is_error` (the subtype as its error);
 - the pump's start is a new CLI process, and the CLI's exit (or a spawn that failed) ends it: a
@@ -68,38 +68,37 @@ class Read:
     """What the conversion carries from one stretch of the transcript to the next."""
 
     written: Instant | None = None  # a line the pump wrote that the CLI has not answered yet
-    wrote: bool = False             # a line was written to this CLI (since its pump's start)
 
 
 def marks(entries: Iterable[Entry], carried: Read = Read()) -> tuple[list[Mark], Read]:
     """The marks the records (oldest first) tell of, and what the next stretch starts from."""
     out: list[Mark] = []
-    written, wrote = carried.written, carried.wrote
+    written = carried.written
     for entry in entries:
         # On both clocks where the record kept them: a turn's age and quiet are then monotonic time,
         # which a step of the wall clock does not move (a day back would excuse a wedge for a day).
         at = stored(float(entry.ts), entry.mono, entry.boot)
         if entry.dir == IN:
-            written, wrote = at, True  # a line the CLI has not answered yet is superseded: it began nothing
+            written = at  # a line the CLI has not answered yet is superseded: it began nothing
         elif entry.dir == OUT:
             event = entry.data.get("event")
             if written is not None and _answers(event):
                 out.append(Mark(written, PROMPT))
                 written = None
-            elif written is None and wrote and _is_init(event):
+            elif written is None and _is_init(event) and entry.data.get("own_turn") is True:
                 out.append(Mark(at, PROMPT))  # the CLI's own turn
             out.append(_said(at, event))
         elif entry.dir == PUMP:
             what = entry.data.get("what")
             if what == STARTED:
-                written, wrote = None, False
+                written = None
                 out.append(Mark(at, SESSION_START, PUMP_START))
             elif what in (CLI_EXIT, SPAWN_FAILED):
-                written, wrote = None, False
+                written = None
                 out.append(Mark(at, SESSION_END))
             elif what == WRITE_FAILED:
                 written = None  # the line never reached the CLI
-    return out, Read(written, wrote)
+    return out, Read(written)
 
 
 def _is_init(event: Any) -> bool:

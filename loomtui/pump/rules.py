@@ -175,14 +175,25 @@ def _send(state: State, now: float) -> tuple[State, tuple[Action, ...]]:
 
 
 def result_turn(state: State, event: dict[str, Any]) -> dict[str, int | bool]:
-    """What a `result` event's transcript record says of its turn, before the rules take it in:
-    `turn`, the line whose turn it ends (the pump writes one line a turn); `own_turn`, a turn the
-    CLI began by itself (no line's answer); nothing for a result outside any turn."""
+    """What an event's transcript record says of its turn, before the rules take it in: a `result`'s
+    `turn`, the line whose turn it ends (the pump writes one line a turn), or `own_turn`, a turn the
+    CLI began by itself (no line's answer); an `init`'s `own_turn`, when it begins one (the turns
+    read from the transcript begin it there, whatever part of it they read: hooks.pump_marks)."""
+    if _begins_own_turn(state, event):
+        return {"own_turn": True}
     if event.get("type") != "result":
         return {}
     if state.turn_seq is not None:
         return {"turn": state.turn_seq}
     return {"own_turn": True} if state.own_since is not None else {}
+
+
+def _begins_own_turn(state: State, event: dict[str, Any]) -> bool:
+    """An `init` with no line of ours in it: the CLI's own turn (a background task's end told to the
+    model). Not before the first line: a CLI that speaks at its start (Loom's demo agent) has begun
+    no task yet."""
+    return (event.get("type") == "system" and event.get("subtype") == "init" and not state.running
+            and state.wrote and state.cli_exit is None)
 
 
 def _output(state: State, event: Output) -> tuple[State, tuple[Action, ...]]:
@@ -191,10 +202,8 @@ def _output(state: State, event: Output) -> tuple[State, tuple[Action, ...]]:
         session = event.event.get("session_id")
         if isinstance(session, str) and session:
             state = replace(state, session_id=session)
-        if not state.running and state.wrote and state.cli_exit is None:
-            # No line of ours in it: the CLI's own turn (a background task's end told to the model).
-            # A line written now would be merged into it: they wait for its `result`. Not before the
-            # first line: a CLI that speaks at its start (Loom's demo agent) has begun no task yet.
+        if _begins_own_turn(state, event.event):
+            # A line written now would be merged into it: they wait for its `result`.
             state = replace(state, own_since=event.now)
         return state, ()
     if kind != "result":

@@ -264,6 +264,7 @@ class Pump:
             unread: dict[str, Any] = {"unread": list(self.unread)} if self.unread else {}
             # A result names the line whose turn it ends (one line a turn): the bridge answers that
             # line, not the oldest one waiting, when an earlier result never reached the transcript.
+            # A turn the CLI took by itself says so at its init and its result.
             unread.update(rules.result_turn(self.state, event))
             if _deeper(event, MAX_DEPTH):
                 self._record(transcript.OUT, show=not same, event=_shallow(event), raw=line, **unread)

@@ -141,6 +141,8 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
         offset = rec.end
         if rec.dir == transcript.IN:
             _opened(turns, rec)
+        elif rec.dir == transcript.OUT and rec.event.get("type") == "result" and rec.data.get("own_turn") is True:
+            continue  # a turn the CLI took by itself (a background task's end): no line's answer
         elif rec.dir == transcript.OUT and rec.event.get("type") == "result":
             # Lines the pump says the CLI had not read (an error it printed without reading them: a
             # resume that found no session) are not this result's: left open, for the pump's next

@@ -319,4 +319,6 @@ def test_a_background_tasks_end_is_a_turn_of_the_clis_own_and_lines_wait_for_it(
     results = [r for r in harness.records(pump_transcript.OUT) if r.event.get("type") == "result"]
     assert [("own" if r.data.get("own_turn") else r.data.get("turn")) for r in results] == [
         in_seq(harness, "in the background: sleep 2"), "own", in_seq(harness, "while it runs W1")]
+    inits = [r for r in harness.records(pump_transcript.OUT) if r.event.get("subtype") == "init"]
+    assert [bool(r.data.get("own_turn")) for r in inits] == [False, True, False]  # the turns read begin there
     verified(harness)

@@ -124,6 +124,19 @@ def test_only_the_turns_that_answer_telegram_are_echoed(script):
     assert len({a.key for a in answers}) == 2
 
 
+def test_a_turn_the_cli_took_by_itself_answers_no_line(script):
+    """A background task's end, told to the model in a turn no line began: its result was taken for
+    the answer of a Telegram line still open (one whose own result the bridge never read)."""
+    seq = script.send("telegram", "is it green?")
+    event = {"type": "result", "subtype": "success", "is_error": False, "result": "noted: the task ended"}
+    script.writer.append(transcript.OUT, ts=script._tick(), event=event, own_turn=True)
+    cursor, answers = advance(Cursor(), records(script.path))
+    assert answers == [] and [t.seq for t in cursor.open] == [seq]
+    script.result("it is green", turn=seq)
+    _, answers = advance(cursor, records(script.path, cursor.offset))
+    assert [a.text for a in answers] == ["it is green"]
+
+
 def test_an_error_result_is_a_short_note_and_an_empty_one_says_so(script):
     script.send("telegram")
     script.result("API Error: 529\n   overloaded", is_error=True, subtype="error_during_execution")

@@ -76,13 +76,16 @@ def test_a_turn_the_cli_takes_by_itself_holds_the_lines_until_its_result():
     its `task_notification`, then `init` ... `result`). Taken for idle, a line went in at once: the
     CLI merged it into that turn, and the turn's result was taken for the line's answer."""
     # A CLI that speaks at its start (Loom's demo agent) has no task of its own yet.
+    assert rules.result_turn(ready(), INIT) == {}
     state, _ = run(ready(), Output(0.1, INIT))
     assert not state.running
     state, _ = run(state, Send(0.2), Output(0.3, INIT), Output(0.4, RESULT))  # its first line's turn
     state, actions = run(state, Output(1.0, TASK_ENDED))
     assert not state.running and actions == []  # a task's event begins no turn
+    assert rules.result_turn(state, INIT) == {"own_turn": True}  # its record says so (hooks.pump_marks)
     state, actions = run(state, Output(2.0, INIT))
     assert state.running and state.turn_seq is None and state.own_since == 2.0 and actions == []
+    assert rules.result_turn(state, INIT) == {}  # an init within it begins nothing more
     assert (rules.status(state)["turn"], rules.status(state)["turn_started"], rules.status(state)["turn_seq"]) == (
         "running", 2.0, None)
     state, actions = run(state, Send(3.0), Send(4.0), Output(5.0, ASSISTANT))

@@ -43,6 +43,11 @@ def init(t: float) -> Record:
     return said(t, "system", subtype="init", session_id="s-1")
 
 
+def own_init(t: float) -> Record:
+    """The init of a turn the CLI took by itself, as the pump records it (rules.result_turn)."""
+    return rec(t, transcript.OUT, event={"type": "system", "subtype": "init", "session_id": "s-1"}, own_turn=True)
+
+
 def tool(t: float, name: str = "Bash") -> Record:
     return said(t, message={"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": name,
                                                               "input": {"command": "ls"}}]})
@@ -104,14 +109,16 @@ def test_a_background_tasks_events_answer_no_line_and_its_end_is_a_turn_the_cli_
     found, carried = pump_marks.marks([wrote(10), task(11, "task_updated"), task(11.5)])
     assert turn_rules.turns(found) == [] and carried.written == at(10)  # not answered yet
     first = [wrote(0), init(1), result(2)]
-    [_, own] = the_turns([*first, task(4), task(5, "background_tasks_changed"), init(6), tool(7), result(9)])
+    [_, own] = the_turns([*first, task(4), task(5, "background_tasks_changed"), own_init(6), tool(7), result(9)])
     assert (own.began, own.ended, own.outcome) == (at(6), at(9), "stopped")
-    # Before its first line a CLI has no task of its own: an init then (Loom's demo agent says one at
-    # its start) begins nothing, nor one after a new pump's start.
+    # Read alone, from a window that starts after the last line (the pump's first read of a long
+    # transcript, a one-shot tick's): the pump said it was the CLI's own.
+    [alone] = the_turns([task(4), own_init(6), tool(7)])
+    assert (alone.began, alone.ended) == (at(6), None)
+    # An init the pump did not mark begins nothing by itself (Loom's demo agent says one at its start).
     assert the_turns([pump(0, "started"), init(1), tool(2)]) == []
-    assert [t.began for t in the_turns([*first, pump(3, "started"), init(4), tool(5)])] == [at(0)]
     # A probe queued behind the CLI's own turn: that turn is open while it waits.
-    records = [wrote(0), init(1), result(2), task(100), init(101), pump(102, "queued", seq=2, position=1),
+    records = [wrote(0), init(1), result(2), task(100), own_init(101), pump(102, "queued", seq=2, position=1),
                tool(500)]
     turns = the_turns(records)
     assert [t.began for t in turns] == [at(0), at(101)] and turns[-1].ended is None
@@ -191,7 +198,7 @@ def test_stderr_and_pump_notes_are_no_signs_of_life():
 # -- any order of events, read in any pieces -----------------------------------------------------
 
 EVENTS = st.sampled_from(["in", "init", "tool", "text", "result", "error_result", "raw", "err", "started",
-                          "cli_exit", "write_failed", "queued", "task"])
+                          "cli_exit", "write_failed", "queued", "task", "own_init"])
 
 
 def as_record(t: float, kind: str) -> Record:
@@ -201,7 +208,8 @@ def as_record(t: float, kind: str) -> Record:
             "raw": lambda: rec(t, transcript.OUT, raw="not json"), "err": lambda: rec(t, transcript.ERR, line="e"),
             "started": lambda: pump(t, "started"), "cli_exit": lambda: pump(t, "cli_exit", status=0),
             "write_failed": lambda: pump(t, "write_failed", seq=1),
-            "queued": lambda: pump(t, "queued", seq=1, position=1), "task": lambda: task(t)}[kind]()
+            "queued": lambda: pump(t, "queued", seq=1, position=1), "task": lambda: task(t),
+            "own_init": lambda: own_init(t)}[kind]()
 
 
 @given(st.lists(EVENTS, max_size=60), st.lists(st.integers(0, 60), max_size=6))
@@ -220,7 +228,7 @@ def test_read_in_pieces_and_compacted_as_it_goes_the_turns_are_those_of_one_whol
     answered = {r.ts for i, r in enumerate(records) if r.dir == transcript.IN
                 and any(o.dir == transcript.OUT and o.data.get("event", {}).get("type") != "system"
                         or o.data.get("event", {}).get("subtype") == "init" for o in records[i + 1:])}
-    inits = {r.ts for r in records if r.dir == transcript.OUT and r.data.get("event", {}).get("subtype") == "init"}
+    inits = {r.ts for r in records if r.dir == transcript.OUT and r.data.get("own_turn") is True}
     assert {t.began.wall for t in turn_rules.turns(whole)} <= answered | inits
     # Runs of signs of life are cut to at most two marks.
     life = (pump_marks.STREAM_EVENT, pump_marks.TOOL_CALL)
