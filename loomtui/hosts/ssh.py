@@ -90,8 +90,12 @@ def control_path(state_dir: Path, host: HostConfig) -> str | None:
     it leads, and a host's `ssh` or `ssh_options` edited while its master lived (the console reads
     every few seconds, so it never idled out) still sent reads and actions to the old machine."""
     route = hashlib.sha256(json.dumps([host.ssh, list(host.ssh_options)]).encode()).hexdigest()[:10]
-    path = str(Path(state_dir).absolute() / CONTROL_DIR / f"{host.name}-{route}")
-    if len(os.fsencode(path)) > MAX_CONTROL_PATH or any(c.isspace() or c in "\"'\\" for c in path):
+    folder = Path(state_dir).absolute() / CONTROL_DIR
+    # The route alone when the name makes it too long: two names of one route share a connection
+    # to the same place, which is no harm.
+    path = next((p for p in (str(folder / f"{host.name}-{route}"), str(folder / route))
+                 if len(os.fsencode(p)) <= MAX_CONTROL_PATH), "")
+    if not path or any(c.isspace() or c in "\"'\\" for c in path):
         return None
     return path.replace("%", "%%")
 

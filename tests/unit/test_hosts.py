@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 import subprocess
@@ -174,6 +175,13 @@ def test_the_control_path_is_in_a_private_directory_under_the_state_dir(tmp_path
     assert ssh.control_path(Path("/tmp/a b"), b) is None
     deep = Path("/tmp") / ("d" * 80)
     assert ssh.control_path(deep, b) is None  # past a unix socket's length, with ssh's temporary suffix
+    # Deep enough that the host's name would not fit: the route alone names it.
+    named = host(name="a-rather-long-host-name-of-32-ch")
+    fits = Path("/tmp") / ("d" * (ssh.MAX_CONTROL_PATH - len("/tmp/") - len("/ssh/") - 10))
+    path = ssh.control_path(fits, named)
+    assert path is not None and path.startswith(str(fits / "ssh") + "/")
+    assert re.fullmatch(r"[0-9a-f]{10}", path.rsplit("/", 1)[1])
+    assert ssh.control_path(Path("/tmp/s"), named).endswith("/ssh/a-rather-long-host-name-of-32-ch-" + path[-10:])
 
 
 def test_a_host_reached_another_way_has_a_master_connection_of_its_own():
