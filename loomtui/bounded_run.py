@@ -44,21 +44,19 @@ def run(argv: Sequence[str], *, timeout: float, stdin: bytes | None = None,
         if limit is None:
             out, err = proc.communicate(stdin, timeout=timeout)
         else:
-            try:
-                out, err = _read(proc, stdin, timeout, limit)
-            except (TooLong, subprocess.TimeoutExpired) as exc:
-                _kill(proc)
-                _close(proc)
-                proc.wait()
-                if isinstance(exc, TooLong):
-                    raise
-                return None
+            out, err = _read(proc, stdin, timeout, limit)
     except subprocess.TimeoutExpired:
-        _kill(proc)
         try:
-            proc.communicate(timeout=KILLED_WAIT)
-        except subprocess.TimeoutExpired:
-            proc.wait()  # the group's leader is gone: only a process outside it still holds the pipes
+            _kill(proc)
+        finally:  # reaped even when a Ctrl-C comes in the grace
+            if limit is None:
+                try:
+                    proc.communicate(timeout=KILLED_WAIT)
+                except subprocess.TimeoutExpired:
+                    proc.wait()  # the group's leader is gone: only a process outside it still holds the pipes
+            else:
+                _close(proc)  # its pipes were read by hand: nothing left to read them to their end
+                proc.wait()
         return None
     except BaseException:
         # Ctrl-C, or any exception while it waits: in its own session the terminal's Ctrl-C never
@@ -72,9 +70,9 @@ def run(argv: Sequence[str], *, timeout: float, stdin: bytes | None = None,
 
 
 def _read(proc: subprocess.Popen[bytes], stdin: bytes | None, timeout: float, limit: int) -> tuple[bytes, bytes]:
-    """communicate(), but stopping at `limit` bytes of output: stdin written and both pipes read as
-    they are ready, until both close. TimeoutExpired at the deadline (its pipes then read to their
-    end by the caller, as after communicate's)."""
+    """communicate(), but stopping at `limit` bytes of output (TooLong): stdin written and both
+    pipes read as they are ready, until both close, then the pipes closed. TimeoutExpired at the
+    deadline."""
     deadline = time.monotonic() + timeout
     chunks: dict[int, list[bytes]] = {}
     total = 0
@@ -121,6 +119,7 @@ def _read(proc: subprocess.Popen[bytes], stdin: bytes | None, timeout: float, li
                 chunks[fd].append(data)
     assert proc.stdout is not None and proc.stderr is not None
     out, err = b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
+    _close(proc)
     left = deadline - time.monotonic()
     proc.wait(timeout=max(left, 0.001))  # TimeoutExpired, as communicate's, when it outlives its pipes
     return out, err

@@ -197,9 +197,13 @@ class Replica:
         `.git` there is the operator's: refused, never touched."""
         self.dir.mkdir(parents=True, exist_ok=True)
         if (self.git_dir / "HEAD").exists():
-            if self._exclude(self.git_dir):
-                # Excluded now, perhaps committed before (an index renamed since): no longer tracked.
-                self.git.run("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *self.ignored, check=False)
+            if self._exclusions(self.git_dir) is not None:
+                # Excluded now, perhaps committed before (an index renamed since): no longer tracked,
+                # wherever in the tree (an exclude without a slash matches at any depth). The list is
+                # written once that is done: a refusal here (a stale index.lock) is tried again.
+                self.git.run("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--",
+                             *(f":(glob)**/{_glob_escaped(name)}" for name in self.ignored))
+                self._exclude(self.git_dir)
             return
         old = self.dir / ".git"
         adopting = old.is_dir() and not old.is_symlink() and any((old / n).exists() for n in OLD_MARKERS)
@@ -224,22 +228,27 @@ class Replica:
             # An older Loom committed them: no longer tracked (the next commit says so).
             self.git.run("rm", "-r", "-q", "--cached", "--ignore-unmatch", "--", *self.ignored, check=False)
 
-    def _exclude(self, git_dir: Path) -> bool:
-        """The names never committed (`loom memory add`'s lock beside the index), as the config says
-        now: written only when the repository was made, a renamed `memory.index`'s lock was
-        committed, its holder's pid in it, and conflicted between boxes. Whether it changed."""
+    def _exclusions(self, git_dir: Path) -> str | None:
+        """The exclude list the config asks for, when the repository's differs (None: the same)."""
         if not self.ignored:
-            return False
-        exclude = git_dir / "info" / "exclude"
+            return None
         text = "".join(f"{name}\n" for name in self.ignored)
         try:
-            if exclude.read_text() == text:
-                return False
+            if (git_dir / "info" / "exclude").read_text() == text:
+                return None
         except (FileNotFoundError, UnicodeDecodeError):
             pass
-        exclude.parent.mkdir(exist_ok=True)
-        _write_atomic(exclude, text)
-        return True
+        return text
+
+    def _exclude(self, git_dir: Path) -> None:
+        """The names never committed (`loom memory add`'s lock beside the index), as the config says
+        now: written only when the repository was made, a renamed `memory.index`'s lock was
+        committed, its holder's pid in it, and conflicted between boxes."""
+        text = self._exclusions(git_dir)
+        if text is None:
+            return
+        (git_dir / "info").mkdir(exist_ok=True)
+        _write_atomic(git_dir / "info" / "exclude", text)
 
     @staticmethod
     def _adopt(old: Path, building: Path) -> None:
@@ -605,6 +614,11 @@ def _short(exc: Exception) -> str:
     # "DIR: git fetch failed: WHY" → the part after the directory: the state says whose it is.
     text = str(exc)
     return text.split(": ", 1)[1][:300] if ": " in text else text[:300]
+
+
+def _glob_escaped(name: str) -> str:
+    """A file name as a git glob pathspec matches it alone (its `*`, `?`, `[` and `\\` escaped)."""
+    return re.sub(r"([*?\[\\])", r"\\\1", name)
 
 
 def _stamp(now: float) -> str:

@@ -141,8 +141,12 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
         offset = rec.end
         if rec.dir == transcript.IN:
             _opened(turns, rec)
-        elif rec.dir == transcript.OUT and rec.event.get("type") == "result" and rec.data.get("own_turn") is True:
-            continue  # a turn the CLI took by itself (a background task's end): no line's answer
+        elif rec.dir == transcript.OUT and rec.event.get("type") == "result" and rec.data.get("own_turn") is True \
+                and not any(t.seq in turns.unread for t in turns.open):
+            # A turn the CLI took by itself (a background task's end): no line's answer. Unless a line
+            # an error came before is open: the CLI may have read it after all, a turn the pump could
+            # not tell from one of the CLI's own, and that line's answer is this, by order.
+            continue
         elif rec.dir == transcript.OUT and rec.event.get("type") == "result":
             # Lines the pump says the CLI had not read (an error it printed without reading them: a
             # resume that found no session) are not this result's: left open, for the pump's next

@@ -108,3 +108,48 @@ def test_with_a_limit_the_deadline_still_ends_it(tmp_path: Path):
     assert bounded_run.run(["sh", "-c", script], timeout=1.0, limit=2**20) is None
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)
+
+
+@pytest.mark.parametrize("limit", [None, 2**20])
+def test_an_interrupt_while_the_group_is_given_its_grace_still_ends_it(tmp_path: Path, limit):
+    """A second Ctrl-C during the TERM's grace went up before the KILL: a group deaf to TERM ran on
+    after the caller let go of the replica's lock."""
+    import psutil
+
+    pid_file = tmp_path / "pid"
+    script = f"trap '' TERM; echo $$ > '{pid_file}.tmp' && mv '{pid_file}.tmp' '{pid_file}'; while :; do sleep 1; done"
+    fired = []
+
+    def interrupt(_signum, _frame) -> None:
+        if not fired:
+            fired.append(True)
+            raise KeyboardInterrupt
+
+    rescued = []
+
+    def rescue() -> None:  # unkilled, the group would hold run() in its wait for good
+        if pid_file.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+                rescued.append(True)
+
+    import contextlib
+    import threading
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.5)  # the deadline at 0.5 s, then the grace of TERM_GRACE
+    timer = threading.Timer(60.0, rescue)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            bounded_run.run(["sh", "-c", script], timeout=0.5, limit=limit)
+    finally:
+        timer.cancel()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert fired and not rescued, "the group outlived the interrupt"
+    pid = int(pid_file.read_text())
+    try:
+        assert psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, "still running"
+    except psutil.NoSuchProcess:
+        pass

@@ -133,8 +133,17 @@ def test_a_turn_the_cli_took_by_itself_answers_no_line(script):
     cursor, answers = advance(Cursor(), records(script.path))
     assert answers == [] and [t.seq for t in cursor.open] == [seq]
     script.result("it is green", turn=seq)
-    _, answers = advance(cursor, records(script.path, cursor.offset))
+    cursor, answers = advance(cursor, records(script.path, cursor.offset))
     assert [a.text for a in answers] == ["it is green"]
+    # A line an error came before, read by the CLI after all: its turn looked like one of the CLI's
+    # own to the pump (no line of its running), and its result is that line's answer, by order.
+    late = script.send("telegram", "and the tests?")
+    error = {"type": "result", "subtype": "error_during_execution", "is_error": True}
+    script.writer.append(transcript.OUT, ts=script._tick(), event=error, unread=[late])
+    answer = {"type": "result", "subtype": "success", "is_error": False, "result": "the tests pass"}
+    script.writer.append(transcript.OUT, ts=script._tick(), event=answer, own_turn=True)
+    _, answers = advance(cursor, records(script.path, cursor.offset))
+    assert [a.text for a in answers] == ["the tests pass"]
 
 
 def test_an_error_result_is_a_short_note_and_an_empty_one_says_so(script):

@@ -254,6 +254,8 @@ def test_a_lock_file_renamed_with_the_index_is_excluded_in_a_repository_made_bef
     first.dir.mkdir(parents=True)
     (first.dir / "A.md").write_text("a\n")
     (first.dir / ".B.md.lock").write_text("      4141\n")  # committed by the Loom that excluded only A's
+    (first.dir / "notes").mkdir()
+    (first.dir / "notes" / ".B.md.lock").write_text("      4141\n")  # an index in a folder: its lock there
     sync(first, forced=True)
     assert ".B.md.lock" in git("--git-dir", str(remote), "ls-tree", "--name-only", "main").split()
     renamed = replica(tmp_path, str(remote), "a", timeout=60, ignored=(".B.md.lock",))
@@ -263,6 +265,7 @@ def test_a_lock_file_renamed_with_the_index_is_excluded_in_a_repository_made_bef
     assert done.pushed
     tracked = git("--git-dir", str(remote), "ls-tree", "--name-only", "main").split()
     assert "B.md" in tracked and ".B.md.lock" not in tracked  # excluded now, and no longer tracked
+    assert git("--git-dir", str(remote), "ls-tree", "-r", "--name-only", "main").split() == ["A.md", "B.md"]
     assert (renamed.dir / ".B.md.lock").read_text() == "      4242\n"  # the holder's file left alone
 
 
@@ -414,8 +417,30 @@ def test_a_conflict_whose_report_was_lost_gets_its_item_at_the_next_sync_and_ano
         assert (a.dir / copy).exists() and a.own_conflicts() == []
         # Deleted, not committed yet (its quiet period): reconciled, never an item to open again.
         assert b.own_conflicts() == [("MEMORY.md", copy)]
+        index = b.git_dir / "index"
+        saved = index.read_bytes()
+        index.write_bytes(b"not an index")
+        assert b.own_conflicts() == []  # git refused: asked again at the next sync, no error out of this one
+        index.write_bytes(saved)
         (b.dir / copy).unlink()
         assert b.own_conflicts() == []
+
+
+def test_changes_git_cannot_commit_leave_nothing_waiting_to_be_pushed(tmp_path, remote):
+    """A repository inside the memory (an agent's clone) with changes of its own: `status` says
+    changed, `add -A` stages nothing, and the change's quiet period never ended, so no conflict was
+    ever witnessed again (witnessing waits for nothing to be waiting)."""
+    a = box(tmp_path, remote, "a")
+    a.dir.mkdir(parents=True)
+    inner = a.dir / "clone"
+    git("init", "-q", str(inner))
+    (inner / "f").write_text("x\n")
+    git("-C", str(inner), "add", "f")
+    git("-C", str(inner), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "x")
+    sync(a, forced=True)
+    (inner / "f").write_text("x\ny\n")  # the clone's own change: nothing the memory's commit takes
+    _, state = sync(a, forced=True, now=T0)
+    assert state.changed_at is None and rep.pushed_all(state)
 
 
 def test_the_head_a_sync_sends_off_the_box_is_on_disk_first(tmp_path, remote):
