@@ -129,8 +129,8 @@ class HookModel:
         a = w.agent
         if a is None or a.pid != pid:
             return
-        if late and event == "Stop":
-            w.stop_late = w.t  # a turn before the limit, said after it began: it ends the hold, by design
+        if event == "Stop":
+            w.last_stop = w.t
         if event == "StopFailure" and w.limited() and w.limit_told > w.t:
             w.limit_told = w.t
         assert sim.ctx is not None

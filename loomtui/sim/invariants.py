@@ -91,6 +91,9 @@ class Checker:
         # The harness's hold (a rate limit the CLI reported: hooks/harness.py) in force until then
         # (t), by its own end; and when the last hold of any kind ended: bounds count from there.
         self.harness_until = -math.inf
+        # When Loom placed (or renewed) the harness's hold: only a turn that succeeded after the
+        # failure it holds for ends it, and that failure was written no later than this.
+        self.harness_placed = -math.inf
         self.hold_end = -1e18
         # The sessions relaunched for canary_failed, each with the relaunches (ledger ids) that did it;
         # one that launched nothing resumed nothing, and is taken out (on_nothing_launched).
@@ -357,9 +360,15 @@ class Checker:
             # The harness's own hold ends by itself at its end, or by a turn that succeeded.
             if how == "expired" and w.t < until - 1.0:
                 self.fail("harness_hold_kept", f"the harness's hold taken for run out {until - w.t:.0f}s early")
-            if how == "succeeded" and w.limited() and w.t - w.stop_late > LATE_BY + SLACK:
+            # The CLI's turns all fail under a limit, but one taken before it began succeeds (its
+            # model call was answered), and a Stop may be written late: either is a success that
+            # ends the hold. None written since the hold was placed (less the time Loom may take to
+            # read the failure that placed it) is a hold ended by a success that never came. Until
+            # 2026-12-08 counted from a Stop written late only: a line taken in the minute between
+            # two limits, done 1.8 s into the second, was taken for none (hooked storm seed 69, day 28.4).
+            if how == "succeeded" and w.limited() and w.last_stop < self.harness_placed - SLACK:
                 self.fail("harness_hold_kept", "the harness's hold ended by a turn that succeeded, while every "
-                                               "turn the CLI took still failed")
+                                               "turn the CLI took since it was placed failed")
             return
         if cause not in OPERATOR_CAUSES:
             self.fail("escalate_once_and_hold", f"the hold was cleared by {cause}, not an operator")
@@ -430,6 +439,7 @@ class Checker:
         self.unprobed = None
         if by == "harness":
             w = self.sim.world
+            self.harness_placed = w.t
             self.harness_until = math.inf if until is None else w.t + (until - w.wall)
             if w.limited() and w.limit_resets and self.harness_until < w.limited_until - 1.0:
                 # The CLI said when the limit resets (harness_rules.hold_seconds: at most MAX_AHEAD,

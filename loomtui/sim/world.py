@@ -120,7 +120,9 @@ class World:
     limit_error: str = "rate_limit"
     limit_unreported: float = -1e18      # the last time a StopFailure of it was lost, or written late
     limit_told: float = 1e18             # when the first StopFailure of the current limit was written
-    stop_late: float = -1e18             # the last time a Stop hook was written late (it may end a hold)
+    # When the CLI last wrote a Stop (a turn succeeded): under a limit, one of a turn taken before it
+    # began (its model call answered), or written late. Either ends the harness's hold, by design.
+    last_stop: float = -1e18
     pids: int = 1000                     # the agents' pids (above init and the kernel's own)
     sessions: int = 0
     wall_offset: float = 0.0             # how far the wall clock has been stepped (clock_forward/clock_back)

@@ -355,6 +355,35 @@ def rate_limited(monkeypatch, hours: float = 7.0, resets: bool | None = None, lo
     return scripted(hooked(), hours, [(1 * H, "rate_limit"), (1.5 * H, "crash")], looks=[*told, *looks])
 
 
+def test_a_turn_taken_between_two_limits_ends_the_hold_though_it_ends_inside_the_second(monkeypatch):
+    # Hooked storm seed 69, day 28.4: the login failed a turn (held, cause auth), the account came
+    # back, a line was taken, and a rate limit began while its one call to the model was answered.
+    # The turn succeeded (Stop) inside the second limit, and the hold ended by it, as Loom's rule
+    # says. The checker counted only a Stop written late as a success under a limit, and named it
+    # a hold ended by a success that never came.
+    from loomtui.sim import faults
+
+    monkeypatch.setattr(faults, "LIMIT_FOR", (600.0, 600.0))
+    monkeypatch.setattr(faults, "LIMIT_ERRORS", (("authentication_failed", 1.0),))
+
+    def line(sim) -> None:
+        a = sim.world.agent
+        sim.hooks.typed(a, f"a line at {sim.world.t:.0f}", False)
+
+    def limited_again(sim) -> None:
+        assert not sim.world.limited()
+        sim.fault("rate_limit")
+        assert sim.world.limited()
+
+    sim = scripted(hooked(), 2.0, [(1 * H, "rate_limit")],
+                   looks=[(1 * H + 10, line), (1 * H + 900, line), (1 * H + 900.01, limited_again)])
+    assert sim.violation is None, sim.violation
+    placed = [t for _, t, kind, d in sim.trace if kind == "hold_placed" and d.get("cause") == "auth"]
+    cleared = [t for _, t, kind, d in sim.trace if kind == "hold_cleared" and d.get("cause") == "auth"]
+    assert placed and placed[0] < 1 * H + 600, placed
+    assert cleared and 1 * H + 900 < cleared[0] < 1 * H + 960, (cleared, sim.trace[-20:])
+
+
 def test_the_operator_hears_of_a_rate_limit_once_and_its_renewals_are_silent(monkeypatch):
     # No reset time given: Loom holds the default half hour, the canary looks again, the turn fails
     # again, and the hold is renewed without a word more (harness_rules.on_failure). With one, a

@@ -506,6 +506,20 @@ def test_a_probe_typed_into_a_permission_prompt_is_caught(monkeypatch):
     assert sim.violation is not None and sim.violation.name == "no_typing_into_a_permission_prompt", sim.violation
 
 
+def test_any_event_of_the_cli_taken_for_a_turn_that_succeeded_is_caught(monkeypatch):
+    # Every hook event read as a sign the CLI works again (a prompt taken, a tool used), not only a
+    # Stop: a prompt taken under the limit ends the hold its turn is about to renew, though no turn
+    # succeeded since the hold was placed.
+    from test_sim_hooks import rate_limited
+
+    from loomtui.hooks import harness
+
+    plant(monkeypatch, harness, "apply_in", 'elif event.event == "Stop":', "else:")
+    sim = rate_limited(monkeypatch)
+    assert sim.violation is not None and sim.violation.name == "harness_hold_kept", sim.violation
+    assert "succeeded" in sim.violation.message
+
+
 def test_a_harness_hold_that_ignores_the_reset_time_is_caught(monkeypatch):
     # The CLI said the limit resets in three hours; a hold of the default half hour would let a
     # crash under the limit be relaunched into it.
