@@ -48,14 +48,17 @@ LIMIT_FOR = (600.0, 5 * 3600.0)
 LIMIT_ERRORS = (("rate_limit", 0.8), ("billing_error", 0.1), ("authentication_failed", 0.1))
 # Faults only a stream-json agent can suffer, drawn beside the profile's likewise: its CLI closes its
 # stdin and runs on (hung on its way out, say), deaf for good; the pump's next write to it fails
-# (`write_failed`) and it refuses every line after, as the real pump does.
-PUMPED_KINDS = ("stdin_closed",)
-PUMPED_WEIGHTS = (("stdin_closed", 0.5),)
+# (`write_failed`) and it refuses every line after, as the real pump does. And a background task the
+# CLI ran ends (`own_turn`): it takes a turn of its own, no line in it (pump_model.own_turn), most
+# of them a minute or two (OWN_TURN), one in OWN_LONG working on as long as an operator's turn.
+PUMPED_KINDS = ("stdin_closed", "own_turn")
+PUMPED_WEIGHTS = (("stdin_closed", 0.5), ("own_turn", 2.0))
+OWN_TURN, OWN_LONG = (5.0, 150.0), 0.2
 # One broken job in HANG_SHARE hangs each run (a mount gone): it ends, failed, after HANG_TIME, past
 # its allowance (schedule.run_allowance: its period and the grace) more often than not.
 HANG_SHARE, HANG_TIME = 0.3, (300.0, 3 * 3600.0)
 CLOCK_STEP = 86400.0  # a wall-clock step: a day forward or a day back (NTP after a wrong RTC, an operator's `date -s`)
-DISTURBING = ("busy", "modal", "slow_boot", "long_turn")
+DISTURBING = ("busy", "modal", "slow_boot", "long_turn", "own_turn")
 
 
 def permission_wait(r: float) -> float:
@@ -97,6 +100,8 @@ def apply(sim: Sim, kind: str) -> bool:
         return False
     if kind == "modal" and not sim.driver.has_dialogs:
         return False  # no dialog exists in print mode (the stream-json driver): none can eat a line
+    if kind == "own_turn" and (a is None or sim.pump is None or not sim.pump.can_take_own_turn(a)):
+        return False  # checked before it counts as a disturbance
     if kind in ("busy", "long_turn") and w.limited():
         return False  # the operator's turn would fail at once: no turn to be busy with
     if kind in DISTURBING:
@@ -136,6 +141,10 @@ def apply(sim: Sim, kind: str) -> bool:
             return False
         runaway = rng.random() < RUNAWAY
         sim.begin_turn(a, w.t + (rng.uniform(*RUNAWAY_TURN) if runaway else rng.uniform(3 * T, max(3 * T, LONG_TURN))))
+    elif kind == "own_turn":
+        assert a is not None and sim.pump is not None
+        long = rng.random() < OWN_LONG
+        sim.pump.own_turn(a, w.t + (rng.uniform(3 * T, max(3 * T, LONG_TURN)) if long else rng.uniform(*OWN_TURN)))
     elif kind == "modal":
         if a is None:
             return False

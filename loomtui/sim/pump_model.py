@@ -10,7 +10,8 @@ a new pump delivers what the last one left queued, except probes (`dropped_probe
 runner._load_queue does, and with it what it kept written that its CLI never showed it read (its
 first event after the write was an error `result`, or none came: runner._shows_read). Only the CLI is the world's: Claude Code prints nothing until a line
 arrives, then `system/init`, the turn's `assistant` events (a tool call for a probe's `touch`, one
-every few minutes in a turn of the operator's) and its `result`. A resume of a conversation that is
+every few minutes in a turn of the operator's) and its `result`; and when a background task it ran
+ends, a turn of its own, `init` to `result` with no line in it (`own_turn`). A resume of a conversation that is
 gone answers an error `result` at once, reading nothing, and exits 1 (the pump has written it the
 first line it had queued by then, and the next after that result); any death of the CLI is the
 pump's `cli_exit`.
@@ -83,6 +84,8 @@ class PumpModel:
         self.records = 0
         self.last_seq = 0               # the highest seq any pump used (runner._next_seq)
         self.leftover: dict[int, Message] = {}   # what the last pump left queued, by seq
+        self.tasks = 0                  # background tasks ended so far: each own turn's token
+        self.own: int | None = None     # the own turn running in the world's truth (its token)
 
     # -- the files ------------------------------------------------------------------------------
 
@@ -247,6 +250,74 @@ class PumpModel:
         except pump_client.PumpError:
             return False  # its CLI closed its stdin: the line is refused, as the bridge is told
         return True
+
+    def own_turn(self, a: Agent, until: float) -> None:
+        """A background task the CLI ran ends (Bash's `run_in_background`, begun in a turn of a line
+        written earlier): Claude Code prints the task's events, then tells the model in a turn of
+        its own, `init` to `result`, no line of Loom's in it (pinned: tests/e2e/test_claude_code_cli.py).
+        Lines handed over meanwhile wait for its `result` (pump.rules: `own_since`); a probe among
+        them acks late, inside a turn Loom was shown. Only between turns (a task's end during one is
+        told inside it), in a CLI written a line, and not where the hooks are Loom's source of turns
+        (what Claude Code's hooks say of such a turn is not pinned): `can_take_own_turn`."""
+        sim, w = self.sim, self.sim.world
+        p = self.current(a.pid)
+        assert p is not None and self.can_take_own_turn(a)
+        self.tasks += 1
+        self.own = self.tasks
+        self.out(p, a, {"type": "system", "subtype": "task_notification", "session_id": a.session,
+                        "task_id": f"task_{self.tasks}", "status": "completed"})
+        a.turn_since, a.turn_until, a.last_event = w.t, until, w.t
+        w.turn_began(a.pid)
+        self.out(p, a, {"type": "system", "subtype": "init", "session_id": a.session, "model": "sim",
+                        "tools": ["Bash"], "permissionMode": "default"}, began=w.t)
+        sim.after(tool_gap(w.rng), self.own_tool, a.pid, self.tasks)
+        sim.at(until, self.own_end, a.pid, self.tasks)
+
+    def can_take_own_turn(self, a: Agent) -> bool:
+        p = self.current(a.pid)
+        return p is not None and not self.sim.hooked and p.state.wrote and self.idle(a) and a.hearing() \
+            and a.turn_since is None and not self.sim.world.limited()
+
+    def in_own(self, pid: int, task: int) -> tuple[Agent, Pump] | None:
+        """The agent `pid` and its pump, while the CLI hears and runs its own turn for `task`."""
+        a, p = self.sim.world.agent, self.current(pid)
+        if a is None or p is None or a.pid != pid or not a.hearing() or self.own != task or p.state.own_since is None:
+            return None
+        return a, p
+
+    def own_tool(self, pid: int, task: int) -> None:
+        """The CLI's own turn works on: a tool call every few minutes, or it fails under a limit."""
+        sim, w = self.sim, self.sim.world
+        found = self.in_own(pid, task)
+        if found is None:
+            return
+        a, p = found
+        if w.limited():
+            self.own_over(a)
+            self.out(p, a, {"type": "result", "subtype": "error_during_execution", "is_error": True, "num_turns": 1,
+                            "session_id": a.session, "result": f"API Error: {DETAILS.get(w.limit_error, w.limit_error)}"})
+            return
+        a.last_event = w.t
+        self.out(p, a, {"type": "assistant", "session_id": a.session, "message": {
+            "role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_task_{task}_{self.records}",
+                                              "name": "Bash", "input": {"command": "git status"}}]}})
+        sim.after(tool_gap(w.rng), self.own_tool, pid, task)
+
+    def own_end(self, pid: int, task: int) -> None:
+        """The CLI's own turn ends: its `result` (the world's truth ends it even in a CLI that wedged
+        meanwhile, which prints nothing)."""
+        a = self.sim.world.agent
+        if a is None or a.pid != pid or self.own != task:
+            return
+        found = self.in_own(pid, task)
+        self.own_over(a)
+        if found is not None:
+            self.out(found[1], a, {"type": "result", "subtype": "success", "is_error": False, "num_turns": 1,
+                                   "session_id": a.session, "permission_denials": [], "result": "noted."})
+
+    def own_over(self, a: Agent) -> None:
+        self.own = None
+        self.turn_over(a)
 
     def end_at(self, a: Agent, until: float) -> None:
         a.turn_until = until

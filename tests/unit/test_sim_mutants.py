@@ -461,6 +461,19 @@ def test_a_refusal_of_a_cli_that_stopped_reading_taken_as_loom_s_own_failure_is_
     assert automatic(sim).get("canary_failed") is None
 
 
+def test_a_turn_the_cli_took_by_itself_left_unmarked_is_caught_by_busy_not_recycled(monkeypatch):
+    # The transcript's `own_turn` init read as any init (as before 2026-12-07): a background task's
+    # end told to the model in a long turn of the CLI's own is no turn to Loom, the probes queued
+    # behind it miss, and the busy agent is recycled.
+    from test_sim_pump import own_turn
+
+    from loomtui.hooks import pump_marks
+
+    plant(monkeypatch, pump_marks, "marks", 'and entry.data.get("own_turn") is True:', "and False:")
+    sim = own_turn(monkeypatch)
+    assert sim.violation is not None and sim.violation.name == "busy_not_recycled", sim.violation
+
+
 def test_a_harness_hold_taken_for_run_out_at_once_is_caught(monkeypatch):
     # A harness hold read as no hold (a rule that knew only the operator's and the ceiling's): run
     # out the moment it is placed, a crash under the rate limit relaunched, the canary's probes

@@ -67,6 +67,45 @@ def test_a_long_busy_turn_misses_its_probes_and_is_not_recycled():
     long_turn_missed_and_kept(streamed())
 
 
+def own_turn(monkeypatch, looks=()) -> Sim:
+    """A run of 3 hours with a background task's end at hour 1, told in a long turn the CLI takes
+    by itself (longer than three ack timeouts)."""
+    from loomtui.sim import faults
+
+    monkeypatch.setattr(faults, "OWN_LONG", 1.0)
+    return scripted(streamed(), 3, [(1 * H, "own_turn")], looks=looks)
+
+
+def test_a_turn_the_cli_takes_by_itself_holds_the_lines_and_its_probes_misses_are_excused(monkeypatch):
+    # Until 2026-12-08 the simulated CLI never took a turn of its own: the pump's `own_since`, its
+    # records' `own_turn` and the marks that begin a turn at such an init ran in no simulation.
+    seen: dict = {}
+
+    def look(sim: Sim) -> None:
+        ctx = sim.ctx
+        assert ctx is not None
+        seen["records"] = list(transcript.read(transcript.path_in(ctx.agent_dir)))
+
+    sim = own_turn(monkeypatch, looks=[(2.99 * H, look)])
+    assert sim.violation is None, sim.violation
+    [(start, end, _, reported)] = sim.world.turns
+    assert start == 1 * H and reported == start and end - start > 3 * sim.config.canary.ack_timeout
+    records = seen["records"]
+    inits = [r for r in records if r.dir == transcript.OUT and r.data["event"].get("subtype") == "init"
+             and r.data.get("own_turn") is True]
+    results = [r for r in records if r.dir == transcript.OUT and r.data["event"].get("type") == "result"
+               and r.data.get("own_turn") is True]
+    assert len(inits) == 1 and len(results) == 1 and inits[0].ts < results[0].ts
+    # The probes handed over during it were queued, written only at its result, each acked late.
+    queued = [r for r in records if r.dir == transcript.PUMP and r.data.get("what") == "queued"
+              and inits[0].ts < r.ts < results[0].ts]
+    assert queued, "no probe came during the CLI's own turn"
+    written = [r for r in records if r.dir == transcript.IN and r.data["seq"] == queued[0].data["seq"]]
+    assert written and written[0].ts >= results[0].ts
+    assert sim.report.probes.get("miss", 0) >= sim.config.canary.misses_to_recycle
+    assert automatic(sim) == {}
+
+
 def test_a_busy_turn_at_one_minute_is_excused_by_the_pump():
     # A 1-minute wait: the `busy` turn outlasts one probe's wait and the queued probe is acked late.
     sim = scripted(streamed(ack_timeout="1m"), 3, [(1 * H, "busy")])
