@@ -12,8 +12,13 @@ origin "telegram". This loop follows the transcript and, for every turn whose in
 Telegram, puts the turn's final text in the outbox; the sender delivers it. Canary probes and
 nudges are turns with other origins and are never echoed.
 
+A background task begun in a Telegram line's turn (Bash's `run_in_background`: the CLI's
+`system/task_started`) ends in a turn the CLI takes by itself (`task_notification`, then a turn the
+pump marks `own_turn`): its final text goes to the operator too, who asked for the task. A task
+begun in a probe's or a nudge's turn is not the operator's, and its turn is not echoed.
+
 Where it got to (offset, which file, the inputs whose turn has not ended, those of them an error
-came before the CLI read) is kept in the store's
+came before the CLI read, the operator's tasks still running or told ended) is kept in the store's
 meta table under the agent's key, written in the same transaction as the outbox rows it caused, so a restart resumes
 where it was. The outbox's dedupe key is the input's seq and timestamp: a transcript read again
 (replaced, truncated, or a cursor lost) never sends an answer twice.
@@ -46,6 +51,8 @@ log = logging.getLogger("loomtui.telegram.bridge")
 CURSOR_KEY = "bridge_offset"
 TELEGRAM = "telegram"  # the `in` origin of a message the bridge passed on
 MAX_OPEN = 64  # inputs waiting for their result: more means results stopped coming, keep the newest
+MAX_TASKS = 64  # the operator's background tasks still running: the newest kept
+MAX_TASK_ID = 100  # a task id longer than this is none (the CLI's are a few characters)
 READ_BYTES = 4 << 20
 MAX_LINE_BYTES = transcript.MAX_LINE  # a transcript line longer than this is skipped, not waited on forever
 NO_TEXT = "(the agent's turn ended without a text answer)"
@@ -87,10 +94,15 @@ class Cursor:
     # Open lines an error result came before the CLI read them (its `unread`): the pump's count of
     # turns is behind the CLI's if it reads them after all, so a later result's `turn` is not trusted.
     unread: tuple[int, ...] = ()
+    # Background tasks begun in a Telegram line's turn, still running (their ids, the CLI's), and
+    # those the CLI told ended since its last turn of its own: that turn's text is the operator's.
+    tasks: tuple[str, ...] = ()
+    ended: tuple[str, ...] = ()
 
     def dumps(self) -> str:
         return json.dumps({"offset": self.offset, "file": self.file,
-                           "open": [[i.seq, i.origin, i.ts] for i in self.open], "unread": list(self.unread)})
+                           "open": [[i.seq, i.origin, i.ts] for i in self.open], "unread": list(self.unread),
+                           "tasks": list(self.tasks), "ended": list(self.ended)})
 
     @classmethod
     def loads(cls, value: str | None) -> Cursor:
@@ -100,7 +112,8 @@ class Cursor:
             data = json.loads(value)
             return cls(int(data["offset"]), str(data["file"]),
                        tuple(Input(seq, str(origin), float(ts)) for seq, origin, ts in data["open"]),
-                       tuple(sorted(_seqs(data.get("unread")))))
+                       tuple(sorted(_seqs(data.get("unread")))),
+                       _task_ids(data.get("tasks")), _task_ids(data.get("ended")))
         except (ValueError, KeyError, TypeError):
             log.warning("bridge: the stored cursor is unreadable; reading the transcript from its start")
             return cls()
@@ -110,7 +123,7 @@ class Cursor:
 class Answer:
     key: str
     text: str
-    what: str  # "answer", "error", "lost", "again", "unrecorded": for the log, which never gets the text
+    what: str  # "answer", "error", "lost", "again", "unrecorded", "task" (a background task of the operator's told ended): for the log, which never gets the text
 
 
 @dataclass
@@ -118,6 +131,8 @@ class _Turns:
     open: list[Input] = field(default_factory=list)
     answers: list[Answer] = field(default_factory=list)
     unread: set[int] = field(default_factory=set)
+    tasks: list[str] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
 
 
 def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Cursor, list[Answer]]:
@@ -135,17 +150,23 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
     exit of a CLI it could not start, when the last one was killed; a queued line's failed write)
     is said to go to the agent again; its new `in` is answered as any other.
     """
-    turns = _Turns(list(cursor.open), unread=set(cursor.unread))
+    turns = _Turns(list(cursor.open), unread=set(cursor.unread), tasks=list(cursor.tasks), ended=list(cursor.ended))
     offset = cursor.offset
     for rec in records:
         offset = rec.end
         if rec.dir == transcript.IN:
             _opened(turns, rec)
+        elif rec.dir == transcript.OUT and rec.event.get("type") == "system":
+            _task_event(turns, rec.event)
         elif rec.dir == transcript.OUT and rec.event.get("type") == "result" and rec.data.get("own_turn") is True \
                 and not any(t.seq in turns.unread for t in turns.open):
             # A turn the CLI took by itself (a background task's end): no line's answer. Unless a line
             # an error came before is open: the CLI may have read it after all, a turn the pump could
-            # not tell from one of the CLI's own, and that line's answer is this, by order.
+            # not tell from one of the CLI's own, and that line's answer is this, by order. The
+            # operator's, when a task of theirs was told ended since its last such turn.
+            if turns.ended:
+                turns.answers.append(_answer(f"telegram_bridge:task:{turns.ended[0]}:{rec.ts!r}", rec.event, "task"))
+                turns.ended = []
             continue
         elif rec.dir == transcript.OUT and rec.event.get("type") == "result":
             # Lines the pump says the CLI had not read (an error it printed without reading them: a
@@ -181,7 +202,30 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
             _ended(turns, [t for t in turns.open if t.seq in failed], failed if rec.data.get("kept") is True else set())
     still = {t.seq for t in turns.open}
     return replace(cursor, offset=offset, open=tuple(turns.open),
-                   unread=tuple(sorted(s for s in turns.unread if s in still))), turns.answers
+                   unread=tuple(sorted(s for s in turns.unread if s in still)),
+                   tasks=tuple(turns.tasks[-MAX_TASKS:]), ended=tuple(turns.ended[-MAX_TASKS:])), turns.answers
+
+
+def _task_event(turns: _Turns, event: dict[str, Any]) -> None:
+    """A background task's start in a turn of an operator's line makes it theirs; its end, told to
+    the CLI (which tells the model in a turn of its own next), makes that turn's text theirs."""
+    [task] = _task_ids([event.get("task_id")]) or ("",)
+    if not task:
+        return
+    subtype = event.get("subtype")
+    if subtype == "task_started" and any(t.origin == TELEGRAM for t in turns.open) and task not in turns.tasks:
+        turns.tasks.append(task)
+        del turns.tasks[:-MAX_TASKS]
+    elif subtype == "task_notification" and task in turns.tasks:
+        turns.tasks.remove(task)
+        turns.ended.append(task)
+
+
+def _task_ids(value: object) -> tuple[str, ...]:
+    """A record's task ids (untrusted: anything but a short string is none)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(v for v in value if isinstance(v, str) and 0 < len(v) <= MAX_TASK_ID)
 
 
 def _ended(turns: _Turns, ending: list[Input], again: set[int], how: str = "lost") -> None:
@@ -220,14 +264,18 @@ def _opened(turns: _Turns, rec: transcript.Record) -> None:
 
 def answer_for(turn: Input, event: dict[str, Any]) -> Answer:
     """What the operator reads for one ended turn: its final text, or a short note on an error."""
+    return _answer(turn.key, event, "answer")
+
+
+def _answer(key: str, event: dict[str, Any], what: str) -> Answer:
     result = event.get("result")
     text = result.strip() if isinstance(result, str) else ""
     if event.get("is_error"):
         subtype = event.get("subtype")
         why = " ".join(text.split())[:300]
         note = f"Loom: the agent's turn ended in an error ({subtype if isinstance(subtype, str) else 'unknown'})"
-        return Answer(turn.key, note + (f": {why}" if why else ""), "error")
-    return Answer(turn.key, text or NO_TEXT, "answer")
+        return Answer(key, note + (f": {why}" if why else ""), "error")
+    return Answer(key, text or NO_TEXT, what)
 
 
 # -- the shell: the file, the store, the loop --------------------------------------------

@@ -28,7 +28,9 @@ from test_supervise import FAST, Daemon, relaunches
 from test_witnessed_recovery import witnessing
 
 from loomtui.agent import proctree
+from loomtui.pump import client as pump_client
 from loomtui.pump import transcript as pump_transcript
+from loomtui.telegram import bridge
 
 pytestmark = pytest.mark.e2e
 
@@ -289,12 +291,13 @@ def test_a_background_tasks_end_is_a_turn_of_the_clis_own_and_lines_wait_for_it(
     in a turn it takes by itself: the task's `system` events, then `init` ... `result`, no line
     written. The pump took it for idle: a line sent meanwhile went in at once and was merged into
     that turn, whose result was taken for the line's answer; and a task's event took the files of
-    lines the CLI had not read yet."""
+    lines the CLI had not read yet. The task was the Telegram operator's (the line reaches the pump
+    as the command loop's does): the bridge tells them its own turn's answer, and not W1's."""
     harness = make_claude(allowed=("Bash(sleep:*)",))
     harness.start()
     fake.notice_slow = 3600  # the CLI's own turn lasts until the test lowers it
-    started = harness.inject("in the background: sleep 2")
-    assert started["detail"]["delivery"] == "delivered"
+    started = pump_client.send(harness.state_dir, "in the background: sleep 2", origin=bridge.TELEGRAM, ref="77")
+    assert started.state == "delivered"
 
     def own_turn_running() -> bool:
         doc = harness.pump()
@@ -321,4 +324,9 @@ def test_a_background_tasks_end_is_a_turn_of_the_clis_own_and_lines_wait_for_it(
         in_seq(harness, "in the background: sleep 2"), "own", in_seq(harness, "while it runs W1")]
     inits = [r for r in harness.records(pump_transcript.OUT) if r.event.get("subtype") == "init"]
     assert [bool(r.data.get("own_turn")) for r in inits] == [False, True, False]  # the turns read begin there
+    # The bridge, on the real transcript: the operator's line answered, then its task's end in the
+    # CLI's own words; W1 was the operator's `loom inject`, never echoed.
+    _, answers = bridge.advance(bridge.Cursor(), harness.records())
+    assert [(a.what, a.text) for a in answers][-1] == ("task", "noted: a background task ended.")
+    assert [a.what for a in answers] == ["answer", "task"]
     verified(harness)

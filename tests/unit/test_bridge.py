@@ -146,6 +146,56 @@ def test_a_turn_the_cli_took_by_itself_answers_no_line(script):
     assert [a.text for a in answers] == ["the tests pass"]
 
 
+def system(script, subtype: str, **fields) -> None:
+    script.writer.append(transcript.OUT, ts=script._tick(), event={"type": "system", "subtype": subtype, **fields})
+
+
+def own_result(script, text: str) -> None:
+    event = {"type": "result", "subtype": "success", "is_error": False, "result": text}
+    script.writer.append(transcript.OUT, ts=script._tick(), event=event, own_turn=True)
+
+
+def test_a_background_task_the_operator_asked_for_has_its_end_told_to_the_operator(script):
+    # Claude Code 2.1.332's events (tests/e2e/test_claude_code_cli.py): `task_started` in the turn
+    # of the line that began it, `task_notification` when it ends, then the CLI's own turn.
+    seq = script.send("telegram", "run the tests in the background")
+    system(script, "task_started", task_id="bsx9dpd4g", description="the tests")
+    script.result("started them", turn=seq)
+    nudge = script.send("sentinel", "the backup job failed")
+    system(script, "task_started", task_id="nudge1", description="a rerun")
+    script.result("rerunning it", turn=nudge)
+    cursor, answers = advance(Cursor(), records(script.path))
+    assert [a.text for a in answers] == ["started them"] and cursor.tasks == ("bsx9dpd4g",)
+    # The nudge's task ends: its turn is the agent's own business, not echoed.
+    system(script, "task_notification", task_id="nudge1", status="completed")
+    own_result(script, "the rerun passed")
+    cursor, answers = advance(cursor, records(script.path, cursor.offset))
+    assert answers == [] and cursor.tasks == ("bsx9dpd4g",)
+    # The operator's ends: told once, in its own words, keyed by the task; a restart mid-way keeps it.
+    system(script, "task_notification", task_id="bsx9dpd4g", status="completed", summary="exit code 0")
+    cursor = Cursor.loads(advance(cursor, records(script.path, cursor.offset))[0].dumps())
+    assert cursor.tasks == () and cursor.ended == ("bsx9dpd4g",)
+    own_result(script, "the tests pass: 212 of 212")
+    cursor, answers = advance(cursor, records(script.path, cursor.offset))
+    assert [(a.text, a.what) for a in answers] == [("the tests pass: 212 of 212", "task")]
+    assert answers[0].key.startswith("telegram_bridge:task:bsx9dpd4g:") and cursor.ended == ()
+    # Read again from the start (a lost cursor): the same answers, the same keys (the outbox dedupes).
+    again = advance(Cursor(), records(script.path))[1]
+    assert [a.key for a in again] == [a.key for a in advance(Cursor(), records(script.path))[1]]
+    assert [a.what for a in again] == ["answer", "task"]
+
+
+def test_task_events_that_say_nothing_usable_change_nothing(script):
+    seq = script.send("telegram")
+    for bad in (None, 7, "", "x" * 101, ["t"]):
+        system(script, "task_started", task_id=bad)
+    script.result("ok", turn=seq)
+    cursor, answers = advance(Cursor(), records(script.path))
+    assert cursor.tasks == () and [a.text for a in answers] == ["ok"]
+    assert Cursor.loads('{"offset": 3, "file": "f", "open": [], "tasks": [1, "a"], "ended": "b"}').tasks == ("a",)
+    assert Cursor.loads('{"offset": 3, "file": "f", "open": []}') == Cursor(3, "f")
+
+
 def test_an_error_result_is_a_short_note_and_an_empty_one_says_so(script):
     script.send("telegram")
     script.result("API Error: 529\n   overloaded", is_error=True, subtype="error_during_execution")
