@@ -258,7 +258,8 @@ class PumpModel:
         Lines handed over meanwhile wait for its `result` (pump.rules: `own_since`); a probe among
         them acks late, inside a turn Loom was shown. Only between turns (a task's end during one is
         told inside it), in a CLI written a line, and not where the hooks are Loom's source of turns
-        (what Claude Code's hooks say of such a turn is not pinned): `can_take_own_turn`."""
+        (print mode's hooks in such a turn are not pinned; the interactive CLI's are a prompt and a
+        Stop, as for an operator's turn): `can_take_own_turn`."""
         sim, w = self.sim, self.sim.world
         p = self.current(a.pid)
         assert p is not None and self.can_take_own_turn(a)

@@ -23,6 +23,8 @@ from test_claude_code_loom import fake  # noqa: F401  (fixture)
 from test_hooks_witness import hook_rows, prompted
 from test_supervise import FAST, Daemon
 
+from loomtui.hooks import turn_rules
+
 pytestmark = pytest.mark.e2e
 
 LONG = 180
@@ -36,13 +38,13 @@ MODALS = [{"match": "Yes, I trust this folder", "keys": ["Enter"]},
 
 
 class InteractiveClaude(AgentHarness):
-    def __init__(self, root, fake: FakeAnthropic, sections=None):
+    def __init__(self, root, fake: FakeAnthropic, sections=None, flags: str = FLAGS):
         claude = claude_bin()
         home = root / "claude-home"
         env = {**fake.env(home), "PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO)}
         agent = {
-            "fresh_command": f"{claude} {FLAGS} --session-id {{session_id}}",
-            "resume_command": f"{claude} {FLAGS} --resume {{session_id}}",
+            "fresh_command": f"{claude} {flags} --session-id {{session_id}}",
+            "resume_command": f"{claude} {flags} --resume {{session_id}}",
             "process_match": r"\.bin/claude\b|claude-code",
             "poller_match": "",
             "boot_grace": "60s",
@@ -119,3 +121,45 @@ def test_the_interactive_cli_s_hooks_witness_a_long_pasted_line_and_the_canary_a
         assert not harness.events("dispatch_missing"), harness.events("dispatch_missing")
     finally:
         assert daemon.stop() == 0
+
+
+def test_a_background_tasks_end_is_a_turn_with_a_prompt_and_a_stop_to_the_hooks(tmp_path, fake):  # noqa: F811
+    """The interactive CLI (2.1.332) tells the model of a background task's end in a turn of its own,
+    as print mode does (tests/e2e/test_claude_code_cli.py), and its hooks say so as of any turn: a
+    UserPromptSubmit (the notice is its prompt) and a Stop. To Loom's hooks it is a turn like one
+    the operator typed, busy while it runs (so the simulator's hooked world needs no turn of the
+    CLI's own: its operator's turns are the same marks; docs/SIM.md)."""
+    harness = InteractiveClaude(tmp_path / "c", fake, flags=FLAGS + " 'Bash(sleep:*)'", sections={
+        **FAST, "canary": {"interval": "30m", "ack_timeout": "60s", "misses_to_recycle": 2}})
+    harness.start()
+    daemon = Daemon(harness)
+    try:
+        wait_for(harness.idle, LONG, what="the CLI's prompt")
+        wait_for(lambda: [r for r in runs(harness) if r["result"] == "ok"], LONG, what="the relaunch witnessed")
+        fake.notice_slow = 3600  # the CLI's own turn lasts until the test lowers it
+        line = "in the background: sleep 1"
+        result = harness.loom("inject", line)
+        assert result.returncode == 0, result.stdout + result.stderr
+        [taken] = wait_for(lambda: prompted(harness, line), LONG, what="the line's UserPromptSubmit")
+        [stop] = wait_for(lambda: [r for r in hook_rows(harness, "Stop") if r["id"] > taken["id"]][:1], LONG,
+                          what="the line's Stop")
+        [notice] = wait_for(lambda: [r for r in hook_rows(harness, "UserPromptSubmit") if r["id"] > stop["id"]][:1],
+                            LONG, what="the own turn's UserPromptSubmit")
+        assert json.loads(notice["detail"])["length"] > 0 and not prompted(harness, line)[1:]
+
+        def turn() -> dict:
+            status = harness.loom("status", "--json")
+            assert status.returncode == 0, status.stdout + status.stderr
+            return json.loads(status.stdout)["agent"]["turn"]
+
+        assert wait_for(lambda: turn()["state"] == turn_rules.TURN_BUSY, LONG, what="the own turn busy to Loom")
+        fake.notice_slow = 0
+        wait_for(lambda: [r for r in hook_rows(harness, "Stop") if r["id"] > notice["id"]], LONG,
+                 what="the own turn's Stop")
+        assert wait_for(lambda: turn()["state"] == turn_rules.NO_TURN, LONG, what="idle after it")
+    finally:
+        fake.notice_slow = 0
+        try:
+            assert daemon.stop() == 0
+        finally:
+            harness.cleanup()
