@@ -43,6 +43,11 @@ CHAT_GONE = re.compile(r"chat not found|group chat was deactivated|chat_id is em
 log = logging.getLogger("loomtui.telegram.sender")
 RECORD_RETRY = 1.0  # seconds before a delivery the busy store did not take is recorded again
 PASS_BUDGET = 30.0  # seconds one `loom tick notify` may spend pacing its messages
+# Telegram's flood waits are kept up to this long (a longer one is retried then, and Telegram says
+# what is left). A row's stored wait further ahead than this, or than any backoff when its last
+# error was no flood wait, was stored before the wall clock was stepped back.
+MAX_FLOOD_WAIT = 6 * 3600.0
+FLOOD = f"{RetryAfter.__name__}:"  # how describe() begins a flood wait's error, the row's last
 NO_PREVIEW = telegram.LinkPreviewOptions(is_disabled=True)
 
 
@@ -232,13 +237,15 @@ class Sender:
     def _retry_wait(self, row: outbox.Message) -> float:
         if self._hold and self._hold[0] == row.id:
             return self._hold[1] - self.clock.monotonic()
-        # A wait stored by an earlier process is wall time. One further ahead than any backoff was
-        # stored before the clock was stepped back (or by a flood wait longer than it, which Telegram
-        # says again if it still holds): due now. Capping each sleep alone held the row, and every
-        # message behind it, until the wall clock caught up (a restarted sender, every `loom tick
-        # notify`). Read once: from here this sender waits on the monotonic clock.
+        # A wait stored by an earlier process is wall time. One further ahead than its kind could
+        # be (a backoff, or Telegram's flood wait as kept) was stored before the clock was stepped
+        # back: due now. Capping each sleep alone held the row, and every message behind it, until
+        # the wall clock caught up (a restarted sender, every `loom tick notify`). A flood wait longer
+        # than a backoff was due at once too, until 2026-12-08: every restart asked Telegram again.
+        # Read once: from here this sender waits on the monotonic clock.
         wait = row.next_attempt - self.clock.time()
-        if wait > self.cfg.backoff_max:
+        flood = (row.last_error or "").startswith(FLOOD)
+        if wait > (MAX_FLOOD_WAIT if flood else self.cfg.backoff_max):
             wait = 0.0
         if wait > 0:
             self._hold = (row.id, self.clock.monotonic() + wait)
@@ -250,7 +257,7 @@ class Sender:
         return rules.rate_wait(outbox.last_sent_at(self.store, chat), self.clock.time())
 
     def _retry_after(self, row: outbox.Message, exc: RetryAfter) -> float:
-        delay = retry_after_seconds(exc)
+        delay = min(retry_after_seconds(exc), MAX_FLOOD_WAIT)
         self._hold = (row.id, self.clock.monotonic() + delay)
         log.warning("telegram: flood control on outbox %d; retrying in %.1fs as Telegram asks", row.id, delay)
         outbox.defer(self.store, row.id, until=self.clock.time() + delay, error=describe(exc),

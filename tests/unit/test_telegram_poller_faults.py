@@ -310,6 +310,36 @@ def test_a_retry_stored_before_the_clock_was_stepped_back_does_not_hold_the_outb
         ctx.close()
 
 
+def test_a_flood_wait_longer_than_the_backoff_is_kept_by_the_next_sender(fake, tmp_path, monkeypatch):
+    """Telegram's flood wait of an hour, stored by a sender that then stopped (a restart, one `loom
+    tick notify`): the next sender kept to it only up to backoff_max (5 minutes) and asked Telegram
+    again at once, at every restart. Kept now, up to MAX_FLOOD_WAIT; one further ahead than that
+    was stored before the clock was stepped back, and is due."""
+    from loomtui.telegram import sender
+    from loomtui.telegram.sender import send_due
+
+    monkeypatch.setenv("LOOM_TEST_TOKEN", TOKEN)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[telegram]\nchat_id = 42\napi_base = "{fake.api_base}"\ntoken_env = "LOOM_TEST_TOKEN"\n')
+    ctx = Context.load(str(config), str(tmp_path / "state"), environ={})
+    try:
+        fake.flood = [3600]
+        first = outbox.enqueue(ctx.store, "the job broke")
+        assert asyncio.run(send_due(ctx, bot=make_bot(TOKEN, ctx.config.telegram))) == (0, 1)
+        row = outbox.get(ctx.store, first)
+        assert row.last_error.startswith(sender.FLOOD) and row.next_attempt > time.time() + 3500
+        calls = len(fake.calls)
+        for _ in range(2):  # two more senders, one after the other: neither asks Telegram
+            assert asyncio.run(send_due(ctx, bot=make_bot(TOKEN, ctx.config.telegram))) == (0, 1)
+        assert len(fake.calls) == calls and fake.messages == []
+        # Stored before the wall clock was stepped back a day: further ahead than any flood wait kept.
+        outbox.defer(ctx.store, first, until=time.time() + sender.MAX_FLOOD_WAIT + 86400, error=row.last_error)
+        assert asyncio.run(send_due(ctx, bot=make_bot(TOKEN, ctx.config.telegram))) == (1, 0)
+        assert [m.text for m in fake.messages] == ["the job broke"]
+    finally:
+        ctx.close()
+
+
 def test_loom_tick_notify_never_prints_the_token_an_error_page_echoes(tmp_path):
     """A Bot API behind a proxy whose error page echoes the request's path (Apache's 404 does):
     python-telegram-bot logs the page in full, `/bot<TOKEN>/sendMessage` with it. From cron, that
