@@ -20,10 +20,12 @@ AGENT_NAME_PATTERN = r"[a-z0-9][a-z0-9-]{0,31}"
 UP, GONE, UNKNOWN = "up", "gone", "unknown"
 # A process in the pane's tree: found, definitely not there, or the walk could not tell.
 PRESENT, MISSING = "present", "missing"
-# A sentinel queue item: open, claimed by the agent, witnessed by the job's next clean run. Here and
+# A sentinel queue item: open, claimed by the agent, witnessed by the job's next clean run; or
+# retired, its job gone from the config (no run of it will ever witness it). Here and
 # not only in sentinel/queue_rules: the store counts items by state, and `loom status` (which every
 # `loom hosts` runs on each host) should not import the queue's rules to do it.
-OPEN, CLAIMED, WITNESSED = "open", "claimed", "witnessed"
+OPEN, CLAIMED, WITNESSED, RETIRED = "open", "claimed", "witnessed", "retired"
+LIVE = (OPEN, CLAIMED)  # the items still the agent's to fix: nudged, escalated, shown
 # The command placeholder for the hooks settings file Loom writes for each launch: an agent whose
 # commands pass it has hooks (hooks/settings.py). Here so that the config, which may not import
 # the hooks, picks a hooked agent's defaults by the same test.
@@ -59,7 +61,7 @@ EventKind = Literal[
     # the agent CLI's own hooks (loomtui/hooks): what it said happened, and a typed line it never took
     "session_started", "turn_failed", "agent_notification", "compaction", "dispatch_missing",
     # the sentinel's queue
-    "queue_new", "queue_nudge", "queue_claim", "queue_witness", "queue_reopen", "queue_escalate",
+    "queue_new", "queue_nudge", "queue_claim", "queue_witness", "queue_reopen", "queue_escalate", "queue_retire",
     # Telegram
     "telegram_sent", "telegram_error", "telegram_failed", "telegram_retry_after", "telegram_command",
     "telegram_ignored", "telegram_refused", "telegram_conflict", "telegram_conflict_cleared", "telegram_chat_migrated",

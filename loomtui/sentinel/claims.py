@@ -14,7 +14,7 @@ from loomtui import clock
 from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.sentinel.queue import MAX_NOTE, from_row, save
-from loomtui.sentinel.queue_rules import CLAIMED, WITNESSED, Item
+from loomtui.sentinel.queue_rules import CLAIMED, RETIRED, WITNESSED, Item
 from loomtui.store import ledger, queue_items
 from loomtui.text import digest, sanitize
 
@@ -48,6 +48,8 @@ def resolve(ctx: Context, item_id: int, note: str, *, source: str, session_id: s
         item = from_row(row)
         if item.state == WITNESSED:
             return item, False
+        if item.state == RETIRED:
+            raise LoomError(f"resolve: queue item {item_id} was retired: its job {item.job!r} is gone from the config")
         # Where the log ends now: a failure line past this point happened after the claim.
         job = ctx.config.job(item.job)
         dev, inode, size = log_position(job.log if job else item.log)

@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from loomtui.states import CLAIMED, OPEN, WITNESSED, EventKind  # noqa: F401  (re-exported: callers say queue_rules.OPEN)
+from loomtui.states import CLAIMED, OPEN, RETIRED, WITNESSED, EventKind  # noqa: F401  (re-exported: callers say queue_rules.OPEN)
 from loomtui.timing import Instant, age, as_instant, raw_age
 
 LINE, EXIT, MISSED, SCAN, OVERRUN = "line", "exit", "missed", "scan", "overrun"

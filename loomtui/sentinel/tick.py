@@ -47,7 +47,7 @@ from loomtui.sentinel.queue_rules import (
     review,
 )
 from loomtui.sentinel.signature import normalize
-from loomtui.states import EventKind
+from loomtui.states import MEMORY_QUEUE, EventKind
 from loomtui.store import job_runs, ledger, locks, outbox, queue_items, scan_offsets
 
 SENTINEL_LOCK = "sentinel.lock"
@@ -137,6 +137,7 @@ def scan_all(ctx: Context, at: Instant, report: SentinelReport) -> dict[str, lis
         last_starts = job_runs.last_starts_in(db, now + timing.JUMP_TOLERANCE)
     # Before the runs are read: a renamed job's ended runs are judged as its own, not as orphans.
     adopt_renamed(ctx, watches, configured, last_starts)
+    retire_gone(ctx, configured, now)
     runs, running = unreviewed_runs(ctx, now)
     fold_renamed(watches, configured, runs, running, last_starts)
     orphans = [r.id for rs in runs.values() for r in rs if r.job not in configured]
@@ -204,6 +205,23 @@ def adopt_renamed(ctx: Context, watches: dict[str, jobscan.Watch], configured: s
             queue_items.rename_job_in(db, old[0], job.name)
             job_runs.rename_ended_in(db, old[0], job.name)
         watches[job.name] = replace(watches.pop(old[0]), watch_since=since, renamed_from=old[0])
+
+
+def retire_gone(ctx: Context, configured: set[str], now: float) -> None:
+    """The live items of a job gone from the config (not renamed: adopt_renamed moved those) are
+    retired: no run of it will witness them, and until 2026-12-08 they were nudged to the agent and
+    escalated to the operator for good (a job the operator removed on purpose). One ledger event
+    each; the job added back opens new items. Not the memory replica's own queue (no job of the
+    config). A read a pass; a write only when there is one to retire."""
+    gone = [row for row in queue_items.unwitnessed(ctx.store)
+            if row["job"] not in configured and row["job"] != MEMORY_QUEUE]
+    if not gone:
+        return
+    with ctx.store.write() as db:
+        for row in gone:
+            queue_items.retire_in(db, row["id"], now)
+            ledger.append_in(db, "queue_retire", source="sentinel", ts=now, agent=row["agent"], detail={
+                "item": row["id"], "job": row["job"], "state": row["state"], "why": "its job is gone from the config"})
 
 
 def fold_renamed(watches: dict[str, jobscan.Watch], configured: set[str], runs: dict[str, list[JobRun]],
@@ -418,8 +436,9 @@ def send_due(ctx: Context, at: Instant, report: SentinelReport,
         # backstop never nudged; and each agent its own budget (another's failing injections spent it).
         for item in sorted(items, key=lambda i: (not _owed_first_nudge(i), i.id)):
             # An item's nudges go to its job's agent as the config says now (a job moved to another
-            # agent takes its live items along: they kept nudging the old one); a job or an agent
-            # gone from the config, to the agent the item was for, else the first.
+            # agent takes its live items along: they kept nudging the old one); an agent gone from
+            # the config, to the agent the item was for, else the first (a job gone from it retired
+            # its items: scan_all).
             job = ctx.config.job(item.job)
             owner = job.agent if job is not None and job.agent in ctx.config.agent_names else item.agent
             if owner != item.agent:

@@ -270,4 +270,59 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE scan_offsets ADD COLUMN renamed_from TEXT
         """,
     ),
+    (
+        "0018_queue_retired",
+        # An item whose job is gone from the config is retired (no run of it will ever witness it):
+        # it was nudged and escalated for good. A state the CHECK did not allow: the table is made
+        # anew (SQLite alters no CHECK), every row and column kept, the indexes with it; a retired
+        # item is no longer live, so the job added back opens new ones.
+        """
+        CREATE TABLE queue_items_new (
+            id              INTEGER PRIMARY KEY,
+            job             TEXT    NOT NULL,
+            kind            TEXT    NOT NULL,
+            signature       TEXT    NOT NULL,
+            sample          TEXT    NOT NULL,
+            log             TEXT    NOT NULL,
+            first_seen      REAL    NOT NULL,
+            last_seen       REAL    NOT NULL,
+            count           INTEGER NOT NULL DEFAULT 1,
+            state           TEXT    NOT NULL DEFAULT 'open' CHECK (state IN ('open', 'claimed', 'witnessed', 'retired')),
+            nudges          INTEGER NOT NULL DEFAULT 0,
+            last_nudge_at   REAL,
+            escalated_at    REAL,
+            reopened_at     REAL,
+            reopens         INTEGER NOT NULL DEFAULT 0,
+            claimed_at      REAL,
+            claimed_by      TEXT,
+            claimed_session TEXT,
+            claim_dev       INTEGER,
+            claim_inode     INTEGER,
+            claim_offset    INTEGER,
+            note            TEXT,
+            witnessed_at    REAL,
+            witness_run     INTEGER,
+            agent           TEXT    NOT NULL DEFAULT 'main',
+            first_seen_mono REAL,
+            first_seen_boot TEXT,
+            claimed_mono    REAL,
+            claimed_boot    TEXT,
+            reopened_mono   REAL,
+            reopened_boot   TEXT,
+            retired_at      REAL
+        );
+        INSERT INTO queue_items_new (id, job, kind, signature, sample, log, first_seen, last_seen, count, state,
+            nudges, last_nudge_at, escalated_at, reopened_at, reopens, claimed_at, claimed_by, claimed_session,
+            claim_dev, claim_inode, claim_offset, note, witnessed_at, witness_run, agent, first_seen_mono,
+            first_seen_boot, claimed_mono, claimed_boot, reopened_mono, reopened_boot)
+        SELECT id, job, kind, signature, sample, log, first_seen, last_seen, count, state,
+            nudges, last_nudge_at, escalated_at, reopened_at, reopens, claimed_at, claimed_by, claimed_session,
+            claim_dev, claim_inode, claim_offset, note, witnessed_at, witness_run, agent, first_seen_mono,
+            first_seen_boot, claimed_mono, claimed_boot, reopened_mono, reopened_boot FROM queue_items;
+        DROP TABLE queue_items;
+        ALTER TABLE queue_items_new RENAME TO queue_items;
+        CREATE UNIQUE INDEX queue_live ON queue_items(job, kind, signature) WHERE state IN ('open', 'claimed');
+        CREATE INDEX queue_state ON queue_items(state, id)
+        """,
+    ),
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from loomtui.states import CLAIMED, OPEN, WITNESSED
+from loomtui.states import CLAIMED, LIVE, OPEN, RETIRED, WITNESSED
 from loomtui.store.db import Store, inserted
 
 
@@ -28,7 +28,12 @@ def get_in(db: sqlite3.Connection, item_id: int) -> sqlite3.Row | None:
 
 def live_in(db: sqlite3.Connection, job: str) -> list[sqlite3.Row]:
     """The job's open and claimed items (what a new failure deduplicates into)."""
-    return db.execute("SELECT * FROM queue_items WHERE job = ? AND state != ?", (job, WITNESSED)).fetchall()
+    return db.execute("SELECT * FROM queue_items WHERE job = ? AND state IN (?, ?)", (job, *LIVE)).fetchall()
+
+
+def retire_in(db: sqlite3.Connection, item_id: int, now: float) -> None:
+    db.execute("UPDATE queue_items SET state = ?, retired_at = ? WHERE id = ? AND state IN (?, ?)",
+               (RETIRED, now, item_id, *LIVE))
 
 
 def insert_in(db: sqlite3.Connection, *, job: str, kind: str, signature: str, sample: str, log: str, now: float,
@@ -48,7 +53,7 @@ def insert_in(db: sqlite3.Connection, *, job: str, kind: str, signature: str, sa
 def rename_job_in(db: sqlite3.Connection, old: str, new: str) -> None:
     """Job `old`'s live items are job `new`'s now (the job renamed); witnessed ones keep the name
     they were witnessed under."""
-    db.execute("UPDATE queue_items SET job = ? WHERE job = ? AND state != 'witnessed'", (new, old))
+    db.execute("UPDATE queue_items SET job = ? WHERE job = ? AND state IN (?, ?)", (new, old, *LIVE))
 
 
 def update_in(db: sqlite3.Connection, item_id: int, values: dict[str, Any]) -> None:
@@ -80,7 +85,7 @@ def get(store: Store, item_id: int) -> sqlite3.Row | None:
 def unwitnessed(store: Store, agent: str | None = None) -> list[sqlite3.Row]:
     """Open and claimed items, oldest first."""
     where, params = _of(agent)
-    return store.query(f"SELECT * FROM queue_items WHERE {where}state != ? ORDER BY id", (*params, WITNESSED))
+    return store.query(f"SELECT * FROM queue_items WHERE {where}state IN (?, ?) ORDER BY id", (*params, *LIVE))
 
 
 def last_witnessed(store: Store, limit: int, agent: str | None = None) -> list[sqlite3.Row]:
@@ -101,15 +106,16 @@ def unresolved(store: Store) -> list[sqlite3.Row]:
 
 
 def counts(store: Store, agent: str | None = None) -> dict[str, int]:
-    """Items by state, every state named (0 when none)."""
-    where, params = ("WHERE agent = ? ", (agent,)) if agent is not None else ("", ())
+    """Items by state, every state named (0 when none); retired ones are not counted."""
+    where, params = _of(agent)
     out = {OPEN: 0, CLAIMED: 0, WITNESSED: 0}
-    for row in store.query(f"SELECT state, COUNT(*) FROM queue_items {where}GROUP BY state", params):
+    for row in store.query(f"SELECT state, COUNT(*) FROM queue_items WHERE {where}state IN (?, ?, ?) GROUP BY state",
+                           (*params, *out)):
         out[row[0]] = row[1]
     return out
 
 
 def spans(store: Store, agent: str, since: float) -> list[sqlite3.Row]:
     """The agent's items live now or witnessed since `since`: first_seen, witnessed_at."""
-    return store.query("SELECT first_seen, witnessed_at FROM queue_items WHERE agent = ? AND (state != 'witnessed' "
-                       "OR witnessed_at >= ?)", (agent, since))
+    return store.query("SELECT first_seen, witnessed_at FROM queue_items WHERE agent = ? AND (state IN (?, ?) "
+                       "OR witnessed_at >= ?)", (agent, *LIVE, since))

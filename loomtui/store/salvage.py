@@ -33,7 +33,7 @@ from loomtui.store.statedir import create_private_file
 # row by row (a partial chain would not verify); its readable head is named instead.
 CARRY = {
     "meta": "SELECT * FROM meta WHERE key != 'ledger_head'",
-    "queue_items": "SELECT * FROM queue_items WHERE state != 'witnessed'",
+    "queue_items": "SELECT * FROM queue_items WHERE state IN ('open', 'claimed')",
     "outbox": "SELECT * FROM outbox WHERE state != 'sent' ORDER BY id",  # failed ones wait for a requeue
     "job_runs": "SELECT * FROM job_runs ORDER BY id DESC LIMIT 2000",
     "scan_offsets": "SELECT * FROM scan_offsets",

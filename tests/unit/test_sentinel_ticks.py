@@ -17,12 +17,14 @@ from test_sentinel_scan import Fleet
 from loomtui import clock
 from loomtui.agent import holds, proctree
 from loomtui.context import Context
+from loomtui.errors import LoomError
 from loomtui.sentinel import claims, cron, queue, queue_rules
 from loomtui.sentinel.signature import normalize
 from loomtui.sentinel import tick as tick_mod
 from loomtui.sentinel.queue_rules import Escalate
 from loomtui.sentinel.tick import SentinelReport, sentinel_tick
-from loomtui.store import ledger, outbox
+from loomtui.states import MEMORY_QUEUE
+from loomtui.store import ledger, outbox, queue_items
 
 NOPANE = {"tmux_socket": "loomtest-nopane-"}  # nudges go the real way, to a socket no server listens on
 
@@ -525,7 +527,10 @@ def test_a_job_moved_to_another_agent_takes_its_live_items_nudges_along(tmp_path
         ctx.close()
 
 
-def test_an_item_whose_job_and_agent_left_the_config_is_nudged_into_the_first_agent(tmp_path):
+def test_an_item_whose_job_and_agent_left_the_config_is_retired_and_a_memory_item_goes_to_the_first_agent(tmp_path):
+    # Until 2026-12-08 an item whose job had left the config was escalated and nudged into the first
+    # agent for good: no run of the job would witness it. Retired now; an item of no job (the memory
+    # replica's) whose agent left is still nudged into the first agent.
     def config(with_beta: bool) -> Context:
         lines = [f"state_dir = {toml_value(str(tmp_path / 'state'))}", "[sentinel]", 'backstop = "30m"',
                  "[[agents]]", 'name = "alpha"', f"tmux_socket = {toml_value(nopane()['tmux_socket'])}"]
@@ -548,20 +553,16 @@ def test_an_item_whose_job_and_agent_left_the_config_is_nudged_into_the_first_ag
     ctx = config(with_beta=False)
     try:
         report = sentinel_tick(ctx, 1200.0 + 31 * 60, notify=True)  # a claim past the backstop, its job gone
-        assert report.escalated == [item.id]
-        [message] = outbox.recent(ctx.store)
-        assert message.text.startswith("Loom: ")  # one agent left: no agent named
-        [esc] = escalations(ctx)
-        assert esc.agent == "beta"
-    finally:
-        ctx.close()
-    ctx = config(with_beta=False)
-    try:
+        assert report.escalated == [] and outbox.recent(ctx.store) == [] and escalations(ctx) == []
+        [retired] = ledger.tail(ctx.store, 10, kinds=["queue_retire"])
+        assert (retired.agent, retired.detail["item"], retired.detail["state"]) == ("beta", item.id, "claimed")
+        assert queue.listing(ctx.store) == []
         with ctx.store.write() as db:
-            db.execute("UPDATE queue_items SET state = 'open', escalated_at = NULL WHERE id = ?", (item.id,))
+            memory = queue_items.insert_in(db, job=MEMORY_QUEUE, kind=queue_rules.MEMORY_CONFLICT, signature="notes.md",
+                                           sample="notes.md", log="notes.md", now=1200.0, count=1, agent="beta")
         sentinel_tick(ctx, 1200.0 + 32 * 60, notify=True)
         [attempt] = ledger.tail(ctx.store, 10, kinds=["queue_nudge"])
-        assert attempt.agent == "alpha" and attempt.detail["item"] == item.id
+        assert attempt.agent == "alpha" and attempt.detail["item"] == memory["id"]
     finally:
         ctx.close()
 
@@ -821,6 +822,54 @@ def test_a_job_renamed_with_its_log_the_same_keeps_its_place_and_its_items(tmp_p
         assert report.new_items == [items[normalize("ERROR cannot reach the mirror")].id]
         assert {i.job for i in f.items()} == {"nightly-backup"} and {i.log for i in f.items()} == {log}
         assert report.bytes_read == len("INFO fine\nERROR disk full\nERROR cannot reach the mirror\n")
+    finally:
+        f.ctx.close()
+
+
+def test_a_job_removed_from_the_config_retires_its_items_and_added_back_opens_new_ones(tmp_path):
+    """Its items stayed live: nudged to the agent and escalated to the operator for a job no run of
+    which would ever come to witness them, claimed for good. Retired now, once each in the ledger;
+    `loom resolve` says so; the job added back opens new items for its failures."""
+    f = Fleet(tmp_path / "fleet", [{"name": "backup"}, {"name": "other"}], {"backstop": "30m"}, agent=nopane())
+    try:
+        f.write("backup", "ERROR disk full\nERROR cannot reach the mirror\n")
+        f.write("other", "ERROR other broke\n")
+        f.tick(1000.0)
+        items = {i.signature: i for i in f.items()}
+        claimed = items[normalize("ERROR cannot reach the mirror")]
+        claims.resolve(f.ctx, claimed.id, "fixed the route", source="cli", now=1001.0)
+    finally:
+        f.ctx.close()
+    backup = f.config_path.read_text()
+    f.config_path.write_text(backup.replace('name = "backup"', 'name = "gone"').replace(str(f.log("backup")),
+                                                                                         str(tmp_path / "elsewhere.log")))
+    f.ctx = Context.load(str(f.config_path), None, environ={})
+    try:
+        nudged = len(ledger.tail(f.ctx.store, 100, kinds=["queue_nudge"]))
+        f.tick(1000.0 + 86400, notify=True)  # past every backstop: an item still live would be escalated now
+        retired = ledger.tail(f.ctx.store, 100, kinds=["queue_retire"])
+        assert sorted((e.detail["item"], e.detail["state"]) for e in retired) == sorted(
+            (i.id, "claimed" if i.id == claimed.id else "open") for i in items.values() if i.job == "backup")
+        assert all(e.detail["job"] == "backup" for e in retired)
+        assert [i.job for i in f.items()] == ["other"]  # the live ones
+        assert {queue.get(f.ctx.store, i.id).state for i in items.values() if i.job == "backup"} == {"retired"}
+        escalated = ledger.tail(f.ctx.store, 100, kinds=["queue_escalate"])
+        assert {e.detail["job"] for e in escalated} == {"other"}
+        assert {e.detail["job"] for e in ledger.tail(f.ctx.store, 100, kinds=["queue_nudge"])[nudged:]} <= {"other"}
+        with pytest.raises(LoomError, match="retired"):
+            claims.resolve(f.ctx, claimed.id, "again", source="cli", now=1000.0 + 86401)
+        f.tick(1000.0 + 2 * 86400, notify=True)
+        assert len(ledger.tail(f.ctx.store, 100, kinds=["queue_retire"])) == len(retired)  # once each
+        assert queue.counts(f.ctx.store) == {"open": 1, "claimed": 0, "witnessed": 0}
+    finally:
+        f.ctx.close()
+    f.config_path.write_text(backup)
+    f.ctx = Context.load(str(f.config_path), None, environ={})
+    try:
+        f.write("backup", "ERROR disk full\n")
+        report = f.tick(1000.0 + 3 * 86400)
+        [new] = [i for i in f.items() if i.job == "backup"]
+        assert report.new_items == [new.id] and new.id not in {i.id for i in items.values()}
     finally:
         f.ctx.close()
 

@@ -84,7 +84,10 @@ def test_sql_is_written_in_the_store_only():
 
 def test_every_table_has_its_module():
     """Each table of the schema has a module of its name under loomtui/store/, which holds its queries."""
-    tables = {m for _, sql in MIGRATIONS for m in re.findall(r"CREATE TABLE (\w+)", sql)}
+    # A table made anew is created under a passing name and renamed to its own (SQLite alters no CHECK).
+    passing = {m for _, sql in MIGRATIONS for m in re.findall(r"ALTER TABLE (\w+) RENAME TO", sql)}
+    tables = {m for _, sql in MIGRATIONS for m in re.findall(r"CREATE TABLE (\w+)", sql)} - passing
+    assert passing == {"queue_items_new"}
     assert {"ledger", "meta", "outbox", "canary_runs", "queue_items"} <= tables
     missing = sorted(t for t in tables if not (STORE / f"{t}.py").is_file())
     assert missing == [], f"tables without a module in loomtui/store/: {missing}"
