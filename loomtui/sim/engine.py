@@ -511,7 +511,7 @@ class Sim:
             rows = ledger.after(obs, self.ledger_seen)
             for row in rows:
                 self.ledger_seen = row["id"]
-                self.on_ledger(row["id"], row["kind"], row["cause"] or "", row["detail"])
+                self.on_ledger(row["id"], row["kind"], row["cause"] or "", row["detail"], row["ts"])
             self.settled_runs()
             if self.quiet_until is not None:
                 self.quiet_until = min(self.quiet_until, self.canary_grid_after(self.world.t))
@@ -539,7 +539,7 @@ class Sim:
             self.canary_until = when
             self.wake("canary", when)
 
-    def on_ledger(self, seq: int, kind: str, cause: str, raw: str | None) -> None:
+    def on_ledger(self, seq: int, kind: str, cause: str, raw: str | None, ts: float = 0.0) -> None:
         detail = json.loads(raw) if raw else {}
         last, self.last_kind = self.last_kind, kind
         if kind == "relaunch":
@@ -564,7 +564,7 @@ class Sim:
         elif kind in ("hold_placed", "relaunch_failed", "launch_died"):
             self.event(kind, **({"cause": cause} if cause else {}))
             if kind == "hold_placed":
-                self.checker.on_hold_placed(str(detail.get("by", "")), detail.get("until"))
+                self.checker.on_hold_placed(str(detail.get("by", "")), detail.get("until"), ts)
             else:
                 if kind == "relaunch_failed" and self.last_relaunch is not None:
                     relaunch, launches_then, pinned = self.last_relaunch

@@ -131,6 +131,9 @@ class HookModel:
             return
         if event == "Stop":
             w.last_stop = w.t
+        elif event == "StopFailure":
+            w.failures_written.append((w.wall, w.t))
+            del w.failures_written[:-64]
         if event == "StopFailure" and w.limited() and w.limit_told > w.t:
             w.limit_told = w.t
         assert sim.ctx is not None

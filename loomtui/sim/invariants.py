@@ -91,9 +91,9 @@ class Checker:
         # The harness's hold (a rate limit the CLI reported: hooks/harness.py) in force until then
         # (t), by its own end; and when the last hold of any kind ended: bounds count from there.
         self.harness_until = -math.inf
-        # When Loom placed (or renewed) the harness's hold: only a turn that succeeded after the
-        # failure it holds for ends it, and that failure was written no later than this.
-        self.harness_placed = -math.inf
+        # When the failure the harness's hold is for (placed or renewed) was written: only a turn
+        # that succeeded after it ends the hold.
+        self.harness_since = -math.inf
         self.hold_end = -1e18
         # The sessions relaunched for canary_failed, each with the relaunches (ledger ids) that did it;
         # one that launched nothing resumed nothing, and is taken out (on_nothing_launched).
@@ -362,11 +362,11 @@ class Checker:
                 self.fail("harness_hold_kept", f"the harness's hold taken for run out {until - w.t:.0f}s early")
             # The CLI's turns all fail under a limit, but one taken before it began succeeds (its
             # model call was answered), and a Stop may be written late: either is a success that
-            # ends the hold. None written since the hold was placed (less the time Loom may take to
-            # read the failure that placed it) is a hold ended by a success that never came. Until
-            # 2026-12-08 counted from a Stop written late only: a line taken in the minute between
-            # two limits, done 1.8 s into the second, was taken for none (hooked storm seed 69, day 28.4).
-            if how == "succeeded" and w.limited() and w.last_stop < self.harness_placed - SLACK:
+            # ends the hold. None written since the failure the hold is for is a hold ended by a
+            # success that never came. Until 2026-12-08 counted from a Stop written late only: a line
+            # taken in the minute between two limits, done 1.8 s into the second, was taken for none
+            # (hooked storm seed 69, day 28.4).
+            if how == "succeeded" and w.limited() and w.last_stop < self.harness_since - 1e-3:
                 self.fail("harness_hold_kept", "the harness's hold ended by a turn that succeeded, while every "
                                                "turn the CLI took since it was placed failed")
             return
@@ -433,13 +433,16 @@ class Checker:
         if recorded is not None:
             self.recorded_launch = recorded
 
-    def on_hold_placed(self, by: str = "", until: float | None = None) -> None:
+    def on_hold_placed(self, by: str = "", until: float | None = None, ts: float | None = None) -> None:
         """Held (the ceiling, an operator's `loom hold`, the harness's): no probe is due until the
-        hold ends. The harness's ends by itself at `until` (wall), or sooner by a turn that succeeds."""
+        hold ends. The harness's ends by itself at `until` (wall), or sooner by a turn that succeeds
+        after the failure it is for: the StopFailure written at `ts` (wall, the ledger event's time;
+        the world's time of it found among the failures written, else a minute before now)."""
         self.unprobed = None
         if by == "harness":
             w = self.sim.world
-            self.harness_placed = w.t
+            self.harness_since = next((t for wall, t in reversed(w.failures_written)
+                                       if ts is not None and abs(wall - ts) < 1e-3), w.t - SLACK)
             self.harness_until = math.inf if until is None else w.t + (until - w.wall)
             if w.limited() and w.limit_resets and self.harness_until < w.limited_until - 1.0:
                 # The CLI said when the limit resets (harness_rules.hold_seconds: at most MAX_AHEAD,

@@ -123,6 +123,9 @@ class World:
     # When the CLI last wrote a Stop (a turn succeeded): under a limit, one of a turn taken before it
     # began (its model call answered), or written late. Either ends the harness's hold, by design.
     last_stop: float = -1e18
+    # The StopFailures written lately, (wall, t) each: the hold Loom places for one begins when it
+    # was written (its file's time), which the checker finds by the hold's ledger time.
+    failures_written: list[tuple[float, float]] = field(default_factory=list)
     pids: int = 1000                     # the agents' pids (above init and the kernel's own)
     sessions: int = 0
     wall_offset: float = 0.0             # how far the wall clock has been stepped (clock_forward/clock_back)

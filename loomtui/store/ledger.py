@@ -336,8 +336,8 @@ def page(
 
 
 def after(store: Store, seen: int) -> list[sqlite3.Row]:
-    """Every event past id `seen`, oldest first: id, kind, cause, detail (the simulator's reading)."""
-    return store.query("SELECT id, kind, cause, detail FROM ledger WHERE id > ? ORDER BY id", (seen,))
+    """Every event past id `seen`, oldest first: id, ts, kind, cause, detail (the simulator's reading)."""
+    return store.query("SELECT id, ts, kind, cause, detail FROM ledger WHERE id > ? ORDER BY id", (seen,))
 
 
 def by_ids(store: Store, event_ids: list[int]) -> list[Event]:
