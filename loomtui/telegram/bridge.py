@@ -169,6 +169,8 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
                 turns.ended = []
             continue
         elif rec.dir == transcript.OUT and rec.event.get("type") == "result":
+            if rec.data.get("own_turn") is True:
+                turns.ended = []  # the CLI's own turn, taken for an unread line's answer: it told them there
             # Lines the pump says the CLI had not read (an error it printed without reading them: a
             # resume that found no session) are not this result's: left open, for the pump's next
             # records to say whether they go again or were lost.
@@ -195,6 +197,8 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
         elif rec.dir == transcript.PUMP and rec.data.get("what") in ("cli_exit", "started"):
             # `pending`: what a new pump took over from a killed one (on a CLI that failed to start, too).
             _ended(turns, list(turns.open), _seqs(rec.data.get("pending")))
+            # Its background tasks end with the CLI: no turn of its own will tell of them.
+            turns.tasks, turns.ended = [], []
         elif rec.dir == transcript.PUMP and rec.data.get("what") == "write_failed":
             # Its `in` was recorded before the write: no turn follows it, and none may take its place.
             # A queued line's file stays (`kept`): the next launch writes it again.
@@ -208,12 +212,14 @@ def advance(cursor: Cursor, records: Iterable[transcript.Record]) -> tuple[Curso
 
 def _task_event(turns: _Turns, event: dict[str, Any]) -> None:
     """A background task's start in a turn of an operator's line makes it theirs; its end, told to
-    the CLI (which tells the model in a turn of its own next), makes that turn's text theirs."""
+    the CLI, makes the text of the CLI's next turn of its own theirs (told inside another line's
+    turn, the task's end still gets that turn after it: tests/e2e/test_claude_code_cli.py)."""
     [task] = _task_ids([event.get("task_id")]) or ("",)
     if not task:
         return
     subtype = event.get("subtype")
-    if subtype == "task_started" and any(t.origin == TELEGRAM for t in turns.open) and task not in turns.tasks:
+    # The running turn is the last line's written (the pump writes one a turn).
+    if subtype == "task_started" and turns.open and turns.open[-1].origin == TELEGRAM and task not in turns.tasks:
         turns.tasks.append(task)
         del turns.tasks[:-MAX_TASKS]
     elif subtype == "task_notification" and task in turns.tasks:

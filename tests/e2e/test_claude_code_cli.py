@@ -158,6 +158,28 @@ def test_a_background_tasks_end_is_told_in_a_turn_the_cli_takes_by_itself(cli, f
     assert agent.finish() == 0
 
 
+def test_a_background_task_that_ends_inside_another_turn_is_still_told_in_a_turn_of_its_own(cli, fake):
+    """The task's end, told while another line's turn runs: its `task_notification` comes inside that
+    turn, and the CLI still takes its own turn after that turn's result (the bridge keeps a task of
+    the operator's told ended until that turn: telegram/bridge.py)."""
+    agent = cli("--session-id", str(uuid.uuid4()), "--allowedTools", "Bash(sleep:*)")
+    agent.send("in the background: sleep 6")  # long enough for its own line's turn to end first
+    agent.wait_results(1)
+    fake.slow = 20  # the next line's turn outlasts the task
+    agent.send("hello there")
+    agent.wait_results(2, timeout=240)
+    fake.slow = 0
+    agent.wait_results(3, timeout=240)
+    kinds = agent.kinds()
+    second, third = [i for i, k in enumerate(kinds) if k.startswith("result/")][1:3]
+    inside = kinds[kinds.index("result/success") + 1:second]
+    assert inside[0] == "system/init" and "system/task_notification" in inside
+    assert kinds[second + 1:third + 1] == ["system/init", "assistant", "result/success"]
+    assert agent.results()[1]["result"] == "heard: hello there"
+    assert agent.results()[2]["result"] == "noted: a background task ended."
+    assert agent.finish() == 0
+
+
 def test_a_canary_runs_its_touch_through_bash_when_its_directory_is_added(cli, tmp_path):
     acks = tmp_path / "acks"
     acks.mkdir()

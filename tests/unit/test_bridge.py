@@ -181,8 +181,49 @@ def test_a_background_task_the_operator_asked_for_has_its_end_told_to_the_operat
     assert answers[0].key.startswith("telegram_bridge:task:bsx9dpd4g:") and cursor.ended == ()
     # Read again from the start (a lost cursor): the same answers, the same keys (the outbox dedupes).
     again = advance(Cursor(), records(script.path))[1]
-    assert [a.key for a in again] == [a.key for a in advance(Cursor(), records(script.path))[1]]
-    assert [a.what for a in again] == ["answer", "task"]
+    assert [a.what for a in again] == ["answer", "task"] and again[1].key == answers[0].key
+
+
+def test_a_task_that_ends_inside_another_turn_is_told_at_the_clis_own_turn_after_it(script):
+    seq = script.send("telegram", "build it in the background")
+    system(script, "task_started", task_id="t1")
+    script.result("building", turn=seq)
+    other = script.send("canary", "touch the ack file")
+    system(script, "task_notification", task_id="t1", status="completed")  # inside the probe's turn
+    script.result("done.", turn=other)
+    own_result(script, "the build passed")
+    _, answers = advance(Cursor(), records(script.path))
+    assert [(a.what, a.text) for a in answers] == [("answer", "building"), ("task", "the build passed")]
+
+
+def test_a_cli_gone_before_its_own_turn_takes_its_tasks_along(script):
+    # The CLI exits between telling of the end and its own turn: the next CLI's own turn (a nudge's
+    # task, here) is not the operator's.
+    seq = script.send("telegram", "build it in the background")
+    system(script, "task_started", task_id="t1")
+    script.result("building", turn=seq)
+    system(script, "task_notification", task_id="t1", status="completed")
+    script.writer.append(transcript.PUMP, ts=script._tick(), what="cli_exit", status=1, exit=1)
+    script.started()
+    nudge = script.send("sentinel", "the backup failed")
+    system(script, "task_started", task_id="t2")
+    script.result("rerunning", turn=nudge)
+    system(script, "task_notification", task_id="t2", status="completed")
+    own_result(script, "the rerun passed")
+    cursor, answers = advance(Cursor(), records(script.path))
+    assert [a.what for a in answers] == ["answer"] and (cursor.tasks, cursor.ended) == ((), ())
+
+
+def test_a_task_begun_in_a_probes_turn_behind_an_unread_telegram_line_is_not_the_operators(script):
+    # The line an error came before stays open (unread); the running turn is the probe's.
+    late = script.send("telegram", "and the tests?")
+    error = {"type": "result", "subtype": "error_during_execution", "is_error": True}
+    script.writer.append(transcript.OUT, ts=script._tick(), event=error, unread=[late])
+    probe = script.send("canary", "touch the ack file")
+    system(script, "task_started", task_id="t3")
+    script.result("done.", turn=probe)
+    cursor, _ = advance(Cursor(), records(script.path))
+    assert cursor.tasks == ()
 
 
 def test_task_events_that_say_nothing_usable_change_nothing(script):
