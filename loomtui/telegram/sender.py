@@ -44,10 +44,11 @@ log = logging.getLogger("loomtui.telegram.sender")
 RECORD_RETRY = 1.0  # seconds before a delivery the busy store did not take is recorded again
 PASS_BUDGET = 30.0  # seconds one `loom tick notify` may spend pacing its messages
 # Telegram's flood waits are kept up to this long (a longer one is retried then, and Telegram says
-# what is left). A row's stored wait further ahead than this, or than any backoff when its last
-# error was no flood wait, was stored before the wall clock was stepped back.
+# what is left). A row's stored wait further ahead than its flood wait (its last error says how long,
+# in Loom's own words) or than any backoff was stored before the wall clock was stepped back.
 MAX_FLOOD_WAIT = 6 * 3600.0
-FLOOD = f"{RetryAfter.__name__}:"  # how describe() begins a flood wait's error, the row's last
+FLOOD_ERROR = "flood wait {seconds:g}s: {error}"
+FLOOD = re.compile(r"flood wait (\d+(?:\.\d+)?)s: ")
 NO_PREVIEW = telegram.LinkPreviewOptions(is_disabled=True)
 
 
@@ -244,8 +245,8 @@ class Sender:
         # than a backoff was due at once too, until 2026-12-08: every restart asked Telegram again.
         # Read once: from here this sender waits on the monotonic clock.
         wait = row.next_attempt - self.clock.time()
-        flood = (row.last_error or "").startswith(FLOOD)
-        if wait > (MAX_FLOOD_WAIT if flood else self.cfg.backoff_max):
+        flood = FLOOD.match(row.last_error or "")
+        if wait > max(self.cfg.backoff_max, float(flood.group(1)) if flood else 0.0):
             wait = 0.0
         if wait > 0:
             self._hold = (row.id, self.clock.monotonic() + wait)
@@ -260,7 +261,8 @@ class Sender:
         delay = min(retry_after_seconds(exc), MAX_FLOOD_WAIT)
         self._hold = (row.id, self.clock.monotonic() + delay)
         log.warning("telegram: flood control on outbox %d; retrying in %.1fs as Telegram asks", row.id, delay)
-        outbox.defer(self.store, row.id, until=self.clock.time() + delay, error=describe(exc),
+        outbox.defer(self.store, row.id, until=self.clock.time() + delay,
+                     error=FLOOD_ERROR.format(seconds=delay, error=describe(exc)),
                      event="telegram_retry_after", event_detail={"retry_after": delay})
         return delay
 

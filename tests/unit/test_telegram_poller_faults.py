@@ -313,8 +313,8 @@ def test_a_retry_stored_before_the_clock_was_stepped_back_does_not_hold_the_outb
 def test_a_flood_wait_longer_than_the_backoff_is_kept_by_the_next_sender(fake, tmp_path, monkeypatch):
     """Telegram's flood wait of an hour, stored by a sender that then stopped (a restart, one `loom
     tick notify`): the next sender kept to it only up to backoff_max (5 minutes) and asked Telegram
-    again at once, at every restart. Kept now, up to MAX_FLOOD_WAIT; one further ahead than that
-    was stored before the clock was stepped back, and is due."""
+    again at once, at every restart. Kept now (up to MAX_FLOOD_WAIT); one further ahead than the
+    wait its row says it was was stored before the clock was stepped back, and is due."""
     from loomtui.telegram import sender
     from loomtui.telegram.sender import send_due
 
@@ -327,15 +327,21 @@ def test_a_flood_wait_longer_than_the_backoff_is_kept_by_the_next_sender(fake, t
         first = outbox.enqueue(ctx.store, "the job broke")
         assert asyncio.run(send_due(ctx, bot=make_bot(TOKEN, ctx.config.telegram))) == (0, 1)
         row = outbox.get(ctx.store, first)
-        assert row.last_error.startswith(sender.FLOOD) and row.next_attempt > time.time() + 3500
+        assert row.last_error.startswith("flood wait 3600s: ") and row.next_attempt > time.time() + 3500
         calls = len(fake.calls)
         for _ in range(2):  # two more senders, one after the other: neither asks Telegram
             assert asyncio.run(send_due(ctx, bot=make_bot(TOKEN, ctx.config.telegram))) == (0, 1)
         assert len(fake.calls) == calls and fake.messages == []
-        # Stored before the wall clock was stepped back a day: further ahead than any flood wait kept.
-        outbox.defer(ctx.store, first, until=time.time() + sender.MAX_FLOOD_WAIT + 86400, error=row.last_error)
+        # Stored before the wall clock was stepped back an hour: further ahead than its own flood
+        # wait (and than any backoff), so due now.
+        outbox.defer(ctx.store, first, until=time.time() + 3600 + 3600, error=row.last_error)
         assert asyncio.run(send_due(ctx, bot=make_bot(TOKEN, ctx.config.telegram))) == (1, 0)
         assert [m.text for m in fake.messages] == ["the job broke"]
+        # Telegram's wait is kept up to MAX_FLOOD_WAIT.
+        fake.flood = [10 * 86400]
+        second = outbox.enqueue(ctx.store, "the backup failed")
+        assert asyncio.run(send_due(ctx, bot=make_bot(TOKEN, ctx.config.telegram))) == (0, 1)
+        assert outbox.get(ctx.store, second).next_attempt <= time.time() + sender.MAX_FLOOD_WAIT
     finally:
         ctx.close()
 
