@@ -305,16 +305,24 @@ class PumpModel:
         sim.after(tool_gap(w.rng), self.own_tool, pid, task)
 
     def own_end(self, pid: int, task: int) -> None:
-        """The CLI's own turn ends: its `result` (the world's truth ends it even in a CLI that wedged
-        meanwhile, which prints nothing)."""
-        a = self.sim.world.agent
+        """The CLI's own turn ends: its `result`, an error one under the account's trouble (its last
+        call to the model refused), as the operator's turn's (the world's truth ends it even in a CLI
+        that wedged meanwhile, which prints nothing)."""
+        w = self.sim.world
+        a = w.agent
         if a is None or a.pid != pid or self.own != task:
             return
         found = self.in_own(pid, task)
         self.own_over(a)
-        if found is not None:
-            self.out(found[1], a, {"type": "result", "subtype": "success", "is_error": False, "num_turns": 1,
-                                   "session_id": a.session, "permission_denials": [], "result": "noted."})
+        if found is None:
+            return
+        if w.limited():
+            self.out(found[1], a, {"type": "result", "subtype": "error_during_execution", "is_error": True,
+                                   "num_turns": 1, "session_id": a.session,
+                                   "result": f"API Error: {DETAILS.get(w.limit_error, w.limit_error)}"})
+            return
+        self.out(found[1], a, {"type": "result", "subtype": "success", "is_error": False, "num_turns": 1,
+                               "session_id": a.session, "permission_denials": [], "result": "noted."})
 
     def own_over(self, a: Agent) -> None:
         self.own = None

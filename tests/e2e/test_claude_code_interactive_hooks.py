@@ -137,7 +137,7 @@ def test_a_background_tasks_end_is_a_turn_with_a_prompt_and_a_stop_to_the_hooks(
         wait_for(harness.idle, LONG, what="the CLI's prompt")
         wait_for(lambda: [r for r in runs(harness) if r["result"] == "ok"], LONG, what="the relaunch witnessed")
         fake.notice_slow = 3600  # the CLI's own turn lasts until the test lowers it
-        line = "in the background: sleep 1"
+        line = "in the background: sleep 3"
         result = harness.loom("inject", line)
         assert result.returncode == 0, result.stdout + result.stderr
         [taken] = wait_for(lambda: prompted(harness, line), LONG, what="the line's UserPromptSubmit")
@@ -147,16 +147,15 @@ def test_a_background_tasks_end_is_a_turn_with_a_prompt_and_a_stop_to_the_hooks(
                             LONG, what="the own turn's UserPromptSubmit")
         assert json.loads(notice["detail"])["length"] > 0 and not prompted(harness, line)[1:]
 
-        def turn() -> dict:
-            status = harness.loom("status", "--json")
-            assert status.returncode == 0, status.stdout + status.stderr
-            return json.loads(status.stdout)["agent"]["turn"]
+        def turn() -> str:
+            status = harness.loom("status", "--json")  # a status that failed under load is looked at again
+            return json.loads(status.stdout)["agent"]["turn"]["state"] if status.returncode == 0 else ""
 
-        assert wait_for(lambda: turn()["state"] == turn_rules.TURN_BUSY, LONG, what="the own turn busy to Loom")
+        assert wait_for(lambda: turn() == turn_rules.TURN_BUSY, LONG, what="the own turn busy to Loom")
         fake.notice_slow = 0
         wait_for(lambda: [r for r in hook_rows(harness, "Stop") if r["id"] > notice["id"]], LONG,
                  what="the own turn's Stop")
-        assert wait_for(lambda: turn()["state"] == turn_rules.NO_TURN, LONG, what="idle after it")
+        assert wait_for(lambda: turn() == turn_rules.NO_TURN, LONG, what="idle after it")
     finally:
         fake.notice_slow = 0
         try:
