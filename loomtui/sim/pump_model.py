@@ -295,13 +295,10 @@ class PumpModel:
         a, p = found
         if w.limited():
             self.own_over(a)
-            self.out(p, a, {"type": "result", "subtype": "error_during_execution", "is_error": True, "num_turns": 1,
-                            "session_id": a.session, "result": f"API Error: {DETAILS.get(w.limit_error, w.limit_error)}"})
+            self.refused(p, a)
             return
         a.last_event = w.t
-        self.out(p, a, {"type": "assistant", "session_id": a.session, "message": {
-            "role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_task_{task}_{self.records}",
-                                              "name": "Bash", "input": {"command": "git status"}}]}})
+        self.tool_use(p, a, f"toolu_task_{task}_{self.records}", "git status")
         sim.after(tool_gap(w.rng), self.own_tool, pid, task)
 
     def own_end(self, pid: int, task: int) -> None:
@@ -317,9 +314,7 @@ class PumpModel:
         if found is None:
             return
         if w.limited():
-            self.out(found[1], a, {"type": "result", "subtype": "error_during_execution", "is_error": True,
-                                   "num_turns": 1, "session_id": a.session,
-                                   "result": f"API Error: {DETAILS.get(w.limit_error, w.limit_error)}"})
+            self.refused(found[1], a)
             return
         self.out(found[1], a, {"type": "result", "subtype": "success", "is_error": False, "num_turns": 1,
                                "session_id": a.session, "permission_denials": [], "result": "noted."})
@@ -422,9 +417,7 @@ class PumpModel:
         if found is None:
             return
         a, p = found
-        self.out(p, a, {"type": "assistant", "session_id": a.session, "message": {
-            "role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{seq}", "name": "Bash",
-                                              "input": {"command": f"touch {path}"}}]}})
+        self.tool_use(p, a, f"toolu_{seq}", f"touch {path}")
         self.sim.acked(pid, Path(path))
         if self.sim.hooks is not None:  # its PostToolUse, once the touch ran: after the ack file's time
             self.sim.after(PROBE_TOOL_AFTER, self.sim.hooks.fire, pid, "PostToolUse", {"tool_name": "Bash"})
@@ -440,9 +433,7 @@ class PumpModel:
             self.failed(pid, seq)  # its next call to the model refused: the turn fails
             return
         a.last_event = w.t
-        self.out(p, a, {"type": "assistant", "session_id": a.session, "message": {
-            "role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{seq}_{self.records}",
-                                              "name": "Bash", "input": {"command": "make test"}}]}})
+        self.tool_use(p, a, f"toolu_{seq}_{self.records}", "make test")
         if sim.hooks is not None:
             sim.hooks.fire(pid, "PostToolUse", {"tool_name": "Bash"})
         sim.after(tool_gap(w.rng), self.tool, pid, seq)
@@ -470,7 +461,7 @@ class PumpModel:
     def failed(self, pid: int, seq: int) -> None:
         """The turn failed for the account's trouble: StopFailure (the hooks) and an error `result`,
         as Claude Code prints one (the bridge tells the operator the error)."""
-        sim, w = self.sim, self.sim.world
+        sim = self.sim
         found = self.in_turn(pid, seq)
         if found is None:
             return
@@ -479,8 +470,7 @@ class PumpModel:
             self.turn_over(a)
         if sim.hooks is not None:
             sim.hooks.fire_failure(pid)
-        self.out(p, a, {"type": "result", "subtype": "error_during_execution", "is_error": True, "num_turns": 1,
-                        "session_id": a.session, "result": f"API Error: {DETAILS.get(w.limit_error, w.limit_error)}"})
+        self.refused(p, a)
 
     def result(self, pid: int, seq: int) -> None:
         """The turn's `result`: the pump writes the next queued line (runner._apply)."""
@@ -514,6 +504,19 @@ class PumpModel:
             if event.get("type") == "result":
                 a.seen_open = False
         self.publish(p)
+
+    def tool_use(self, p: Pump, a: Agent, tool_id: str, command: str) -> None:
+        """A Bash call the CLI prints (an `assistant` event with its tool_use)."""
+        self.out(p, a, {"type": "assistant", "session_id": a.session, "message": {
+            "role": "assistant", "content": [{"type": "tool_use", "id": tool_id, "name": "Bash",
+                                              "input": {"command": command}}]}})
+
+    def refused(self, p: Pump, a: Agent) -> None:
+        """The turn's error `result` when the account's trouble refused its call to the model (the
+        bridge tells the operator the error)."""
+        w = self.sim.world
+        self.out(p, a, {"type": "result", "subtype": "error_during_execution", "is_error": True, "num_turns": 1,
+                        "session_id": a.session, "result": f"API Error: {DETAILS.get(w.limit_error, w.limit_error)}"})
 
     def output(self, p: Pump, event: dict) -> None:
         if not (event.get("type") == "result" and event.get("is_error") is True):
