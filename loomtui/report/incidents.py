@@ -41,7 +41,7 @@ class TimelineEvent(Protocol):
 KINDS = (
     "relaunch", "relaunch_failed", "resume_failed", "canary", "escalation", "hold_cleared",
     "foreign_poller_reaped", "modal_dismissed", "loop_error", "queue_new", "queue_escalate", "queue_reopen",
-    "queue_witness", "launch_died", "operator_alert", "store_salvaged", "tmux_socket_repair",
+    "queue_witness", "queue_retire", "launch_died", "operator_alert", "store_salvaged", "tmux_socket_repair",
     "observation_ambiguous",
 )
 ONGOING, RECOVERED, HELD, NOTE = "ongoing", "recovered", "held", "note"
@@ -91,6 +91,7 @@ def _note(e: TimelineEvent) -> Incident | None:
         "queue_escalate": f"queue item {e.detail.get('item', '?')} sent to the operator",
         "queue_reopen": f"queue item {e.detail.get('item', '?')} reopened: the claim did not hold",
         "queue_witness": f"queue item {e.detail.get('item', '?')} witnessed fixed",
+        "queue_retire": f"queue item {e.detail.get('item', '?')} retired: job {e.detail.get('job', '?')} left the config",
         "hold_cleared": "hold cleared by the operator",
         "operator_alert": f"told the operator: {e.detail.get('note', '')}",
         "store_salvaged": f"damaged store replaced; old file kept at {e.detail.get('moved_to', '?')}",

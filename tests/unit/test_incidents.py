@@ -71,6 +71,8 @@ NOTE_TITLES = [
     ("queue_reopen", {"item": 4}, "queue item 4 reopened: the claim did not hold",
      "queue item ? reopened: the claim did not hold"),
     ("queue_witness", {"item": 4}, "queue item 4 witnessed fixed", "queue item ? witnessed fixed"),
+    ("queue_retire", {"item": 4, "job": "backup"}, "queue item 4 retired: job backup left the config",
+     "queue item ? retired: job ? left the config"),
     ("hold_cleared", {}, "hold cleared by the operator", "hold cleared by the operator"),
     ("operator_alert", {"note": "disk full"}, "told the operator: disk full", "told the operator: "),
     ("store_salvaged", {"moved_to": "/s/x.bad"}, "damaged store replaced; old file kept at /s/x.bad",
