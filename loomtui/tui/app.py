@@ -82,6 +82,10 @@ class LoomApp(App):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
+        if screen is not self.console_screen:
+            # Over a dialog or a view, the console's actions wait, as its keys do: the palette ran
+            # them on the console's agent beneath a view whose cursor was on another.
+            return
         for binding in APP_KEYS:
             if binding.action == "app.quit" or not self.console_screen.shows_action(binding.action):
                 continue

@@ -49,7 +49,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import TabbedContent, TabPane
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker
 
 from loomtui import actions, redact
 from loomtui.agent.hold_rules import parse_request
@@ -59,6 +59,7 @@ from loomtui.context import Context
 from loomtui.errors import LoomError
 from loomtui.hosts import ssh
 from loomtui.text import printable
+from loomtui.tui import worker_errors
 from loomtui.tui.agent_panel import AgentPanel
 from loomtui.tui.agents_view import AgentsScreen
 from loomtui.tui.canary_panel import CanaryPanel
@@ -414,13 +415,11 @@ class ConsoleScreen(Screen):
     # -- the one error handler for every worker ------------------------------------------------
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.state == WorkerState.ERROR and event.worker.error is not None:
-            error = event.worker.error
-            if event.worker.group == "refresh":
-                self._refreshing = False
-                self._timer = self.set_timer(self._period, self.refresh_data)
-            self.notify(printable(redact.scrub(f"{event.worker.name}: {error}")), title="error", severity="error",
-                        markup=False)
+        # The screen's own workers (a panel's are told by the panel: worker_errors).
+        if worker_errors.failed(event) is not None and event.worker.group == "refresh":
+            self._refreshing = False
+            self._timer = self.set_timer(self._period, self.refresh_data)
+        worker_errors.tell(self, event)
 
     # -- actions -----------------------------------------------------------------------------
 

@@ -27,10 +27,12 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
+from textual.worker import Worker
 
 from loomtui.errors import LoomError
 from loomtui.memory import index as memory
 from loomtui.memory.index import editor_argv  # noqa: F401  (its home before `loom memory edit` used it)
+from loomtui.tui import worker_errors
 from loomtui.tui.memory_source import REMOTE_EVERY, LocalMemory, MemorySource
 from loomtui.tui.modals import PromptScreen, open_detail
 
@@ -153,6 +155,7 @@ class MemoryPanel(Widget):
         self.report: memory.Report | None = None
         self._rows: dict[str, memory.Row] = {}
         self._generation = 0
+        self._loading = False  # a listing being read: another host's is not asked for again meanwhile
         self._stop = threading.Event()
         self._rewatch = threading.Event()
         self._watch_dirs: frozenset[str] = frozenset()
@@ -175,8 +178,9 @@ class MemoryPanel(Widget):
         self._stop = threading.Event()
         self.reload()
         if not self.source.watched:
-            # Nothing on this machine changes when another host's directory does: read it again.
-            self.set_interval(REMOTE_EVERY, self.reload)
+            # Nothing on this machine changes when another host's directory does: read it again,
+            # once the last read has answered (an ssh read may take up to hosts.timeout, 30 s).
+            self.set_interval(REMOTE_EVERY, self._read_again)
             return
         self._watch()
         # The lag reads "pushed 2m ago": it ages without any change in the directory to reload on.
@@ -203,7 +207,23 @@ class MemoryPanel(Widget):
 
     # -- workers: every read of the disk happens here --------------------------------------------
 
+    def _read_again(self) -> None:
+        if not self._loading:
+            self.reload()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        # A search, a preview or a listing that failed: said, never a panel that does nothing.
+        error = worker_errors.tell(self, event)
+        if error is None:
+            return
+        if event.worker.group == "memory-preview":
+            self.query_one("#memory-preview-text", Static).update(
+                Text(memory.printable(f"cannot read it: {error}"), style="red"))
+        elif event.worker.group == "memory-load":
+            self._loading = False
+
     def reload(self) -> None:
+        self._loading = True
         self._generation += 1
         self._load(self._generation)
         if self.source.watched:
@@ -281,6 +301,7 @@ class MemoryPanel(Widget):
     def on_memory_panel_loaded(self, message: Loaded) -> None:
         if message.generation != self._generation:
             return  # a slower, older load finished after a newer one started
+        self._loading = False
         table = self.query_one(DataTable)
         current = self._selected_key()
         table.clear()

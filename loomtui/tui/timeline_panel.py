@@ -24,6 +24,7 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Static
+from textual.worker import Worker
 
 from loomtui.report import incidents
 from loomtui.store import ledger
@@ -32,6 +33,7 @@ from loomtui.text import printable
 from loomtui.tui.canary_panel import when
 from loomtui.tui.modals import PromptScreen, open_detail
 from loomtui.tui.snapshot import event_detail, pretty, took
+from loomtui.tui import worker_errors
 from loomtui.tui.tables import KeyedTable, safe
 
 INCIDENT_PAGE = 3000
@@ -321,6 +323,9 @@ class TimelinePanel(Widget):
             events = [obj]
             title = f"event {obj.id}: {obj.kind}"
         self.post_message(self.DetailLoaded(title, detail_text(title, events)))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker_errors.tell(self, event)  # a page or a detail the store would not give
 
     @on(DetailLoaded)
     def _show_detail(self, message: DetailLoaded) -> None:

@@ -164,7 +164,8 @@ def render(found: list[Entry]) -> Text:
     for i, entry in enumerate(found):
         if i:
             body.append("\n")
-        label = entry.who if not entry.origin or entry.origin == "operator" else f"{entry.who} ({entry.origin})"
+        # The origin is the transcript's word, not checked when a pump restores its queue: printable.
+        label = entry.who if not entry.origin or entry.origin == "operator" else f"{entry.who} ({printable(entry.origin)})"
         style = "bold red" if entry.error else STYLES.get(entry.who, "")
         body.append(f"{label} › ", style=style)
         body.append(printable(entry.text, keep_newlines=True), style="red" if entry.error else "")

@@ -316,3 +316,19 @@ def test_a_search_that_ends_under_a_prompt_is_not_opened_over_it(hostile):
             assert isinstance(app.screen, PromptScreen)
 
     asyncio.run(run())
+
+
+def test_a_search_that_fails_is_said_not_dropped(hostile):
+    # Textual's worker events do not bubble: the console's handler never heard of the panel's own
+    # workers, and a search of a directory gone (or of an unreachable host) did nothing at all.
+    async def run() -> None:
+        app = PanelApp(hostile, panel=UnwatchedPanel)
+        async with app.run_test(size=(80, 24)) as pilot:
+            panel = app.query_one(MemoryPanel)
+            await until(pilot, lambda: panel.report is not None, what="the table")
+            hostile.rename(hostile.with_name("moved-away"))
+            panel.search("deploy")
+            await until(pilot, lambda: any(n.title == "error" and "search" in str(n.message)
+                                           for n in app._notifications), what="the failure said")
+
+    asyncio.run(run())

@@ -77,7 +77,7 @@ def test_a_record_of_an_odd_shape_is_one_line_and_the_follower_goes_past_it(tmp_
 
 def test_untrusted_text_is_never_markup_nor_an_escape_sequence(tmp_path):
     path = transcript.path_in(tmp_path)
-    _turn(path, text=EVIL, answer=EVIL)
+    _turn(path, text=EVIL, answer=EVIL, origin=EVIL)  # the origin too: the console never checked it
     view = PaneView("up", conversation=tuple(transcript_view.entries(list(transcript.read(path)))))
     body = render_pane(view)
     assert "\x1b" not in body.plain and "\x07" not in body.plain

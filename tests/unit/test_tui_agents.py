@@ -120,6 +120,10 @@ def test_the_keyboard_selects_an_agent_and_every_panel_follows(agents_ctx):
             await pilot.press("g")
             await until(pilot, lambda: agents_loaded(app), "the agents view")
             assert [r[0] for r in table(app, "agents-table")] == ["alpha", "beta"]
+            # The palette over the view offers none of the console's actions: they ran on alpha
+            # beneath a view whose cursor was on beta.
+            titles = {c.title for c in app.get_system_commands(app.screen)}
+            assert not titles & {"Recycle", "Canary", "Hold", "Next agent", "Agents"}, titles
             await pilot.press("down", "enter")
             await until(pilot, lambda: app.snapshot is not None and app.snapshot.agent == "beta",
                         "beta's snapshot")
