@@ -22,7 +22,7 @@ from textual.binding import Binding
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Static
-from textual.worker import Worker, WorkerState
+from textual.worker import Worker
 
 from loomtui.config import LOCAL_HOST
 from loomtui.context import Context
@@ -30,6 +30,7 @@ from loomtui.hosts import view
 from loomtui.hosts.view import AgentRow, HostView
 from loomtui.report import all_hosts
 from loomtui.text import printable
+from loomtui.tui import worker_errors
 from loomtui.tui.footer import FittingFooter
 from loomtui.tui.tables import KeyedTable, safe
 
@@ -184,8 +185,9 @@ class HostsScreen(Screen[Chosen | None]):
         self.query_one("#hosts-title", Static).update(self._title(f"read {read} · u refresh · enter select"))
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.state == WorkerState.ERROR and event.worker.error is not None:
-            self.notify(printable(f"hosts: {event.worker.error}"), title="error", severity="error", markup=False)
+        if worker_errors.tell(self, event) is not None:
+            # Not "reading every host…" for good: the last read stands, and `u` reads again.
+            self.query_one("#hosts-title", Static).update(self._title("the read failed · u refresh"))
 
     def chosen(self, key: str | None) -> Chosen | None:
         """The agent of the row `key`, from the last read (None for a host's own line)."""
