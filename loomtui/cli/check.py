@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from loomtui import redact
 from loomtui.cli.common import add_agent_option, base_context, choose_agent, subcommand
 from loomtui.errors import ConfigError, LoomError
 from loomtui.text import printable
@@ -31,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
         raise  # one line naming the file and key, exit 2
     except LoomError as exc:
         code, line = rules.UNKNOWN, f"LOOM UNKNOWN - {exc}"
+    except Exception as exc:  # a monitoring plugin answers with its one line, never a traceback and 1
+        code, line = rules.UNKNOWN, f"LOOM UNKNOWN - loom check failed: {type(exc).__name__}: {redact.scrub(str(exc))}"
     print(printable(line))
     return code
 

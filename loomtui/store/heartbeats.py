@@ -41,8 +41,13 @@ def age(beat: dict[str, Any], now: Instant) -> float:
 
 
 def read(store: Store) -> dict[str, dict[str, Any]]:
-    """Every beat by name: ts, pid and detail."""
+    """Every beat by name: ts, pid and detail (a detail that is no JSON object reads as empty: the
+    row is the store's, which the agent's user can write; `loom check` died of one with a traceback)."""
     out = {}
     for row in store.query("SELECT name, ts, pid, detail FROM heartbeats"):
-        out[row["name"]] = {"ts": row["ts"], "pid": row["pid"], "detail": json.loads(row["detail"])}
+        try:
+            detail = json.loads(row["detail"])
+        except (TypeError, ValueError):
+            detail = {}
+        out[row["name"]] = {"ts": row["ts"], "pid": row["pid"], "detail": detail if isinstance(detail, dict) else {}}
     return out

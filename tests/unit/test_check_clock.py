@@ -22,3 +22,21 @@ def test_a_relaunch_unwitnessed_for_twenty_minutes_warns_whatever_the_wall_clock
         store.close()
     result = loom("check")
     assert "relaunched 20m ago and no canary has acked since" in result.stdout, result.stdout + result.stderr
+
+
+def test_a_heartbeat_row_that_is_no_json_is_a_verdict_not_a_traceback(state_dir, loom):
+    # The store is writable by the agent's user: a beat whose detail is not JSON made `loom check`
+    # die with a traceback and exit 1 (WARNING to a monitor), and `loom status` with it.
+    state_dir.mkdir(mode=0o700)
+    store = Store.in_dir(state_dir)
+    try:
+        with store.write() as db:
+            db.execute("INSERT INTO heartbeats(name, ts, pid, detail) VALUES ('supervisor', ?, 1, '{not json')",
+                       (time.time(),))
+    finally:
+        store.close()
+    result = loom("check")
+    assert "Traceback" not in result.stderr and result.returncode in (0, 1, 2, 3), result.stdout + result.stderr
+    assert result.stdout.startswith("LOOM ") and len(result.stdout.splitlines()) == 1, result.stdout
+    status = loom("status")
+    assert status.returncode == 0 and "Traceback" not in status.stderr, status.stdout + status.stderr
