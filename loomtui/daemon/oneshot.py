@@ -131,14 +131,13 @@ def tick_once(ctx: Context, loop: str, *, source: str = "cron") -> TickOutcome:
     try:
         lock = locks.hold(lock_dir(ctx, loop), lock_name(loop), timeout=0)
     except LockHeld:
-        record(ctx, loop, source, "busy", None)
-        return TickOutcome(loop, "busy", f"another {loop} tick is running; this one did nothing", 0.0)
+        return _counted(ctx, loop, source,
+                        TickOutcome(loop, "busy", f"another {loop} tick is running; this one did nothing", 0.0), None)
     with lock:
         try:
             line = RUNNERS[loop](ctx)
         except SenderBusy as exc:  # the daemon's own sender is delivering: this tick has nothing to do
-            record(ctx, loop, source, "busy", None)
-            return TickOutcome(loop, "busy", str(exc), time.monotonic() - began)
+            return _counted(ctx, loop, source, TickOutcome(loop, "busy", str(exc), time.monotonic() - began), None)
         except Exception as exc:
             seconds = time.monotonic() - began
             path = ctx.state_dir / DB_NAME
@@ -155,8 +154,19 @@ def tick_once(ctx: Context, loop: str, *, source: str = "cron") -> TickOutcome:
                 pass
             return TickOutcome(loop, "failed", f"{type(exc).__name__}: {exc}", seconds)
         seconds = time.monotonic() - began
-        record(ctx, loop, source, "ok", seconds)
-        return TickOutcome(loop, "ran", line, seconds)
+        return _counted(ctx, loop, source, TickOutcome(loop, "ran", line, seconds))
+
+
+def _counted(ctx: Context, loop: str, source: str, outcome: TickOutcome, seconds: float | None = -1.0) -> TickOutcome:
+    """`outcome`, counted (record); a store the count found damaged or unusable is the tick's news,
+    exit 74, whatever the tick did (it exited 1, "failed", so a wrapper that salvages on 74 never did)."""
+    try:
+        record(ctx, loop, source, "ok" if outcome.status == "ran" else outcome.status,
+               outcome.seconds if seconds == -1.0 else seconds)
+    except StoreUnavailable as exc:
+        return TickOutcome(loop, "unusable", f"{outcome.line}; then the store {ctx.state_dir / DB_NAME} "
+                                             f"would not take its count: {exc}", outcome.seconds)
+    return outcome
 
 
 def _watchdog(ctx: Context) -> str:

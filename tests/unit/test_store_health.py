@@ -527,3 +527,24 @@ def test_loom_status_on_an_empty_store_beside_its_log_exits_74_and_keeps_the_log
         assert wal.stat().st_size == size
     finally:
         daemon.close()
+
+
+def test_a_tick_whose_count_finds_the_store_damaged_exits_74_not_1(tmp_path):
+    # The tick ran (a relaunch, say); then counting it found the store damaged: that raised past the
+    # tick's own handling, and `loom tick` exited 1 ("failed"), not 74, which a wrapper salvages on.
+    from loomtui.context import Context
+    from loomtui.daemon import oneshot
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\n')
+    ctx = Context.load(str(config), None, environ={})
+    try:
+        path = ctx.store.path
+        ctx.store.close()
+        with open(path, "r+b") as f:
+            f.write(b"not a database " * 6)  # over the header
+        outcome = oneshot._counted(ctx, "sentinel", "cron", oneshot.TickOutcome("sentinel", "ran", "did its pass", 0.5))
+        assert (outcome.status, outcome.exit_code) == ("unusable", health.EX_IOERR), outcome
+        assert outcome.line.startswith("did its pass; then the store ") and str(path) in outcome.line
+    finally:
+        ctx.close()
