@@ -239,5 +239,5 @@ def load_looks(ctx: Context, cls: type) -> Any:
         if "alerted" in data:
             data["alerted"] = frozenset(data["alerted"])
         return cls(**data)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, AttributeError):  # AttributeError: JSON that is no object (a list)
         return cls()  # what earlier ticks saw is lost: a trigger is only delayed, never invented

@@ -205,3 +205,15 @@ def test_loom_tick_of_one_agent_keeps_its_lock_and_looks_as_that_agents(two):
     with Store.in_dir(two.state_dir) as store:
         assert store.get_meta("watchdog_looks@beta") is not None and store.get_meta("watchdog_looks") is None
     assert two("tick", "sentinel").returncode == 0 and (two.state_dir / "tick-sentinel.lock").exists()
+
+
+def test_a_watchdog_memory_that_is_no_json_object_is_forgotten_not_every_tick_failed(two):
+    # The store is writable by the agent's user: a JSON list where the watchdog keeps what its last
+    # tick saw raised AttributeError, and every `loom tick watchdog` after it failed (exit 1).
+    assert two("hold", "--agent", "beta", "--reason", "no tmux here").returncode == 0
+    with Store.in_dir(two.state_dir) as store:
+        store.set_meta("watchdog_looks@beta", "[1, 2]")
+    ticked = two("tick", "watchdog", "--agent", "beta", "--json")
+    assert ticked.returncode == 0, ticked.stdout + ticked.stderr
+    with Store.in_dir(two.state_dir) as store:
+        assert json.loads(store.get_meta("watchdog_looks@beta") or "null")["alerted"] == []
