@@ -68,7 +68,7 @@ def open_items(store: Store) -> list[Item]:
 
 def unresolved_items(store: Store) -> list[Item]:
     """Open and claimed items: claimed ones are not done until a clean run witnesses them."""
-    return [from_row(r) for r in queue_items.unresolved(store)]
+    return [from_row(r) for r in queue_items.unwitnessed(store)]
 
 
 def counts(store: Store) -> dict[str, int]:

@@ -83,7 +83,7 @@ def get(store: Store, item_id: int) -> sqlite3.Row | None:
 
 
 def unwitnessed(store: Store, agent: str | None = None) -> list[sqlite3.Row]:
-    """Open and claimed items, oldest first."""
+    """Open and claimed items (the live ones: not witnessed, not retired), oldest first."""
     where, params = _of(agent)
     return store.query(f"SELECT * FROM queue_items WHERE {where}state IN (?, ?) ORDER BY id", (*params, *LIVE))
 
@@ -98,11 +98,6 @@ def last_witnessed(store: Store, limit: int, agent: str | None = None) -> list[s
 def opened(store: Store) -> list[sqlite3.Row]:
     """Every open item, oldest first."""
     return store.query("SELECT * FROM queue_items WHERE state = ? ORDER BY id", (OPEN,))
-
-
-def unresolved(store: Store) -> list[sqlite3.Row]:
-    """Open and claimed items, oldest first (a claimed one is not done until a clean run witnesses it)."""
-    return store.query("SELECT * FROM queue_items WHERE state IN (?, ?) ORDER BY id", (OPEN, CLAIMED))
 
 
 def counts(store: Store, agent: str | None = None) -> dict[str, int]:
