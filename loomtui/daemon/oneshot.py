@@ -154,15 +154,15 @@ def tick_once(ctx: Context, loop: str, *, source: str = "cron") -> TickOutcome:
                 pass
             return TickOutcome(loop, "failed", f"{type(exc).__name__}: {exc}", seconds)
         seconds = time.monotonic() - began
-        return _counted(ctx, loop, source, TickOutcome(loop, "ran", line, seconds))
+        return _counted(ctx, loop, source, TickOutcome(loop, "ran", line, seconds), seconds)
 
 
-def _counted(ctx: Context, loop: str, source: str, outcome: TickOutcome, seconds: float | None = -1.0) -> TickOutcome:
-    """`outcome`, counted (record); a store the count found damaged or unusable is the tick's news,
-    exit 74, whatever the tick did (it exited 1, "failed", so a wrapper that salvages on 74 never did)."""
+def _counted(ctx: Context, loop: str, source: str, outcome: TickOutcome, seconds: float | None) -> TickOutcome:
+    """`outcome`, counted (record, its duration `seconds`: None for a tick that did nothing); a
+    store the count found damaged or unusable is the tick's news, exit 74, whatever the tick did (it
+    exited 1, "failed", so a wrapper that salvages on 74 never did)."""
     try:
-        record(ctx, loop, source, "ok" if outcome.status == "ran" else outcome.status,
-               outcome.seconds if seconds == -1.0 else seconds)
+        record(ctx, loop, source, "ok" if outcome.status == "ran" else outcome.status, seconds)
     except StoreUnavailable as exc:
         return TickOutcome(loop, "unusable", f"{outcome.line}; then the store {ctx.state_dir / DB_NAME} "
                                              f"would not take its count: {exc}", outcome.seconds)

@@ -543,7 +543,8 @@ def test_a_tick_whose_count_finds_the_store_damaged_exits_74_not_1(tmp_path):
         ctx.store.close()
         with open(path, "r+b") as f:
             f.write(b"not a database " * 6)  # over the header
-        outcome = oneshot._counted(ctx, "sentinel", "cron", oneshot.TickOutcome("sentinel", "ran", "did its pass", 0.5))
+        outcome = oneshot._counted(ctx, "sentinel", "cron", oneshot.TickOutcome("sentinel", "ran", "did its pass", 0.5),
+                                  0.5)
         assert (outcome.status, outcome.exit_code) == ("unusable", health.EX_IOERR), outcome
         assert outcome.line.startswith("did its pass; then the store ") and str(path) in outcome.line
     finally:
