@@ -539,7 +539,7 @@ class Sim:
             self.canary_until = when
             self.wake("canary", when)
 
-    def on_ledger(self, seq: int, kind: str, cause: str, raw: str | None, ts: float = 0.0) -> None:
+    def on_ledger(self, seq: int, kind: str, cause: str, raw: str | None, ts: float) -> None:
         detail = json.loads(raw) if raw else {}
         last, self.last_kind = self.last_kind, kind
         if kind == "relaunch":
